@@ -1,0 +1,40 @@
+package journal
+
+import "errors"
+
+// Sentinel errors. Check them with errors.Is; returned errors wrap them with
+// context.
+var (
+	// ErrNotLeader: the node asked to act as leader is not the leader.
+	ErrNotLeader = errors.New("journal: not the leader")
+	// ErrNoLeader: no leader is known (election in progress or quorum lost).
+	ErrNoLeader = errors.New("journal: no leader")
+	// ErrStale: this node's replayed state is older than Config.StaleAfter.
+	ErrStale = errors.New("journal: stale")
+	// ErrClosed: the journal was closed.
+	ErrClosed = errors.New("journal: closed")
+	// ErrClusterMismatch: a request or a data dir belongs to another cluster
+	// (cluster id or token differ).
+	ErrClusterMismatch = errors.New("journal: cluster mismatch")
+	// ErrRoleMismatch: the configured role disagrees with the ROLE file or
+	// with the role the cluster records for this node.
+	ErrRoleMismatch = errors.New("journal: role mismatch")
+	// ErrUnsafeRemoval: removing the member would leave too few voters
+	// reachable for a quorum; pass force to do it anyway.
+	ErrUnsafeRemoval = errors.New("journal: unsafe member removal")
+	// ErrBusy: a bounded queue is full (too many uncommitted bytes); retry.
+	ErrBusy = errors.New("journal: busy")
+	// ErrLocked: another process holds the data dir.
+	ErrLocked = errors.New("journal: data dir locked by another process")
+	// ErrUnreachable: the peer could not be reached.
+	ErrUnreachable = errors.New("journal: peer unreachable")
+	// ErrUnknownMember: no member with that id.
+	ErrUnknownMember = errors.New("journal: unknown member")
+	// ErrCompacted: the requested entries were compacted away.
+	ErrCompacted = errors.New("journal: entries compacted")
+	// ErrMalformed: an entry, message or request body could not be decoded.
+	ErrMalformed = errors.New("journal: malformed")
+	// ErrSnapshotInFlight: compaction is postponed while a snapshot is being
+	// sent to a follower.
+	ErrSnapshotInFlight = errors.New("journal: snapshot in flight")
+)
