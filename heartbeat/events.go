@@ -1,0 +1,96 @@
+package heartbeat
+
+import "fmt"
+
+// Kind says what a member is.
+type Kind uint8
+
+const (
+	// KindFrontend is a process that embeds the catalog and may coordinate
+	// queries (a raft voter or learner).
+	KindFrontend Kind = iota + 1
+	// KindWorker is a process that runs query fragments.
+	KindWorker
+)
+
+// String returns "frontend" or "worker".
+func (k Kind) String() string {
+	switch k {
+	case KindFrontend:
+		return "frontend"
+	case KindWorker:
+		return "worker"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// ParseKind is the inverse of Kind.String.
+func ParseKind(s string) (Kind, error) {
+	switch s {
+	case "frontend":
+		return KindFrontend, nil
+	case "worker":
+		return KindWorker, nil
+	}
+	return 0, fmt.Errorf("heartbeat: unknown member kind %q", s)
+}
+
+// EventType says what happened to a member.
+type EventType uint8
+
+const (
+	// Added: the member was added to the cluster (or was already there when
+	// the observer started). Nothing is cancelled.
+	Added EventType = iota + 1
+	// Restarted: the member answered with a new epoch. Work tied to any
+	// other epoch of that member is void.
+	Restarted
+	// Dead: the member missed DeadAfter heartbeats in a row. Work tied to
+	// it is void. NewEpoch is the temporary epoch published for it.
+	Dead
+	// Alive: the member answered again with the epoch it had before it was
+	// declared dead, or answered for the first time (OldEpoch zero).
+	Alive
+	// Removed: the member was removed from the cluster. Work tied to it is
+	// void.
+	Removed
+)
+
+// String returns the lower-case name of t.
+func (t EventType) String() string {
+	switch t {
+	case Added:
+		return "added"
+	case Restarted:
+		return "restarted"
+	case Dead:
+		return "dead"
+	case Alive:
+		return "alive"
+	case Removed:
+		return "removed"
+	}
+	return fmt.Sprintf("event(%d)", uint8(t))
+}
+
+// Event is one membership transition, delivered in log order.
+//
+// On a frontend, events come from replaying the member records in the
+// catalog, so every frontend sees the same events in the same order, and
+// Index is the journal index of the entry that made the change. On a
+// worker, events come from the frontend list in the leader's heartbeats
+// (Responder); Index is then the catalog index that list was built at.
+type Event struct {
+	Index      uint64 // journal (catalog) index of the change
+	Node       uint64 // member id
+	Kind       Kind
+	Type       EventType
+	OldEpoch   Epoch  // the epoch before the change (zero if none)
+	NewEpoch   Epoch  // the epoch after it (temporary for Dead, zero for Removed)
+	Generation uint64 // the member record's generation after the change
+}
+
+// String formats e for logs.
+func (e Event) String() string {
+	return fmt.Sprintf("%s %d %s at %d: %s -> %s (gen %d)", e.Kind, e.Node, e.Type, e.Index, e.OldEpoch, e.NewEpoch, e.Generation)
+}
