@@ -1,0 +1,34 @@
+package image
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrCorrupt marks every failure to decode an image: bad magic, a
+	// checksum mismatch, a truncation, an impossible length.
+	ErrCorrupt = errors.New("image: corrupt")
+	// ErrUnknownVersion means the image was written in a format version this
+	// build does not know (a newer one); it is never guessed at.
+	ErrUnknownVersion = errors.New("image: unknown format version")
+	// ErrClusterMismatch means an image, a peer or a request belongs to
+	// another cluster.
+	ErrClusterMismatch = errors.New("image: cluster id mismatch")
+	// ErrNotFound means no image exists at the requested index.
+	ErrNotFound = errors.New("image: not found")
+	// ErrNoUsableImage means startup found no image it may load: the journal
+	// was compacted past every valid image (or none exists while the journal
+	// needs one). The node must be restored from a peer.
+	ErrNoUsableImage = errors.New("image: no usable image")
+	// ErrUnauthorized means a peer refused the join token (or a request to
+	// this node carried a wrong one).
+	ErrUnauthorized = errors.New("image: unauthorized")
+	// ErrClosed is returned by methods called after Close.
+	ErrClosed = errors.New("image: closed")
+)
+
+// corruptf returns an error that wraps ErrCorrupt with a reason.
+func corruptf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,326 @@
+package image
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// flight is one restore in progress; callers that arrive meanwhile wait on
+// done and share err.
+type flight struct {
+	index uint64
+	done  chan struct{}
+	err   error
+}
+
+// Fetch makes the image at exactly index durable in the local data dir,
+// fetched from the peer at addr (host:port or a base URL). It is the
+// journal's hook for an incoming raft snapshot, called before raft sees it.
+//
+// Restores are single-flight per data dir: while one runs, every other
+// Fetch waits for it and, when it was for the same index, returns its
+// result (a caller whose own context is still alive retries when the
+// running one was cancelled). The image streams into image.fetch, its
+// checksum is verified against the trailer and the peer's header, it is
+// fsynced and renamed to image.<index>.fetched; Install makes it live. An
+// image already present returns at once.
+func (s *Store) Fetch(ctx context.Context, addr string, index uint64) error {
+	for {
+		s.mu.Lock()
+		if s.mu.closed {
+			s.mu.Unlock()
+			return ErrClosed
+		}
+		if s.haveLocked(index) {
+			s.mu.Unlock()
+			return nil
+		}
+		if f := s.mu.flight; f != nil {
+			s.mu.Unlock()
+			if k := s.cfg.testingKnobs.fetchJoined; k != nil {
+				k(index)
+			}
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+			if f.index != index {
+				continue
+			}
+			if f.err != nil && ctx.Err() == nil && (errors.Is(f.err, context.Canceled) || errors.Is(f.err, context.DeadlineExceeded)) {
+				continue // the runner gave up, we have not
+			}
+			return f.err
+		}
+		f := &flight{index: index, done: make(chan struct{})}
+		s.mu.flight = f
+		s.mu.Unlock()
+
+		err := s.runFetch(ctx, addr, index)
+
+		s.mu.Lock()
+		f.err = err
+		s.mu.flight = nil
+		if err == nil {
+			s.mu.pinned[index] = true
+		}
+		s.mu.Unlock()
+		close(f.done)
+		return err
+	}
+}
+
+// haveLocked reports whether image index is already durable here.
+func (s *Store) haveLocked(index uint64) bool {
+	for _, n := range []string{imageName(index), imageName(index) + fetchedSuffix} {
+		if _, err := s.fs.Stat(s.path(n)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Store) runFetch(ctx context.Context, addr string, index uint64) error {
+	if err := s.acquire(ctx); err != nil {
+		return err
+	}
+	defer s.release()
+	start := time.Now()
+	info, err := s.download(ctx, addr, index)
+	if err != nil {
+		s.logger.Error("fetching an image failed", "peer", addr, "index", index, "err", err)
+		return fmt.Errorf("image: fetch index %d from %s: %w", index, addr, err)
+	}
+	s.logger.Info("fetched image", "peer", addr, "index", index, "bytes", info.Size, "took", time.Since(start))
+	return nil
+}
+
+func baseURL(addr string) string {
+	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
+		return strings.TrimSuffix(addr, "/")
+	}
+	return "http://" + addr
+}
+
+// get sends GET path to the peer with the cluster id and token, bounding
+// the wait for each chunk of the response by FetchIdleTimeout.
+func (s *Store) get(ctx context.Context, addr, path string) (*http.Response, *idleTimer, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	idle := &idleTimer{d: s.cfg.FetchIdleTimeout, cancel: cancel}
+	idle.start()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL(addr)+path, nil)
+	if err != nil {
+		idle.stop()
+		return nil, nil, err
+	}
+	if id := s.ClusterID(); id != "" {
+		req.Header.Set(headerClusterID, id)
+	}
+	if s.cfg.Token != "" {
+		req.Header.Set(headerToken, s.cfg.Token)
+	}
+	resp, err := s.cfg.HTTPClient.Do(req)
+	if err != nil {
+		idle.stop()
+		if cause := context.Cause(ctx); cause != nil && errors.Is(cause, errIdle) {
+			err = cause
+		}
+		return nil, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		defer idle.stop()
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		text := strings.TrimSpace(string(msg))
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			return nil, nil, fmt.Errorf("%w: peer says %q", ErrNotFound, text)
+		case http.StatusConflict:
+			return nil, nil, fmt.Errorf("%w: peer says %q", ErrClusterMismatch, text)
+		case http.StatusForbidden, http.StatusUnauthorized:
+			return nil, nil, fmt.Errorf("%w: peer says %q", ErrUnauthorized, text)
+		}
+		return nil, nil, fmt.Errorf("image: peer answered %s: %q", resp.Status, text)
+	}
+	resp.Body = &idleReader{r: resp.Body, t: idle, ctx: ctx}
+	return resp, idle, nil
+}
+
+var errIdle = errors.New("image: peer sent nothing for too long")
+
+// idleTimer cancels a request that makes no progress for d.
+type idleTimer struct {
+	d      time.Duration
+	cancel context.CancelCauseFunc
+	mu     sync.Mutex
+	t      *time.Timer
+}
+
+func (it *idleTimer) start() {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	it.t = time.AfterFunc(it.d, func() { it.cancel(fmt.Errorf("%w (%v)", errIdle, it.d)) })
+}
+
+func (it *idleTimer) touch() {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	it.t.Reset(it.d)
+}
+
+func (it *idleTimer) stop() {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	it.t.Stop()
+	it.cancel(nil)
+}
+
+type idleReader struct {
+	r   io.ReadCloser
+	t   *idleTimer
+	ctx context.Context
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.t.touch()
+	}
+	if err != nil && err != io.EOF {
+		if cause := context.Cause(r.ctx); cause != nil {
+			err = cause
+		}
+	}
+	return n, err
+}
+
+func (r *idleReader) Close() error { return r.r.Close() }
+
+// RemoteLatest asks the peer at addr for its newest image's metadata.
+func (s *Store) RemoteLatest(ctx context.Context, addr string) (RemoteInfo, error) {
+	resp, idle, err := s.get(ctx, addr, PathPrefix+"latest")
+	if err != nil {
+		return RemoteInfo{}, fmt.Errorf("image: ask %s for its newest image: %w", addr, err)
+	}
+	defer idle.stop()
+	defer resp.Body.Close()
+	var ri RemoteInfo
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&ri); err != nil {
+		return RemoteInfo{}, fmt.Errorf("image: %s sent bad image metadata: %w", addr, err)
+	}
+	return ri, nil
+}
+
+// download streams image index from addr into image.fetch, verifying it on
+// the way, and renames it to image.<index>.fetched.
+func (s *Store) download(ctx context.Context, addr string, index uint64) (Info, error) {
+	resp, idle, err := s.get(ctx, addr, PathPrefix+strconv.FormatUint(index, 10))
+	if err != nil {
+		return Info{}, err
+	}
+	defer idle.stop()
+	defer resp.Body.Close()
+	size := resp.ContentLength
+	if size < 0 {
+		return Info{}, errors.New("image: peer sent no Content-Length")
+	}
+	if size > s.cfg.MaxImageBytes {
+		return Info{}, fmt.Errorf("image: peer offers %d bytes, over the %d byte limit (Config.MaxImageBytes)", size, s.cfg.MaxImageBytes)
+	}
+	if got := resp.Header.Get(headerIndex); got != strconv.FormatUint(index, 10) {
+		return Info{}, fmt.Errorf("image: asked for index %d, peer sent %q", index, got)
+	}
+	wantCRC, err := strconv.ParseUint(resp.Header.Get(headerCRC), 16, 32)
+	if err != nil {
+		return Info{}, fmt.Errorf("image: peer sent a bad %s header %q", headerCRC, resp.Header.Get(headerCRC))
+	}
+	tmp := s.path(fetchTmpName)
+	th := &tailHasher{sum: newCRC()}
+	_, n, err := s.writeFile(ctx, tmp, func(w io.Writer) (uint32, int64, error) {
+		// Hash before writing: a vfs.File may modify what it is given.
+		n, err := io.Copy(io.MultiWriter(th, w), io.LimitReader(resp.Body, size+1))
+		if err != nil {
+			return 0, n, fmt.Errorf("receive: %w", err)
+		}
+		if n != size {
+			return 0, n, corruptf("peer sent %d bytes, announced %d", n, size)
+		}
+		return 0, n, nil
+	})
+	if err != nil {
+		return Info{}, err
+	}
+	if err := s.checkDownload(tmp, th, n, index, uint32(wantCRC)); err != nil {
+		if rerr := s.fs.Remove(tmp); rerr != nil && !isNotExist(rerr) {
+			s.logger.Warn("could not remove a rejected download", "file", tmp, "err", rerr)
+		}
+		return Info{}, err
+	}
+	if err := s.renameDurably(tmp, s.path(imageName(index)+fetchedSuffix)); err != nil {
+		return Info{}, err
+	}
+	return Info{Name: imageName(index) + fetchedSuffix, Size: n}, nil
+}
+
+// checkDownload verifies a downloaded (and synced) image before it gets its
+// durable name: the trailer against the checksum of the stream, the header,
+// read back from the file, against the request.
+func (s *Store) checkDownload(tmp string, th *tailHasher, n int64, index uint64, wantCRC uint32) error {
+	f, err := s.fs.Open(tmp)
+	if err != nil {
+		return fmt.Errorf("image: open %s: %w", tmp, err)
+	}
+	defer f.Close()
+	h, raw, err := decodeHeader(bufio.NewReader(io.NewSectionReader(f, 0, n)))
+	if err != nil {
+		return err
+	}
+	if h.Index != index {
+		return corruptf("asked for index %d, the image holds index %d", index, h.Index)
+	}
+	bodyLen := n - int64(len(raw)) - trailerLen
+	if bodyLen < 0 {
+		return corruptf("truncated: %d bytes", n)
+	}
+	crc, err := decodeTrailer(th.tail, th.sum, uint64(bodyLen))
+	if err != nil {
+		return err
+	}
+	if crc != wantCRC {
+		return corruptf("checksum %08x differs from the %08x the peer announced", crc, wantCRC)
+	}
+	return s.checkClusterID(imageName(index), h.ClusterID)
+}
+
+// tailHasher hashes everything written to it except the last trailerLen
+// bytes, which it keeps: the trailer's checksum covers the bytes before it.
+type tailHasher struct {
+	sum  hash.Hash32
+	tail []byte
+}
+
+func (t *tailHasher) Write(p []byte) (int, error) {
+	if len(p) >= trailerLen {
+		t.sum.Write(t.tail)
+		t.sum.Write(p[:len(p)-trailerLen])
+		t.tail = append(t.tail[:0], p[len(p)-trailerLen:]...)
+		return len(p), nil
+	}
+	t.tail = append(t.tail, p...)
+	if extra := len(t.tail) - trailerLen; extra > 0 {
+		t.sum.Write(t.tail[:extra])
+		t.tail = append(t.tail[:0], t.tail[extra:]...)
+	}
+	return len(p), nil
+}

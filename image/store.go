@@ -1,0 +1,604 @@
+package image
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// State is the replicated state an image holds: a *catalog.Tree satisfies
+// it. Apply is called in log order from one goroutine (shadow replay); Save
+// must write a deterministic stream (the same entries give byte-identical
+// images on every replica); Load must replace the whole content atomically
+// and leave it unchanged when it returns an error.
+type State interface {
+	Apply(index uint64, data []byte) any
+	Save(w io.Writer) error
+	Load(r io.Reader) error
+}
+
+// Config configures a Store. Zero fields take the documented defaults.
+type Config struct {
+	// Dir is the node's data dir; images live in Dir/image. Required.
+	Dir string
+	// FS is the filesystem. The default is vfs.Default (the real disk);
+	// tests pass vfs.NewMem or vfs.NewCrashableMem.
+	FS vfs.FS
+	// State is the live state that LoadLatest and Install load images into.
+	// Required.
+	State State
+	// ClusterID, when known before the journal opens, is checked against
+	// every image. When empty, the first image loaded or fetched sets it,
+	// and SetClusterID checks it later.
+	ClusterID string
+	// Token is the cluster's join token: sent with every fetch and required
+	// of every request to the Handler. Empty means no token.
+	Token string
+	// Keep is how many images to keep. The default is 2; at least 1.
+	Keep int
+	// HTTPClient fetches images from peers. The default is a client with no
+	// overall timeout: fetches are bounded by their context and by
+	// FetchIdleTimeout instead, so a large image on a slow link is not cut
+	// off while it makes progress.
+	HTTPClient *http.Client
+	// FetchIdleTimeout aborts a fetch that receives nothing for this long.
+	// The default is 30 s.
+	FetchIdleTimeout time.Duration
+	// MaxImageBytes refuses fetched images larger than this. The default is
+	// 1 TiB.
+	MaxImageBytes int64
+	// Logger receives warnings (fallbacks, quarantined files) and errors.
+	// The default discards.
+	Logger *slog.Logger
+
+	testingKnobs testingKnobs
+}
+
+type testingKnobs struct {
+	// fetchJoined is called when a Fetch joins a restore already running.
+	fetchJoined func(index uint64)
+}
+
+const (
+	imageDirName  = "image"
+	lockName      = "LOCK"
+	ckptTmpName   = "image.ckpt"
+	fetchTmpName  = "image.fetch"
+	imagePrefix   = "image."
+	fetchedSuffix = ".fetched"
+	corruptSuffix = ".corrupt"
+)
+
+// Store owns the image directory of one data dir: writing, verifying,
+// listing and pruning images, loading them into the live state, serving and
+// fetching them. It implements the journal's Snapshots hook. It is safe for
+// concurrent use.
+type Store struct {
+	cfg    Config
+	fs     vfs.FS
+	dir    string
+	lock   io.Closer
+	logger *slog.Logger
+
+	// restoreSem is the one lock per data dir under which images are loaded
+	// into the live state and restores run: LoadLatest, a Fetch's download
+	// and Install never overlap.
+	restoreSem chan struct{}
+	// writeMu serialises writers of image.ckpt.
+	writeMu sync.Mutex
+	// dirMu serialises renames and removals in the directory.
+	dirMu sync.Mutex
+
+	mu struct {
+		sync.Mutex
+		closed    bool
+		clusterID string
+		// flight is the restore running now, if any.
+		flight *flight
+		// pinned images are fetched and not yet installed: never pruned.
+		pinned map[uint64]bool
+	}
+}
+
+// Open opens (creating if needed) the image directory under cfg.Dir, locks
+// it against a second Store, and removes temporary files a crash left.
+func Open(cfg Config) (*Store, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("image: Config.Dir is required")
+	}
+	if cfg.State == nil {
+		return nil, errors.New("image: Config.State is required")
+	}
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	if cfg.Keep == 0 {
+		cfg.Keep = 2
+	}
+	if cfg.Keep < 1 {
+		return nil, fmt.Errorf("image: Config.Keep is %d, must be at least 1", cfg.Keep)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	if cfg.FetchIdleTimeout == 0 {
+		cfg.FetchIdleTimeout = 30 * time.Second
+	}
+	if cfg.MaxImageBytes == 0 {
+		cfg.MaxImageBytes = 1 << 40
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{
+		cfg:        cfg,
+		fs:         cfg.FS,
+		dir:        cfg.FS.PathJoin(cfg.Dir, imageDirName),
+		logger:     cfg.Logger.With("component", "image"),
+		restoreSem: make(chan struct{}, 1),
+	}
+	s.mu.clusterID = cfg.ClusterID
+	s.mu.pinned = make(map[uint64]bool)
+	if err := s.fs.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("image: create %s: %w", s.dir, err)
+	}
+	// The new directory entry must survive a crash too.
+	if err := syncDir(s.fs, cfg.Dir); err != nil {
+		return nil, err
+	}
+	lock, err := s.fs.Lock(s.fs.PathJoin(s.dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("image: lock %s (another Store has this data dir open?): %w", s.dir, err)
+	}
+	s.lock = lock
+	if err := s.removeTemps(); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close releases the directory lock. Restores still waiting fail with
+// ErrClosed. Close is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.closed = true
+	s.mu.Unlock()
+	// Wait for a running load or restore before releasing the lock.
+	s.restoreSem <- struct{}{}
+	defer func() { <-s.restoreSem }()
+	return s.lock.Close()
+}
+
+// Dir returns the image directory (Dir/image).
+func (s *Store) Dir() string { return s.dir }
+
+// ClusterID returns the cluster id the Store checks images against ("" while
+// unknown).
+func (s *Store) ClusterID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.clusterID
+}
+
+// SetClusterID tells the Store the journal's cluster id. If an image from
+// another cluster was already loaded or fetched it returns
+// ErrClusterMismatch: the data dir mixes two clusters and must not start.
+func (s *Store) SetClusterID(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.clusterID != "" && s.mu.clusterID != id {
+		return fmt.Errorf("%w: images in %s belong to cluster %q, the journal to %q", ErrClusterMismatch, s.dir, s.mu.clusterID, id)
+	}
+	s.mu.clusterID = id
+	return nil
+}
+
+// checkClusterID checks an image's cluster id, adopting it while unknown.
+func (s *Store) checkClusterID(name, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.clusterID == "" {
+		s.mu.clusterID = id
+		return nil
+	}
+	if id != s.mu.clusterID {
+		return fmt.Errorf("%w: %s belongs to cluster %q, this node to %q", ErrClusterMismatch, name, id, s.mu.clusterID)
+	}
+	return nil
+}
+
+func (s *Store) acquire(ctx context.Context) error {
+	select {
+	case s.restoreSem <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	s.mu.Lock()
+	closed := s.mu.closed
+	s.mu.Unlock()
+	if closed {
+		<-s.restoreSem
+		return ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) release() { <-s.restoreSem }
+
+func imageName(index uint64) string { return imagePrefix + strconv.FormatUint(index, 10) }
+
+func (s *Store) path(name string) string { return s.fs.PathJoin(s.dir, name) }
+
+// parseName parses image.<index>[suffix]; ok is false for other names.
+func parseName(name, suffix string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(name, imagePrefix)
+	if !ok {
+		return 0, false
+	}
+	rest, ok = strings.CutSuffix(rest, suffix)
+	if !ok || rest == "" || len(rest) > 20 {
+		return 0, false
+	}
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	if len(rest) > 1 && rest[0] == '0' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(rest, 10, 64)
+	return n, err == nil
+}
+
+type listing struct {
+	installed, fetched, corrupt []uint64 // newest first
+}
+
+func (s *Store) list() (listing, error) {
+	names, err := s.fs.List(s.dir)
+	if err != nil {
+		return listing{}, fmt.Errorf("image: list %s: %w", s.dir, err)
+	}
+	var l listing
+	for _, n := range names {
+		if i, ok := parseName(n, ""); ok {
+			l.installed = append(l.installed, i)
+		} else if i, ok := parseName(n, fetchedSuffix); ok {
+			l.fetched = append(l.fetched, i)
+		} else if i, ok := parseName(n, corruptSuffix); ok {
+			l.corrupt = append(l.corrupt, i)
+		}
+	}
+	desc := func(a, b uint64) int { return -cmpUint(a, b) }
+	slices.SortFunc(l.installed, desc)
+	slices.SortFunc(l.fetched, desc)
+	slices.SortFunc(l.corrupt, desc)
+	return l, nil
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Indexes returns the indexes of the images present, newest first.
+func (s *Store) Indexes() ([]uint64, error) {
+	l, err := s.list()
+	return l.installed, err
+}
+
+func (s *Store) removeTemps() error {
+	removed := false
+	for _, n := range []string{ckptTmpName, fetchTmpName} {
+		err := s.fs.Remove(s.path(n))
+		switch {
+		case err == nil:
+			removed = true
+			s.logger.Info("removed an unfinished image file left by a crash", "file", s.path(n))
+		case !isNotExist(err):
+			return fmt.Errorf("image: remove %s: %w", s.path(n), err)
+		}
+	}
+	if removed {
+		return syncDir(s.fs, s.dir)
+	}
+	return nil
+}
+
+func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }
+
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("image: open dir %s: %w", dir, err)
+	}
+	if err := d.Sync(); err != nil {
+		d.Close()
+		return fmt.Errorf("image: sync dir %s: %w", dir, err)
+	}
+	return d.Close()
+}
+
+// Write writes an image with header h (ClusterID defaults to the Store's)
+// and the body save produces: image.ckpt is written and fsynced, renamed to
+// image.<index>, and the directory fsynced. Older images are not touched;
+// see Prune.
+func (s *Store) Write(ctx context.Context, h Header, save func(io.Writer) error) (Info, error) {
+	if id := s.ClusterID(); h.ClusterID == "" {
+		h.ClusterID = id
+	} else if id != "" && h.ClusterID != id {
+		return Info{}, fmt.Errorf("%w: writing an image of cluster %q into a store of cluster %q", ErrClusterMismatch, h.ClusterID, id)
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tmp := s.path(ckptTmpName)
+	crc, n, err := s.writeFile(ctx, tmp, func(w io.Writer) (uint32, int64, error) {
+		return WriteTo(w, h, save)
+	})
+	if err != nil {
+		return Info{}, err
+	}
+	name := imageName(h.Index)
+	if err := s.renameDurably(tmp, s.path(name)); err != nil {
+		return Info{}, err
+	}
+	h.Version = FormatVersion
+	return Info{Header: h, Name: name, Size: n, CRC: crc}, nil
+}
+
+// writeFile creates path, fills it through fill and fsyncs it. On failure
+// the partial file is removed (a crash leaves it for Open to remove).
+func (s *Store) writeFile(ctx context.Context, path string, fill func(io.Writer) (uint32, int64, error)) (crc uint32, n int64, err error) {
+	f, err := s.fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return 0, 0, fmt.Errorf("image: create %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			if rerr := s.fs.Remove(path); rerr != nil && !isNotExist(rerr) {
+				s.logger.Warn("could not remove an unfinished image file", "file", path, "err", rerr)
+			}
+		}
+	}()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	crc, n, err = fill(&ctxWriter{ctx: ctx, w: bw})
+	if err != nil {
+		return 0, 0, fmt.Errorf("image: write %s: %w", path, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return 0, 0, fmt.Errorf("image: write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return 0, 0, fmt.Errorf("image: sync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return 0, 0, fmt.Errorf("image: close %s: %w", path, err)
+	}
+	return crc, n, nil
+}
+
+func (s *Store) renameDurably(from, to string) error {
+	s.dirMu.Lock()
+	defer s.dirMu.Unlock()
+	if err := s.fs.Rename(from, to); err != nil {
+		return fmt.Errorf("image: rename %s to %s: %w", from, to, err)
+	}
+	return syncDir(s.fs, s.dir)
+}
+
+// ctxWriter stops a long write when its context ends (checked once per
+// megabyte, not per call).
+type ctxWriter struct {
+	ctx     context.Context
+	w       io.Writer
+	pending int
+}
+
+func (c *ctxWriter) Write(p []byte) (int, error) {
+	c.pending += len(p)
+	if c.pending >= 1<<20 {
+		c.pending = 0
+		if err := c.ctx.Err(); err != nil {
+			return 0, context.Cause(c.ctx)
+		}
+	}
+	return c.w.Write(p)
+}
+
+// Prune deletes all but the newest Keep images, fetched images older than
+// the newest image, and quarantined (corrupt) files older than the oldest
+// image kept. Images fetched and not yet installed are kept.
+func (s *Store) Prune() error {
+	s.dirMu.Lock()
+	defer s.dirMu.Unlock()
+	l, err := s.list()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	pinned := maps.Clone(s.mu.pinned)
+	s.mu.Unlock()
+	var victims []string
+	if len(l.installed) > s.cfg.Keep {
+		for _, i := range l.installed[s.cfg.Keep:] {
+			if !pinned[i] {
+				victims = append(victims, imageName(i))
+			}
+		}
+	}
+	if len(l.installed) > 0 {
+		newest := l.installed[0]
+		oldestKept := l.installed[min(len(l.installed), s.cfg.Keep)-1]
+		for _, i := range l.fetched {
+			if i <= newest && !pinned[i] {
+				victims = append(victims, imageName(i)+fetchedSuffix)
+			}
+		}
+		for _, i := range l.corrupt {
+			if i < oldestKept {
+				victims = append(victims, imageName(i)+corruptSuffix)
+			}
+		}
+	}
+	if len(victims) == 0 {
+		return nil
+	}
+	for _, v := range victims {
+		if err := s.fs.Remove(s.path(v)); err != nil && !isNotExist(err) {
+			return fmt.Errorf("image: remove %s: %w", s.path(v), err)
+		}
+	}
+	return syncDir(s.fs, s.dir)
+}
+
+// Verify reads the whole image at index and checks it. The error names the
+// file and what is wrong.
+func (s *Store) Verify(index uint64) (Info, error) {
+	return s.verifyFile(imageName(index))
+}
+
+func (s *Store) verifyFile(name string) (Info, error) {
+	return s.readFile(name, nil)
+}
+
+// readFile reads and checks the image file name, passing its body to body.
+func (s *Store) readFile(name string, body func(io.Reader) error) (Info, error) {
+	path := s.path(name)
+	f, err := s.fs.Open(path, vfs.SequentialReadsOption)
+	if err != nil {
+		if isNotExist(err) {
+			return Info{}, fmt.Errorf("image: %s: %w", path, ErrNotFound)
+		}
+		return Info{}, fmt.Errorf("image: open %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return Info{}, fmt.Errorf("image: stat %s: %w", path, err)
+	}
+	info, err := readImage(f, st.Size(), body)
+	if err != nil {
+		return Info{}, fmt.Errorf("image: %s: %w", path, err)
+	}
+	info.Name = name
+	return info, nil
+}
+
+// readHeader reads only the header of image name and its trailer checksum
+// (no verification of the body).
+func (s *Store) readHeader(name string) (Info, error) {
+	path := s.path(name)
+	f, err := s.fs.Open(path)
+	if err != nil {
+		if isNotExist(err) {
+			return Info{}, fmt.Errorf("image: %s: %w", path, ErrNotFound)
+		}
+		return Info{}, fmt.Errorf("image: open %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return Info{}, fmt.Errorf("image: stat %s: %w", path, err)
+	}
+	h, raw, err := decodeHeader(bufio.NewReader(f))
+	if err != nil {
+		return Info{}, fmt.Errorf("image: %s: %w", path, err)
+	}
+	if st.Size() < int64(len(raw))+trailerLen {
+		return Info{}, fmt.Errorf("image: %s: %w", path, corruptf("truncated: %d bytes", st.Size()))
+	}
+	var crc [4]byte
+	if _, err := f.ReadAt(crc[:], st.Size()-4); err != nil {
+		return Info{}, fmt.Errorf("image: %s: %w", path, readErr("trailer", err))
+	}
+	return Info{Header: h, Name: name, Size: st.Size(), CRC: binary.BigEndian.Uint32(crc[:])}, nil
+}
+
+// Latest returns the header of the newest image (ErrNotFound if none). It
+// does not read the body; Verify does.
+func (s *Store) Latest() (Info, error) {
+	l, err := s.list()
+	if err != nil {
+		return Info{}, err
+	}
+	if len(l.installed) == 0 {
+		return Info{}, fmt.Errorf("image: no image in %s: %w", s.dir, ErrNotFound)
+	}
+	return s.readHeader(imageName(l.installed[0]))
+}
+
+// loadInto loads image name into st. With verifyFirst the whole file is
+// checked before st sees a byte (for a live state); without, a checksum
+// failure is found after st.Load returned, so st must be one that is
+// discarded or reloaded on error.
+func (s *Store) loadInto(st State, name string, verifyFirst bool) (Info, error) {
+	if verifyFirst {
+		info, err := s.verifyFile(name)
+		if err != nil {
+			return Info{}, err
+		}
+		if err := s.checkClusterID(name, info.ClusterID); err != nil {
+			return Info{}, err
+		}
+	} else {
+		info, err := s.readHeader(name)
+		if err != nil {
+			return Info{}, err
+		}
+		if err := s.checkClusterID(name, info.ClusterID); err != nil {
+			return Info{}, err
+		}
+	}
+	info, err := s.readFile(name, func(r io.Reader) error {
+		if err := st.Load(r); err != nil {
+			return fmt.Errorf("%w: state rejected the body: %w", ErrCorrupt, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Info{}, err
+	}
+	return info, nil
+}
+
+// quarantine renames a corrupt image out of the way so that it is neither
+// served nor used as a checkpoint base, but kept for inspection.
+func (s *Store) quarantine(name string, cause error) {
+	s.dirMu.Lock()
+	defer s.dirMu.Unlock()
+	from, to := s.path(name), s.path(name+corruptSuffix)
+	if err := s.fs.Rename(from, to); err != nil {
+		s.logger.Warn("could not quarantine a corrupt image", "file", from, "err", err)
+		return
+	}
+	if err := syncDir(s.fs, s.dir); err != nil {
+		s.logger.Warn("could not sync the image dir", "err", err)
+	}
+	s.logger.Warn("quarantined a corrupt image", "file", from, "to", to, "err", cause)
+}
