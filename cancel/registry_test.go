@@ -1,0 +1,360 @@
+package cancel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/metatree/metatree/heartbeat"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// cluster sets up a registry that knows coordinator 1 and workers 10..12.
+func cluster(t *testing.T) (*Registry, map[uint64]heartbeat.Epoch) {
+	t.Helper()
+	r := New(Config{})
+	t.Cleanup(func() { require.NoError(t, r.Close()) })
+	epochs := map[uint64]heartbeat.Epoch{}
+	idx := uint64(0)
+	for _, id := range []uint64{1, 10, 11, 12} {
+		kind := heartbeat.KindWorker
+		if id == 1 {
+			kind = heartbeat.KindFrontend
+		}
+		epochs[id] = heartbeat.NewEpoch()
+		idx++
+		r.Apply(heartbeat.Event{Index: idx, Node: id, Kind: kind, Type: heartbeat.Added, NewEpoch: epochs[id], Generation: 1})
+	}
+	return r, epochs
+}
+
+func m(id uint64, e heartbeat.Epoch) Member { return Member{Node: id, Epoch: e} }
+
+func requireCause(t *testing.T, q *Query, sentinel error, node uint64) *CanceledError {
+	t.Helper()
+	require.Error(t, q.Context().Err(), "query not cancelled")
+	var ce *CanceledError
+	require.ErrorAs(t, context.Cause(q.Context()), &ce)
+	require.ErrorIs(t, ce, sentinel)
+	require.Equal(t, node, ce.Node)
+	return ce
+}
+
+func TestEventsCancelAffectedQueriesOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		typ      heartbeat.EventType
+		sentinel error
+		reason   Reason
+	}{
+		{"restarted", heartbeat.Restarted, ErrNodeRestarted, Restarted},
+		{"dead", heartbeat.Dead, ErrNodeDead, Dead},
+		{"removed", heartbeat.Removed, ErrNodeRemoved, Removed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, ep := cluster(t)
+			onTen, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10]), m(11, ep[11])})
+			require.NoError(t, err)
+			elsewhere, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(11, ep[11]), m(12, ep[12])})
+			require.NoError(t, err)
+			fragment, err := r.RegisterFragment(t.Context(), m(10, ep[10]))
+			require.NoError(t, err)
+
+			newEpoch := heartbeat.NewEpoch()
+			if tc.typ == heartbeat.Dead {
+				newEpoch = heartbeat.TemporaryEpoch(ep[10], 2)
+			}
+			if tc.typ == heartbeat.Removed {
+				newEpoch = heartbeat.Epoch{}
+			}
+			n := r.Apply(heartbeat.Event{Index: 100, Node: 10, Kind: heartbeat.KindWorker, Type: tc.typ, OldEpoch: ep[10], NewEpoch: newEpoch, Generation: 2})
+			require.Equal(t, 2, n)
+
+			ce := requireCause(t, onTen, tc.sentinel, 10)
+			require.Equal(t, ep[10], ce.OldEpoch)
+			require.Equal(t, newEpoch, ce.NewEpoch)
+			require.Equal(t, tc.reason, ce.Reason)
+			require.Equal(t, uint64(100), ce.Index)
+			requireCause(t, fragment, tc.sentinel, 10)
+			require.NoError(t, elsewhere.Context().Err(), "a query not on node 10 was cancelled")
+			require.Equal(t, 1, r.Stats().Live)
+
+			// Registering against the superseded epoch now fails at once.
+			_, err = r.Register(t.Context(), m(1, ep[1]), []Member{m(12, ep[12]), m(10, ep[10])})
+			var rerr *CanceledError
+			require.ErrorAs(t, err, &rerr)
+			require.ErrorIs(t, err, tc.sentinel)
+			require.Equal(t, uint64(10), rerr.Node)
+			require.Equal(t, 1, r.Stats().Live, "a failed registration left something behind")
+
+			if tc.typ == heartbeat.Restarted {
+				// ...while the new epoch is fine, and survives a replay of the event.
+				q, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, newEpoch)})
+				require.NoError(t, err)
+				require.Zero(t, r.Apply(heartbeat.Event{Index: 100, Node: 10, Type: heartbeat.Restarted, OldEpoch: ep[10], NewEpoch: newEpoch}))
+				require.NoError(t, q.Context().Err())
+			}
+		})
+	}
+}
+
+func TestRestartKeepsQueriesOnTheNewEpoch(t *testing.T) {
+	r, ep := cluster(t)
+	newer := heartbeat.NewEpoch()
+	// The caller learned the new epoch before the registry did: accepted,
+	// and not cancelled by the restart event that follows.
+	early, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, newer)})
+	require.NoError(t, err)
+	old, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10])})
+	require.NoError(t, err)
+	require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Restarted, OldEpoch: ep[10], NewEpoch: newer}))
+	require.NoError(t, early.Context().Err())
+	requireCause(t, old, ErrNodeRestarted, 10)
+	st, ok := r.Node(10)
+	require.True(t, ok)
+	require.Equal(t, newer, st.Epoch)
+	require.Equal(t, StatusAlive, st.Status)
+	require.Equal(t, 1, st.Live)
+}
+
+func TestZeroEpochMeansCurrent(t *testing.T) {
+	r, ep := cluster(t)
+	q, err := r.Register(t.Context(), Member{Node: 1}, []Member{{Node: 10}})
+	require.NoError(t, err)
+	r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Restarted, OldEpoch: ep[10], NewEpoch: heartbeat.NewEpoch()})
+	ce := requireCause(t, q, ErrNodeRestarted, 10)
+	require.Equal(t, ep[10], ce.OldEpoch)
+}
+
+func TestDeadThenAliveAcceptsTheSameEpochAgain(t *testing.T) {
+	r, ep := cluster(t)
+	tmp := heartbeat.TemporaryEpoch(ep[10], 2)
+	r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Dead, OldEpoch: ep[10], NewEpoch: tmp})
+	_, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10])})
+	require.ErrorIs(t, err, ErrNodeDead)
+	r.Apply(heartbeat.Event{Index: 51, Node: 10, Type: heartbeat.Alive, OldEpoch: tmp, NewEpoch: ep[10]})
+	q, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10])})
+	require.NoError(t, err)
+	require.NoError(t, q.Context().Err())
+	q.Finish()
+}
+
+func TestRemovedThenReAdded(t *testing.T) {
+	r, ep := cluster(t)
+	r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Removed, OldEpoch: ep[10]})
+	_, err := r.Register(t.Context(), m(1, ep[1]), []Member{{Node: 10, Epoch: heartbeat.NewEpoch()}})
+	require.ErrorIs(t, err, ErrNodeRemoved, "a removed member takes no work, whatever the epoch")
+	e2 := heartbeat.NewEpoch()
+	r.Apply(heartbeat.Event{Index: 60, Node: 10, Type: heartbeat.Added, NewEpoch: e2})
+	_, err = r.Register(t.Context(), m(1, ep[1]), []Member{m(10, e2)})
+	require.NoError(t, err)
+	require.Zero(t, r.Stats().Removed)
+}
+
+func TestFinish(t *testing.T) {
+	r, ep := cluster(t)
+	var called atomic.Int32
+	q, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10])}, OnCancel(func(*CanceledError) { called.Add(1) }))
+	require.NoError(t, err)
+	require.Equal(t, 1, r.Stats().Live)
+	q.Finish()
+	q.Finish()
+	require.Zero(t, r.Stats().Live)
+	require.ErrorIs(t, context.Cause(q.Context()), context.Canceled)
+	require.Zero(t, r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Dead, OldEpoch: ep[10]}))
+	require.NoError(t, r.Close())
+	require.Zero(t, called.Load(), "a finished query's callback ran")
+}
+
+func TestCancelledOnceFirstReasonWins(t *testing.T) {
+	r, ep := cluster(t)
+	var calls atomic.Int32
+	var got atomic.Pointer[CanceledError]
+	q, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10]), m(11, ep[11])},
+		OnCancel(func(c *CanceledError) { calls.Add(1); got.Store(c) }))
+	require.NoError(t, err)
+	require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 50, Node: 11, Type: heartbeat.Dead, OldEpoch: ep[11]}))
+	require.Equal(t, 0, r.Apply(heartbeat.Event{Index: 51, Node: 10, Type: heartbeat.Restarted, OldEpoch: ep[10], NewEpoch: heartbeat.NewEpoch()}))
+	require.Equal(t, 0, r.Apply(heartbeat.Event{Index: 52, Node: 1, Type: heartbeat.Removed, OldEpoch: ep[1]}))
+	require.NoError(t, r.Close()) // waits for callbacks
+	require.Equal(t, int32(1), calls.Load())
+	require.ErrorIs(t, got.Load(), ErrNodeDead)
+	requireCause(t, q, ErrNodeDead, 11)
+	require.Equal(t, uint64(1), r.Stats().Cancelled)
+}
+
+func TestCallbacksAreIsolated(t *testing.T) {
+	r, ep := cluster(t)
+	release := make(chan struct{})
+	var done sync.WaitGroup
+	var ran atomic.Int32
+	// One callback blocks, one panics, the rest must still run, and Apply
+	// must return without waiting for any of them.
+	_, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10])}, OnCancel(func(*CanceledError) { <-release }))
+	require.NoError(t, err)
+	_, err = r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10])}, OnCancel(func(*CanceledError) { panic("boom") }))
+	require.NoError(t, err)
+	for range 10 {
+		done.Add(1)
+		_, err = r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10])}, OnCancel(func(*CanceledError) { ran.Add(1); done.Done() }))
+		require.NoError(t, err)
+	}
+	require.Equal(t, 12, r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Dead, OldEpoch: ep[10]}))
+	done.Wait() // the ten ran although one callback is still blocked
+	require.Equal(t, int32(10), ran.Load())
+	// The registry keeps working while the slow callback runs.
+	q, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(11, ep[11])})
+	require.NoError(t, err)
+	require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 51, Node: 11, Type: heartbeat.Removed, OldEpoch: ep[11]}))
+	requireCause(t, q, ErrNodeRemoved, 11)
+	require.Equal(t, 1, r.Stats().Callbacks)
+	close(release)
+	require.NoError(t, r.Close())
+	require.Zero(t, r.Stats().Callbacks)
+}
+
+// TestRegistrationRacingEvent: many goroutines register against a worker's
+// epoch while the worker restarts. Every registration either fails with the
+// restart cause or is cancelled by it, exactly once.
+func TestRegistrationRacingEvent(t *testing.T) {
+	for round := range 20 {
+		r, ep := cluster(t)
+		var cancels atomic.Int32
+		var mu sync.Mutex
+		var accepted []*Query
+		var rejected int
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		const n = 200
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				q, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10]), m(11, ep[11])},
+					OnCancel(func(*CanceledError) { cancels.Add(1) }))
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					if !errors.Is(err, ErrNodeRestarted) {
+						t.Errorf("goroutine %d: %v", i, err)
+					}
+					rejected++
+					return
+				}
+				accepted = append(accepted, q)
+			})
+		}
+		newer := heartbeat.NewEpoch()
+		close(start)
+		r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Restarted, OldEpoch: ep[10], NewEpoch: newer})
+		wg.Wait()
+		// A duplicate delivery and a later event on the same node cancel nothing more.
+		r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Restarted, OldEpoch: ep[10], NewEpoch: newer})
+		r.Apply(heartbeat.Event{Index: 51, Node: 10, Type: heartbeat.Dead, OldEpoch: newer})
+		require.NoError(t, r.Close())
+		require.Equal(t, n, len(accepted)+rejected, "round %d", round)
+		for _, q := range accepted {
+			requireCause(t, q, ErrNodeRestarted, 10)
+		}
+		require.Equal(t, int32(len(accepted)), cancels.Load(), "round %d: a query was cancelled twice or not at all", round)
+	}
+}
+
+func TestMemoryBoundedByLiveQueries(t *testing.T) {
+	r, ep := cluster(t)
+	qs := make([]*Query, 0, 10000)
+	for range 10000 {
+		q, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10]), m(11, ep[11]), m(12, ep[12])})
+		require.NoError(t, err)
+		qs = append(qs, q)
+	}
+	for _, q := range qs {
+		q.Finish()
+	}
+	require.Zero(t, r.Stats().Live)
+	r.mu.Lock()
+	for _, n := range r.mu.nodes {
+		require.LessOrEqual(t, cap(n.queries), 64, "node %d keeps an index of %d slots for no query", n.id, cap(n.queries))
+	}
+	r.mu.Unlock()
+
+	// Removed members are remembered up to MaxRemoved.
+	small := New(Config{MaxRemoved: 3})
+	defer small.Close()
+	for id := range uint64(10) {
+		small.Apply(heartbeat.Event{Index: id + 1, Node: 100 + id, Type: heartbeat.Added, NewEpoch: heartbeat.NewEpoch()})
+		small.Apply(heartbeat.Event{Index: id + 1000, Node: 100 + id, Type: heartbeat.Removed})
+	}
+	st := small.Stats()
+	require.Equal(t, 3, st.Removed)
+	require.Equal(t, 3, st.Nodes)
+	_, err := small.Register(t.Context(), Member{Node: 109}, nil)
+	require.ErrorIs(t, err, ErrNodeRemoved)
+}
+
+func TestCloseCancelsLiveQueries(t *testing.T) {
+	r := New(Config{})
+	q, err := r.Register(t.Context(), Member{Node: 1}, []Member{{Node: 2}})
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	require.NoError(t, r.Close())
+	require.ErrorIs(t, context.Cause(q.Context()), ErrClosed)
+	_, err = r.Register(t.Context(), Member{Node: 1}, nil)
+	require.ErrorIs(t, err, ErrClosed)
+	q.Finish()
+}
+
+func TestConflictingEpochsRejected(t *testing.T) {
+	r, ep := cluster(t)
+	_, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10]), m(10, heartbeat.NewEpoch())})
+	require.ErrorIs(t, err, ErrInvalid)
+	// The same node twice with the same epoch is one participant.
+	q, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10]), m(10, ep[10])})
+	require.NoError(t, err)
+	require.Equal(t, 2, q.parts())
+}
+
+func TestManyWorkersPerQuery(t *testing.T) {
+	r := New(Config{})
+	defer r.Close()
+	var workers []Member
+	for i := range uint64(50) {
+		workers = append(workers, Member{Node: 100 + i, Epoch: heartbeat.NewEpoch()})
+	}
+	qs := make([]*Query, 20)
+	for i := range qs {
+		var err error
+		qs[i], err = r.Register(t.Context(), Member{Node: 1}, workers)
+		require.NoError(t, err)
+	}
+	for i := 0; i < len(qs); i += 2 {
+		qs[i].Finish()
+	}
+	require.Equal(t, 10, r.Apply(heartbeat.Event{Index: 1, Node: 149, Type: heartbeat.Dead}))
+	for i, q := range qs {
+		if i%2 == 0 {
+			require.ErrorIs(t, context.Cause(q.Context()), context.Canceled)
+		} else {
+			requireCause(t, q, ErrNodeDead, 149)
+		}
+	}
+	require.Zero(t, r.Stats().Live)
+	r.mu.Lock()
+	for _, n := range r.mu.nodes {
+		require.Empty(t, n.queries, fmt.Sprint(n.id))
+	}
+	r.mu.Unlock()
+}
+
+func TestCanceledErrorText(t *testing.T) {
+	e := &CanceledError{Node: 7, Reason: Restarted}
+	require.Contains(t, e.Error(), "node 7 restarted")
+	require.True(t, errors.Is(e, ErrNodeRestarted))
+	require.False(t, errors.Is(e, ErrNodeDead))
+}
