@@ -1,0 +1,258 @@
+package heartbeat
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ResponderConfig configures a Responder.
+type ResponderConfig struct {
+	// ID is this member's id. Heartbeats addressed to another id (a reused
+	// address) are refused. Required.
+	ID uint64
+	// Epoch is this process's epoch (NewEpoch at start). Required.
+	Epoch Epoch
+	// Cluster, when set, refuses heartbeats from another cluster.
+	Cluster string
+	// OnEvent receives frontend events (Added, Restarted, Dead, Alive,
+	// Removed) derived from the leader's frontend lists, in order, one call
+	// at a time. It runs on the request's goroutine before the response is
+	// written, so it must be quick (cancel.Registry.Apply is). Nil: none.
+	OnEvent func(Event)
+	// StaleAfter is how long without a heartbeat from any leader before
+	// Stale reports true. Default 10 s.
+	StaleAfter time.Duration
+	// Clock is the time source. Default: the real clock.
+	Clock Clock
+	// Logger. Default: discard.
+	Logger *slog.Logger
+}
+
+// Responder answers the leader's heartbeats on a member (worker or
+// frontend): it is an http.Handler to mount at Path. It answers with its
+// epoch, refuses heartbeats from a lower raft term than it has seen
+// (checked before taking any lock), and tracks the frontends' epochs from
+// the leader's lists, emitting an event when a frontend restarted, was
+// declared dead, came back or was removed.
+//
+// It never treats silence as evidence: with no heartbeat from any leader
+// (Stale), it emits nothing and so cancels nothing. Safe for concurrent
+// use; it owns no goroutines.
+type Responder struct {
+	cfg   ResponderConfig
+	clock Clock
+	log   *slog.Logger
+	term  atomic.Uint64 // highest term seen
+
+	mu struct {
+		sync.Mutex
+		lastBeat  time.Time
+		leader    uint64
+		version   uint64 // catalog index of the frontend list held
+		frontends map[uint64]*frontendState
+	}
+}
+
+type frontendState struct {
+	FrontendEpoch
+	lastReal Epoch // the epoch before it was declared dead
+}
+
+// NewResponder returns a Responder for cfg.
+func NewResponder(cfg ResponderConfig) (*Responder, error) {
+	if cfg.ID == 0 {
+		return nil, fmt.Errorf("%w: responder needs a member id", ErrInvalid)
+	}
+	if cfg.Epoch.IsZero() || cfg.Epoch.Temporary() {
+		return nil, fmt.Errorf("%w: responder needs a real epoch (NewEpoch)", ErrInvalid)
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 10 * time.Second
+	}
+	r := &Responder{cfg: cfg, clock: cfg.Clock, log: cfg.Logger}
+	if r.clock == nil {
+		r.clock = realClock{}
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	r.mu.frontends = make(map[uint64]*frontendState)
+	return r, nil
+}
+
+// Epoch returns this process's epoch.
+func (r *Responder) Epoch() Epoch { return r.cfg.Epoch }
+
+// Term returns the highest raft term seen in a heartbeat.
+func (r *Responder) Term() uint64 { return r.term.Load() }
+
+// Stale reports whether no leader heartbeat arrived within StaleAfter (or
+// none ever did). A stale member's view of the frontends may be old; it
+// cancels nothing on its own, and a host may stop admitting new fragments.
+func (r *Responder) Stale() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.lastBeat.IsZero() || r.clock.Now().Sub(r.mu.lastBeat) > r.cfg.StaleAfter
+}
+
+// Frontend returns the published epoch of frontend id as last heard.
+func (r *Responder) Frontend(id uint64) (FrontendEpoch, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, ok := r.mu.frontends[id]
+	if !ok {
+		return FrontendEpoch{}, false
+	}
+	return f.FrontendEpoch, true
+}
+
+// Frontends returns every frontend's published epoch as last heard, by id.
+func (r *Responder) Frontends() []FrontendEpoch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]FrontendEpoch, 0, len(r.mu.frontends))
+	for _, f := range r.mu.frontends {
+		out = append(out, f.FrontendEpoch)
+	}
+	slices.SortFunc(out, func(a, b FrontendEpoch) int { return cmpU64(a.ID, b.ID) })
+	return out
+}
+
+// ServeHTTP answers one heartbeat: 200 with a Response; 409 when refused
+// (lower term, other cluster, other member); 400 for a malformed body; 413
+// when it is too large; 405 for a method other than POST.
+func (r *Responder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeJSON(w, http.StatusMethodNotAllowed, rejection{Error: "heartbeat: POST only"})
+		return
+	}
+	var hb Request
+	if err := decodeJSON(http.MaxBytesReader(w, req.Body, maxBody), &hb); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, rejection{Error: "heartbeat: body over the limit"})
+			return
+		}
+		writeJSON(w, http.StatusBadRequest, rejection{Error: err.Error()})
+		return
+	}
+	status, body := r.handle(&hb)
+	writeJSON(w, status, body)
+}
+
+// handle processes a decoded heartbeat and returns the HTTP answer.
+func (r *Responder) handle(hb *Request) (int, any) {
+	if r.cfg.Cluster != "" && hb.Cluster != r.cfg.Cluster {
+		return http.StatusConflict, rejection{Error: fmt.Sprintf("heartbeat: cluster %q, this member belongs to %q", hb.Cluster, r.cfg.Cluster)}
+	}
+	if hb.Member != r.cfg.ID {
+		return http.StatusConflict, rejection{Error: fmt.Sprintf("heartbeat: for member %d, this is member %d", hb.Member, r.cfg.ID)}
+	}
+	// Fence deposed leaders before taking any lock (apache/doris#27914:
+	// invalid heartbeats holding the lock delayed valid ones).
+	for {
+		seen := r.term.Load()
+		if hb.Term < seen {
+			return http.StatusConflict, rejection{Error: errLowerTerm.Error(), Term: seen}
+		}
+		if hb.Term == seen || r.term.CompareAndSwap(seen, hb.Term) {
+			break
+		}
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if seen := r.term.Load(); hb.Term < seen { // a newer leader got in meanwhile
+		return http.StatusConflict, rejection{Error: errLowerTerm.Error(), Term: seen}
+	}
+	r.mu.lastBeat = r.clock.Now()
+	r.mu.leader = hb.Leader
+	if hb.Version >= r.mu.version {
+		// Deliver under the lock: one list at a time, in order.
+		for _, ev := range r.diffLocked(hb) {
+			r.log.Info("heartbeat: frontend event", "event", ev.String())
+			if r.cfg.OnEvent != nil {
+				r.cfg.OnEvent(ev)
+			}
+		}
+		r.mu.version = hb.Version
+	}
+	return http.StatusOK, Response{Member: r.cfg.ID, Epoch: r.cfg.Epoch, Term: r.term.Load()}
+}
+
+// diffLocked applies a frontend list and returns the events it implies.
+func (r *Responder) diffLocked(hb *Request) []Event {
+	var evs []Event
+	ev := func(id uint64, t EventType, old, new Epoch, gen uint64) {
+		evs = append(evs, Event{Index: hb.Version, Node: id, Kind: KindFrontend, Type: t, OldEpoch: old, NewEpoch: new, Generation: gen})
+	}
+	listed := make(map[uint64]bool, len(hb.Frontends))
+	for _, f := range hb.Frontends {
+		if f.ID == 0 || listed[f.ID] {
+			continue
+		}
+		listed[f.ID] = true
+		p, ok := r.mu.frontends[f.ID]
+		if !ok {
+			st := &frontendState{FrontendEpoch: f}
+			if !f.Dead {
+				st.lastReal = f.Epoch
+				ev(f.ID, Added, Epoch{}, f.Epoch, f.Gen)
+			} else {
+				ev(f.ID, Added, Epoch{}, Epoch{}, f.Gen)
+				ev(f.ID, Dead, Epoch{}, f.Epoch, f.Gen)
+			}
+			r.mu.frontends[f.ID] = st
+			continue
+		}
+		if f.Gen <= p.Gen { // an older or the same view of this frontend
+			continue
+		}
+		switch {
+		case f.Dead && (!p.Dead || f.Epoch != p.Epoch):
+			ev(f.ID, Dead, p.Epoch, f.Epoch, f.Gen)
+		case !f.Dead && p.Dead && f.Epoch == p.lastReal:
+			ev(f.ID, Alive, p.Epoch, f.Epoch, f.Gen)
+		case !f.Dead && f.Epoch != p.Epoch && !f.Epoch.IsZero():
+			if p.Epoch.IsZero() {
+				ev(f.ID, Alive, p.Epoch, f.Epoch, f.Gen)
+			} else {
+				ev(f.ID, Restarted, p.Epoch, f.Epoch, f.Gen)
+			}
+		}
+		p.FrontendEpoch = f
+		if !f.Dead && !f.Epoch.IsZero() {
+			p.lastReal = f.Epoch
+		}
+	}
+	var gone []uint64
+	for id := range r.mu.frontends {
+		if !listed[id] {
+			gone = append(gone, id)
+		}
+	}
+	slices.Sort(gone)
+	for _, id := range gone {
+		p := r.mu.frontends[id]
+		ev(id, Removed, p.Epoch, Epoch{}, p.Gen)
+		delete(r.mu.frontends, id)
+	}
+	return evs
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
