@@ -1,0 +1,197 @@
+package heartbeat
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// manualClock is a clock whose Now only moves when the test says so.
+type manualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+func (c *manualClock) NewTicker(time.Duration) (<-chan time.Time, func()) {
+	panic("manualClock: no tickers")
+}
+func (c *manualClock) AfterFunc(time.Duration, func()) func() bool { panic("manualClock: no timers") }
+
+type responderFixture struct {
+	r      *Responder
+	clock  *manualClock
+	events []Event
+}
+
+func newResponderFixture(t *testing.T) *responderFixture {
+	f := &responderFixture{clock: &manualClock{now: time.Unix(1000, 0)}}
+	var err error
+	f.r, err = NewResponder(ResponderConfig{ID: 9, Epoch: NewEpoch(), Cluster: "c1", Clock: f.clock, StaleAfter: 5 * time.Second,
+		OnEvent: func(e Event) { f.events = append(f.events, e) }})
+	require.NoError(t, err)
+	return f
+}
+
+func (f *responderFixture) beat(t *testing.T, hb Request) (int, []byte) {
+	t.Helper()
+	if hb.Cluster == "" {
+		hb.Cluster = "c1"
+	}
+	if hb.Member == 0 {
+		hb.Member = 9
+	}
+	body, err := json.Marshal(hb)
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	f.r.ServeHTTP(w, httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body)))
+	return w.Code, w.Body.Bytes()
+}
+
+func (f *responderFixture) take() []Event { e := f.events; f.events = nil; return e }
+
+func TestResponderAnswersWithItsEpoch(t *testing.T) {
+	f := newResponderFixture(t)
+	code, body := f.beat(t, Request{Leader: 1, Term: 3})
+	require.Equal(t, http.StatusOK, code)
+	var resp Response
+	require.NoError(t, json.Unmarshal(body, &resp))
+	require.Equal(t, f.r.Epoch(), resp.Epoch)
+	require.Equal(t, uint64(9), resp.Member)
+	require.Equal(t, uint64(3), resp.Term)
+}
+
+func TestResponderRejectsBadRequests(t *testing.T) {
+	f := newResponderFixture(t)
+	for _, tc := range []struct {
+		name   string
+		method string
+		body   string
+		code   int
+		want   string
+	}{
+		{"get", http.MethodGet, "", http.StatusMethodNotAllowed, "POST only"},
+		{"garbage", http.MethodPost, "{not json", http.StatusBadRequest, "malformed"},
+		{"bad epoch", http.MethodPost, `{"member":9,"cluster":"c1","frontends":[{"id":1,"epoch":"zzz"}]}`, http.StatusBadRequest, "bad epoch"},
+		{"other member", http.MethodPost, `{"member":8,"cluster":"c1","term":1}`, http.StatusConflict, "this is member 9"},
+		{"other cluster", http.MethodPost, `{"member":9,"cluster":"c2","term":1}`, http.StatusConflict, "cluster"},
+		{"too big", http.MethodPost, `{"member":9,"cluster":"` + strings.Repeat("x", maxBody+10) + `"}`, http.StatusRequestEntityTooLarge, "over the limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			f.r.ServeHTTP(w, httptest.NewRequest(tc.method, Path, strings.NewReader(tc.body)))
+			require.Equal(t, tc.code, w.Code)
+			require.Contains(t, w.Body.String(), tc.want)
+		})
+	}
+	require.Empty(t, f.take())
+	require.Zero(t, f.r.Term())
+}
+
+func TestResponderIgnoresLowerTerm(t *testing.T) {
+	f := newResponderFixture(t)
+	a, b := NewEpoch(), NewEpoch()
+	code, _ := f.beat(t, Request{Leader: 1, Term: 5, Version: 10, Frontends: []FrontendEpoch{{ID: 1, Gen: 1, Epoch: a}}})
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, f.take(), 1) // Added
+
+	// A deposed leader (term 4) claims frontend 1 restarted: refused, no event.
+	code, body := f.beat(t, Request{Leader: 2, Term: 4, Version: 20, Frontends: []FrontendEpoch{{ID: 1, Gen: 2, Epoch: b}}})
+	require.Equal(t, http.StatusConflict, code)
+	var rej rejection
+	require.NoError(t, json.Unmarshal(body, &rej))
+	require.Equal(t, uint64(5), rej.Term)
+	require.Empty(t, f.take())
+	fe, _ := f.r.Frontend(1)
+	require.Equal(t, a, fe.Epoch)
+
+	// The same term from the current leader is fine.
+	code, _ = f.beat(t, Request{Leader: 1, Term: 5, Version: 20, Frontends: []FrontendEpoch{{ID: 1, Gen: 2, Epoch: b}}})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, []Event{{Index: 20, Node: 1, Kind: KindFrontend, Type: Restarted, OldEpoch: a, NewEpoch: b, Generation: 2}}, f.take())
+}
+
+func TestResponderFrontendTransitions(t *testing.T) {
+	f := newResponderFixture(t)
+	e1, e2, e3 := NewEpoch(), NewEpoch(), NewEpoch()
+	tmp := TemporaryEpoch(e1, 2)
+	steps := []struct {
+		name    string
+		version uint64
+		list    []FrontendEpoch
+		want    []Event
+	}{
+		{"first list", 10, []FrontendEpoch{{ID: 1, Gen: 1, Epoch: e1}, {ID: 2, Gen: 1, Epoch: e2}},
+			[]Event{{Index: 10, Node: 1, Kind: KindFrontend, Type: Added, NewEpoch: e1, Generation: 1}, {Index: 10, Node: 2, Kind: KindFrontend, Type: Added, NewEpoch: e2, Generation: 1}}},
+		{"same list", 11, []FrontendEpoch{{ID: 1, Gen: 1, Epoch: e1}, {ID: 2, Gen: 1, Epoch: e2}}, nil},
+		{"1 declared dead", 12, []FrontendEpoch{{ID: 1, Gen: 2, Epoch: tmp, Dead: true}, {ID: 2, Gen: 1, Epoch: e2}},
+			[]Event{{Index: 12, Node: 1, Kind: KindFrontend, Type: Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2}}},
+		{"older list ignored", 11, []FrontendEpoch{{ID: 1, Gen: 1, Epoch: e1}}, nil},
+		{"older generation ignored", 13, []FrontendEpoch{{ID: 1, Gen: 1, Epoch: e1}, {ID: 2, Gen: 1, Epoch: e2}}, nil},
+		{"1 back with its epoch", 14, []FrontendEpoch{{ID: 1, Gen: 3, Epoch: e1}, {ID: 2, Gen: 1, Epoch: e2}},
+			[]Event{{Index: 14, Node: 1, Kind: KindFrontend, Type: Alive, OldEpoch: tmp, NewEpoch: e1, Generation: 3}}},
+		{"2 restarted, 1 removed", 15, []FrontendEpoch{{ID: 2, Gen: 2, Epoch: e3}},
+			[]Event{{Index: 15, Node: 2, Kind: KindFrontend, Type: Restarted, OldEpoch: e2, NewEpoch: e3, Generation: 2}, {Index: 15, Node: 1, Kind: KindFrontend, Type: Removed, OldEpoch: e1, Generation: 3}}},
+	}
+	for _, s := range steps {
+		code, _ := f.beat(t, Request{Leader: 1, Term: 2, Version: s.version, Frontends: s.list})
+		require.Equal(t, http.StatusOK, code, s.name)
+		require.Equal(t, s.want, f.take(), s.name)
+	}
+	require.Equal(t, []FrontendEpoch{{ID: 2, Gen: 2, Epoch: e3}}, f.r.Frontends())
+}
+
+func TestResponderSilenceCancelsNothing(t *testing.T) {
+	f := newResponderFixture(t)
+	require.True(t, f.r.Stale(), "no heartbeat yet")
+	e1 := NewEpoch()
+	f.beat(t, Request{Leader: 1, Term: 1, Version: 1, Frontends: []FrontendEpoch{{ID: 1, Gen: 1, Epoch: e1}}})
+	f.take()
+	require.False(t, f.r.Stale())
+	// Cut off from every frontend for a long time: stale, and no event.
+	f.clock.Advance(time.Hour)
+	require.True(t, f.r.Stale())
+	require.Empty(t, f.take())
+	fe, ok := f.r.Frontend(1)
+	require.True(t, ok)
+	require.Equal(t, e1, fe.Epoch, "silence changed a frontend's epoch")
+	// A new leader with a higher term and the same (journaled) view: no event.
+	f.beat(t, Request{Leader: 2, Term: 2, Version: 1, Frontends: []FrontendEpoch{{ID: 1, Gen: 1, Epoch: e1}}})
+	require.Empty(t, f.take())
+	require.False(t, f.r.Stale())
+}
+
+func TestEpochs(t *testing.T) {
+	e := NewEpoch()
+	require.False(t, e.IsZero())
+	require.False(t, e.Temporary())
+	p, err := ParseEpoch(e.String())
+	require.NoError(t, err)
+	require.Equal(t, e, p)
+	tmp := TemporaryEpoch(e, 7)
+	require.True(t, tmp.Temporary())
+	require.Equal(t, tmp, TemporaryEpoch(e, 7), "temporary epochs are a function of journaled data")
+	require.NotEqual(t, tmp, TemporaryEpoch(e, 8))
+	z, err := ParseEpoch("")
+	require.NoError(t, err)
+	require.True(t, z.IsZero())
+	_, err = ParseEpoch("nope")
+	require.Error(t, err)
+	b, err := json.Marshal(FrontendEpoch{ID: 1, Epoch: e})
+	require.NoError(t, err)
+	var fe FrontendEpoch
+	require.NoError(t, json.Unmarshal(b, &fe))
+	require.Equal(t, e, fe.Epoch)
+}
