@@ -1,0 +1,568 @@
+package catalog
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"github.com/metatree/metatree/catalog/internal/idset"
+)
+
+// Apply applies the encoded batch committed at log index and returns its
+// *Result (never nil). It is the state-machine face the journal drives:
+// called from one goroutine, in log order, it is deterministic, so every
+// replica that applies the same entries holds the same tree and assigns the
+// same ids.
+//
+// The batch is atomic: if an operation fails (a precondition, a missing
+// parent, an existing target, ...) the operations before it are rolled back,
+// Result.Err is an *OpError naming it, and the tree is as before, except
+// that Index advances. Bytes that do not decode are ErrMalformed or
+// ErrUnknownVersion (also advancing Index). An index at or below Index() is
+// ErrApplied and changes nothing.
+func (t *Tree) Apply(index uint64, data []byte) any {
+	res := &Result{Index: index}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.s
+	if index <= s.index {
+		res.Err = fmt.Errorf("%w: index %d, last applied %d", ErrApplied, index, s.index)
+		return res
+	}
+	ops, err := t.dec.decode(data, t.ops, true)
+	t.ops = ops
+	if err == nil {
+		err = validateOps(ops)
+	}
+	if err != nil {
+		s.index = index
+		res.Err = err
+		return res
+	}
+	s.lr.applying = index
+	t.undo = t.undo[:0]
+	t.events = t.events[:0]
+	t.pcPath = ""
+	t.snapshotWatchers()
+	ids := make([]uint64, len(ops))
+	for i := range ops {
+		id, err := t.applyOp(s, index, &ops[i])
+		if err != nil {
+			t.rollback(s)
+			s.index = index
+			res.Err = &OpError{Op: i, Type: ops[i].typ, Path: strings.Clone(ops[i].path), Err: err}
+			t.events = t.events[:0]
+			t.clearScratch()
+			return res
+		}
+		ids[i] = id
+	}
+	s.index = index
+	res.IDs = ids
+	t.deliver()
+	t.clearScratch()
+	s.maybeCompact()
+	return res
+}
+
+// clearScratch drops references into the entry bytes and old nodes.
+func (t *Tree) clearScratch() {
+	clear(t.ops)
+	clear(t.dec.kvs)
+	clear(t.dec.keys)
+	t.dec.data = nil
+	t.pcPath = ""
+	clear(t.events)
+	t.events = t.events[:0]
+	if cap(t.undo) > 1<<16 {
+		t.undo = nil
+	}
+	t.ws = nil
+}
+
+func conflict(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrConflict}, args...)...)
+}
+
+func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
+	switch o.typ {
+	case OpCreateIndex:
+		return 0, t.createIndex(s, o.kind, o.attr)
+	case OpDropIndex:
+		return 0, t.dropIndex(s, o.kind, o.attr)
+	}
+	slot, exists := s.resolve(o.path)
+	var r *rec
+	if exists {
+		r = s.at(slot)
+	}
+	c := o.cond
+	if o.typ == OpCheck && c.zero() {
+		c.Exists = true
+	}
+	switch {
+	case c.Absent && exists:
+		return 0, conflict("exists (want absent)")
+	case c.Exists && !exists:
+		return 0, conflict("does not exist (want exists)")
+	case c.Modified != 0 && !exists:
+		return 0, conflict("does not exist (want modified %d)", c.Modified)
+	case c.Modified != 0 && r.modified != c.Modified:
+		return 0, conflict("modified at %d (want %d)", r.modified, c.Modified)
+	}
+	switch o.typ {
+	case OpCheck:
+		if !exists {
+			return 0, nil
+		}
+		return r.id, nil
+	case OpCreate:
+		if exists {
+			return 0, fmt.Errorf("%w: %q", ErrExists, o.path)
+		}
+		return t.create(s, index, o)
+	}
+	if !exists {
+		return 0, fmt.Errorf("%w: %q", ErrNotFound, o.path)
+	}
+	id := r.id
+	switch o.typ {
+	case OpUpdate:
+		if o.kind != "" && o.kind != s.kinds[r.kind] {
+			return 0, conflict("kind is %q (want %q)", s.kinds[r.kind], o.kind)
+		}
+		t.update(s, index, slot, o)
+	case OpDelete:
+		if r.kids != 0 && !o.recursive {
+			return 0, fmt.Errorf("%w (%d of them; delete with Recursive)", ErrNotEmpty, len(s.kidsOf(slot)))
+		}
+		t.pcPath = ""
+		t.deleteTree(s, slot, o.path)
+	case OpMove:
+		parentPath, name := splitPath(o.to)
+		ps, ok := s.resolve(parentPath)
+		if !ok {
+			return 0, fmt.Errorf("%w: parent %q of move target", ErrNotFound, parentPath)
+		}
+		if _, taken := s.child(ps, unsafeBytes(name)); taken {
+			return 0, fmt.Errorf("%w: move target %q", ErrExists, o.to)
+		}
+		t.pcPath = ""
+		t.move(s, index, slot, ps, name, o.path, o.to)
+	}
+	return id, nil
+}
+
+// splitPath splits a valid non-root path into its parent path and name.
+func splitPath(p string) (parent, name string) {
+	i := strings.LastIndexByte(p, '/')
+	if i == 0 {
+		return "/", p[1:]
+	}
+	return p[:i], p[i+1:]
+}
+
+// attrEnt is an attribute being assembled into a blob.
+type attrEnt struct {
+	key        uint32
+	name       string
+	val        []byte // encoded value
+	start, end int    // where val is in the scratch buffer while it grows
+}
+
+// putBlob encodes name and attributes (sorted by key name) into the arena.
+func (t *Tree) putBlob(s *state, name []byte, attrs []attrEnt) uint64 {
+	b := t.buf[:0]
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	b = binary.AppendUvarint(b, uint64(len(attrs)))
+	for _, a := range attrs {
+		b = binary.AppendUvarint(b, uint64(a.key))
+		b = append(b, a.val...)
+	}
+	t.buf = b
+	return s.arena.put(b)
+}
+
+func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
+	parentPath, name := splitPath(o.path)
+	var ps uint32
+	if t.pcPath != "" && parentPath == t.pcPath {
+		ps = t.pcSlot
+	} else {
+		var ok bool
+		ps, ok = s.resolve(parentPath)
+		if !ok {
+			return 0, fmt.Errorf("%w: parent %q", ErrNotFound, parentPath)
+		}
+		t.pcPath, t.pcSlot = parentPath, ps
+	}
+	// Values are encoded into one scratch buffer first; attrEnt.val slices
+	// are taken after it stops growing.
+	vals := t.vbuf[:0]
+	t.attrs = t.attrs[:0]
+	for _, e := range o.set {
+		st := len(vals)
+		vals = appendValue(vals, e.v)
+		t.attrs = append(t.attrs, attrEnt{key: s.internKey(e.k), name: e.k, start: st, end: len(vals)})
+	}
+	t.vbuf = vals
+	for i := range t.attrs {
+		t.attrs[i].val = vals[t.attrs[i].start:t.attrs[i].end]
+	}
+	kind := s.internKind(o.kind)
+	fromFree := len(s.free) > 0
+	slot := s.allocSlot()
+	s.preWrite(slot)
+	id := s.nextID
+	s.nextID++
+	blob := t.putBlob(s, unsafeBytes(name), t.attrs)
+	*s.at(slot) = rec{id: id, blob: blob, created: index, modified: index, parent: ps, kind: kind}
+	s.setSlotOf(id, slot)
+	s.insertKid(ps, slot)
+	s.indexAdd(slot)
+	t.undo = append(t.undo, undoRec{op: uCreate, slot: slot, fromFree: fromFree})
+	if len(t.ws) > 0 && t.wanted(o.path, o.kind, "") {
+		n := s.nodeFrom(s.at(slot), strings.Clone(o.path), s.at(ps).id)
+		t.events = append(t.events, pendingEvent{ev: Event{Index: index, Op: OpCreate, After: &n}})
+	}
+	return id, nil
+}
+
+// indexAdd adds the node at slot to its kind set and secondary indexes.
+func (s *state) indexAdd(slot uint32) {
+	r := s.at(slot)
+	s.kindSets[r.kind].Add(r.id)
+	if xs := s.kindIndexes[r.kind]; len(xs) > 0 {
+		_, attrs := splitBlob(s.blob(r))
+		for _, x := range xs {
+			if v, ok := attrValue(attrs, x.key); ok {
+				x.add(v, r.id)
+			}
+		}
+	}
+}
+
+// indexRemove is indexAdd's inverse.
+func (s *state) indexRemove(slot uint32) {
+	r := s.at(slot)
+	s.kindSets[r.kind].Remove(r.id)
+	s.secRemove(r)
+}
+
+func (s *state) secRemove(r *rec) {
+	if xs := s.kindIndexes[r.kind]; len(xs) > 0 {
+		_, attrs := splitBlob(s.blob(r))
+		for _, x := range xs {
+			if v, ok := attrValue(attrs, x.key); ok {
+				x.remove(v, r.id)
+			}
+		}
+	}
+}
+
+func (s *state) secAdd(r *rec) {
+	if xs := s.kindIndexes[r.kind]; len(xs) > 0 {
+		_, attrs := splitBlob(s.blob(r))
+		for _, x := range xs {
+			if v, ok := attrValue(attrs, x.key); ok {
+				x.add(v, r.id)
+			}
+		}
+	}
+}
+
+func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) {
+	r := s.at(slot)
+	var before *Node
+	wantEv := len(t.ws) > 0 && t.wanted(o.path, s.kinds[r.kind], "")
+	if wantEv {
+		n := s.nodeFrom(r, strings.Clone(o.path), s.parentID(r))
+		before = &n
+	}
+	name, old := splitBlob(s.blob(r))
+	// Merge the old attributes (sorted by key name) with set and unset
+	// (sorted too).
+	vals := t.vbuf[:0]
+	type src struct {
+		key        uint32
+		name       string
+		old        []byte // from the old blob, or
+		start, end int    // a new value in vals
+	}
+	merged := make([]src, 0, 8)
+	it := newAttrIter(old)
+	k, v, ok := it.next()
+	si, ui := 0, 0
+	for ok || si < len(o.set) {
+		var oldName string
+		if ok {
+			oldName = s.keys[k]
+		}
+		switch {
+		case si < len(o.set) && (!ok || o.set[si].k <= oldName):
+			e := o.set[si]
+			st := len(vals)
+			vals = appendValue(vals, e.v)
+			merged = append(merged, src{key: s.internKey(e.k), name: e.k, start: st, end: len(vals)})
+			if ok && e.k == oldName {
+				k, v, ok = it.next()
+			}
+			si++
+		default:
+			for ui < len(o.unset) && o.unset[ui] < oldName {
+				ui++
+			}
+			if !(ui < len(o.unset) && o.unset[ui] == oldName) {
+				merged = append(merged, src{key: k, name: oldName, old: v})
+			}
+			k, v, ok = it.next()
+		}
+	}
+	t.attrs = t.attrs[:0]
+	for _, m := range merged {
+		val := m.old
+		if val == nil {
+			val = vals[m.start:m.end]
+		}
+		t.attrs = append(t.attrs, attrEnt{key: m.key, name: m.name, val: val})
+	}
+	t.vbuf = vals
+	blob := t.putBlob(s, name, t.attrs)
+	s.preWrite(slot)
+	r = s.at(slot)
+	oldRec := *r
+	s.secRemove(r)
+	s.arena.drop(r.blob)
+	r.blob = blob
+	r.modified = index
+	s.secAdd(r)
+	t.undo = append(t.undo, undoRec{op: uSetBlob, slot: slot, old: oldRec})
+	if wantEv {
+		n := s.nodeFrom(r, before.Path, before.Parent)
+		t.events = append(t.events, pendingEvent{ev: Event{Index: index, Op: OpUpdate, Before: before, After: &n}})
+	}
+}
+
+// deleteTree deletes the subtree at slot, children before parents.
+func (t *Tree) deleteTree(s *state, slot uint32, path string) {
+	for {
+		kids := s.kidsOf(slot)
+		if len(kids) == 0 {
+			break
+		}
+		k := kids[len(kids)-1]
+		var kp string
+		if len(t.ws) > 0 {
+			if path == "/" {
+				kp = "/" + string(s.name(k))
+			} else {
+				kp = path + "/" + string(s.name(k))
+			}
+		}
+		t.deleteTree(s, k, kp)
+	}
+	r := s.at(slot)
+	if len(t.ws) > 0 && t.wanted(path, s.kinds[r.kind], "") {
+		n := s.nodeFrom(r, strings.Clone(path), s.parentID(r))
+		t.events = append(t.events, pendingEvent{ev: Event{Index: s.lr.applying, Op: OpDelete, Before: &n}})
+	}
+	old := *r
+	s.indexRemove(slot)
+	s.removeKid(old.parent, slot)
+	s.clearSlotOf(old.id)
+	s.noteGone(old.id, slot)
+	s.preWrite(slot)
+	*s.at(slot) = rec{}
+	s.free = append(s.free, slot)
+	s.arena.drop(old.blob)
+	t.undo = append(t.undo, undoRec{op: uRemove, slot: slot, old: old})
+}
+
+func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, from, to string) {
+	r := s.at(slot)
+	var before *Node
+	wantEv := len(t.ws) > 0 && t.wanted(from, s.kinds[r.kind], to)
+	if wantEv {
+		n := s.nodeFrom(r, strings.Clone(from), s.parentID(r))
+		before = &n
+	}
+	old := *r
+	s.removeKid(old.parent, slot)
+	s.preWrite(slot)
+	name, attrs := splitBlob(s.blob(r))
+	if string(name) != newName {
+		b := t.buf[:0]
+		b = binary.AppendUvarint(b, uint64(len(newName)))
+		b = append(b, newName...)
+		b = append(b, attrs...)
+		t.buf = b
+		blob := s.arena.put(b)
+		s.arena.drop(old.blob)
+		r = s.at(slot)
+		r.blob = blob
+	}
+	r.parent = newParent
+	r.modified = index
+	s.insertKid(newParent, slot)
+	t.undo = append(t.undo, undoRec{op: uMove, slot: slot, old: old})
+	if wantEv {
+		n := s.nodeFrom(r, strings.Clone(to), s.at(newParent).id)
+		t.events = append(t.events, pendingEvent{ev: Event{Index: index, Op: OpMove, Before: before, After: &n}})
+	}
+}
+
+func (t *Tree) createIndex(s *state, kind, attr string) error {
+	k := s.internKind(kind)
+	key := s.internKey(attr)
+	ik := [2]uint32{k, key}
+	if s.indexes[ik] != nil {
+		return fmt.Errorf("%w: index on (%q, %q)", ErrExists, kind, attr)
+	}
+	x := &secIndex{kind: k, key: key, kindName: s.kinds[k], keyName: s.keys[key], post: map[string]*idset.Set{}}
+	for _, id := range s.kindSets[k].AppendTo(nil) {
+		slot, _ := s.slotOf(id)
+		_, attrs := splitBlob(s.blob(s.at(slot)))
+		if v, ok := attrValue(attrs, key); ok {
+			x.add(v, id)
+		}
+	}
+	s.addIndex(x)
+	t.undo = append(t.undo, undoRec{op: uCreateIndex, idx: x})
+	return nil
+}
+
+func (s *state) addIndex(x *secIndex) {
+	s.indexes[[2]uint32{x.kind, x.key}] = x
+	s.kindIndexes[x.kind] = append(s.kindIndexes[x.kind], x)
+}
+
+func (s *state) removeIndex(x *secIndex) {
+	delete(s.indexes, [2]uint32{x.kind, x.key})
+	xs := s.kindIndexes[x.kind]
+	out := xs[:0:0]
+	for _, y := range xs {
+		if y != x {
+			out = append(out, y)
+		}
+	}
+	if len(out) == 0 {
+		delete(s.kindIndexes, x.kind)
+	} else {
+		s.kindIndexes[x.kind] = out
+	}
+}
+
+func (t *Tree) dropIndex(s *state, kind, attr string) error {
+	k, ok1 := s.kindIdx[kind]
+	key, ok2 := s.keyIdx[attr]
+	var x *secIndex
+	if ok1 && ok2 {
+		x = s.indexes[[2]uint32{k, key}]
+	}
+	if x == nil {
+		return fmt.Errorf("%w: index on (%q, %q)", ErrNotFound, kind, attr)
+	}
+	s.removeIndex(x)
+	t.undo = append(t.undo, undoRec{op: uDropIndex, idx: x})
+	return nil
+}
+
+type undoOp uint8
+
+const (
+	uCreate undoOp = iota + 1
+	uRemove
+	uSetBlob
+	uMove
+	uCreateIndex
+	uDropIndex
+)
+
+// undoRec reverses one primitive change of a batch that failed.
+type undoRec struct {
+	op       undoOp
+	fromFree bool // uCreate: the slot came from the free list
+	slot     uint32
+	old      rec // uRemove, uSetBlob, uMove: the rec before
+	idx      *secIndex
+}
+
+// rollback undoes the batch's changes in reverse order, leaving the state
+// exactly as it was (slots, free list and counter included).
+func (t *Tree) rollback(s *state) {
+	for i := len(t.undo) - 1; i >= 0; i-- {
+		u := &t.undo[i]
+		switch u.op {
+		case uCreate:
+			r := *s.at(u.slot)
+			s.indexRemove(u.slot)
+			s.removeKid(r.parent, u.slot)
+			s.clearSlotOf(r.id)
+			s.preWrite(u.slot)
+			*s.at(u.slot) = rec{}
+			s.arena.drop(r.blob)
+			if u.fromFree {
+				s.free = append(s.free, u.slot)
+			} else {
+				s.nslots--
+			}
+			s.nextID--
+		case uRemove:
+			n := len(s.free)
+			if s.free[n-1] != u.slot {
+				panic("catalog: rollback: free list out of order") // internal invariant
+			}
+			s.free = s.free[:n-1]
+			s.preWrite(u.slot)
+			*s.at(u.slot) = u.old
+			s.setSlotOf(u.old.id, u.slot)
+			s.insertKid(u.old.parent, u.slot)
+			s.indexAdd(u.slot)
+			s.arena.undrop(u.old.blob)
+		case uSetBlob:
+			s.preWrite(u.slot)
+			r := s.at(u.slot)
+			s.secRemove(r)
+			s.arena.drop(r.blob)
+			s.arena.undrop(u.old.blob)
+			r.blob, r.modified = u.old.blob, u.old.modified
+			s.secAdd(r)
+		case uMove:
+			r := s.at(u.slot)
+			s.removeKid(r.parent, u.slot)
+			s.preWrite(u.slot)
+			r = s.at(u.slot)
+			if r.blob != u.old.blob {
+				s.arena.drop(r.blob)
+				s.arena.undrop(u.old.blob)
+			}
+			r.blob, r.parent, r.modified = u.old.blob, u.old.parent, u.old.modified
+			s.insertKid(u.old.parent, u.slot)
+		case uCreateIndex:
+			s.removeIndex(u.idx)
+		case uDropIndex:
+			s.addIndex(u.idx)
+		}
+	}
+	t.undo = t.undo[:0]
+}
+
+// maybeCompact rewrites the arena when most of it is garbage, unless a long
+// read may still refer to old blobs.
+func (s *state) maybeCompact() {
+	a := &s.arena
+	if a.garbage < 64<<20 || a.garbage < a.live || len(s.lr.active) > 0 {
+		return
+	}
+	var na arena
+	for slot := uint32(0); slot < s.nslots; slot++ {
+		r := s.at(slot)
+		if r.id == 0 {
+			continue
+		}
+		b, _ := a.get(r.blob)
+		r.blob = na.put(b)
+	}
+	s.arena = na
+}

@@ -1,0 +1,306 @@
+package catalog
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unsafe"
+)
+
+// batchVersion is the format version of encoded batches, their first byte.
+// Version 1:
+//
+//	batch := version:byte count:uvarint op*
+//	op    := type:byte flags:byte path:str kind:str to:str attr:str
+//	         [modified:uvarint if flagModified] nset:uvarint (key:str value)* nunset:uvarint key:str*
+//	value := type:byte (str | zigzag varint | 0/1 byte | bytes:str)
+//	str   := len:uvarint bytes
+//
+// Set and unset keys are strictly increasing, so the encoding of a batch is
+// canonical.
+const batchVersion = 1
+
+const (
+	flagRecursive = 1 << iota
+	flagExists
+	flagAbsent
+	flagModified
+	flagsKnown = flagRecursive | flagExists | flagAbsent | flagModified
+)
+
+// Encode validates the batch and returns its binary form, the entry that
+// Apply takes. A validation error is an *OpError naming the operation.
+func (b Batch) Encode() ([]byte, error) {
+	ops := make([]rawOp, len(b.Ops))
+	for i := range b.Ops {
+		ops[i] = b.Ops[i].raw()
+	}
+	if err := validateOps(ops); err != nil {
+		return nil, err
+	}
+	return appendOps(nil, ops), nil
+}
+
+func appendStr(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// appendValue appends the type byte and payload of v; the same bytes are a
+// value's form in node blobs and its key in secondary indexes.
+func appendValue(dst []byte, v Value) []byte {
+	dst = append(dst, byte(v.typ))
+	switch v.typ {
+	case TypeString, TypeBytes:
+		dst = appendStr(dst, v.s)
+	case TypeInt:
+		dst = binary.AppendVarint(dst, v.i)
+	case TypeBool:
+		dst = append(dst, byte(v.i))
+	}
+	return dst
+}
+
+func appendOps(dst []byte, ops []rawOp) []byte {
+	dst = append(dst, batchVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(ops)))
+	for i := range ops {
+		o := &ops[i]
+		var flags byte
+		if o.recursive {
+			flags |= flagRecursive
+		}
+		if o.cond.Exists {
+			flags |= flagExists
+		}
+		if o.cond.Absent {
+			flags |= flagAbsent
+		}
+		if o.cond.Modified != 0 {
+			flags |= flagModified
+		}
+		dst = append(dst, byte(o.typ), flags)
+		dst = appendStr(dst, o.path)
+		dst = appendStr(dst, o.kind)
+		dst = appendStr(dst, o.to)
+		dst = appendStr(dst, o.attr)
+		if o.cond.Modified != 0 {
+			dst = binary.AppendUvarint(dst, o.cond.Modified)
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(o.set)))
+		for _, e := range o.set {
+			dst = appendStr(dst, e.k)
+			dst = appendValue(dst, e.v)
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(o.unset)))
+		for _, k := range o.unset {
+			dst = appendStr(dst, k)
+		}
+	}
+	return dst
+}
+
+// DecodeBatch decodes and validates an encoded batch. Unknown versions are
+// ErrUnknownVersion; anything else that is not a valid encoding is
+// ErrMalformed naming the problem and its byte offset; an invalid operation
+// is an *OpError. It never panics.
+func DecodeBatch(data []byte) (Batch, error) {
+	var d decoder
+	ops, err := d.decode(data, nil, false)
+	if err != nil {
+		return Batch{}, err
+	}
+	if err := validateOps(ops); err != nil {
+		return Batch{}, err
+	}
+	b := Batch{Ops: make([]Op, len(ops))}
+	for i := range ops {
+		b.Ops[i] = ops[i].op()
+	}
+	return b, nil
+}
+
+// decoder reads the batch format. With view set, strings point into data
+// (no copies: Apply's fast path) and must not outlive the call.
+type decoder struct {
+	data []byte
+	off  int
+	view bool
+	kvs  []kv // backing store for the ops' set slices, reused
+	keys []string
+	err  error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: at byte %d: %s", ErrMalformed, d.off, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.data[d.off:])
+	if n <= 0 {
+		d.fail("bad varint for %s", what)
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) varint(what string) int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.data[d.off:])
+	if n <= 0 {
+		d.fail("bad varint for %s", what)
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) byte(what string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if d.off >= len(d.data) {
+		d.fail("truncated before %s", what)
+		return 0
+	}
+	b := d.data[d.off]
+	d.off++
+	return b
+}
+
+func (d *decoder) str(what string, max int) string {
+	n := d.uvarint(what)
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(max) {
+		d.fail("%s of %d bytes exceeds %d", what, n, max)
+		return ""
+	}
+	if n > uint64(len(d.data)-d.off) {
+		d.fail("truncated %s (%d bytes, %d left)", what, n, len(d.data)-d.off)
+		return ""
+	}
+	b := d.data[d.off : d.off+int(n)]
+	d.off += int(n)
+	if n == 0 {
+		return ""
+	}
+	if d.view {
+		return unsafe.String(&b[0], len(b))
+	}
+	return string(b)
+}
+
+func (d *decoder) value(what string) Value {
+	t := ValueType(d.byte(what))
+	switch t {
+	case TypeString, TypeBytes:
+		return Value{typ: t, s: d.str(what, MaxValueLen)}
+	case TypeInt:
+		return Value{typ: t, i: d.varint(what)}
+	case TypeBool:
+		b := d.byte(what)
+		if b > 1 {
+			d.fail("bool %s is %d", what, b)
+		}
+		return Value{typ: t, i: int64(b)}
+	}
+	d.fail("unknown value type %d for %s", t, what)
+	return Value{}
+}
+
+// decode parses data into ops (appending to ops[:0]). It checks the
+// encoding only; validate checks the operations.
+func (d *decoder) decode(data []byte, ops []rawOp, view bool) ([]rawOp, error) {
+	d.data, d.off, d.view, d.err = data, 0, view, nil
+	d.kvs, d.keys = d.kvs[:0], d.keys[:0]
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: empty entry", ErrMalformed)
+	}
+	if data[0] != batchVersion {
+		return nil, fmt.Errorf("%w: batch version %d (this code reads %d)", ErrUnknownVersion, data[0], batchVersion)
+	}
+	d.off = 1
+	n := d.uvarint("op count")
+	// Every op takes at least 8 bytes, which bounds the count by the input
+	// size before anything is allocated.
+	if d.err == nil && (n == 0 || n > uint64(len(data)-d.off)/8) {
+		d.fail("op count %d impossible for %d bytes", n, len(data))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	ops = ops[:0]
+	type span struct{ set0, set1, un0, un1 int }
+	spans := make([]span, 0, n)
+	for i := 0; i < int(n) && d.err == nil; i++ {
+		var o rawOp
+		o.typ = OpType(d.byte("op type"))
+		flags := d.byte("flags")
+		if flags&^flagsKnown != 0 {
+			d.fail("op %d: unknown flags %#x", i, flags)
+		}
+		o.recursive = flags&flagRecursive != 0
+		o.cond.Exists = flags&flagExists != 0
+		o.cond.Absent = flags&flagAbsent != 0
+		o.path = d.str("path", MaxPathLen)
+		o.kind = d.str("kind", MaxNameLen)
+		o.to = d.str("to", MaxPathLen)
+		o.attr = d.str("attr", MaxNameLen)
+		if flags&flagModified != 0 {
+			o.cond.Modified = d.uvarint("modified")
+			if d.err == nil && o.cond.Modified == 0 {
+				d.fail("op %d: modified flag with index 0", i)
+			}
+		}
+		var sp span
+		sp.set0 = len(d.kvs)
+		nset := d.uvarint("set count")
+		if nset > uint64(len(data)-d.off)/3 {
+			d.fail("op %d: set count %d impossible", i, nset)
+		}
+		for j := 0; j < int(nset) && d.err == nil; j++ {
+			k := d.str("attribute key", MaxNameLen)
+			v := d.value("attribute value")
+			d.kvs = append(d.kvs, kv{k, v})
+		}
+		sp.set1 = len(d.kvs)
+		sp.un0 = len(d.keys)
+		nunset := d.uvarint("unset count")
+		if nunset > uint64(len(data)-d.off) {
+			d.fail("op %d: unset count %d impossible", i, nunset)
+		}
+		for j := 0; j < int(nunset) && d.err == nil; j++ {
+			d.keys = append(d.keys, d.str("unset key", MaxNameLen))
+		}
+		sp.un1 = len(d.keys)
+		ops = append(ops, o)
+		spans = append(spans, sp)
+	}
+	if d.err == nil && d.off != len(data) {
+		d.fail("%d trailing bytes", len(data)-d.off)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	// Slices into kvs/keys are taken only now, after they stopped growing.
+	for i := range ops {
+		sp := spans[i]
+		if sp.set1 > sp.set0 {
+			ops[i].set = d.kvs[sp.set0:sp.set1:sp.set1]
+		}
+		if sp.un1 > sp.un0 {
+			ops[i].unset = d.keys[sp.un0:sp.un1:sp.un1]
+		}
+	}
+	return ops, nil
+}
+

@@ -1,0 +1,23 @@
+// Package catalog is metatree's replicated in-memory catalog: a tree of
+// typed nodes (databases, tables, tablets, replicas, jobs, members, ...)
+// changed only by atomic batches of operations, with indexes and watches,
+// and an image body to checkpoint it.
+//
+// A [Tree] is a deterministic state machine. The journal commits encoded
+// [Batch]es ([Batch.Encode]) and calls [Tree.Apply] with each one, in log
+// order, on every replica; node ids come from a counter inside the tree, so
+// every replica assigns the same ids and holds the same tree. A batch applies
+// all its operations or none: a failed precondition or any other failing
+// operation leaves the tree as it was and returns an [*OpError] naming the
+// operation.
+//
+// Reads ([Tree.Get], [Tree.GetID], [Tree.Children], [Tree.OfKind],
+// [Tree.Find]) run concurrently with the applier and see the tree between
+// batches. Watches ([Tree.Watch]) deliver the changes of a subtree or a kind
+// in log order; a watcher that falls behind is dropped and told to resync
+// rather than slowing the applier. [Tree.Save] and [Tree.Load] write and read
+// the image body, streamed and checksummed.
+//
+// The layout is compact (about 100 bytes a node for a Doris-like catalog):
+// see store.go. Tree starts no goroutines.
+package catalog

@@ -1,0 +1,57 @@
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Check them with errors.Is: the errors the package returns
+// wrap them with the details (which operation, which name, which byte).
+var (
+	// ErrNotFound: the node (or index) an operation names does not exist.
+	ErrNotFound = errors.New("catalog: not found")
+	// ErrExists: a create or move target (or index) already exists.
+	ErrExists = errors.New("catalog: already exists")
+	// ErrConflict: a precondition (exists, absent, modified == N, kind) failed.
+	ErrConflict = errors.New("catalog: precondition failed")
+	// ErrNotEmpty: a delete without Recursive named a node with children.
+	ErrNotEmpty = errors.New("catalog: node has children")
+	// ErrInvalid: an operation is not well formed (missing or stray fields,
+	// a move into its own subtree, a value over the size limit, ...).
+	ErrInvalid = errors.New("catalog: invalid operation")
+	// ErrInvalidName: a node name, path, kind or attribute key is not valid.
+	ErrInvalidName = errors.New("catalog: invalid name")
+	// ErrMalformed: encoded batch bytes cannot be decoded.
+	ErrMalformed = errors.New("catalog: malformed batch")
+	// ErrUnknownVersion: a batch or image has a format version this code
+	// does not know.
+	ErrUnknownVersion = errors.New("catalog: unknown format version")
+	// ErrCorrupt: an image body is truncated, fails its checksum, or holds
+	// inconsistent content.
+	ErrCorrupt = errors.New("catalog: corrupt image")
+	// ErrResync: a watcher fell behind (its buffer filled) or the tree was
+	// replaced by Load; its channel is closed and it must re-read and
+	// re-subscribe.
+	ErrResync = errors.New("catalog: watcher must resync")
+	// ErrApplied: Apply was called with a log index at or below the last
+	// applied one; the entry is ignored.
+	ErrApplied = errors.New("catalog: index already applied")
+)
+
+// OpError is the error of a batch that failed: it names the failing
+// operation (its position in the batch, its type and path) and wraps the
+// reason, one of the sentinels above.
+type OpError struct {
+	Op   int    // position of the failing operation in the batch, from 0
+	Type OpType // its type
+	Path string // its path
+	Err  error  // the reason; errors.Is works through OpError
+}
+
+func (e *OpError) Error() string {
+	return fmt.Sprintf("catalog: op %d (%s %q): %s", e.Op, e.Type, e.Path,
+		strings.TrimPrefix(e.Err.Error(), "catalog: "))
+}
+
+func (e *OpError) Unwrap() error { return e.Err }

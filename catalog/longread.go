@@ -1,0 +1,196 @@
+package catalog
+
+import "slices"
+
+// Long reads (OfKind, Find, Save) must see the tree as of one index but must
+// not hold the lock for their whole duration, or they would stall the
+// applier. They register the index they read at, then take the read lock for
+// a bounded chunk of work at a time. While any is registered the applier
+// keeps the before-image of each rec it changes (the first change per batch)
+// and the slot of each id it deletes, so a reader at index v can reconstruct
+// any rec as of v. The cost is memory proportional to the changes made
+// during the longest running read, freed when it ends; with no long read in
+// progress it is one length check per write.
+
+type histEnt struct {
+	until uint64 // the batch that first changed the rec after this state
+	r     rec
+}
+
+type longReads struct {
+	applying uint64         // index of the batch being applied
+	active   map[uint64]int // index read at -> number of readers
+	hist     map[uint32][]histEnt
+	gone     map[uint64]uint32 // deleted id -> its slot (ids never change slot)
+}
+
+func (l *longReads) init() {
+	l.active = map[uint64]int{}
+	l.hist = map[uint32][]histEnt{}
+	l.gone = map[uint64]uint32{}
+}
+
+// preWrite records the current rec at slot before the applier changes it.
+func (s *state) preWrite(slot uint32) {
+	if len(s.lr.active) == 0 {
+		return
+	}
+	h := s.lr.hist[slot]
+	if n := len(h); n > 0 && h[n-1].until == s.lr.applying {
+		return
+	}
+	s.lr.hist[slot] = append(h, histEnt{until: s.lr.applying, r: *s.at(slot)})
+}
+
+// noteGone records the slot of an id being deleted.
+func (s *state) noteGone(id uint64, slot uint32) {
+	if len(s.lr.active) == 0 {
+		return
+	}
+	s.lr.gone[id] = slot
+}
+
+func (l *longReads) release(v uint64) {
+	l.active[v]--
+	if l.active[v] > 0 {
+		return
+	}
+	delete(l.active, v)
+	if len(l.active) == 0 {
+		l.init()
+		return
+	}
+	oldest := slices.Min(slicesKeys(l.active))
+	for slot, h := range l.hist {
+		i := 0
+		for i < len(h) && h[i].until <= oldest {
+			i++
+		}
+		if i == len(h) {
+			delete(l.hist, slot)
+		} else if i > 0 {
+			l.hist[slot] = slices.Clone(h[i:])
+		}
+	}
+}
+
+func slicesKeys(m map[uint64]int) []uint64 {
+	ks := make([]uint64, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// longRead is one registered reader at index v. Its methods must be called
+// with t.mu read-locked.
+type longRead struct {
+	t *Tree
+	s *state
+	v uint64
+
+	lastParent uint32
+	lastPath   string
+}
+
+func (t *Tree) beginLong() *longRead {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.s
+	s.lr.active[s.index]++
+	return &longRead{t: t, s: s, v: s.index, lastParent: ^uint32(0)}
+}
+
+func (lr *longRead) end() {
+	lr.t.mu.Lock()
+	defer lr.t.mu.Unlock()
+	lr.s.lr.release(lr.v)
+}
+
+// recAt returns the rec at slot as of the reader's index.
+func (lr *longRead) recAt(slot uint32) rec {
+	if h, ok := lr.s.lr.hist[slot]; ok {
+		for _, e := range h {
+			if e.until > lr.v {
+				return e.r
+			}
+		}
+	}
+	return *lr.s.at(slot)
+}
+
+// slotOf returns the slot of id if the node existed as of the reader's index.
+func (lr *longRead) slotOf(id uint64) (uint32, rec, bool) {
+	slot, ok := lr.s.slotOf(id)
+	if !ok {
+		slot, ok = lr.s.lr.gone[id]
+		if !ok {
+			return 0, rec{}, false
+		}
+	}
+	r := lr.recAt(slot)
+	return slot, r, r.id == id
+}
+
+func (lr *longRead) pathOf(slot uint32) string {
+	if slot == rootSlot {
+		return "/"
+	}
+	var anc []uint32
+	for c := slot; c != rootSlot; {
+		anc = append(anc, c)
+		c = lr.recAt(c).parent
+	}
+	var b []byte
+	for i := len(anc) - 1; i >= 0; i-- {
+		r := lr.recAt(anc[i])
+		name, _ := splitBlob(lr.s.blob(&r))
+		b = append(b, '/')
+		b = append(b, name...)
+	}
+	return string(b)
+}
+
+func (lr *longRead) node(r *rec) Node {
+	var path string
+	var parentID uint64
+	if r.id == rootID {
+		path = "/"
+	} else {
+		if r.parent != lr.lastParent {
+			lr.lastParent, lr.lastPath = r.parent, lr.pathOf(r.parent)
+		}
+		name, _ := splitBlob(lr.s.blob(r))
+		if lr.lastPath == "/" {
+			path = "/" + string(name)
+		} else {
+			path = lr.lastPath + "/" + string(name)
+		}
+		pr := lr.recAt(r.parent)
+		parentID = pr.id
+	}
+	return lr.s.nodeFrom(r, path, parentID)
+}
+
+// longChunk is how many nodes a long read handles per lock hold.
+const longChunk = 512
+
+// nodes materializes the nodes with the given ids (as of the reader's
+// index), keeping those for which keep (if set) returns true.
+func (lr *longRead) nodes(ids []uint64, keep func(s *state, r *rec) bool) []Node {
+	var out []Node
+	for len(ids) > 0 {
+		n := min(len(ids), longChunk)
+		lr.t.mu.RLock()
+		for _, id := range ids[:n] {
+			_, r, ok := lr.slotOf(id)
+			if !ok || (keep != nil && !keep(lr.s, &r)) {
+				continue
+			}
+			out = append(out, lr.node(&r))
+		}
+		lr.t.mu.RUnlock()
+		ids = ids[n:]
+	}
+	return out
+}

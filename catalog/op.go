@@ -1,0 +1,355 @@
+package catalog
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// OpType is the type of an operation in a batch.
+type OpType uint8
+
+// Operation types.
+const (
+	// OpCreate creates the node at Path (its parent must exist) with Kind and
+	// the attributes in Set.
+	OpCreate OpType = iota + 1
+	// OpUpdate sets the attributes in Set and deletes those in Unset. A
+	// non-empty Kind must equal the node's kind (else ErrConflict).
+	OpUpdate
+	// OpDelete deletes the node at Path; a node with children only with
+	// Recursive.
+	OpDelete
+	// OpMove moves or renames the node at Path (with its subtree) to To,
+	// whose parent must exist and which must not exist.
+	OpMove
+	// OpCheck changes nothing: it only evaluates its Cond (no Cond means
+	// Exists).
+	OpCheck
+	// OpCreateIndex creates the secondary index on (Kind, Attr).
+	OpCreateIndex
+	// OpDropIndex drops the secondary index on (Kind, Attr).
+	OpDropIndex
+	// OpResync is never in a batch: it is the last event a watcher receives
+	// when Load replaced the whole tree (the watcher is then closed with
+	// ErrResync).
+	OpResync
+)
+
+func (t OpType) String() string {
+	switch t {
+	case OpCreate:
+		return "create"
+	case OpUpdate:
+		return "update"
+	case OpDelete:
+		return "delete"
+	case OpMove:
+		return "move"
+	case OpCheck:
+		return "check"
+	case OpCreateIndex:
+		return "create-index"
+	case OpDropIndex:
+		return "drop-index"
+	case OpResync:
+		return "resync"
+	}
+	return fmt.Sprintf("op(%d)", uint8(t))
+}
+
+// Cond is an operation's precondition, evaluated against the tree as left by
+// the earlier operations of the same batch. A failed one fails the batch with
+// ErrConflict.
+type Cond struct {
+	Exists   bool   // the node at Path exists
+	Absent   bool   // the node at Path does not exist
+	Modified uint64 // the node at Path exists and was last changed at this index (0: no check)
+}
+
+func (c Cond) zero() bool { return !c.Exists && !c.Absent && c.Modified == 0 }
+
+// Op is one operation of a batch. Which fields apply depends on Type; a field
+// that does not apply must be left zero (Encode rejects it).
+type Op struct {
+	Type      OpType
+	Path      string           // the node: "/db1/orders"; "" for index ops
+	Kind      string           // create: the new node's kind; update: expected kind; index ops: indexed kind
+	Set       map[string]Value // create, update: attributes to set
+	Unset     []string         // update: attributes to delete
+	Recursive bool             // delete: also delete the subtree
+	To        string           // move: the new path
+	Attr      string           // index ops: indexed attribute
+	Cond      Cond
+}
+
+// Batch is a list of operations applied atomically: all of them or, if any
+// fails, none.
+type Batch struct{ Ops []Op }
+
+// Result is what Apply returns for a batch (as its `any`).
+type Result struct {
+	Index uint64   // the log index of the batch
+	IDs   []uint64 // per operation: the id of the node created, changed, deleted, moved or checked (0 if none); nil if the batch failed
+	Err   error    // nil, or an *OpError naming the failing operation (or an ErrMalformed/ErrUnknownVersion/ErrApplied error)
+}
+
+// Limits on names and values. They bound memory per node and keep image
+// records small; violating them is ErrInvalidName or ErrInvalid.
+const (
+	MaxNameLen    = 255     // bytes in a node name, kind or attribute key
+	MaxValueLen   = 1 << 20 // bytes in a string or bytes value
+	MaxAttrsBytes = 4 << 20 // encoded bytes of one node's name and attributes
+	MaxPathLen    = 1 << 16 // bytes in a path
+)
+
+// ValidName reports whether s is a valid node name, kind or attribute key:
+// 1 to 255 bytes of UTF-8, without '/', NUL, or control characters, and not
+// "." or "..".
+func ValidName(s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidName)
+	}
+	if len(s) > MaxNameLen {
+		return fmt.Errorf("%w: %d bytes (at most %d): %.32q...", ErrInvalidName, len(s), MaxNameLen, s)
+	}
+	if s == "." || s == ".." {
+		return fmt.Errorf("%w: %q", ErrInvalidName, s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '/' {
+			return fmt.Errorf("%w: %q contains '/'", ErrInvalidName, s)
+		}
+		if c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%w: %q contains control byte %#x", ErrInvalidName, s, c)
+		}
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidName, s)
+	}
+	return nil
+}
+
+// ValidPath reports whether p is a valid absolute path: "/" or "/a/b" with
+// valid names, no trailing or doubled slash.
+func ValidPath(p string) error {
+	if p == "/" {
+		return nil
+	}
+	if p == "" || p[0] != '/' {
+		return fmt.Errorf("%w: path %q is not absolute", ErrInvalidName, p)
+	}
+	if len(p) > MaxPathLen {
+		return fmt.Errorf("%w: path of %d bytes (at most %d)", ErrInvalidName, len(p), MaxPathLen)
+	}
+	rest := p[1:]
+	for {
+		name, tail, more := strings.Cut(rest, "/")
+		if err := ValidName(name); err != nil {
+			return fmt.Errorf("path %q: %w", p, err)
+		}
+		if !more {
+			return nil
+		}
+		rest = tail
+	}
+}
+
+// under reports whether path p is prefix or inside it ("/a" is under "/a"
+// and "/", "/a/b" is under "/a", "/ab" is not).
+func under(p, prefix string) bool {
+	if prefix == "" || prefix == "/" {
+		return true
+	}
+	return strings.HasPrefix(p, prefix) && (len(p) == len(prefix) || p[len(prefix)] == '/')
+}
+
+func validValue(k string, v Value) error {
+	if err := ValidName(k); err != nil {
+		return fmt.Errorf("attribute key: %w", err)
+	}
+	switch v.typ {
+	case TypeString, TypeBytes:
+		if len(v.s) > MaxValueLen {
+			return fmt.Errorf("%w: attribute %q: value of %d bytes (at most %d)", ErrInvalid, k, len(v.s), MaxValueLen)
+		}
+	case TypeInt, TypeBool:
+	default:
+		return fmt.Errorf("%w: attribute %q: invalid (zero) Value", ErrInvalid, k)
+	}
+	return nil
+}
+
+// kv is one attribute assignment; rawOp holds Set as kvs sorted by key.
+type kv struct {
+	k string
+	v Value
+}
+
+// rawOp is the form operations are validated, encoded and applied in: Set as
+// a sorted slice rather than a map. In Apply its strings may view the entry
+// bytes, so nothing may keep them past the call.
+type rawOp struct {
+	typ       OpType
+	recursive bool
+	cond      Cond
+	path      string
+	kind      string
+	to        string
+	attr      string
+	set       []kv     // sorted by key, no duplicates
+	unset     []string // sorted, no duplicates
+}
+
+func (o *Op) raw() rawOp {
+	r := rawOp{typ: o.Type, recursive: o.Recursive, cond: o.Cond, path: o.Path, kind: o.Kind, to: o.To, attr: o.Attr}
+	if len(o.Set) > 0 {
+		r.set = make([]kv, 0, len(o.Set))
+		for k, v := range o.Set {
+			r.set = append(r.set, kv{k, v})
+		}
+		slices.SortFunc(r.set, func(a, b kv) int { return strings.Compare(a.k, b.k) })
+	}
+	if len(o.Unset) > 0 {
+		r.unset = slices.Clone(o.Unset)
+		slices.Sort(r.unset)
+		r.unset = slices.Compact(r.unset)
+	}
+	return r
+}
+
+func (r *rawOp) op() Op {
+	o := Op{Type: r.typ, Path: r.path, Kind: r.kind, Recursive: r.recursive, To: r.to, Attr: r.attr, Cond: r.cond}
+	if len(r.set) > 0 {
+		o.Set = make(map[string]Value, len(r.set))
+		for _, e := range r.set {
+			o.Set[e.k] = e.v
+		}
+	}
+	if len(r.unset) > 0 {
+		o.Unset = r.unset
+	}
+	return o
+}
+
+// validate checks one operation in isolation; the checks that need the tree
+// happen in Apply.
+func (o *rawOp) validate() error {
+	stray := func(field string) error {
+		return fmt.Errorf("%w: field %s does not apply to %s", ErrInvalid, field, o.typ)
+	}
+	switch o.typ {
+	case OpCreate, OpUpdate, OpDelete, OpMove, OpCheck:
+		if err := ValidPath(o.path); err != nil {
+			return err
+		}
+		if o.attr != "" {
+			return stray("Attr")
+		}
+	case OpCreateIndex, OpDropIndex:
+		if o.path != "" {
+			return stray("Path")
+		}
+		if err := ValidName(o.kind); err != nil {
+			return fmt.Errorf("kind: %w", err)
+		}
+		if err := ValidName(o.attr); err != nil {
+			return fmt.Errorf("attribute: %w", err)
+		}
+		if len(o.set) > 0 || len(o.unset) > 0 || o.recursive || o.to != "" || !o.cond.zero() {
+			return fmt.Errorf("%w: %s takes only Kind and Attr", ErrInvalid, o.typ)
+		}
+		return nil
+	default:
+		return fmt.Errorf("%w: unknown operation type %d", ErrInvalid, uint8(o.typ))
+	}
+	if o.cond.Exists && o.cond.Absent {
+		return fmt.Errorf("%w: condition both Exists and Absent", ErrInvalid)
+	}
+	if o.cond.Absent && o.cond.Modified != 0 {
+		return fmt.Errorf("%w: condition both Absent and Modified", ErrInvalid)
+	}
+	if o.typ != OpCreate && o.typ != OpUpdate && len(o.set) > 0 {
+		return stray("Set")
+	}
+	if o.typ != OpUpdate && len(o.unset) > 0 {
+		return stray("Unset")
+	}
+	if o.typ != OpDelete && o.recursive {
+		return stray("Recursive")
+	}
+	if o.typ != OpMove && o.to != "" {
+		return stray("To")
+	}
+	if o.typ != OpCreate && o.typ != OpUpdate && o.kind != "" {
+		return stray("Kind")
+	}
+	size := len(o.path)
+	for i, e := range o.set {
+		if err := validValue(e.k, e.v); err != nil {
+			return err
+		}
+		if i > 0 && o.set[i-1].k >= e.k {
+			return fmt.Errorf("%w: attribute keys not sorted or duplicated at %q", ErrInvalid, e.k)
+		}
+		size += len(e.k) + len(e.v.s) + 10
+	}
+	if size > MaxAttrsBytes {
+		return fmt.Errorf("%w: attributes of %d bytes (at most %d)", ErrInvalid, size, MaxAttrsBytes)
+	}
+	for i, k := range o.unset {
+		if err := ValidName(k); err != nil {
+			return fmt.Errorf("unset key: %w", err)
+		}
+		if i > 0 && o.unset[i-1] >= k {
+			return fmt.Errorf("%w: unset keys not sorted or duplicated at %q", ErrInvalid, k)
+		}
+		if _, found := slices.BinarySearchFunc(o.set, k, func(e kv, k string) int { return strings.Compare(e.k, k) }); found {
+			return fmt.Errorf("%w: attribute %q both set and unset", ErrInvalid, k)
+		}
+	}
+	switch o.typ {
+	case OpCreate:
+		if o.path == "/" {
+			return fmt.Errorf("%w: cannot create the root", ErrExists)
+		}
+		if err := ValidName(o.kind); err != nil {
+			return fmt.Errorf("kind: %w", err)
+		}
+	case OpUpdate:
+		if o.kind != "" {
+			if err := ValidName(o.kind); err != nil {
+				return fmt.Errorf("kind: %w", err)
+			}
+		}
+	case OpDelete:
+		if o.path == "/" {
+			return fmt.Errorf("%w: cannot delete the root", ErrInvalid)
+		}
+	case OpMove:
+		if o.path == "/" {
+			return fmt.Errorf("%w: cannot move the root", ErrInvalid)
+		}
+		if err := ValidPath(o.to); err != nil {
+			return fmt.Errorf("to: %w", err)
+		}
+		if o.to == "/" || under(o.to, o.path) {
+			return fmt.Errorf("%w: cannot move %q into itself (%q)", ErrInvalid, o.path, o.to)
+		}
+	}
+	return nil
+}
+
+func validateOps(ops []rawOp) error {
+	if len(ops) == 0 {
+		return fmt.Errorf("%w: empty batch", ErrInvalid)
+	}
+	for i := range ops {
+		if err := ops[i].validate(); err != nil {
+			return &OpError{Op: i, Type: ops[i].typ, Path: strings.Clone(ops[i].path), Err: err}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,488 @@
+package catalog
+
+import (
+	"bytes"
+	"encoding/binary"
+
+	"github.com/metatree/metatree/catalog/internal/idset"
+)
+
+// The compact layout. A node is a fixed-size, pointer-free rec in a chunked
+// slab, addressed by a dense slot number that is private to this process
+// (slots are reused and differ between replicas; nothing observable depends
+// on them). Its name and attributes live in one length-prefixed blob in an
+// append-only byte arena; kinds and attribute keys are interned; children
+// are sorted slices of slots; ids map to slots through pages of a direct
+// table (ids are dense, from a counter). The GC sees a few thousand large
+// pointer-free arrays instead of millions of small objects.
+
+const (
+	slabBits = 12
+	slabSize = 1 << slabBits
+	pageBits = 12
+	pageSize = 1 << pageBits
+
+	rootSlot = 0
+	rootID   = 1
+)
+
+// rec is one node. 48 bytes.
+type rec struct {
+	id       uint64 // 0: the slot is free
+	blob     uint64 // arena ref of: name, attributes
+	created  uint64
+	modified uint64
+	parent   uint32 // slot
+	kids     uint32 // index into state.kids; 0: no children
+	kind     uint32 // index into state.kinds
+}
+
+type idPage struct {
+	slot [pageSize]uint32 // slot+1; 0: no such id
+	live int
+}
+
+// arena is an append-only store of blobs in 1 MiB chunks (larger blobs get
+// their own chunk). A ref is chunk<<32 | offset; a blob starts with its
+// length as a uvarint. Chunks are never written below their length, so a
+// reader holding the lock may read any blob a rec refers to.
+type arena struct {
+	chunks  [][]byte
+	live    int64 // bytes referenced by recs (including prefixes)
+	garbage int64 // bytes no longer referenced
+}
+
+const arenaChunk = 1 << 20
+
+func (a *arena) put(b []byte) uint64 {
+	var pre [binary.MaxVarintLen64]byte
+	np := binary.PutUvarint(pre[:], uint64(len(b)))
+	need := np + len(b)
+	n := len(a.chunks)
+	if n == 0 || cap(a.chunks[n-1])-len(a.chunks[n-1]) < need {
+		c := arenaChunk
+		if need > c {
+			c = need
+		}
+		a.chunks = append(a.chunks, make([]byte, 0, c))
+		n++
+	}
+	c := a.chunks[n-1]
+	off := len(c)
+	c = append(c, pre[:np]...)
+	c = append(c, b...)
+	a.chunks[n-1] = c
+	a.live += int64(need)
+	return uint64(n-1)<<32 | uint64(off)
+}
+
+// get returns the blob at ref (without its length prefix) and its full size.
+func (a *arena) get(ref uint64) ([]byte, int) {
+	c := a.chunks[ref>>32]
+	off := int(uint32(ref))
+	l, n := binary.Uvarint(c[off:])
+	return c[off+n : off+n+int(l)], n + int(l)
+}
+
+func (a *arena) drop(ref uint64) {
+	_, n := a.get(ref)
+	a.live -= int64(n)
+	a.garbage += int64(n)
+}
+
+func (a *arena) undrop(ref uint64) {
+	_, n := a.get(ref)
+	a.live += int64(n)
+	a.garbage -= int64(n)
+}
+
+// secIndex is a replicated secondary index on (kind, attribute): attribute
+// value (its encoded bytes) to the ids of the nodes of that kind holding it.
+type secIndex struct {
+	kind, key         uint32
+	kindName, keyName string
+	post              map[string]*idset.Set
+}
+
+func (x *secIndex) add(val []byte, id uint64) {
+	p := x.post[string(val)]
+	if p == nil {
+		p = new(idset.Set)
+		x.post[string(val)] = p
+	}
+	p.Add(id)
+}
+
+func (x *secIndex) remove(val []byte, id uint64) {
+	p := x.post[string(val)]
+	if p == nil {
+		return
+	}
+	p.Remove(id)
+	if p.Len() == 0 {
+		delete(x.post, string(val))
+	}
+}
+
+// state is the whole content of a tree. Load builds a new one and swaps it
+// in; everything else mutates the current one under Tree.mu.
+type state struct {
+	index  uint64 // last applied log index
+	nextID uint64
+
+	slab   [][]rec
+	nslots uint32
+	free   []uint32
+
+	pages []*idPage
+
+	arena arena
+
+	kids     [][]uint32 // [0] unused
+	kidsFree []uint32
+
+	kinds    []string // [0] is "", the root's kind
+	kindIdx  map[string]uint32
+	kindSets []*idset.Set // by kind; the root is in none
+
+	keys   []string
+	keyIdx map[string]uint32
+
+	indexes     map[[2]uint32]*secIndex
+	kindIndexes map[uint32][]*secIndex
+
+	lr longReads
+}
+
+func newState() *state {
+	s := &state{
+		nextID:      rootID + 1,
+		kinds:       []string{""},
+		kindIdx:     map[string]uint32{"": 0},
+		kindSets:    []*idset.Set{nil},
+		keyIdx:      map[string]uint32{},
+		indexes:     map[[2]uint32]*secIndex{},
+		kindIndexes: map[uint32][]*secIndex{},
+		kids:        [][]uint32{nil},
+	}
+	s.lr.init()
+	var b []byte
+	b = binary.AppendUvarint(b, 0) // empty name
+	b = binary.AppendUvarint(b, 0) // no attributes
+	slot := s.allocSlot()
+	*s.at(slot) = rec{id: rootID, blob: s.arena.put(b)}
+	s.setSlotOf(rootID, slot)
+	return s
+}
+
+func (s *state) at(slot uint32) *rec { return &s.slab[slot>>slabBits][slot&(slabSize-1)] }
+
+// allocSlot returns a free slot, preferring reuse.
+func (s *state) allocSlot() uint32 {
+	if n := len(s.free); n > 0 {
+		slot := s.free[n-1]
+		s.free = s.free[:n-1]
+		return slot
+	}
+	slot := s.nslots
+	if int(slot>>slabBits) == len(s.slab) {
+		s.slab = append(s.slab, make([]rec, slabSize))
+	}
+	s.nslots++
+	return slot
+}
+
+func (s *state) slotOf(id uint64) (uint32, bool) {
+	p := id >> pageBits
+	if p >= uint64(len(s.pages)) || s.pages[p] == nil {
+		return 0, false
+	}
+	v := s.pages[p].slot[id&(pageSize-1)]
+	return v - 1, v != 0
+}
+
+func (s *state) setSlotOf(id uint64, slot uint32) {
+	p := id >> pageBits
+	for p >= uint64(len(s.pages)) {
+		s.pages = append(s.pages, nil)
+	}
+	pg := s.pages[p]
+	if pg == nil {
+		pg = new(idPage)
+		s.pages[p] = pg
+	}
+	pg.slot[id&(pageSize-1)] = slot + 1
+	pg.live++
+}
+
+func (s *state) clearSlotOf(id uint64) {
+	p := id >> pageBits
+	pg := s.pages[p]
+	pg.slot[id&(pageSize-1)] = 0
+	pg.live--
+	if pg.live == 0 {
+		s.pages[p] = nil
+	}
+}
+
+// blob returns the name and attribute bytes of a rec.
+func (s *state) blob(r *rec) []byte {
+	b, _ := s.arena.get(r.blob)
+	return b
+}
+
+// splitBlob returns the name and the encoded attributes (count first).
+func splitBlob(b []byte) (name, attrs []byte) {
+	l, n := binary.Uvarint(b)
+	return b[n : n+int(l)], b[n+int(l):]
+}
+
+func (s *state) name(slot uint32) []byte {
+	name, _ := splitBlob(s.blob(s.at(slot)))
+	return name
+}
+
+// attrIter walks the encoded attributes of a blob: uvarint count, then per
+// attribute the key index (uvarint) and the value (type byte, payload), in
+// increasing key-name order.
+type attrIter struct {
+	b []byte
+	n int
+}
+
+func newAttrIter(attrs []byte) attrIter {
+	c, n := binary.Uvarint(attrs)
+	return attrIter{b: attrs[n:], n: int(c)}
+}
+
+// next returns the key index and the encoded value (type byte + payload).
+func (it *attrIter) next() (key uint32, val []byte, ok bool) {
+	if it.n == 0 {
+		return 0, nil, false
+	}
+	it.n--
+	k, n := binary.Uvarint(it.b)
+	rest := it.b[n:]
+	vl := valueLen(rest)
+	val = rest[:vl]
+	it.b = rest[vl:]
+	return uint32(k), val, true
+}
+
+// valueLen returns the length of the encoded value at the start of b.
+// Blobs are written by this package, so b is well formed.
+func valueLen(b []byte) int {
+	switch ValueType(b[0]) {
+	case TypeString, TypeBytes:
+		l, n := binary.Uvarint(b[1:])
+		return 1 + n + int(l)
+	case TypeInt:
+		_, n := binary.Varint(b[1:])
+		return 1 + n
+	case TypeBool:
+		return 2
+	}
+	panic("catalog: corrupt attribute blob") // an internal invariant, not input
+}
+
+// decodeValue turns encoded value bytes into a Value (copying).
+func decodeValue(b []byte) Value {
+	t := ValueType(b[0])
+	switch t {
+	case TypeString, TypeBytes:
+		l, n := binary.Uvarint(b[1:])
+		return Value{typ: t, s: string(b[1+n : 1+n+int(l)])}
+	case TypeInt:
+		i, _ := binary.Varint(b[1:])
+		return Value{typ: t, i: i}
+	case TypeBool:
+		return Value{typ: t, i: int64(b[1])}
+	}
+	return Value{}
+}
+
+// attrValue returns the encoded value of key in a blob's attributes.
+func attrValue(attrs []byte, key uint32) ([]byte, bool) {
+	it := newAttrIter(attrs)
+	for {
+		k, v, ok := it.next()
+		if !ok {
+			return nil, false
+		}
+		if k == key {
+			return v, true
+		}
+	}
+}
+
+// kidsOf returns the children of slot, sorted by name.
+func (s *state) kidsOf(slot uint32) []uint32 {
+	k := s.at(slot).kids
+	if k == 0 {
+		return nil
+	}
+	return s.kids[k]
+}
+
+// kidPos finds name among the children of parent.
+func (s *state) kidPos(parent uint32, name []byte) (int, bool) {
+	kids := s.kidsOf(parent)
+	lo, hi := 0, len(kids)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if bytes.Compare(s.name(kids[m]), name) < 0 {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(kids) && bytes.Equal(s.name(kids[lo]), name)
+}
+
+func (s *state) child(parent uint32, name []byte) (uint32, bool) {
+	pos, ok := s.kidPos(parent, name)
+	if !ok {
+		return 0, false
+	}
+	return s.kids[s.at(parent).kids][pos], true
+}
+
+// insertKid links slot under parent; the caller checked the name is free.
+func (s *state) insertKid(parent, slot uint32) {
+	pos, _ := s.kidPos(parent, s.name(slot))
+	pr := s.at(parent)
+	if pr.kids == 0 {
+		if n := len(s.kidsFree); n > 0 {
+			pr.kids = s.kidsFree[n-1]
+			s.kidsFree = s.kidsFree[:n-1]
+		} else {
+			pr.kids = uint32(len(s.kids))
+			s.kids = append(s.kids, nil)
+		}
+	}
+	k := s.kids[pr.kids]
+	if pos == len(k) {
+		k = append(k, slot)
+	} else {
+		k = append(k, 0)
+		copy(k[pos+1:], k[pos:])
+		k[pos] = slot
+	}
+	s.kids[pr.kids] = k
+}
+
+// removeKid unlinks slot from parent, freeing an emptied child list.
+func (s *state) removeKid(parent, slot uint32) {
+	pos, ok := s.kidPos(parent, s.name(slot))
+	if !ok {
+		panic("catalog: removeKid of a node not linked") // internal invariant
+	}
+	pr := s.at(parent)
+	k := s.kids[pr.kids]
+	copy(k[pos:], k[pos+1:])
+	k = k[:len(k)-1]
+	if len(k) == 0 {
+		s.kids[pr.kids] = nil
+		s.kidsFree = append(s.kidsFree, pr.kids)
+		pr.kids = 0
+		return
+	}
+	s.kids[pr.kids] = k
+}
+
+func (s *state) internKind(k string) uint32 {
+	if i, ok := s.kindIdx[k]; ok {
+		return i
+	}
+	i := uint32(len(s.kinds))
+	k = string([]byte(k)) // k may view entry bytes
+	s.kinds = append(s.kinds, k)
+	s.kindIdx[k] = i
+	s.kindSets = append(s.kindSets, new(idset.Set))
+	return i
+}
+
+func (s *state) internKey(k string) uint32 {
+	if i, ok := s.keyIdx[k]; ok {
+		return i
+	}
+	i := uint32(len(s.keys))
+	k = string([]byte(k))
+	s.keys = append(s.keys, k)
+	s.keyIdx[k] = i
+	return i
+}
+
+// resolve returns the slot at path (a valid path).
+func (s *state) resolve(path string) (uint32, bool) {
+	slot := uint32(rootSlot)
+	if path == "/" {
+		return slot, true
+	}
+	rest := path[1:]
+	for {
+		i := 0
+		for i < len(rest) && rest[i] != '/' {
+			i++
+		}
+		c, ok := s.child(slot, unsafeBytes(rest[:i]))
+		if !ok {
+			return 0, false
+		}
+		slot = c
+		if i == len(rest) {
+			return slot, true
+		}
+		rest = rest[i+1:]
+	}
+}
+
+// pathOf builds the path of slot from its ancestors' names.
+func (s *state) pathOf(slot uint32) string {
+	if slot == rootSlot {
+		return "/"
+	}
+	var stack [32]uint32
+	anc := stack[:0]
+	n := 0
+	for c := slot; c != rootSlot; c = s.at(c).parent {
+		anc = append(anc, c)
+		n += 1 + len(s.name(c))
+	}
+	b := make([]byte, 0, n)
+	for i := len(anc) - 1; i >= 0; i-- {
+		b = append(b, '/')
+		b = append(b, s.name(anc[i])...)
+	}
+	return string(b)
+}
+
+// node materializes the node at slot.
+func (s *state) node(slot uint32) Node {
+	r := s.at(slot)
+	return s.nodeFrom(r, s.pathOf(slot), s.parentID(r))
+}
+
+func (s *state) parentID(r *rec) uint64 {
+	if r.id == rootID {
+		return 0
+	}
+	return s.at(r.parent).id
+}
+
+func (s *state) nodeFrom(r *rec, path string, parentID uint64) Node {
+	name, attrs := splitBlob(s.blob(r))
+	n := Node{ID: r.id, Parent: parentID, Name: string(name), Path: path, Kind: s.kinds[r.kind], Created: r.created, Modified: r.modified}
+	it := newAttrIter(attrs)
+	if it.n > 0 {
+		n.Attrs = make(map[string]Value, it.n)
+		for {
+			k, v, ok := it.next()
+			if !ok {
+				break
+			}
+			n.Attrs[s.keys[k]] = decodeValue(v)
+		}
+	}
+	return n
+}

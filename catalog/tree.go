@@ -1,0 +1,199 @@
+package catalog
+
+import (
+	"sync"
+)
+
+// Tree is the replicated in-memory catalog: a tree of nodes with indexes and
+// watches, changed only by Apply (and replaced by Load).
+//
+// Concurrency: Apply and Load must be called from one goroutine at a time
+// (the journal's apply loop). Every other method is safe for concurrent use
+// with them and with each other. Reads see the tree between two batches,
+// never inside one. Point reads (Get, GetID, Children) hold a read lock for
+// their own duration; long reads (OfKind, Find, Save) read at one index but
+// take the lock for a bounded chunk at a time, so they never stall Apply for
+// long. A Tree starts no goroutines.
+type Tree struct {
+	mu sync.RWMutex
+	s  *state // replaced whole by Load
+
+	// Applier scratch, used only under mu held for writing.
+	dec    decoder
+	ops    []rawOp
+	undo   []undoRec
+	buf    []byte // blob scratch
+	vbuf   []byte // value scratch
+	attrs  []attrEnt
+	events []pendingEvent
+	ws     []*Watcher // watchers as of the batch start
+	pcPath string     // parent path cache for creates within a batch
+	pcSlot uint32
+
+	wmu      sync.Mutex // guards watchers and each Watcher's channel state
+	watchers []*Watcher // copy-on-write
+}
+
+// New returns an empty tree holding only the root "/" (id 1) at index 0.
+func New() *Tree {
+	return &Tree{s: newState()}
+}
+
+// Index returns the log index of the last applied batch (0 for a new tree).
+func (t *Tree) Index() uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.s.index
+}
+
+// Len returns the number of nodes, the root included.
+func (t *Tree) Len() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return int(t.s.nslots) - len(t.s.free)
+}
+
+// Get returns a copy of the node at path.
+func (t *Tree) Get(path string) (Node, bool) {
+	if ValidPath(path) != nil {
+		return Node{}, false
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	slot, ok := t.s.resolve(path)
+	if !ok {
+		return Node{}, false
+	}
+	n := t.s.node(slot)
+	if path != "/" {
+		n.Path = path
+	}
+	return n, true
+}
+
+// GetID returns a copy of the node with the given id.
+func (t *Tree) GetID(id uint64) (Node, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	slot, ok := t.s.slotOf(id)
+	if !ok {
+		return Node{}, false
+	}
+	return t.s.node(slot), true
+}
+
+// Children returns the names of the children of the node at path, in
+// increasing byte order (nil if it has none or does not exist).
+func (t *Tree) Children(path string) []string {
+	if ValidPath(path) != nil {
+		return nil
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	slot, ok := t.s.resolve(path)
+	if !ok {
+		return nil
+	}
+	kids := t.s.kidsOf(slot)
+	if len(kids) == 0 {
+		return nil
+	}
+	names := make([]string, len(kids))
+	for i, k := range kids {
+		names[i] = string(t.s.name(k))
+	}
+	return names
+}
+
+// ChildCount returns the number of children of the node at path.
+func (t *Tree) ChildCount(path string) int {
+	if ValidPath(path) != nil {
+		return 0
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	slot, ok := t.s.resolve(path)
+	if !ok {
+		return 0
+	}
+	return len(t.s.kidsOf(slot))
+}
+
+// OfKind returns all nodes of a kind, in increasing id order, as of one
+// index.
+func (t *Tree) OfKind(kind string) []Node {
+	return t.collect(func(s *state) ([]uint64, func(*state, *rec) bool) {
+		k, ok := s.kindIdx[kind]
+		if !ok || k == 0 {
+			return nil, nil
+		}
+		return s.kindSets[k].AppendTo(nil), nil
+	})
+}
+
+// Find returns the nodes of a kind whose attribute attr equals v, in
+// increasing id order, as of one index. It uses the secondary index on
+// (kind, attr) when one exists and scans the nodes of the kind otherwise.
+func (t *Tree) Find(kind, attr string, v Value) []Node {
+	if v.typ == TypeInvalid {
+		return nil
+	}
+	want := appendValue(nil, v)
+	return t.collect(func(s *state) ([]uint64, func(*state, *rec) bool) {
+		k, ok := s.kindIdx[kind]
+		if !ok || k == 0 {
+			return nil, nil
+		}
+		key, ok := s.keyIdx[attr]
+		if !ok {
+			return nil, nil
+		}
+		if x := s.indexes[[2]uint32{k, key}]; x != nil {
+			p := x.post[string(want)]
+			if p == nil {
+				return nil, nil
+			}
+			return p.AppendTo(nil), nil
+		}
+		return s.kindSets[k].AppendTo(nil), func(s *state, r *rec) bool {
+			_, attrs := splitBlob(s.blob(r))
+			got, ok := attrValue(attrs, key)
+			return ok && string(got) == string(want)
+		}
+	})
+}
+
+// HasIndex reports whether the secondary index on (kind, attr) exists.
+func (t *Tree) HasIndex(kind, attr string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	k, ok1 := t.s.kindIdx[kind]
+	key, ok2 := t.s.keyIdx[attr]
+	return ok1 && ok2 && t.s.indexes[[2]uint32{k, key}] != nil
+}
+
+// collect runs a long read: pick chooses the ids (and an optional filter)
+// under the lock; small results are materialized at once, large ones in
+// chunks at the same index.
+func (t *Tree) collect(pick func(s *state) ([]uint64, func(*state, *rec) bool)) []Node {
+	t.mu.Lock()
+	s := t.s
+	ids, keep := pick(s)
+	if len(ids) <= longChunk {
+		var out []Node
+		for _, id := range ids {
+			slot, _ := s.slotOf(id)
+			r := s.at(slot)
+			if keep == nil || keep(s, r) {
+				out = append(out, s.node(slot))
+			}
+		}
+		t.mu.Unlock()
+		return out
+	}
+	s.lr.active[s.index]++
+	lr := &longRead{t: t, s: s, v: s.index, lastParent: ^uint32(0)}
+	t.mu.Unlock()
+	defer lr.end()
+	return lr.nodes(ids, keep)
+}
