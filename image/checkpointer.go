@@ -98,6 +98,10 @@ type Checkpointer struct {
 	done   chan struct{}
 	once   sync.Once
 
+	// pending is an image written whose ImageWritten failed; the loop
+	// goroutine retries recording it before anything else.
+	pending *Info
+
 	mu struct {
 		sync.Mutex
 		status CheckpointStatus
@@ -230,7 +234,7 @@ func (c *Checkpointer) tick(ctx context.Context) (bool, Info, error) {
 	if len(idx) > 0 {
 		base = idx[0]
 	}
-	if applied < base || applied-base < c.cfg.Threshold {
+	if c.pending == nil && (applied < base || applied-base < c.cfg.Threshold) {
 		return false, Info{}, nil
 	}
 	info, err := c.checkpoint(ctx)
@@ -243,12 +247,12 @@ func (c *Checkpointer) checkpoint(ctx context.Context) (Info, error) {
 	c.mu.Lock()
 	c.mu.status.Running = true
 	c.mu.Unlock()
-	info, err := c.shadowReplay(ctx)
+	info, wrote, err := c.shadowReplay(ctx)
 	took := c.cfg.Clock.Now().Sub(start)
 	c.mu.Lock()
 	st := &c.mu.status
 	st.Running = false
-	if err == nil {
+	if err == nil && wrote {
 		st.Last, st.LastSuccess, st.LastDuration = info, c.cfg.Clock.Now(), took
 		st.LastError, st.Failures = nil, 0
 		st.Written++
@@ -257,6 +261,12 @@ func (c *Checkpointer) checkpoint(ctx context.Context) (Info, error) {
 	if err != nil {
 		c.fail(err, took)
 		return Info{}, err
+	}
+	if !wrote {
+		c.mu.Lock()
+		st.LastError, st.Failures = nil, 0
+		c.mu.Unlock()
+		return info, nil
 	}
 	c.logger.Info("checkpoint written", "image", info.Name, "index", info.Index, "bytes", info.Size, "took", took)
 	return info, nil
@@ -272,49 +282,74 @@ func (c *Checkpointer) fail(err error, took time.Duration) {
 	c.logger.Error("checkpoint failed; retrying at the next interval", "err", err, "consecutive_failures", n, "took", took)
 }
 
-func (c *Checkpointer) shadowReplay(ctx context.Context) (Info, error) {
+func (c *Checkpointer) shadowReplay(ctx context.Context) (info Info, wrote bool, err error) {
 	s := c.cfg.Store
-	target := c.cfg.Applied()
 	idx, err := s.Indexes()
 	if err != nil {
-		return Info{}, err
+		return Info{}, false, err
 	}
+	var recorded *Info
+	if p := c.pending; p != nil {
+		if len(idx) > 0 && idx[0] > p.Index {
+			c.pending = nil // a restore moved past it
+		} else if err := c.record(ctx, *p); err != nil {
+			return Info{}, false, err
+		} else {
+			recorded = p
+		}
+	}
+	target := c.cfg.Applied()
 	if len(idx) > 0 && idx[0] >= target {
+		if recorded != nil && recorded.Index == idx[0] {
+			return *recorded, true, nil // the retried part was all that was left
+		}
 		// Nothing new (a restore may even have put us ahead).
-		return s.readHeader(imageName(idx[0]))
+		info, err := s.readHeader(imageName(idx[0]))
+		return info, false, err
 	}
 	shadow, from, err := c.loadBase(ctx, idx, target)
 	if err != nil {
-		return Info{}, err
+		return Info{}, false, err
 	}
 	term, err := c.cfg.Journal.TermAt(target)
 	if err != nil {
-		return Info{}, fmt.Errorf("image: checkpoint: term at %d: %w", target, err)
+		return Info{}, false, fmt.Errorf("image: checkpoint: term at %d: %w", target, err)
 	}
 	membership, err := c.cfg.Journal.MembershipAt(target)
 	if err != nil {
-		return Info{}, fmt.Errorf("image: checkpoint: membership at %d: %w", target, err)
+		return Info{}, false, fmt.Errorf("image: checkpoint: membership at %d: %w", target, err)
 	}
 	err = c.cfg.Journal.ReadEntries(ctx, from, target, func(index uint64, data []byte) error {
 		shadow.Apply(index, data)
 		return nil
 	})
 	if err != nil {
-		return Info{}, fmt.Errorf("image: checkpoint: replay (%d, %d]: %w", from, target, err)
+		return Info{}, false, fmt.Errorf("image: checkpoint: replay (%d, %d]: %w", from, target, err)
 	}
-	info, err := s.Write(ctx, Header{Index: target, Term: term, Membership: membership}, shadow.Save)
+	info, err = s.Write(ctx, Header{Index: target, Term: term, Membership: membership}, shadow.Save)
 	if err != nil {
-		return Info{}, fmt.Errorf("image: checkpoint at %d: %w", target, err)
+		return Info{}, false, fmt.Errorf("image: checkpoint at %d: %w", target, err)
 	}
 	shadow = nil // let the shadow copy go before the journal compacts
-	if err := c.cfg.Journal.ImageWritten(ctx, info.Index, info.Term, info.Membership); err != nil {
-		return Info{}, fmt.Errorf("image: checkpoint at %d written, but the journal did not record it: %w", target, err)
+	if err := c.record(ctx, info); err != nil {
+		p := info
+		c.pending = &p
+		return Info{}, false, err
 	}
-	// Older images go only now: the new one is durable and raft's snapshot.
-	if err := s.Prune(); err != nil {
+	return info, true, nil
+}
+
+// record tells the journal about a durable image, then prunes: older images
+// go only once the new one is durable and raft's snapshot.
+func (c *Checkpointer) record(ctx context.Context, info Info) error {
+	if err := c.cfg.Journal.ImageWritten(ctx, info.Index, info.Term, info.Membership); err != nil {
+		return fmt.Errorf("image: checkpoint at %d written, but the journal did not record it: %w", info.Index, err)
+	}
+	c.pending = nil
+	if err := c.cfg.Store.Prune(); err != nil {
 		c.logger.Warn("pruning old images failed", "err", err)
 	}
-	return info, nil
+	return nil
 }
 
 // loadBase loads the newest image at or below target into a fresh shadow

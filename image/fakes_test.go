@@ -108,6 +108,7 @@ type fakeJournal struct {
 
 	imageWrittenErr error
 	readBlock       chan struct{} // when set, ReadEntries waits for it or ctx
+	readStarted     chan struct{} // when set, ReadEntries sends on it before waiting
 	reads           atomic.Int32
 	inFlight        atomic.Int32
 	maxInFlight     atomic.Int32
@@ -154,6 +155,9 @@ func (j *fakeJournal) ReadEntries(ctx context.Context, after, upTo uint64, fn fu
 		}
 	}
 	if j.readBlock != nil {
+		if j.readStarted != nil {
+			j.readStarted <- struct{}{}
+		}
 		select {
 		case <-j.readBlock:
 		case <-ctx.Done():
