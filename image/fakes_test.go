@@ -290,3 +290,15 @@ func writeAll(t testing.TB, fs vfs.FS, path string, data []byte) {
 	require.NoError(t, f.Sync())
 	require.NoError(t, f.Close())
 }
+
+// installSnapshot is what raft does when it records a snapshot at index:
+// the log is replaced by the snapshot (entries up to index are taken from
+// the same deterministic history).
+func (j *fakeJournal) installSnapshot(index uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for i := j.first; i <= j.last; i++ {
+		delete(j.entries, i)
+	}
+	j.first, j.last = index+1, index
+}

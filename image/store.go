@@ -153,11 +153,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.mu.clusterID = cfg.ClusterID
 	s.mu.pinned = make(map[uint64]bool)
-	if err := s.fs.MkdirAll(s.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("image: create %s: %w", s.dir, err)
-	}
-	// The new directory entry must survive a crash too.
-	if err := syncDir(s.fs, cfg.Dir); err != nil {
+	if err := mkdirAllDurably(s.fs, s.dir); err != nil {
 		return nil, err
 	}
 	lock, err := s.fs.Lock(s.fs.PathJoin(s.dir, lockName))
@@ -315,6 +311,9 @@ func (s *Store) Indexes() ([]uint64, error) {
 func (s *Store) removeTemps() error {
 	removed := false
 	for _, n := range []string{ckptTmpName, fetchTmpName} {
+		if _, err := s.fs.Stat(s.path(n)); isNotExist(err) {
+			continue
+		}
 		err := s.fs.Remove(s.path(n))
 		switch {
 		case err == nil:
@@ -331,6 +330,35 @@ func (s *Store) removeTemps() error {
 }
 
 func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }
+
+// mkdirAllDurably creates dir and its missing parents and syncs the parent
+// of each directory it created, so that the directories survive a crash.
+func mkdirAllDurably(fs vfs.FS, dir string) error {
+	var created []string
+	for d := dir; ; d = fs.PathDir(d) {
+		if _, err := fs.Stat(d); err == nil || !isNotExist(err) {
+			break
+		}
+		created = append(created, d)
+		if fs.PathDir(d) == d {
+			break
+		}
+	}
+	if len(created) == 0 {
+		return nil
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("image: create %s: %w", dir, err)
+	}
+	for _, d := range created {
+		if p := fs.PathDir(d); p != d {
+			if err := syncDir(fs, p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 func syncDir(fs vfs.FS, dir string) error {
 	d, err := fs.OpenDir(dir)
