@@ -121,15 +121,23 @@ func newFakeJournal(live State) *fakeJournal {
 func (j *fakeJournal) append(n int) {
 	for range n {
 		j.mu.Lock()
-		j.last++
-		i := j.last
-		d := []byte(fmt.Sprintf("k%d=v%d", i%37, i))
-		j.entries[i] = d
+		i := j.last + 1
 		j.mu.Unlock()
-		if j.live != nil {
-			j.live.Apply(i, d)
-		}
+		j.appendData([]byte(fmt.Sprintf("k%d=v%d", i%37, i)))
 	}
+}
+
+// appendData commits one entry and applies it to the live state.
+func (j *fakeJournal) appendData(d []byte) uint64 {
+	j.mu.Lock()
+	j.last++
+	i := j.last
+	j.entries[i] = d
+	j.mu.Unlock()
+	if j.live != nil {
+		j.live.Apply(i, d)
+	}
+	return i
 }
 
 func (j *fakeJournal) applied() uint64 {

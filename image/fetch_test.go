@@ -317,3 +317,10 @@ func TestHandler(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
 }
+
+// newServer serves s over loopback HTTP and returns its address.
+func newServer(t testing.TB, s *Store) string {
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
