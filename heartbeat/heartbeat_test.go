@@ -1,0 +1,298 @@
+package heartbeat_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/cancel"
+	"github.com/metatree/metatree/heartbeat"
+)
+
+func synctestWait() { synctest.Wait() }
+
+// A worker restart cancels its queries on whichever frontend coordinates
+// them (the leader and a follower), within one interval of the new epoch
+// being answered; queries elsewhere go on.
+func TestWorkerRestartCancelsQueriesOnEveryFrontend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, 2)
+		var onLeader, onFollower, elsewhere *cancel.Query
+		var err error
+		f1, f2 := c.frontends[1], c.frontends[2]
+		onLeader, err = f1.reg.Register(t.Context(), member(f1.ms, 1), []cancel.Member{member(f1.ms, 10)})
+		require.NoError(t, err)
+		onFollower, err = f2.reg.Register(t.Context(), member(f2.ms, 2), []cancel.Member{member(f2.ms, 10), member(f2.ms, 11)})
+		require.NoError(t, err)
+		elsewhere, err = f2.reg.Register(t.Context(), member(f2.ms, 2), []cancel.Member{member(f2.ms, 11)})
+		require.NoError(t, err)
+		old := c.workers[10].epoch
+
+		time.Sleep(interval / 3) // mid-interval, like a real crash
+		w := c.restartWorker(10)
+		c.advance(interval)
+		for _, q := range []*cancel.Query{onLeader, onFollower} {
+			requireCancelled(t, q, cancel.ErrNodeRestarted, 10)
+			var ce *cancel.CanceledError
+			require.ErrorAs(t, context.Cause(q.Context()), &ce)
+			require.Equal(t, old, ce.OldEpoch)
+			require.Equal(t, w.epoch, ce.NewEpoch)
+		}
+		require.NoError(t, elsewhere.Context().Err())
+		for _, f := range c.frontends {
+			require.Equal(t, 1, countType(f.events(), 10, heartbeat.Restarted), "frontend %d", f.id)
+			m, _ := f.ms.Member(10)
+			require.Equal(t, w.epoch, m.Epoch)
+		}
+		// A query against the old epoch is refused at once; the new one is fine.
+		_, err = f2.reg.Register(t.Context(), member(f2.ms, 2), []cancel.Member{{Node: 10, Epoch: old}})
+		require.ErrorIs(t, err, cancel.ErrNodeRestarted)
+		_, err = f2.reg.Register(t.Context(), member(f2.ms, 2), []cancel.Member{member(f2.ms, 10)})
+		require.NoError(t, err)
+	})
+}
+
+// A worker that stops answering is declared dead after DeadAfter misses,
+// not before, and its queries are cancelled then.
+func TestWorkerDeathCancelsAfterNMisses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, 2)
+		f2 := c.frontends[2]
+		q, err := f2.reg.Register(t.Context(), member(f2.ms, 2), []cancel.Member{member(f2.ms, 10)})
+		require.NoError(t, err)
+
+		time.Sleep(interval / 3)
+		c.net.cut("*", addrOf(10), true) // the process hangs: no answer at all
+		c.advance(time.Duration(deadAfter-1) * interval)
+		require.NoError(t, q.Context().Err(), "cancelled before %d misses", deadAfter)
+		c.advance(2 * interval)
+		requireCancelled(t, q, cancel.ErrNodeDead, 10)
+		m, _ := f2.ms.Member(10)
+		require.Equal(t, heartbeat.StatusDead, m.Status)
+		require.Equal(t, 1, countType(f2.events(), 10, heartbeat.Dead))
+		alive := countType(f2.events(), 10, heartbeat.Alive) // its first answer
+
+		// It comes back with the same epoch (it was only cut off): alive
+		// again, and new queries are accepted.
+		c.net.cut("*", addrOf(10), false)
+		c.advance(interval)
+		m, _ = f2.ms.Member(10)
+		require.Equal(t, heartbeat.StatusAlive, m.Status)
+		require.Equal(t, alive+1, countType(f2.events(), 10, heartbeat.Alive))
+		_, err = f2.reg.Register(t.Context(), member(f2.ms, 2), []cancel.Member{member(f2.ms, 10)})
+		require.NoError(t, err)
+	})
+}
+
+// A coordinator frontend's restart cancels the fragments it sent to
+// workers; a fragment from another frontend goes on.
+func TestCoordinatorRestartCancelsFragments(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, 1)
+		w := c.workers[10]
+		old := c.frontends[2].epoch
+		frag, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 2, Epoch: old})
+		require.NoError(t, err)
+		other, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 3, Epoch: c.frontends[3].epoch})
+		require.NoError(t, err)
+
+		f := c.restartFrontend(2)
+		c.advance(2 * interval) // one round journals it, the next publishes it
+		requireCancelled(t, frag, cancel.ErrNodeRestarted, 2)
+		require.NoError(t, other.Context().Err())
+		fe, ok := w.resp.Frontend(2)
+		require.True(t, ok)
+		require.Equal(t, f.epoch, fe.Epoch)
+		// A late fragment from the old coordinator epoch never starts.
+		_, err = w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 2, Epoch: old})
+		require.ErrorIs(t, err, cancel.ErrNodeRestarted)
+	})
+}
+
+// A coordinator frontend that dies is published with a temporary epoch once
+// declared dead, and its fragments are cancelled then, not before.
+func TestCoordinatorDeathCancelsFragments(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, 1)
+		w := c.workers[10]
+		e2 := c.frontends[2].epoch
+		frag, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 2, Epoch: e2})
+		require.NoError(t, err)
+
+		c.net.cut("*", addrOf(2), true)
+		c.advance(time.Duration(deadAfter-1) * interval)
+		require.NoError(t, frag.Context().Err(), "unreachable is not dead yet")
+		fe, _ := w.resp.Frontend(2)
+		require.Equal(t, e2, fe.Epoch, "an unreachable frontend keeps its epoch until declared dead")
+		c.advance(3 * interval)
+		requireCancelled(t, frag, cancel.ErrNodeDead, 2)
+		fe, _ = w.resp.Frontend(2)
+		require.True(t, fe.Dead)
+		require.True(t, fe.Epoch.Temporary())
+	})
+}
+
+// Removing a member cancels its queries on the frontends, and removing a
+// frontend cancels its fragments on the workers.
+func TestRemovalCancels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, 2)
+		f1 := c.frontends[1]
+		q, err := f1.reg.Register(t.Context(), member(f1.ms, 1), []cancel.Member{member(f1.ms, 11)})
+		require.NoError(t, err)
+		frag, err := c.workers[10].reg.RegisterFragment(t.Context(), cancel.Member{Node: 3, Epoch: c.frontends[3].epoch})
+		require.NoError(t, err)
+
+		require.NoError(t, c.frontends[2].ms.Remove(t.Context(), 11)) // through a follower
+		require.NoError(t, f1.ms.Remove(t.Context(), 3))
+		synctestWait()
+		requireCancelled(t, q, cancel.ErrNodeRemoved, 11)
+		require.ErrorIs(t, c.frontends[2].ms.Remove(t.Context(), 11), heartbeat.ErrNotFound)
+		c.advance(interval)
+		requireCancelled(t, frag, cancel.ErrNodeRemoved, 3)
+		_, err = f1.reg.Register(t.Context(), member(f1.ms, 1), []cancel.Member{{Node: 11}})
+		require.ErrorIs(t, err, cancel.ErrNodeRemoved)
+	})
+}
+
+// A leader change with every member healthy declares nobody dead and
+// cancels nothing.
+func TestLeaderFailoverHealthyNoCancels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, 3)
+		var qs []*cancel.Query
+		for _, f := range c.frontends {
+			q, err := f.reg.Register(t.Context(), member(f.ms, f.id), []cancel.Member{member(f.ms, 10), member(f.ms, 11), member(f.ms, 12)})
+			require.NoError(t, err)
+			qs = append(qs, q)
+		}
+		for _, w := range c.workers {
+			for id := range uint64(3) {
+				q, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: id + 1, Epoch: c.frontends[id+1].epoch})
+				require.NoError(t, err)
+				qs = append(qs, q)
+			}
+		}
+		before, wbefore := map[uint64]int{}, map[uint64]int{}
+		for id, f := range c.frontends {
+			before[id] = len(f.events())
+		}
+		for id, w := range c.workers {
+			wbefore[id] = len(w.events())
+		}
+		// No leader for a while (an election), then 2 leads, then 3.
+		c.setLeader(0, 2)
+		c.advance(2 * interval)
+		c.setLeader(2, 2)
+		c.advance(5 * interval)
+		c.setLeader(3, 3)
+		c.advance(5 * interval)
+		for _, q := range qs {
+			require.NoError(t, q.Context().Err(), "failover cancelled a query: %v", context.Cause(q.Context()))
+		}
+		for id, f := range c.frontends {
+			require.Equal(t, before[id], len(f.events()), "frontend %d saw events: %v", id, f.events()[before[id]:])
+		}
+		for _, w := range c.workers {
+			require.Equal(t, wbefore[w.id], len(w.events()), "worker %d saw events: %v", w.id, w.events()[wbefore[w.id]:])
+			require.Equal(t, uint64(3), w.resp.Term())
+		}
+		require.True(t, c.frontends[3].ms.MonitorStats().Leading)
+		require.False(t, c.frontends[1].ms.MonitorStats().Leading)
+	})
+}
+
+// A deposed leader that still believes it leads is refused by members that
+// saw the newer term, and its transitions fail the claim fence.
+func TestDeposedLeaderIsIgnored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, 2)
+		f2 := c.frontends[2]
+		q, err := f2.reg.Register(t.Context(), member(f2.ms, 2), []cancel.Member{member(f2.ms, 10), member(f2.ms, 11)})
+		require.NoError(t, err)
+		// Frontend 2 becomes leader in term 2; frontend 1 is partitioned from
+		// raft and still believes it leads term 1. It also cannot reach
+		// worker 10, so it counts misses for it.
+		journaled := c.frontends[1].ms.MonitorStats().Transitions
+		c.log.mu.Lock()
+		c.log.leases[2] = lease{term: 2, leader: true}
+		c.log.mu.Unlock()
+		c.advance(interval) // 2 claims the monitor and heartbeats everyone in term 2
+		c.net.cut(addrOf(1), addrOf(10), true)
+		c.advance(10 * interval)
+		require.NoError(t, q.Context().Err(), "a deposed leader's view cancelled a query: %v", context.Cause(q.Context()))
+		for _, f := range c.frontends {
+			require.Zero(t, countType(f.events(), 10, heartbeat.Dead))
+			require.Zero(t, countType(f.events(), 11, heartbeat.Dead))
+		}
+		require.Equal(t, uint64(2), c.workers[11].resp.Term(), "worker accepted a lower term")
+		require.Equal(t, journaled, c.frontends[1].ms.MonitorStats().Transitions, "the deposed leader journaled a transition")
+		require.Positive(t, c.frontends[1].ms.MonitorStats().Misses, "the deposed leader never tried (test is vacuous)")
+	})
+}
+
+// A member answering slowly but within the timeout is never declared dead.
+func TestSlowResponderNeverDead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, 1)
+		c.net.slow(addrOf(10), interval/2-time.Millisecond) // the timeout is interval/2
+		c.advance(20 * interval)
+		for _, f := range c.frontends {
+			require.Zero(t, countType(f.events(), 10, heartbeat.Dead))
+			m, _ := f.ms.Member(10)
+			require.Equal(t, heartbeat.StatusAlive, m.Status)
+		}
+		require.Zero(t, c.frontends[1].ms.MonitorStats().Misses)
+		// Past the timeout it is a miss, and enough of them convict.
+		c.net.slow(addrOf(10), interval/2+time.Millisecond)
+		c.advance(5 * interval)
+		require.Equal(t, 1, countType(c.frontends[2].events(), 10, heartbeat.Dead))
+	})
+}
+
+// A worker cut off from every frontend cancels nothing on its own: silence
+// is not evidence. (The leader, which can no longer reach it, declares it
+// dead, and the coordinators cancel their side.)
+func TestWorkerCutOffCancelsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, 1)
+		w := c.workers[10]
+		var frags []*cancel.Query
+		for id := range uint64(3) {
+			q, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: id + 1, Epoch: c.frontends[id+1].epoch})
+			require.NoError(t, err)
+			frags = append(frags, q)
+		}
+		before := len(w.events())
+		c.net.cut("*", addrOf(10), true)
+		c.advance(30 * interval)
+		require.True(t, w.resp.Stale())
+		require.Equal(t, before, len(w.events()))
+		for _, q := range frags {
+			require.NoError(t, q.Context().Err())
+		}
+		require.Equal(t, 1, countType(c.frontends[1].events(), 10, heartbeat.Dead))
+	})
+}
+
+// The leader's own pause (its clock jumps between ticks while probes are
+// in flight) convicts nobody for the misses that fell in it.
+func TestLeaderPauseConvictsNobody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, 1)
+		// Every round, worker 10's answer is lost while the leader is paused:
+		// from the leader's point of view its probes time out late.
+		clk := c.pausingClock()
+		c.restartFrontendWithClock(1, clk)
+		c.advance(2 * interval)
+		c.net.cut("*", addrOf(10), true)
+		for range 10 {
+			clk.pause(3 * interval)
+			c.advance(interval)
+		}
+		require.Zero(t, countType(c.frontends[1].events(), 10, heartbeat.Dead))
+	})
+}

@@ -1,0 +1,389 @@
+package heartbeat
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metatree/metatree/catalog"
+)
+
+// monitor is the leader's prober. It runs on every frontend and is active
+// only while the journal says this frontend leads.
+type monitor struct {
+	m     *Membership
+	cfg   *Config
+	stats monitorCounters
+
+	mu struct {
+		sync.Mutex
+		leading    bool
+		term       uint64
+		claim      uint64 // catalog index of our claim record (0: none yet)
+		graceUntil time.Time
+		round      uint64
+		pauses     uint64 // local pauses detected so far
+		peers      map[uint64]*peer
+		roundStart time.Time
+		pending    int // probes of the current round still in flight
+	}
+}
+
+// peer is the leader's in-memory bookkeeping for one member. It is never
+// journaled: only transitions are.
+type peer struct {
+	misses   int
+	lastOK   time.Time
+	inflight bool
+}
+
+type monitorCounters struct {
+	rounds, probes, misses, transitions, bytesSent, bytesRecv atomic.Uint64
+	lastRound                                                 atomic.Int64 // ns
+}
+
+// MonitorStats are the leader monitor's counters since New.
+type MonitorStats struct {
+	Leading     bool
+	Term        uint64
+	Rounds      uint64
+	Probes      uint64
+	Misses      uint64
+	Transitions uint64 // transitions journaled
+	BytesSent   uint64 // heartbeat request bodies
+	BytesRecv   uint64 // heartbeat response bodies
+	LastRound   time.Duration
+}
+
+// MonitorStats returns the monitor's counters.
+func (m *Membership) MonitorStats() MonitorStats {
+	s := &m.mon.stats
+	m.mon.mu.Lock()
+	leading, term := m.mon.mu.leading, m.mon.mu.term
+	m.mon.mu.Unlock()
+	return MonitorStats{Leading: leading, Term: term, Rounds: s.rounds.Load(), Probes: s.probes.Load(), Misses: s.misses.Load(),
+		Transitions: s.transitions.Load(), BytesSent: s.bytesSent.Load(), BytesRecv: s.bytesRecv.Load(), LastRound: time.Duration(s.lastRound.Load())}
+}
+
+func newMonitor(m *Membership) *monitor {
+	mo := &monitor{m: m, cfg: &m.cfg}
+	mo.mu.peers = make(map[uint64]*peer)
+	return mo
+}
+
+func (mo *monitor) run(ctx context.Context) {
+	var probes sync.WaitGroup
+	defer probes.Wait()
+	tick, stop := mo.cfg.Clock.NewTicker(mo.cfg.Interval)
+	defer stop()
+	last := mo.cfg.Clock.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		}
+		now := mo.cfg.Clock.Now()
+		gap := now.Sub(last)
+		last = now
+		mo.tick(ctx, &probes, now, gap)
+	}
+}
+
+// tick runs once per interval.
+func (mo *monitor) tick(ctx context.Context, probes *sync.WaitGroup, now time.Time, gap time.Duration) {
+	term, leader := mo.cfg.Journal.LeaderTerm()
+	mo.mu.Lock()
+	if !leader {
+		if mo.mu.leading {
+			mo.m.log.Info("heartbeat: monitor stops: not the leader", "term", term)
+		}
+		mo.mu.leading = false
+		mo.mu.claim = 0
+		mo.mu.Unlock()
+		return
+	}
+	if !mo.mu.leading || term != mo.mu.term {
+		// Newly elected: no convictions before the grace period ends, and
+		// misses count from now.
+		mo.mu.leading, mo.mu.term, mo.mu.claim = true, term, 0
+		mo.mu.graceUntil = now.Add(mo.cfg.Grace)
+		clear(mo.mu.peers)
+		mo.m.log.Info("heartbeat: monitor starts", "term", term, "grace", mo.cfg.Grace)
+	} else if gap > mo.cfg.Interval+mo.cfg.Interval/2 {
+		// Our own pause (GC, scheduling, a stalled disk): misses that fell
+		// in it say nothing about the members. Start counting again.
+		mo.mu.pauses++
+		for _, p := range mo.mu.peers {
+			p.misses = 0
+			p.lastOK = now
+		}
+		mo.m.log.Warn("heartbeat: local pause, not convicting anyone for it", "gap", gap)
+	}
+	claim := mo.mu.claim
+	mo.mu.Unlock()
+
+	if claim == 0 {
+		cctx, cancel := context.WithCancel(ctx)
+		stopTimer := mo.cfg.Clock.AfterFunc(mo.cfg.Interval, cancel)
+		idx, err := mo.m.claim(cctx, term)
+		stopTimer()
+		cancel()
+		if err != nil {
+			mo.m.log.Warn("heartbeat: monitor claim failed", "term", term, "err", err)
+			return
+		}
+		mo.mu.Lock()
+		if !mo.mu.leading || mo.mu.term != term {
+			mo.mu.Unlock()
+			return
+		}
+		mo.mu.claim = idx
+		mo.mu.Unlock()
+	}
+	mo.round(ctx, probes, term)
+}
+
+// round heartbeats every member once, in parallel.
+func (mo *monitor) round(ctx context.Context, probes *sync.WaitGroup, term uint64) {
+	members, version := mo.m.view()
+	fronts := make([]FrontendEpoch, 0, 8)
+	for _, r := range members {
+		if r.Kind == KindFrontend {
+			fronts = append(fronts, FrontendEpoch{ID: r.ID, Gen: r.Generation, Epoch: r.PublishedEpoch(), Dead: r.Status == StatusDead})
+		}
+	}
+	now := mo.cfg.Clock.Now()
+	mo.mu.Lock()
+	mo.mu.round++
+	round, pauses := mo.mu.round, mo.mu.pauses
+	seen := make(map[uint64]bool, len(members))
+	var todo []Member
+	for _, r := range members {
+		seen[r.ID] = true
+		p := mo.mu.peers[r.ID]
+		if p == nil {
+			p = &peer{lastOK: now}
+			mo.mu.peers[r.ID] = p
+		}
+		if r.ID == mo.cfg.ID || p.inflight {
+			continue // ourselves: no probe; in flight: still within its timeout
+		}
+		p.inflight = true
+		todo = append(todo, r)
+	}
+	for id := range mo.mu.peers {
+		if !seen[id] {
+			delete(mo.mu.peers, id)
+		}
+	}
+	mo.mu.roundStart = now
+	mo.mu.pending += len(todo)
+	mo.mu.Unlock()
+	mo.stats.rounds.Add(1)
+
+	// Ourselves: the leader answers its own heartbeat.
+	if self, ok := mo.m.Member(mo.cfg.ID); ok {
+		if next, typ := decide(self, mo.cfg.Epoch); next != nil {
+			probes.Go(func() { mo.journal(ctx, term, self, next, typ) })
+		}
+	}
+	req := Request{Cluster: mo.cfg.Cluster, Leader: mo.cfg.ID, Term: term, Round: round, Version: version, Frontends: fronts}
+	for _, r := range todo {
+		probes.Go(func() { mo.probe(ctx, term, pauses, req, r) })
+	}
+}
+
+// probe heartbeats one member and acts on the outcome.
+func (mo *monitor) probe(ctx context.Context, term, pauses uint64, req Request, r Member) {
+	start := mo.cfg.Clock.Now()
+	req.Member = r.ID
+	epoch, err := mo.send(ctx, r, &req)
+	now := mo.cfg.Clock.Now()
+	mo.stats.probes.Add(1)
+
+	mo.mu.Lock()
+	p := mo.mu.peers[r.ID]
+	if p != nil {
+		p.inflight = false
+	}
+	if mo.mu.pending--; mo.mu.pending == 0 {
+		mo.stats.lastRound.Store(int64(now.Sub(mo.mu.roundStart)))
+	}
+	if p == nil || !mo.mu.leading || mo.mu.term != term || ctx.Err() != nil {
+		mo.mu.Unlock()
+		return
+	}
+	// Decide on the freshest record replayed, not the round's snapshot.
+	cur, ok := mo.m.Member(r.ID)
+	if !ok {
+		mo.mu.Unlock()
+		return
+	}
+	var next *Member
+	var typ EventType
+	switch {
+	case errors.Is(err, errLowerTerm):
+		// The member has seen a newer leader: we are deposed. Not a miss.
+		mo.m.log.Warn("heartbeat: member saw a higher term", "member", r.ID, "term", term)
+	case err != nil:
+		if mo.mu.pauses != pauses || now.Sub(start) > mo.cfg.Timeout+mo.cfg.Interval/2 {
+			break // our own pause ate the deadline
+		}
+		p.misses++
+		mo.stats.misses.Add(1)
+		if p.misses >= mo.cfg.DeadAfter && cur.Status != StatusDead && !now.Before(mo.mu.graceUntil) &&
+			now.Sub(p.lastOK) >= time.Duration(mo.cfg.DeadAfter)*mo.cfg.Interval {
+			d := cur
+			d.Status = StatusDead
+			next, typ = &d, Dead
+			mo.m.log.Info("heartbeat: member missed heartbeats", "member", r.ID, "misses", p.misses, "err", err)
+		}
+	default:
+		p.misses = 0
+		p.lastOK = now
+		next, typ = decide(cur, epoch)
+	}
+	mo.mu.Unlock()
+	if next != nil {
+		mo.journal(ctx, term, cur, next, typ)
+	}
+}
+
+// decide returns the record after a member answered with epoch, or nil if
+// nothing changed.
+func decide(cur Member, epoch Epoch) (*Member, EventType) {
+	next := cur
+	next.Status = StatusAlive
+	next.Epoch = epoch
+	switch {
+	case cur.Epoch.IsZero():
+		return &next, Alive
+	case cur.Epoch != epoch:
+		return &next, Restarted
+	case cur.Status == StatusDead:
+		return &next, Alive
+	}
+	return nil, 0
+}
+
+// journal proposes one transition, fenced by our claim and by the record's
+// last change.
+func (mo *monitor) journal(ctx context.Context, term uint64, cur Member, next *Member, typ EventType) {
+	mo.mu.Lock()
+	claim := mo.mu.claim
+	ok := mo.mu.leading && mo.mu.term == term && claim != 0
+	mo.mu.Unlock()
+	if !ok {
+		return
+	}
+	next.Generation = cur.Generation + 1
+	next.Term = term
+	next.Since = mo.cfg.Clock.Now()
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := mo.cfg.Clock.AfterFunc(mo.cfg.Interval, cancel)
+	defer stop()
+	_, err := mo.m.propose(pctx,
+		catalog.Op{Type: catalog.OpCheck, Path: MonitorPath, Cond: catalog.Cond{Modified: claim}},
+		catalog.Op{Type: catalog.OpUpdate, Path: MemberPath(cur.ID), Kind: MemberKind, Set: next.stateAttrs(), Cond: catalog.Cond{Modified: cur.Modified}},
+	)
+	var opErr *catalog.OpError
+	switch {
+	case err == nil:
+		mo.stats.transitions.Add(1)
+		mo.m.log.Info("heartbeat: transition journaled", "member", cur.ID, "type", typ.String(), "epoch", next.Epoch.String(), "generation", next.Generation)
+	case errors.As(err, &opErr) && opErr.Op == 0:
+		// A newer leader claimed the monitor: we are fenced. Re-claiming
+		// will see its term and stop.
+		mo.m.log.Warn("heartbeat: transition fenced by a newer leader", "member", cur.ID, "err", err)
+		mo.mu.Lock()
+		if mo.mu.claim == claim {
+			mo.mu.claim = 0
+		}
+		mo.mu.Unlock()
+	default:
+		// The record changed under us (stale view) or the proposal failed:
+		// the next round decides again from the replayed record.
+		mo.m.log.Info("heartbeat: transition not journaled", "member", cur.ID, "type", typ.String(), "err", err)
+	}
+}
+
+// send posts one heartbeat with the per-request deadline and returns the
+// member's epoch.
+func (mo *monitor) send(ctx context.Context, r Member, req *Request) (Epoch, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return Epoch{}, err
+	}
+	mo.stats.bytesSent.Add(uint64(len(body)))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := mo.cfg.Clock.AfterFunc(mo.cfg.Timeout, cancel)
+	defer stop()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, mo.cfg.Endpoint(r), bytes.NewReader(body))
+	if err != nil {
+		return Epoch{}, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := mo.cfg.Client.Do(hreq)
+	if err != nil {
+		return Epoch{}, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return Epoch{}, err
+	}
+	mo.stats.bytesRecv.Add(uint64(len(data)))
+	switch resp.StatusCode {
+	case http.StatusOK:
+		var out Response
+		if err := decodeJSON(bytes.NewReader(data), &out); err != nil {
+			return Epoch{}, err
+		}
+		if out.Member != r.ID || out.Epoch.IsZero() || out.Epoch.Temporary() {
+			return Epoch{}, fmt.Errorf("%w: member %d answered as %d with epoch %q", ErrMalformed, r.ID, out.Member, out.Epoch)
+		}
+		return out.Epoch, nil
+	case http.StatusConflict:
+		var rej rejection
+		if json.Unmarshal(data, &rej) == nil && rej.Term > req.Term {
+			return Epoch{}, fmt.Errorf("%w: member %d saw term %d", errLowerTerm, r.ID, rej.Term)
+		}
+		return Epoch{}, fmt.Errorf("heartbeat: member %d refused: %s", r.ID, bytes.TrimSpace(data))
+	default:
+		return Epoch{}, fmt.Errorf("heartbeat: member %d answered %s", r.ID, resp.Status)
+	}
+}
+
+// claim journals this leader's claim of the monitor for term and returns
+// the catalog index of the claim (transitions check it is still the last).
+func (m *Membership) claim(ctx context.Context, term uint64) (uint64, error) {
+	if err := m.ensureLayout(ctx); err != nil {
+		return 0, err
+	}
+	cur, ok := m.cfg.Tree.Get(MonitorPath)
+	if !ok {
+		return 0, fmt.Errorf("heartbeat: %s missing", MonitorPath)
+	}
+	if t := uint64(cur.Attrs[attrTerm].Int64()); t > term {
+		return 0, fmt.Errorf("%w: claim of term %d, ours is %d", ErrFenced, t, term)
+	}
+	res, err := m.propose(ctx, catalog.Op{Type: catalog.OpUpdate, Path: MonitorPath, Set: map[string]catalog.Value{
+		attrLeader: catalog.Int(int64(m.cfg.ID)),
+		attrTerm:   catalog.Int(int64(term)),
+		attrEpoch:  catalog.String(m.cfg.Epoch.String()),
+	}, Cond: catalog.Cond{Modified: cur.Modified}})
+	if err != nil {
+		return 0, err
+	}
+	return res.Index, nil
+}

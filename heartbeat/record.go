@@ -1,0 +1,172 @@
+package heartbeat
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/metatree/metatree/catalog"
+)
+
+// Catalog layout. Member records are nodes of kind MemberKind under
+// MembersPath, named by the member id in decimal.
+const (
+	ClusterPath = "/_cluster"
+	MembersPath = "/_cluster/members"
+	// MonitorPath holds the claim of the leader whose monitor may journal
+	// transitions (attrs leader, term, epoch). Every transition checks that
+	// this record was last changed by its own claim, so a deposed leader's
+	// transition fails its precondition and changes nothing.
+	MonitorPath = "/_cluster/monitor"
+	MemberKind  = "member"
+)
+
+// Member record attribute keys.
+const (
+	attrAddr       = "addr"
+	attrKind       = "kind"
+	attrRole       = "role"
+	attrEpoch      = "epoch"
+	attrGeneration = "generation"
+	attrStatus     = "status"
+	attrSince      = "since" // unix milliseconds, the leader's wall clock (informational)
+	attrTerm       = "term"  // raft term of the leader that journaled the last transition
+	attrLeader     = "leader"
+)
+
+// Status is a member's journaled status.
+type Status uint8
+
+const (
+	// StatusAlive: the member answers heartbeats (or has not yet missed
+	// DeadAfter of them).
+	StatusAlive Status = iota + 1
+	// StatusDead: the member missed DeadAfter heartbeats in a row.
+	StatusDead
+)
+
+// String returns "alive" or "dead".
+func (s Status) String() string {
+	switch s {
+	case StatusAlive:
+		return "alive"
+	case StatusDead:
+		return "dead"
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+func parseStatus(s string) (Status, error) {
+	switch s {
+	case "alive":
+		return StatusAlive, nil
+	case "dead":
+		return StatusDead, nil
+	}
+	return 0, fmt.Errorf("%w: unknown member status %q", ErrMalformed, s)
+}
+
+// Member is one member record as journaled in the catalog.
+type Member struct {
+	ID   uint64
+	Addr string // host:port of its HTTP server (Responder mounted at Path)
+	Kind Kind
+	Role string // free-form: "follower", "observer", a worker's pool, ...
+	// Epoch is the last real epoch the member answered with (zero: it has
+	// not answered yet). It does not change when the member is declared
+	// dead; PublishedEpoch gives the temporary epoch then.
+	Epoch      Epoch
+	Generation uint64 // bumped by every journaled transition
+	Status     Status
+	Since      time.Time // when the last transition was journaled (leader's clock)
+	Term       uint64    // raft term of the leader that journaled it
+	Modified   uint64    // catalog index of the record's last change
+}
+
+// PublishedEpoch is the epoch the cluster publishes for m: its epoch while
+// alive, its temporary epoch once declared dead.
+func (m Member) PublishedEpoch() Epoch {
+	if m.Status == StatusDead {
+		return TemporaryEpoch(m.Epoch, m.Generation)
+	}
+	return m.Epoch
+}
+
+// MemberPath returns the catalog path of member id's record.
+func MemberPath(id uint64) string { return MembersPath + "/" + strconv.FormatUint(id, 10) }
+
+// memberFromNode decodes a member record.
+func memberFromNode(n *catalog.Node) (Member, error) {
+	id, err := strconv.ParseUint(n.Name, 10, 64)
+	if err != nil || id == 0 || !strings.HasPrefix(n.Path, MembersPath+"/") {
+		return Member{}, fmt.Errorf("%w: member record %q: name is not a member id", ErrMalformed, n.Path)
+	}
+	m := Member{ID: id, Modified: n.Modified, Addr: n.Attrs[attrAddr].Str(), Role: n.Attrs[attrRole].Str()}
+	if m.Kind, err = ParseKind(n.Attrs[attrKind].Str()); err != nil {
+		return Member{}, fmt.Errorf("%w: member record %q: %w", ErrMalformed, n.Path, err)
+	}
+	if m.Epoch, err = ParseEpoch(n.Attrs[attrEpoch].Str()); err != nil {
+		return Member{}, fmt.Errorf("%w: member record %q: %w", ErrMalformed, n.Path, err)
+	}
+	if m.Status, err = parseStatus(n.Attrs[attrStatus].Str()); err != nil {
+		return Member{}, fmt.Errorf("member record %q: %w", n.Path, err)
+	}
+	m.Generation = uint64(n.Attrs[attrGeneration].Int64())
+	m.Term = uint64(n.Attrs[attrTerm].Int64())
+	if ms := n.Attrs[attrSince].Int64(); ms != 0 {
+		m.Since = time.UnixMilli(ms)
+	}
+	return m, nil
+}
+
+// stateAttrs are the attributes a transition sets.
+func (m Member) stateAttrs() map[string]catalog.Value {
+	return map[string]catalog.Value{
+		attrEpoch:      catalog.String(m.Epoch.String()),
+		attrGeneration: catalog.Int(int64(m.Generation)),
+		attrStatus:     catalog.String(m.Status.String()),
+		attrSince:      catalog.Int(m.Since.UnixMilli()),
+		attrTerm:       catalog.Int(int64(m.Term)),
+	}
+}
+
+// attrs are all the attributes of a new record.
+func (m Member) attrs() map[string]catalog.Value {
+	a := m.stateAttrs()
+	a[attrAddr] = catalog.String(m.Addr)
+	a[attrKind] = catalog.String(m.Kind.String())
+	a[attrRole] = catalog.String(m.Role)
+	return a
+}
+
+// eventsBetween derives the events of one record change, before -> after
+// (nil: absent). index is the log index of the change.
+func eventsBetween(before, after *Member, index uint64) []Event {
+	switch {
+	case before == nil && after == nil:
+		return nil
+	case before == nil:
+		evs := []Event{{Index: index, Node: after.ID, Kind: after.Kind, Type: Added, NewEpoch: after.Epoch, Generation: after.Generation}}
+		if after.Status == StatusDead {
+			evs[0].NewEpoch = Epoch{}
+			evs = append(evs, Event{Index: index, Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: after.Epoch, NewEpoch: after.PublishedEpoch(), Generation: after.Generation})
+		}
+		return evs
+	case after == nil:
+		return []Event{{Index: index, Node: before.ID, Kind: before.Kind, Type: Removed, OldEpoch: before.PublishedEpoch(), Generation: before.Generation}}
+	}
+	ev := Event{Index: index, Node: after.ID, Kind: after.Kind, OldEpoch: before.PublishedEpoch(), NewEpoch: after.PublishedEpoch(), Generation: after.Generation}
+	switch {
+	case after.Status == StatusDead && (before.Status != StatusDead || before.Epoch != after.Epoch):
+		ev.Type = Dead
+		ev.OldEpoch = before.Epoch
+	case after.Status != StatusDead && after.Epoch != before.Epoch && !before.Epoch.IsZero():
+		ev.Type = Restarted
+	case after.Status != StatusDead && (before.Status == StatusDead || before.Epoch.IsZero()) && !after.Epoch.IsZero():
+		ev.Type = Alive
+	default:
+		return nil // address, role or bookkeeping change
+	}
+	return []Event{ev}
+}
