@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"strings"
@@ -42,7 +43,7 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	s.lr.applying = index
 	t.undo = t.undo[:0]
 	t.events = t.events[:0]
-	t.pcPath = ""
+	t.pc.reset()
 	t.snapshotWatchers()
 	ids := make([]uint64, len(ops))
 	for i := range ops {
@@ -71,7 +72,7 @@ func (t *Tree) clearScratch() {
 	clear(t.dec.kvs)
 	clear(t.dec.keys)
 	t.dec.data = nil
-	t.pcPath = ""
+	t.pc.reset()
 	clear(t.events)
 	t.events = t.events[:0]
 	if cap(t.undo) > 1<<16 {
@@ -91,7 +92,7 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 	case OpDropIndex:
 		return 0, t.dropIndex(s, o.kind, o.attr)
 	}
-	slot, exists := s.resolve(o.path)
+	slot, exists := t.resolveW(s, o.path)
 	var r *rec
 	if exists {
 		r = s.at(slot)
@@ -136,21 +137,85 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 		if r.kids != 0 && !o.recursive {
 			return 0, fmt.Errorf("%w (%d of them; delete with Recursive)", ErrNotEmpty, len(s.kidsOf(slot)))
 		}
-		t.pcPath = ""
+		t.pc.reset()
 		t.deleteTree(s, slot, o.path)
 	case OpMove:
 		parentPath, name := splitPath(o.to)
-		ps, ok := s.resolve(parentPath)
+		ps, ok := t.resolveW(s, parentPath)
 		if !ok {
 			return 0, fmt.Errorf("%w: parent %q of move target", ErrNotFound, parentPath)
 		}
 		if _, taken := s.child(ps, unsafeBytes(name)); taken {
 			return 0, fmt.Errorf("%w: move target %q", ErrExists, o.to)
 		}
-		t.pcPath = ""
+		t.pc.reset()
 		t.move(s, index, slot, ps, name, o.path, o.to)
 	}
 	return id, nil
+}
+
+// pathCache remembers the slots along the last path the applier resolved,
+// so that the many operations of a batch under one parent do not search
+// from the root each time. Its strings view the entry bytes: it is valid
+// within one Apply and reset by deletes and moves (which free slots or
+// change paths).
+type pathCache struct {
+	path  string
+	ends  []int    // ends[i]: end of component i in path
+	slots []uint32 // slots[i]: the node at path[:ends[i]]
+}
+
+func (c *pathCache) reset() {
+	c.path = ""
+	c.ends = c.ends[:0]
+	c.slots = c.slots[:0]
+}
+
+// resolveW is resolve for the applier, through the path cache.
+func (t *Tree) resolveW(s *state, path string) (uint32, bool) {
+	if path == "/" {
+		return rootSlot, true
+	}
+	c := &t.pc
+	// Longest cached ancestor (or the path itself).
+	n := 0
+	for n < len(path) && n < len(c.path) && path[n] == c.path[n] {
+		n++
+	}
+	d := -1
+	for i, e := range c.ends {
+		if e > n || (e < len(path) && path[e] != '/') {
+			break
+		}
+		d = i
+	}
+	slot := uint32(rootSlot)
+	start := 1
+	if d >= 0 {
+		slot = c.slots[d]
+		start = c.ends[d] + 1
+		c.ends = c.ends[:d+1]
+		c.slots = c.slots[:d+1]
+	} else {
+		c.ends = c.ends[:0]
+		c.slots = c.slots[:0]
+	}
+	c.path = path
+	for start <= len(path) {
+		end := start
+		for end < len(path) && path[end] != '/' {
+			end++
+		}
+		k, ok := s.child(slot, unsafeBytes(path[start:end]))
+		if !ok {
+			return 0, false
+		}
+		slot = k
+		c.ends = append(c.ends, end)
+		c.slots = append(c.slots, slot)
+		start = end + 1
+	}
+	return slot, true
 }
 
 // splitPath splits a valid non-root path into its parent path and name.
@@ -171,7 +236,7 @@ type attrEnt struct {
 }
 
 // putBlob encodes name and attributes (sorted by key name) into the arena.
-func (t *Tree) putBlob(s *state, name []byte, attrs []attrEnt) uint64 {
+func (t *Tree) putBlob(s *state, name []byte, attrs []attrEnt) (uint64, uint32) {
 	b := t.buf[:0]
 	b = binary.AppendUvarint(b, uint64(len(name)))
 	b = append(b, name...)
@@ -186,16 +251,9 @@ func (t *Tree) putBlob(s *state, name []byte, attrs []attrEnt) uint64 {
 
 func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	parentPath, name := splitPath(o.path)
-	var ps uint32
-	if t.pcPath != "" && parentPath == t.pcPath {
-		ps = t.pcSlot
-	} else {
-		var ok bool
-		ps, ok = s.resolve(parentPath)
-		if !ok {
-			return 0, fmt.Errorf("%w: parent %q", ErrNotFound, parentPath)
-		}
-		t.pcPath, t.pcSlot = parentPath, ps
+	ps, ok := t.resolveW(s, parentPath)
+	if !ok {
+		return 0, fmt.Errorf("%w: parent %q", ErrNotFound, parentPath)
 	}
 	// Values are encoded into one scratch buffer first; attrEnt.val slices
 	// are taken after it stops growing.
@@ -216,8 +274,8 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	s.preWrite(slot)
 	id := s.nextID
 	s.nextID++
-	blob := t.putBlob(s, unsafeBytes(name), t.attrs)
-	*s.at(slot) = rec{id: id, blob: blob, created: index, modified: index, parent: ps, kind: kind}
+	blob, blen := t.putBlob(s, unsafeBytes(name), t.attrs)
+	*s.at(slot) = rec{id: id, blob: blob, blen: blen, created: index, modified: index, parent: ps, kind: kind}
 	s.setSlotOf(id, slot)
 	s.insertKid(ps, slot)
 	s.indexAdd(slot)
@@ -232,41 +290,60 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 // indexAdd adds the node at slot to its kind set and secondary indexes.
 func (s *state) indexAdd(slot uint32) {
 	r := s.at(slot)
-	s.kindSets[r.kind].Add(r.id)
-	if xs := s.kindIndexes[r.kind]; len(xs) > 0 {
-		_, attrs := splitBlob(s.blob(r))
-		for _, x := range xs {
-			if v, ok := attrValue(attrs, x.key); ok {
-				x.add(v, r.id)
-			}
-		}
-	}
+	s.kindSets[r.kind].Add(slot)
+	s.secAdd(slot)
 }
 
 // indexRemove is indexAdd's inverse.
 func (s *state) indexRemove(slot uint32) {
 	r := s.at(slot)
-	s.kindSets[r.kind].Remove(r.id)
-	s.secRemove(r)
+	s.kindSets[r.kind].Remove(slot)
+	s.secRemove(slot)
 }
 
-func (s *state) secRemove(r *rec) {
+func (s *state) secRemove(slot uint32) {
+	r := s.at(slot)
 	if xs := s.kindIndexes[r.kind]; len(xs) > 0 {
 		_, attrs := splitBlob(s.blob(r))
 		for _, x := range xs {
 			if v, ok := attrValue(attrs, x.key); ok {
-				x.remove(v, r.id)
+				x.remove(v, slot)
 			}
 		}
 	}
 }
 
-func (s *state) secAdd(r *rec) {
+// secUpdate moves a node between postings for the indexed attributes whose
+// value changed from blob a to blob b.
+func (s *state) secUpdate(slot uint32, kind uint32, a, b *rec) {
+	xs := s.kindIndexes[kind]
+	if len(xs) == 0 {
+		return
+	}
+	_, aa := splitBlob(s.blob(a))
+	_, ba := splitBlob(s.blob(b))
+	for _, x := range xs {
+		av, aok := attrValue(aa, x.key)
+		bv, bok := attrValue(ba, x.key)
+		if aok == bok && bytes.Equal(av, bv) {
+			continue
+		}
+		if aok {
+			x.remove(av, slot)
+		}
+		if bok {
+			x.add(bv, slot)
+		}
+	}
+}
+
+func (s *state) secAdd(slot uint32) {
+	r := s.at(slot)
 	if xs := s.kindIndexes[r.kind]; len(xs) > 0 {
 		_, attrs := splitBlob(s.blob(r))
 		for _, x := range xs {
 			if v, ok := attrValue(attrs, x.key); ok {
-				x.add(v, r.id)
+				x.add(v, slot)
 			}
 		}
 	}
@@ -328,15 +405,14 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) {
 		t.attrs = append(t.attrs, attrEnt{key: m.key, name: m.name, val: val})
 	}
 	t.vbuf = vals
-	blob := t.putBlob(s, name, t.attrs)
+	blob, blen := t.putBlob(s, name, t.attrs)
 	s.preWrite(slot)
 	r = s.at(slot)
 	oldRec := *r
-	s.secRemove(r)
-	s.arena.drop(r.blob)
-	r.blob = blob
+	s.arena.drop(r.blen)
+	r.blob, r.blen = blob, blen
 	r.modified = index
-	s.secAdd(r)
+	s.secUpdate(slot, r.kind, &oldRec, r)
 	t.undo = append(t.undo, undoRec{op: uSetBlob, slot: slot, old: oldRec})
 	if wantEv {
 		n := s.nodeFrom(r, before.Path, before.Parent)
@@ -375,7 +451,7 @@ func (t *Tree) deleteTree(s *state, slot uint32, path string) {
 	s.preWrite(slot)
 	*s.at(slot) = rec{}
 	s.free = append(s.free, slot)
-	s.arena.drop(old.blob)
+	s.arena.drop(old.blen)
 	t.undo = append(t.undo, undoRec{op: uRemove, slot: slot, old: old})
 }
 
@@ -397,10 +473,10 @@ func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, fro
 		b = append(b, newName...)
 		b = append(b, attrs...)
 		t.buf = b
-		blob := s.arena.put(b)
-		s.arena.drop(old.blob)
+		blob, blen := s.arena.put(b)
+		s.arena.drop(old.blen)
 		r = s.at(slot)
-		r.blob = blob
+		r.blob, r.blen = blob, blen
 	}
 	r.parent = newParent
 	r.modified = index
@@ -420,11 +496,10 @@ func (t *Tree) createIndex(s *state, kind, attr string) error {
 		return fmt.Errorf("%w: index on (%q, %q)", ErrExists, kind, attr)
 	}
 	x := &secIndex{kind: k, key: key, kindName: s.kinds[k], keyName: s.keys[key], post: map[string]*idset.Set{}}
-	for _, id := range s.kindSets[k].AppendTo(nil) {
-		slot, _ := s.slotOf(id)
+	for _, slot := range s.kindSets[k].AppendTo(nil) {
 		_, attrs := splitBlob(s.blob(s.at(slot)))
 		if v, ok := attrValue(attrs, key); ok {
-			x.add(v, id)
+			x.add(v, slot)
 		}
 	}
 	s.addIndex(x)
@@ -501,7 +576,7 @@ func (t *Tree) rollback(s *state) {
 			s.clearSlotOf(r.id)
 			s.preWrite(u.slot)
 			*s.at(u.slot) = rec{}
-			s.arena.drop(r.blob)
+			s.arena.drop(r.blen)
 			if u.fromFree {
 				s.free = append(s.free, u.slot)
 			} else {
@@ -519,25 +594,25 @@ func (t *Tree) rollback(s *state) {
 			s.setSlotOf(u.old.id, u.slot)
 			s.insertKid(u.old.parent, u.slot)
 			s.indexAdd(u.slot)
-			s.arena.undrop(u.old.blob)
+			s.arena.undrop(u.old.blen)
 		case uSetBlob:
 			s.preWrite(u.slot)
 			r := s.at(u.slot)
-			s.secRemove(r)
-			s.arena.drop(r.blob)
-			s.arena.undrop(u.old.blob)
-			r.blob, r.modified = u.old.blob, u.old.modified
-			s.secAdd(r)
+			s.secRemove(u.slot)
+			s.arena.drop(r.blen)
+			s.arena.undrop(u.old.blen)
+			r.blob, r.blen, r.modified = u.old.blob, u.old.blen, u.old.modified
+			s.secAdd(u.slot)
 		case uMove:
 			r := s.at(u.slot)
 			s.removeKid(r.parent, u.slot)
 			s.preWrite(u.slot)
 			r = s.at(u.slot)
 			if r.blob != u.old.blob {
-				s.arena.drop(r.blob)
-				s.arena.undrop(u.old.blob)
+				s.arena.drop(r.blen)
+				s.arena.undrop(u.old.blen)
 			}
-			r.blob, r.parent, r.modified = u.old.blob, u.old.parent, u.old.modified
+			r.blob, r.blen, r.parent, r.modified = u.old.blob, u.old.blen, u.old.parent, u.old.modified
 			s.insertKid(u.old.parent, u.slot)
 		case uCreateIndex:
 			s.removeIndex(u.idx)
@@ -561,8 +636,7 @@ func (s *state) maybeCompact() {
 		if r.id == 0 {
 			continue
 		}
-		b, _ := a.get(r.blob)
-		r.blob = na.put(b)
+		r.blob, r.blen = na.put(a.get(r.blob, r.blen))
 	}
 	s.arena = na
 }

@@ -303,4 +303,3 @@ func (d *decoder) decode(data []byte, ops []rawOp, view bool) ([]rawOp, error) {
 	}
 	return ops, nil
 }
-

@@ -385,7 +385,9 @@ func (ld *loader) run() error {
 
 func (ld *loader) records(p []byte) error {
 	s := ld.s
-	d := &decoder{data: p}
+	// Strings view the block: names are copied into the arena and
+	// dictionary entries by interning.
+	d := &decoder{data: p, view: true}
 	for d.off < len(p) && d.err == nil {
 		if uint64(s.nslots) >= ld.count {
 			return ld.br.corrupt("more nodes than the header's %d", ld.count)
@@ -464,10 +466,11 @@ func (ld *loader) records(p []byte) error {
 		}
 		ld.blob = b
 		slot := s.allocSlot()
-		*s.at(slot) = rec{id: id, blob: s.arena.put(b), created: created, modified: modified, kind: kind}
+		ref, n := s.arena.put(b)
+		*s.at(slot) = rec{id: id, blob: ref, blen: n, created: created, modified: modified, kind: kind}
 		s.setSlotOf(id, slot)
 		if kind != 0 {
-			s.kindSets[kind].Add(id)
+			s.kindSets[kind].Add(slot)
 		}
 		ld.parents = append(ld.parents, parent)
 		ld.prevID = id
@@ -582,4 +585,3 @@ func (ld *loader) link() error {
 	}
 	return nil
 }
-

@@ -175,22 +175,22 @@ func (lr *longRead) node(r *rec) Node {
 // longChunk is how many nodes a long read handles per lock hold.
 const longChunk = 512
 
-// nodes materializes the nodes with the given ids (as of the reader's
+// nodes materializes the nodes at the given slots (as of the reader's
 // index), keeping those for which keep (if set) returns true.
-func (lr *longRead) nodes(ids []uint64, keep func(s *state, r *rec) bool) []Node {
+func (lr *longRead) nodes(slots []uint32, keep func(s *state, r *rec) bool) []Node {
 	var out []Node
-	for len(ids) > 0 {
-		n := min(len(ids), longChunk)
+	for len(slots) > 0 {
+		n := min(len(slots), longChunk)
 		lr.t.mu.RLock()
-		for _, id := range ids[:n] {
-			_, r, ok := lr.slotOf(id)
-			if !ok || (keep != nil && !keep(lr.s, &r)) {
+		for _, slot := range slots[:n] {
+			r := lr.recAt(slot)
+			if keep != nil && !keep(lr.s, &r) {
 				continue
 			}
 			out = append(out, lr.node(&r))
 		}
 		lr.t.mu.RUnlock()
-		ids = ids[n:]
+		slots = slots[n:]
 	}
 	return out
 }

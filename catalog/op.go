@@ -144,6 +144,35 @@ func ValidPath(p string) error {
 	if len(p) > MaxPathLen {
 		return fmt.Errorf("%w: path of %d bytes (at most %d)", ErrInvalidName, len(p), MaxPathLen)
 	}
+	// One pass for the common case (ASCII names); anything unusual is
+	// reported by ValidName on the offending component.
+	start := 1
+	ascii := true
+	for i := 1; i <= len(p); i++ {
+		if i < len(p) {
+			c := p[i]
+			if c >= 0x80 {
+				ascii = false
+			}
+			if c != '/' && c >= 0x20 && c != 0x7f {
+				continue
+			}
+			if c != '/' {
+				break // a control byte: let ValidName say so
+			}
+		}
+		n := p[start:i]
+		if len(n) == 0 || len(n) > MaxNameLen || n == "." || n == ".." {
+			break
+		}
+		if i == len(p) {
+			if ascii || utf8.ValidString(p) {
+				return nil
+			}
+			break
+		}
+		start = i + 1
+	}
 	rest := p[1:]
 	for {
 		name, tail, more := strings.Cut(rest, "/")
@@ -151,7 +180,7 @@ func ValidPath(p string) error {
 			return fmt.Errorf("path %q: %w", p, err)
 		}
 		if !more {
-			return nil
+			return fmt.Errorf("%w: path %q", ErrInvalidName, p) // not reached
 		}
 		rest = tail
 	}

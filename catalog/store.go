@@ -35,6 +35,7 @@ type rec struct {
 	parent   uint32 // slot
 	kids     uint32 // index into state.kids; 0: no children
 	kind     uint32 // index into state.kinds
+	blen     uint32 // length of the blob
 }
 
 type idPage struct {
@@ -43,9 +44,9 @@ type idPage struct {
 }
 
 // arena is an append-only store of blobs in 1 MiB chunks (larger blobs get
-// their own chunk). A ref is chunk<<32 | offset; a blob starts with its
-// length as a uvarint. Chunks are never written below their length, so a
-// reader holding the lock may read any blob a rec refers to.
+// their own chunk). A ref is chunk<<32 | offset; the rec keeps the length.
+// Chunks are never written below their length, so a reader holding the lock
+// may read any blob a rec refers to.
 type arena struct {
 	chunks  [][]byte
 	live    int64 // bytes referenced by recs (including prefixes)
@@ -54,10 +55,8 @@ type arena struct {
 
 const arenaChunk = 1 << 20
 
-func (a *arena) put(b []byte) uint64 {
-	var pre [binary.MaxVarintLen64]byte
-	np := binary.PutUvarint(pre[:], uint64(len(b)))
-	need := np + len(b)
+func (a *arena) put(b []byte) (uint64, uint32) {
+	need := len(b)
 	n := len(a.chunks)
 	if n == 0 || cap(a.chunks[n-1])-len(a.chunks[n-1]) < need {
 		c := arenaChunk
@@ -69,42 +68,39 @@ func (a *arena) put(b []byte) uint64 {
 	}
 	c := a.chunks[n-1]
 	off := len(c)
-	c = append(c, pre[:np]...)
 	c = append(c, b...)
 	a.chunks[n-1] = c
 	a.live += int64(need)
-	return uint64(n-1)<<32 | uint64(off)
+	return uint64(n-1)<<32 | uint64(off), uint32(need)
 }
 
-// get returns the blob at ref (without its length prefix) and its full size.
-func (a *arena) get(ref uint64) ([]byte, int) {
-	c := a.chunks[ref>>32]
-	off := int(uint32(ref))
-	l, n := binary.Uvarint(c[off:])
-	return c[off+n : off+n+int(l)], n + int(l)
+// get returns the blob of n bytes at ref.
+func (a *arena) get(ref uint64, n uint32) []byte {
+	off := uint32(ref)
+	return a.chunks[ref>>32][off : off+n : off+n]
 }
 
-func (a *arena) drop(ref uint64) {
-	_, n := a.get(ref)
+// drop and undrop account a blob as garbage (or live again).
+func (a *arena) drop(n uint32) {
 	a.live -= int64(n)
 	a.garbage += int64(n)
 }
 
-func (a *arena) undrop(ref uint64) {
-	_, n := a.get(ref)
+func (a *arena) undrop(n uint32) {
 	a.live += int64(n)
 	a.garbage -= int64(n)
 }
 
 // secIndex is a replicated secondary index on (kind, attribute): attribute
-// value (its encoded bytes) to the ids of the nodes of that kind holding it.
+// value (its encoded bytes) to the slots of the nodes of that kind holding
+// it.
 type secIndex struct {
 	kind, key         uint32
 	kindName, keyName string
 	post              map[string]*idset.Set
 }
 
-func (x *secIndex) add(val []byte, id uint64) {
+func (x *secIndex) add(val []byte, id uint32) {
 	p := x.post[string(val)]
 	if p == nil {
 		p = new(idset.Set)
@@ -113,7 +109,7 @@ func (x *secIndex) add(val []byte, id uint64) {
 	p.Add(id)
 }
 
-func (x *secIndex) remove(val []byte, id uint64) {
+func (x *secIndex) remove(val []byte, id uint32) {
 	p := x.post[string(val)]
 	if p == nil {
 		return
@@ -143,7 +139,7 @@ type state struct {
 
 	kinds    []string // [0] is "", the root's kind
 	kindIdx  map[string]uint32
-	kindSets []*idset.Set // by kind; the root is in none
+	kindSets []*idset.Set // by kind: slots of its nodes; the root is in none
 
 	keys   []string
 	keyIdx map[string]uint32
@@ -170,7 +166,8 @@ func newState() *state {
 	b = binary.AppendUvarint(b, 0) // empty name
 	b = binary.AppendUvarint(b, 0) // no attributes
 	slot := s.allocSlot()
-	*s.at(slot) = rec{id: rootID, blob: s.arena.put(b)}
+	ref, n := s.arena.put(b)
+	*s.at(slot) = rec{id: rootID, blob: ref, blen: n}
 	s.setSlotOf(rootID, slot)
 	return s
 }
@@ -227,12 +224,14 @@ func (s *state) clearSlotOf(id uint64) {
 
 // blob returns the name and attribute bytes of a rec.
 func (s *state) blob(r *rec) []byte {
-	b, _ := s.arena.get(r.blob)
-	return b
+	return s.arena.get(r.blob, r.blen)
 }
 
 // splitBlob returns the name and the encoded attributes (count first).
 func splitBlob(b []byte) (name, attrs []byte) {
+	if l := int(b[0]); l < 0x80 {
+		return b[1 : 1+l], b[1+l:]
+	}
 	l, n := binary.Uvarint(b)
 	return b[n : n+int(l)], b[n+int(l):]
 }

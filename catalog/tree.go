@@ -1,6 +1,8 @@
 package catalog
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 )
 
@@ -27,8 +29,7 @@ type Tree struct {
 	attrs  []attrEnt
 	events []pendingEvent
 	ws     []*Watcher // watchers as of the batch start
-	pcPath string     // parent path cache for creates within a batch
-	pcSlot uint32
+	pc     pathCache
 
 	wmu      sync.Mutex // guards watchers and each Watcher's channel state
 	watchers []*Watcher // copy-on-write
@@ -122,7 +123,7 @@ func (t *Tree) ChildCount(path string) int {
 // OfKind returns all nodes of a kind, in increasing id order, as of one
 // index.
 func (t *Tree) OfKind(kind string) []Node {
-	return t.collect(func(s *state) ([]uint64, func(*state, *rec) bool) {
+	return t.collect(func(s *state) ([]uint32, func(*state, *rec) bool) {
 		k, ok := s.kindIdx[kind]
 		if !ok || k == 0 {
 			return nil, nil
@@ -139,7 +140,7 @@ func (t *Tree) Find(kind, attr string, v Value) []Node {
 		return nil
 	}
 	want := appendValue(nil, v)
-	return t.collect(func(s *state) ([]uint64, func(*state, *rec) bool) {
+	return t.collect(func(s *state) ([]uint32, func(*state, *rec) bool) {
 		k, ok := s.kindIdx[kind]
 		if !ok || k == 0 {
 			return nil, nil
@@ -175,25 +176,26 @@ func (t *Tree) HasIndex(kind, attr string) bool {
 // collect runs a long read: pick chooses the ids (and an optional filter)
 // under the lock; small results are materialized at once, large ones in
 // chunks at the same index.
-func (t *Tree) collect(pick func(s *state) ([]uint64, func(*state, *rec) bool)) []Node {
+func (t *Tree) collect(pick func(s *state) ([]uint32, func(*state, *rec) bool)) []Node {
 	t.mu.Lock()
 	s := t.s
-	ids, keep := pick(s)
-	if len(ids) <= longChunk {
-		var out []Node
-		for _, id := range ids {
-			slot, _ := s.slotOf(id)
-			r := s.at(slot)
-			if keep == nil || keep(s, r) {
+	slots, keep := pick(s)
+	var out []Node
+	if len(slots) <= longChunk {
+		for _, slot := range slots {
+			if r := s.at(slot); keep == nil || keep(s, r) {
 				out = append(out, s.node(slot))
 			}
 		}
 		t.mu.Unlock()
-		return out
+	} else {
+		s.lr.active[s.index]++
+		lr := &longRead{t: t, s: s, v: s.index, lastParent: ^uint32(0)}
+		t.mu.Unlock()
+		out = lr.nodes(slots, keep)
+		lr.end()
 	}
-	s.lr.active[s.index]++
-	lr := &longRead{t: t, s: s, v: s.index, lastParent: ^uint32(0)}
-	t.mu.Unlock()
-	defer lr.end()
-	return lr.nodes(ids, keep)
+	// Slots are private and reused: order by id, which every replica shares.
+	slices.SortFunc(out, func(a, b Node) int { return cmp.Compare(a.ID, b.ID) })
+	return out
 }

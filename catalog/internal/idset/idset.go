@@ -1,10 +1,10 @@
-// Package idset is an ordered set of uint64 ids kept in sorted chunks.
+// Package idset is an ordered set of uint32 slot numbers kept in sorted chunks.
 //
 // It is the posting list of the catalog's kind and secondary indexes: ids are
 // mostly added in increasing order (ids come from a counter), so adds append
 // to the last chunk, while removals and out-of-order adds touch one chunk of
 // at most a few thousand entries rather than moving the whole list. It costs
-// about 8 bytes an id and holds no pointers per id.
+// about 4 bytes an entry and holds no pointers per id.
 //
 // A Set is not safe for concurrent mutation; the catalog guards it with its
 // own lock.
@@ -18,7 +18,7 @@ const chunkCap = 1024
 
 // Set is an ordered set of ids. The zero value is an empty set.
 type Set struct {
-	chunks [][]uint64
+	chunks [][]uint32
 	n      int
 }
 
@@ -26,7 +26,7 @@ type Set struct {
 func (s *Set) Len() int { return s.n }
 
 // chunkFor returns the index of the chunk that holds id or would hold it.
-func (s *Set) chunkFor(id uint64) int {
+func (s *Set) chunkFor(id uint32) int {
 	i := sort.Search(len(s.chunks), func(i int) bool { return s.chunks[i][0] > id }) - 1
 	if i < 0 {
 		i = 0
@@ -34,7 +34,7 @@ func (s *Set) chunkFor(id uint64) int {
 	return i
 }
 
-func search(c []uint64, id uint64) (int, bool) {
+func search(c []uint32, id uint32) (int, bool) {
 	lo, hi := 0, len(c)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -48,9 +48,9 @@ func search(c []uint64, id uint64) (int, bool) {
 }
 
 // Add inserts id and reports whether it was absent.
-func (s *Set) Add(id uint64) bool {
+func (s *Set) Add(id uint32) bool {
 	if len(s.chunks) == 0 {
-		c := make([]uint64, 1, chunkCap)
+		c := make([]uint32, 1, chunkCap)
 		c[0] = id
 		s.chunks = append(s.chunks, c)
 		s.n++
@@ -62,7 +62,7 @@ func (s *Set) Add(id uint64) bool {
 		if len(lc) < chunkCap {
 			s.chunks[last] = append(lc, id)
 		} else {
-			c := make([]uint64, 1, chunkCap)
+			c := make([]uint32, 1, chunkCap)
 			c[0] = id
 			s.chunks = append(s.chunks, c)
 		}
@@ -80,9 +80,9 @@ func (s *Set) Add(id uint64) bool {
 	c[pos] = id
 	if len(c) > 2*chunkCap {
 		half := len(c) / 2
-		right := make([]uint64, len(c)-half, chunkCap*2)
+		right := make([]uint32, len(c)-half, chunkCap*2)
 		copy(right, c[half:])
-		left := make([]uint64, half, chunkCap*2)
+		left := make([]uint32, half, chunkCap*2)
 		copy(left, c[:half])
 		s.chunks = append(s.chunks, nil)
 		copy(s.chunks[ci+2:], s.chunks[ci+1:])
@@ -96,7 +96,7 @@ func (s *Set) Add(id uint64) bool {
 }
 
 // Remove deletes id and reports whether it was present.
-func (s *Set) Remove(id uint64) bool {
+func (s *Set) Remove(id uint32) bool {
 	if len(s.chunks) == 0 {
 		return false
 	}
@@ -120,7 +120,7 @@ func (s *Set) Remove(id uint64) bool {
 }
 
 // Contains reports whether id is in the set.
-func (s *Set) Contains(id uint64) bool {
+func (s *Set) Contains(id uint32) bool {
 	if len(s.chunks) == 0 {
 		return false
 	}
@@ -129,9 +129,9 @@ func (s *Set) Contains(id uint64) bool {
 }
 
 // AppendTo appends the ids in increasing order to dst and returns it.
-func (s *Set) AppendTo(dst []uint64) []uint64 {
+func (s *Set) AppendTo(dst []uint32) []uint32 {
 	if cap(dst)-len(dst) < s.n {
-		nd := make([]uint64, len(dst), len(dst)+s.n)
+		nd := make([]uint32, len(dst), len(dst)+s.n)
 		copy(nd, dst)
 		dst = nd
 	}

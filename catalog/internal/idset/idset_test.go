@@ -9,8 +9,8 @@ import (
 func TestSetAgainstMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var s Set
-	ref := map[uint64]bool{}
-	next := uint64(1)
+	ref := map[uint32]bool{}
+	next := uint32(1)
 	for i := 0; i < 200000; i++ {
 		switch r.IntN(4) {
 		case 0, 1: // append a fresh, growing id
@@ -20,20 +20,20 @@ func TestSetAgainstMap(t *testing.T) {
 			ref[next] = true
 			next++
 		case 2: // add an arbitrary id below the counter
-			id := r.Uint64N(next)
+			id := r.Uint32N(next)
 			if got, want := s.Add(id), !ref[id]; got != want {
 				t.Fatalf("Add(%d) = %v, want %v", id, got, want)
 			}
 			ref[id] = true
 		case 3:
-			id := r.Uint64N(next + 10)
+			id := r.Uint32N(next + 10)
 			if got, want := s.Remove(id), ref[id]; got != want {
 				t.Fatalf("Remove(%d) = %v, want %v", id, got, want)
 			}
 			delete(ref, id)
 		}
 	}
-	want := make([]uint64, 0, len(ref))
+	want := make([]uint32, 0, len(ref))
 	for id := range ref {
 		want = append(want, id)
 	}
