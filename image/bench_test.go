@@ -1,0 +1,531 @@
+package image
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/metatree/metatree/catalog"
+)
+
+// The benchmarks run on a Doris-like catalog (databases, tables,
+// partitions, tablets, replicas indexed by worker) and 100,000 journal
+// entries after its image, each a replica version update. The full size is
+// the 3,052,551-node catalog Doris cites for 2 GB of FE heap; the default
+// is 1/50 of it so that `go test -bench .` stays quick:
+//
+//	go test ./image/ -run '^$' -bench 'Checkpoint|Restore|Startup' -benchtime 1x -args -doris=full
+var dorisScale = flag.String("doris", "small", "catalog size for the benchmarks: small (61,051 nodes) or full (3,052,551 nodes)")
+
+type dorisShape struct{ dbs, tables, parts, tablets, replicas, workers int }
+
+func (d dorisShape) nodes() int {
+	t := d.dbs * d.tables
+	p := t * d.parts
+	tb := p * d.tablets
+	return 1 + d.dbs + t + p + tb + tb*d.replicas
+}
+
+func (d dorisShape) replicaPath(tablet, rep int) string {
+	perTable := d.parts * d.tablets
+	tbl := (tablet - 1) / perTable
+	part := ((tablet - 1) % perTable) / d.tablets
+	return fmt.Sprintf("/db%02d/tbl%02d/p%d/tablet%d/r%d", tbl/d.tables, tbl%d.tables, part, tablet, rep)
+}
+
+func shapeFor(scale string) dorisShape {
+	if scale == "full" {
+		return dorisShape{50, 50, 4, 100, 3, 100}
+	}
+	return dorisShape{5, 10, 4, 100, 3, 100}
+}
+
+// build applies the shape to tr in batches of 100 operations from index 1
+// and returns the last index.
+func (d dorisShape) build(tb testing.TB, tr *catalog.Tree) uint64 {
+	r := rand.New(rand.NewPCG(1, 2))
+	var index uint64
+	var ops []catalog.Op
+	flush := func() {
+		if len(ops) == 0 {
+			return
+		}
+		data, err := catalog.Batch{Ops: ops}.Encode()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		index++
+		if res := tr.Apply(index, data).(*catalog.Result); res.Err != nil {
+			tb.Fatalf("batch %d: %v", index, res.Err)
+		}
+		ops = ops[:0]
+	}
+	add := func(op catalog.Op) {
+		ops = append(ops, op)
+		if len(ops) >= 100 {
+			flush()
+		}
+	}
+	add(catalog.Op{Type: catalog.OpCreateIndex, Kind: "replica", Attr: "worker"})
+	tablet := 0
+	for db := range d.dbs {
+		dbp := fmt.Sprintf("/db%02d", db)
+		add(catalog.Op{Type: catalog.OpCreate, Path: dbp, Kind: "database"})
+		for t := range d.tables {
+			tp := fmt.Sprintf("%s/tbl%02d", dbp, t)
+			add(catalog.Op{Type: catalog.OpCreate, Path: tp, Kind: "table", Set: map[string]catalog.Value{"engine": catalog.String("olap")}})
+			for p := range d.parts {
+				pp := fmt.Sprintf("%s/p%d", tp, p)
+				add(catalog.Op{Type: catalog.OpCreate, Path: pp, Kind: "partition"})
+				for range d.tablets {
+					tablet++
+					tbp := fmt.Sprintf("%s/tablet%d", pp, tablet)
+					add(catalog.Op{Type: catalog.OpCreate, Path: tbp, Kind: "tablet"})
+					for rep := range d.replicas {
+						add(catalog.Op{Type: catalog.OpCreate, Path: fmt.Sprintf("%s/r%d", tbp, rep), Kind: "replica", Set: map[string]catalog.Value{
+							"worker":  catalog.Int(int64((tablet*d.replicas + rep) % d.workers)),
+							"version": catalog.Int(int64(1 + r.IntN(1000))),
+							"state":   catalog.String("NORMAL"),
+							"size":    catalog.Int(int64(r.IntN(1 << 30))),
+						}})
+					}
+				}
+			}
+		}
+	}
+	flush()
+	return index
+}
+
+// updates returns n encoded batches, each a version bump of one random
+// replica (what a tablet report or a publish journals).
+func (d dorisShape) updates(tb testing.TB, n int, seed uint64) [][]byte {
+	r := rand.New(rand.NewPCG(seed, 7))
+	tablets := d.dbs * d.tables * d.parts * d.tablets
+	out := make([][]byte, n)
+	for i := range out {
+		data, err := catalog.Batch{Ops: []catalog.Op{{
+			Type: catalog.OpUpdate, Path: d.replicaPath(1+r.IntN(tablets), r.IntN(d.replicas)),
+			Set: map[string]catalog.Value{"version": catalog.Int(int64(1000 + i))},
+		}}}.Encode()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out[i] = data
+	}
+	return out
+}
+
+const benchEntries = 100_000
+
+// dorisFixture is a data dir on the real disk holding the image of the
+// Doris catalog, and the 100,000 entries that follow it.
+type dorisFixture struct {
+	shape   dorisShape
+	dir     string // data dir; its image/ holds image.<base>
+	base    uint64
+	entries [][]byte // indexes base+1 ...
+	size    int64    // image bytes
+}
+
+var (
+	fixturesMu sync.Mutex
+	fixtures   = map[string]*dorisFixture{}
+)
+
+func cleanupBenchFixtures() {
+	fixturesMu.Lock()
+	defer fixturesMu.Unlock()
+	for _, f := range fixtures {
+		os.RemoveAll(f.dir)
+	}
+}
+
+func fixture(b *testing.B) *dorisFixture {
+	b.Helper()
+	fixturesMu.Lock()
+	defer fixturesMu.Unlock()
+	if f := fixtures[*dorisScale]; f != nil {
+		return f
+	}
+	b.StopTimer()
+	defer b.StartTimer()
+	shape := shapeFor(*dorisScale)
+	dir, err := os.MkdirTemp("", "image-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr := catalog.New()
+	base := shape.build(b, tr)
+	if tr.Len() != shape.nodes() {
+		b.Fatalf("catalog has %d nodes, want %d", tr.Len(), shape.nodes())
+	}
+	s, err := Open(Config{Dir: dir, State: tr, ClusterID: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	info, err := s.Write(context.Background(), Header{Index: base, Term: 1, Membership: []byte("voters=1,2,3")}, tr.Save)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Close()
+	f := &dorisFixture{shape: shape, dir: dir, base: base, entries: shape.updates(b, benchEntries, 1), size: info.Size}
+	fixtures[*dorisScale] = f
+	return f
+}
+
+// benchJournal serves the fixture's entries (and those appended by the
+// benchmark's writer) like the journal would.
+type benchJournal struct {
+	mu      sync.Mutex
+	base    uint64
+	entries [][]byte
+}
+
+func (j *benchJournal) applied() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.base + uint64(len(j.entries))
+}
+
+func (j *benchJournal) add(d []byte) uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.entries = append(j.entries, d)
+	return j.base + uint64(len(j.entries))
+}
+
+func (j *benchJournal) ReadEntries(ctx context.Context, after, upTo uint64, fn func(uint64, []byte) error) error {
+	j.mu.Lock()
+	ents := j.entries[after-j.base : upTo-j.base]
+	j.mu.Unlock()
+	for k, e := range ents {
+		if k%1024 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := fn(after+1+uint64(k), e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (j *benchJournal) MembershipAt(uint64) ([]byte, error) { return []byte("voters=1,2,3"), nil }
+func (j *benchJournal) TermAt(uint64) (uint64, error)       { return 1, nil }
+func (j *benchJournal) ImageWritten(context.Context, uint64, uint64, []byte) error {
+	return nil
+}
+
+// copyDir copies the fixture's data dir (the images) to a fresh one.
+func copyDir(b *testing.B, from string) string {
+	to := b.TempDir()
+	if err := os.MkdirAll(filepath.Join(to, imageDirName), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	names, _ := os.ReadDir(filepath.Join(from, imageDirName))
+	for _, n := range names {
+		if !strings.HasPrefix(n.Name(), imagePrefix) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(from, imageDirName, n.Name()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, imageDirName, n.Name()), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return to
+}
+
+var heapObjects = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+
+func heapNow() uint64 {
+	metrics.Read(heapObjects)
+	return heapObjects[0].Value.Uint64()
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	return heapNow()
+}
+
+// peakSampler records the highest heap (live objects and not yet collected
+// garbage) seen while it runs.
+type peakSampler struct {
+	peak atomic.Uint64
+	stop chan struct{}
+	done chan struct{}
+}
+
+func startPeakSampler() *peakSampler {
+	p := &peakSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if h := heapNow(); h > p.peak.Load() {
+				p.peak.Store(h)
+			}
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return p
+}
+
+func (p *peakSampler) finish() uint64 {
+	close(p.stop)
+	<-p.done
+	return p.peak.Load()
+}
+
+// fsyncP50 measures the disk's fsync latency (4 KiB write + fsync) in dir.
+func fsyncP50(b *testing.B, dir string) time.Duration {
+	f, err := os.Create(filepath.Join(dir, "fsync-probe"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 4096)
+	var lat []time.Duration
+	for range 200 {
+		start := time.Now()
+		f.Write(buf)
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2]
+}
+
+func p99(lat []time.Duration) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	slices.Sort(lat)
+	return lat[len(lat)*99/100]
+}
+
+// writer applies one version update to the live catalog every interval
+// (through the journal, as the apply loop would) and records how long each
+// apply took.
+type writer struct {
+	mu   sync.Mutex
+	lat  []time.Duration
+	stop chan struct{}
+	done chan struct{}
+}
+
+func startWriter(live *catalog.Tree, j *benchJournal, updates [][]byte, every time.Duration) *writer {
+	w := &writer{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-w.stop:
+				return
+			case <-t.C:
+			}
+			d := updates[i%len(updates)]
+			start := time.Now()
+			idx := j.add(d)
+			live.Apply(idx, d)
+			el := time.Since(start)
+			w.mu.Lock()
+			w.lat = append(w.lat, el)
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// take returns the latencies recorded so far and starts a new window.
+func (w *writer) take() []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.lat
+	w.lat = nil
+	return l
+}
+
+func (w *writer) finish() {
+	close(w.stop)
+	<-w.done
+}
+
+// BenchmarkCheckpoint: a shadow-replay checkpoint of the Doris catalog plus
+// 100,000 entries after its image, on the real disk with fsync, while a
+// writer keeps applying to the live catalog.
+//
+//	checkpoint-s     time for the checkpoint (load base, replay, write, fsync)
+//	peak-heap-ratio  peak heap during the checkpoint / heap with the live catalog
+//	write-p99-ratio  p99 apply latency during the checkpoint / p99 without one
+func BenchmarkCheckpoint(b *testing.B) {
+	f := fixture(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		dir := copyDir(b, f.dir)
+		live := catalog.New()
+		s, err := Open(Config{Dir: dir, State: live, ClusterID: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := s.LoadLatest(context.Background(), f.base); err != nil {
+			b.Fatal(err)
+		}
+		j := &benchJournal{base: f.base}
+		for _, e := range f.entries {
+			live.Apply(j.add(e), e)
+		}
+		cp, err := NewCheckpointer(CheckpointerConfig{
+			Store: s, Journal: j, Applied: j.applied,
+			NewState: func() State { return catalog.New() }, Interval: time.Hour,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		fsync := fsyncP50(b, dir)
+		heap := liveHeap()
+
+		// The same writer runs through a window without a checkpoint, then
+		// through the checkpoint.
+		w := startWriter(live, j, f.shape.updates(b, 10_000, 2), time.Millisecond)
+		time.Sleep(3 * time.Second)
+		base := w.take()
+		ps := startPeakSampler()
+		b.StartTimer()
+		start := time.Now()
+		info, err := cp.Checkpoint(context.Background())
+		took := time.Since(start)
+		b.StopTimer()
+		peak := ps.finish()
+		during := w.take()
+		w.finish()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if info.Index < f.base+benchEntries {
+			b.Fatalf("checkpoint at %d, want at least %d", info.Index, f.base+benchEntries)
+		}
+		cp.Close()
+		s.Close()
+		b.ReportMetric(took.Seconds(), "checkpoint-s")
+		b.ReportMetric(float64(peak)/float64(heap), "peak-heap-ratio")
+		b.ReportMetric(float64(p99(during))/float64(p99(base)), "write-p99-ratio")
+		b.ReportMetric(float64(p99(base).Microseconds()), "write-p99-base-µs")
+		b.ReportMetric(float64(info.Size)/1e6, "image-MB")
+		b.ReportMetric(float64(heap)/1e6, "live-heap-MB")
+		b.ReportMetric(float64(fsync.Microseconds())/1000, "fsync-p50-ms")
+		b.StartTimer()
+	}
+}
+
+// BenchmarkRestore: a node fetches the Doris image from a peer over
+// loopback HTTP into its data dir (fsynced) and installs it into its live
+// catalog.
+func BenchmarkRestore(b *testing.B) {
+	f := fixture(b)
+	src, err := Open(Config{Dir: f.dir, State: catalog.New(), ClusterID: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	srv := httptest.NewServer(src.Handler())
+	defer srv.Close()
+	var fsync time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		dir := b.TempDir()
+		fsync = fsyncP50(b, dir)
+		live := catalog.New()
+		s, err := Open(Config{Dir: dir, State: live, ClusterID: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		b.StartTimer()
+		start := time.Now()
+		if err := s.Fetch(context.Background(), srv.URL, f.base); err != nil {
+			b.Fatal(err)
+		}
+		fetched := time.Since(start)
+		if err := s.Install(context.Background(), f.base); err != nil {
+			b.Fatal(err)
+		}
+		took := time.Since(start)
+		b.StopTimer()
+		if live.Len() != f.shape.nodes() {
+			b.Fatalf("restored %d nodes, want %d", live.Len(), f.shape.nodes())
+		}
+		s.Close()
+		b.ReportMetric(float64(f.size)/1e6/took.Seconds(), "restore-MB/s")
+		b.ReportMetric(took.Seconds(), "restore-s")
+		b.ReportMetric(fetched.Seconds(), "fetch-s")
+		b.ReportMetric(float64(f.size)/1e6, "image-MB")
+		b.ReportMetric(float64(fsync.Microseconds())/1000, "fsync-p50-ms")
+		b.StartTimer()
+	}
+}
+
+// BenchmarkStartup: open a node whose data dir holds the Doris image and
+// 100,000 entries after it: open the store, load the newest image
+// (verified), replay the entries.
+func BenchmarkStartup(b *testing.B) {
+	f := fixture(b)
+	dir := copyDir(b, f.dir)
+	j := &benchJournal{base: f.base, entries: f.entries}
+	for b.Loop() {
+		b.StopTimer()
+		live := catalog.New()
+		runtime.GC()
+		b.StartTimer()
+		start := time.Now()
+		s, err := Open(Config{Dir: dir, FS: vfs.Default, State: live, ClusterID: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		idx, _, err := s.LoadLatest(context.Background(), f.base)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := j.ReadEntries(context.Background(), idx, j.applied(), func(i uint64, d []byte) error {
+			live.Apply(i, d)
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		took := time.Since(start)
+		b.StopTimer()
+		s.Close()
+		if live.Index() != f.base+benchEntries {
+			b.Fatalf("started at index %d, want %d", live.Index(), f.base+benchEntries)
+		}
+		b.ReportMetric(took.Seconds(), "startup-s")
+		b.StartTimer()
+	}
+}
