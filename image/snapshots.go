@@ -66,6 +66,16 @@ func (s *Store) LoadLatest(ctx context.Context, minIndex uint64) (uint64, []byte
 		return 0, nil, fmt.Errorf("%w: the journal starts after index %d but the newest image in %s is %s; restore this node from a peer", ErrNoUsableImage, minIndex, s.dir, imageName(l.installed[0]))
 	}
 	var failures []error
+	var failed []string
+	// Images that fail to decode are set aside only once the node starts
+	// without them; when nothing is left they stay for the operator.
+	setAside := func() {
+		for k, name := range failed {
+			if errors.Is(failures[k], ErrCorrupt) {
+				s.quarantine(name, failures[k])
+			}
+		}
+	}
 	for _, name := range candidates {
 		if err := ctx.Err(); err != nil {
 			return 0, nil, context.Cause(ctx)
@@ -74,6 +84,7 @@ func (s *Store) LoadLatest(ctx context.Context, minIndex uint64) (uint64, []byte
 		if err == nil {
 			if len(failures) > 0 {
 				s.logger.Warn("fell back to an older image; the journal covers the gap", "image", s.path(name), "skipped", errors.Join(failures...))
+				setAside()
 			} else {
 				s.logger.Info("loaded image", "image", s.path(name), "index", info.Index, "bytes", info.Size)
 			}
@@ -84,12 +95,11 @@ func (s *Store) LoadLatest(ctx context.Context, minIndex uint64) (uint64, []byte
 			return 0, nil, err
 		}
 		failures = append(failures, err)
-		if errors.Is(err, ErrCorrupt) && len(candidates) > len(failures) {
-			s.quarantine(name, err)
-		}
+		failed = append(failed, name)
 	}
 	if minIndex == 0 {
-		s.logger.Warn("every image is unusable; replaying the whole journal", "err", errors.Join(failures...))
+		s.logger.Warn("every image is unusable; replaying the whole journal from its first entry", "err", errors.Join(failures...))
+		setAside()
 		return 0, nil, nil
 	}
 	return 0, nil, fmt.Errorf("%w: every image at or after index %d is unusable and the journal starts after it: %w", ErrNoUsableImage, minIndex, errors.Join(failures...))

@@ -382,6 +382,12 @@ func (s *Store) Write(ctx context.Context, h Header, save func(io.Writer) error)
 	} else if id != "" && h.ClusterID != id {
 		return Info{}, fmt.Errorf("%w: writing an image of cluster %q into a store of cluster %q", ErrClusterMismatch, h.ClusterID, id)
 	}
+	s.mu.Lock()
+	closed := s.mu.closed
+	s.mu.Unlock()
+	if closed {
+		return Info{}, ErrClosed
+	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	tmp := s.path(ckptTmpName)

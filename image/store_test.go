@@ -207,3 +207,22 @@ func TestParseName(t *testing.T) {
 	_ = errors.New
 	_ = fmt.Sprint
 }
+
+func TestLoadLatestEveryImageBadWholeJournal(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openStore(t, fs, "/data", newKV())
+	writeKV(t, s, 100)
+	require.NoError(t, s.Close())
+	corruptFile(t, fs, "/data/image/image.100")
+	var logs logBuffer
+	st := newKV()
+	s = openStore(t, fs, "/data", st, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	idx, _, err := s.LoadLatest(context.Background(), 0)
+	require.NoError(t, err, "the journal holds every entry: replay it all")
+	require.Zero(t, idx)
+	require.Empty(t, st.snapshot(), "nothing of the corrupt image reached the state")
+	require.Contains(t, logs.String(), "level=WARN")
+	require.Contains(t, logs.String(), "replaying the whole journal")
+	names, _ := fs.List("/data/image")
+	require.Contains(t, names, "image.100.corrupt")
+}
