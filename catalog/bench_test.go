@@ -283,8 +283,6 @@ func BenchmarkReadsDuringApply(b *testing.B) {
 	b.ReportMetric(float64(applied.Load())/b.Elapsed().Seconds(), "apply-ops/s")
 }
 
-
-
 // BenchmarkSaveLoad saves and loads the 1/50 Doris catalog.
 func BenchmarkSaveLoad(b *testing.B) {
 	tr, _ := benchTree(b)

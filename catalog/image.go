@@ -33,8 +33,11 @@ const (
 	imageVersion    = 1
 	imageBlockBytes = 64 << 10
 	maxBlockBytes   = 8 << 20
-	saveChunkIDs    = 2048
 )
+
+// saveChunkIDs is how many ids Save handles per lock hold (a variable so
+// that tests can force tiny chunks).
+var saveChunkIDs uint64 = 2048
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 

@@ -173,7 +173,7 @@ func (lr *longRead) node(r *rec) Node {
 }
 
 // longChunk is how many nodes a long read handles per lock hold.
-const longChunk = 512
+var longChunk = 512 // a variable so that tests can force tiny chunks
 
 // nodes materializes the nodes at the given slots (as of the reader's
 // index), keeping those for which keep (if set) returns true.

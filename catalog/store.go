@@ -3,6 +3,7 @@ package catalog
 import (
 	"bytes"
 	"encoding/binary"
+	"strings"
 
 	"github.com/metatree/metatree/catalog/internal/idset"
 )
@@ -394,7 +395,7 @@ func (s *state) internKind(k string) uint32 {
 		return i
 	}
 	i := uint32(len(s.kinds))
-	k = string([]byte(k)) // k may view entry bytes
+	k = strings.Clone(k) // k may view entry bytes
 	s.kinds = append(s.kinds, k)
 	s.kindIdx[k] = i
 	s.kindSets = append(s.kindSets, new(idset.Set))
@@ -406,7 +407,7 @@ func (s *state) internKey(k string) uint32 {
 		return i
 	}
 	i := uint32(len(s.keys))
-	k = string([]byte(k))
+	k = strings.Clone(k)
 	s.keys = append(s.keys, k)
 	s.keyIdx[k] = i
 	return i
