@@ -1,0 +1,287 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// StateMachine is what the journal replays the log into (the catalog in
+// metatree).
+//
+// Threading contract: Apply is called from one goroutine owned by the
+// journal, strictly in log order, once per user entry (an entry whose
+// idempotency key was applied recently is skipped, not applied twice). It
+// must be deterministic: the same entries give the same state on every
+// replica. It must not call back into the Journal's blocking methods
+// (Propose, WaitApplied, ReadBarrier), which wait for Apply itself.
+type StateMachine interface {
+	// Apply applies the user entry committed at index; the value goes to
+	// the local proposer waiting on that index.
+	Apply(index uint64, data []byte) any
+}
+
+// Snapshots is the hook the image package implements. A nil Snapshots means
+// no images: the log is never compacted and every node replays from index 1.
+type Snapshots interface {
+	// LoadLatest is called once in Open before raft starts: load the newest
+	// valid local image whose index >= minIndex into the state machine and
+	// return its index and the membership blob stored with it (0, nil if
+	// there is no image). minIndex is the journal's first retained index - 1:
+	// an older image could not be replayed forward.
+	LoadLatest(ctx context.Context, minIndex uint64) (index uint64, membership []byte, err error)
+	// Fetch makes the image at exactly index durable in the local data dir,
+	// fetched from the peer at addr (host:port). Called when a raft snapshot
+	// message arrives, before raft sees it; single-flight.
+	Fetch(ctx context.Context, addr string, index uint64) error
+	// Install loads the durable local image at index into the live state
+	// machine (atomically). Called on the apply goroutine, in log order,
+	// when raft applies that snapshot.
+	Install(ctx context.Context, index uint64) error
+}
+
+// Clock is the time source (a subset of tailscale's tstime.Clock). Nil in
+// Config means the real clock.
+type Clock interface {
+	Now() time.Time
+	// NewTicker returns a channel that delivers ticks every d, and a stop
+	// function.
+	NewTicker(d time.Duration) (<-chan time.Time, func())
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+func (realClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// Config configures a Journal. The zero value of every tunable means its
+// documented default; Open copies the Config, fills defaults and validates.
+type Config struct {
+	// ID is this node's raft id: non-zero, unique in the cluster, never
+	// reused for another node. Required.
+	ID uint64
+	// Dir is the node's data dir (VERSION, ROLE, LOCK, journal/). Required.
+	Dir string
+	// Addr is this node's host:port as its peers reach it. Required.
+	Addr string
+
+	// Start mode. With a VERSION file in Dir the node restarts from it and
+	// Bootstrap/Join are ignored. Otherwise exactly one of:
+	//   Bootstrap: start a new single-node cluster (others join it);
+	//   Join: the address of any running member (the helper).
+	Bootstrap bool
+	Join      string
+	// Role is Follower (voter) or Observer (learner). RoleUnset means
+	// Follower for bootstrap and join, and the ROLE file on restart. A Role
+	// that disagrees with the ROLE file or with the cluster is an error at
+	// startup (ErrRoleMismatch).
+	Role Role
+	// ClusterID names a new cluster at bootstrap (default: a random UUID).
+	// On restart or join, a non-empty ClusterID must match the cluster's.
+	ClusterID string
+	// Token guards joining and every peer request. The bootstrap node's
+	// token becomes the cluster's; a joining node must present the same.
+	Token string
+
+	// StateMachine receives the user entries. Required.
+	StateMachine StateMachine
+	// Snapshots is the image hook (nil = no images, no compaction).
+	Snapshots Snapshots
+
+	// Transport carries the traffic between nodes. Default: the HTTP
+	// transport (mount Handler() under /raft/) using HTTPClient.
+	Transport Transport
+	// HTTPClient is used by the default transport (default: a client with
+	// its own http.Transport; set one with TLS config for https).
+	HTTPClient *http.Client
+	// Scheme is "http" (default) or "https" for the default transport.
+	Scheme string
+
+	// FS is the filesystem for the data dir (default: the OS, vfs.Default).
+	FS vfs.FS
+	// Logger receives the journal's logs (default: discard).
+	Logger *slog.Logger
+	// Clock is the time source for ticks and the staleness guard (default:
+	// the real clock).
+	Clock Clock
+
+	// TickInterval is the raft tick (default 100ms).
+	TickInterval time.Duration
+	// ElectionTicks is the election timeout in ticks (default 10).
+	ElectionTicks int
+	// HeartbeatTicks is the heartbeat interval in ticks (default 1).
+	HeartbeatTicks int
+
+	// MaxSizePerMsg bounds the bytes of entries in one append message
+	// (default 1 MiB).
+	MaxSizePerMsg uint64
+	// MaxInflightMsgs bounds the append messages in flight to one follower
+	// (default 256).
+	MaxInflightMsgs int
+	// MaxInflightBytes bounds the bytes in flight to one follower (default
+	// 32 MiB).
+	MaxInflightBytes uint64
+	// MaxUncommittedBytes bounds the leader's uncommitted log tail; further
+	// proposals fail with ErrBusy (default 64 MiB).
+	MaxUncommittedBytes uint64
+	// MaxCommittedBytesPerReady bounds the committed entries handed out per
+	// Ready (default 4 MiB).
+	MaxCommittedBytesPerReady uint64
+	// ApplyQueueBytes bounds the committed-but-unapplied bytes queued for
+	// the state machine; past it the raft loop stops taking new Readys (but
+	// keeps ticking) until Apply catches up (default 64 MiB).
+	ApplyQueueBytes uint64
+	// ApplyQueueBatches bounds the number of queued apply batches (default
+	// 1024).
+	ApplyQueueBatches int
+	// SendQueueMsgs and SendQueueBytes bound the messages queued for one
+	// peer by the default transport (defaults 4096 and 64 MiB); overflow
+	// drops (raft retransmits).
+	SendQueueMsgs  int
+	SendQueueBytes uint64
+	// MaxBodyBytes bounds one HTTP request body or stream frame accepted by
+	// the handler (default 4 × MaxSizePerMsg + 1 MiB).
+	MaxBodyBytes int64
+	// ProposalQueue bounds the proposals waiting for the raft loop (default
+	// 4096); past it Propose waits (on its context).
+	ProposalQueue int
+
+	// StaleAfter is the staleness tolerance: the leader journals its clock
+	// every StaleAfter/2, and a non-leader whose last replayed timestamp is
+	// older than StaleAfter reports itself stale (default 30s).
+	StaleAfter time.Duration
+
+	// DedupeWindow is how many log indexes back an idempotency key is
+	// remembered: an entry whose key was applied within the window is not
+	// applied again (default 10,000).
+	DedupeWindow uint64
+	// CompactMargin is the number of entries kept behind an image for slow
+	// followers (default 20,000; at least DedupeWindow).
+	CompactMargin uint64
+	// ForwardRetries bounds the attempts of a proposal made on a non-leader
+	// (default 5).
+	ForwardRetries int
+}
+
+func (c *Config) fillDefaults() {
+	def := func(v *uint64, d uint64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTicks == 0 {
+		c.HeartbeatTicks = 1
+	}
+	def(&c.MaxSizePerMsg, 1<<20)
+	if c.MaxInflightMsgs == 0 {
+		c.MaxInflightMsgs = 256
+	}
+	def(&c.MaxInflightBytes, 32<<20)
+	def(&c.MaxUncommittedBytes, 64<<20)
+	def(&c.MaxCommittedBytesPerReady, 4<<20)
+	def(&c.ApplyQueueBytes, 64<<20)
+	if c.ApplyQueueBatches == 0 {
+		c.ApplyQueueBatches = 1024
+	}
+	if c.SendQueueMsgs == 0 {
+		c.SendQueueMsgs = 4096
+	}
+	def(&c.SendQueueBytes, 64<<20)
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = int64(4*c.MaxSizePerMsg) + 1<<20
+	}
+	if c.ProposalQueue == 0 {
+		c.ProposalQueue = 4096
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = 30 * time.Second
+	}
+	def(&c.DedupeWindow, 10_000)
+	def(&c.CompactMargin, 20_000)
+	if c.ForwardRetries == 0 {
+		c.ForwardRetries = 5
+	}
+	if c.Scheme == "" {
+		c.Scheme = "http"
+	}
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.ID == 0 {
+		bad("ID must be non-zero")
+	}
+	if c.Dir == "" {
+		bad("Dir is required")
+	}
+	if c.Addr == "" {
+		bad("Addr is required")
+	}
+	if c.StateMachine == nil {
+		bad("StateMachine is required")
+	}
+	if c.Bootstrap && c.Join != "" {
+		bad("Bootstrap and Join are exclusive")
+	}
+	if c.Role != RoleUnset && c.Role != Follower && c.Role != Observer {
+		bad("unknown Role %d", c.Role)
+	}
+	if c.Bootstrap && c.Role == Observer {
+		bad("a bootstrap node must be a Follower (voter)")
+	}
+	if c.TickInterval < time.Millisecond {
+		bad("TickInterval %v below 1ms", c.TickInterval)
+	}
+	if c.HeartbeatTicks < 1 || c.ElectionTicks <= c.HeartbeatTicks {
+		bad("ElectionTicks (%d) must exceed HeartbeatTicks (%d) >= 1", c.ElectionTicks, c.HeartbeatTicks)
+	}
+	if c.MaxInflightMsgs < 1 {
+		bad("MaxInflightMsgs must be positive")
+	}
+	if c.MaxInflightBytes < c.MaxSizePerMsg {
+		bad("MaxInflightBytes (%d) must be >= MaxSizePerMsg (%d)", c.MaxInflightBytes, c.MaxSizePerMsg)
+	}
+	if c.MaxBodyBytes < int64(c.MaxSizePerMsg) {
+		bad("MaxBodyBytes (%d) must be >= MaxSizePerMsg (%d)", c.MaxBodyBytes, c.MaxSizePerMsg)
+	}
+	if c.ApplyQueueBatches < 1 || c.SendQueueMsgs < 1 || c.ProposalQueue < 1 || c.ForwardRetries < 1 {
+		bad("queue sizes and ForwardRetries must be positive")
+	}
+	if c.StaleAfter < 2*c.TickInterval {
+		bad("StaleAfter (%v) must be at least two ticks", c.StaleAfter)
+	}
+	if c.CompactMargin < c.DedupeWindow {
+		bad("CompactMargin (%d) must be >= DedupeWindow (%d)", c.CompactMargin, c.DedupeWindow)
+	}
+	if c.Scheme != "http" && c.Scheme != "https" {
+		bad("Scheme must be http or https")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("journal: invalid config: %w", errors.Join(errs...))
+	}
+	return nil
+}

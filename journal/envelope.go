@@ -1,0 +1,279 @@
+package journal
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Every normal raft entry the journal writes is an envelope:
+//
+//	kindUser:      [1][16-byte idempotency key][user data...]
+//	kindTimestamp: [2][8-byte big-endian unix nanoseconds of the leader's clock]
+//
+// An empty entry is raft's own (the leader's first entry of its term). The
+// state machine only sees the user data of kindUser entries.
+const (
+	kindUser      byte = 1
+	kindTimestamp byte = 2
+	keyLen             = 16
+)
+
+type envelope struct {
+	kind byte
+	key  [16]byte
+	data []byte // user data (aliases the entry)
+	ts   int64  // unix nanos for kindTimestamp
+}
+
+func encodeUser(key [16]byte, data []byte) []byte {
+	b := make([]byte, 1+keyLen+len(data))
+	b[0] = kindUser
+	copy(b[1:], key[:])
+	copy(b[1+keyLen:], data)
+	return b
+}
+
+func encodeTimestamp(unixNano int64) []byte {
+	b := make([]byte, 9)
+	b[0] = kindTimestamp
+	binary.BigEndian.PutUint64(b[1:], uint64(unixNano))
+	return b
+}
+
+// decodeEnvelope decodes a non-empty normal entry's data.
+func decodeEnvelope(b []byte) (envelope, error) {
+	if len(b) == 0 {
+		return envelope{}, fmt.Errorf("%w: empty envelope", ErrMalformed)
+	}
+	switch b[0] {
+	case kindUser:
+		if len(b) < 1+keyLen {
+			return envelope{}, fmt.Errorf("%w: user entry of %d bytes is shorter than its key", ErrMalformed, len(b))
+		}
+		e := envelope{kind: kindUser, data: b[1+keyLen:]}
+		copy(e.key[:], b[1:1+keyLen])
+		return e, nil
+	case kindTimestamp:
+		if len(b) != 9 {
+			return envelope{}, fmt.Errorf("%w: timestamp entry of %d bytes", ErrMalformed, len(b))
+		}
+		return envelope{kind: kindTimestamp, ts: int64(binary.BigEndian.Uint64(b[1:]))}, nil
+	}
+	return envelope{}, fmt.Errorf("%w: unknown entry kind %d", ErrMalformed, b[0])
+}
+
+// confContext travels in ConfChange.Context: the peer's address and role
+// (so addresses are durable in the log) and the key of the proposal waiting
+// for it.
+type confContext struct {
+	Addr string   `json:"addr,omitempty"`
+	Role Role     `json:"role"`
+	Key  [16]byte `json:"key"`
+}
+
+func decodeConfChange(e *raftpb.Entry) (*raftpb.ConfChange, confContext, error) {
+	var cc raftpb.ConfChange
+	var ctx confContext
+	if e.GetType() != raftpb.EntryConfChange {
+		return nil, ctx, fmt.Errorf("%w: entry %d: conf change type %v unsupported", ErrMalformed, e.GetIndex(), e.GetType())
+	}
+	if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+		return nil, ctx, fmt.Errorf("%w: entry %d: conf change: %v", ErrMalformed, e.GetIndex(), err)
+	}
+	if len(cc.GetContext()) > 0 {
+		if err := json.Unmarshal(cc.GetContext(), &ctx); err != nil {
+			return nil, ctx, fmt.Errorf("%w: entry %d: conf change context: %v", ErrMalformed, e.GetIndex(), err)
+		}
+	}
+	return &cc, ctx, nil
+}
+
+// membership is the cluster configuration as of an index: raft's ConfState,
+// the members' addresses and roles, the ids removed so far (they may never
+// come back), and the idempotency keys applied in the dedupe window before
+// the index (so a node restored from an image at that index makes the same
+// dedupe decisions as the others).
+type membership struct {
+	V       int               `json:"v"`
+	Index   uint64            `json:"index"`
+	Voters  []uint64          `json:"voters"`
+	Learner []uint64          `json:"learners,omitempty"`
+	Members map[uint64]Member `json:"members"`
+	Removed []uint64          `json:"removed,omitempty"`
+	Keys    []appliedKey      `json:"keys,omitempty"`
+}
+
+type appliedKey struct {
+	Index uint64   `json:"i"`
+	Key   [16]byte `json:"k"`
+}
+
+const membershipVersion = 1
+
+func newMembership() *membership {
+	return &membership{V: membershipVersion, Members: map[uint64]Member{}}
+}
+
+func (m *membership) clone() *membership {
+	c := *m
+	c.Voters = slices.Clone(m.Voters)
+	c.Learner = slices.Clone(m.Learner)
+	c.Removed = slices.Clone(m.Removed)
+	c.Keys = nil
+	c.Members = make(map[uint64]Member, len(m.Members))
+	for k, v := range m.Members {
+		c.Members[k] = v
+	}
+	return &c
+}
+
+func (m *membership) encode() []byte {
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err) // plain data: cannot fail
+	}
+	return b
+}
+
+func decodeMembership(b []byte) (*membership, error) {
+	m := newMembership()
+	if err := json.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("%w: membership blob: %v", ErrMalformed, err)
+	}
+	if m.V != membershipVersion {
+		return nil, fmt.Errorf("%w: membership blob version %d (want %d)", ErrMalformed, m.V, membershipVersion)
+	}
+	if m.Members == nil {
+		m.Members = map[uint64]Member{}
+	}
+	return m, nil
+}
+
+func (m *membership) confState() *raftpb.ConfState {
+	return raftpb.EnsureConfState(&raftpb.ConfState{Voters: slices.Clone(m.Voters), Learners: slices.Clone(m.Learner)})
+}
+
+func (m *membership) isRemoved(id uint64) bool { return slices.Contains(m.Removed, id) }
+
+// apply records a conf change (already applied to raft, which returned cs).
+func (m *membership) apply(index uint64, cc *raftpb.ConfChange, ctx confContext, cs *raftpb.ConfState) {
+	m.Index = index
+	m.Voters = slices.Clone(cs.GetVoters())
+	m.Learner = slices.Clone(cs.GetLearners())
+	id := cc.GetNodeId()
+	switch cc.GetType() {
+	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+		mem := m.Members[id]
+		mem.ID = id
+		if ctx.Addr != "" {
+			mem.Addr = ctx.Addr
+		}
+		mem.Role = Follower
+		if cc.GetType() == raftpb.ConfChangeAddLearnerNode {
+			mem.Role = Observer
+		}
+		m.Members[id] = mem
+	case raftpb.ConfChangeRemoveNode:
+		delete(m.Members, id)
+		if !m.isRemoved(id) {
+			m.Removed = append(m.Removed, id)
+		}
+	case raftpb.ConfChangeUpdateNode:
+		if mem, ok := m.Members[id]; ok && ctx.Addr != "" {
+			mem.Addr = ctx.Addr
+			m.Members[id] = mem
+		}
+	}
+	// Keep members consistent with raft's view of roles.
+	for _, v := range m.Voters {
+		if mem, ok := m.Members[v]; ok {
+			mem.Role = Follower
+			m.Members[v] = mem
+		}
+	}
+	for _, l := range m.Learner {
+		if mem, ok := m.Members[l]; ok {
+			mem.Role = Observer
+			m.Members[l] = mem
+		}
+	}
+}
+
+func (m *membership) list() []Member {
+	out := make([]Member, 0, len(m.Members))
+	for _, mem := range m.Members {
+		out = append(out, mem)
+	}
+	slices.SortFunc(out, func(a, b Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// dedupe remembers the idempotency keys applied in the last window indexes.
+// Its decisions depend only on the log (and the keys carried by an image's
+// membership blob), so every replica skips the same entries.
+type dedupe struct {
+	window uint64
+	byKey  map[[16]byte]dedupeRec
+	order  []appliedKey // in index order; front evicted as the window moves
+}
+
+type dedupeRec struct {
+	index uint64
+	value any // the local Apply result, when this process applied it
+}
+
+func newDedupe(window uint64) *dedupe {
+	return &dedupe{window: window, byKey: map[[16]byte]dedupeRec{}}
+}
+
+// seen reports the earlier application of key within the window ending at
+// index (exclusive).
+func (d *dedupe) seen(index uint64, key [16]byte) (dedupeRec, bool) {
+	r, ok := d.byKey[key]
+	if !ok || index-r.index > d.window {
+		return dedupeRec{}, false
+	}
+	return r, true
+}
+
+func (d *dedupe) add(index uint64, key [16]byte, value any) {
+	d.byKey[key] = dedupeRec{index: index, value: value}
+	d.order = append(d.order, appliedKey{Index: index, Key: key})
+	d.evict(index)
+}
+
+func (d *dedupe) evict(index uint64) {
+	n := 0
+	for n < len(d.order) && index-d.order[n].Index > d.window {
+		k := d.order[n]
+		if r, ok := d.byKey[k.Key]; ok && r.index == k.Index {
+			delete(d.byKey, k.Key)
+		}
+		n++
+	}
+	if n > 0 {
+		d.order = slices.Delete(d.order, 0, n)
+	}
+}
+
+func (d *dedupe) reset(keys []appliedKey) {
+	d.byKey = map[[16]byte]dedupeRec{}
+	d.order = d.order[:0]
+	for _, k := range keys {
+		d.byKey[k.Key] = dedupeRec{index: k.Index}
+		d.order = append(d.order, k)
+	}
+}

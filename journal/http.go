@@ -1,0 +1,740 @@
+package journal
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// HTTPOptions configures the HTTP transport. Zero values mean the defaults
+// documented on the matching Config fields.
+type HTTPOptions struct {
+	// Client sends the requests (default: a client of its own, closed with
+	// the transport). Set one with a TLS config for https.
+	Client *http.Client
+	// Scheme is "http" (default) or "https".
+	Scheme string
+	// Logger (default: discard).
+	Logger *slog.Logger
+	// QueueMsgs and QueueBytes bound each peer's send queue (defaults 4096
+	// messages, 64 MiB).
+	QueueMsgs  int
+	QueueBytes uint64
+	// MaxBodyBytes bounds one stream frame or request body (default 5 MiB).
+	MaxBodyBytes int64
+}
+
+// HTTPTransport is the default Transport: raft messages travel over one
+// long-lived streaming POST per peer (/raft/stream), written by one sender
+// goroutine per peer in length-prefixed batches (pipelined: the sender never
+// waits for a reply), snapshots and proposals over their own requests.
+// Every request carries the cluster id, the token and the node ids, checked
+// by the receiving Handler; bad requests get a 4xx status.
+type HTTPTransport struct {
+	opts   HTTPOptions
+	client *http.Client
+	ownCli bool
+	log    *slog.Logger
+
+	local     uint64
+	recv      Receiver
+	clusterID func() string
+	token     string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	peers map[uint64]*httpPeer
+
+	// drop is a test knob: traffic between from and to is dropped (both
+	// directions are checked by each side) when it returns true.
+	drop atomic.Pointer[func(from, to uint64) bool]
+}
+
+// NewHTTPTransport returns an HTTP transport; pass it as Config.Transport
+// (Open creates one itself when Config.Transport is nil).
+func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
+	if opts.Scheme == "" {
+		opts.Scheme = "http"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.QueueMsgs <= 0 {
+		opts.QueueMsgs = 4096
+	}
+	if opts.QueueBytes == 0 {
+		opts.QueueBytes = 64 << 20
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 5 << 20
+	}
+	t := &HTTPTransport{opts: opts, client: opts.Client, log: opts.Logger, peers: map[uint64]*httpPeer{}}
+	if t.client == nil {
+		t.client = &http.Client{Transport: &http.Transport{
+			MaxIdleConnsPerHost: 16,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+		}}
+		t.ownCli = true
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	return t
+}
+
+// Start implements Transport.
+func (t *HTTPTransport) Start(local uint64, r Receiver) error {
+	t.local, t.recv = local, r
+	if id, ok := r.(identity); ok {
+		t.clusterID = func() string { c, _ := id.identity(); return c }
+		_, t.token = id.identity()
+	} else {
+		t.clusterID = func() string { return "" }
+	}
+	return nil
+}
+
+func (t *HTTPTransport) dropped(from, to uint64) bool {
+	f := t.drop.Load()
+	return f != nil && (*f)(from, to)
+}
+
+// SetPeer implements Transport.
+func (t *HTTPTransport) SetPeer(id uint64, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ctx.Err() != nil {
+		return
+	}
+	if p, ok := t.peers[id]; ok {
+		p.addr.Store(&addr)
+		return
+	}
+	p := &httpPeer{t: t, id: id, q: make(chan []byte, t.opts.QueueMsgs), stop: make(chan struct{})}
+	p.addr.Store(&addr)
+	t.peers[id] = p
+	t.wg.Go(p.run)
+}
+
+// RemovePeer implements Transport.
+func (t *HTTPTransport) RemovePeer(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.peers[id]; ok {
+		close(p.stop)
+		delete(t.peers, id)
+	}
+}
+
+func (t *HTTPTransport) peer(id uint64) *httpPeer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.peers[id]
+}
+
+// Send implements Transport: it encodes each message now (raft may reuse
+// its memory) and queues it for its peer's sender.
+func (t *HTTPTransport) Send(msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		to := m.GetTo()
+		p := t.peer(to)
+		if p == nil || t.dropped(t.local, to) {
+			if m.GetType() == raftpb.MsgSnap {
+				t.recv.ReportSnapshot(to, false)
+			} else {
+				t.recv.ReportUnreachable(to)
+			}
+			continue
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.log.Error("encode raft message", "to", to, "err", err)
+			continue
+		}
+		if m.GetType() == raftpb.MsgSnap {
+			t.wg.Go(func() { t.sendSnapshot(p, b) })
+			continue
+		}
+		if !p.enqueue(b) {
+			t.recv.ReportUnreachable(to)
+		}
+	}
+}
+
+func (t *HTTPTransport) newRequest(ctx context.Context, addr, path string, to uint64, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.opts.Scheme+"://"+addr+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(hdrCluster, t.clusterID())
+	req.Header.Set(hdrToken, t.token)
+	req.Header.Set(hdrFrom, strconv.FormatUint(t.local, 10))
+	if to != 0 {
+		req.Header.Set(hdrTo, strconv.FormatUint(to, 10))
+	}
+	return req, nil
+}
+
+func (t *HTTPTransport) sendSnapshot(p *httpPeer, msg []byte) {
+	ok := false
+	defer func() { t.recv.ReportSnapshot(p.id, ok) }()
+	frame := appendFrame(nil, [][]byte{msg})
+	req, err := t.newRequest(t.ctx, *p.addr.Load(), pathSnapshot, p.id, bytes.NewReader(frame))
+	if err != nil {
+		t.log.Error("snapshot request", "to", p.id, "err", err)
+		return
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		t.log.Warn("send snapshot", "to", p.id, "err", err)
+		return
+	}
+	defer resp.Body.Close()
+	if err := decodeErrorResponse(resp); err != nil {
+		t.log.Warn("snapshot refused", "to", p.id, "err", err)
+		return
+	}
+	ok = true
+}
+
+// Forward implements Transport.
+func (t *HTTPTransport) Forward(ctx context.Context, to uint64, fr *ForwardRequest) (*ForwardResponse, error) {
+	p := t.peer(to)
+	if p == nil || t.dropped(t.local, to) {
+		return nil, fmt.Errorf("%w: node %d", ErrUnreachable, to)
+	}
+	body := make([]byte, 0, 18+len(fr.Data))
+	force := byte(0)
+	if fr.Force {
+		force = 1
+	}
+	body = append(body, byte(fr.Kind), force)
+	body = append(body, fr.Key[:]...)
+	body = append(body, fr.Data...)
+	req, err := t.newRequest(ctx, *p.addr.Load(), pathPropose, to, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	var out ForwardResponse
+	if err := t.do(req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Join implements Transport.
+func (t *HTTPTransport) Join(ctx context.Context, helper string, jr *JoinRequest) (*JoinResponse, error) {
+	b, err := json.Marshal(jr)
+	if err != nil {
+		return nil, err
+	}
+	req, err := t.newRequest(ctx, helper, pathJoin, 0, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(hdrToken, jr.Token)
+	var out JoinResponse
+	if err := t.do(req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// do sends a request and decodes a JSON answer or a typed error.
+func (t *HTTPTransport) do(req *http.Request, out any) error {
+	resp, err := t.client.Do(req)
+	if err != nil {
+		if ctxErr := req.Context().Err(); ctxErr != nil {
+			return fmt.Errorf("%w: %w", ErrUnreachable, context.Cause(req.Context()))
+		}
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	defer resp.Body.Close()
+	if err := decodeErrorResponse(resp); err != nil {
+		return err
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, t.opts.MaxBodyBytes)).Decode(out); err != nil {
+		return fmt.Errorf("%w: response from %s: %w", ErrMalformed, req.URL.Host, err)
+	}
+	return nil
+}
+
+// Close implements Transport.
+func (t *HTTPTransport) Close() error {
+	t.mu.Lock()
+	t.cancel()
+	for id, p := range t.peers {
+		close(p.stop)
+		delete(t.peers, id)
+	}
+	t.mu.Unlock()
+	t.wg.Wait()
+	if t.ownCli {
+		t.client.CloseIdleConnections()
+	}
+	return nil
+}
+
+// httpPeer is the sender side of one peer: a bounded queue and one
+// goroutine that keeps a stream open and writes batches onto it.
+type httpPeer struct {
+	t      *HTTPTransport
+	id     uint64
+	addr   atomic.Pointer[string]
+	q      chan []byte
+	qbytes atomic.Int64
+	stop   chan struct{}
+}
+
+func (p *httpPeer) enqueue(b []byte) bool {
+	if uint64(p.qbytes.Load())+uint64(len(b)) > p.t.opts.QueueBytes {
+		return false
+	}
+	select {
+	case p.q <- b:
+		p.qbytes.Add(int64(len(b)))
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *httpPeer) dequeued(b []byte) { p.qbytes.Add(-int64(len(b))) }
+
+// run keeps one stream to the peer open while there is traffic, and backs
+// off after failures (dropping what is queued meanwhile: raft resends).
+func (p *httpPeer) run() {
+	backoff := 10 * time.Millisecond
+	for {
+		var first []byte
+		select {
+		case <-p.stop:
+			return
+		case first = <-p.q:
+			p.dequeued(first)
+		}
+		err := p.stream(first)
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		if err == nil {
+			backoff = 10 * time.Millisecond
+			continue
+		}
+		p.t.log.Debug("stream to peer ended", "to", p.id, "err", err)
+		p.t.recv.ReportUnreachable(p.id)
+		t := time.NewTimer(backoff)
+		for waiting := true; waiting; {
+			select {
+			case <-p.stop:
+				t.Stop()
+				return
+			case b := <-p.q: // peer down: drop
+				p.dequeued(b)
+			case <-t.C:
+				waiting = false
+			}
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// stream opens a streaming POST and writes frames until the stream fails
+// or the peer is stopped.
+func (p *httpPeer) stream(first []byte) error {
+	ctx, cancel := context.WithCancel(p.t.ctx)
+	defer cancel()
+	go func() { // RemovePeer ends the stream even while a write blocks
+		select {
+		case <-p.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	pr, pw := io.Pipe()
+	req, err := p.t.newRequest(ctx, *p.addr.Load(), pathStream, p.id, pr)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = -1
+	respc := make(chan error, 1)
+	go func() {
+		resp, err := p.t.client.Do(req)
+		if err == nil {
+			err = decodeErrorResponse(resp)
+			if err == nil {
+				err = errors.New("stream closed by peer")
+			}
+			resp.Body.Close()
+		}
+		pr.CloseWithError(err)
+		respc <- err
+	}()
+	defer func() {
+		pw.Close()
+		cancel()
+		<-respc
+	}()
+	const maxBatch = 1 << 20
+	batch := [][]byte{first}
+	size := len(first)
+	var buf []byte
+	for {
+		// Coalesce whatever else is queued into this frame.
+	fill:
+		for size < maxBatch {
+			select {
+			case b := <-p.q:
+				p.dequeued(b)
+				batch = append(batch, b)
+				size += len(b)
+			default:
+				break fill
+			}
+		}
+		buf = appendFrame(buf[:0], batch)
+		if _, err := pw.Write(buf); err != nil {
+			return err
+		}
+		batch, size = batch[:0], 0
+		select {
+		case <-p.stop:
+			return nil
+		case err := <-respc:
+			respc <- err
+			return err
+		case b := <-p.q:
+			p.dequeued(b)
+			batch = append(batch, b)
+			size = len(b)
+		}
+	}
+}
+
+// Frame: 4-byte big-endian length N, then N bytes of (uvarint length,
+// protobuf raftpb.Message) repeated.
+func appendFrame(buf []byte, msgs [][]byte) []byte {
+	n := 0
+	for _, m := range msgs {
+		n += binary.PutUvarint(make([]byte, binary.MaxVarintLen64), uint64(len(m))) + len(m)
+	}
+	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
+	for _, m := range msgs {
+		buf = binary.AppendUvarint(buf, uint64(len(m)))
+		buf = append(buf, m...)
+	}
+	return buf
+}
+
+// readFrame reads one frame; io.EOF at a frame boundary ends a stream.
+func readFrame(r io.Reader, max int64, scratch []byte) ([]*raftpb.Message, []byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, scratch, fmt.Errorf("%w: truncated frame header", ErrMalformed)
+		}
+		return nil, scratch, err
+	}
+	n := int64(binary.BigEndian.Uint32(hdr[:]))
+	if n > max {
+		return nil, scratch, fmt.Errorf("%w: frame of %d bytes exceeds the limit of %d", errTooLarge, n, max)
+	}
+	if int64(cap(scratch)) < n {
+		scratch = make([]byte, n)
+	}
+	scratch = scratch[:n]
+	if _, err := io.ReadFull(r, scratch); err != nil {
+		return nil, scratch, fmt.Errorf("%w: truncated frame (%d bytes announced): %w", ErrMalformed, n, err)
+	}
+	msgs, err := decodeFrameBody(scratch)
+	return msgs, scratch, err
+}
+
+var errTooLarge = fmt.Errorf("%w: too large", ErrMalformed)
+
+// decodeFrameBody decodes the messages of one frame.
+func decodeFrameBody(b []byte) ([]*raftpb.Message, error) {
+	var msgs []*raftpb.Message
+	for len(b) > 0 {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return nil, fmt.Errorf("%w: bad message length in frame", ErrMalformed)
+		}
+		m := &raftpb.Message{}
+		if err := proto.Unmarshal(b[n:n+int(l)], m); err != nil {
+			return nil, fmt.Errorf("%w: raft message: %v", ErrMalformed, err)
+		}
+		if m.Type == nil || m.To == nil || m.From == nil {
+			return nil, fmt.Errorf("%w: raft message without type, from or to", ErrMalformed)
+		}
+		if _, ok := raftpb.MessageType_name[int32(m.GetType())]; !ok {
+			return nil, fmt.Errorf("%w: unknown raft message type %d", ErrMalformed, m.GetType())
+		}
+		msgs = append(msgs, m)
+		b = b[n+int(l):]
+	}
+	if len(msgs) == 0 {
+		return nil, fmt.Errorf("%w: empty frame", ErrMalformed)
+	}
+	return msgs, nil
+}
+
+const (
+	hdrCluster = "X-Metatree-Cluster"
+	hdrToken   = "X-Metatree-Token"
+	hdrFrom    = "X-Metatree-From"
+	hdrTo      = "X-Metatree-To"
+)
+
+// Handler serves the transport's endpoints (all under /raft/).
+func (t *HTTPTransport) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+pathStream, t.serveStream)
+	mux.HandleFunc("POST "+pathSnapshot, t.serveSnapshot)
+	mux.HandleFunc("POST "+pathPropose, t.servePropose)
+	mux.HandleFunc("POST "+pathJoin, t.serveJoin)
+	return mux
+}
+
+// checkPeer validates the identity headers of a peer request and returns
+// the sender's id.
+func (t *HTTPTransport) checkPeer(w http.ResponseWriter, r *http.Request) (uint64, bool) {
+	if t.recv == nil || t.ctx.Err() != nil {
+		writeError(w, ErrClosed)
+		return 0, false
+	}
+	if !t.checkAuth(w, r, true) {
+		return 0, false
+	}
+	from, err := strconv.ParseUint(r.Header.Get(hdrFrom), 10, 64)
+	if err != nil || from == 0 {
+		writeError(w, fmt.Errorf("%w: bad %s header", ErrMalformed, hdrFrom))
+		return 0, false
+	}
+	if to, err := strconv.ParseUint(r.Header.Get(hdrTo), 10, 64); err != nil || to != t.local {
+		writeError(w, fmt.Errorf("%w: request for node %q reached node %d", ErrClusterMismatch, r.Header.Get(hdrTo), t.local))
+		return 0, false
+	}
+	if t.dropped(from, t.local) {
+		writeError(w, fmt.Errorf("%w: partitioned (test)", ErrUnreachable))
+		return 0, false
+	}
+	return from, true
+}
+
+func (t *HTTPTransport) checkAuth(w http.ResponseWriter, r *http.Request, needCluster bool) bool {
+	if needCluster && r.Header.Get(hdrCluster) != t.clusterID() {
+		writeError(w, fmt.Errorf("%w: cluster id %q, this node is in %q", ErrClusterMismatch, r.Header.Get(hdrCluster), t.clusterID()))
+		return false
+	}
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get(hdrToken)), []byte(t.token)) != 1 {
+		writeError(w, fmt.Errorf("%w: bad token", ErrClusterMismatch))
+		return false
+	}
+	return true
+}
+
+func (t *HTTPTransport) serveStream(w http.ResponseWriter, r *http.Request) {
+	// Full duplex: an early answer (a refusal) must not wait for the
+	// server to drain a body that never ends.
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex()
+	from, ok := t.checkPeer(w, r)
+	if !ok {
+		return
+	}
+	// End the stream when this transport closes: a read deadline in the
+	// past unblocks the body read.
+	stop := context.AfterFunc(t.ctx, func() { _ = rc.SetReadDeadline(time.Now()) })
+	defer stop()
+	var scratch []byte
+	for {
+		var msgs []*raftpb.Message
+		var err error
+		msgs, scratch, err = readFrame(r.Body, t.opts.MaxBodyBytes, scratch)
+		if err != nil {
+			if errors.Is(err, io.EOF) || t.ctx.Err() != nil || r.Context().Err() != nil {
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			t.log.Warn("bad stream from peer", "from", from, "err", err)
+			writeError(w, err)
+			return
+		}
+		if t.dropped(from, t.local) {
+			continue
+		}
+		for _, m := range msgs {
+			if m.GetFrom() != from || m.GetType() == raftpb.MsgSnap {
+				writeError(w, fmt.Errorf("%w: message from %d (type %v) on the stream of node %d", ErrMalformed, m.GetFrom(), m.GetType(), from))
+				return
+			}
+		}
+		if err := t.recv.Receive(r.Context(), msgs); err != nil {
+			t.log.Debug("stream refused", "from", from, "err", err)
+			writeError(w, err)
+			return
+		}
+	}
+}
+
+func (t *HTTPTransport) serveSnapshot(w http.ResponseWriter, r *http.Request) {
+	from, ok := t.checkPeer(w, r)
+	if !ok {
+		return
+	}
+	msgs, _, err := readFrame(http.MaxBytesReader(w, r.Body, t.opts.MaxBodyBytes+4), t.opts.MaxBodyBytes, nil)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(msgs) != 1 || msgs[0].GetType() != raftpb.MsgSnap || msgs[0].GetFrom() != from {
+		writeError(w, fmt.Errorf("%w: snapshot request must carry one MsgSnap from the sender", ErrMalformed))
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer context.AfterFunc(t.ctx, cancel)()
+	defer cancel()
+	if err := t.recv.Receive(ctx, msgs); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (t *HTTPTransport) servePropose(w http.ResponseWriter, r *http.Request) {
+	if _, ok := t.checkPeer(w, r); !ok {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, t.opts.MaxBodyBytes))
+	if err != nil {
+		writeError(w, fmt.Errorf("%w: %w", errTooLarge, err))
+		return
+	}
+	if len(body) < 18 {
+		writeError(w, fmt.Errorf("%w: proposal of %d bytes", ErrMalformed, len(body)))
+		return
+	}
+	fr := &ForwardRequest{Kind: ForwardKind(body[0]), Force: body[1] == 1, Data: body[18:]}
+	copy(fr.Key[:], body[2:18])
+	ctx, cancel := context.WithCancel(r.Context())
+	defer context.AfterFunc(t.ctx, cancel)()
+	defer cancel()
+	resp, err := t.recv.HandleForward(ctx, fr)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, resp)
+}
+
+func (t *HTTPTransport) serveJoin(w http.ResponseWriter, r *http.Request) {
+	if t.recv == nil || t.ctx.Err() != nil {
+		writeError(w, ErrClosed)
+		return
+	}
+	if !t.checkAuth(w, r, false) {
+		return
+	}
+	var jr JoinRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&jr); err != nil {
+		writeError(w, fmt.Errorf("%w: join request: %v", ErrMalformed, err))
+		return
+	}
+	jr.Token = r.Header.Get(hdrToken)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer context.AfterFunc(t.ctx, cancel)()
+	defer cancel()
+	resp, err := t.recv.HandleJoin(ctx, &jr)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, resp)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Wire error codes: a typed error crosses the wire as a code, and comes
+// back as the same sentinel.
+var errorCodes = []struct {
+	code   string
+	err    error
+	status int
+}{
+	{"too_large", errTooLarge, http.StatusRequestEntityTooLarge},
+	{"malformed", ErrMalformed, http.StatusBadRequest},
+	{"cluster_mismatch", ErrClusterMismatch, http.StatusForbidden},
+	{"role_mismatch", ErrRoleMismatch, http.StatusConflict},
+	{"unsafe_removal", ErrUnsafeRemoval, http.StatusConflict},
+	{"unknown_member", ErrUnknownMember, http.StatusGone},
+	{"not_leader", ErrNotLeader, http.StatusMisdirectedRequest},
+	{"no_leader", ErrNoLeader, http.StatusServiceUnavailable},
+	{"busy", ErrBusy, http.StatusServiceUnavailable},
+	{"unreachable", ErrUnreachable, http.StatusServiceUnavailable},
+	{"closed", ErrClosed, http.StatusServiceUnavailable},
+	{"stale", ErrStale, http.StatusServiceUnavailable},
+}
+
+type wireError struct {
+	Code  string `json:"code"`
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status, code := http.StatusInternalServerError, "internal"
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		status, code = http.StatusRequestEntityTooLarge, "too_large"
+	} else {
+		for _, c := range errorCodes {
+			if errors.Is(err, c.err) {
+				status, code = c.status, c.code
+				break
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(wireError{Code: code, Error: err.Error()})
+}
+
+// decodeErrorResponse turns a non-2xx answer into an error wrapping the
+// sentinel its code names.
+func decodeErrorResponse(resp *http.Response) error {
+	if resp.StatusCode/100 == 2 {
+		return nil
+	}
+	var we wireError
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&we)
+	for _, c := range errorCodes {
+		if c.code == we.Code {
+			if c.err == ErrClosed {
+				return fmt.Errorf("%w: remote %w: %s", ErrUnreachable, ErrClosed, we.Error)
+			}
+			return fmt.Errorf("remote: %w: %s", c.err, we.Error)
+		}
+	}
+	return fmt.Errorf("remote: HTTP %d: %s", resp.StatusCode, we.Error)
+}

@@ -1,0 +1,184 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal/internal/raftstore"
+)
+
+// scanEntries calls fn for every normal, non-empty entry in (after, upTo]
+// of the local log, with its decoded envelope. Malformed entries are
+// skipped (as the applier skips them).
+func (j *Journal) scanEntries(after, upTo uint64, fn func(index uint64, env envelope) error) error {
+	const chunk = 4 << 20
+	for lo := after + 1; lo <= upTo; {
+		ents, err := j.store.Entries(lo, upTo+1, chunk)
+		if err != nil {
+			if errors.Is(err, raft.ErrCompacted) {
+				return fmt.Errorf("%w: entries from %d: %w", ErrCompacted, lo, err)
+			}
+			return fmt.Errorf("journal: read entries [%d, %d]: %w", lo, upTo, err)
+		}
+		if len(ents) == 0 {
+			return fmt.Errorf("journal: read entries [%d, %d]: none returned", lo, upTo)
+		}
+		for _, e := range ents {
+			if e.GetType() != raftpb.EntryNormal || len(e.GetData()) == 0 {
+				continue
+			}
+			env, err := decodeEnvelope(e.GetData())
+			if err != nil {
+				continue
+			}
+			if err := fn(e.GetIndex(), env); err != nil {
+				return err
+			}
+		}
+		lo = ents[len(ents)-1].GetIndex() + 1
+	}
+	return nil
+}
+
+// ReadEntries calls fn for every user entry in (after, upTo], in order, with
+// the same data (and the same duplicate skipping) the StateMachine saw. upTo
+// must not exceed the applied index. It is what an image checkpointer uses
+// to replay the log into a shadow state; fn must not retain data.
+func (j *Journal) ReadEntries(ctx context.Context, after, upTo uint64, fn func(index uint64, data []byte) error) error {
+	if upTo > j.applied.Load() {
+		return fmt.Errorf("journal: read entries up to %d: beyond the applied index %d", upTo, j.applied.Load())
+	}
+	if upTo <= after {
+		return nil
+	}
+	// The dedupe decisions at the entries need the keys applied in the
+	// window before `after`.
+	d := newDedupe(j.cfg.DedupeWindow)
+	first, err := j.store.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("journal: read entries: %w", err)
+	}
+	if lo := max(first, after-min(after, j.cfg.DedupeWindow)+1); lo <= after {
+		if err := j.scanEntries(lo-1, after, func(index uint64, env envelope) error {
+			if env.kind == kindUser {
+				d.add(index, env.key, nil)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return j.scanEntries(after, upTo, func(index uint64, env envelope) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if env.kind != kindUser {
+			return nil
+		}
+		if _, dup := d.seen(index, env.key); dup {
+			return nil
+		}
+		d.add(index, env.key, nil)
+		return fn(index, env.data)
+	})
+}
+
+// MembershipAt returns the opaque membership blob as of index (ConfState,
+// member addresses and roles, and the idempotency keys of the dedupe window
+// ending at index). The image package stores it in the image header and
+// hands it back through Snapshots.LoadLatest and ImageWritten.
+func (j *Journal) MembershipAt(index uint64) ([]byte, error) {
+	blob, err := j.store.MembershipAt(index)
+	if err != nil && !errors.Is(err, raftstore.ErrNoMembership) {
+		return nil, fmt.Errorf("journal: membership at %d: %w", index, err)
+	}
+	m := newMembership()
+	if len(blob) > 0 {
+		if m, err = decodeMembership(blob); err != nil {
+			return nil, fmt.Errorf("journal: membership at %d: %w", index, err)
+		}
+	}
+	m.Index = index
+	d := newDedupe(j.cfg.DedupeWindow)
+	first, err := j.store.FirstIndex()
+	if err != nil {
+		return nil, fmt.Errorf("journal: membership at %d: %w", index, err)
+	}
+	if lo := max(first, index-min(index, j.cfg.DedupeWindow)+1); lo <= index {
+		if err := j.scanEntries(lo-1, index, func(i uint64, env envelope) error {
+			if env.kind == kindUser {
+				if _, dup := d.seen(i, env.key); !dup {
+					d.add(i, env.key, nil)
+				}
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("journal: membership at %d: %w", index, err)
+		}
+	}
+	d.evict(index)
+	m.Keys = append([]appliedKey(nil), d.order...)
+	return m.encode(), nil
+}
+
+// TermAt returns the raft term of the entry at index.
+func (j *Journal) TermAt(index uint64) (uint64, error) {
+	t, err := j.store.Term(index)
+	if err != nil {
+		if errors.Is(err, raft.ErrCompacted) {
+			return 0, fmt.Errorf("journal: term at %d: %w", index, ErrCompacted)
+		}
+		return 0, fmt.Errorf("journal: term at %d: %w", index, err)
+	}
+	return t, nil
+}
+
+// ImageWritten tells the journal that a durable image of the state at
+// index (term, membership from MembershipAt) exists locally. It becomes
+// raft's snapshot (synced), so a follower that needs compacted entries is
+// sent that image, and the log is compacted up to index -
+// Config.CompactMargin, unless a snapshot is being sent to a follower
+// (then compaction waits for the next image).
+func (j *Journal) ImageWritten(ctx context.Context, index, term uint64, membership []byte) error {
+	m, err := decodeMembership(membership)
+	if err != nil {
+		return fmt.Errorf("journal: image %d: %w", index, err)
+	}
+	if index > j.applied.Load() {
+		return fmt.Errorf("journal: image %d is beyond the applied index %d", index, j.applied.Load())
+	}
+	snap := raftpb.EnsureSnapshot(&raftpb.Snapshot{
+		Data: membership,
+		Metadata: &raftpb.SnapshotMetadata{
+			Index: new(index), Term: new(term), ConfState: m.confState(),
+		},
+	})
+	var opErr error
+	if err := j.do(ctx, func() {
+		if err := j.store.SetSnapshot(snap); err != nil {
+			opErr = fmt.Errorf("journal: record image %d: %w", index, err)
+			return
+		}
+		j.lastImage.Store(index)
+		if j.snapsOut.Load() > 0 {
+			j.log.Info("compaction postponed: snapshot in flight", "image", index)
+			return
+		}
+		if index <= j.cfg.CompactMargin {
+			return
+		}
+		cut := index - j.cfg.CompactMargin
+		if first, err := j.store.FirstIndex(); err == nil && cut >= first {
+			if err := j.store.Compact(cut); err != nil {
+				opErr = fmt.Errorf("journal: compact to %d: %w", cut, err)
+			}
+		}
+	}); err != nil {
+		return fmt.Errorf("journal: image %d: %w", index, err)
+	}
+	return opErr
+}

@@ -1,0 +1,597 @@
+package journal
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"log/slog"
+	"math"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/google/uuid"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal/internal/raftstore"
+)
+
+// Journal is one node of a replicated log. It is safe for concurrent use by
+// multiple goroutines. Open starts it; Close stops it.
+type Journal struct {
+	cfg       Config
+	log       *slog.Logger
+	id        uint64
+	clusterID string
+	token     string
+	role      atomic.Uint32 // Role as recorded in ROLE (changes on promotion)
+
+	store *raftstore.Store
+	tr    Transport
+	http  *HTTPTransport // the default transport, or nil
+	lock  io.Closer
+
+	rn *raft.RawNode // owned by the loop goroutine once started
+
+	propc   chan *proposal
+	recvc   chan inbound
+	opc     chan func()
+	reportc chan report
+	stopc   chan struct{} // closed by Close: the loop and applier stop
+	done    chan struct{} // closed when Close begins: waiters give up
+	wg      sync.WaitGroup
+	closeMu sync.Mutex
+	closed  bool
+
+	applyq *applyQueue
+
+	// Written by the loop, read anywhere.
+	leader    atomic.Uint64
+	term      atomic.Uint64
+	state     atomic.Uint32 // raft.StateType
+	committed atomic.Uint64
+	lastImage atomic.Uint64
+	snapsOut  atomic.Int64 // snapshot transfers in flight (no compaction meanwhile)
+	removed   atomic.Bool  // this node was removed from the cluster
+
+	// Written by the applier.
+	applied atomic.Uint64
+	lastTS  atomic.Int64 // unix nanos of the last applied leader timestamp
+	failed  atomic.Pointer[error]
+
+	mu struct {
+		sync.Mutex
+		leaderCh   chan struct{} // closed at the next leader/term change
+		appliedCh  chan struct{} // closed at the next applied advance
+		waiters    map[[16]byte][]chan applyResult
+		reads      map[uint64]chan uint64
+		readSeq    uint64
+		membership *membership // latest applied membership
+	}
+	dedupe *dedupe // applier only
+}
+
+type applyResult struct {
+	index uint64
+	value any
+	err   error
+}
+
+type inbound struct {
+	msgs []*raftpb.Message
+	done chan error
+}
+
+type report struct {
+	id       uint64
+	snapshot bool
+	ok       bool
+}
+
+// identity lets the HTTP transport stamp and check requests.
+type identity interface {
+	identity() (clusterID, token string)
+}
+
+func (j *Journal) identity() (string, string) { return j.clusterID, j.token }
+
+// Open starts a journal node: it locks and reads (or creates) the data dir,
+// joins the cluster through a helper when asked to, opens the Pebble log,
+// loads the newest image through Config.Snapshots, and starts the raft loop.
+// The returned Journal replays the log in the background; WaitApplied or
+// ReadBarrier wait for it.
+func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
+	cfg.fillDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	fs := cfg.FS
+	if err := fs.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("journal: create %s: %w", cfg.Dir, err)
+	}
+	lock, err := fs.Lock(filepath.Join(cfg.Dir, "LOCK"))
+	if err != nil {
+		return nil, fmt.Errorf("journal: lock %s: %w: %w", cfg.Dir, ErrLocked, err)
+	}
+	j := &Journal{
+		cfg:     cfg,
+		log:     cfg.Logger.With("node", cfg.ID),
+		id:      cfg.ID,
+		lock:    lock,
+		propc:   make(chan *proposal, cfg.ProposalQueue),
+		recvc:   make(chan inbound, 256),
+		opc:     make(chan func(), 64),
+		reportc: make(chan report, 1024),
+		stopc:   make(chan struct{}),
+		done:    make(chan struct{}),
+		applyq:  newApplyQueue(cfg.ApplyQueueBytes, cfg.ApplyQueueBatches),
+		dedupe:  newDedupe(cfg.DedupeWindow),
+	}
+	j.mu.leaderCh = make(chan struct{})
+	j.mu.appliedCh = make(chan struct{})
+	j.mu.waiters = map[[16]byte][]chan applyResult{}
+	j.mu.reads = map[uint64]chan uint64{}
+	j.mu.membership = newMembership()
+	defer func() {
+		if err != nil {
+			j.abortOpen()
+		}
+	}()
+
+	ver, haveVersion, err := readKV(fs, filepath.Join(cfg.Dir, "VERSION"))
+	if err != nil {
+		return nil, err
+	}
+	var joinResp *JoinResponse
+	bootstrap := false
+	switch {
+	case haveVersion:
+		if err := j.checkRestart(ver); err != nil {
+			return nil, err
+		}
+	case cfg.Bootstrap:
+		bootstrap = true
+		j.clusterID = cfg.ClusterID
+		if j.clusterID == "" {
+			j.clusterID = uuid.NewString()
+		}
+		j.token = cfg.Token
+		j.role.Store(uint32(Follower))
+	case cfg.Join != "":
+		j.token = cfg.Token
+		j.role.Store(uint32(cfg.Role))
+		if cfg.Role == RoleUnset {
+			j.role.Store(uint32(Follower))
+		}
+	default:
+		return nil, fmt.Errorf("journal: %s has no VERSION file: set Config.Bootstrap or Config.Join", cfg.Dir)
+	}
+
+	j.store, err = raftstore.Open(raftstore.Options{FS: fs, Dir: filepath.Join(cfg.Dir, "journal"), Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+
+	j.tr = cfg.Transport
+	if j.tr == nil {
+		j.http = NewHTTPTransport(HTTPOptions{
+			Client: cfg.HTTPClient, Scheme: cfg.Scheme, Logger: j.log,
+			QueueMsgs: cfg.SendQueueMsgs, QueueBytes: cfg.SendQueueBytes, MaxBodyBytes: cfg.MaxBodyBytes,
+		})
+		j.tr = j.http
+	} else if h, ok := j.tr.(*HTTPTransport); ok {
+		j.http = h
+	}
+	if err := j.tr.Start(j.id, j); err != nil {
+		j.tr = nil
+		return nil, fmt.Errorf("journal: start transport: %w", err)
+	}
+
+	if !haveVersion && !bootstrap {
+		joinResp, err = j.join(ctx)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if !haveVersion {
+		if err := writeKV(fs, cfg.Dir, "VERSION", [][2]string{{"cluster_id", j.clusterID}, {"token", j.token}}); err != nil {
+			return nil, err
+		}
+		if err := writeKV(fs, cfg.Dir, "ROLE", [][2]string{{"role", Role(j.role.Load()).String()}}); err != nil {
+			return nil, err
+		}
+	}
+
+	if err := j.loadState(ctx, joinResp); err != nil {
+		return nil, err
+	}
+
+	hs, _, err := j.store.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("journal: initial state: %w", err)
+	}
+	rc := &raft.Config{
+		ID:                        j.id,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   j.store,
+		Applied:                   min(j.applied.Load(), hs.GetCommit()),
+		MaxSizePerMsg:             cfg.MaxSizePerMsg,
+		MaxCommittedSizePerReady:  cfg.MaxCommittedBytesPerReady,
+		MaxUncommittedEntriesSize: cfg.MaxUncommittedBytes,
+		MaxInflightMsgs:           cfg.MaxInflightMsgs,
+		MaxInflightBytes:          cfg.MaxInflightBytes,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		StepDownOnRemoval:         true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		DisableProposalForwarding: true,
+		Logger:                    raftstore.NewRaftLogger(j.log),
+	}
+	j.rn, err = raft.NewRawNode(rc)
+	if err != nil {
+		return nil, fmt.Errorf("journal: start raft: %w", err)
+	}
+	if bootstrap {
+		last, _ := j.store.LastIndex()
+		if last == 0 {
+			peer := raft.Peer{ID: j.id, Context: mustJSON(confContext{Addr: cfg.Addr, Role: Follower})}
+			if err := j.rn.Bootstrap([]raft.Peer{peer}); err != nil {
+				return nil, fmt.Errorf("journal: bootstrap: %w", err)
+			}
+		}
+	}
+	j.committed.Store(hs.GetCommit())
+	j.term.Store(hs.GetTerm())
+	j.state.Store(uint32(raft.StateFollower))
+
+	j.wg.Go(j.run)
+	j.wg.Go(j.applyLoop)
+	j.log.Info("journal open", "cluster", j.clusterID, "role", Role(j.role.Load()), "applied", j.applied.Load(),
+		"commit", hs.GetCommit(), "bootstrap", bootstrap, "join", cfg.Join)
+	return j, nil
+}
+
+// checkRestart validates the VERSION and ROLE files against the config.
+func (j *Journal) checkRestart(ver map[string]string) error {
+	j.clusterID, j.token = ver["cluster_id"], ver["token"]
+	if j.clusterID == "" {
+		return fmt.Errorf("journal: %s: VERSION has no cluster_id", j.cfg.Dir)
+	}
+	if j.cfg.ClusterID != "" && j.cfg.ClusterID != j.clusterID {
+		return fmt.Errorf("journal: %w: data dir belongs to cluster %s, config says %s", ErrClusterMismatch, j.clusterID, j.cfg.ClusterID)
+	}
+	if j.cfg.Token != "" && j.cfg.Token != j.token {
+		return fmt.Errorf("journal: %w: token differs from the data dir's VERSION", ErrClusterMismatch)
+	}
+	roleKV, ok, err := readKV(j.cfg.FS, filepath.Join(j.cfg.Dir, "ROLE"))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("journal: %s: VERSION without ROLE file", j.cfg.Dir)
+	}
+	role, err := ParseRole(roleKV["role"])
+	if err != nil {
+		return fmt.Errorf("journal: %s: ROLE: %w", j.cfg.Dir, err)
+	}
+	if j.cfg.Role != RoleUnset && j.cfg.Role != role {
+		return fmt.Errorf("journal: %w: configured %s, data dir says %s", ErrRoleMismatch, j.cfg.Role, role)
+	}
+	j.role.Store(uint32(role))
+	return nil
+}
+
+// join asks the helper to admit this node and learns the cluster id and
+// members from it.
+func (j *Journal) join(ctx context.Context) (*JoinResponse, error) {
+	req := &JoinRequest{ID: j.id, Addr: j.cfg.Addr, Role: Role(j.role.Load()), Token: j.token}
+	resp, err := j.tr.Join(ctx, j.cfg.Join, req)
+	if err != nil {
+		return nil, fmt.Errorf("journal: join through %s: %w", j.cfg.Join, err)
+	}
+	if j.cfg.ClusterID != "" && resp.ClusterID != j.cfg.ClusterID {
+		return nil, fmt.Errorf("journal: join through %s: %w: cluster is %s, config says %s",
+			j.cfg.Join, ErrClusterMismatch, resp.ClusterID, j.cfg.ClusterID)
+	}
+	for _, m := range resp.Members {
+		if m.ID == j.id && m.Role != req.Role {
+			return nil, fmt.Errorf("journal: join: %w: cluster has node %d as %s, config says %s", ErrRoleMismatch, j.id, m.Role, req.Role)
+		}
+	}
+	j.clusterID = resp.ClusterID
+	return resp, nil
+}
+
+// loadState restores membership, the newest image and the dedupe window
+// before raft starts.
+func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) error {
+	m := newMembership()
+	if blob, err := j.store.MembershipAt(math.MaxUint64); err != nil && !errors.Is(err, raftstore.ErrNoMembership) {
+		return fmt.Errorf("journal: load membership: %w", err)
+	} else if len(blob) > 0 {
+		if m, err = decodeMembership(blob); err != nil {
+			return fmt.Errorf("journal: stored membership: %w", err)
+		}
+	}
+	if joinResp != nil {
+		for _, mem := range joinResp.Members {
+			if _, ok := m.Members[mem.ID]; !ok {
+				m.Members[mem.ID] = mem
+			}
+		}
+	}
+	first, err := j.store.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("journal: first index: %w", err)
+	}
+	var imageIndex uint64
+	if j.cfg.Snapshots != nil {
+		idx, blob, err := j.cfg.Snapshots.LoadLatest(ctx, first-1)
+		if err != nil {
+			return fmt.Errorf("journal: load image: %w", err)
+		}
+		if idx > 0 {
+			if idx < first-1 {
+				return fmt.Errorf("journal: image %d is older than the log's start %d", idx, first)
+			}
+			imageIndex = idx
+			j.lastImage.Store(idx)
+			if len(blob) > 0 {
+				im, err := decodeMembership(blob)
+				if err != nil {
+					return fmt.Errorf("journal: image %d: %w", idx, err)
+				}
+				j.dedupe.reset(im.Keys)
+				if len(m.Members) == 0 {
+					m = im
+				}
+			}
+		}
+	}
+	if first > 1 && imageIndex == 0 {
+		return fmt.Errorf("journal: the log starts at %d but no image covers the entries before it", first)
+	}
+	// Refill the dedupe window from the retained log before the image.
+	if imageIndex > 0 {
+		lo := max(first, imageIndex-min(imageIndex, j.cfg.DedupeWindow)+1)
+		if err := j.scanEntries(lo-1, imageIndex, func(index uint64, env envelope) error {
+			if env.kind == kindUser {
+				j.dedupe.add(index, env.key, nil)
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("journal: rebuild dedupe window: %w", err)
+		}
+	}
+	j.applied.Store(imageIndex)
+	m.Keys = nil
+	j.mu.membership = m
+	for _, mem := range m.Members {
+		if mem.ID != j.id && mem.Addr != "" {
+			j.tr.SetPeer(mem.ID, mem.Addr)
+		}
+	}
+	return nil
+}
+
+// abortOpen releases what a failed Open acquired.
+func (j *Journal) abortOpen() {
+	close(j.done)
+	close(j.stopc)
+	if j.tr != nil {
+		_ = j.tr.Close()
+	}
+	if j.store != nil {
+		_ = j.store.Close()
+	}
+	_ = j.lock.Close()
+}
+
+// Close stops the node: the raft loop, the applier and the transport, then
+// closes the log and releases the data dir. Waiting calls return ErrClosed.
+// Close is idempotent and returns after every goroutine has exited.
+func (j *Journal) Close() error {
+	j.closeMu.Lock()
+	defer j.closeMu.Unlock()
+	if j.closed {
+		return nil
+	}
+	j.closed = true
+	close(j.done)
+	close(j.stopc)
+	j.applyq.close()
+	j.wg.Wait()
+	var errs []error
+	if err := j.tr.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("journal: close transport: %w", err))
+	}
+	if err := j.store.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("journal: close log: %w", err))
+	}
+	if err := j.lock.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("journal: unlock: %w", err))
+	}
+	j.log.Info("journal closed")
+	return errors.Join(errs...)
+}
+
+// Handler returns the HTTP handler of the default transport; mount it under
+// "/raft/" on the server listening on Config.Addr. With a custom transport
+// it answers 404.
+func (j *Journal) Handler() http.Handler {
+	if j.http == nil {
+		return http.NotFoundHandler()
+	}
+	return j.http.Handler()
+}
+
+// Status is a point-in-time view of a node.
+type Status struct {
+	ID        uint64
+	ClusterID string
+	Role      Role
+	// State is raft's state: "StateFollower", "StateCandidate",
+	// "StateLeader" or "StatePreCandidate".
+	State string
+	// Leader is the id of the leader this node knows (0: none).
+	Leader    uint64
+	Term      uint64
+	Applied   uint64
+	Committed uint64
+	// Image is the index of the last image loaded or written (0: none).
+	Image uint64
+	// Stale is true when the last replayed leader timestamp is older than
+	// Config.StaleAfter (CheckFresh fails).
+	Stale bool
+	// LastTimestamp is the leader clock last replayed (zero: none yet).
+	LastTimestamp time.Time
+	// Removed is true once this node applied its own removal.
+	Removed bool
+	// Members is the membership as of the applied index.
+	Members []Member
+	// Err is the error that stopped the applier, if any (the node then
+	// stops applying but keeps running; Close it).
+	Err error
+}
+
+// IsLeader reports whether the status is of the leader.
+func (s Status) IsLeader() bool { return s.Leader == s.ID && s.State == raft.StateLeader.String() }
+
+// Status returns the node's current status.
+func (j *Journal) Status() Status {
+	st := Status{
+		ID:        j.id,
+		ClusterID: j.clusterID,
+		Role:      Role(j.role.Load()),
+		State:     raft.StateType(j.state.Load()).String(),
+		Leader:    j.leader.Load(),
+		Term:      j.term.Load(),
+		Applied:   j.applied.Load(),
+		Committed: j.committed.Load(),
+		Image:     j.lastImage.Load(),
+		Removed:   j.removed.Load(),
+		Stale:     j.CheckFresh() != nil,
+	}
+	if ts := j.lastTS.Load(); ts != 0 {
+		st.LastTimestamp = time.Unix(0, ts)
+	}
+	if e := j.failed.Load(); e != nil {
+		st.Err = *e
+	}
+	j.mu.Lock()
+	st.Members = j.mu.membership.list()
+	j.mu.Unlock()
+	return st
+}
+
+// Leadership returns a channel that is closed at the next change of leader
+// or term as this node sees it. Read Status for the new state, then call
+// Leadership again for the next change; no change is ever missed between
+// the two calls if Leadership is called before Status.
+func (j *Journal) Leadership() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.mu.leaderCh
+}
+
+// CheckFresh returns nil when this node's replayed state is within
+// Config.StaleAfter of the leader's clock, and an error wrapping ErrStale
+// otherwise (no timestamp replayed yet counts as stale).
+func (j *Journal) CheckFresh() error {
+	ts := j.lastTS.Load()
+	if ts == 0 {
+		return fmt.Errorf("%w: no leader timestamp replayed yet", ErrStale)
+	}
+	age := j.cfg.Clock.Now().Sub(time.Unix(0, ts))
+	if age > j.cfg.StaleAfter {
+		return fmt.Errorf("%w: last leader timestamp is %v old (tolerance %v)", ErrStale, age.Round(time.Millisecond), j.cfg.StaleAfter)
+	}
+	return nil
+}
+
+// readKV reads a key=value file (VERSION, ROLE). ok is false when the file
+// does not exist.
+func readKV(fs vfs.FS, path string) (map[string]string, bool, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		if errors.Is(err, io.EOF) || isNotExist(err) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("journal: open %s: %w", path, err)
+	}
+	defer f.Close()
+	kv := map[string]string{}
+	sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			return nil, false, fmt.Errorf("journal: %s: %w: line %q is not key=value", path, ErrMalformed, line)
+		}
+		kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, false, fmt.Errorf("journal: read %s: %w", path, err)
+	}
+	return kv, true, nil
+}
+
+// writeKV writes a key=value file durably: temp file, fsync, rename, fsync
+// of the directory.
+func writeKV(fs vfs.FS, dir, name string, kvs [][2]string) error {
+	var sb strings.Builder
+	for _, kv := range kvs {
+		fmt.Fprintf(&sb, "%s=%s\n", kv[0], kv[1])
+	}
+	tmp := filepath.Join(dir, name+".tmp")
+	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return fmt.Errorf("journal: create %s: %w", tmp, err)
+	}
+	if _, err := f.Write([]byte(sb.String())); err != nil {
+		f.Close()
+		return fmt.Errorf("journal: write %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("journal: sync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("journal: close %s: %w", tmp, err)
+	}
+	if err := fs.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("journal: rename %s: %w", tmp, err)
+	}
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("journal: open dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("journal: sync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+func isNotExist(err error) bool { return errors.Is(err, iofs.ErrNotExist) }
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // plain data: cannot fail
+	}
+	return b
+}

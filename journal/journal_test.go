@@ -1,0 +1,292 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// memSM is a trivial state machine recording what it applied.
+type memSM struct {
+	mu   sync.Mutex
+	ents map[uint64]string
+	last uint64
+}
+
+func newMemSM() *memSM { return &memSM{ents: map[uint64]string{}} }
+
+func (s *memSM) Apply(index uint64, data []byte) any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if index <= s.last {
+		panic(fmt.Sprintf("apply %d after %d", index, s.last))
+	}
+	s.last = index
+	s.ents[index] = string(data)
+	return "ok:" + string(data)
+}
+
+func (s *memSM) values() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for i := uint64(0); i <= s.last; i++ {
+		if v, ok := s.ents[i]; ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (s *memSM) has(v string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range s.ents {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// node is one journal served over real HTTP on loopback.
+type node struct {
+	t     *testing.T
+	id    uint64
+	dir   string
+	addr  string
+	ln    net.Listener
+	srv   *http.Server
+	sm    *memSM
+	j     *Journal
+	tr    *HTTPTransport
+	mux   *switchHandler
+	srvWG sync.WaitGroup
+}
+
+// switchHandler lets a restarted journal take over the same listener.
+type switchHandler struct {
+	mu sync.Mutex
+	h  http.Handler
+}
+
+func (s *switchHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	h := s.h
+	s.mu.Unlock()
+	if h == nil {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+type cluster struct {
+	t     *testing.T
+	nodes map[uint64]*node
+	token string
+	drop  func(from, to uint64) bool
+	mu    sync.Mutex
+	cut   map[[2]uint64]bool
+}
+
+func testConfig(n *node) Config {
+	cfg := Config{
+		ID: n.id, Dir: n.dir, Addr: n.addr, Token: "secret",
+		StateMachine:  n.sm,
+		TickInterval:  10 * time.Millisecond,
+		ElectionTicks: 10, HeartbeatTicks: 1,
+		StaleAfter: 300 * time.Millisecond,
+	}
+	if os.Getenv("JOURNAL_TEST_LOG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return cfg
+}
+
+func newCluster(t *testing.T) *cluster {
+	c := &cluster{t: t, nodes: map[uint64]*node{}, token: "secret", cut: map[[2]uint64]bool{}}
+	t.Cleanup(func() {
+		for _, n := range c.nodes {
+			n.stop()
+		}
+	})
+	return c
+}
+
+func (c *cluster) dropFn(from, to uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cut[[2]uint64{from, to}] || c.cut[[2]uint64{to, from}]
+}
+
+// partition isolates id from every other node; heal undoes all cuts.
+func (c *cluster) partition(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for other := range c.nodes {
+		if other != id {
+			c.cut[[2]uint64{id, other}] = true
+		}
+	}
+}
+
+func (c *cluster) heal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = map[[2]uint64]bool{}
+}
+
+func (c *cluster) listen(id uint64) *node {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(c.t, err)
+	n := &node{t: c.t, id: id, dir: c.t.TempDir(), addr: ln.Addr().String(), ln: ln, sm: newMemSM(), mux: &switchHandler{}}
+	n.srv = &http.Server{Handler: n.mux}
+	n.srvWG.Go(func() { _ = n.srv.Serve(ln) })
+	c.nodes[id] = n
+	return n
+}
+
+// open starts (or restarts) the journal of n with cfg adjusted by mod.
+func (c *cluster) open(n *node, mod func(*Config)) error {
+	cfg := testConfig(n)
+	n.tr = NewHTTPTransport(HTTPOptions{Logger: cfg.Logger})
+	drop := c.dropFn
+	n.tr.drop.Store(&drop)
+	cfg.Transport = n.tr
+	if mod != nil {
+		mod(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	j, err := Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	n.j = j
+	n.mux.mu.Lock()
+	n.mux.h = j.Handler()
+	n.mux.mu.Unlock()
+	return nil
+}
+
+func (n *node) closeJournal() {
+	if n.j == nil {
+		return
+	}
+	n.mux.mu.Lock()
+	n.mux.h = nil
+	n.mux.mu.Unlock()
+	require.NoError(n.t, n.j.Close())
+	n.j = nil
+}
+
+func (n *node) stop() {
+	n.closeJournal()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = n.srv.Shutdown(ctx)
+	n.srvWG.Wait()
+}
+
+// start3 bootstraps node 1, joins 2 and 3 as voters and 4 as an observer.
+func (c *cluster) start(voters int, observers int) {
+	n1 := c.listen(1)
+	require.NoError(c.t, c.open(n1, func(cfg *Config) { cfg.Bootstrap = true }))
+	c.waitLeader(1)
+	for i := 2; i <= voters+observers; i++ {
+		n := c.listen(uint64(i))
+		role := Follower
+		if i > voters {
+			role = Observer
+		}
+		require.NoError(c.t, c.open(n, func(cfg *Config) { cfg.Join = n1.addr; cfg.Role = role }))
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitLeader waits until every running node agrees on one leader among
+// the candidates (nil = any) and returns it.
+func (c *cluster) waitLeader(candidates ...uint64) uint64 {
+	c.t.Helper()
+	var leader uint64
+	eventually(c.t, 10*time.Second, "a leader", func() bool {
+		leader = 0
+		for _, n := range c.nodes {
+			if n.j == nil {
+				continue
+			}
+			st := n.j.Status()
+			if st.Removed {
+				continue
+			}
+			if st.Leader == 0 || (leader != 0 && st.Leader != leader) {
+				return false
+			}
+			leader = st.Leader
+		}
+		if leader == 0 {
+			return false
+		}
+		ln := c.nodes[leader]
+		if ln == nil || ln.j == nil || !ln.j.Status().IsLeader() {
+			return false
+		}
+		if len(candidates) == 0 {
+			return true
+		}
+		for _, id := range candidates {
+			if id == leader {
+				return true
+			}
+		}
+		return false
+	})
+	return leader
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestClusterBasics(t *testing.T) {
+	c := newCluster(t)
+	c.start(3, 1)
+	leader := c.waitLeader()
+	require.Equal(t, uint64(1), leader)
+	// Writes through every node; each returns after its own apply.
+	for id := uint64(1); id <= 4; id++ {
+		n := c.nodes[id]
+		v := fmt.Sprintf("w%d", id)
+		idx, val, err := n.j.Propose(ctxT(t, 5*time.Second), []byte(v))
+		require.NoError(t, err, "propose through node %d", id)
+		require.Equal(t, "ok:"+v, val)
+		require.GreaterOrEqual(t, n.j.Status().Applied, idx)
+		require.True(t, n.sm.has(v), "read-your-writes on node %d", id)
+	}
+}

@@ -1,0 +1,542 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// proposal is a request to the raft loop.
+type proposal struct {
+	data  []byte             // normal entry (envelope)
+	cc    *raftpb.ConfChange // or a conf change
+	force bool               // skip the safe-removal check
+	done  chan error         // buffered(1): nil when raft accepted it
+}
+
+// run is the raft loop: the only goroutine that touches j.rn. Each
+// iteration handles one event (tick, proposals, inbound messages, an
+// operation), then at most one Ready, in the order raft requires: persist
+// (one synced Pebble batch), send, hand committed entries to the applier,
+// Advance. The applier runs on its own goroutine so a slow state machine
+// never stops ticks; a full apply queue only postpones the next Ready.
+func (j *Journal) run() {
+	tickc, stopTick := j.cfg.Clock.NewTicker(j.cfg.TickInterval)
+	defer stopTick()
+	staleEvery := j.cfg.StaleAfter / 2
+	var lastStamp int64
+	var err error
+	for err == nil {
+		select {
+		case <-j.stopc:
+			j.failProposals()
+			return
+		case <-tickc:
+			j.rn.Tick()
+			if j.state.Load() == uint32(raft.StateLeader) {
+				now := j.cfg.Clock.Now().UnixNano()
+				if now-lastStamp >= int64(staleEvery) {
+					// Ignored when dropped (uncommitted limit): the next tick retries.
+					if j.rn.Propose(encodeTimestamp(now)) == nil {
+						lastStamp = now
+					}
+				}
+			} else {
+				lastStamp = 0
+			}
+		case p := <-j.propc:
+			j.propose(p)
+			for n := 0; n < 4096; n++ { // group commit: take what is queued
+				select {
+				case p := <-j.propc:
+					j.propose(p)
+					continue
+				default:
+				}
+				break
+			}
+		case in := <-j.recvc:
+			j.step(in)
+		case op := <-j.opc:
+			op()
+		case r := <-j.reportc:
+			if r.snapshot {
+				st := raft.SnapshotFinish
+				if !r.ok {
+					st = raft.SnapshotFailure
+				}
+				j.rn.ReportSnapshot(r.id, st)
+				j.snapsOut.Add(-1)
+			} else {
+				j.rn.ReportUnreachable(r.id)
+			}
+		case <-j.applyq.room():
+		}
+		// Take the messages that arrived meanwhile so one Ready covers them.
+		for n := 0; n < 256; n++ {
+			select {
+			case in := <-j.recvc:
+				j.step(in)
+				continue
+			default:
+			}
+			break
+		}
+		if j.applyq.full() || !j.rn.HasReady() {
+			continue
+		}
+		err = j.handleReady(j.rn.Ready())
+	}
+	// A persist failure: the node can no longer promise durability. Stop
+	// the loop (raft must not advance) but keep the process alive.
+	j.fail(err)
+	<-j.stopc
+	j.failProposals()
+}
+
+func (j *Journal) fail(err error) {
+	j.log.Error("journal stopped", "err", err)
+	j.failed.CompareAndSwap(nil, &err)
+}
+
+func (j *Journal) failProposals() {
+	for {
+		select {
+		case p := <-j.propc:
+			p.done <- ErrClosed
+		default:
+			return
+		}
+	}
+}
+
+func (j *Journal) propose(p *proposal) {
+	if j.state.Load() != uint32(raft.StateLeader) {
+		p.done <- ErrNotLeader
+		return
+	}
+	var err error
+	if p.cc != nil {
+		if err = j.checkConfChange(p.cc, p.force); err == nil {
+			err = j.rn.ProposeConfChange(p.cc)
+		}
+	} else {
+		err = j.rn.Propose(p.data)
+	}
+	switch {
+	case errors.Is(err, raft.ErrProposalDropped):
+		// Dropped: the uncommitted tail is full, or a leader transfer or a
+		// conf change is pending.
+		err = fmt.Errorf("%w: proposal dropped by raft", ErrBusy)
+	}
+	p.done <- err
+}
+
+// checkConfChange refuses a removal that leaves fewer reachable voters than
+// a quorum of the new configuration, and a change while one is pending.
+func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
+	st := j.rn.Status()
+	if cc.GetType() != raftpb.ConfChangeRemoveNode || force {
+		return nil
+	}
+	id := cc.GetNodeId()
+	voters := st.Config.Voters.IDs()
+	if _, ok := voters[id]; !ok {
+		return nil // a learner: no quorum impact
+	}
+	remaining, reachable := 0, 0
+	for v := range voters {
+		if v == id {
+			continue
+		}
+		remaining++
+		if pr, ok := st.Progress[v]; v == j.id || (ok && pr.RecentActive) {
+			reachable++
+		}
+	}
+	if remaining == 0 {
+		return fmt.Errorf("%w: node %d is the last voter", ErrUnsafeRemoval, id)
+	}
+	if reachable < remaining/2+1 {
+		return fmt.Errorf("%w: removing node %d leaves %d reachable of %d voters, below a quorum", ErrUnsafeRemoval, id, reachable, remaining)
+	}
+	return nil
+}
+
+// step feeds inbound messages to raft.
+func (j *Journal) step(in inbound) {
+	var err error
+	for _, m := range in.msgs {
+		if e := j.rn.Step(m); e != nil && !errors.Is(e, raft.ErrStepPeerNotFound) && !errors.Is(e, raft.ErrStepLocalMsg) {
+			err = e
+		}
+	}
+	if in.done != nil {
+		in.done <- err
+	}
+}
+
+// handleReady processes one Ready.
+func (j *Journal) handleReady(rd raft.Ready) error {
+	if rd.SoftState != nil {
+		j.setSoftState(rd.SoftState.Lead, rd.SoftState.RaftState)
+	}
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		if t := rd.HardState.GetTerm(); t != j.term.Swap(t) {
+			j.notifyLeadership()
+		}
+	}
+	var snap *raftpb.Snapshot
+	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+		snap = rd.Snapshot
+	}
+	// 1. Persist: snapshot metadata, entries, HardState in one batch, synced
+	// when raft requires it or a snapshot is installed.
+	var hs *raftpb.HardState
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		hs = rd.HardState
+	}
+	if hs != nil || len(rd.Entries) > 0 || snap != nil {
+		if err := j.store.Append(hs, rd.Entries, snap, rd.MustSync || snap != nil); err != nil {
+			return fmt.Errorf("journal: persist: %w", err)
+		}
+	}
+	if hs != nil {
+		j.committed.Store(hs.GetCommit())
+	}
+	// 2. Send, only after the write returned.
+	if len(rd.Messages) > 0 {
+		for _, m := range rd.Messages {
+			if m.GetType() == raftpb.MsgSnap {
+				j.snapsOut.Add(1)
+			}
+		}
+		j.tr.Send(rd.Messages)
+	}
+	// Linearizable reads whose index is now known.
+	if len(rd.ReadStates) > 0 {
+		j.mu.Lock()
+		for _, rs := range rd.ReadStates {
+			if ch, ok := j.mu.reads[decodeReadCtx(rs.RequestCtx)]; ok {
+				ch <- rs.Index
+				delete(j.mu.reads, decodeReadCtx(rs.RequestCtx))
+			}
+		}
+		j.mu.Unlock()
+	}
+	// 3. Apply: membership changes here (raft needs ApplyConfChange before
+	// the next Ready), the rest on the applier, in order.
+	var batch applyBatch
+	if snap != nil {
+		if err := j.installSnapshotMembership(snap); err != nil {
+			return err
+		}
+		batch.snapshot = snap.GetMetadata().GetIndex()
+	}
+	for _, e := range rd.CommittedEntries {
+		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
+			if err := j.applyConfChange(e); err != nil {
+				return err
+			}
+		}
+	}
+	if len(rd.CommittedEntries) > 0 || batch.snapshot > 0 {
+		batch.entries = rd.CommittedEntries
+		j.applyq.push(batch)
+	}
+	// 4. Advance.
+	j.rn.Advance(rd)
+	return nil
+}
+
+func (j *Journal) setSoftState(lead uint64, st raft.StateType) {
+	changed := j.leader.Swap(lead) != lead
+	if raft.StateType(j.state.Swap(uint32(st))) != st {
+		changed = true
+	}
+	if changed {
+		j.log.Info("raft state", "state", st, "leader", lead, "term", j.term.Load())
+		j.notifyLeadership()
+	}
+}
+
+func (j *Journal) notifyLeadership() {
+	j.mu.Lock()
+	close(j.mu.leaderCh)
+	j.mu.leaderCh = make(chan struct{})
+	j.mu.Unlock()
+}
+
+// applyConfChange applies a committed membership change to raft and to the
+// durable membership (peer addresses travel in the conf change's context).
+func (j *Journal) applyConfChange(e *raftpb.Entry) error {
+	cc, ctx, err := decodeConfChange(e)
+	if err != nil {
+		// Deterministic on every replica; raft still needs to hear about
+		// it, as a no-op change.
+		j.log.Error("malformed conf change ignored", "index", e.GetIndex(), "err", err)
+		j.rn.ApplyConfChange(&raftpb.ConfChange{})
+		return nil
+	}
+	cs := j.rn.ApplyConfChange(cc)
+	j.mu.Lock()
+	m := j.mu.membership.clone()
+	j.mu.Unlock()
+	m.apply(e.GetIndex(), cc, ctx, cs)
+	if err := j.store.SaveMembership(e.GetIndex(), m.encode()); err != nil {
+		return fmt.Errorf("journal: save membership at %d: %w", e.GetIndex(), err)
+	}
+	j.setMembership(m)
+	return nil
+}
+
+func (j *Journal) installSnapshotMembership(snap *raftpb.Snapshot) error {
+	idx := snap.GetMetadata().GetIndex()
+	m, err := decodeMembership(snap.GetData())
+	if err != nil {
+		return fmt.Errorf("journal: snapshot %d: %w", idx, err)
+	}
+	keys := m.Keys
+	m.Keys = nil
+	if err := j.store.SaveMembership(idx, m.encode()); err != nil {
+		return fmt.Errorf("journal: save membership at %d: %w", idx, err)
+	}
+	j.setMembership(m)
+	j.applyq.setKeys(idx, keys)
+	return nil
+}
+
+// setMembership publishes m and updates the transport's peers.
+func (j *Journal) setMembership(m *membership) {
+	j.mu.Lock()
+	old := j.mu.membership
+	j.mu.membership = m
+	j.mu.Unlock()
+	for id := range old.Members {
+		if _, ok := m.Members[id]; !ok && id != j.id {
+			j.tr.RemovePeer(id)
+		}
+	}
+	for id, mem := range m.Members {
+		if id != j.id && mem.Addr != "" && old.Members[id].Addr != mem.Addr {
+			j.tr.SetPeer(id, mem.Addr)
+		}
+	}
+	if self, ok := m.Members[j.id]; ok {
+		if Role(j.role.Load()) != self.Role {
+			j.role.Store(uint32(self.Role))
+			if err := writeKV(j.cfg.FS, j.cfg.Dir, "ROLE", [][2]string{{"role", self.Role.String()}}); err != nil {
+				j.log.Error("update ROLE", "err", err)
+			}
+		}
+	} else if m.isRemoved(j.id) {
+		j.removed.Store(true)
+	}
+}
+
+// applyBatch is one Ready's worth of work for the applier.
+type applyBatch struct {
+	snapshot uint64 // install the image at this index first (0: none)
+	keys     []appliedKey
+	entries  []*raftpb.Entry
+	bytes    uint64
+}
+
+// applyQueue is the byte- and count-bounded queue between the raft loop and
+// the applier. The loop checks full() before taking a Ready, so push never
+// blocks.
+type applyQueue struct {
+	mu       sync.Mutex
+	items    []applyBatch
+	bytes    uint64
+	maxBytes uint64
+	maxItems int
+	pendKeys map[uint64][]appliedKey
+	notify   chan struct{} // applier wake-up (cap 1)
+	roomc    chan struct{} // loop wake-up when space frees (cap 1)
+	closed   bool
+}
+
+func newApplyQueue(maxBytes uint64, maxItems int) *applyQueue {
+	return &applyQueue{maxBytes: maxBytes, maxItems: maxItems, notify: make(chan struct{}, 1), roomc: make(chan struct{}, 1), pendKeys: map[uint64][]appliedKey{}}
+}
+
+func (q *applyQueue) setKeys(idx uint64, keys []appliedKey) {
+	q.mu.Lock()
+	q.pendKeys[idx] = keys
+	q.mu.Unlock()
+}
+
+func (q *applyQueue) push(b applyBatch) {
+	for _, e := range b.entries {
+		b.bytes += uint64(len(e.GetData())) + 32
+	}
+	q.mu.Lock()
+	if b.snapshot > 0 {
+		b.keys = q.pendKeys[b.snapshot]
+		delete(q.pendKeys, b.snapshot)
+	}
+	q.items = append(q.items, b)
+	q.bytes += b.bytes
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (q *applyQueue) full() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.bytes >= q.maxBytes || len(q.items) >= q.maxItems
+}
+
+func (q *applyQueue) room() <-chan struct{} { return q.roomc }
+
+// pop takes everything queued, waiting for work; ok is false once closed.
+func (q *applyQueue) pop() ([]applyBatch, bool) {
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return nil, false
+		}
+		if len(q.items) > 0 {
+			items := q.items
+			q.items = nil
+			q.mu.Unlock()
+			return items, true
+		}
+		q.mu.Unlock()
+		<-q.notify
+	}
+}
+
+func (q *applyQueue) done(b applyBatch) {
+	q.mu.Lock()
+	q.bytes -= b.bytes
+	q.mu.Unlock()
+	select {
+	case q.roomc <- struct{}{}:
+	default:
+	}
+}
+
+func (q *applyQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+// applyLoop is the applier: it applies committed entries in log order to the
+// state machine, then publishes the applied index and wakes waiters.
+func (j *Journal) applyLoop() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-j.stopc:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		items, ok := j.applyq.pop()
+		if !ok {
+			return
+		}
+		for _, b := range items {
+			if j.failed.Load() == nil {
+				if err := j.applyBatch(ctx, b); err != nil {
+					j.fail(err)
+				}
+			}
+			j.applyq.done(b)
+		}
+	}
+}
+
+func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
+	if b.snapshot > 0 && b.snapshot > j.applied.Load() {
+		if j.cfg.Snapshots == nil {
+			return fmt.Errorf("journal: raft snapshot %d received but Config.Snapshots is nil", b.snapshot)
+		}
+		if err := j.cfg.Snapshots.Install(ctx, b.snapshot); err != nil {
+			return fmt.Errorf("journal: install image %d: %w", b.snapshot, err)
+		}
+		j.dedupe.reset(b.keys)
+		j.lastImage.Store(b.snapshot)
+		j.publishApplied(b.snapshot)
+	}
+	applied := j.applied.Load()
+	for _, e := range b.entries {
+		idx := e.GetIndex()
+		if idx <= applied {
+			continue // replayed below the image
+		}
+		switch e.GetType() {
+		case raftpb.EntryNormal:
+			j.applyNormal(idx, e.GetData())
+		default:
+			if _, cctx, err := decodeConfChange(e); err == nil {
+				j.resolve(cctx.Key, applyResult{index: idx})
+			}
+		}
+		applied = idx
+	}
+	j.publishApplied(applied)
+	return nil
+}
+
+func (j *Journal) applyNormal(idx uint64, data []byte) {
+	if len(data) == 0 {
+		return // the leader's empty entry of its term
+	}
+	env, err := decodeEnvelope(data)
+	if err != nil {
+		// The same bytes are skipped on every replica.
+		j.log.Error("malformed entry skipped", "index", idx, "err", err)
+		return
+	}
+	switch env.kind {
+	case kindTimestamp:
+		j.lastTS.Store(env.ts)
+	case kindUser:
+		if prev, dup := j.dedupe.seen(idx, env.key); dup {
+			j.resolve(env.key, applyResult{index: prev.index, value: prev.value})
+			return
+		}
+		v := j.cfg.StateMachine.Apply(idx, env.data)
+		j.dedupe.add(idx, env.key, v)
+		j.resolve(env.key, applyResult{index: idx, value: v})
+	}
+}
+
+func (j *Journal) resolve(key [16]byte, r applyResult) {
+	j.mu.Lock()
+	ws := j.mu.waiters[key]
+	delete(j.mu.waiters, key)
+	j.mu.Unlock()
+	for _, w := range ws {
+		w <- r
+	}
+}
+
+func (j *Journal) publishApplied(idx uint64) {
+	if idx <= j.applied.Load() {
+		return
+	}
+	j.applied.Store(idx)
+	j.mu.Lock()
+	close(j.mu.appliedCh)
+	j.mu.appliedCh = make(chan struct{})
+	j.mu.Unlock()
+}

@@ -1,0 +1,146 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// AddMember adds node id, reachable at addr, as a voter (Follower) or a
+// learner (Observer), and returns once the change is applied on this node.
+// Adding a member that already exists with the same role and address is a
+// no-op; with another role it fails with ErrRoleMismatch (use Promote).
+// Removed ids are never reused. Any node can call it: the change goes
+// through the leader.
+func (j *Journal) AddMember(ctx context.Context, id uint64, addr string, role Role) error {
+	if id == 0 || addr == "" {
+		return fmt.Errorf("journal: add member: id and addr are required")
+	}
+	if role == RoleUnset {
+		role = Follower
+	}
+	j.mu.Lock()
+	m := j.mu.membership
+	j.mu.Unlock()
+	if m.isRemoved(id) {
+		return fmt.Errorf("journal: add member %d: %w: the id was removed and cannot be reused", id, ErrUnknownMember)
+	}
+	if cur, ok := m.Members[id]; ok {
+		if cur.Role != role {
+			return fmt.Errorf("journal: add member %d: %w: it is a %s, asked for %s", id, ErrRoleMismatch, cur.Role, role)
+		}
+		if cur.Addr == addr {
+			return nil
+		}
+	}
+	typ := raftpb.ConfChangeAddNode
+	if role == Observer {
+		typ = raftpb.ConfChangeAddLearnerNode
+	}
+	return j.confChange(ctx, "add member", typ, id, addr, role, false)
+}
+
+// RemoveMember removes node id. A removal that would leave fewer reachable
+// voters than a quorum of the remaining ones fails with ErrUnsafeRemoval
+// unless force is set.
+func (j *Journal) RemoveMember(ctx context.Context, id uint64, force bool) error {
+	j.mu.Lock()
+	m := j.mu.membership
+	j.mu.Unlock()
+	if _, ok := m.Members[id]; !ok {
+		return fmt.Errorf("journal: remove member %d: %w", id, ErrUnknownMember)
+	}
+	return j.confChange(ctx, "remove member", raftpb.ConfChangeRemoveNode, id, "", RoleUnset, force)
+}
+
+// Promote makes the learner (Observer) id a voter (Follower).
+func (j *Journal) Promote(ctx context.Context, id uint64) error {
+	j.mu.Lock()
+	m := j.mu.membership
+	j.mu.Unlock()
+	cur, ok := m.Members[id]
+	if !ok {
+		return fmt.Errorf("journal: promote %d: %w", id, ErrUnknownMember)
+	}
+	if cur.Role == Follower {
+		return nil
+	}
+	return j.confChange(ctx, "promote", raftpb.ConfChangeAddNode, id, cur.Addr, Follower, false)
+}
+
+func (j *Journal) confChange(ctx context.Context, what string, typ raftpb.ConfChangeType, id uint64, addr string, role Role, force bool) error {
+	key := uuid.New()
+	cc := &raftpb.ConfChange{
+		Type:    typ.Enum(),
+		NodeId:  new(id),
+		Context: mustJSON(confContext{Addr: addr, Role: role, Key: key}),
+	}
+	data, err := proto.Marshal(cc)
+	if err != nil {
+		return fmt.Errorf("journal: %s %d: %w", what, id, err)
+	}
+	_, err = j.submit(ctx, key,
+		func() *proposal { return &proposal{cc: proto.Clone(cc).(*raftpb.ConfChange), force: force} },
+		&ForwardRequest{Kind: ForwardConfChange, Key: key, Force: force, Data: data})
+	if err != nil {
+		return fmt.Errorf("journal: %s %d: %w", what, id, err)
+	}
+	return nil
+}
+
+// TransferLeadership asks the leader (this node) to hand leadership to the
+// voter `to`, and waits until `to` leads. On a non-leader it fails with
+// ErrNotLeader.
+func (j *Journal) TransferLeadership(ctx context.Context, to uint64) error {
+	for {
+		lc := j.Leadership()
+		if j.leader.Load() == to {
+			return nil
+		}
+		if j.state.Load() != uint32(raft.StateLeader) {
+			return fmt.Errorf("journal: transfer leadership to %d: %w", to, j.notLeaderErr())
+		}
+		if err := j.do(ctx, func() { j.rn.TransferLeader(to) }); err != nil {
+			return fmt.Errorf("journal: transfer leadership to %d: %w", to, err)
+		}
+		t := time.NewTimer(j.electionTimeout())
+		select {
+		case <-lc:
+		case <-t.C: // raft aborts a transfer after an election timeout: ask again
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("journal: transfer leadership to %d: %w", to, context.Cause(ctx))
+		case <-j.done:
+			t.Stop()
+			return ErrClosed
+		}
+		t.Stop()
+		if l := j.leader.Load(); l == to {
+			return nil
+		}
+	}
+}
+
+// HandleJoin implements Receiver: it admits the joining node (through the
+// leader) and answers with the cluster id and the members.
+func (j *Journal) HandleJoin(ctx context.Context, req *JoinRequest) (*JoinResponse, error) {
+	if j.token != "" && req.Token != j.token {
+		return nil, fmt.Errorf("%w: join token does not match", ErrClusterMismatch)
+	}
+	role := req.Role
+	if role == RoleUnset {
+		role = Follower
+	}
+	if err := j.AddMember(ctx, req.ID, req.Addr, role); err != nil {
+		return nil, err
+	}
+	j.mu.Lock()
+	members := j.mu.membership.list()
+	j.mu.Unlock()
+	return &JoinResponse{ClusterID: j.clusterID, Members: members}, nil
+}

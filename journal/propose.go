@@ -1,0 +1,405 @@
+package journal
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// ProposeOption is an optional argument of Propose.
+type ProposeOption func(*proposeOptions)
+
+type proposeOptions struct {
+	key    [16]byte
+	hasKey bool
+}
+
+// WithKey sets the proposal's idempotency key. A proposal retried with the
+// same key (for example after a lost acknowledgement) is applied once as
+// long as the retry reaches the log within Config.DedupeWindow entries of
+// the first copy; the retry returns the first copy's index (and its value if
+// this node applied it in this process). Without WithKey a random key is
+// used.
+func WithKey(key [16]byte) ProposeOption {
+	return func(o *proposeOptions) { o.key, o.hasKey = key, true }
+}
+
+// Propose appends data to the log through the leader and returns once the
+// entry is applied on this node, with its index and the value the local
+// StateMachine.Apply returned: a write is visible to reads on the node that
+// made it (read-your-writes on every node). On a non-leader the proposal is
+// forwarded to the leader; leader changes are retried up to
+// Config.ForwardRetries times with the same idempotency key. When no leader
+// can be reached (quorum loss) the error wraps ErrNoLeader and the
+// context's error once ctx ends.
+func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOption) (index uint64, value any, err error) {
+	var o proposeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !o.hasKey {
+		o.key = uuid.New()
+	}
+	env := encodeUser(o.key, data)
+	r, err := j.submit(ctx, o.key,
+		func() *proposal { return &proposal{data: env} },
+		&ForwardRequest{Kind: ForwardData, Key: o.key, Data: data})
+	if err != nil {
+		return 0, nil, fmt.Errorf("journal: propose: %w", err)
+	}
+	return r.index, r.value, nil
+}
+
+func (j *Journal) electionTimeout() time.Duration {
+	return time.Duration(j.cfg.ElectionTicks) * j.cfg.TickInterval
+}
+
+// submit gets a proposal applied locally: proposed here when this node
+// leads, forwarded otherwise, retried on leader changes.
+func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *proposal, fwd *ForwardRequest) (applyResult, error) {
+	w := j.addWaiter(key)
+	defer j.removeWaiter(key, w)
+	var lastErr error
+	wait := func(lc <-chan struct{}, d time.Duration) (applyResult, bool, error) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case r := <-w:
+			return r, true, nil
+		case <-lc:
+		case <-t.C:
+		case <-ctx.Done():
+			return applyResult{}, false, j.ctxErr(ctx, lastErr)
+		case <-j.done:
+			return applyResult{}, false, ErrClosed
+		}
+		return applyResult{}, false, nil
+	}
+	for attempt := 0; attempt < j.cfg.ForwardRetries; attempt++ {
+		select {
+		case <-j.done:
+			return applyResult{}, ErrClosed
+		default:
+		}
+		lc := j.Leadership()
+		leader := j.leader.Load()
+		var err error
+		switch {
+		case leader == j.id && j.state.Load() == uint32(raft.StateLeader):
+			err = j.proposeLocal(ctx, local())
+			if err == nil {
+				// Wait for the local apply; a leader change means the entry
+				// may be lost: retry (the key makes that safe).
+				if r, ok, err := wait(lc, 1<<62); ok || err != nil {
+					return r, err
+				}
+				err = ErrNotLeader
+			}
+		case leader == 0 || leader == j.id:
+			err = ErrNoLeader
+		default:
+			var resp *ForwardResponse
+			resp, err = j.tr.Forward(ctx, leader, fwd)
+			if err == nil {
+				_ = resp
+				r, ok, err := wait(nil, 1<<62)
+				if ok || err != nil {
+					return r, err
+				}
+			}
+		}
+		lastErr = err
+		if !retryable(err) {
+			return applyResult{}, err
+		}
+		if ctx.Err() != nil {
+			return applyResult{}, j.ctxErr(ctx, lastErr)
+		}
+		// Give the cluster time to elect or the new leader time to be heard.
+		if r, ok, err := wait(lc, j.electionTimeout()); ok || err != nil {
+			return r, err
+		}
+	}
+	return applyResult{}, fmt.Errorf("gave up after %d attempts: %w", j.cfg.ForwardRetries, lastErr)
+}
+
+func retryable(err error) bool {
+	return errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) ||
+		errors.Is(err, ErrUnreachable) || errors.Is(err, ErrBusy)
+}
+
+// ctxErr wraps the context's error, and ErrNoLeader when that is why.
+func (j *Journal) ctxErr(ctx context.Context, last error) error {
+	if errors.Is(last, ErrNoLeader) || errors.Is(last, ErrUnreachable) || (last == nil && j.leader.Load() == 0) {
+		return fmt.Errorf("%w: %w", ErrNoLeader, context.Cause(ctx))
+	}
+	if last != nil {
+		return fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), last)
+	}
+	return context.Cause(ctx)
+}
+
+// proposeLocal hands p to the raft loop and waits until raft accepted or
+// refused it.
+func (j *Journal) proposeLocal(ctx context.Context, p *proposal) error {
+	p.done = make(chan error, 1)
+	select {
+	case j.propc <- p:
+	case <-ctx.Done():
+		return j.ctxErr(ctx, nil)
+	case <-j.done:
+		return ErrClosed
+	}
+	select {
+	case err := <-p.done:
+		return err
+	case <-j.done:
+		return ErrClosed
+	}
+}
+
+func (j *Journal) addWaiter(key [16]byte) chan applyResult {
+	w := make(chan applyResult, 1)
+	j.mu.Lock()
+	j.mu.waiters[key] = append(j.mu.waiters[key], w)
+	j.mu.Unlock()
+	return w
+}
+
+func (j *Journal) removeWaiter(key [16]byte, w chan applyResult) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	ws := j.mu.waiters[key]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(j.mu.waiters, key)
+	} else {
+		j.mu.waiters[key] = ws
+	}
+}
+
+// HandleForward implements Receiver: it proposes a forwarded entry on this
+// node, which must lead, and returns once the entry is applied here.
+func (j *Journal) HandleForward(ctx context.Context, req *ForwardRequest) (*ForwardResponse, error) {
+	if j.state.Load() != uint32(raft.StateLeader) {
+		return nil, j.notLeaderErr()
+	}
+	var p *proposal
+	switch req.Kind {
+	case ForwardData:
+		p = &proposal{data: encodeUser(req.Key, req.Data)}
+	case ForwardConfChange:
+		cc := &raftpb.ConfChange{}
+		if err := proto.Unmarshal(req.Data, cc); err != nil {
+			return nil, fmt.Errorf("%w: forwarded conf change: %v", ErrMalformed, err)
+		}
+		p = &proposal{cc: cc, force: req.Force}
+	default:
+		return nil, fmt.Errorf("%w: forward kind %d", ErrMalformed, req.Kind)
+	}
+	w := j.addWaiter(req.Key)
+	defer j.removeWaiter(req.Key, w)
+	lc := j.Leadership()
+	if err := j.proposeLocal(ctx, p); err != nil {
+		if errors.Is(err, ErrNotLeader) {
+			return nil, j.notLeaderErr()
+		}
+		return nil, err
+	}
+	select {
+	case r := <-w:
+		return &ForwardResponse{Index: r.index}, nil
+	case <-lc:
+		return nil, j.notLeaderErr()
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	case <-j.done:
+		return nil, ErrClosed
+	}
+}
+
+func (j *Journal) notLeaderErr() error {
+	if l := j.leader.Load(); l != 0 && l != j.id {
+		return fmt.Errorf("%w (leader is %d)", ErrNotLeader, l)
+	}
+	return fmt.Errorf("%w: %w", ErrNotLeader, ErrNoLeader)
+}
+
+// WaitApplied waits until this node has applied index.
+func (j *Journal) WaitApplied(ctx context.Context, index uint64) error {
+	for {
+		j.mu.Lock()
+		ch := j.mu.appliedCh
+		j.mu.Unlock()
+		if j.applied.Load() >= index {
+			return nil
+		}
+		if e := j.failed.Load(); e != nil {
+			return *e
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("journal: wait for index %d (applied %d): %w", index, j.applied.Load(), context.Cause(ctx))
+		case <-j.done:
+			return ErrClosed
+		}
+	}
+}
+
+// ReadBarrier makes the next local reads linearizable: it asks the leader
+// for its commit index (raft ReadIndex; works on followers and observers)
+// and waits until this node has applied it. Without a leader it retries
+// every election timeout until ctx ends (error wraps ErrNoLeader).
+func (j *Journal) ReadBarrier(ctx context.Context) error {
+	for {
+		ch := make(chan uint64, 1)
+		j.mu.Lock()
+		j.mu.readSeq++
+		id := j.mu.readSeq
+		j.mu.reads[id] = ch
+		j.mu.Unlock()
+		rctx := encodeReadCtx(id)
+		if err := j.do(ctx, func() { j.rn.ReadIndex(rctx) }); err != nil {
+			j.dropRead(id)
+			return fmt.Errorf("journal: read barrier: %w", err)
+		}
+		t := time.NewTimer(j.electionTimeout())
+		select {
+		case idx := <-ch:
+			t.Stop()
+			return j.WaitApplied(ctx, idx)
+		case <-t.C:
+			j.dropRead(id)
+		case <-ctx.Done():
+			t.Stop()
+			j.dropRead(id)
+			return fmt.Errorf("journal: read barrier: %w", j.ctxErr(ctx, nil))
+		case <-j.done:
+			t.Stop()
+			return ErrClosed
+		}
+	}
+}
+
+func (j *Journal) dropRead(id uint64) {
+	j.mu.Lock()
+	delete(j.mu.reads, id)
+	j.mu.Unlock()
+}
+
+func encodeReadCtx(id uint64) []byte {
+	return binary.BigEndian.AppendUint64(nil, id)
+}
+
+func decodeReadCtx(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b)
+}
+
+// do runs f on the raft loop and waits for it to have run.
+func (j *Journal) do(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	op := func() { f(); close(done) }
+	select {
+	case j.opc <- op:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-j.done:
+		return ErrClosed
+	}
+	select {
+	case <-done:
+		return nil
+	case <-j.stopc:
+		return ErrClosed
+	}
+}
+
+// Receive implements Receiver: it steps inbound raft messages. For a
+// snapshot message the image is made durable (Snapshots.Fetch) before raft
+// sees the message, and Receive returns once raft has stepped it.
+func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
+	j.mu.Lock()
+	m := j.mu.membership
+	j.mu.Unlock()
+	for _, msg := range msgs {
+		if msg.GetTo() != j.id {
+			return fmt.Errorf("%w: message for node %d delivered to node %d", ErrMalformed, msg.GetTo(), j.id)
+		}
+		if m.isRemoved(msg.GetFrom()) {
+			return fmt.Errorf("%w: node %d was removed from the cluster", ErrUnknownMember, msg.GetFrom())
+		}
+		if raft.IsLocalMsg(msg.GetType()) {
+			return fmt.Errorf("%w: local message type %v from the network", ErrMalformed, msg.GetType())
+		}
+	}
+	in := inbound{msgs: msgs}
+	if len(msgs) == 1 && msgs[0].GetType() == raftpb.MsgSnap {
+		msg := msgs[0]
+		if j.cfg.Snapshots == nil {
+			return fmt.Errorf("journal: snapshot from node %d: no Snapshots hook configured", msg.GetFrom())
+		}
+		addr := m.Members[msg.GetFrom()].Addr
+		if addr == "" {
+			return fmt.Errorf("%w: snapshot from node %d with no known address", ErrUnknownMember, msg.GetFrom())
+		}
+		idx := msg.GetSnapshot().GetMetadata().GetIndex()
+		if err := j.cfg.Snapshots.Fetch(ctx, addr, idx); err != nil {
+			return fmt.Errorf("journal: fetch image %d from %s: %w", idx, addr, err)
+		}
+		in.done = make(chan error, 1)
+	} else {
+		for _, msg := range msgs {
+			if msg.GetType() == raftpb.MsgSnap {
+				return fmt.Errorf("%w: snapshot message batched with others", ErrMalformed)
+			}
+		}
+	}
+	select {
+	case j.recvc <- in:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-j.done:
+		return ErrClosed
+	}
+	if in.done == nil {
+		return nil
+	}
+	select {
+	case err := <-in.done:
+		return err
+	case <-j.stopc:
+		return ErrClosed
+	}
+}
+
+// ReportUnreachable implements Receiver.
+func (j *Journal) ReportUnreachable(id uint64) {
+	select {
+	case j.reportc <- report{id: id}:
+	default: // a hint; raft probes again anyway
+	}
+}
+
+// ReportSnapshot implements Receiver.
+func (j *Journal) ReportSnapshot(id uint64, ok bool) {
+	select {
+	case j.reportc <- report{id: id, snapshot: true, ok: ok}:
+	case <-j.done:
+	}
+}
