@@ -70,17 +70,17 @@ func (bw *blockWriter) flush() error {
 func (t *Tree) Save(w io.Writer) error {
 	lr := t.beginLong()
 	defer lr.end()
+	return t.saveFrom(lr, w)
+}
+
+// saveFrom writes the image of the tree as of the long read lr.
+func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 	s := lr.s
 
 	t.mu.RLock()
-	maxID := s.nextID - 1
-	nextID := s.nextID
-	count := uint64(s.nslots) - uint64(len(s.free))
-	defs := make([][2]string, 0, len(s.indexes))
-	for _, x := range s.indexes {
-		defs = append(defs, [2]string{x.kindName, x.keyName})
-	}
+	maxID, count, defs := lr.nextID-1, lr.count, lr.defs
 	t.mu.RUnlock()
+	nextID := lr.nextID
 	slices.SortFunc(defs, func(a, b [2]string) int {
 		if c := bytes.Compare([]byte(a[0]), []byte(b[0])); c != 0 {
 			return c

@@ -89,6 +89,11 @@ type longRead struct {
 	s *state
 	v uint64
 
+	// The counters and index definitions as of v.
+	nextID uint64
+	count  uint64
+	defs   [][2]string
+
 	lastParent uint32
 	lastPath   string
 }
@@ -98,7 +103,11 @@ func (t *Tree) beginLong() *longRead {
 	defer t.mu.Unlock()
 	s := t.s
 	s.lr.active[s.index]++
-	return &longRead{t: t, s: s, v: s.index, lastParent: ^uint32(0)}
+	lr := &longRead{t: t, s: s, v: s.index, lastParent: ^uint32(0), nextID: s.nextID, count: uint64(s.nslots) - uint64(len(s.free))}
+	for _, x := range s.indexes {
+		lr.defs = append(lr.defs, [2]string{x.kindName, x.keyName})
+	}
+	return lr
 }
 
 func (lr *longRead) end() {
