@@ -1,0 +1,295 @@
+package raftstore
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// DefaultCacheBytes is the default bound of the in-memory entry cache.
+const DefaultCacheBytes = 16 << 20
+
+// Options configures Open.
+type Options struct {
+	// FS is the filesystem. The default (nil) is vfs.Default, the real disk;
+	// tests pass vfs.NewMem() or vfs.NewCrashableMem().
+	FS vfs.FS
+	// Dir is the Pebble directory (created if missing). Required.
+	Dir string
+	// Logger receives Pebble's and the store's log lines. The default (nil)
+	// discards them.
+	Logger *slog.Logger
+	// CacheBytes bounds the cache of recently appended entries that raft
+	// reads back to replicate and apply, in bytes of entry data. The default
+	// (0) is DefaultCacheBytes; a negative value disables the cache.
+	CacheBytes int64
+}
+
+// Store is the Pebble-backed raft log and hard state of one node. It is
+// safe for concurrent use; writes are serialised, reads run concurrently
+// with each other and with writes.
+type Store struct {
+	db    *pebble.DB
+	log   *slog.Logger
+	syncs atomic.Uint64
+
+	// writeMu serialises writers (Append, SetSnapshot, Compact,
+	// SaveMembership, Close), so each builds its batch against a view no one
+	// else changes meanwhile.
+	writeMu sync.Mutex
+
+	// readers counts reads in flight on db outside mu; Close waits for them.
+	// Add happens only under mu.RLock with closed false.
+	readers sync.WaitGroup
+
+	mu struct {
+		sync.RWMutex // protects the fields below, the view raft reads
+		closed       bool
+		hs           *raftpb.HardState
+		snap         *raftpb.Snapshot // never nil; index 0 = none
+		trunc        truncState
+		last         uint64 // last index; trunc.index when the log is empty
+		cache        entryCache
+	}
+}
+
+// Open opens (or creates) the store in opts.Dir and checks its restart
+// invariants: trunc <= snapshot <= HardState.Commit <= last index, and the
+// log starts right after trunc. A store that breaks one is refused with an
+// error wrapping ErrCorrupt.
+func Open(opts Options) (*Store, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("raftstore: Options.Dir is required")
+	}
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.CacheBytes == 0 {
+		opts.CacheBytes = DefaultCacheBytes
+	}
+	if err := opts.FS.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("raftstore: create %s: %w", opts.Dir, err)
+	}
+	popts := pebbleOptions(opts)
+	db, err := pebble.Open(opts.Dir, popts)
+	popts.Cache.Unref() // the DB holds its own reference
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: open pebble in %s: %w", opts.Dir, err)
+	}
+	s := &Store{db: db, log: opts.Logger}
+	s.mu.cache.limit = opts.CacheBytes
+	if err := s.load(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("raftstore: open %s: %w", opts.Dir, err)
+	}
+	return s, nil
+}
+
+// pebbleOptions tunes Pebble for a raft log: sequential appends, reads of
+// recent entries, whole ranges deleted behind images.
+func pebbleOptions(opts Options) *pebble.Options {
+	o := &pebble.Options{
+		FS:     opts.FS,
+		Logger: pebbleLogger{opts.Logger},
+		// Recent entries are served from the entry cache or the memtable;
+		// the block cache only helps replay and slow followers.
+		Cache: pebble.NewCache(8 << 20),
+		// A log is written once, read back soon, then deleted by range: a
+		// larger memtable means fewer flushes, and most entries die (range
+		// deleted after an image) before they reach L1.
+		MemTableSize:                32 << 20,
+		MemTableStopWritesThreshold: 4,
+		// The WAL fsync on each synced commit is the durability; background
+		// WAL syncing would only add I/O. Smooth sstable writes from flushes
+		// and compactions so they do not stall that fsync.
+		WALBytesPerSync:    0,
+		BytesPerSync:       1 << 20,
+		FormatMajorVersion: pebble.FormatNewest,
+	}
+	// Entries are opaque and usually compact already; compressing them costs
+	// CPU on the flush path for little space.
+	o.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
+	// No bloom filters (the default): every Get is for a key that exists.
+	return o
+}
+
+// load reads the metadata and establishes the in-memory view.
+func (s *Store) load() error {
+	format, err := s.get(keyFormat)
+	if err != nil {
+		return err
+	}
+	if format == nil {
+		empty, err := s.isEmpty()
+		if err != nil {
+			return err
+		}
+		if !empty {
+			return fmt.Errorf("%w: keys present but no m/fmt (not a raftstore?)", ErrCorrupt)
+		}
+		if err := s.db.Set(keyFormat, []byte{formatVersion}, pebble.Sync); err != nil {
+			return fmt.Errorf("write m/fmt: %w", err)
+		}
+		s.syncs.Add(1)
+	} else if err := decodeFormat(format); err != nil {
+		return err
+	}
+
+	hs := &raftpb.HardState{}
+	if v, err := s.get(keyHardState); err != nil {
+		return err
+	} else if v != nil {
+		if hs, err = decodeHardState(v); err != nil {
+			return err
+		}
+	}
+	snap := &raftpb.Snapshot{}
+	if v, err := s.get(keySnapshot); err != nil {
+		return err
+	} else if v != nil {
+		if snap, err = decodeSnapshot(v); err != nil {
+			return err
+		}
+	}
+	var trunc truncState
+	if v, err := s.get(keyTrunc); err != nil {
+		return err
+	} else if v != nil {
+		if trunc, err = decodeTrunc(v); err != nil {
+			return err
+		}
+	}
+	first, last, ok, err := s.logBounds()
+	if err != nil {
+		return err
+	}
+	lastIndex := trunc.index
+	if ok {
+		if first != trunc.index+1 {
+			return fmt.Errorf("%w: log starts at %d but truncation is at %d", ErrCorrupt, first, trunc.index)
+		}
+		// A gap inside the log would show as a missing key on read; the
+		// count check finds it now instead.
+		lastIndex = last
+	}
+	snapIndex := snap.GetMetadata().GetIndex()
+	switch {
+	case trunc.index > snapIndex:
+		return fmt.Errorf("%w: truncation index %d is past the snapshot index %d", ErrCorrupt, trunc.index, snapIndex)
+	case snapIndex > hs.GetCommit():
+		return fmt.Errorf("%w: snapshot index %d is past the durable commit %d", ErrCorrupt, snapIndex, hs.GetCommit())
+	case hs.GetCommit() > lastIndex:
+		return fmt.Errorf("%w: durable commit %d is past the last entry %d (HardState ahead of entries)", ErrCorrupt, hs.GetCommit(), lastIndex)
+	case snapIndex == trunc.index && snapIndex != 0 && snap.GetMetadata().GetTerm() != trunc.term:
+		return fmt.Errorf("%w: snapshot term %d at index %d differs from the truncation term %d", ErrCorrupt, snap.GetMetadata().GetTerm(), snapIndex, trunc.term)
+	}
+	s.mu.hs = hs
+	s.mu.snap = snap
+	s.mu.trunc = trunc
+	s.mu.last = lastIndex
+	s.mu.cache.reset(lastIndex + 1)
+	s.log.Debug("raftstore opened", "first", trunc.index+1, "last", lastIndex,
+		"commit", hs.GetCommit(), "snapshot", snapIndex)
+	return nil
+}
+
+// get returns a copy of the value at key, or nil if there is none.
+func (s *Store) get(key []byte) ([]byte, error) {
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	defer closer.Close()
+	return append([]byte{}, v...), nil
+}
+
+func (s *Store) isEmpty() (bool, error) {
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return false, err
+	}
+	empty := !it.First()
+	if err := it.Close(); err != nil {
+		return false, err
+	}
+	return empty, nil
+}
+
+// logBounds returns the first and last stored entry index.
+func (s *Store) logBounds() (first, last uint64, ok bool, err error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: logPrefix, UpperBound: logEnd})
+	if err != nil {
+		return 0, 0, false, err
+	}
+	defer it.Close()
+	if !it.First() {
+		return 0, 0, false, it.Error()
+	}
+	if first, err = decodeIndexKey(logPrefix, it.Key()); err != nil {
+		return 0, 0, false, err
+	}
+	if !it.Last() {
+		return 0, 0, false, it.Error()
+	}
+	if last, err = decodeIndexKey(logPrefix, it.Key()); err != nil {
+		return 0, 0, false, err
+	}
+	return first, last, true, it.Error()
+}
+
+// Close closes the store, waiting for reads in flight. It is idempotent.
+func (s *Store) Close() error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.closed = true
+	s.mu.cache.reset(0)
+	s.mu.Unlock()
+	s.readers.Wait()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("raftstore: close: %w", err)
+	}
+	return nil
+}
+
+// Syncs returns the number of fsynced commits so far (for syncs/op).
+func (s *Store) Syncs() uint64 { return s.syncs.Load() }
+
+// HardState returns a copy of the durable HardState.
+func (s *Store) HardState() *raftpb.HardState {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return proto.Clone(s.mu.hs).(*raftpb.HardState)
+}
+
+// commit commits b (syncing if sync) and counts the sync.
+func (s *Store) commit(b *pebble.Batch, sync bool) error {
+	opts := pebble.NoSync
+	if sync {
+		opts = pebble.Sync
+	}
+	if err := b.Commit(opts); err != nil {
+		return err
+	}
+	if sync {
+		s.syncs.Add(1)
+	}
+	return nil
+}

@@ -1,0 +1,317 @@
+package raftstore
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Append persists one Ready's worth of state in ONE Pebble batch, in this
+// order:
+//
+//  1. if snap is non-empty: its metadata, the deletion of the whole older
+//     log and the truncation record (index, term) = the snapshot's;
+//  2. ents, deleting every stored entry after the last of them (a
+//     conflicting suffix raft has overwritten); entries at or below the
+//     truncation index are skipped;
+//  3. hs, if non-empty.
+//
+// The batch is committed with fsync when sync is true or snap is non-empty
+// (pass raft's Ready.MustSync). The view raft reads changes only after the
+// commit has returned. Append refuses, with an error and without writing,
+// entries that would leave a gap, a snapshot older than the current one,
+// and a HardState whose Commit is past the last entry.
+//
+// The entries are kept in the cache and shared with raft: neither side may
+// mutate them afterwards.
+func (s *Store) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, sync bool) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+
+	s.mu.RLock()
+	closed, trunc, last, curSnap := s.mu.closed, s.mu.trunc, s.mu.last, s.mu.snap
+	s.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+
+	b := s.db.NewBatch()
+	defer b.Close()
+	deletes := false // the batch removes entries readers may be looking at
+
+	hasSnap := !raft.IsEmptySnap(snap)
+	if hasSnap {
+		md := snap.GetMetadata()
+		if md.GetIndex() <= curSnap.GetMetadata().GetIndex() {
+			return fmt.Errorf("raftstore: append: snapshot %d is not newer than the current snapshot %d",
+				md.GetIndex(), curSnap.GetMetadata().GetIndex())
+		}
+		v, err := proto.Marshal(snap)
+		if err != nil {
+			return fmt.Errorf("raftstore: append: encode snapshot: %w", err)
+		}
+		trunc = truncState{index: md.GetIndex(), term: md.GetTerm()}
+		last = trunc.index
+		if err := b.DeleteRange(logPrefix, logEnd, nil); err != nil {
+			return err
+		}
+		if err := b.Set(keySnapshot, v, nil); err != nil {
+			return err
+		}
+		if err := b.Set(keyTrunc, encodeTrunc(trunc), nil); err != nil {
+			return err
+		}
+		deletes = true
+	}
+
+	// Skip entries already covered by the snapshot or a compaction.
+	for len(ents) > 0 && ents[0].GetIndex() <= trunc.index {
+		ents = ents[1:]
+	}
+	if len(ents) > 0 {
+		first := ents[0].GetIndex()
+		if first > last+1 {
+			return fmt.Errorf("raftstore: append: entry %d would leave a gap after the last entry %d", first, last)
+		}
+		var buf []byte
+		for i, e := range ents {
+			if e.GetIndex() != first+uint64(i) {
+				return fmt.Errorf("raftstore: append: entries not contiguous: %d follows %d", e.GetIndex(), first+uint64(i)-1)
+			}
+			buf = appendEntryValue(buf[:0], e)
+			if err := b.Set(entryKey(e.GetIndex()), buf, nil); err != nil {
+				return err
+			}
+		}
+		newLast := ents[len(ents)-1].GetIndex()
+		if newLast < last {
+			if err := b.DeleteRange(entryKey(newLast+1), entryKey(last+1), nil); err != nil {
+				return err
+			}
+			deletes = true
+		}
+		last = newLast
+	}
+
+	hasHS := !raft.IsEmptyHardState(hs)
+	if hasHS {
+		if hs.GetCommit() > last {
+			return fmt.Errorf("raftstore: append: HardState commit %d is past the last entry %d", hs.GetCommit(), last)
+		}
+		if hs.GetCommit() < trunc.index && hasSnap {
+			return fmt.Errorf("raftstore: append: HardState commit %d is behind the snapshot %d", hs.GetCommit(), trunc.index)
+		}
+		v, err := proto.Marshal(hs)
+		if err != nil {
+			return fmt.Errorf("raftstore: append: encode HardState: %w", err)
+		}
+		if err := b.Set(keyHardState, v, nil); err != nil {
+			return err
+		}
+	}
+	if b.Empty() {
+		return nil
+	}
+
+	publish := func() {
+		if hasSnap {
+			s.mu.snap = proto.Clone(snap).(*raftpb.Snapshot)
+			s.mu.trunc = trunc
+			s.mu.cache.reset(trunc.index + 1)
+		}
+		s.mu.cache.append(ents)
+		s.mu.last = last
+		if hasHS {
+			s.mu.hs = proto.Clone(hs).(*raftpb.HardState)
+		}
+	}
+	sync = sync || hasSnap
+	if deletes {
+		// Hold readers off while entries they could see disappear.
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err := s.commit(b, sync); err != nil {
+			return fmt.Errorf("raftstore: append: commit: %w", err)
+		}
+		publish()
+		return nil
+	}
+	if err := s.commit(b, sync); err != nil {
+		return fmt.Errorf("raftstore: append: commit: %w", err)
+	}
+	s.mu.Lock()
+	publish()
+	s.mu.Unlock()
+	return nil
+}
+
+// SetSnapshot records a locally written, already durable image as raft's
+// snapshot (synced). Its index must be newer than the current snapshot, at
+// most the durable HardState.Commit (an image of uncommitted state would
+// break the restart invariant, etcd#10219), and its term must match the
+// log's term at that index while the log still holds it. Entries are not
+// removed: call Compact for that.
+func (s *Store) SetSnapshot(snap *raftpb.Snapshot) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+
+	s.mu.RLock()
+	closed, hs, cur := s.mu.closed, s.mu.hs, s.mu.snap
+	s.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	md := snap.GetMetadata()
+	idx := md.GetIndex()
+	switch {
+	case raft.IsEmptySnap(snap):
+		return errors.New("raftstore: set snapshot: empty snapshot (index 0)")
+	case idx == cur.GetMetadata().GetIndex() && proto.Equal(snap, cur):
+		return nil // already recorded
+	case idx <= cur.GetMetadata().GetIndex():
+		return fmt.Errorf("raftstore: set snapshot %d: %w (current %d)", idx, raft.ErrSnapOutOfDate, cur.GetMetadata().GetIndex())
+	case idx > hs.GetCommit():
+		return fmt.Errorf("raftstore: set snapshot %d: past the durable commit %d", idx, hs.GetCommit())
+	}
+	term, err := s.Term(idx)
+	if err != nil {
+		return fmt.Errorf("raftstore: set snapshot %d: term: %w", idx, err)
+	}
+	if term != md.GetTerm() {
+		return fmt.Errorf("raftstore: set snapshot %d: term %d, but the log has term %d there", idx, md.GetTerm(), term)
+	}
+	v, err := proto.Marshal(snap)
+	if err != nil {
+		return fmt.Errorf("raftstore: set snapshot %d: encode: %w", idx, err)
+	}
+	if err := s.db.Set(keySnapshot, v, pebble.Sync); err != nil {
+		return fmt.Errorf("raftstore: set snapshot %d: %w", idx, err)
+	}
+	s.syncs.Add(1)
+	s.mu.Lock()
+	s.mu.snap = proto.Clone(snap).(*raftpb.Snapshot)
+	s.mu.Unlock()
+	return nil
+}
+
+// Compact drops the entries up to and including index with one range
+// deletion and records (index, Term(index)) as the truncation point. index
+// must not be past the snapshot index (the image must cover what is
+// dropped). Compacting at or below the current truncation returns
+// raft.ErrCompacted. Membership records older than the newest one at or
+// before index are pruned too.
+func (s *Store) Compact(index uint64) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+
+	s.mu.RLock()
+	closed, trunc, snap := s.mu.closed, s.mu.trunc, s.mu.snap
+	s.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	if index <= trunc.index {
+		return raft.ErrCompacted
+	}
+	if si := snap.GetMetadata().GetIndex(); index > si {
+		return fmt.Errorf("raftstore: compact %d: past the snapshot index %d", index, si)
+	}
+	term, err := s.Term(index)
+	if err != nil {
+		return fmt.Errorf("raftstore: compact %d: term: %w", index, err)
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(entryKey(trunc.index+1), entryKey(index+1), nil); err != nil {
+		return err
+	}
+	newTrunc := truncState{index: index, term: term}
+	if err := b.Set(keyTrunc, encodeTrunc(newTrunc), nil); err != nil {
+		return err
+	}
+	if keep, ok, err := s.membershipKeyAt(index); err != nil {
+		return fmt.Errorf("raftstore: compact %d: %w", index, err)
+	} else if ok {
+		if err := b.DeleteRange(confPrefix, keep, nil); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Synced so that a crash cannot resurrect the old truncation point with
+	// some of its entries gone; compactions are rare.
+	if err := s.commit(b, true); err != nil {
+		return fmt.Errorf("raftstore: compact %d: commit: %w", index, err)
+	}
+	s.mu.trunc = newTrunc
+	s.mu.cache.truncateFront(index)
+	return nil
+}
+
+// SaveMembership stores the membership blob (opaque: ConfState plus peer
+// addresses) as of index. It is not synced: the journal saves it when it
+// applies the conf change at index, and after a crash raft replays that
+// entry again; a later synced commit makes it durable anyway.
+func (s *Store) SaveMembership(index uint64, blob []byte) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.mu.RLock()
+	closed := s.mu.closed
+	s.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	if err := s.db.Set(confKey(index), blob, pebble.NoSync); err != nil {
+		return fmt.Errorf("raftstore: save membership at %d: %w", index, err)
+	}
+	return nil
+}
+
+// MembershipAt returns the newest membership blob saved at or before index,
+// or ErrNoMembership.
+func (s *Store) MembershipAt(index uint64) ([]byte, error) {
+	s.mu.RLock()
+	if s.mu.closed {
+		s.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	s.readers.Add(1)
+	s.mu.RUnlock()
+	defer s.readers.Done()
+
+	key, ok, err := s.membershipKeyAt(index)
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: membership at %d: %w", index, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("raftstore: membership at %d: %w", index, ErrNoMembership)
+	}
+	v, err := s.get(key)
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: membership at %d: %w", index, err)
+	}
+	return v, nil
+}
+
+// membershipKeyAt finds the key of the newest membership at or before index.
+func (s *Store) membershipKeyAt(index uint64) ([]byte, bool, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: confPrefix, UpperBound: confEnd})
+	if err != nil {
+		return nil, false, err
+	}
+	defer it.Close()
+	if !it.SeekLT(confKey(index + 1)) {
+		if index == ^uint64(0) && it.Last() { // confKey(index+1) wrapped
+			return append([]byte{}, it.Key()...), true, nil
+		}
+		return nil, false, it.Error()
+	}
+	if _, err := decodeIndexKey(confPrefix, it.Key()); err != nil {
+		return nil, false, err
+	}
+	return append([]byte{}, it.Key()...), true, nil
+}
