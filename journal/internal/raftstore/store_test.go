@@ -320,7 +320,7 @@ func TestSetSnapshotAndCompact(t *testing.T) {
 		for _, tt := range []struct {
 			index uint64
 			want  string
-		}{{4, "m3"}, {5, "m3"}, {7, "m3"}, {8, "m8"}, {100, "m8"}} {
+		}{{4, "m3"}, {5, "m3"}, {7, "m3"}, {8, "m8"}, {100, "m8"}, {math.MaxUint64, "m8"}} {
 			blob, err := s.MembershipAt(tt.index)
 			require.NoError(t, err)
 			require.Equal(t, tt.want, string(blob), "MembershipAt(%d)", tt.index)
