@@ -455,7 +455,7 @@ func TestRandomAgainstModel(t *testing.T) {
 	}
 }
 
-func saveBytes(t *testing.T, tr *Tree) []byte {
+func saveBytes(t testing.TB, tr *Tree) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := tr.Save(&buf); err != nil {

@@ -1,0 +1,197 @@
+package catalog
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func sampleBatch() Batch {
+	return Batch{Ops: []Op{
+		{Type: OpCreate, Path: "/db1", Kind: "database", Set: map[string]Value{"owner": String("ann"), "quota": Int(-5), "on": Bool(true), "blob": Bytes([]byte{0, 255})}, Cond: Cond{Absent: true}},
+		{Type: OpUpdate, Path: "/db1", Set: map[string]Value{"quota": Int(1 << 40)}, Unset: []string{"on", "blob"}, Cond: Cond{Modified: 7}},
+		{Type: OpMove, Path: "/db1", To: "/db2", Cond: Cond{Exists: true}},
+		{Type: OpCheck, Path: "/db2"},
+		{Type: OpDelete, Path: "/db2", Recursive: true},
+		{Type: OpCreateIndex, Kind: "replica", Attr: "worker"},
+		{Type: OpDropIndex, Kind: "replica", Attr: "worker"},
+	}}
+}
+
+func TestBatchRoundTrip(t *testing.T) {
+	b := sampleBatch()
+	data, err := b.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeBatch(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := got.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data, again) {
+		t.Fatal("re-encoding a decoded batch changed its bytes")
+	}
+	if len(got.Ops) != len(b.Ops) {
+		t.Fatalf("%d ops, want %d", len(got.Ops), len(b.Ops))
+	}
+	for i := range b.Ops {
+		w, g := b.Ops[i], got.Ops[i]
+		if w.Type != g.Type || w.Path != g.Path || w.Kind != g.Kind || w.To != g.To || w.Attr != g.Attr ||
+			w.Recursive != g.Recursive || w.Cond != g.Cond || len(w.Set) != len(g.Set) {
+			t.Fatalf("op %d: got %+v, want %+v", i, g, w)
+		}
+		for k, v := range w.Set {
+			if !g.Set[k].Equal(v) {
+				t.Fatalf("op %d: attribute %q = %v, want %v", i, k, g.Set[k], v)
+			}
+		}
+		// Unset is encoded sorted.
+		if strings.Join(g.Unset, ",") != map[int]string{1: "blob,on"}[i] {
+			t.Fatalf("op %d: unset %q", i, g.Unset)
+		}
+	}
+}
+
+func TestEncodeRejectsInvalid(t *testing.T) {
+	long := strings.Repeat("x", MaxNameLen+1)
+	cases := []struct {
+		name string
+		op   Op
+		want error
+	}{
+		{"empty name", Op{Type: OpCreate, Path: "/a//b", Kind: "k"}, ErrInvalidName},
+		{"slash", Op{Type: OpCheck, Path: "/a/"}, ErrInvalidName},
+		{"relative", Op{Type: OpCheck, Path: "a"}, ErrInvalidName},
+		{"long name", Op{Type: OpCreate, Path: "/" + long, Kind: "k"}, ErrInvalidName},
+		{"dot", Op{Type: OpCreate, Path: "/a/..", Kind: "k"}, ErrInvalidName},
+		{"control", Op{Type: OpCreate, Path: "/a\n", Kind: "k"}, ErrInvalidName},
+		{"bad utf8", Op{Type: OpCreate, Path: "/\xc3", Kind: "k"}, ErrInvalidName},
+		{"no kind", Op{Type: OpCreate, Path: "/a"}, ErrInvalidName},
+		{"kind slash", Op{Type: OpCreate, Path: "/a", Kind: "a/b"}, ErrInvalidName},
+		{"bad key", Op{Type: OpCreate, Path: "/a", Kind: "k", Set: map[string]Value{"": Int(1)}}, ErrInvalidName},
+		{"zero value", Op{Type: OpCreate, Path: "/a", Kind: "k", Set: map[string]Value{"x": {}}}, ErrInvalid},
+		{"huge value", Op{Type: OpCreate, Path: "/a", Kind: "k", Set: map[string]Value{"x": Bytes(make([]byte, MaxValueLen+1))}}, ErrInvalid},
+		{"create root", Op{Type: OpCreate, Path: "/", Kind: "k"}, ErrExists},
+		{"delete root", Op{Type: OpDelete, Path: "/"}, ErrInvalid},
+		{"move root", Op{Type: OpMove, Path: "/", To: "/a"}, ErrInvalid},
+		{"move into itself", Op{Type: OpMove, Path: "/a", To: "/a/b"}, ErrInvalid},
+		{"move onto itself", Op{Type: OpMove, Path: "/a", To: "/a"}, ErrInvalid},
+		{"move to root", Op{Type: OpMove, Path: "/a", To: "/"}, ErrInvalid},
+		{"stray recursive", Op{Type: OpCreate, Path: "/a", Kind: "k", Recursive: true}, ErrInvalid},
+		{"stray to", Op{Type: OpUpdate, Path: "/a", To: "/b"}, ErrInvalid},
+		{"stray unset", Op{Type: OpCreate, Path: "/a", Kind: "k", Unset: []string{"x"}}, ErrInvalid},
+		{"stray kind", Op{Type: OpDelete, Path: "/a", Kind: "k"}, ErrInvalid},
+		{"set and unset", Op{Type: OpUpdate, Path: "/a", Set: map[string]Value{"x": Int(1)}, Unset: []string{"x"}}, ErrInvalid},
+		{"exists and absent", Op{Type: OpCheck, Path: "/a", Cond: Cond{Exists: true, Absent: true}}, ErrInvalid},
+		{"absent and modified", Op{Type: OpCheck, Path: "/a", Cond: Cond{Absent: true, Modified: 3}}, ErrInvalid},
+		{"index with path", Op{Type: OpCreateIndex, Path: "/a", Kind: "k", Attr: "x"}, ErrInvalid},
+		{"index without attr", Op{Type: OpCreateIndex, Kind: "k"}, ErrInvalidName},
+		{"index with cond", Op{Type: OpDropIndex, Kind: "k", Attr: "x", Cond: Cond{Exists: true}}, ErrInvalid},
+		{"unknown type", Op{Type: 99, Path: "/a"}, ErrInvalid},
+		{"resync in a batch", Op{Type: OpResync, Path: "/a"}, ErrInvalid},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := Batch{Ops: []Op{{Type: OpCheck, Path: "/"}, c.op}}
+			_, err := b.Encode()
+			var oe *OpError
+			if !errors.Is(err, c.want) || !errors.As(err, &oe) || oe.Op != 1 {
+				t.Fatalf("Encode error %v, want %v at op 1", err, c.want)
+			}
+		})
+	}
+	if _, err := (Batch{}).Encode(); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("empty batch: %v", err)
+	}
+}
+
+func TestDecodeRejectsGarbage(t *testing.T) {
+	good, err := sampleBatch().Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		data []byte
+		want error
+	}{
+		{"empty", nil, ErrMalformed},
+		{"version 0", append([]byte{0}, good[1:]...), ErrUnknownVersion},
+		{"version 2", append([]byte{2}, good[1:]...), ErrUnknownVersion},
+		{"trailing byte", append(append([]byte{}, good...), 0), ErrMalformed},
+		{"huge count", []byte{1, 0xff, 0xff, 0xff, 0xff, 0x0f, 1, 0}, ErrMalformed},
+		{"zero ops", []byte{1, 0}, ErrMalformed},
+		{"unknown flags", func() []byte { b := append([]byte{}, good...); b[3] |= 0x80; return b }(), ErrMalformed},
+		{"bad varint", []byte{1, 1, 1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, ErrMalformed},
+	}
+	for n := 1; n < len(good); n++ {
+		cases = append(cases, struct {
+			name string
+			data []byte
+			want error
+		}{"truncated", good[:n], ErrMalformed})
+	}
+	for _, c := range cases {
+		_, err := DecodeBatch(c.data)
+		if !errors.Is(err, c.want) {
+			t.Fatalf("%s (%d bytes): error %v, want %v", c.name, len(c.data), err, c.want)
+		}
+		// Apply must refuse it the same way and change nothing but the index.
+		tr := New()
+		res := tr.Apply(1, c.data).(*Result)
+		if !errors.Is(res.Err, c.want) || tr.Len() != 1 || tr.Index() != 1 {
+			t.Fatalf("%s: Apply error %v, %d nodes, index %d", c.name, res.Err, tr.Len(), tr.Index())
+		}
+	}
+}
+
+// FuzzDecodeBatch: any bytes either decode to a batch that re-encodes to the
+// same bytes, or fail with ErrMalformed/ErrUnknownVersion/an *OpError;
+// never a panic. Apply on the same bytes agrees and never panics.
+func FuzzDecodeBatch(f *testing.F) {
+	good, _ := sampleBatch().Encode()
+	f.Add(good)
+	for _, b := range []Batch{
+		{Ops: []Op{{Type: OpCreate, Path: "/a", Kind: "k", Set: map[string]Value{"x": Int(1)}}}},
+		{Ops: []Op{{Type: OpUpdate, Path: "/a/b", Unset: []string{"x", "y"}}}},
+	} {
+		d, _ := b.Encode()
+		f.Add(d)
+	}
+	f.Add([]byte{})
+	f.Add([]byte{1})
+	setup, err := Batch{Ops: []Op{{Type: OpCreate, Path: "/a", Kind: "k"}}}.Encode()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := DecodeBatch(data)
+		tr := New()
+		if res := tr.Apply(1, setup).(*Result); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		res := tr.Apply(2, data).(*Result)
+		if err != nil {
+			var oe *OpError
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrUnknownVersion) && !errors.As(err, &oe) {
+				t.Fatalf("unexpected error type: %v", err)
+			}
+			if res.Err == nil {
+				t.Fatalf("DecodeBatch failed (%v) but Apply succeeded", err)
+			}
+			return
+		}
+		again, err := b.Encode()
+		if err != nil {
+			t.Fatalf("decoded batch does not encode: %v", err)
+		}
+		if !bytes.Equal(again, data) {
+			t.Fatalf("decoded batch re-encodes differently")
+		}
+	})
+}
