@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http/httptest"
 	"os"
@@ -251,7 +252,16 @@ func copyDir(b *testing.B, from string) string {
 	return to
 }
 
-var heapObjects = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+var (
+	heapObjects = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	heapLive    = []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+)
+
+// markedLive is the heap the last GC found live (garbage excluded).
+func markedLive() uint64 {
+	metrics.Read(heapLive)
+	return heapLive[0].Value.Uint64()
+}
 
 func heapNow() uint64 {
 	metrics.Read(heapObjects)
@@ -265,9 +275,10 @@ func liveHeap() uint64 {
 }
 
 // peakSampler records the highest heap (live objects and not yet collected
-// garbage) seen while it runs.
+// garbage) seen while it runs, and the highest heap a GC found live.
 type peakSampler struct {
-	peak atomic.Uint64
+	peak     atomic.Uint64
+	peakLive atomic.Uint64
 	stop chan struct{}
 	done chan struct{}
 }
@@ -281,6 +292,9 @@ func startPeakSampler() *peakSampler {
 		for {
 			if h := heapNow(); h > p.peak.Load() {
 				p.peak.Store(h)
+			}
+			if h := markedLive(); h > p.peakLive.Load() {
+				p.peakLive.Store(h)
 			}
 			select {
 			case <-p.stop:
@@ -377,12 +391,46 @@ func (w *writer) finish() {
 	<-w.done
 }
 
+// phaseLog notes the heap when the checkpointer logs the end of a phase.
+type phaseLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (p *phaseLog) Enabled(context.Context, slog.Level) bool { return true }
+func (p *phaseLog) WithAttrs([]slog.Attr) slog.Handler      { return p }
+func (p *phaseLog) WithGroup(string) slog.Handler           { return p }
+func (p *phaseLog) Handle(_ context.Context, r slog.Record) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	took := ""
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "took" {
+			took = a.Value.String()
+		}
+		return true
+	})
+	p.lines = append(p.lines, fmt.Sprintf("%s (%s): heap %d MB", r.Message, took, heapNow()>>20))
+	return nil
+}
+
+func (p *phaseLog) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines, "; ")
+}
+
 // BenchmarkCheckpoint: a shadow-replay checkpoint of the Doris catalog plus
 // 100,000 entries after its image, on the real disk with fsync, while a
 // writer keeps applying to the live catalog.
 //
 //	checkpoint-s     time for the checkpoint (load base, replay, write, fsync)
 //	peak-heap-ratio  peak heap during the checkpoint / heap with the live catalog
+//	                 (sampled heap objects, including garbage not yet collected
+//	                 at GOGC=100)
+//	peak-live-ratio  the same for the heap each GC found live during the
+//	                 checkpoint (what the checkpoint needs; what a
+//	                 GOMEMLIMIT must leave room for)
 //	write-p99-ratio  p99 apply latency during the checkpoint / p99 without one
 func BenchmarkCheckpoint(b *testing.B) {
 	f := fixture(b)
@@ -402,9 +450,11 @@ func BenchmarkCheckpoint(b *testing.B) {
 		for _, e := range f.entries {
 			live.Apply(j.add(e), e)
 		}
+		phases := &phaseLog{}
 		cp, err := NewCheckpointer(CheckpointerConfig{
 			Store: s, Journal: j, Applied: j.applied,
 			NewState: func() State { return catalog.New() }, Interval: time.Hour,
+			Logger: slog.New(phases),
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -424,6 +474,9 @@ func BenchmarkCheckpoint(b *testing.B) {
 		took := time.Since(start)
 		b.StopTimer()
 		peak := ps.finish()
+		if testing.Verbose() {
+			b.Logf("heap at phase ends (live %d MB): %s", heap>>20, phases)
+		}
 		during := w.take()
 		w.finish()
 		if err != nil {
@@ -436,6 +489,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 		s.Close()
 		b.ReportMetric(took.Seconds(), "checkpoint-s")
 		b.ReportMetric(float64(peak)/float64(heap), "peak-heap-ratio")
+		b.ReportMetric(float64(ps.peakLive.Load())/float64(heap), "peak-live-ratio")
 		b.ReportMetric(float64(p99(during))/float64(p99(base)), "write-p99-ratio")
 		b.ReportMetric(float64(p99(base).Microseconds()), "write-p99-base-µs")
 		b.ReportMetric(float64(info.Size)/1e6, "image-MB")
@@ -479,6 +533,11 @@ func BenchmarkRestore(b *testing.B) {
 		}
 		took := time.Since(start)
 		b.StopTimer()
+		vstart := time.Now()
+		if _, err := s.Verify(f.base); err != nil {
+			b.Fatal(err)
+		}
+		verify := time.Since(vstart)
 		if live.Len() != f.shape.nodes() {
 			b.Fatalf("restored %d nodes, want %d", live.Len(), f.shape.nodes())
 		}
@@ -486,6 +545,9 @@ func BenchmarkRestore(b *testing.B) {
 		b.ReportMetric(float64(f.size)/1e6/took.Seconds(), "restore-MB/s")
 		b.ReportMetric(took.Seconds(), "restore-s")
 		b.ReportMetric(fetched.Seconds(), "fetch-s")
+		b.ReportMetric(float64(f.size)/1e6/fetched.Seconds(), "fetch-MB/s")
+		b.ReportMetric(verify.Seconds(), "verify-s")
+		b.ReportMetric((took - fetched - verify).Seconds(), "load-s")
 		b.ReportMetric(float64(f.size)/1e6, "image-MB")
 		b.ReportMetric(float64(fsync.Microseconds())/1000, "fsync-p50-ms")
 		b.StartTimer()

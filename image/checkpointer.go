@@ -307,10 +307,13 @@ func (c *Checkpointer) shadowReplay(ctx context.Context) (info Info, wrote bool,
 		info, err := s.readHeader(imageName(idx[0]))
 		return info, false, err
 	}
+	phase := c.cfg.Clock.Now()
 	shadow, from, err := c.loadBase(ctx, idx, target)
 	if err != nil {
 		return Info{}, false, err
 	}
+	c.logger.Debug("checkpoint: shadow loaded", "base", from, "took", c.cfg.Clock.Now().Sub(phase))
+	phase = c.cfg.Clock.Now()
 	term, err := c.cfg.Journal.TermAt(target)
 	if err != nil {
 		return Info{}, false, fmt.Errorf("image: checkpoint: term at %d: %w", target, err)
@@ -326,6 +329,7 @@ func (c *Checkpointer) shadowReplay(ctx context.Context) (info Info, wrote bool,
 	if err != nil {
 		return Info{}, false, fmt.Errorf("image: checkpoint: replay (%d, %d]: %w", from, target, err)
 	}
+	c.logger.Debug("checkpoint: replayed", "from", from, "to", target, "took", c.cfg.Clock.Now().Sub(phase))
 	info, err = s.Write(ctx, Header{Index: target, Term: term, Membership: membership}, shadow.Save)
 	if err != nil {
 		return Info{}, false, fmt.Errorf("image: checkpoint at %d: %w", target, err)
