@@ -279,8 +279,8 @@ func liveHeap() uint64 {
 type peakSampler struct {
 	peak     atomic.Uint64
 	peakLive atomic.Uint64
-	stop chan struct{}
-	done chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 func startPeakSampler() *peakSampler {
@@ -398,8 +398,8 @@ type phaseLog struct {
 }
 
 func (p *phaseLog) Enabled(context.Context, slog.Level) bool { return true }
-func (p *phaseLog) WithAttrs([]slog.Attr) slog.Handler      { return p }
-func (p *phaseLog) WithGroup(string) slog.Handler           { return p }
+func (p *phaseLog) WithAttrs([]slog.Attr) slog.Handler       { return p }
+func (p *phaseLog) WithGroup(string) slog.Handler            { return p }
 func (p *phaseLog) Handle(_ context.Context, r slog.Record) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
