@@ -1,10 +1,399 @@
 // Command quickstart runs a whole metatree cluster in one process: three
-// frontends and two workers over loopback HTTP, with a timeline of what
-// happens as nodes restart and fail.
+// frontends and two workers over loopback HTTP, with data dirs in a
+// temporary directory. It writes a small catalog, reads it back on every
+// frontend, runs demo queries, restarts a worker and shows the queries it
+// cancels, closes the leader and shows the failover, brings the old leader
+// back, forces a checkpoint, and prints a timeline as it goes.
+//
+//	go run ./examples/quickstart
 package main
 
-import "fmt"
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/examples/internal/frontend"
+	"github.com/metatree/metatree/examples/internal/worker"
+	"github.com/metatree/metatree/heartbeat"
+)
+
+// The heartbeat interval is short so the demo is quick; production uses
+// the 1 s default.
+const (
+	heartbeatInterval = 250 * time.Millisecond
+	deadAfter         = 3
+)
+
+var start = time.Now()
+
+// say prints one line of the timeline.
+func say(format string, args ...any) {
+	fmt.Printf("%7.3fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+}
 
 func main() {
-	fmt.Println("metatree quickstart: not built yet")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
+
+// demo holds the cluster: frontends by id and workers by id.
+type demo struct {
+	dir       string
+	frontends map[uint64]*frontend.Frontend
+	addrs     map[uint64]string
+	workers   map[uint64]*worker.Worker
+}
+
+func run(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "metatree-quickstart-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	d := &demo{dir: dir, frontends: map[uint64]*frontend.Frontend{}, addrs: map[uint64]string{}, workers: map[uint64]*worker.Worker{}}
+	defer d.closeAll()
+	say("data dirs under %s", dir)
+
+	// 1. Three frontends: one bootstraps, two join through it.
+	if err := d.startFrontend(ctx, 1, true, ""); err != nil {
+		return err
+	}
+	for _, id := range []uint64{2, 3} {
+		if err := d.startFrontend(ctx, id, false, d.addrs[1]); err != nil {
+			return err
+		}
+	}
+	leader, err := d.waitLeader(ctx, 0)
+	if err != nil {
+		return err
+	}
+	say("cluster of 3 frontends up; leader is frontend %d", leader)
+
+	// 2. Two workers, added as members through a follower.
+	for _, id := range []uint64{101, 102} {
+		if err := d.startWorker(id, ""); err != nil {
+			return err
+		}
+		if err := d.frontends[2].Members().Add(ctx, heartbeat.Member{ID: id, Addr: d.workers[id].Addr(), Kind: heartbeat.KindWorker}); err != nil {
+			return fmt.Errorf("add worker %d: %w", id, err)
+		}
+	}
+	if err := d.waitMembersAlive(ctx); err != nil {
+		return err
+	}
+	say("workers 101 and 102 answer heartbeats (every %v)", heartbeatInterval)
+
+	// 3. A small catalog, written through frontend 3 in atomic batches.
+	n, index, err := d.writeCatalog(ctx, d.frontends[3])
+	if err != nil {
+		return err
+	}
+	say("wrote %d catalog nodes (2 databases, tables, partitions, tablets, replicas) up to index %d", n, index)
+
+	// 4. Read it back on every frontend: each has applied the writes.
+	for id := uint64(1); id <= 3; id++ {
+		f := d.frontends[id]
+		if err := f.Journal().WaitApplied(ctx, index); err != nil {
+			return err
+		}
+		replicas := f.Tree().OfKind("replica")
+		on101 := f.Tree().Find("replica", "worker", catalog.Int(101))
+		say("frontend %d reads %d replicas, %d of them on worker 101 (secondary index)", id, len(replicas), len(on101))
+	}
+
+	// 5. Demo queries coordinated by different frontends.
+	queries := map[string][]uint64{"q1": {101, 102}, "q2": {101}, "q3": {102}, "q4": {101, 102}}
+	coordinator := map[string]uint64{"q1": 1, "q2": 2, "q3": 3, "q4": 3}
+	for _, q := range []string{"q1", "q2", "q3", "q4"} {
+		if err := d.startQuery(ctx, coordinator[q], q, queries[q]); err != nil {
+			return err
+		}
+	}
+	say("4 queries running: q1 (101,102) on fe1, q2 (101) on fe2, q3 (102) on fe3, q4 (101,102) on fe3")
+
+	// 6. Restart worker 101: a new process, a new epoch.
+	restartAt := time.Now()
+	addr101 := d.workers[101].Addr()
+	d.workers[101].Close()
+	if err := d.startWorker(101, addr101); err != nil {
+		return err
+	}
+	say("worker 101 restarted (new epoch %s)", d.workers[101].Epoch().String()[:8])
+	for _, q := range []string{"q1", "q2", "q4"} {
+		v, err := d.waitQuery(ctx, coordinator[q], q, "cancelled")
+		if err != nil {
+			return err
+		}
+		say("  %s cancelled %v after the restart: %s", q, time.Since(restartAt).Round(time.Millisecond), v.Cause)
+	}
+	if v, _ := d.query(coordinator["q3"], "q3"); v.State != "running" {
+		return fmt.Errorf("q3 does not use worker 101 but is %s", v.State)
+	}
+	say("  q3 (worker 102 only) still running")
+
+	// 7. Close the leader: the others elect a new one.
+	failAt := time.Now()
+	d.frontends[leader].Close()
+	delete(d.frontends, leader)
+	say("closed leader frontend %d", leader)
+	newLeader, err := d.waitLeader(ctx, leader)
+	if err != nil {
+		return err
+	}
+	say("frontend %d leads after %v", newLeader, time.Since(failAt).Round(time.Millisecond))
+
+	// 8. Write more while the old leader is down.
+	var survivor *frontend.Frontend
+	for _, f := range d.frontends {
+		survivor = f
+	}
+	more := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/sales/after_failover", Kind: "table"}}}
+	idx, err := propose(ctx, survivor, more)
+	if err != nil {
+		return err
+	}
+	say("wrote /sales/after_failover at index %d with frontend %d down", idx, leader)
+
+	// 9. Bring the old leader back from its data dir: it catches up.
+	backAt := time.Now()
+	if err := d.startFrontend(ctx, leader, false, ""); err != nil {
+		return err
+	}
+	if err := d.frontends[leader].Journal().WaitApplied(ctx, idx); err != nil {
+		return err
+	}
+	if _, ok := d.frontends[leader].Tree().Get("/sales/after_failover"); !ok {
+		return errors.New("restarted frontend misses the write made while it was down")
+	}
+	say("frontend %d restarted and caught up to index %d in %v", leader, idx, time.Since(backAt).Round(time.Millisecond))
+
+	// 10. A checkpoint on demand.
+	info, err := d.frontends[leader].Checkpointer().Checkpoint(ctx)
+	if err != nil {
+		return err
+	}
+	say("checkpoint on frontend %d: %s, index %d, %d bytes", leader, info.Name, info.Index, info.Size)
+
+	d.closeAll()
+	say("all closed; data dirs removed. Done.")
+	return nil
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// startFrontend starts frontend id: bootstrapping, joining through join, or
+// (neither) restarting from its data dir.
+func (d *demo) startFrontend(ctx context.Context, id uint64, bootstrap bool, join string) error {
+	addr, ok := d.addrs[id]
+	if !ok {
+		var err error
+		if addr, err = freeAddr(); err != nil {
+			return err
+		}
+		d.addrs[id] = addr
+	}
+	f, err := frontend.Start(ctx, frontend.Config{
+		ID: id, Dir: filepath.Join(d.dir, fmt.Sprintf("fe%d", id)), Addr: addr,
+		Bootstrap: bootstrap, Join: join,
+		HeartbeatInterval: heartbeatInterval, DeadAfter: deadAfter,
+	})
+	if err != nil {
+		return fmt.Errorf("start frontend %d: %w", id, err)
+	}
+	d.frontends[id] = f
+	return nil
+}
+
+func (d *demo) startWorker(id uint64, addr string) error {
+	if addr == "" {
+		var err error
+		if addr, err = freeAddr(); err != nil {
+			return err
+		}
+	}
+	w, err := worker.Start(worker.Config{ID: id, Addr: addr})
+	if err != nil {
+		return fmt.Errorf("start worker %d: %w", id, err)
+	}
+	d.workers[id] = w
+	return nil
+}
+
+func (d *demo) closeAll() {
+	for id, f := range d.frontends {
+		f.Close()
+		delete(d.frontends, id)
+	}
+	for id, w := range d.workers {
+		w.Close()
+		delete(d.workers, id)
+	}
+}
+
+// poll calls cond every 20 ms until it holds or ctx ends.
+func poll(ctx context.Context, what string, cond func() bool) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// waitLeader waits until the running frontends agree on a leader other
+// than not, and returns it.
+func (d *demo) waitLeader(ctx context.Context, not uint64) (uint64, error) {
+	var leader uint64
+	err := poll(ctx, "a leader", func() bool {
+		leader = 0
+		for _, f := range d.frontends {
+			st := f.Journal().Status()
+			if st.Leader == 0 || st.Leader == not || (leader != 0 && st.Leader != leader) {
+				return false
+			}
+			leader = st.Leader
+		}
+		return leader != 0
+	})
+	return leader, err
+}
+
+func (d *demo) waitMembersAlive(ctx context.Context) error {
+	return poll(ctx, "every member alive", func() bool {
+		for _, f := range d.frontends {
+			ms := f.Members().Members()
+			if len(ms) != 5 {
+				return false
+			}
+			for _, m := range ms {
+				if m.Status != heartbeat.StatusAlive || m.Epoch.IsZero() {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+func propose(ctx context.Context, f *frontend.Frontend, b catalog.Batch) (uint64, error) {
+	data, err := b.Encode()
+	if err != nil {
+		return 0, err
+	}
+	idx, v, err := f.Journal().Propose(ctx, data)
+	if err != nil {
+		return 0, err
+	}
+	if res := v.(*catalog.Result); res.Err != nil {
+		return 0, res.Err
+	}
+	return idx, nil
+}
+
+// writeCatalog writes 2 databases × 3 tables × 2 partitions × 4 tablets ×
+// 3 replicas, one batch per table, plus a secondary index on replicas'
+// worker attribute.
+func (d *demo) writeCatalog(ctx context.Context, f *frontend.Frontend) (nodes int, index uint64, err error) {
+	index, err = propose(ctx, f, catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreateIndex, Kind: "replica", Attr: "worker"}}})
+	if err != nil {
+		return 0, 0, err
+	}
+	workers := []int64{101, 102}
+	for _, db := range []string{"sales", "ops"} {
+		if index, err = propose(ctx, f, catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/" + db, Kind: "database"}}}); err != nil {
+			return 0, 0, err
+		}
+		nodes++
+		for t := 0; t < 3; t++ {
+			table := fmt.Sprintf("/%s/t%d", db, t)
+			b := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: table, Kind: "table"}}}
+			for p := 0; p < 2; p++ {
+				part := fmt.Sprintf("%s/p%d", table, p)
+				b.Ops = append(b.Ops, catalog.Op{Type: catalog.OpCreate, Path: part, Kind: "partition"})
+				for tb := 0; tb < 4; tb++ {
+					tablet := fmt.Sprintf("%s/tablet%d", part, tb)
+					b.Ops = append(b.Ops, catalog.Op{Type: catalog.OpCreate, Path: tablet, Kind: "tablet"})
+					for r := 0; r < 3; r++ {
+						b.Ops = append(b.Ops, catalog.Op{Type: catalog.OpCreate, Path: fmt.Sprintf("%s/r%d", tablet, r), Kind: "replica",
+							Set: map[string]catalog.Value{"worker": catalog.Int(workers[(tb+r)%2]), "version": catalog.Int(1), "state": catalog.String("normal")}})
+					}
+				}
+			}
+			if index, err = propose(ctx, f, b); err != nil {
+				return 0, 0, err
+			}
+			nodes += len(b.Ops)
+		}
+	}
+	return nodes, index, nil
+}
+
+type queryView struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+	Cause string `json:"cause"`
+}
+
+// startQuery starts a demo query through the coordinator's HTTP API, as a
+// client would.
+func (d *demo) startQuery(ctx context.Context, coordinator uint64, id string, workers []uint64) error {
+	body, _ := json.Marshal(map[string]any{"id": id, "workers": workers, "duration_ms": 60000})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+d.addrs[coordinator]+"/v1/queries", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("start query %s: %s: %s", id, resp.Status, msg)
+	}
+	return nil
+}
+
+func (d *demo) query(coordinator uint64, id string) (queryView, error) {
+	var v queryView
+	resp, err := http.Get("http://" + d.addrs[coordinator] + "/v1/queries/" + id)
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	return v, json.NewDecoder(resp.Body).Decode(&v)
+}
+
+func (d *demo) waitQuery(ctx context.Context, coordinator uint64, id, state string) (queryView, error) {
+	var v queryView
+	err := poll(ctx, "query "+id+" "+state, func() bool {
+		v, _ = d.query(coordinator, id)
+		return v.State == state
+	})
+	return v, err
 }

@@ -1,0 +1,544 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/metatree/metatree/cancel"
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/examples/internal/demo"
+	"github.com/metatree/metatree/examples/internal/httpjson"
+	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/image"
+	"github.com/metatree/metatree/journal"
+)
+
+// routes mounts the library's peer handlers and the API of shared/API.md.
+func (f *Frontend) routes() http.Handler {
+	mux := http.NewServeMux()
+	// Peer traffic: raft messages and forwarded proposals, images,
+	// heartbeats.
+	mux.Handle("/raft/", f.when(func() http.Handler { return f.journal.Handler() }))
+	mux.Handle(image.PathPrefix, f.when(func() http.Handler { return f.images.Handler() }))
+	mux.Handle(heartbeat.Path, f.when(func() http.Handler { return f.members.Handler() }))
+
+	api := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+		mux.Handle(pattern, f.when(func() http.Handler { return httpjson.Handler(h) }))
+	}
+	api("GET /v1/status", f.getStatus)
+	api("GET /v1/catalog/{path...}", f.getNode)
+	api("PUT /v1/catalog/{path...}", f.putNode)
+	api("DELETE /v1/catalog/{path...}", f.deleteNode)
+	api("POST /v1/txn", f.postTxn)
+	api("GET /v1/find", f.find)
+	api("GET /v1/members", f.getMembers)
+	api("POST /v1/members", f.postMember)
+	api("DELETE /v1/members/{id}", f.deleteMember)
+	api("POST /v1/checkpoint", f.postCheckpoint)
+	api("POST /v1/queries", f.postQuery)
+	api("GET /v1/queries/{id}", f.getQuery)
+	mux.Handle("/", httpjson.Handler(func(http.ResponseWriter, *http.Request) error {
+		return httpjson.Errorf(http.StatusNotFound, "not_found", "no such endpoint")
+	}))
+	return mux
+}
+
+// when serves h once Start has wired every part, and 503 before.
+func (f *Frontend) when(h func() http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !f.ready.Load() {
+			httpjson.WriteError(w, httpjson.Errorf(http.StatusServiceUnavailable, "starting", "frontend %d is starting or stopping", f.cfg.ID))
+			return
+		}
+		h().ServeHTTP(w, r)
+	})
+}
+
+// apiError maps the library's errors to the statuses of shared/API.md.
+func apiError(err error) error {
+	var he *httpjson.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &he):
+		return he
+	case errors.Is(err, journal.ErrStale):
+		return httpjson.Errorf(http.StatusServiceUnavailable, "stale", "%v", err)
+	case errors.Is(err, journal.ErrNoLeader), errors.Is(err, journal.ErrNotLeader),
+		errors.Is(err, journal.ErrUnreachable), errors.Is(err, context.DeadlineExceeded):
+		return httpjson.Errorf(http.StatusServiceUnavailable, "no_leader", "%v", err)
+	case errors.Is(err, journal.ErrBusy):
+		return httpjson.Errorf(http.StatusServiceUnavailable, "busy", "%v", err)
+	case errors.Is(err, journal.ErrUnsafeRemoval):
+		return httpjson.Errorf(http.StatusConflict, "unsafe_removal", "%v", err)
+	case errors.Is(err, catalog.ErrNotFound), errors.Is(err, heartbeat.ErrNotFound), errors.Is(err, journal.ErrUnknownMember):
+		return httpjson.Errorf(http.StatusNotFound, "not_found", "%v", err)
+	case errors.Is(err, catalog.ErrConflict):
+		return httpjson.Errorf(http.StatusConflict, "conflict", "%v", err)
+	case errors.Is(err, catalog.ErrExists), errors.Is(err, heartbeat.ErrExists):
+		return httpjson.Errorf(http.StatusConflict, "exists", "%v", err)
+	case errors.Is(err, catalog.ErrNotEmpty):
+		return httpjson.Errorf(http.StatusConflict, "not_empty", "%v", err)
+	case errors.Is(err, catalog.ErrInvalid), errors.Is(err, catalog.ErrInvalidName),
+		errors.Is(err, catalog.ErrMalformed), errors.Is(err, heartbeat.ErrInvalid):
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "%v", err)
+	case errors.Is(err, journal.ErrClosed), errors.Is(err, image.ErrClosed):
+		return httpjson.Errorf(http.StatusServiceUnavailable, "closed", "%v", err)
+	}
+	return err
+}
+
+func (f *Frontend) getStatus(w http.ResponseWriter, _ *http.Request) error {
+	st := f.journal.Status()
+	role := "follower"
+	if st.Role == journal.Observer {
+		role = "observer"
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{
+		"id": st.ID, "cluster_id": st.ClusterID, "epoch": f.epoch.String(),
+		"role": role, "state": raftState(st), "leader": st.Leader, "term": st.Term,
+		"applied": st.Applied, "committed": st.Committed, "image": st.Image, "stale": st.Stale,
+		"checkpoint": checkpointJSON(f.ckpt.Status()),
+	})
+	return nil
+}
+
+// checkpointJSON is the checkpointer's state in the status answer.
+func checkpointJSON(cs image.CheckpointStatus) map[string]any {
+	out := map[string]any{"running": cs.Running, "last_index": cs.Last.Index, "written": cs.Written, "failures": cs.Failures}
+	if cs.LastError != nil {
+		out["last_error"] = cs.LastError.Error()
+	}
+	return out
+}
+
+// raftState names raft's state as shared/API.md does.
+func raftState(st journal.Status) string {
+	switch {
+	case st.Role == journal.Observer:
+		return "learner"
+	case st.State == "StateLeader":
+		return "leader"
+	case st.State == "StateCandidate" || st.State == "StatePreCandidate":
+		return "candidate"
+	}
+	return "follower"
+}
+
+// nodeJSON is a node as the API shows it.
+type nodeJSON struct {
+	ID       uint64                   `json:"id"`
+	Path     string                   `json:"path"`
+	Name     string                   `json:"name"`
+	Kind     string                   `json:"kind"`
+	Attrs    map[string]catalog.Value `json:"attrs"`
+	Created  uint64                   `json:"created"`
+	Modified uint64                   `json:"modified"`
+	Children []string                 `json:"children,omitempty"`
+}
+
+func (f *Frontend) view(n catalog.Node, children bool) nodeJSON {
+	v := nodeJSON{ID: n.ID, Path: n.Path, Name: n.Name, Kind: n.Kind, Attrs: n.Attrs, Created: n.Created, Modified: n.Modified}
+	if v.Attrs == nil {
+		v.Attrs = map[string]catalog.Value{}
+	}
+	if children {
+		v.Children = f.tree.Children(n.Path)
+		if v.Children == nil {
+			v.Children = []string{}
+		}
+	}
+	return v
+}
+
+// catalogPath turns the {path...} wildcard into a catalog path.
+func catalogPath(r *http.Request) (string, error) {
+	p := "/" + strings.Trim(r.PathValue("path"), "/")
+	if err := catalog.ValidPath(p); err != nil {
+		return "", httpjson.Errorf(http.StatusBadRequest, "bad_request", "%v", err)
+	}
+	return p, nil
+}
+
+// readable refuses a read that this frontend cannot serve as asked: a
+// linearizable read waits for a ReadIndex; a local read fails while this
+// frontend is stale.
+func (f *Frontend) readable(r *http.Request) error {
+	switch c := r.URL.Query().Get("consistency"); c {
+	case "linearizable":
+		return apiError(f.journal.ReadBarrier(r.Context()))
+	case "", "local":
+		return apiError(f.journal.CheckFresh())
+	default:
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "consistency %q: want local or linearizable", c)
+	}
+}
+
+func (f *Frontend) getNode(w http.ResponseWriter, r *http.Request) error {
+	p, err := catalogPath(r)
+	if err != nil {
+		return err
+	}
+	if err := f.readable(r); err != nil {
+		return err
+	}
+	n, ok := f.tree.Get(p)
+	if !ok {
+		return httpjson.Errorf(http.StatusNotFound, "not_found", "no node at %s", p)
+	}
+	httpjson.Write(w, http.StatusOK, f.view(n, true))
+	return nil
+}
+
+// commit proposes a batch and returns the catalog's result once it has
+// been applied on this frontend (the journal forwards from a non-leader and
+// waits for the local apply: read-your-writes).
+func (f *Frontend) commit(ctx context.Context, b catalog.Batch) (*catalog.Result, error) {
+	data, err := b.Encode()
+	if err != nil {
+		return nil, apiError(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, v, err := f.journal.Propose(ctx, data)
+	if err != nil {
+		return nil, apiError(err)
+	}
+	res, ok := v.(*catalog.Result)
+	if !ok {
+		return nil, fmt.Errorf("journal returned %T, want *catalog.Result", v)
+	}
+	if res.Err != nil {
+		return res, apiError(res.Err)
+	}
+	return res, nil
+}
+
+type putBody struct {
+	Kind       string                   `json:"kind"`
+	Attrs      map[string]catalog.Value `json:"attrs"`
+	IfModified uint64                   `json:"if_modified"`
+	IfAbsent   bool                     `json:"if_absent"`
+}
+
+// putNode creates the node, or updates its attributes when it exists.
+func (f *Frontend) putNode(w http.ResponseWriter, r *http.Request) error {
+	p, err := catalogPath(r)
+	if err != nil {
+		return err
+	}
+	var body putBody
+	if err := httpjson.Decode(w, r, &body); err != nil {
+		return err
+	}
+	op := catalog.Op{Type: catalog.OpCreate, Path: p, Kind: body.Kind, Set: body.Attrs, Cond: catalog.Cond{Modified: body.IfModified}}
+	if _, exists := f.tree.Get(p); exists && !body.IfAbsent {
+		// An update must find the node as this frontend saw it; if it
+		// vanished meanwhile the batch fails rather than recreating it.
+		op.Type = catalog.OpUpdate
+	} else if body.Kind == "" {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "creating %s needs a kind", p)
+	}
+	res, err := f.commit(r.Context(), catalog.Batch{Ops: []catalog.Op{op}})
+	if err != nil {
+		return err
+	}
+	n, _ := f.tree.Get(p)
+	httpjson.Write(w, http.StatusOK, map[string]any{"index": res.Index, "node": f.view(n, false)})
+	return nil
+}
+
+func (f *Frontend) deleteNode(w http.ResponseWriter, r *http.Request) error {
+	p, err := catalogPath(r)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	op := catalog.Op{Type: catalog.OpDelete, Path: p, Recursive: q.Get("recursive") == "true"}
+	if s := q.Get("if_modified"); s != "" {
+		if op.Cond.Modified, err = strconv.ParseUint(s, 10, 64); err != nil {
+			return httpjson.Errorf(http.StatusBadRequest, "bad_request", "if_modified %q: %v", s, err)
+		}
+	}
+	res, err := f.commit(r.Context(), catalog.Batch{Ops: []catalog.Op{op}})
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"index": res.Index})
+	return nil
+}
+
+type txnOp struct {
+	Op         string                   `json:"op"`
+	Path       string                   `json:"path"`
+	Kind       string                   `json:"kind"`
+	Attrs      map[string]catalog.Value `json:"attrs"`
+	IfModified uint64                   `json:"if_modified"`
+	IfAbsent   bool                     `json:"if_absent"`
+	Recursive  bool                     `json:"recursive"`
+}
+
+func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Ops []txnOp `json:"ops"`
+	}
+	if err := httpjson.Decode(w, r, &body); err != nil {
+		return err
+	}
+	if len(body.Ops) == 0 {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "a txn needs at least one op")
+	}
+	var b catalog.Batch
+	for i, o := range body.Ops {
+		op := catalog.Op{Path: o.Path, Cond: catalog.Cond{Modified: o.IfModified, Absent: o.IfAbsent}}
+		switch o.Op {
+		case "create":
+			op.Type, op.Kind, op.Set = catalog.OpCreate, o.Kind, o.Attrs
+		case "update":
+			op.Type, op.Kind, op.Set = catalog.OpUpdate, o.Kind, o.Attrs
+		case "delete":
+			op.Type, op.Recursive = catalog.OpDelete, o.Recursive
+		case "check":
+			op.Type = catalog.OpCheck
+			if !o.IfAbsent && o.IfModified == 0 {
+				op.Cond.Exists = true
+			}
+		default:
+			return httpjson.Errorf(http.StatusBadRequest, "bad_request", "ops[%d].op %q: want create, update, delete or check", i, o.Op)
+		}
+		b.Ops = append(b.Ops, op)
+	}
+	res, err := f.commit(r.Context(), b)
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"index": res.Index})
+	return nil
+}
+
+// find answers through the catalog's secondary index. A query-string value
+// is text; it also matches an integer or boolean attribute it parses as.
+func (f *Frontend) find(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	kind, attr := q.Get("kind"), q.Get("attr")
+	if kind == "" || attr == "" || !q.Has("value") {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "find needs kind, attr and value")
+	}
+	if err := f.readable(r); err != nil {
+		return err
+	}
+	raw := q.Get("value")
+	candidates := []catalog.Value{catalog.String(raw)}
+	if i, err := strconv.ParseInt(raw, 10, 64); err == nil {
+		candidates = append(candidates, catalog.Int(i))
+	}
+	if b, err := strconv.ParseBool(raw); err == nil {
+		candidates = append(candidates, catalog.Bool(b))
+	}
+	out := []nodeJSON{}
+	for _, v := range candidates {
+		for _, n := range f.tree.Find(kind, attr, v) {
+			out = append(out, f.view(n, false))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	httpjson.Write(w, http.StatusOK, out)
+	return nil
+}
+
+type memberJSON struct {
+	ID     uint64 `json:"id"`
+	Addr   string `json:"addr"`
+	Kind   string `json:"kind"`
+	Role   string `json:"role,omitempty"`
+	Epoch  string `json:"epoch"`
+	Status string `json:"status"`
+	Since  string `json:"since,omitempty"`
+}
+
+func (f *Frontend) getMembers(w http.ResponseWriter, r *http.Request) error {
+	if err := f.readable(r); err != nil {
+		return err
+	}
+	out := []memberJSON{}
+	for _, m := range f.members.Members() {
+		j := memberJSON{ID: m.ID, Addr: m.Addr, Kind: m.Kind.String(), Role: m.Role, Epoch: m.PublishedEpoch().String(), Status: m.Status.String()}
+		if !m.Since.IsZero() {
+			j.Since = m.Since.UTC().Format(time.RFC3339Nano)
+		}
+		out = append(out, j)
+	}
+	httpjson.Write(w, http.StatusOK, out)
+	return nil
+}
+
+func (f *Frontend) postMember(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		ID   uint64 `json:"id"`
+		Addr string `json:"addr"`
+		Kind string `json:"kind"`
+		Role string `json:"role"`
+	}
+	if err := httpjson.Decode(w, r, &body); err != nil {
+		return err
+	}
+	kind, err := heartbeat.ParseKind(body.Kind)
+	if err != nil || body.ID == 0 || body.Addr == "" {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "a member needs a non-zero id, an addr and kind frontend or worker")
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	if kind == heartbeat.KindFrontend {
+		// A frontend is also a raft member; it then starts with -join.
+		role := journal.Follower
+		if body.Role == "observer" {
+			role = journal.Observer
+		}
+		if err := f.journal.AddMember(ctx, body.ID, body.Addr, role); err != nil {
+			return apiError(err)
+		}
+	}
+	if err := f.members.Add(ctx, heartbeat.Member{ID: body.ID, Addr: body.Addr, Kind: kind, Role: body.Role}); err != nil {
+		return apiError(err)
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"id": body.ID})
+	return nil
+}
+
+func (f *Frontend) deleteMember(w http.ResponseWriter, r *http.Request) error {
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	if err != nil || id == 0 {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "member id %q is not a positive integer", r.PathValue("id"))
+	}
+	m, ok := f.members.Member(id)
+	if !ok {
+		return httpjson.Errorf(http.StatusNotFound, "not_found", "no member %d", id)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	if m.Kind == heartbeat.KindFrontend {
+		if err := f.journal.RemoveMember(ctx, id, r.URL.Query().Get("force") == "true"); err != nil {
+			return apiError(err)
+		}
+	}
+	if err := f.members.Remove(ctx, id); err != nil {
+		return apiError(err)
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"id": id})
+	return nil
+}
+
+func (f *Frontend) postCheckpoint(w http.ResponseWriter, r *http.Request) error {
+	info, err := f.ckpt.Checkpoint(r.Context())
+	if err != nil {
+		return apiError(err)
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"index": info.Index})
+	return nil
+}
+
+// postQuery starts a demo query coordinated by this frontend: it registers
+// the query against the current epochs of this frontend and its workers,
+// sends each worker a fragment, and answers at once.
+func (f *Frontend) postQuery(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		ID         string   `json:"id"`
+		Workers    []uint64 `json:"workers"`
+		DurationMS int64    `json:"duration_ms"`
+	}
+	if err := httpjson.Decode(w, r, &body); err != nil {
+		return err
+	}
+	if body.ID == "" || len(body.Workers) == 0 || body.DurationMS <= 0 {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "a query needs an id, workers and a positive duration_ms")
+	}
+	if _, ok := f.runs.Get(body.ID); ok {
+		return httpjson.Errorf(http.StatusConflict, "exists", "query %q exists", body.ID)
+	}
+	var workers []cancel.Member
+	var addrs []string
+	for _, id := range body.Workers {
+		m, ok := f.members.Member(id)
+		if !ok || m.Kind != heartbeat.KindWorker {
+			return httpjson.Errorf(http.StatusBadRequest, "bad_request", "%d is not a worker of this cluster", id)
+		}
+		workers = append(workers, cancel.Member{Node: id, Epoch: m.PublishedEpoch()})
+		addrs = append(addrs, m.Addr)
+	}
+	q, err := f.registry.Register(context.Background(), cancel.Member{Node: f.cfg.ID, Epoch: f.epoch}, workers)
+	if err != nil {
+		return httpjson.Errorf(http.StatusConflict, "cancelled", "%v", err)
+	}
+	frag := demo.Fragment{Query: body.ID, Coordinator: f.cfg.ID, CoordinatorEpoch: f.epoch.String(), DurationMS: body.DurationMS}
+	for i, addr := range addrs {
+		if err := f.sendFragment(r.Context(), addr, frag); err != nil {
+			q.Finish()
+			f.withdraw(addrs[:i], body.ID, err.Error())
+			return httpjson.Errorf(http.StatusServiceUnavailable, "dispatch_failed", "worker %d: %v", body.Workers[i], err)
+		}
+	}
+	onDone := func(v demo.RunView) {
+		if v.State == demo.Cancelled {
+			f.withdraw(addrs, body.ID, v.Cause)
+		}
+	}
+	if err := f.runs.Start(body.ID, demo.RunView{ID: body.ID}, q, time.Duration(body.DurationMS)*time.Millisecond, onDone); err != nil {
+		return httpjson.Errorf(http.StatusConflict, "exists", "%v", err)
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"id": body.ID, "state": demo.Running})
+	return nil
+}
+
+func (f *Frontend) sendFragment(ctx context.Context, addr string, frag demo.Fragment) error {
+	data, _ := json.Marshal(frag)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+demo.FragmentPath, bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Message string }
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return fmt.Errorf("status %d: %s", resp.StatusCode, e.Message)
+	}
+	return nil
+}
+
+// withdraw tells the workers to drop their fragments of a cancelled query;
+// best effort: a worker that misses it still cancels on the coordinator's
+// epoch change, and the fragment ends at its duration otherwise.
+func (f *Frontend) withdraw(addrs []string, query, cause string) {
+	for _, addr := range addrs {
+		u := "http://" + addr + demo.FragmentPath + "/" + query + "?cause=" + url.QueryEscape(cause)
+		req, err := http.NewRequest(http.MethodDelete, u, nil)
+		if err != nil {
+			continue
+		}
+		if resp, err := f.client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}
+}
+
+func (f *Frontend) getQuery(w http.ResponseWriter, r *http.Request) error {
+	v, ok := f.runs.Get(r.PathValue("id"))
+	if !ok {
+		return httpjson.Errorf(http.StatusNotFound, "not_found", "no query %q on this frontend", r.PathValue("id"))
+	}
+	httpjson.Write(w, http.StatusOK, v)
+	return nil
+}

@@ -1,0 +1,242 @@
+// Package frontend wires metatree's packages into one frontend process: the
+// catalog replayed from a raft journal in Pebble, images that bound the
+// journal, heartbeats that watch every member, and a cancel registry that
+// turns restarts and deaths into cancelled queries. Its HTTP API is the one
+// in shared/API.md. The metaserver binary and the quickstart both run it;
+// it is the listing a host application copies.
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metatree/metatree/cancel"
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/examples/internal/demo"
+	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/image"
+	"github.com/metatree/metatree/journal"
+)
+
+// Config is a frontend's configuration: the metaserver's flags.
+type Config struct {
+	ID        uint64
+	Dir       string
+	Addr      string // host:port to listen on and to be reached at
+	Bootstrap bool
+	Join      string // helper's host:port
+	Role      string // "follower" (default) or "observer"
+	Token     string
+
+	HeartbeatInterval  time.Duration // default 1 s
+	DeadAfter          int           // missed heartbeats; default 3
+	StaleAfter         time.Duration // read refusal; default 30 s
+	CheckpointEntries  uint64        // default 100,000
+	CheckpointInterval time.Duration // default 60 s
+	CompactMargin      uint64        // entries kept behind an image; default the journal's
+
+	Logger *slog.Logger
+}
+
+// Frontend is one running frontend. Close stops it.
+type Frontend struct {
+	cfg    Config
+	logger *slog.Logger
+	epoch  heartbeat.Epoch
+
+	tree     *catalog.Tree
+	images   *image.Store
+	journal  *journal.Journal
+	ckpt     *image.Checkpointer
+	registry *cancel.Registry
+	members  *heartbeat.Membership
+	runs     *demo.Runs
+	client   *http.Client
+
+	ln        net.Listener
+	srv       *http.Server
+	served    chan struct{}
+	ready     atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start opens the data dir, joins or restarts the cluster, and serves the
+// API on cfg.Addr until Close.
+func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	role := journal.RoleUnset
+	switch cfg.Role {
+	case "":
+	case "follower":
+		role = journal.Follower
+	case "observer":
+		role = journal.Observer
+	default:
+		return nil, fmt.Errorf("role %q: want follower or observer", cfg.Role)
+	}
+	f := &Frontend{
+		cfg:      cfg,
+		logger:   cfg.Logger,
+		epoch:    heartbeat.NewEpoch(),
+		tree:     catalog.New(),
+		registry: cancel.New(cancel.Config{Logger: cfg.Logger}),
+		runs:     demo.NewRuns(),
+		client:   &http.Client{Timeout: 10 * time.Second},
+		served:   make(chan struct{}),
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+
+	// Serve first: peers reach the journal and the images through this
+	// server while it joins. Requests before the parts are ready get 503.
+	f.ln, err = net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	f.srv = &http.Server{Handler: f.routes(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		defer close(f.served)
+		_ = f.srv.Serve(f.ln)
+	}()
+
+	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	f.journal, err = journal.Open(ctx, journal.Config{
+		ID: cfg.ID, Dir: cfg.Dir, Addr: cfg.Addr,
+		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: role, Token: cfg.Token,
+		StateMachine: f.tree, Snapshots: f.images,
+		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin,
+		Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := f.images.SetClusterID(f.journal.Status().ClusterID); err != nil {
+		return nil, err
+	}
+	f.ckpt, err = image.NewCheckpointer(image.CheckpointerConfig{
+		Store: f.images, Journal: f.journal,
+		Applied:   func() uint64 { return f.journal.Status().Applied },
+		NewState:  func() image.State { return catalog.New() },
+		Threshold: cfg.CheckpointEntries, Interval: cfg.CheckpointInterval,
+		// The leader need not pay for the shadow copy: followers and
+		// observers checkpoint on their own schedule.
+		Enabled: func() bool { return !f.journal.Status().IsLeader() },
+		Logger:  cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.members, err = heartbeat.New(heartbeat.Config{
+		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID,
+		Tree: f.tree, Journal: proposer{f.journal},
+		Interval: cfg.HeartbeatInterval, DeadAfter: cfg.DeadAfter,
+		OnEvent: func(ev heartbeat.Event) { f.registry.Apply(ev) },
+		Logger:  cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.ready.Store(true)
+	if err := f.registerSelf(ctx); err != nil {
+		return nil, err
+	}
+	f.logger.Info("frontend started", "id", cfg.ID, "addr", f.ln.Addr().String(), "epoch", f.epoch.String(), "cluster", f.journal.Status().ClusterID)
+	return f, nil
+}
+
+// proposer adapts *journal.Journal to heartbeat.Journal.
+type proposer struct{ j *journal.Journal }
+
+func (p proposer) Propose(ctx context.Context, data []byte) (uint64, any, error) {
+	return p.j.Propose(ctx, data)
+}
+
+func (p proposer) LeaderTerm() (uint64, bool) {
+	st := p.j.Status()
+	return st.Term, st.IsLeader()
+}
+
+// registerSelf records this frontend in the member list (once: a restart
+// finds its record and only answers heartbeats with its new epoch).
+func (f *Frontend) registerSelf(ctx context.Context) error {
+	if _, ok := f.members.Member(f.cfg.ID); ok {
+		return nil
+	}
+	role := f.cfg.Role
+	if role == "" {
+		role = "follower"
+	}
+	ctx, cancelWait := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelWait()
+	for {
+		err := f.members.Add(ctx, heartbeat.Member{ID: f.cfg.ID, Addr: f.cfg.Addr, Kind: heartbeat.KindFrontend, Role: role})
+		if err == nil || errors.Is(err, heartbeat.ErrExists) {
+			return nil
+		}
+		f.logger.Debug("registering as a member", "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("register frontend %d as a member: %w", f.cfg.ID, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Addr is the address the frontend serves on.
+func (f *Frontend) Addr() string { return f.ln.Addr().String() }
+
+// Journal, Tree, Members and Registry give the embedded parts to programs
+// such as the quickstart that drive a frontend in-process.
+func (f *Frontend) Journal() *journal.Journal         { return f.journal }
+func (f *Frontend) Tree() *catalog.Tree               { return f.tree }
+func (f *Frontend) Members() *heartbeat.Membership    { return f.members }
+func (f *Frontend) Registry() *cancel.Registry        { return f.registry }
+func (f *Frontend) Epoch() heartbeat.Epoch            { return f.epoch }
+func (f *Frontend) Checkpointer() *image.Checkpointer { return f.ckpt }
+
+// Close stops serving and closes the parts in the reverse order of Start.
+// It is idempotent.
+func (f *Frontend) Close() error {
+	f.closeOnce.Do(func() {
+		f.ready.Store(false)
+		var errs []error
+		if f.srv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			errs = append(errs, f.srv.Shutdown(ctx))
+			cancel()
+			<-f.served
+		}
+		f.runs.Close()
+		if f.members != nil {
+			errs = append(errs, f.members.Close())
+		}
+		if f.ckpt != nil {
+			errs = append(errs, f.ckpt.Close())
+		}
+		if f.journal != nil {
+			errs = append(errs, f.journal.Close())
+		}
+		if f.images != nil {
+			errs = append(errs, f.images.Close())
+		}
+		errs = append(errs, f.registry.Close())
+		f.closeErr = errors.Join(errs...)
+	})
+	return f.closeErr
+}

@@ -1,0 +1,174 @@
+// Package worker wires a metatree worker: a process that runs query
+// fragments, answers the leader's heartbeats with its epoch, and cancels a
+// fragment when its coordinator frontend restarts, dies or is removed.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/metatree/metatree/cancel"
+	"github.com/metatree/metatree/examples/internal/demo"
+	"github.com/metatree/metatree/examples/internal/httpjson"
+	"github.com/metatree/metatree/heartbeat"
+)
+
+// Config is a worker's configuration: the worker binary's flags.
+type Config struct {
+	ID         uint64
+	Addr       string        // host:port to listen on
+	StaleAfter time.Duration // default 10 s
+	Logger     *slog.Logger
+}
+
+// Worker is one running worker: a heartbeat responder feeding a cancel
+// registry that the fragments register with. Close stops it.
+type Worker struct {
+	id        uint64
+	logger    *slog.Logger
+	responder *heartbeat.Responder
+	registry  *cancel.Registry
+	runs      *demo.Runs
+	ln        net.Listener
+	srv       *http.Server
+	served    chan struct{}
+	closeOnce sync.Once
+}
+
+// Start serves a worker on cfg.Addr until Close.
+func Start(cfg Config) (*Worker, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	epoch := heartbeat.NewEpoch()
+	registry := cancel.New(cancel.Config{Logger: cfg.Logger})
+	responder, err := heartbeat.NewResponder(heartbeat.ResponderConfig{
+		ID:         cfg.ID,
+		Epoch:      epoch,
+		StaleAfter: cfg.StaleAfter,
+		Logger:     cfg.Logger,
+		OnEvent:    func(ev heartbeat.Event) { registry.Apply(ev) },
+	})
+	if err != nil {
+		registry.Close()
+		return nil, err
+	}
+	w := &Worker{id: cfg.ID, logger: cfg.Logger, responder: responder, registry: registry, runs: demo.NewRuns(), served: make(chan struct{})}
+
+	mux := http.NewServeMux()
+	mux.Handle(heartbeat.Path, responder)
+	mux.Handle("GET /v1/status", httpjson.Handler(w.status))
+	mux.Handle("GET /v1/fragments", httpjson.Handler(w.fragments))
+	mux.Handle("POST "+demo.FragmentPath, httpjson.Handler(w.startFragment))
+	mux.Handle("DELETE "+demo.FragmentPath+"/{query}", httpjson.Handler(w.withdrawFragment))
+
+	w.ln, err = net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		w.runs.Close()
+		registry.Close()
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		defer close(w.served)
+		_ = w.srv.Serve(w.ln)
+	}()
+	cfg.Logger.Info("worker serving", "addr", w.ln.Addr().String(), "epoch", epoch.String())
+	return w, nil
+}
+
+// Addr is the address the worker serves on.
+func (w *Worker) Addr() string { return w.ln.Addr().String() }
+
+// Epoch is this worker process's epoch.
+func (w *Worker) Epoch() heartbeat.Epoch { return w.responder.Epoch() }
+
+// Fragments lists the fragments this worker ran or runs.
+func (w *Worker) Fragments() []demo.RunView { return w.runs.List() }
+
+// Close stops serving, cancels running fragments and waits for them.
+func (w *Worker) Close() error {
+	w.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.srv.Shutdown(ctx)
+		<-w.served
+		w.runs.Close()
+		w.registry.Close()
+		w.logger.Info("worker stopped")
+	})
+	return nil
+}
+
+func (w *Worker) status(rw http.ResponseWriter, _ *http.Request) error {
+	httpjson.Write(rw, http.StatusOK, map[string]any{
+		"id":    w.id,
+		"epoch": w.responder.Epoch().String(),
+		"term":  w.responder.Term(),
+		"stale": w.responder.Stale(),
+	})
+	return nil
+}
+
+func (w *Worker) fragments(rw http.ResponseWriter, _ *http.Request) error {
+	httpjson.Write(rw, http.StatusOK, w.runs.List())
+	return nil
+}
+
+// startFragment registers a fragment with its coordinator's epoch and runs
+// it. A fragment from a coordinator whose epoch is already superseded is
+// refused with 409 and recorded as cancelled: it never starts.
+func (w *Worker) startFragment(rw http.ResponseWriter, r *http.Request) error {
+	var f demo.Fragment
+	if err := httpjson.Decode(rw, r, &f); err != nil {
+		return err
+	}
+	if f.Query == "" || f.Coordinator == 0 || f.DurationMS <= 0 {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "a fragment needs query, coordinator and a positive duration_ms")
+	}
+	epoch, err := heartbeat.ParseEpoch(f.CoordinatorEpoch)
+	if err != nil {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "coordinator_epoch: %v", err)
+	}
+	view := demo.RunView{Query: f.Query, Coordinator: f.Coordinator, CoordinatorEpoch: f.CoordinatorEpoch}
+	q, err := w.registry.RegisterFragment(context.Background(), cancel.Member{Node: f.Coordinator, Epoch: epoch})
+	if err != nil {
+		var ce *cancel.CanceledError
+		if errors.As(err, &ce) {
+			view.State, view.Cause = demo.Cancelled, err.Error()
+			w.runs.Record(f.Query, view)
+			return httpjson.Errorf(http.StatusConflict, "coordinator_gone", "%v", err)
+		}
+		return err
+	}
+	if err := w.runs.Start(f.Query, view, q, time.Duration(f.DurationMS)*time.Millisecond, nil); err != nil {
+		if errors.Is(err, demo.ErrExists) {
+			return httpjson.Errorf(http.StatusConflict, "exists", "fragment of query %q is already here", f.Query)
+		}
+		return httpjson.Errorf(http.StatusServiceUnavailable, "shutting_down", "%v", err)
+	}
+	httpjson.Write(rw, http.StatusOK, map[string]string{"query": f.Query, "state": demo.Running})
+	return nil
+}
+
+// withdrawFragment cancels a fragment whose query the coordinator cancelled
+// (for example because another of its workers died).
+func (w *Worker) withdrawFragment(rw http.ResponseWriter, r *http.Request) error {
+	query := r.PathValue("query")
+	cause := strings.TrimSpace(r.URL.Query().Get("cause"))
+	if cause == "" {
+		cause = "cancelled by its coordinator"
+	}
+	if !w.runs.Cancel(query, errors.New(cause)) {
+		return httpjson.Errorf(http.StatusNotFound, "not_found", "no running fragment of query %q", query)
+	}
+	httpjson.Write(rw, http.StatusOK, map[string]string{"query": query})
+	return nil
+}

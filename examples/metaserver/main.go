@@ -1,0 +1,65 @@
+// Command metaserver is the example frontend: a process that holds the
+// whole catalog in memory, replicated through a raft journal in Pebble, and
+// serves the HTTP API of shared/API.md.
+//
+//	metaserver -id N -dir DIR -addr HOST:PORT -bootstrap
+//	metaserver -id N -dir DIR -addr HOST:PORT -join HOST:PORT [-role follower|observer]
+//	metaserver -id N -dir DIR -addr HOST:PORT            # restart from DIR
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/metatree/metatree/examples/internal/frontend"
+)
+
+func main() {
+	var cfg frontend.Config
+	flag.Uint64Var(&cfg.ID, "id", 0, "this frontend's raft and member id (non-zero, never reused)")
+	flag.StringVar(&cfg.Dir, "dir", "", "data dir: VERSION, ROLE, journal/, image/")
+	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:9000", "HOST:PORT to serve on and be reached at")
+	flag.BoolVar(&cfg.Bootstrap, "bootstrap", false, "start a new cluster with this node as its first member")
+	flag.StringVar(&cfg.Join, "join", "", "HOST:PORT of any running member to join the cluster through")
+	flag.StringVar(&cfg.Role, "role", "", "follower (a voter) or observer (a learner); only with -join")
+	flag.StringVar(&cfg.Token, "token", "", "the cluster's join token")
+	flag.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", time.Second, "how often the leader heartbeats every member")
+	flag.IntVar(&cfg.DeadAfter, "dead-after", 3, "missed heartbeats in a row before a member is declared dead")
+	flag.DurationVar(&cfg.StaleAfter, "stale-after", 30*time.Second, "a non-leader this far behind the leader's clock refuses reads")
+	flag.Uint64Var(&cfg.CheckpointEntries, "checkpoint-entries", 100000, "entries after the newest image that trigger a checkpoint")
+	flag.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", 60*time.Second, "how often the checkpoint threshold is checked")
+	flag.Uint64Var(&cfg.CompactMargin, "compact-margin", 0, "entries kept behind an image for slow followers (0: the journal's default)")
+	verbose := flag.Bool("v", false, "log at debug level")
+	flag.Parse()
+
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("node", cfg.ID)
+	if cfg.ID == 0 || cfg.Dir == "" {
+		fmt.Fprintln(os.Stderr, "metaserver: -id (non-zero) and -dir are required")
+		flag.Usage()
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	fe, err := frontend.Start(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "metaserver:", err)
+		os.Exit(1)
+	}
+	<-ctx.Done()
+	cfg.Logger.Info("shutting down")
+	if err := fe.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "metaserver: shutdown:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,42 @@
+// Command worker is the example worker: it answers the leader's heartbeats
+// with its epoch, runs demo query fragments, and cancels a fragment when its
+// coordinator frontend restarts, dies or is removed. Its HTTP API is in
+// shared/API.md.
+//
+//	worker -id N -addr HOST:PORT
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/metatree/metatree/examples/internal/worker"
+)
+
+func main() {
+	var cfg worker.Config
+	flag.Uint64Var(&cfg.ID, "id", 0, "this worker's member id (non-zero, unique in the cluster)")
+	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:9100", "HOST:PORT to serve heartbeats, fragments and the API on")
+	flag.DurationVar(&cfg.StaleAfter, "stale-after", 10*time.Second, "without a leader heartbeat for this long the worker's view of the frontends is stale, and it cancels nothing on its own")
+	flag.Parse()
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("worker", cfg.ID)
+	if cfg.ID == 0 {
+		fmt.Fprintln(os.Stderr, "worker: -id is required and must be non-zero")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	w, err := worker.Start(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+	<-ctx.Done()
+	w.Close()
+}
