@@ -557,6 +557,9 @@ func (t *HTTPTransport) serveStream(w http.ResponseWriter, r *http.Request) {
 	// server to drain a body that never ends.
 	rc := http.NewResponseController(w)
 	_ = rc.EnableFullDuplex()
+	// The connection is not reusable after a stream that ended early: the
+	// peer may still be writing its body.
+	w.Header().Set("Connection", "close")
 	from, ok := t.checkPeer(w, r)
 	if !ok {
 		return

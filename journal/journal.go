@@ -62,6 +62,7 @@ type Journal struct {
 	lastImage atomic.Uint64
 	snapsOut  atomic.Int64 // snapshot transfers in flight (no compaction meanwhile)
 	removed   atomic.Bool  // this node was removed from the cluster
+	campaigns atomic.Uint64 // Readys in which this node asked for (pre-)votes
 
 	// Written by the applier.
 	applied atomic.Uint64

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -232,11 +233,18 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 // the candidates (nil = any) and returns it.
 func (c *cluster) waitLeader(candidates ...uint64) uint64 {
 	c.t.Helper()
+	return c.waitLeaderSeen(nil, candidates...)
+}
+
+// waitLeaderSeen is waitLeader where only the nodes in seen (nil: all)
+// must agree.
+func (c *cluster) waitLeaderSeen(seen []uint64, candidates ...uint64) uint64 {
+	c.t.Helper()
 	var leader uint64
 	eventually(c.t, 10*time.Second, "a leader", func() bool {
 		leader = 0
-		for _, n := range c.nodes {
-			if n.j == nil {
+		for id, n := range c.nodes {
+			if n.j == nil || (seen != nil && !slices.Contains(seen, id)) {
 				continue
 			}
 			st := n.j.Status()
@@ -276,8 +284,11 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 func TestClusterBasics(t *testing.T) {
 	c := newCluster(t)
+	t0 := time.Now()
 	c.start(3, 1)
+	logStep(t, t0, "started")
 	leader := c.waitLeader()
+	logStep(t, t0, "leader")
 	require.Equal(t, uint64(1), leader)
 	// Writes through every node; each returns after its own apply.
 	for id := uint64(1); id <= 4; id++ {
@@ -288,5 +299,10 @@ func TestClusterBasics(t *testing.T) {
 		require.Equal(t, "ok:"+v, val)
 		require.GreaterOrEqual(t, n.j.Status().Applied, idx)
 		require.True(t, n.sm.has(v), "read-your-writes on node %d", id)
+		logStep(t, t0, v)
 	}
+}
+
+func logStep(t *testing.T, start time.Time, what string) {
+	t.Logf("%8.3fs %s", time.Since(start).Seconds(), what)
 }

@@ -210,10 +210,17 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 	}
 	// 2. Send, only after the write returned.
 	if len(rd.Messages) > 0 {
+		voted := false
 		for _, m := range rd.Messages {
-			if m.GetType() == raftpb.MsgSnap {
+			switch m.GetType() {
+			case raftpb.MsgSnap:
 				j.snapsOut.Add(1)
+			case raftpb.MsgPreVote, raftpb.MsgVote:
+				voted = true
 			}
+		}
+		if voted {
+			j.campaigns.Add(1)
 		}
 		j.tr.Send(rd.Messages)
 	}

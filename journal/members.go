@@ -97,16 +97,22 @@ func (j *Journal) confChange(ctx context.Context, what string, typ raftpb.ConfCh
 // voter `to`, and waits until `to` leads. On a non-leader it fails with
 // ErrNotLeader.
 func (j *Journal) TransferLeadership(ctx context.Context, to uint64) error {
+	requested := false
 	for {
 		lc := j.Leadership()
-		if j.leader.Load() == to {
+		leader := j.leader.Load()
+		switch {
+		case leader == to:
 			return nil
-		}
-		if j.state.Load() != uint32(raft.StateLeader) {
+		case j.state.Load() == uint32(raft.StateLeader):
+			if err := j.do(ctx, func() { j.rn.TransferLeader(to) }); err != nil {
+				return fmt.Errorf("journal: transfer leadership to %d: %w", to, err)
+			}
+			requested = true
+		case requested && leader == 0:
+			// The election the transfer started is under way.
+		default:
 			return fmt.Errorf("journal: transfer leadership to %d: %w", to, j.notLeaderErr())
-		}
-		if err := j.do(ctx, func() { j.rn.TransferLeader(to) }); err != nil {
-			return fmt.Errorf("journal: transfer leadership to %d: %w", to, err)
 		}
 		t := time.NewTimer(j.electionTimeout())
 		select {
@@ -120,9 +126,6 @@ func (j *Journal) TransferLeadership(ctx context.Context, to uint64) error {
 			return ErrClosed
 		}
 		t.Stop()
-		if l := j.leader.Load(); l == to {
-			return nil
-		}
 	}
 }
 

@@ -1,0 +1,274 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func propose(t *testing.T, n *node, v string) uint64 {
+	t.Helper()
+	idx, val, err := n.j.Propose(ctxT(t, 5*time.Second), []byte(v))
+	require.NoError(t, err, "propose %q through node %d", v, n.id)
+	require.Equal(t, "ok:"+v, val)
+	require.True(t, n.sm.has(v), "node %d applied its own write %q before returning", n.id, v)
+	return idx
+}
+
+func TestFailoverAndRestart(t *testing.T) {
+	c := newCluster(t)
+	c.start(3, 1)
+	old := c.waitLeader()
+	for id := uint64(1); id <= 4; id++ {
+		propose(t, c.nodes[id], fmt.Sprintf("before-%d", id))
+	}
+	// Close the leader: a new one is elected among the other voters (never
+	// the observer), and writes go on through every remaining node.
+	c.nodes[old].closeJournal()
+	var rest []uint64
+	for id := uint64(1); id <= 3; id++ {
+		if id != old {
+			rest = append(rest, id)
+		}
+	}
+	leader := c.waitLeader(rest...)
+	require.NotEqual(t, old, leader)
+	for _, id := range append(rest, 4) {
+		propose(t, c.nodes[id], fmt.Sprintf("after-%d", id))
+	}
+	require.Zero(t, c.nodes[4].j.campaigns.Load(), "the observer never campaigns")
+
+	// Restart the old leader from its data dir: same cluster, same role, and
+	// the whole log replays into a fresh state machine.
+	n := c.nodes[old]
+	n.sm = newMemSM()
+	require.NoError(t, c.open(n, nil))
+	st := n.j.Status()
+	require.Equal(t, Follower, st.Role)
+	require.Equal(t, c.nodes[leader].j.Status().ClusterID, st.ClusterID)
+	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	for id := uint64(1); id <= 4; id++ {
+		require.True(t, n.sm.has(fmt.Sprintf("before-%d", id)))
+	}
+	for _, id := range append(rest, 4) {
+		require.True(t, n.sm.has(fmt.Sprintf("after-%d", id)), "restarted node replayed after-%d", id)
+	}
+	propose(t, n, "from-restarted")
+	// Every node applied the same sequence.
+	want := c.nodes[leader].sm.values()
+	for id := uint64(1); id <= 4; id++ {
+		require.NoError(t, c.nodes[id].j.ReadBarrier(ctxT(t, 5*time.Second)))
+		require.Equal(t, want, c.nodes[id].sm.values(), "node %d", id)
+	}
+}
+
+func TestPartitionAndHeal(t *testing.T) {
+	c := newCluster(t)
+	c.start(3, 1)
+	old := c.waitLeader()
+	propose(t, c.nodes[old], "a")
+	c.partition(old)
+	var rest []uint64
+	for id := uint64(1); id <= 3; id++ {
+		if id != old {
+			rest = append(rest, id)
+		}
+	}
+	c.waitLeaderSeen(append(slices.Clone(rest), 4), rest...)
+	// The isolated old leader steps down (check quorum) and cannot write.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, _, err := c.nodes[old].j.Propose(ctx, []byte("lost"))
+	cancel()
+	require.Error(t, err)
+	require.True(t, errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrNoLeader), "got %v", err)
+	for _, id := range append(rest, 4) {
+		propose(t, c.nodes[id], fmt.Sprintf("during-%d", id))
+	}
+	c.heal()
+	require.NoError(t, c.nodes[old].j.ReadBarrier(ctxT(t, 10*time.Second)))
+	for _, id := range append(rest, 4) {
+		require.True(t, c.nodes[old].sm.has(fmt.Sprintf("during-%d", id)), "healed node caught up")
+	}
+	propose(t, c.nodes[old], "after-heal")
+	require.Zero(t, c.nodes[4].j.campaigns.Load(), "the observer never campaigns")
+}
+
+func TestQuorumLoss(t *testing.T) {
+	c := newCluster(t)
+	c.start(3, 1)
+	leader := c.waitLeader()
+	propose(t, c.nodes[4], "x")
+	require.NoError(t, c.nodes[4].j.CheckFresh())
+	// Cut every link: no quorum anywhere.
+	for id := uint64(1); id <= 4; id++ {
+		c.partition(id)
+	}
+	for id := uint64(1); id <= 4; id++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+		_, _, err := c.nodes[id].j.Propose(ctx, []byte("nope"))
+		cancel()
+		require.Error(t, err, "node %d", id)
+		require.True(t, errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrNoLeader), "node %d: %v", id, err)
+	}
+	// Reads go on locally until the staleness tolerance passes, then fail.
+	for id := uint64(1); id <= 4; id++ {
+		n := c.nodes[id]
+		require.True(t, n.sm.has("x"))
+		eventually(t, 5*time.Second, "node stale", func() bool { return errors.Is(n.j.CheckFresh(), ErrStale) })
+		require.True(t, n.j.Status().Stale)
+		require.NotEqual(t, "StateLeader", n.j.Status().State, "node %d stepped down", id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := c.nodes[2].j.ReadBarrier(ctx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	c.heal()
+	c.waitLeader()
+	for id := uint64(1); id <= 4; id++ {
+		n := c.nodes[id]
+		eventually(t, 5*time.Second, "node fresh", func() bool { return n.j.CheckFresh() == nil })
+	}
+	propose(t, c.nodes[leader], "back")
+}
+
+func TestStartupChecks(t *testing.T) {
+	c := newCluster(t)
+	c.start(2, 0)
+	n1, n2 := c.nodes[1], c.nodes[2]
+
+	// A second process on the same data dir fails at once.
+	cfg := testConfig(n1)
+	cfg.Transport = NewHTTPTransport(HTTPOptions{})
+	_, err := Open(ctxT(t, 5*time.Second), cfg)
+	require.ErrorIs(t, err, ErrLocked)
+
+	// A wrong token cannot join.
+	bad := c.listen(3)
+	err = c.open(bad, func(cfg *Config) { cfg.Join = n1.addr; cfg.Token = "wrong" })
+	require.ErrorIs(t, err, ErrClusterMismatch)
+	// Nor can a node that expects another cluster id.
+	err = c.open(bad, func(cfg *Config) { cfg.Join = n1.addr; cfg.ClusterID = "other" })
+	require.ErrorIs(t, err, ErrClusterMismatch)
+
+	// Restart checks: cluster id, token and role must match the data dir.
+	n2.closeJournal()
+	require.ErrorIs(t, c.open(n2, func(cfg *Config) { cfg.ClusterID = "other" }), ErrClusterMismatch)
+	require.ErrorIs(t, c.open(n2, func(cfg *Config) { cfg.Token = "other" }), ErrClusterMismatch)
+	require.ErrorIs(t, c.open(n2, func(cfg *Config) { cfg.Role = Observer }), ErrRoleMismatch)
+	require.NoError(t, c.open(n2, func(cfg *Config) { cfg.Role = Follower }))
+
+	// Requests with a wrong cluster id or token are refused by the handler.
+	for _, h := range []map[string]string{
+		{hdrCluster: "other", hdrToken: "secret"},
+		{hdrCluster: n1.j.Status().ClusterID, hdrToken: "nope"},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+n1.addr+pathPropose, strings.NewReader(strings.Repeat("x", 40)))
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		req.Header.Set(hdrFrom, "2")
+		req.Header.Set(hdrTo, "1")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	}
+	// A config error names the field.
+	_, err = Open(ctxT(t, time.Second), Config{})
+	require.ErrorContains(t, err, "ID must be non-zero")
+	http.DefaultClient.CloseIdleConnections()
+}
+
+// recentActive reports whether the leader j has heard from id recently.
+func recentActive(t *testing.T, j *Journal, id uint64) bool {
+	var active bool
+	require.NoError(t, j.do(ctxT(t, time.Second), func() {
+		active = j.rn.Status().Progress[id].RecentActive
+	}))
+	return active
+}
+
+func TestMembership(t *testing.T) {
+	c := newCluster(t)
+	c.start(3, 1)
+	leader := c.waitLeader()
+	ctx := ctxT(t, 10*time.Second)
+	lj := c.nodes[leader].j
+	var others []uint64
+	for id := uint64(1); id <= 3; id++ {
+		if id != leader {
+			others = append(others, id)
+		}
+	}
+	down, up := others[0], others[1]
+
+	// With one of three voters unreachable, removing another reachable one
+	// would leave a configuration without a live quorum: refused.
+	c.partition(down)
+	eventually(t, 5*time.Second, "leader sees the partitioned node inactive", func() bool { return !recentActive(t, lj, down) })
+	err := c.nodes[4].j.RemoveMember(ctx, up, false) // through the observer
+	require.ErrorIs(t, err, ErrUnsafeRemoval)
+	// Removing the unreachable node itself is safe.
+	require.NoError(t, c.nodes[up].j.RemoveMember(ctx, down, false))
+
+	// Promote the observer (through a follower), then hand it the leadership.
+	require.NoError(t, c.nodes[up].j.Promote(ctx, 4))
+	eventually(t, 5*time.Second, "ROLE updated", func() bool { return c.nodes[4].j.Status().Role == Follower })
+	require.NoError(t, lj.TransferLeadership(ctx, 4))
+	require.Equal(t, uint64(4), c.waitLeaderSeen([]uint64{leader, up, 4}, 4))
+	propose(t, c.nodes[up], "after-transfer")
+	termBefore := c.nodes[4].j.Status().Term
+
+	// The removed node never learned of its removal: healed, it campaigns,
+	// and the others ignore it.
+	c.heal()
+	n3 := c.nodes[down]
+	camp := n3.j.campaigns.Load()
+	eventually(t, 10*time.Second, "removed node campaigns", func() bool { return n3.j.campaigns.Load() > camp+1 })
+	propose(t, c.nodes[up], "after-removal")
+	st := c.nodes[4].j.Status()
+	require.Equal(t, uint64(4), st.Leader, "leadership undisturbed")
+	require.Equal(t, termBefore, st.Term, "term undisturbed")
+	require.False(t, n3.sm.has("after-removal"))
+	// Removed ids cannot come back.
+	require.ErrorIs(t, c.nodes[1].j.AddMember(ctx, down, n3.addr, Follower), ErrUnknownMember)
+	for _, m := range st.Members {
+		require.NotEqual(t, down, m.ID)
+	}
+}
+
+func TestIdempotentRetry(t *testing.T) {
+	c := newCluster(t)
+	c.start(3, 0)
+	c.waitLeader()
+	key := [16]byte{1, 2, 3}
+	ctx := ctxT(t, 5*time.Second)
+	i1, v1, err := c.nodes[2].j.Propose(ctx, []byte("once"), WithKey(key))
+	require.NoError(t, err)
+	require.Equal(t, "ok:once", v1)
+	// The same key again, through another node: applied once, same index.
+	i2, _, err := c.nodes[3].j.Propose(ctx, []byte("once"), WithKey(key))
+	require.NoError(t, err)
+	require.Equal(t, i1, i2)
+	i3, v3, err := c.nodes[2].j.Propose(ctx, []byte("once"), WithKey(key))
+	require.NoError(t, err)
+	require.Equal(t, i1, i3)
+	require.Equal(t, "ok:once", v3, "the proposer's node remembers the value")
+	propose(t, c.nodes[1], "barrier")
+	for id := uint64(1); id <= 3; id++ {
+		n := 0
+		for _, v := range c.nodes[id].sm.values() {
+			if v == "once" {
+				n++
+			}
+		}
+		require.Equal(t, 1, n, "node %d applied the keyed entry once", id)
+	}
+}
