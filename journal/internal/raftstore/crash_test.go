@@ -28,14 +28,17 @@ func crash(t *testing.T, fs *vfs.MemFS, s *Store, rng *rand.Rand) *vfs.MemFS {
 
 func TestCrashUnsyncedAppendLostSyncedKept(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	s := openMem(t, fs, 0)
+	s, err := Open(Options{FS: fs, Dir: "/data/node/journal"}) // new dirs must survive the crash
+	require.NoError(t, err)
 	require.NoError(t, s.Append(hardState(1, 1, 5), ents(1, 5, 1), nil, true))
 	// Commit-only HardState change plus entries written without a sync: the
 	// shape the crash may take away.
 	require.NoError(t, s.Append(hardState(1, 1, 5), ents(6, 8, 1), nil, false))
 
 	after := crash(t, fs, s, nil)
-	s = openMem(t, after, 0)
+	s, err = Open(Options{FS: after, Dir: "/data/node/journal"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
 	last, err := s.LastIndex()
 	require.NoError(t, err)
 	require.Equal(t, uint64(5), last, "the unsynced append is lost")
@@ -49,7 +52,9 @@ func TestCrashUnsyncedAppendLostSyncedKept(t *testing.T) {
 	// A later synced commit makes an earlier unsynced one durable too (one WAL).
 	require.NoError(t, s.Append(nil, ents(6, 6, 1), nil, false))
 	require.NoError(t, s.Append(hardState(1, 1, 7), ents(7, 7, 1), nil, true))
-	s2 := openMem(t, crash(t, after, s, nil), 0)
+	s2, err := Open(Options{FS: crash(t, after, s, nil), Dir: "/data/node/journal"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s2.Close() })
 	last, err = s2.LastIndex()
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), last)
