@@ -1,0 +1,399 @@
+package journaltest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/metatree/metatree/journal"
+)
+
+// Options configures NewCluster. The zero value is a 3-voter in-memory
+// cluster with 10 ms ticks.
+type Options struct {
+	// Voters is the number of voting nodes (default 3); node 1 bootstraps
+	// the cluster and the others join through it.
+	Voters int
+	// Observers is the number of learners added after the voters.
+	Observers int
+	// Seed seeds the network's random faults (default 1).
+	Seed uint64
+	// OnDisk puts every node's data dir under t.TempDir() on the real disk
+	// instead of an in-memory filesystem. Crash needs the in-memory one.
+	OnDisk bool
+	// TickInterval is the raft tick (default 10ms); ElectionTicks defaults
+	// to 20, HeartbeatTicks to 2: a 200 ms election timeout, long enough
+	// that a loaded CI machine does not elect spuriously.
+	TickInterval   time.Duration
+	ElectionTicks  int
+	HeartbeatTicks int
+	// NewStateMachine returns the state machine for node id each time it
+	// is opened (restarts replay the log into a fresh one). Default: a new
+	// *Recorder.
+	NewStateMachine func(id uint64) journal.StateMachine
+	// Configure, if set, adjusts each node's Config before Open.
+	Configure func(cfg *journal.Config)
+	// Logger receives the nodes' logs (default: discard).
+	Logger *slog.Logger
+}
+
+// TB is the part of testing.TB a Cluster uses; *testing.T and *testing.B
+// satisfy it.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	TempDir() string
+}
+
+var _ TB = testing.TB(nil)
+
+// Cluster is a set of journal nodes on one in-memory Network. Its methods
+// are safe for concurrent use, but a node should not be stopped and
+// restarted from two goroutines at once.
+type Cluster struct {
+	tb   TB
+	opts Options
+	// Net is the network between the nodes; use it to inject faults.
+	Net *Network
+
+	mu    sync.Mutex
+	nodes map[uint64]*Node
+}
+
+// Node is one member of a Cluster.
+type Node struct {
+	ID   uint64
+	Addr string
+	Role journal.Role
+
+	dir string
+	fs  vfs.FS
+
+	mu sync.Mutex
+	j  *journal.Journal
+	sm journal.StateMachine
+}
+
+// Journal returns the running journal, or nil while the node is down.
+func (n *Node) Journal() *journal.Journal {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.j
+}
+
+// StateMachine returns the state machine of the current (or last) run.
+func (n *Node) StateMachine() journal.StateMachine {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.sm
+}
+
+// NewCluster starts a cluster and waits until every node has joined. It
+// fails the test if that does not happen within 30 s. t.Cleanup closes it.
+func NewCluster(tb TB, opts Options) *Cluster {
+	tb.Helper()
+	if opts.Voters == 0 {
+		opts.Voters = 3
+	}
+	if opts.Seed == 0 {
+		opts.Seed = 1
+	}
+	if opts.TickInterval == 0 {
+		opts.TickInterval = 10 * time.Millisecond
+	}
+	if opts.ElectionTicks == 0 {
+		opts.ElectionTicks = 20
+	}
+	if opts.HeartbeatTicks == 0 {
+		opts.HeartbeatTicks = 2
+	}
+	if opts.NewStateMachine == nil {
+		opts.NewStateMachine = func(uint64) journal.StateMachine { return &Recorder{} }
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Cluster{tb: tb, opts: opts, Net: NewNetwork(opts.Seed), nodes: map[uint64]*Node{}}
+	tb.Cleanup(c.Close)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	total := opts.Voters + opts.Observers
+	for i := 1; i <= total; i++ {
+		id := uint64(i)
+		n := &Node{ID: id, Addr: fmt.Sprintf("node%d", id), Role: journal.Follower}
+		if i > opts.Voters {
+			n.Role = journal.Observer
+		}
+		if opts.OnDisk {
+			n.fs, n.dir = vfs.Default, filepath.Join(tb.TempDir(), n.Addr)
+		} else {
+			n.fs, n.dir = vfs.NewCrashableMem(), "/"+n.Addr
+			// Create the data dir durably, as an installer would: a crash
+			// must not take the directory itself away.
+			if err := n.fs.MkdirAll(n.dir, 0o755); err != nil {
+				tb.Fatalf("journaltest: %v", err)
+			}
+			if err := syncDir(n.fs, "/"); err != nil {
+				tb.Fatalf("journaltest: %v", err)
+			}
+		}
+		c.mu.Lock()
+		c.nodes[id] = n
+		c.mu.Unlock()
+		if err := c.open(ctx, n, i == 1); err != nil {
+			tb.Fatalf("journaltest: start node %d: %v", id, err)
+		}
+		if i == 1 {
+			if _, err := c.WaitLeader(ctx); err != nil {
+				tb.Fatalf("journaltest: first leader: %v", err)
+			}
+		}
+	}
+	return c
+}
+
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func (c *Cluster) config(n *Node, bootstrap bool) journal.Config {
+	cfg := journal.Config{
+		ID: n.ID, Dir: n.dir, Addr: n.Addr, FS: n.fs,
+		Transport:      c.Net.Transport(n.Addr),
+		StateMachine:   c.opts.NewStateMachine(n.ID),
+		Logger:         c.opts.Logger,
+		TickInterval:   c.opts.TickInterval,
+		ElectionTicks:  c.opts.ElectionTicks,
+		HeartbeatTicks: c.opts.HeartbeatTicks,
+	}
+	if bootstrap {
+		cfg.Bootstrap = true
+	} else {
+		cfg.Join = "node1"
+		cfg.Role = n.Role
+	}
+	if c.opts.Configure != nil {
+		c.opts.Configure(&cfg)
+	}
+	return cfg
+}
+
+func (c *Cluster) open(ctx context.Context, n *Node, bootstrap bool) error {
+	cfg := c.config(n, bootstrap)
+	j, err := journal.Open(ctx, cfg)
+	if err != nil {
+		_ = cfg.Transport.Close()
+		return err
+	}
+	n.mu.Lock()
+	n.j, n.sm = j, cfg.StateMachine
+	n.mu.Unlock()
+	return nil
+}
+
+// Node returns node id (1-based), or nil.
+func (c *Cluster) Node(id uint64) *Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[id]
+}
+
+// Nodes returns every node, by id.
+func (c *Cluster) Nodes() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Node, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Running returns the nodes whose journal is open.
+func (c *Cluster) Running() []*Node {
+	var out []*Node
+	for _, n := range c.Nodes() {
+		if n.Journal() != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Leader returns the node that considers itself leader and that a majority
+// of all voters follow (counting the running ones), or nil.
+func (c *Cluster) Leader() *Node {
+	voters := 0
+	follow := map[uint64]int{}
+	for _, n := range c.Nodes() {
+		if n.Role != journal.Follower {
+			continue
+		}
+		voters++
+		if j := n.Journal(); j != nil {
+			if st := j.Status(); st.Leader != 0 && !st.Removed {
+				follow[st.Leader]++
+			}
+		}
+	}
+	for id, v := range follow {
+		if 2*v <= voters {
+			continue
+		}
+		if l := c.Node(id); l != nil {
+			if j := l.Journal(); j != nil && j.Status().IsLeader() {
+				return l
+			}
+		}
+	}
+	return nil
+}
+
+// WaitLeader waits until Leader is non-nil, woken by the nodes' leadership
+// notifications rather than by polling, and returns its id.
+func (c *Cluster) WaitLeader(ctx context.Context) (uint64, error) {
+	return c.waitFor(ctx, "a leader", func() (uint64, bool) {
+		if l := c.Leader(); l != nil {
+			return l.ID, true
+		}
+		return 0, false
+	})
+}
+
+// WaitNewLeader waits until a node other than old is Leader, and returns
+// its id: after cutting off or stopping the leader, WaitLeader could still
+// see the old one before the others notice.
+func (c *Cluster) WaitNewLeader(ctx context.Context, old uint64) (uint64, error) {
+	return c.waitFor(ctx, "a new leader", func() (uint64, bool) {
+		if l := c.Leader(); l != nil && l.ID != old {
+			return l.ID, true
+		}
+		return 0, false
+	})
+}
+
+// WaitApplied waits until every running node has applied index.
+func (c *Cluster) WaitApplied(ctx context.Context, index uint64) error {
+	var errs []error
+	for _, n := range c.Running() {
+		if j := n.Journal(); j != nil {
+			if err := j.WaitApplied(ctx, index); err != nil && !errors.Is(err, journal.ErrClosed) {
+				errs = append(errs, fmt.Errorf("node %d: %w", n.ID, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// waitFor re-evaluates cond at every leadership change on any running node
+// (and at least every election timeout, for changes that do not notify,
+// such as a node restarting), until it holds or ctx ends.
+func (c *Cluster) waitFor(ctx context.Context, what string, cond func() (uint64, bool)) (uint64, error) {
+	period := c.opts.TickInterval * time.Duration(c.opts.ElectionTicks)
+	for {
+		// Subscribe before checking, so no change between them is missed.
+		cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}}
+		for _, n := range c.Running() {
+			if j := n.Journal(); j != nil {
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(j.Leadership())})
+			}
+		}
+		if v, ok := cond(); ok {
+			return v, nil
+		}
+		timer := time.NewTimer(period)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
+		chosen, _, _ := reflect.Select(cases)
+		timer.Stop()
+		if chosen == 0 {
+			return 0, fmt.Errorf("journaltest: waiting for %s: %w", what, context.Cause(ctx))
+		}
+	}
+}
+
+// Stop closes node id's journal cleanly (everything it acknowledged is on
+// its disk). Restart brings it back.
+func (c *Cluster) Stop(id uint64) error {
+	n := c.Node(id)
+	if n == nil {
+		return fmt.Errorf("journaltest: no node %d", id)
+	}
+	n.mu.Lock()
+	j := n.j
+	n.j = nil
+	n.mu.Unlock()
+	if j == nil {
+		return nil
+	}
+	return j.Close()
+}
+
+// Crash cuts node id's power: it drops off the network (Network.SetDown)
+// and its filesystem keeps only what was synced; then the journal is
+// closed. Needs the in-memory
+// filesystem (Options.OnDisk false).
+func (c *Cluster) Crash(id uint64) error {
+	n := c.Node(id)
+	if n == nil {
+		return fmt.Errorf("journaltest: no node %d", id)
+	}
+	mem, ok := n.fs.(*vfs.MemFS)
+	if !ok {
+		return errors.New("journaltest: Crash needs the in-memory filesystem (Options.OnDisk false)")
+	}
+	n.mu.Lock()
+	j := n.j
+	n.j = nil
+	n.mu.Unlock()
+	if j == nil {
+		return nil
+	}
+	// Off the network first, so that it acknowledges nothing after the
+	// instant the clone captures; then the clone is what the power cut
+	// leaves (synced data only); the clean Close afterwards writes to the
+	// old filesystem only.
+	c.Net.SetDown(id, true)
+	n.fs = mem.CrashClone(vfs.CrashCloneCfg{})
+	return j.Close()
+}
+
+// Restart reopens node id from its data dir with a fresh state machine,
+// which replays the log.
+func (c *Cluster) Restart(ctx context.Context, id uint64) error {
+	n := c.Node(id)
+	if n == nil {
+		return fmt.Errorf("journaltest: no node %d", id)
+	}
+	if n.Journal() != nil {
+		return fmt.Errorf("journaltest: node %d is running", id)
+	}
+	c.Net.SetDown(id, false)
+	return c.open(ctx, n, false)
+}
+
+// Close closes every node. It is idempotent and runs at t.Cleanup.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes() {
+		if err := c.Stop(n.ID); err != nil {
+			c.tb.Errorf("journaltest: close node %d: %v", n.ID, err)
+		}
+	}
+}

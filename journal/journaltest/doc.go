@@ -1,0 +1,20 @@
+// Package journaltest helps downstream projects test code built on the
+// journal without real processes, sockets or disks, as net/http/httptest
+// does for HTTP.
+//
+// [Network] is an in-memory network that implements journal.Transport for
+// each node (one [Network.Transport] per node) with controls a test can
+// flip at any time: [Network.Partition], [Network.Isolate], [Network.Drop],
+// [Network.Delay] and [Network.Heal]. Random choices (drops, jitter) come
+// from a seeded generator, so a failing run can be replayed with its seed.
+//
+// [Cluster] starts N journal nodes on one Network, each on its own
+// in-memory filesystem (or a t.TempDir on disk), with fast ticks, and offers
+// what tests need next: [Cluster.WaitLeader], [Cluster.Crash] (power cut:
+// unsynced writes are lost), [Cluster.Stop], [Cluster.Restart] and
+// [Cluster.WaitApplied]. Everything is closed by t.Cleanup.
+//
+// Message delivery is real concurrency (one goroutine per sending
+// direction), not a deterministic simulation: use it to test behaviour that
+// must hold under any interleaving, and the seed to vary the faults.
+package journaltest
