@@ -224,7 +224,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		ID:                        j.id,
 		ElectionTick:              cfg.ElectionTicks,
 		HeartbeatTick:             cfg.HeartbeatTicks,
-		Storage:                   j.store,
+		Storage:                   raftStorage{Store: j.store, j: j},
 		Applied:                   min(j.applied.Load(), hs.GetCommit()),
 		MaxSizePerMsg:             cfg.MaxSizePerMsg,
 		MaxCommittedSizePerReady:  cfg.MaxCommittedBytesPerReady,

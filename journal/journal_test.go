@@ -88,6 +88,7 @@ func (s *switchHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	if h == nil {
 		_ = http.NewResponseController(w).EnableFullDuplex()
+		w.Header().Set("Connection", "close")
 		http.Error(w, "down", http.StatusServiceUnavailable)
 		return
 	}

@@ -1,0 +1,77 @@
+// Package journal is metatree's replicated log: every write goes through it,
+// every frontend replays it. It drives go.etcd.io/raft/v3 (one RawNode owned
+// by one goroutine), keeps entries and hard state in Pebble on disk
+// (journal/internal/raftstore), and talks to its peers over HTTP (an
+// http.Handler the host mounts under /raft/). Entries are opaque bytes; the
+// host plugs in the state machine.
+//
+// # Using a Journal
+//
+//  1. Build a [Config]: the node's ID (non-zero, never reused), its data dir
+//     and the address peers reach it at, a [StateMachine], and optionally a
+//     [Snapshots] hook (the image package). Every tunable has a documented
+//     default; [Open] copies the config, fills defaults and validates it.
+//  2. Pick the start mode. The first node of a new cluster sets
+//     Config.Bootstrap. Every other node sets Config.Join to the address of
+//     any running member (the helper) and its Role: [Follower] (a voter) or
+//     [Observer] (a raft learner). A node whose data dir already has a
+//     VERSION file restarts from it and ignores both; a cluster id, token or
+//     role that disagrees with the dir or the cluster is an error at
+//     startup ([ErrClusterMismatch], [ErrRoleMismatch]). A second process on
+//     the same dir fails at once ([ErrLocked]).
+//  3. Call [Open], then mount [Journal.Handler] under "/raft/" on the HTTP
+//     server listening at Config.Addr (or pass a custom [Transport], e.g.
+//     journal/journaltest's in-memory network).
+//  4. Write with [Journal.Propose] on any node. A non-leader forwards the
+//     proposal to the leader; Propose returns only after the entry is
+//     applied on the calling node, so the caller reads its own write there.
+//     Retries after a lost acknowledgement carry the same idempotency key
+//     ([WithKey]) and apply once. Without a reachable leader Propose fails
+//     when its context ends, with an error wrapping [ErrNoLeader].
+//  5. Read the state machine directly: local reads are bounded-stale.
+//     [Journal.CheckFresh] fails with [ErrStale] when the last leader
+//     timestamp replayed here is older than Config.StaleAfter (the leader
+//     journals its clock every StaleAfter/2). [Journal.ReadBarrier] makes
+//     the next reads linearizable (raft ReadIndex, on any node, observers
+//     included).
+//  6. Manage members with [Journal.AddMember], [Journal.RemoveMember]
+//     (refuses to leave no reachable quorum unless forced:
+//     [ErrUnsafeRemoval]), [Journal.Promote] and
+//     [Journal.TransferLeadership]. Watch [Journal.Status] and
+//     [Journal.Leadership] for leader changes.
+//  7. The image package calls [Journal.ReadEntries], [Journal.MembershipAt],
+//     [Journal.TermAt] and [Journal.ImageWritten]; the latter makes the image
+//     raft's snapshot and compacts the log behind it (keeping
+//     Config.CompactMargin entries; never while a snapshot is being sent).
+//  8. Call [Journal.Close]. It is idempotent and returns when every
+//     goroutine the journal started has exited.
+//
+// # What the journal promises
+//
+// The raft loop follows etcd's contract exactly, once per Ready: persist
+// the snapshot metadata, the entries and the HardState in one Pebble batch,
+// synced when raft requires it (group commit: all proposals that arrived
+// since the last Ready share one fsync); then send the messages; then hand
+// the committed entries, in order, to the applier; then Advance. Nothing is
+// sent, applied or acknowledged before the write that makes it durable has
+// returned. The applier runs on its own goroutine behind a queue bounded in
+// bytes and batches, so a slow state machine never stops ticks; a full queue
+// only postpones the next Ready. Membership changes are applied to raft on
+// the loop, and the members' addresses travel in the conf change entries, so
+// they are as durable as the log. A received raft snapshot is first made
+// durable through [Snapshots.Fetch], then stepped into raft; raft is always
+// told how a snapshot it sent ended (ReportSnapshot).
+//
+// # Entries
+//
+// Each normal entry is an envelope: a user entry (idempotency key and the
+// user's bytes), or a leader timestamp. The [StateMachine] sees user data
+// only. An entry whose key was applied within Config.DedupeWindow indexes is
+// skipped on every replica (the window travels with images in the membership
+// blob), so replicas stay identical.
+//
+// # Concurrency
+//
+// A *Journal is safe for concurrent use. StateMachine.Apply is called from
+// one goroutine, in log order.
+package journal
