@@ -605,6 +605,9 @@ func (t *HTTPTransport) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msgs, _, err := readFrame(http.MaxBytesReader(w, r.Body, t.opts.MaxBodyBytes+4), t.opts.MaxBodyBytes, nil)
+	if errors.Is(err, io.EOF) {
+		err = fmt.Errorf("%w: empty snapshot request", ErrMalformed)
+	}
 	if err != nil {
 		writeError(w, err)
 		return

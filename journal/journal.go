@@ -60,8 +60,8 @@ type Journal struct {
 	state     atomic.Uint32 // raft.StateType
 	committed atomic.Uint64
 	lastImage atomic.Uint64
-	snapsOut  atomic.Int64 // snapshot transfers in flight (no compaction meanwhile)
-	removed   atomic.Bool  // this node was removed from the cluster
+	snapsOut  atomic.Int64  // snapshot transfers in flight (no compaction meanwhile)
+	removed   atomic.Bool   // this node was removed from the cluster
 	campaigns atomic.Uint64 // Readys in which this node asked for (pre-)votes
 
 	// Written by the applier.
@@ -116,8 +116,8 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		return nil, err
 	}
 	fs := cfg.FS
-	if err := fs.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("journal: create %s: %w", cfg.Dir, err)
+	if err := mkdirAllSynced(fs, cfg.Dir); err != nil {
+		return nil, err
 	}
 	lock, err := fs.Lock(filepath.Join(cfg.Dir, "LOCK"))
 	if err != nil {
@@ -220,12 +220,22 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal: initial state: %w", err)
 	}
+	var snapIndex uint64
+	if snap, err := j.store.Snapshot(); err == nil {
+		snapIndex = snap.GetMetadata().GetIndex()
+	} else if !errors.Is(err, raft.ErrSnapshotTemporarilyUnavailable) {
+		return nil, fmt.Errorf("journal: snapshot: %w", err)
+	}
 	rc := &raft.Config{
-		ID:                        j.id,
-		ElectionTick:              cfg.ElectionTicks,
-		HeartbeatTick:             cfg.HeartbeatTicks,
-		Storage:                   raftStorage{Store: j.store, j: j},
-		Applied:                   min(j.applied.Load(), hs.GetCommit()),
+		ID:            j.id,
+		ElectionTick:  cfg.ElectionTicks,
+		HeartbeatTick: cfg.HeartbeatTicks,
+		Storage:       raftStorage{Store: j.store, j: j},
+		// raft restarts from the store's snapshot (its ConfState is the
+		// one InitialState returns) and re-delivers the committed entries
+		// after it: conf changes are re-applied to raft, and the applier
+		// skips user entries already in the loaded image.
+		Applied:                   snapIndex,
 		MaxSizePerMsg:             cfg.MaxSizePerMsg,
 		MaxCommittedSizePerReady:  cfg.MaxCommittedBytesPerReady,
 		MaxUncommittedEntriesSize: cfg.MaxUncommittedBytes,
@@ -376,7 +386,9 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) error {
 	}
 	j.applied.Store(imageIndex)
 	m.Keys = nil
+	j.mu.Lock()
 	j.mu.membership = m
+	j.mu.Unlock()
 	for _, mem := range m.Members {
 		if mem.ID != j.id && mem.Addr != "" {
 			j.tr.SetPeer(mem.ID, mem.Addr)
@@ -595,4 +607,31 @@ func mustJSON(v any) []byte {
 		panic(err) // plain data: cannot fail
 	}
 	return b
+}
+
+// mkdirAllSynced creates dir and its missing parents, syncing each parent
+// whose entries changed, so a new data dir survives a power cut.
+func mkdirAllSynced(fs vfs.FS, dir string) error {
+	dir = filepath.Clean(dir)
+	if _, err := fs.Stat(dir); err == nil {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirAllSynced(fs, parent); err != nil {
+			return err
+		}
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("journal: create %s: %w", dir, err)
+	}
+	d, err := fs.OpenDir(parent)
+	if err != nil {
+		return fmt.Errorf("journal: open %s: %w", parent, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("journal: sync %s: %w", parent, err)
+	}
+	return nil
 }

@@ -1,0 +1,484 @@
+package journal_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/metatree/metatree/journal"
+)
+
+// The benchmarks run real nodes: HTTP on loopback, Pebble on the real disk
+// with fsync, default timings unless a benchmark says otherwise. Figures
+// for the README (run each once, alone on the machine):
+//
+//	go test -run '^$' -bench 'BenchmarkPropose' -benchtime 200000x ./journal
+//	go test -run '^$' -bench 'BenchmarkFailover' -benchtime 5x ./journal
+//	go test -run '^$' -bench 'BenchmarkReplay' -benchtime 1x ./journal
+
+// countSM is the trivial state machine: it counts.
+type countSM struct{ n atomic.Uint64 }
+
+func (s *countSM) Apply(uint64, []byte) any { s.n.Add(1); return nil }
+
+// syncFS counts and times the fsyncs Pebble (and the journal) issue on
+// one node's files.
+type syncFS struct {
+	vfs.FS
+	syncs atomic.Uint64
+	mu    sync.Mutex
+	lat   []time.Duration
+}
+
+type syncFile struct {
+	vfs.File
+	fs *syncFS
+}
+
+func (f syncFile) timed(sync func() error) error {
+	t0 := time.Now()
+	err := sync()
+	d := time.Since(t0)
+	f.fs.syncs.Add(1)
+	f.fs.mu.Lock()
+	f.fs.lat = append(f.fs.lat, d)
+	f.fs.mu.Unlock()
+	return err
+}
+
+func (f syncFile) Sync() error     { return f.timed(f.File.Sync) }
+func (f syncFile) SyncData() error { return f.timed(f.File.SyncData) }
+
+func (fs *syncFS) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return syncFile{File: f, fs: fs}, nil
+}
+
+func (fs *syncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.FS.Create(name, c))
+}
+
+func (fs *syncFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, o ...vfs.OpenOption) (vfs.File, error) {
+	return fs.wrap(fs.FS.OpenReadWrite(name, c, o...))
+}
+
+func (fs *syncFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.FS.ReuseForWrite(old, name, c))
+}
+
+func (fs *syncFS) OpenDir(name string) (vfs.File, error) { return fs.wrap(fs.FS.OpenDir(name)) }
+
+// take returns the sync count and latencies since the last take.
+func (fs *syncFS) take() (uint64, []time.Duration) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	lat := fs.lat
+	fs.lat = nil
+	return fs.syncs.Swap(0), lat
+}
+
+// fsyncProbe measures the disk under dir: p50 of 256-byte appends each
+// followed by fdatasync, the shape of a WAL commit.
+func fsyncProbe(tb testing.TB, dir string) time.Duration {
+	f, err := os.Create(filepath.Join(dir, "fsync-probe"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 256)
+	lat := make([]time.Duration, 0, 300)
+	for range 300 {
+		t0 := time.Now()
+		if _, err := f.Write(buf); err != nil {
+			tb.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			tb.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	return percentile(lat, 0.50)
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// httpNode is one journal served over HTTP on a loopback port it keeps
+// across restarts.
+type httpNode struct {
+	id   uint64
+	dir  string
+	addr string
+	fs   *syncFS
+	sm   *countSM
+	srv  *http.Server
+	wg   sync.WaitGroup
+
+	mu sync.Mutex
+	h  http.Handler
+	j  *journal.Journal
+}
+
+func (n *httpNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n.mu.Lock()
+	h := n.h
+	n.mu.Unlock()
+	if h == nil {
+		http.Error(w, "node down", http.StatusServiceUnavailable)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+type httpCluster struct {
+	tb    testing.TB
+	nodes []*httpNode
+	mod   func(*journal.Config)
+}
+
+// newHTTPCluster starts `voters` nodes: node 1 bootstraps, the others join.
+func newHTTPCluster(tb testing.TB, voters int, mod func(*journal.Config)) *httpCluster {
+	c := &httpCluster{tb: tb, mod: mod}
+	root := tb.TempDir()
+	for i := 1; i <= voters; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		n := &httpNode{id: uint64(i), dir: filepath.Join(root, fmt.Sprintf("n%d", i)), addr: ln.Addr().String(),
+			fs: &syncFS{FS: vfs.Default}}
+		n.srv = &http.Server{Handler: n}
+		n.wg.Go(func() { _ = n.srv.Serve(ln) })
+		c.nodes = append(c.nodes, n)
+	}
+	tb.Cleanup(c.close)
+	for _, n := range c.nodes {
+		if err := c.open(n); err != nil {
+			tb.Fatalf("open node %d: %v", n.id, err)
+		}
+		// Every running node follows one leader before the next joins: a
+		// join while the previous joiner catches up can find no quorum.
+		c.waitLeader(context.Background(), 0)
+	}
+	return c
+}
+
+func (c *httpCluster) open(n *httpNode) error {
+	n.sm = &countSM{}
+	cfg := journal.Config{ID: n.id, Dir: n.dir, Addr: n.addr, FS: n.fs, StateMachine: n.sm}
+	if n.id == 1 {
+		cfg.Bootstrap = true
+	} else {
+		cfg.Join = c.nodes[0].addr
+	}
+	if c.mod != nil {
+		c.mod(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	j, err := journal.Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.j, n.h = j, j.Handler()
+	n.mu.Unlock()
+	return nil
+}
+
+func (c *httpCluster) stop(n *httpNode) error {
+	n.mu.Lock()
+	j := n.j
+	n.j, n.h = nil, nil
+	n.mu.Unlock()
+	if j == nil {
+		return nil
+	}
+	return j.Close()
+}
+
+func (c *httpCluster) close() {
+	for _, n := range c.nodes {
+		if err := c.stop(n); err != nil {
+			c.tb.Errorf("close node %d: %v", n.id, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = n.srv.Shutdown(ctx)
+		cancel()
+		n.wg.Wait()
+	}
+}
+
+func (c *httpCluster) journal(id uint64) *journal.Journal {
+	n := c.nodes[id-1]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.j
+}
+
+// waitLeader waits, on leadership notifications, until every running node
+// follows one leader other than not, which considers itself leader.
+func (c *httpCluster) waitLeader(ctx context.Context, not uint64) uint64 {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		var chans []<-chan struct{}
+		leader, agreed := uint64(0), true
+		for _, n := range c.nodes {
+			j := c.journal(n.id)
+			if j == nil {
+				continue
+			}
+			chans = append(chans, j.Leadership())
+			st := j.Status()
+			if st.Leader == 0 || (leader != 0 && st.Leader != leader) {
+				agreed = false
+			}
+			leader = st.Leader
+		}
+		if agreed && leader != 0 && leader != not {
+			if j := c.journal(leader); j != nil && j.Status().IsLeader() {
+				return leader
+			}
+		}
+		// Wake on any leadership change, or re-check after a tick's worth.
+		wake := make(chan struct{}, 1)
+		stop := make(chan struct{})
+		for _, ch := range chans {
+			go func() {
+				select {
+				case <-ch:
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
+				case <-stop:
+				}
+			}()
+		}
+		select {
+		case <-wake:
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			close(stop)
+			c.tb.Fatalf("no leader: %v", ctx.Err())
+		}
+		close(stop)
+	}
+}
+
+// BenchmarkPropose: 3 voters over HTTP on loopback, Pebble on disk with
+// fsync, 256-byte entries, N concurrent proposers on the leader (or on a
+// follower, which forwards). b.N counts proposals.
+func BenchmarkPropose(b *testing.B) {
+	c := newHTTPCluster(b, 3, nil)
+	leader := c.waitLeader(b.Context(), 0)
+	follower := leader%3 + 1
+	for _, bc := range []struct {
+		name      string
+		via       uint64
+		proposers int
+	}{
+		{"proposers=1", leader, 1},
+		{"proposers=64", leader, 64},
+		{"via=follower/proposers=1", follower, 1},
+		{"via=follower/proposers=64", follower, 64},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			runPropose(b, c, leader, bc.via, bc.proposers)
+		})
+	}
+}
+
+func runPropose(b *testing.B, c *httpCluster, leader, via uint64, proposers int) {
+	j := c.journal(via)
+	fsyncP50 := fsyncProbe(b, c.nodes[leader-1].dir)
+	payloads := make([][]byte, 1024)
+	rng := rand.New(rand.NewPCG(0, 1))
+	for i := range payloads {
+		payloads[i] = make([]byte, 256)
+		for k := range payloads[i] {
+			payloads[i][k] = byte(rng.Uint32())
+		}
+	}
+	var next atomic.Int64
+	lats := make([][]time.Duration, proposers)
+	var failed atomic.Int64
+	var firstErr atomic.Pointer[error]
+	c.nodes[leader-1].fs.take()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for p := range proposers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				data := slices.Clone(payloads[i%int64(len(payloads))])
+				data[0], data[1], data[2] = byte(i), byte(i>>8), byte(i>>16) // distinct entries
+				t0 := time.Now()
+				_, _, err := j.Propose(b.Context(), data)
+				lats[p] = append(lats[p], time.Since(t0))
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, &err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	syncs, walLat := c.nodes[leader-1].fs.take()
+	if e := firstErr.Load(); e != nil {
+		b.Fatalf("%d of %d proposals failed, first: %v", failed.Load(), b.N, *e)
+	}
+	all := slices.Concat(lats...)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+	b.ReportMetric(ms(percentile(all, 0.50)), "p50-ms")
+	b.ReportMetric(ms(percentile(all, 0.99)), "p99-ms")
+	b.ReportMetric(float64(syncs)/float64(b.N), "syncs/op")
+	b.ReportMetric(ms(percentile(walLat, 0.50)), "leader-fsync-p50-ms")
+	b.ReportMetric(ms(fsyncP50), "disk-fsync-p50-ms")
+}
+
+// BenchmarkFailover: with default timings (100 ms tick, 10 election ticks),
+// the time from closing the leader to the first write committed by a new
+// leader. Each iteration restarts the old leader and lets it catch up first.
+func BenchmarkFailover(b *testing.B) {
+	const electionTimeout = 10 * 100 * time.Millisecond // the defaults
+	c := newHTTPCluster(b, 3, nil)
+	var total time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		ctx := b.Context()
+		leader := c.waitLeader(ctx, 0)
+		survivor := c.journal(leader%3 + 1)
+		idx, _, err := survivor.Propose(ctx, []byte("before"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range c.nodes { // everyone caught up: a fair start
+			if err := c.journal(n.id).WaitApplied(ctx, idx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		t0 := time.Now()
+		if err := c.stop(c.nodes[leader-1]); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, _, err := survivor.Propose(pctx, []byte("after"))
+			cancel()
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, journal.ErrNoLeader) && !errors.Is(err, journal.ErrNotLeader) &&
+				!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, journal.ErrUnreachable) {
+				b.Fatalf("propose after failover: %v", err)
+			}
+		}
+		d := time.Since(t0)
+		total += d
+		b.StopTimer()
+		if err := c.open(c.nodes[leader-1]); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	mean := total / time.Duration(b.N)
+	b.ReportMetric(ms(mean), "failover-ms")
+	b.ReportMetric(float64(mean)/float64(electionTimeout), "x-election-timeout")
+}
+
+// BenchmarkReplay: restart a node whose log holds 1,000,000 entries and no
+// image; the trivial state machine counts. replay-entries/s covers Open to
+// the last entry applied.
+func BenchmarkReplay(b *testing.B) {
+	const entries = 1_000_000
+	dir := filepath.Join(b.TempDir(), "n1")
+	cfg := journal.Config{ID: 1, Dir: dir, Addr: "127.0.0.1:1", Bootstrap: true, StateMachine: &countSM{}}
+	j, err := journal.Open(b.Context(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fill the log: a single node, many proposers, so group commit packs
+	// them (this part is not timed).
+	payload := make([]byte, 256)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var fillErr atomic.Pointer[error]
+	t0 := time.Now()
+	for range 256 {
+		wg.Go(func() {
+			for next.Add(1) <= entries {
+				if _, _, err := j.Propose(b.Context(), payload); err != nil {
+					fillErr.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if e := fillErr.Load(); e != nil {
+		b.Fatal(*e)
+	}
+	last := j.Status().Applied
+	b.Logf("filled %d entries (last index %d) in %v", entries, last, time.Since(t0).Round(time.Millisecond))
+	if err := j.Close(); err != nil {
+		b.Fatal(err)
+	}
+	var total time.Duration
+	var applied uint64
+	for b.Loop() {
+		sm := &countSM{}
+		cfg := journal.Config{ID: 1, Dir: dir, Addr: "127.0.0.1:1", StateMachine: sm}
+		t0 := time.Now()
+		j, err := journal.Open(b.Context(), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := j.WaitApplied(b.Context(), last); err != nil {
+			b.Fatal(err)
+		}
+		total += time.Since(t0)
+		applied += sm.n.Load()
+		b.StopTimer()
+		if err := j.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	if applied < uint64(b.N)*entries {
+		b.Fatalf("replayed %d user entries over %d runs, want >= %d each", applied, b.N, entries)
+	}
+	b.ReportMetric(float64(applied)/total.Seconds(), "replay-entries/s")
+	b.ReportMetric(total.Seconds()/float64(b.N), "replay-s")
+}
