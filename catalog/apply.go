@@ -278,7 +278,14 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	*s.at(slot) = rec{id: id, blob: blob, blen: blen, created: index, modified: index, parent: ps, kind: kind}
 	s.setSlotOf(id, slot)
 	s.insertKid(ps, slot)
-	s.indexAdd(slot)
+	s.kindSets[kind].Add(slot)
+	for _, x := range s.kindIndexes[kind] {
+		for i := range t.attrs {
+			if t.attrs[i].key == x.key {
+				x.add(t.attrs[i].val, slot)
+			}
+		}
+	}
 	t.undo = append(t.undo, undoRec{op: uCreate, slot: slot, fromFree: fromFree})
 	if len(t.ws) > 0 && t.wanted(o.path, o.kind, "") {
 		n := s.nodeFrom(s.at(slot), strings.Clone(o.path), s.at(ps).id)

@@ -352,7 +352,6 @@ func (ld *loader) run() error {
 		keyIdx:      map[string]uint32{},
 		indexes:     map[[2]uint32]*secIndex{},
 		kindIndexes: map[uint32][]*secIndex{},
-		kids:        [][]uint32{nil},
 	}
 	s.lr.init()
 	ld.s = s
@@ -534,31 +533,40 @@ func (ld *loader) ref(d *decoder, dict *[]uint32, kind bool) uint32 {
 // the root with unique sibling names, and builds the secondary indexes.
 func (ld *loader) link() error {
 	s := ld.s
+	// Count the children of each node, give each list a region of the
+	// right class, fill the lists, then sort them by name.
+	counts := make([]uint32, s.nslots)
 	for slot := uint32(1); slot < s.nslots; slot++ {
 		ps, ok := s.slotOf(ld.parents[slot])
 		if !ok {
 			return ld.br.corrupt("node %d: parent %d does not exist", s.at(slot).id, ld.parents[slot])
 		}
 		s.at(slot).parent = ps
-		pr := s.at(ps)
-		if pr.kids == 0 {
-			pr.kids = uint32(len(s.kids))
-			s.kids = append(s.kids, nil)
+		counts[ps]++
+	}
+	ld.parents = nil
+	for slot := uint32(0); slot < s.nslots; slot++ {
+		if counts[slot] > 0 {
+			s.at(slot).kids = s.kids.alloc(counts[slot])
 		}
-		s.kids[pr.kids] = append(s.kids[pr.kids], slot)
+	}
+	counts = nil
+	for slot := uint32(1); slot < s.nslots; slot++ {
+		r := s.kids.region(s.at(s.at(slot).parent).kids)
+		r[2+r[0]] = slot
+		r[0]++
 	}
 	cmp := func(a, b uint32) int { return bytes.Compare(s.name(a), s.name(b)) }
-	for i := 1; i < len(s.kids); i++ {
-		k := s.kids[i]
+	for slot := uint32(0); slot < s.nslots; slot++ {
+		k := s.kidsOf(slot)
 		if !slices.IsSortedFunc(k, cmp) {
 			slices.SortFunc(k, cmp)
 		}
 		for j := 1; j < len(k); j++ {
 			if cmp(k[j-1], k[j]) == 0 {
-				return ld.br.corrupt("two children of node %d named %q", s.at(s.at(k[j]).parent).id, s.name(k[j]))
+				return ld.br.corrupt("two children of node %d named %q", s.at(slot).id, s.name(k[j]))
 			}
 		}
-		s.kids[i] = slices.Clip(k)
 	}
 	// Every node must be reachable from the root (no cycles).
 	seen := 1

@@ -117,6 +117,7 @@ func ValidName(s string) error {
 	if s == "." || s == ".." {
 		return fmt.Errorf("%w: %q", ErrInvalidName, s)
 	}
+	ascii := true
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c == '/' {
@@ -125,8 +126,11 @@ func ValidName(s string) error {
 		if c < 0x20 || c == 0x7f {
 			return fmt.Errorf("%w: %q contains control byte %#x", ErrInvalidName, s, c)
 		}
+		if c >= 0x80 {
+			ascii = false
+		}
 	}
-	if !utf8.ValidString(s) {
+	if !ascii && !utf8.ValidString(s) {
 		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidName, s)
 	}
 	return nil

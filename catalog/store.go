@@ -34,7 +34,7 @@ type rec struct {
 	created  uint64
 	modified uint64
 	parent   uint32 // slot
-	kids     uint32 // index into state.kids; 0: no children
+	kids     uint32 // handle of the child list in state.kids; 0: none
 	kind     uint32 // index into state.kinds
 	blen     uint32 // length of the blob
 }
@@ -135,8 +135,7 @@ type state struct {
 
 	arena arena
 
-	kids     [][]uint32 // [0] unused
-	kidsFree []uint32
+	kids kidPool
 
 	kinds    []string // [0] is "", the root's kind
 	kindIdx  map[string]uint32
@@ -160,7 +159,6 @@ func newState() *state {
 		keyIdx:      map[string]uint32{},
 		indexes:     map[[2]uint32]*secIndex{},
 		kindIndexes: map[uint32][]*secIndex{},
-		kids:        [][]uint32{nil},
 	}
 	s.lr.init()
 	var b []byte
@@ -317,11 +315,7 @@ func attrValue(attrs []byte, key uint32) ([]byte, bool) {
 
 // kidsOf returns the children of slot, sorted by name.
 func (s *state) kidsOf(slot uint32) []uint32 {
-	k := s.at(slot).kids
-	if k == 0 {
-		return nil
-	}
-	return s.kids[k]
+	return s.kids.list(s.at(slot).kids)
 }
 
 // kidPos finds name among the children of parent.
@@ -344,31 +338,14 @@ func (s *state) child(parent uint32, name []byte) (uint32, bool) {
 	if !ok {
 		return 0, false
 	}
-	return s.kids[s.at(parent).kids][pos], true
+	return s.kidsOf(parent)[pos], true
 }
 
 // insertKid links slot under parent; the caller checked the name is free.
 func (s *state) insertKid(parent, slot uint32) {
 	pos, _ := s.kidPos(parent, s.name(slot))
 	pr := s.at(parent)
-	if pr.kids == 0 {
-		if n := len(s.kidsFree); n > 0 {
-			pr.kids = s.kidsFree[n-1]
-			s.kidsFree = s.kidsFree[:n-1]
-		} else {
-			pr.kids = uint32(len(s.kids))
-			s.kids = append(s.kids, nil)
-		}
-	}
-	k := s.kids[pr.kids]
-	if pos == len(k) {
-		k = append(k, slot)
-	} else {
-		k = append(k, 0)
-		copy(k[pos+1:], k[pos:])
-		k[pos] = slot
-	}
-	s.kids[pr.kids] = k
+	pr.kids = s.kids.insert(pr.kids, pos, slot)
 }
 
 // removeKid unlinks slot from parent, freeing an emptied child list.
@@ -378,16 +355,7 @@ func (s *state) removeKid(parent, slot uint32) {
 		panic("catalog: removeKid of a node not linked") // internal invariant
 	}
 	pr := s.at(parent)
-	k := s.kids[pr.kids]
-	copy(k[pos:], k[pos+1:])
-	k = k[:len(k)-1]
-	if len(k) == 0 {
-		s.kids[pr.kids] = nil
-		s.kidsFree = append(s.kidsFree, pr.kids)
-		pr.kids = 0
-		return
-	}
-	s.kids[pr.kids] = k
+	pr.kids = s.kids.remove(pr.kids, pos)
 }
 
 func (s *state) internKind(k string) uint32 {

@@ -1,0 +1,64 @@
+package catalog
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+func TestKidPoolAgainstSlices(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	var p kidPool
+	const lists = 50
+	handles := make([]uint32, lists)
+	ref := make([][]uint32, lists)
+	for i := 0; i < 100000; i++ {
+		l := r.IntN(lists)
+		if l == 0 && i%2 == 0 {
+			// One list grows big enough to leave the size classes.
+			handles[l] = p.insert(handles[l], len(ref[l]), uint32(i))
+			ref[l] = append(ref[l], uint32(i))
+			continue
+		}
+		if len(ref[l]) > 0 && r.IntN(2) == 0 {
+			pos := r.IntN(len(ref[l]))
+			handles[l] = p.remove(handles[l], pos)
+			ref[l] = slices.Delete(ref[l], pos, pos+1)
+		} else {
+			pos := r.IntN(len(ref[l]) + 1)
+			handles[l] = p.insert(handles[l], pos, uint32(i))
+			ref[l] = slices.Insert(ref[l], pos, uint32(i))
+		}
+		if (handles[l] == 0) != (len(ref[l]) == 0) {
+			t.Fatalf("list %d: handle %d with %d entries", l, handles[l], len(ref[l]))
+		}
+	}
+	for l := range ref {
+		if got := p.list(handles[l]); !slices.Equal(got, ref[l]) {
+			t.Fatalf("list %d: %d entries, want %d", l, len(got), len(ref[l]))
+		}
+	}
+	if len(ref[0]) <= int(kidClasses[len(kidClasses)-1])/20 && len(ref[0]) < 40000 {
+		t.Logf("big list has %d entries", len(ref[0]))
+	}
+}
+
+func TestKidPoolHugeList(t *testing.T) {
+	var p kidPool
+	var h uint32
+	const n = 900000 // beyond the largest class
+	for i := 0; i < n; i++ {
+		h = p.insert(h, i, uint32(i))
+	}
+	h = p.insert(h, 0, 7)
+	l := p.list(h)
+	if len(l) != n+1 || l[0] != 7 || l[1] != 0 || l[n] != n-1 {
+		t.Fatalf("huge list: len %d, head %v, tail %d", len(l), l[:2], l[len(l)-1])
+	}
+	for i := 0; i <= n; i++ {
+		h = p.remove(h, 0)
+	}
+	if h != 0 {
+		t.Fatalf("emptied list has handle %d", h)
+	}
+}
