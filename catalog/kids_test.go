@@ -55,8 +55,9 @@ func TestKidPoolHugeList(t *testing.T) {
 	if len(l) != n+1 || l[0] != 7 || l[1] != 0 || l[n] != n-1 {
 		t.Fatalf("huge list: len %d, head %v, tail %d", len(l), l[:2], l[len(l)-1])
 	}
-	for i := 0; i <= n; i++ {
-		h = p.remove(h, 0)
+	h = p.remove(h, 0)
+	for i := n - 1; i >= 0; i-- {
+		h = p.remove(h, i)
 	}
 	if h != 0 {
 		t.Fatalf("emptied list has handle %d", h)
