@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/journal"
 )
 
 // The benchmarks run on a Doris-like catalog (databases, tables,
@@ -57,8 +57,19 @@ func shapeFor(scale string) dorisShape {
 // build applies the shape to tr in batches of 100 operations from index 1
 // and returns the last index.
 func (d dorisShape) build(tb testing.TB, tr *catalog.Tree) uint64 {
-	r := rand.New(rand.NewPCG(1, 2))
 	var index uint64
+	d.batches(tb, func(data []byte) {
+		index++
+		if res := tr.Apply(index, data).(*catalog.Result); res.Err != nil {
+			tb.Fatalf("batch %d: %v", index, res.Err)
+		}
+	})
+	return index
+}
+
+// batches hands the shape to emit as encoded batches of 100 operations.
+func (d dorisShape) batches(tb testing.TB, emit func([]byte)) {
+	r := rand.New(rand.NewPCG(1, 2))
 	var ops []catalog.Op
 	flush := func() {
 		if len(ops) == 0 {
@@ -68,10 +79,7 @@ func (d dorisShape) build(tb testing.TB, tr *catalog.Tree) uint64 {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		index++
-		if res := tr.Apply(index, data).(*catalog.Result); res.Err != nil {
-			tb.Fatalf("batch %d: %v", index, res.Err)
-		}
+		emit(data)
 		ops = ops[:0]
 	}
 	add := func(op catalog.Op) {
@@ -108,7 +116,6 @@ func (d dorisShape) build(tb testing.TB, tr *catalog.Tree) uint64 {
 		}
 	}
 	flush()
-	return index
 }
 
 // updates returns n encoded batches, each a version bump of one random
@@ -151,6 +158,9 @@ func cleanupBenchFixtures() {
 	fixturesMu.Lock()
 	defer fixturesMu.Unlock()
 	for _, f := range fixtures {
+		os.RemoveAll(f.dir)
+	}
+	for _, f := range journalFixtures {
 		os.RemoveAll(f.dir)
 	}
 }
@@ -554,40 +564,146 @@ func BenchmarkRestore(b *testing.B) {
 	}
 }
 
-// BenchmarkStartup: open a node whose data dir holds the Doris image and
-// 100,000 entries after it: open the store, load the newest image
-// (verified), replay the entries.
+// journalFixture is a single-node journal on the real disk holding the
+// Doris catalog's image and the 100,000 entries proposed after it.
+type journalFixture struct {
+	shape dorisShape
+	dir   string
+	last  uint64 // last index proposed
+	image uint64
+}
+
+var journalFixtures = map[string]*journalFixture{}
+
+func benchJournalConfig(dir string, tree *catalog.Tree, store *Store) journal.Config {
+	return journal.Config{
+		ID: 1, Dir: dir, Addr: "127.0.0.1:1", Bootstrap: true, Token: "bench",
+		StateMachine: tree, Snapshots: store, TickInterval: 10 * time.Millisecond,
+	}
+}
+
+// proposeAll proposes every batch from 32 goroutines (group commit) and
+// returns the highest index.
+func proposeAll(b *testing.B, j *journal.Journal, batches [][]byte) uint64 {
+	var next, last atomic.Uint64
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= uint64(len(batches)) || failed.Load() != nil {
+					return
+				}
+				idx, _, err := j.Propose(context.Background(), batches[i])
+				if err != nil {
+					failed.Store(&err)
+					return
+				}
+				for {
+					l := last.Load()
+					if idx <= l || last.CompareAndSwap(l, idx) {
+						break
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if e := failed.Load(); e != nil {
+		b.Fatal(*e)
+	}
+	return last.Load()
+}
+
+func startupFixture(b *testing.B) *journalFixture {
+	b.Helper()
+	fixturesMu.Lock()
+	defer fixturesMu.Unlock()
+	if f := journalFixtures[*dorisScale]; f != nil {
+		return f
+	}
+	shape := shapeFor(*dorisScale)
+	dir, err := os.MkdirTemp("", "image-bench-journal-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := &journalFixture{shape: shape, dir: dir}
+	journalFixtures[*dorisScale] = f // removed by cleanupBenchFixtures
+
+	tree := catalog.New()
+	store, err := Open(Config{Dir: dir, State: tree})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	j, err := journal.Open(ctx, benchJournalConfig(dir, tree, store))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.Close()
+	if err := store.SetClusterID(j.Status().ClusterID); err != nil {
+		b.Fatal(err)
+	}
+	for !j.Status().IsLeader() {
+		<-j.Leadership()
+	}
+	var build [][]byte
+	shape.batches(b, func(d []byte) { build = append(build, d) })
+	proposeAll(b, j, build)
+	cp, err := NewCheckpointer(CheckpointerConfig{Store: store, Journal: j,
+		Applied: func() uint64 { return j.Status().Applied }, NewState: func() State { return catalog.New() }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cp.Close()
+	info, err := cp.Checkpoint(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f.image = info.Index
+	f.last = proposeAll(b, j, shape.updates(b, benchEntries, 1))
+	return f
+}
+
+// BenchmarkStartup: restart a node whose data dir (real disk) holds the
+// Doris catalog's image and 100,000 journal entries after it: journal.Open
+// loads the newest image (verified) through the Store, then raft replays
+// the entries; startup-s runs until the last one is applied.
 func BenchmarkStartup(b *testing.B) {
-	f := fixture(b)
-	dir := copyDir(b, f.dir)
-	j := &benchJournal{base: f.base, entries: f.entries}
+	f := startupFixture(b)
 	for b.Loop() {
 		b.StopTimer()
-		live := catalog.New()
+		tree := catalog.New()
 		runtime.GC()
 		b.StartTimer()
 		start := time.Now()
-		s, err := Open(Config{Dir: dir, FS: vfs.Default, State: live, ClusterID: "bench"})
+		store, err := Open(Config{Dir: f.dir, State: tree})
 		if err != nil {
 			b.Fatal(err)
 		}
-		idx, _, err := s.LoadLatest(context.Background(), f.base)
+		cfg := benchJournalConfig(f.dir, tree, store)
+		cfg.Bootstrap = false
+		j, err := journal.Open(context.Background(), cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := j.ReadEntries(context.Background(), idx, j.applied(), func(i uint64, d []byte) error {
-			live.Apply(i, d)
-			return nil
-		}); err != nil {
+		if err := j.WaitApplied(context.Background(), f.last); err != nil {
 			b.Fatal(err)
 		}
 		took := time.Since(start)
 		b.StopTimer()
-		s.Close()
-		if live.Index() != f.base+benchEntries {
-			b.Fatalf("started at index %d, want %d", live.Index(), f.base+benchEntries)
+		if got := j.Status().Image; got != f.image {
+			b.Fatalf("started from image %d, want %d", got, f.image)
 		}
+		if tree.Len() != f.shape.nodes() {
+			b.Fatalf("catalog has %d nodes, want %d", tree.Len(), f.shape.nodes())
+		}
+		j.Close()
+		store.Close()
 		b.ReportMetric(took.Seconds(), "startup-s")
+		b.ReportMetric(float64(f.last-f.image), "entries")
 		b.StartTimer()
 	}
 }
