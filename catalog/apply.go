@@ -160,12 +160,19 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 // within one Apply and reset by deletes and moves (which free slots or
 // change paths).
 type pathCache struct {
+	// missPath was just resolved and found missing: its parent's slot and
+	// the position its name would take among the parent's children.
+	missPath   string
+	missParent uint32
+	missPos    int
+
 	path  string
 	ends  []int    // ends[i]: end of component i in path
 	slots []uint32 // slots[i]: the node at path[:ends[i]]
 }
 
 func (c *pathCache) reset() {
+	c.missPath = ""
 	c.path = ""
 	c.ends = c.ends[:0]
 	c.slots = c.slots[:0]
@@ -177,6 +184,7 @@ func (t *Tree) resolveW(s *state, path string) (uint32, bool) {
 		return rootSlot, true
 	}
 	c := &t.pc
+	c.missPath = ""
 	// Longest cached ancestor (or the path itself).
 	n := 0
 	for n < len(path) && n < len(c.path) && path[n] == c.path[n] {
@@ -206,11 +214,16 @@ func (t *Tree) resolveW(s *state, path string) (uint32, bool) {
 		for end < len(path) && path[end] != '/' {
 			end++
 		}
-		k, ok := s.child(slot, unsafeBytes(path[start:end]))
+		pos, ok := s.kidPos(slot, unsafeBytes(path[start:end]))
 		if !ok {
+			if end == len(path) {
+				// Remember where the missing last component would go: a
+				// create of this path comes next.
+				c.missPath, c.missParent, c.missPos = path, slot, pos
+			}
 			return 0, false
 		}
-		slot = k
+		slot = s.kidsOf(slot)[pos]
 		c.ends = append(c.ends, end)
 		c.slots = append(c.slots, slot)
 		start = end + 1
@@ -251,9 +264,16 @@ func (t *Tree) putBlob(s *state, name []byte, attrs []attrEnt) (uint64, uint32) 
 
 func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	parentPath, name := splitPath(o.path)
-	ps, ok := t.resolveW(s, parentPath)
-	if !ok {
-		return 0, fmt.Errorf("%w: parent %q", ErrNotFound, parentPath)
+	// applyOp has just looked o.path up and found it missing; if its parent
+	// exists, that lookup also found where the new name goes.
+	miss := t.pc.missPath == o.path
+	ps, pos := t.pc.missParent, t.pc.missPos
+	if !miss {
+		var ok bool
+		ps, ok = t.resolveW(s, parentPath)
+		if !ok {
+			return 0, fmt.Errorf("%w: parent %q", ErrNotFound, parentPath)
+		}
 	}
 	// Values are encoded into one scratch buffer first; attrEnt.val slices
 	// are taken after it stops growing.
@@ -277,7 +297,12 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	blob, blen := t.putBlob(s, unsafeBytes(name), t.attrs)
 	*s.at(slot) = rec{id: id, blob: blob, blen: blen, created: index, modified: index, parent: ps, kind: kind}
 	s.setSlotOf(id, slot)
-	s.insertKid(ps, slot)
+	if miss {
+		pr := s.at(ps)
+		pr.kids = s.kids.insert(pr.kids, pos, slot)
+	} else {
+		s.insertKid(ps, slot)
+	}
 	s.kindSets[kind].Add(slot)
 	for _, x := range s.kindIndexes[kind] {
 		for i := range t.attrs {
