@@ -177,18 +177,24 @@ func (t *Tree) HasIndex(kind, attr string) bool {
 // under the lock; small results are materialized at once, large ones in
 // chunks at the same index.
 func (t *Tree) collect(pick func(s *state) ([]uint32, func(*state, *rec) bool)) []Node {
-	t.mu.Lock()
+	var out []Node
+	t.mu.RLock()
 	s := t.s
 	slots, keep := pick(s)
-	var out []Node
 	if len(slots) <= longChunk {
 		for _, slot := range slots {
 			if r := s.at(slot); keep == nil || keep(s, r) {
 				out = append(out, s.node(slot))
 			}
 		}
-		t.mu.Unlock()
+		t.mu.RUnlock()
 	} else {
+		t.mu.RUnlock()
+		// Registering a long read takes the write lock (briefly); the
+		// pick is redone under it so that it belongs to the read's index.
+		t.mu.Lock()
+		s = t.s
+		slots, keep = pick(s)
 		s.lr.active[s.index]++
 		lr := &longRead{t: t, s: s, v: s.index, lastParent: ^uint32(0)}
 		t.mu.Unlock()
