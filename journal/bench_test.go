@@ -147,6 +147,8 @@ func (n *httpNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := n.h
 	n.mu.Unlock()
 	if h == nil {
+		// Answer without reading a streaming body: needs full duplex.
+		_ = http.NewResponseController(w).EnableFullDuplex()
 		http.Error(w, "node down", http.StatusServiceUnavailable)
 		return
 	}
@@ -284,7 +286,14 @@ func (c *httpCluster) waitLeader(ctx context.Context, not uint64) uint64 {
 		case <-time.After(50 * time.Millisecond):
 		case <-ctx.Done():
 			close(stop)
-			c.tb.Fatalf("no leader: %v", ctx.Err())
+			var sts []string
+			for _, n := range c.nodes {
+				if j := c.journal(n.id); j != nil {
+					st := j.Status()
+					sts = append(sts, fmt.Sprintf("%d: %s leader %d term %d applied %d members %v", n.id, st.State, st.Leader, st.Term, st.Applied, st.Members))
+				}
+			}
+			c.tb.Fatalf("no leader: %v; %v", ctx.Err(), sts)
 		}
 		close(stop)
 	}
