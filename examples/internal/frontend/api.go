@@ -56,6 +56,10 @@ func (f *Frontend) routes() http.Handler {
 func (f *Frontend) when(h func() http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !f.ready.Load() {
+			// Close the connection rather than drain the body: a peer's
+			// raft stream is an endless request body, and the server would
+			// otherwise read it before it sends this answer.
+			w.Header().Set("Connection", "close")
 			httpjson.WriteError(w, httpjson.Errorf(http.StatusServiceUnavailable, "starting", "frontend %d is starting or stopping", f.cfg.ID))
 			return
 		}

@@ -214,15 +214,12 @@ func (f *Frontend) Checkpointer() *image.Checkpointer { return f.ckpt }
 // It is idempotent.
 func (f *Frontend) Close() error {
 	f.closeOnce.Do(func() {
-		f.ready.Store(false)
+		f.ready.Store(false) // new API requests get 503 from here on
 		var errs []error
-		if f.srv != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			errs = append(errs, f.srv.Shutdown(ctx))
-			cancel()
-			<-f.served
-		}
 		f.runs.Close()
+		// The library's parts first: closing the journal ends the peers'
+		// long-lived raft streams, which the HTTP server would otherwise
+		// wait for.
 		if f.members != nil {
 			errs = append(errs, f.members.Close())
 		}
@@ -236,6 +233,14 @@ func (f *Frontend) Close() error {
 			errs = append(errs, f.images.Close())
 		}
 		errs = append(errs, f.registry.Close())
+		if f.srv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := f.srv.Shutdown(ctx); err != nil {
+				f.srv.Close() // a peer's stream outlived the journal: cut it
+			}
+			cancel()
+			<-f.served
+		}
 		f.closeErr = errors.Join(errs...)
 	})
 	return f.closeErr
