@@ -96,6 +96,10 @@ func (s *Store) runFetch(ctx context.Context, addr string, index uint64) error {
 		return err
 	}
 	defer s.release()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.closing, func() { cancel(ErrClosed) })
+	defer stop()
 	start := time.Now()
 	info, err := s.download(ctx, addr, index)
 	if err != nil {
@@ -133,8 +137,8 @@ func (s *Store) get(ctx context.Context, addr, path string) (*http.Response, *id
 	resp, err := s.cfg.HTTPClient.Do(req)
 	if err != nil {
 		idle.stop()
-		if cause := context.Cause(ctx); cause != nil && errors.Is(cause, errIdle) {
-			err = cause
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w (%v)", cause, err)
 		}
 		return nil, nil, err
 	}

@@ -324,3 +324,21 @@ func newServer(t testing.TB, s *Store) string {
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")
 }
+
+// Close stops a download that is in progress instead of waiting for it.
+func TestCloseStopsFetch(t *testing.T) {
+	arrived := make(chan struct{})
+	p := newPeer(t, 30, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			close(arrived)
+			<-r.Context().Done() // a peer that never answers
+		})
+	})
+	s, err := Open(Config{Dir: "/dst", FS: vfs.NewMem(), State: newKV(), Token: "tok"})
+	require.NoError(t, err)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Fetch(context.Background(), p.addr(), 30) }()
+	<-arrived
+	require.NoError(t, s.Close())
+	require.ErrorIs(t, <-errc, ErrClosed)
+}

@@ -102,6 +102,9 @@ type Store struct {
 	writeMu sync.Mutex
 	// dirMu serialises renames and removals in the directory.
 	dirMu sync.Mutex
+	// closing is cancelled by Close: it stops a download in progress.
+	closing     context.Context
+	cancelClose context.CancelFunc
 
 	mu struct {
 		sync.Mutex
@@ -153,22 +156,27 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.mu.clusterID = cfg.ClusterID
 	s.mu.pinned = make(map[uint64]bool)
+	s.closing, s.cancelClose = context.WithCancel(context.Background())
 	if err := mkdirAllDurably(s.fs, s.dir); err != nil {
+		s.cancelClose()
 		return nil, err
 	}
 	lock, err := s.fs.Lock(s.fs.PathJoin(s.dir, lockName))
 	if err != nil {
+		s.cancelClose()
 		return nil, fmt.Errorf("image: lock %s (another Store has this data dir open?): %w", s.dir, err)
 	}
 	s.lock = lock
 	if err := s.removeTemps(); err != nil {
+		s.cancelClose()
 		lock.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// Close releases the directory lock. Restores still waiting fail with
+// Close stops a download in progress, waits for a running load or restore,
+// and releases the directory lock. Restores still waiting fail with
 // ErrClosed. Close is idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
@@ -178,6 +186,7 @@ func (s *Store) Close() error {
 	}
 	s.mu.closed = true
 	s.mu.Unlock()
+	s.cancelClose()
 	// Wait for a running load or restore before releasing the lock.
 	s.restoreSem <- struct{}{}
 	defer func() { <-s.restoreSem }()
