@@ -203,6 +203,10 @@ func validValue(k string, v Value) error {
 	if err := ValidName(k); err != nil {
 		return fmt.Errorf("attribute key: %w", err)
 	}
+	return validValueOnly(k, v)
+}
+
+func validValueOnly(k string, v Value) error {
 	switch v.typ {
 	case TypeString, TypeBytes:
 		if len(v.s) > MaxValueLen {

@@ -144,6 +144,11 @@ type state struct {
 	keys   []string
 	keyIdx map[string]uint32
 
+	// Recently interned kind and keys (a cache in front of the maps).
+	kindHot    uint32
+	keyHot     [8]uint32
+	keyHotNext uint32
+
 	indexes     map[[2]uint32]*secIndex
 	kindIndexes map[uint32][]*secIndex
 
@@ -359,7 +364,11 @@ func (s *state) removeKid(parent, slot uint32) {
 }
 
 func (s *state) internKind(k string) uint32 {
+	if i := s.kindHot; int(i) < len(s.kinds) && s.kinds[i] == k {
+		return i
+	}
 	if i, ok := s.kindIdx[k]; ok {
+		s.kindHot = i
 		return i
 	}
 	i := uint32(len(s.kinds))
@@ -371,10 +380,20 @@ func (s *state) internKind(k string) uint32 {
 }
 
 func (s *state) internKey(k string) uint32 {
-	if i, ok := s.keyIdx[k]; ok {
+	// Batches repeat the same few keys: try the recently used ones before
+	// hashing.
+	for _, i := range s.keyHot {
+		if int(i) < len(s.keys) && s.keys[i] == k {
+			return i
+		}
+	}
+	i, ok := s.keyIdx[k]
+	if ok {
+		s.keyHot[s.keyHotNext%uint32(len(s.keyHot))] = i
+		s.keyHotNext++
 		return i
 	}
-	i := uint32(len(s.keys))
+	i = uint32(len(s.keys))
 	k = strings.Clone(k)
 	s.keys = append(s.keys, k)
 	s.keyIdx[k] = i
