@@ -2,7 +2,6 @@ package journal_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -10,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -402,6 +402,8 @@ func BenchmarkFailover(b *testing.B) {
 		if err := c.stop(c.nodes[leader-1]); err != nil {
 			b.Fatal(err)
 		}
+		// Until a new leader commits it, a write fails in whatever way the
+		// moment dictates (no leader, forwarded to the closed node, ...).
 		for {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_, _, err := survivor.Propose(pctx, []byte("after"))
@@ -409,9 +411,8 @@ func BenchmarkFailover(b *testing.B) {
 			if err == nil {
 				break
 			}
-			if !errors.Is(err, journal.ErrNoLeader) && !errors.Is(err, journal.ErrNotLeader) &&
-				!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, journal.ErrUnreachable) {
-				b.Fatalf("propose after failover: %v", err)
+			if time.Since(t0) > 30*time.Second {
+				b.Fatalf("no write committed 30 s after closing the leader: %v", err)
 			}
 		}
 		d := time.Since(t0)
@@ -428,15 +429,30 @@ func BenchmarkFailover(b *testing.B) {
 }
 
 // BenchmarkReplay: restart a node whose log holds 1,000,000 entries and no
-// image; the trivial state machine counts. replay-entries/s covers Open to
+// image; the trivial state machine counts. JOURNAL_REPLAY_ENTRIES
+// overrides the size for a quick run. replay-entries/s covers Open to
 // the last entry applied.
 func BenchmarkReplay(b *testing.B) {
-	const entries = 1_000_000
+	entries := int64(1_000_000)
+	if n, err := strconv.ParseInt(os.Getenv("JOURNAL_REPLAY_ENTRIES"), 10, 64); err == nil && n > 0 {
+		entries = n // a quicker smoke run
+	}
 	dir := filepath.Join(b.TempDir(), "n1")
 	cfg := journal.Config{ID: 1, Dir: dir, Addr: "127.0.0.1:1", Bootstrap: true, StateMachine: &countSM{}}
 	j, err := journal.Open(b.Context(), cfg)
 	if err != nil {
 		b.Fatal(err)
+	}
+	for !j.Status().IsLeader() { // a single voter elects itself after a timeout
+		ch := j.Leadership()
+		if j.Status().IsLeader() {
+			break
+		}
+		select {
+		case <-ch:
+		case <-b.Context().Done():
+			b.Fatal(b.Context().Err())
+		}
 	}
 	// Fill the log: a single node, many proposers, so group commit packs
 	// them (this part is not timed).
@@ -485,7 +501,7 @@ func BenchmarkReplay(b *testing.B) {
 		}
 		b.StartTimer()
 	}
-	if applied < uint64(b.N)*entries {
+	if applied < uint64(b.N)*uint64(entries) {
 		b.Fatalf("replayed %d user entries over %d runs, want >= %d each", applied, b.N, entries)
 	}
 	b.ReportMetric(float64(applied)/total.Seconds(), "replay-entries/s")
