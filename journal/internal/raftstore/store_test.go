@@ -254,6 +254,10 @@ func TestAppendSnapshotReplacesLog(t *testing.T) {
 
 	err := s.Append(nil, nil, snapshot(10, 3), true)
 	require.ErrorContains(t, err, "not newer")
+	err = s.Append(nil, nil, snapshot(30, 3), true)
+	require.ErrorContains(t, err, "behind the snapshot", "a snapshot past the durable commit would break restart")
+	err = s.Append(hardState(3, 0, 29), nil, snapshot(30, 3), true)
+	require.ErrorContains(t, err, "behind the snapshot")
 }
 
 func TestAppendRejects(t *testing.T) {

@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -34,6 +35,7 @@ func (s *Store) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.
 
 	s.mu.RLock()
 	closed, trunc, last, curSnap := s.mu.closed, s.mu.trunc, s.mu.last, s.mu.snap
+	curCommit := s.mu.hs.GetCommit()
 	s.mu.RUnlock()
 	if closed {
 		return ErrClosed
@@ -77,13 +79,16 @@ func (s *Store) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.
 		if first > last+1 {
 			return fmt.Errorf("raftstore: append: entry %d would leave a gap after the last entry %d", first, last)
 		}
+		// Batch.Set copies key and value: one buffer each serves all.
 		var buf []byte
+		key := entryKey(0)
 		for i, e := range ents {
 			if e.GetIndex() != first+uint64(i) {
 				return fmt.Errorf("raftstore: append: entries not contiguous: %d follows %d", e.GetIndex(), first+uint64(i)-1)
 			}
 			buf = appendEntryValue(buf[:0], e)
-			if err := b.Set(entryKey(e.GetIndex()), buf, nil); err != nil {
+			binary.BigEndian.PutUint64(key[len(logPrefix):], e.GetIndex())
+			if err := b.Set(key, buf, nil); err != nil {
 				return err
 			}
 		}
@@ -98,12 +103,17 @@ func (s *Store) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.
 	}
 
 	hasHS := !raft.IsEmptyHardState(hs)
+	commit := curCommit
+	if hasHS {
+		commit = hs.GetCommit()
+	}
+	if hasSnap && commit < trunc.index {
+		// Restart would find the snapshot past the durable commit (etcd#10219).
+		return fmt.Errorf("raftstore: append: commit %d would be behind the snapshot %d", commit, trunc.index)
+	}
 	if hasHS {
 		if hs.GetCommit() > last {
 			return fmt.Errorf("raftstore: append: HardState commit %d is past the last entry %d", hs.GetCommit(), last)
-		}
-		if hs.GetCommit() < trunc.index && hasSnap {
-			return fmt.Errorf("raftstore: append: HardState commit %d is behind the snapshot %d", hs.GetCommit(), trunc.index)
 		}
 		v, err := proto.Marshal(hs)
 		if err != nil {
