@@ -243,7 +243,6 @@ func splitPath(p string) (parent, name string) {
 // attrEnt is an attribute being assembled into a blob.
 type attrEnt struct {
 	key        uint32
-	name       string
 	val        []byte // encoded value
 	start, end int    // where val is in the scratch buffer while it grows
 }
@@ -282,7 +281,7 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	for _, e := range o.set {
 		st := len(vals)
 		vals = appendValue(vals, e.v)
-		t.attrs = append(t.attrs, attrEnt{key: s.internKey(e.k), name: e.k, start: st, end: len(vals)})
+		t.attrs = append(t.attrs, attrEnt{key: s.internKey(e.k), start: st, end: len(vals)})
 	}
 	t.vbuf = vals
 	for i := range t.attrs {
@@ -434,7 +433,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) {
 		if val == nil {
 			val = vals[m.start:m.end]
 		}
-		t.attrs = append(t.attrs, attrEnt{key: m.key, name: m.name, val: val})
+		t.attrs = append(t.attrs, attrEnt{key: m.key, val: val})
 	}
 	t.vbuf = vals
 	blob, blen := t.putBlob(s, name, t.attrs)

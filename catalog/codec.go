@@ -140,6 +140,11 @@ func (d *decoder) uvarint(what string) uint64 {
 	if d.err != nil {
 		return 0
 	}
+	if d.off < len(d.data) && d.data[d.off] < 0x80 { // one byte: most lengths
+		v := d.data[d.off]
+		d.off++
+		return uint64(v)
+	}
 	v, n := binary.Uvarint(d.data[d.off:])
 	if n <= 0 {
 		d.fail("bad varint for %s", what)

@@ -195,3 +195,33 @@ func FuzzDecodeBatch(f *testing.F) {
 		}
 	})
 }
+
+// TestValidationMemo: a bad path, kind or key right after a good one that
+// shares its prefix is still rejected (validation skips what an earlier op
+// of the batch proved valid).
+func TestValidationMemo(t *testing.T) {
+	prev := Op{Type: OpCreate, Path: "/a/bb/c", Kind: "kind", Set: map[string]Value{"key": Int(1)}}
+	for _, bad := range []Op{
+		{Type: OpCheck, Path: "/a/bb/c/"},
+		{Type: OpCheck, Path: "/a/bb//c"},
+		{Type: OpCheck, Path: "/a/bb/.."},
+		{Type: OpCheck, Path: "/a/bb/c\x01"},
+		{Type: OpCheck, Path: "/a/b\x01"},
+		{Type: OpCheck, Path: "/a/bb/" + strings.Repeat("x", 256)},
+		{Type: OpCheck, Path: "/a/bb/c/\xff"},
+		{Type: OpCheck, Path: "a/bb"},
+		{Type: OpCreate, Path: "/a/bb/d", Kind: "kind/"},
+		{Type: OpCreate, Path: "/a/bb/d", Kind: "kind", Set: map[string]Value{"key/": Int(1)}},
+	} {
+		_, err := Batch{Ops: []Op{prev, bad}}.Encode()
+		var oe *OpError
+		if !errors.As(err, &oe) || oe.Op != 1 {
+			t.Errorf("%+v after %+v: error %v", bad, prev, err)
+		}
+	}
+	for _, good := range []string{"/a/bb/c", "/a/bb", "/a", "/a/bb/c/d", "/a/bx", "/b"} {
+		if _, err := (Batch{Ops: []Op{prev, {Type: OpCheck, Path: good}}}).Encode(); err != nil {
+			t.Errorf("%q after %q: %v", good, prev.Path, err)
+		}
+	}
+}
