@@ -407,7 +407,9 @@ func (m *validMemo) validPath(p string) error {
 		for k > 0 && !(k < len(p) && p[k] == '/' && (k == len(prev) || prev[k] == '/')) {
 			k--
 		}
-		if k > 0 && ValidPath(p[k:]) == nil {
+		// p[k:] must name at least one component: "/" alone is the root
+		// as a path but an empty component as a suffix.
+		if k > 0 && len(p)-k > 1 && ValidPath(p[k:]) == nil {
 			m.path = p
 			return nil
 		}
