@@ -58,7 +58,7 @@ func shapeFor(scale string) dorisShape {
 // and returns the last index.
 func (d dorisShape) build(tb testing.TB, tr *catalog.Tree) uint64 {
 	var index uint64
-	d.batches(tb, func(data []byte) {
+	d.batches(tb, func(_ int, data []byte) {
 		index++
 		if res := tr.Apply(index, data).(*catalog.Result); res.Err != nil {
 			tb.Fatalf("batch %d: %v", index, res.Err)
@@ -67,10 +67,13 @@ func (d dorisShape) build(tb testing.TB, tr *catalog.Tree) uint64 {
 	return index
 }
 
-// batches hands the shape to emit as encoded batches of 100 operations.
-func (d dorisShape) batches(tb testing.TB, emit func([]byte)) {
+// batches hands the shape to emit as encoded batches of up to 100
+// operations, each within one database (db -1: the index definition that
+// comes first), in an order that creates every parent before its children.
+func (d dorisShape) batches(tb testing.TB, emit func(db int, data []byte)) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var ops []catalog.Op
+	curDB := -1
 	flush := func() {
 		if len(ops) == 0 {
 			return
@@ -79,7 +82,7 @@ func (d dorisShape) batches(tb testing.TB, emit func([]byte)) {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		emit(data)
+		emit(curDB, data)
 		ops = ops[:0]
 	}
 	add := func(op catalog.Op) {
@@ -89,8 +92,11 @@ func (d dorisShape) batches(tb testing.TB, emit func([]byte)) {
 		}
 	}
 	add(catalog.Op{Type: catalog.OpCreateIndex, Kind: "replica", Attr: "worker"})
+	flush()
 	tablet := 0
 	for db := range d.dbs {
+		flush()
+		curDB = db
 		dbp := fmt.Sprintf("/db%02d", db)
 		add(catalog.Op{Type: catalog.OpCreate, Path: dbp, Kind: "database"})
 		for t := range d.tables {
@@ -649,9 +655,37 @@ func startupFixture(b *testing.B) *journalFixture {
 	for !j.Status().IsLeader() {
 		<-j.Leadership()
 	}
-	var build [][]byte
-	shape.batches(b, func(d []byte) { build = append(build, d) })
-	proposeAll(b, j, build)
+	// Each database's batches in order, databases in parallel (group
+	// commit): parents are always created before their children.
+	perDB := make([][][]byte, shape.dbs)
+	shape.batches(b, func(db int, d []byte) {
+		if db < 0 {
+			if _, _, err := j.Propose(ctx, d); err != nil {
+				b.Fatal(err)
+			}
+			return
+		}
+		perDB[db] = append(perDB[db], d)
+	})
+	var wg sync.WaitGroup
+	for _, batches := range perDB {
+		wg.Go(func() {
+			for _, d := range batches {
+				_, v, err := j.Propose(ctx, d)
+				if err == nil {
+					err = v.(*catalog.Result).Err
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
 	cp, err := NewCheckpointer(CheckpointerConfig{Store: store, Journal: j,
 		Applied: func() uint64 { return j.Status().Applied }, NewState: func() State { return catalog.New() }})
 	if err != nil {
