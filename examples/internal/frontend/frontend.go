@@ -60,12 +60,18 @@ type Frontend struct {
 	runs     *demo.Runs
 	client   *http.Client
 
-	ln        net.Listener
-	srv       *http.Server
-	served    chan struct{}
-	ready     atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
+	ln     net.Listener
+	srv    *http.Server
+	served chan struct{}
+	ready  atomic.Bool
+	// Background work (checkpoints the journal asks for) runs under bgCtx
+	// and bg; Close cancels and waits.
+	bg             sync.WaitGroup
+	bgCtx          context.Context
+	bgCancel       context.CancelFunc
+	imageRequested atomic.Bool
+	closeOnce      sync.Once
+	closeErr       error
 }
 
 // Start opens the data dir, joins or restarts the cluster, and serves the
@@ -94,6 +100,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		client:   &http.Client{Timeout: 10 * time.Second},
 		served:   make(chan struct{}),
 	}
+	f.bgCtx, f.bgCancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			f.Close()
@@ -119,9 +126,12 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	f.journal, err = journal.Open(ctx, journal.Config{
 		ID: cfg.ID, Dir: cfg.Dir, Addr: cfg.Addr,
 		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: role, Token: cfg.Token,
-		StateMachine: f.tree, Snapshots: f.images,
+		StateMachine: f.tree, Snapshots: snapshots{f.images, f},
 		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin,
-		Logger: cfg.Logger,
+		// Idempotency keys are remembered no further back than the log
+		// is kept.
+		DedupeWindow: min(cfg.CompactMargin, 10_000),
+		Logger:       cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -158,6 +168,31 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	}
 	f.logger.Info("frontend started", "id", cfg.ID, "addr", f.ln.Addr().String(), "epoch", f.epoch.String(), "cluster", f.journal.Status().ClusterID)
 	return f, nil
+}
+
+// snapshots is the journal's image hook: the image store, plus a
+// checkpoint on demand when raft must send a follower an image and the
+// newest one predates that follower's membership.
+type snapshots struct {
+	*image.Store
+	f *Frontend
+}
+
+// RequestImage implements journal.ImageRequester. It must not block: the
+// checkpoint runs on a goroutine that Close waits for, one at a time.
+func (s snapshots) RequestImage() {
+	f := s.f
+	if f.ckpt == nil || !f.imageRequested.CompareAndSwap(false, true) {
+		return
+	}
+	f.bg.Go(func() {
+		defer f.imageRequested.Store(false)
+		ctx, cancel := context.WithTimeout(f.bgCtx, time.Minute)
+		defer cancel()
+		if _, err := f.ckpt.Checkpoint(ctx); err != nil {
+			f.logger.Warn("checkpoint requested by the journal failed", "err", err)
+		}
+	})
 }
 
 // proposer adapts *journal.Journal to heartbeat.Journal.
@@ -217,6 +252,8 @@ func (f *Frontend) Close() error {
 		f.ready.Store(false) // new API requests get 503 from here on
 		var errs []error
 		f.runs.Close()
+		f.bgCancel()
+		f.bg.Wait()
 		// The library's parts first: closing the journal ends the peers'
 		// long-lived raft streams, which the HTTP server would otherwise
 		// wait for.
