@@ -131,12 +131,15 @@ func BenchmarkDorisScale(b *testing.B) {
 			b.Fatalf("tree has %d nodes, want %d", nodes, shape.nodes())
 		}
 
+		runtime.LockOSThread()
 		var cw countWriter
+		cpu := threadCPU()
 		start := time.Now()
 		if err := tr.Save(&cw); err != nil {
 			b.Fatal(err)
 		}
 		saveTime := time.Since(start)
+		saveCPU := threadCPU() - cpu
 
 		var img bytes.Buffer
 		img.Grow(int(cw.n))
@@ -144,11 +147,14 @@ func BenchmarkDorisScale(b *testing.B) {
 			b.Fatal(err)
 		}
 		tr2 := New()
+		cpu = threadCPU()
 		start = time.Now()
 		if err := tr2.Load(bytes.NewReader(img.Bytes())); err != nil {
 			b.Fatal(err)
 		}
 		loadTime := time.Since(start)
+		loadCPU := threadCPU() - cpu
+		runtime.UnlockOSThread()
 		if tr2.Len() != nodes {
 			b.Fatalf("loaded %d nodes, want %d", tr2.Len(), nodes)
 		}
@@ -169,6 +175,10 @@ func BenchmarkDorisScale(b *testing.B) {
 		b.ReportMetric(saveTime.Seconds(), "save-s")
 		b.ReportMetric(loadTime.Seconds(), "load-s")
 		b.ReportMetric(float64(cw.n)/1e6, "image-MB")
+		if saveCPU > 0 {
+			b.ReportMetric(saveCPU.Seconds(), "save-cpu-s")
+			b.ReportMetric(loadCPU.Seconds(), "load-cpu-s")
+		}
 	}
 }
 

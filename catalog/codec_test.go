@@ -190,6 +190,13 @@ func FuzzDecodeBatch(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decoded batch does not encode: %v", err)
 		}
+		// Each op must also be valid on its own (validation of a batch
+		// skips what earlier ops proved; that must not let anything in).
+		for i, o := range b.Ops {
+			if _, err := (Batch{Ops: []Op{o}}).Encode(); err != nil {
+				t.Fatalf("op %d passed batch validation but alone: %v", i, err)
+			}
+		}
 		if !bytes.Equal(again, data) {
 			t.Fatalf("decoded batch re-encodes differently")
 		}

@@ -306,8 +306,6 @@ type loader struct {
 	prevID  uint64
 	kinds   []uint32 // dictionary ref -> state kind
 	keys    []uint32 // dictionary ref -> state key
-	attrs   []attrEnt
-	buf     []byte
 	blob    []byte
 }
 
@@ -427,13 +425,16 @@ func (ld *loader) records(p []byte) error {
 		if d.err == nil && (modified < created || modified > ld.index) {
 			d.fail("node %d created %d modified %d at index %d", id, created, modified, ld.index)
 		}
-		ld.attrs = ld.attrs[:0]
-		vals := ld.buf[:0]
+		// The blob is built straight from the record: values are copied
+		// in their encoded form, keys mapped from the image's dictionary.
+		b := binary.AppendUvarint(ld.blob[:0], uint64(len(name)))
+		b = append(b, name...)
+		b = binary.AppendUvarint(b, nattrs)
 		prevKey := ""
 		for i := 0; i < int(nattrs) && d.err == nil; i++ {
 			key := ld.ref(d, &ld.keys, false)
 			st := d.off
-			v := d.value("attribute value")
+			d.value("attribute value")
 			if d.err != nil {
 				break
 			}
@@ -443,24 +444,11 @@ func (ld *loader) records(p []byte) error {
 				break
 			}
 			prevKey = kn
-			_ = v
-			vs := len(vals)
-			vals = append(vals, p[st:d.off]...)
-			ld.attrs = append(ld.attrs, attrEnt{key: key, start: vs, end: len(vals)})
+			b = binary.AppendUvarint(b, uint64(key))
+			b = append(b, p[st:d.off]...)
 		}
 		if d.err != nil {
 			break
-		}
-		for i := range ld.attrs {
-			ld.attrs[i].val = vals[ld.attrs[i].start:ld.attrs[i].end]
-		}
-		ld.buf = vals
-		b := binary.AppendUvarint(ld.blob[:0], uint64(len(name)))
-		b = append(b, name...)
-		b = binary.AppendUvarint(b, uint64(len(ld.attrs)))
-		for _, a := range ld.attrs {
-			b = binary.AppendUvarint(b, uint64(a.key))
-			b = append(b, a.val...)
 		}
 		if len(b) > MaxAttrsBytes+MaxNameLen+16 {
 			d.fail("node %d: %d bytes of attributes", id, len(b))
