@@ -222,6 +222,7 @@ func (c *Checkpointer) run(ctx context.Context, ticker Ticker) {
 // tick retries it.
 func (c *Checkpointer) tick(ctx context.Context) (bool, Info, error) {
 	if c.cfg.Enabled != nil && !c.cfg.Enabled() {
+		c.logger.Debug("checkpoint check skipped: disabled on this node now (Enabled)")
 		return false, Info{}, nil
 	}
 	applied := c.cfg.Applied()
