@@ -274,26 +274,27 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 			return 0, fmt.Errorf("%w: parent %q", ErrNotFound, parentPath)
 		}
 	}
-	// Values are encoded into one scratch buffer first; attrEnt.val slices
-	// are taken after it stops growing.
-	vals := t.vbuf[:0]
+	// The blob is written straight from the op (its keys are sorted by
+	// name already); attrs records where each value landed, for indexing.
+	b := binary.AppendUvarint(t.buf[:0], uint64(len(name)))
+	b = append(b, name...)
+	b = binary.AppendUvarint(b, uint64(len(o.set)))
 	t.attrs = t.attrs[:0]
 	for _, e := range o.set {
-		st := len(vals)
-		vals = appendValue(vals, e.v)
-		t.attrs = append(t.attrs, attrEnt{key: s.internKey(e.k), start: st, end: len(vals)})
+		k := s.internKey(e.k)
+		b = binary.AppendUvarint(b, uint64(k))
+		st := len(b)
+		b = appendValue(b, e.v)
+		t.attrs = append(t.attrs, attrEnt{key: k, start: st, end: len(b)})
 	}
-	t.vbuf = vals
-	for i := range t.attrs {
-		t.attrs[i].val = vals[t.attrs[i].start:t.attrs[i].end]
-	}
+	t.buf = b
 	kind := s.internKind(o.kind)
 	fromFree := len(s.free) > 0
 	slot := s.allocSlot()
 	s.preWrite(slot)
 	id := s.nextID
 	s.nextID++
-	blob, blen := t.putBlob(s, unsafeBytes(name), t.attrs)
+	blob, blen := s.arena.put(b)
 	*s.at(slot) = rec{id: id, blob: blob, blen: blen, created: index, modified: index, parent: ps, kind: kind}
 	s.setSlotOf(id, slot)
 	if miss {
@@ -304,9 +305,9 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	}
 	s.kindSets[kind].Add(slot)
 	for _, x := range s.kindIndexes[kind] {
-		for i := range t.attrs {
-			if t.attrs[i].key == x.key {
-				x.add(t.attrs[i].val, slot)
+		for _, a := range t.attrs {
+			if a.key == x.key {
+				x.add(b[a.start:a.end], slot)
 			}
 		}
 	}

@@ -181,6 +181,20 @@ func (d *decoder) byte(what string) byte {
 }
 
 func (d *decoder) str(what string, max int) string {
+	// Fast path: a short string with a one-byte length.
+	if d.err == nil && d.off < len(d.data) {
+		if n := int(d.data[d.off]); n < 0x80 && n <= max && d.off+1+n <= len(d.data) {
+			start := d.off + 1
+			d.off = start + n
+			if n == 0 {
+				return ""
+			}
+			if d.view {
+				return unsafe.String(&d.data[start], n)
+			}
+			return string(d.data[start:d.off])
+		}
+	}
 	n := d.uvarint(what)
 	if d.err != nil {
 		return ""
