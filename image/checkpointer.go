@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -323,8 +324,12 @@ func (c *Checkpointer) shadowReplay(ctx context.Context) (info Info, wrote bool,
 	if err != nil {
 		return Info{}, false, fmt.Errorf("image: checkpoint: membership at %d: %w", target, err)
 	}
+	n := 0
 	err = c.cfg.Journal.ReadEntries(ctx, from, target, func(index uint64, data []byte) error {
 		shadow.Apply(index, data)
+		if n++; n%256 == 0 {
+			runtime.Gosched() // background work: see ctxWriter
+		}
 		return nil
 	})
 	if err != nil {

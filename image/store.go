@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -465,13 +466,36 @@ type ctxWriter struct {
 
 func (c *ctxWriter) Write(p []byte) (int, error) {
 	c.pending += len(p)
-	if c.pending >= 1<<20 {
+	if c.pending >= yieldEvery {
 		c.pending = 0
 		if err := c.ctx.Err(); err != nil {
 			return 0, context.Cause(c.ctx)
 		}
+		// A checkpoint is background work: let the goroutines waiting for
+		// a CPU (the apply loop, readers) run now rather than at the next
+		// preemption (up to 10 ms away when every P is busy).
+		runtime.Gosched()
 	}
 	return c.w.Write(p)
+}
+
+// yieldEvery is how many bytes an image is read or written between yields.
+const yieldEvery = 256 << 10
+
+// yieldReader yields the processor every yieldEvery bytes (see ctxWriter).
+type yieldReader struct {
+	r       io.Reader
+	pending int
+}
+
+func (y *yieldReader) Read(p []byte) (int, error) {
+	n, err := y.r.Read(p)
+	y.pending += n
+	if y.pending >= yieldEvery {
+		y.pending = 0
+		runtime.Gosched()
+	}
+	return n, err
 }
 
 // Prune deletes all but the newest Keep images, fetched images older than
@@ -619,7 +643,7 @@ func (s *Store) loadInto(st State, name string, verifyFirst bool) (Info, error) 
 		}
 	}
 	info, err := s.readFile(name, func(r io.Reader) error {
-		if err := st.Load(r); err != nil {
+		if err := st.Load(&yieldReader{r: r}); err != nil {
 			return fmt.Errorf("%w: state rejected the body: %w", ErrCorrupt, err)
 		}
 		return nil
