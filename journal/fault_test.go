@@ -137,7 +137,7 @@ func TestFaultLinearizable(t *testing.T) {
 		defer sms.Unlock()
 		return sms.m[id]
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), dur+60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), dur+40*time.Second)
 	defer cancel()
 	_, err := c.WaitLeader(ctx)
 	require.NoError(t, err)
@@ -265,7 +265,14 @@ func TestFaultLinearizable(t *testing.T) {
 		}
 		require.NoError(t, ctx.Err(), "final write: %v", err)
 	}
-	require.NoError(t, c.WaitApplied(ctx, final))
+	if err := c.WaitApplied(ctx, final); err != nil {
+		for _, n := range c.Nodes() {
+			if j := n.Journal(); j != nil {
+				t.Logf("node %d: %+v", n.ID, j.Status())
+			}
+		}
+		t.Fatalf("after healing: %v", err)
+	}
 	var ref []string
 	for _, n := range c.Running() {
 		h := smOf(n.ID).history()
