@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"bytes"
+	"slices"
 	"encoding/binary"
 	"fmt"
 	"strings"
@@ -345,6 +346,19 @@ func (s *state) secRemove(slot uint32) {
 	}
 }
 
+// touchesIndex reports whether an update sets or unsets an indexed key.
+func touchesIndex(xs []*secIndex, o *rawOp) bool {
+	for _, x := range xs {
+		if _, ok := slices.BinarySearchFunc(o.set, x.keyName, func(e kv, k string) int { return strings.Compare(e.k, k) }); ok {
+			return true
+		}
+		if _, ok := slices.BinarySearch(o.unset, x.keyName); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // secUpdate moves a node between postings for the indexed attributes whose
 // value changed from blob a to blob b.
 func (s *state) secUpdate(slot uint32, kind uint32, a, b *rec) {
@@ -444,7 +458,9 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) {
 	s.arena.drop(r.blen)
 	r.blob, r.blen = blob, blen
 	r.modified = index
-	s.secUpdate(slot, r.kind, &oldRec, r)
+	if touchesIndex(s.kindIndexes[r.kind], o) {
+		s.secUpdate(slot, r.kind, &oldRec, r)
+	}
 	t.undo = append(t.undo, undoRec{op: uSetBlob, slot: slot, old: oldRec})
 	if wantEv {
 		n := s.nodeFrom(r, before.Path, before.Parent)
