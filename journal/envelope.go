@@ -227,7 +227,8 @@ func (m *membership) list() []Member {
 type dedupe struct {
 	window uint64
 	byKey  map[[16]byte]dedupeRec
-	order  []appliedKey // in index order; front evicted as the window moves
+	order  []appliedKey // in index order; order[head:] is live
+	head   int
 }
 
 type dedupeRec struct {
@@ -256,22 +257,29 @@ func (d *dedupe) add(index uint64, key [16]byte, value any) {
 }
 
 func (d *dedupe) evict(index uint64) {
-	n := 0
-	for n < len(d.order) && index-d.order[n].Index > d.window {
-		k := d.order[n]
+	for d.head < len(d.order) && index-d.order[d.head].Index > d.window {
+		k := d.order[d.head]
 		if r, ok := d.byKey[k.Key]; ok && r.index == k.Index {
 			delete(d.byKey, k.Key)
 		}
-		n++
+		d.order[d.head] = appliedKey{}
+		d.head++
 	}
-	if n > 0 {
-		d.order = slices.Delete(d.order, 0, n)
+	// Reclaim the evicted front once it is half the slice (amortised O(1)).
+	if d.head > 1024 && d.head*2 >= len(d.order) {
+		n := copy(d.order, d.order[d.head:])
+		d.order = d.order[:n]
+		d.head = 0
 	}
 }
+
+// live returns the keys in the window, oldest first.
+func (d *dedupe) live() []appliedKey { return d.order[d.head:] }
 
 func (d *dedupe) reset(keys []appliedKey) {
 	d.byKey = map[[16]byte]dedupeRec{}
 	d.order = d.order[:0]
+	d.head = 0
 	for _, k := range keys {
 		d.byKey[k.Key] = dedupeRec{index: k.Index}
 		d.order = append(d.order, k)

@@ -36,6 +36,9 @@ type HTTPOptions struct {
 	QueueBytes uint64
 	// MaxBodyBytes bounds one stream frame or request body (default 5 MiB).
 	MaxBodyBytes int64
+	// HandshakeTimeout bounds the wait for a peer to accept a stream
+	// (default 3s).
+	HandshakeTimeout time.Duration
 }
 
 // HTTPTransport is the default Transport: raft messages travel over one
@@ -84,6 +87,9 @@ func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 5 << 20
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = 3 * time.Second
 	}
 	t := &HTTPTransport{opts: opts, client: opts.Client, log: opts.Logger, peers: map[uint64]*httpPeer{}}
 	if t.client == nil {
@@ -358,46 +364,79 @@ func (p *httpPeer) run() {
 }
 
 // stream opens a streaming POST and writes frames until the stream fails
-// or the peer is stopped.
+// or the peer is stopped. The peer's handler answers 200 as soon as it
+// accepts the stream and then reads frames until the body ends; a peer that
+// does not answer within HandshakeTimeout (a handler that is not ours, a
+// hung process) is treated as unreachable.
 func (p *httpPeer) stream(first []byte) error {
 	ctx, cancel := context.WithCancel(p.t.ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	defer cancel()
-	go func() { // RemovePeer ends the stream even while a write blocks
+	wg.Go(func() { // RemovePeer ends the stream even while a write blocks
 		select {
 		case <-p.stop:
 			cancel()
 		case <-ctx.Done():
 		}
-	}()
+	})
 	pr, pw := io.Pipe()
+	defer pw.Close()
 	req, err := p.t.newRequest(ctx, *p.addr.Load(), pathStream, p.id, pr)
 	if err != nil {
 		return err
 	}
 	req.ContentLength = -1
-	respc := make(chan error, 1)
-	go func() {
+	accepted := make(chan struct{})
+	endc := make(chan error, 1)
+	wg.Go(func() {
 		resp, err := p.t.client.Do(req)
 		if err == nil {
 			err = decodeErrorResponse(resp)
 			if err == nil {
-				err = errors.New("stream closed by peer")
+				close(accepted)
+				// The peer ends the stream by ending its answer.
+				_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+				if err == nil {
+					err = errors.New("stream closed by peer")
+				}
 			}
 			resp.Body.Close()
 		}
 		pr.CloseWithError(err)
-		respc <- err
-	}()
-	defer func() {
-		pw.Close()
-		cancel()
-		<-respc
-	}()
+		endc <- err
+	})
 	const maxBatch = 1 << 20
-	batch := [][]byte{first}
-	size := len(first)
-	var buf []byte
+	buf := appendFrame(nil, [][]byte{first})
+	if _, err := pw.Write(buf); err != nil {
+		return err
+	}
+	t := time.NewTimer(p.t.opts.HandshakeTimeout)
+	select {
+	case <-accepted:
+		t.Stop()
+	case err := <-endc:
+		t.Stop()
+		return err
+	case <-t.C:
+		return fmt.Errorf("no answer to the stream within %v", p.t.opts.HandshakeTimeout)
+	case <-p.stop:
+		t.Stop()
+		return nil
+	}
+	var batch [][]byte
+	size := 0
 	for {
+		select {
+		case <-p.stop:
+			return nil
+		case err := <-endc:
+			return err
+		case b := <-p.q:
+			p.dequeued(b)
+			batch = append(batch[:0], b)
+			size = len(b)
+		}
 		// Coalesce whatever else is queued into this frame.
 	fill:
 		for size < maxBatch {
@@ -413,18 +452,6 @@ func (p *httpPeer) stream(first []byte) error {
 		buf = appendFrame(buf[:0], batch)
 		if _, err := pw.Write(buf); err != nil {
 			return err
-		}
-		batch, size = batch[:0], 0
-		select {
-		case <-p.stop:
-			return nil
-		case err := <-respc:
-			respc <- err
-			return err
-		case b := <-p.q:
-			p.dequeued(b)
-			batch = append(batch, b)
-			size = len(b)
 		}
 	}
 }
@@ -568,18 +595,33 @@ func (t *HTTPTransport) serveStream(w http.ResponseWriter, r *http.Request) {
 	// past unblocks the body read.
 	stop := context.AfterFunc(t.ctx, func() { _ = rc.SetReadDeadline(time.Now()) })
 	defer stop()
+	// The first frame decides the answer: a bad one gets a 4xx; a good one
+	// gets 200 at once (the sender waits for it before it trusts the
+	// stream). Errors after that end the stream (logged; the sender
+	// reconnects).
+	accepted := false
+	fail := func(err error) {
+		if !accepted {
+			writeError(w, err)
+			return
+		}
+		t.log.Warn("stream from peer ended", "from", from, "err", err)
+		fmt.Fprintf(w, "error: %v\n", err)
+	}
 	var scratch []byte
 	for {
 		var msgs []*raftpb.Message
 		var err error
 		msgs, scratch, err = readFrame(r.Body, t.opts.MaxBodyBytes, scratch)
 		if err != nil {
-			if errors.Is(err, io.EOF) || t.ctx.Err() != nil || r.Context().Err() != nil {
-				w.WriteHeader(http.StatusNoContent)
-				return
+			switch {
+			case errors.Is(err, io.EOF) || t.ctx.Err() != nil || r.Context().Err() != nil:
+				if !accepted {
+					w.WriteHeader(http.StatusNoContent)
+				}
+			default:
+				fail(err)
 			}
-			t.log.Warn("bad stream from peer", "from", from, "err", err)
-			writeError(w, err)
 			return
 		}
 		if t.dropped(from, t.local) {
@@ -587,14 +629,18 @@ func (t *HTTPTransport) serveStream(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, m := range msgs {
 			if m.GetFrom() != from || m.GetType() == raftpb.MsgSnap {
-				writeError(w, fmt.Errorf("%w: message from %d (type %v) on the stream of node %d", ErrMalformed, m.GetFrom(), m.GetType(), from))
+				fail(fmt.Errorf("%w: message from %d (type %v) on the stream of node %d", ErrMalformed, m.GetFrom(), m.GetType(), from))
 				return
 			}
 		}
 		if err := t.recv.Receive(r.Context(), msgs); err != nil {
-			t.log.Debug("stream refused", "from", from, "err", err)
-			writeError(w, err)
+			fail(err)
 			return
+		}
+		if !accepted {
+			accepted = true
+			w.WriteHeader(http.StatusOK)
+			_ = rc.Flush()
 		}
 	}
 }

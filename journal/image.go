@@ -121,7 +121,7 @@ func (j *Journal) MembershipAt(index uint64) ([]byte, error) {
 		}
 	}
 	d.evict(index)
-	m.Keys = append([]appliedKey(nil), d.order...)
+	m.Keys = append([]appliedKey(nil), d.live()...)
 	return m.encode(), nil
 }
 

@@ -41,6 +41,9 @@ type Journal struct {
 	lock  io.Closer
 
 	rn *raft.RawNode // owned by the loop goroutine once started
+	// durableLast is the index of the last entry known durable in the
+	// store (loop goroutine only).
+	durableLast uint64
 
 	propc   chan *proposal
 	recvc   chan inbound
@@ -260,6 +263,9 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 				return nil, fmt.Errorf("journal: bootstrap: %w", err)
 			}
 		}
+	}
+	if j.durableLast, err = j.store.LastIndex(); err != nil {
+		return nil, fmt.Errorf("journal: last index: %w", err)
 	}
 	j.committed.Store(hs.GetCommit())
 	j.term.Store(hs.GetTerm())

@@ -194,6 +194,29 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
 		snap = rd.Snapshot
 	}
+	// A leader sends before it persists (Raft thesis §10.2.1, etcd's
+	// "islead" path): its disk write then overlaps the followers'. This is
+	// safe because the followers' acknowledgements are stepped by this
+	// goroutine only after the write below returned, so nothing commits on
+	// the strength of the leader's own unsynced entries.
+	leaderSent := false
+	if j.state.Load() == uint32(raft.StateLeader) {
+		j.send(rd.Messages)
+		leaderSent = true
+	}
+	// Committed entries that were already durable before this Ready (the
+	// usual case: they were appended by an earlier one) go to the applier
+	// before this Ready's write, so applying overlaps the fsync of the new
+	// entries. Entries appended by this very Ready (a single voter commits
+	// at once) wait for the write: never apply what is not durable
+	// (etcd#14370).
+	appliedEarly := false
+	if n := len(rd.CommittedEntries); n > 0 && snap == nil && rd.CommittedEntries[n-1].GetIndex() <= j.durableLast {
+		if err := j.handOff(rd, nil); err != nil {
+			return err
+		}
+		appliedEarly = true
+	}
 	// 1. Persist: snapshot metadata, entries, HardState in one batch, synced
 	// when raft requires it or a snapshot is installed.
 	var hs *raftpb.HardState
@@ -205,24 +228,17 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 			return fmt.Errorf("journal: persist: %w", err)
 		}
 	}
+	if n := len(rd.Entries); n > 0 {
+		j.durableLast = rd.Entries[n-1].GetIndex()
+	} else if snap != nil {
+		j.durableLast = max(j.durableLast, snap.GetMetadata().GetIndex())
+	}
 	if hs != nil {
 		j.committed.Store(hs.GetCommit())
 	}
-	// 2. Send, only after the write returned.
-	if len(rd.Messages) > 0 {
-		voted := false
-		for _, m := range rd.Messages {
-			switch m.GetType() {
-			case raftpb.MsgSnap:
-				j.snapsOut.Add(1)
-			case raftpb.MsgPreVote, raftpb.MsgVote:
-				voted = true
-			}
-		}
-		if voted {
-			j.campaigns.Add(1)
-		}
-		j.tr.Send(rd.Messages)
+	// 2. Send, only after the write returned (a leader sent already).
+	if !leaderSent {
+		j.send(rd.Messages)
 	}
 	// Linearizable reads whose index is now known.
 	if len(rd.ReadStates) > 0 {
@@ -235,8 +251,21 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 		}
 		j.mu.Unlock()
 	}
-	// 3. Apply: membership changes here (raft needs ApplyConfChange before
-	// the next Ready), the rest on the applier, in order.
+	// 3. Apply (unless done before the write, above).
+	if !appliedEarly {
+		if err := j.handOff(rd, snap); err != nil {
+			return err
+		}
+	}
+	// 4. Advance.
+	j.rn.Advance(rd)
+	return nil
+}
+
+// handOff applies the Ready's membership changes to raft (it needs
+// ApplyConfChange before the next Ready) and queues the snapshot and the
+// committed entries for the applier, in order.
+func (j *Journal) handOff(rd raft.Ready, snap *raftpb.Snapshot) error {
 	var batch applyBatch
 	if snap != nil {
 		if err := j.installSnapshotMembership(snap); err != nil {
@@ -255,9 +284,28 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 		batch.entries = rd.CommittedEntries
 		j.applyq.push(batch)
 	}
-	// 4. Advance.
-	j.rn.Advance(rd)
 	return nil
+}
+
+// send hands messages to the transport, counting snapshot transfers (no
+// compaction while one is in flight) and vote requests.
+func (j *Journal) send(msgs []*raftpb.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	voted := false
+	for _, m := range msgs {
+		switch m.GetType() {
+		case raftpb.MsgSnap:
+			j.snapsOut.Add(1)
+		case raftpb.MsgPreVote, raftpb.MsgVote:
+			voted = true
+		}
+	}
+	if voted {
+		j.campaigns.Add(1)
+	}
+	j.tr.Send(msgs)
 }
 
 func (j *Journal) setSoftState(lead uint64, st raft.StateType) {

@@ -28,7 +28,7 @@ func (s *stubReceiver) HandleForward(context.Context, *ForwardRequest) (*Forward
 func (s *stubReceiver) HandleJoin(context.Context, *JoinRequest) (*JoinResponse, error) {
 	return &JoinResponse{ClusterID: "cluster-a"}, nil
 }
-func (s *stubReceiver) ReportUnreachable(uint64)     {}
+func (s *stubReceiver) ReportUnreachable(uint64)    {}
 func (s *stubReceiver) ReportSnapshot(uint64, bool) {}
 
 func frameOf(t testing.TB, msgs ...*raftpb.Message) []byte {
@@ -79,7 +79,7 @@ func TestHandlerRejectsBadRequests(t *testing.T) {
 		hdr    map[string]string
 		status int
 	}{
-		{"stream ok", "POST", pathStream, good, nil, http.StatusNoContent},
+		{"stream ok", "POST", pathStream, good, nil, http.StatusOK},
 		{"empty stream", "POST", pathStream, nil, nil, http.StatusNoContent},
 		{"garbage", "POST", pathStream, []byte("\x00\x00\x00\x05hello"), nil, http.StatusBadRequest},
 		{"truncated frame", "POST", pathStream, good[:len(good)-3], nil, http.StatusBadRequest},
