@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/metatree/metatree/catalog/internal/idset"
 )
@@ -209,6 +210,13 @@ func (t *Tree) Load(r io.Reader) error {
 	return nil
 }
 
+// detail is the text of a decoding error inside an image. The image error
+// wraps ErrCorrupt, not the record decoder's ErrMalformed (which is about
+// batches), so the cause is kept as text on purpose.
+func detail(err error) string {
+	return strings.TrimPrefix(err.Error(), "catalog: ")
+}
+
 type blockReader struct {
 	r      io.Reader
 	off    int64 // bytes consumed
@@ -336,7 +344,7 @@ func (ld *loader) run() error {
 		d.fail("%d trailing bytes in header", len(p)-d.off)
 	}
 	if d.err != nil {
-		return br.corrupt("header: %v", d.err)
+		return br.corrupt("header: %s", detail(d.err))
 	}
 	if nextID <= rootID || ld.count == 0 || ld.count > nextID-1 {
 		return br.corrupt("header: next id %d with %d nodes", nextID, ld.count)
@@ -371,7 +379,7 @@ func (ld *loader) run() error {
 				d.fail("%d trailing bytes in end block", len(p)-d.off)
 			}
 			if d.err != nil {
-				return br.corrupt("end: %v", d.err)
+				return br.corrupt("end: %s", detail(d.err))
 			}
 			if n != ld.count || uint64(s.nslots) != n || blocks != uint64(br.blocks-1) {
 				return br.corrupt("end: %d nodes in %d blocks, read %d nodes in %d blocks (header says %d nodes)", n, blocks, s.nslots, br.blocks-1, ld.count)
@@ -416,7 +424,7 @@ func (ld *loader) records(p []byte) error {
 			if parent == 0 || name == "" || kind == 0 {
 				d.fail("node %d has parent %d, name %q, kind %q", id, parent, name, s.kinds[kind])
 			} else if err := ValidName(name); err != nil {
-				d.fail("node %d: %v", id, err)
+				d.fail("node %d: %s", id, detail(err))
 			}
 		}
 		if id != rootID && s.nslots == 0 {
@@ -466,7 +474,7 @@ func (ld *loader) records(p []byte) error {
 		ld.prevID = id
 	}
 	if d.err != nil {
-		return ld.br.corrupt("%v", d.err)
+		return ld.br.corrupt("%s", detail(d.err))
 	}
 	return nil
 }
@@ -497,7 +505,7 @@ func (ld *loader) ref(d *decoder, dict *[]uint32, kind bool) uint32 {
 		}
 		if name != "" {
 			if err := ValidName(name); err != nil {
-				d.fail("kind: %v", err)
+				d.fail("kind: %s", detail(err))
 				return 0
 			}
 		}
@@ -508,7 +516,7 @@ func (ld *loader) ref(d *decoder, dict *[]uint32, kind bool) uint32 {
 			return 0
 		}
 		if err := ValidName(name); err != nil {
-			d.fail("attribute key: %v", err)
+			d.fail("attribute key: %s", detail(err))
 			return 0
 		}
 		i = ld.s.internKey(name)
@@ -571,10 +579,10 @@ func (ld *loader) link() error {
 	}
 	for _, def := range ld.defs {
 		if err := ValidName(def[0]); err != nil {
-			return ld.br.corrupt("index kind: %v", err)
+			return ld.br.corrupt("index kind: %s", detail(err))
 		}
 		if err := ValidName(def[1]); err != nil {
-			return ld.br.corrupt("index attribute: %v", err)
+			return ld.br.corrupt("index attribute: %s", detail(err))
 		}
 		var t Tree
 		t.s = s
