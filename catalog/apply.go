@@ -2,9 +2,9 @@ package catalog
 
 import (
 	"bytes"
-	"slices"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/metatree/metatree/catalog/internal/idset"
