@@ -66,8 +66,14 @@ func (bw *blockWriter) flush() error {
 }
 
 // Save writes the image body of the tree as of one index to w, streaming it
-// in checksummed blocks. It reads like OfKind (a chunk at a time), so Apply
-// goes on meanwhile; what it writes is the tree at the index it started at.
+// in checksummed blocks of about 64 KiB; nothing is built in memory first.
+// It reads like OfKind, a chunk at a time and never holding the lock while
+// it writes, so Apply goes on meanwhile; what it writes is the tree at the
+// index it started at. While it runs the tree keeps the before-images of the
+// nodes Apply changes (see longread.go), so a writer that stalls for long
+// under heavy apply traffic costs memory until Save returns. The bytes
+// depend only on the content: replicas at the same index write identical
+// bodies.
 func (t *Tree) Save(w io.Writer) error {
 	lr := t.beginLong()
 	defer lr.end()
