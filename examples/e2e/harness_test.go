@@ -37,7 +37,13 @@ func TestMain(m *testing.M) {
 		binaries.metaserver: "github.com/metatree/metatree/examples/metaserver",
 		binaries.worker:     "github.com/metatree/metatree/examples/worker",
 	} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
+		args := []string{"build", "-o", out}
+		if os.Getenv("METATREE_E2E_RACE") != "" {
+			// CI runs the end-to-end tests a second time with binaries
+			// built with the race detector.
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, pkg)...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintf(os.Stderr, "build %s: %v\n", pkg, err)
@@ -163,6 +169,14 @@ func newCluster(t *testing.T) *cluster {
 	t.Cleanup(func() {
 		for _, p := range c.procs {
 			p.kill()
+		}
+		// Race-enabled binaries report to their output; most are killed
+		// rather than exiting, so their exit code cannot tell.
+		for _, p := range c.procs {
+			if out := p.log.String(); strings.Contains(out, "WARNING: DATA RACE") {
+				i := strings.Index(out, "WARNING: DATA RACE")
+				t.Errorf("%s reported a data race:\n%s", p.name, tail(out[i:], 6000))
+			}
 		}
 		if t.Failed() {
 			for _, p := range c.procs {
