@@ -187,10 +187,7 @@ func (t *Tree) resolveW(s *state, path string) (uint32, bool) {
 	c := &t.pc
 	c.missPath = ""
 	// Longest cached ancestor (or the path itself).
-	n := 0
-	for n < len(path) && n < len(c.path) && path[n] == c.path[n] {
-		n++
-	}
+	n := commonPrefix(path, c.path)
 	d := -1
 	for i, e := range c.ends {
 		if e > n || (e < len(path) && path[e] != '/') {
@@ -671,11 +668,15 @@ func (t *Tree) rollback(s *state) {
 	t.undo = t.undo[:0]
 }
 
+// compactMin is the garbage (bytes) below which the arena is never
+// compacted; a variable so that tests can make compaction frequent.
+var compactMin int64 = 64 << 20
+
 // maybeCompact rewrites the arena when most of it is garbage, unless a long
 // read may still refer to old blobs.
 func (s *state) maybeCompact() {
 	a := &s.arena
-	if a.garbage < 64<<20 || a.garbage < a.live || len(s.lr.active) > 0 {
+	if a.garbage < compactMin || a.garbage < a.live || len(s.lr.active) > 0 {
 		return
 	}
 	var na arena

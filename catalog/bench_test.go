@@ -31,7 +31,7 @@ func (d dorisShape) nodes() int {
 
 // build applies the shape to tr through Apply, in encoded batches of about
 // batchOps operations starting at index first; it returns the next index,
-// the number of operations and the wall and thread CPU time spent inside
+// the number of operations and the wall and process CPU time spent inside
 // Apply.
 func (d dorisShape) build(tb testing.TB, tr *Tree, first uint64, batchOps int) (uint64, int, time.Duration) {
 	idx, n, wall, _ := d.buildCPU(tb, tr, first, batchOps)
@@ -39,8 +39,6 @@ func (d dorisShape) build(tb testing.TB, tr *Tree, first uint64, batchOps int) (
 }
 
 func (d dorisShape) buildCPU(tb testing.TB, tr *Tree, first uint64, batchOps int) (uint64, int, time.Duration, time.Duration) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	r := rand.New(rand.NewPCG(1, 2))
 	index := first
 	// Batches are encoded with the same encoder as Batch.Encode, from
@@ -56,11 +54,11 @@ func (d dorisShape) buildCPU(tb testing.TB, tr *Tree, first uint64, batchOps int
 			return
 		}
 		buf = appendOps(buf[:0], ops)
-		cpu := threadCPU()
+		cpu := processCPU()
 		start := time.Now()
 		res := tr.Apply(index, buf).(*Result)
 		applyTime += time.Since(start)
-		applyCPU += threadCPU() - cpu
+		applyCPU += processCPU() - cpu
 		if res.Err != nil {
 			tb.Fatalf("batch at %d: %v", index, res.Err)
 		}
@@ -131,15 +129,14 @@ func BenchmarkDorisScale(b *testing.B) {
 			b.Fatalf("tree has %d nodes, want %d", nodes, shape.nodes())
 		}
 
-		runtime.LockOSThread()
 		var cw countWriter
-		cpu := threadCPU()
+		cpu := processCPU()
 		start := time.Now()
 		if err := tr.Save(&cw); err != nil {
 			b.Fatal(err)
 		}
 		saveTime := time.Since(start)
-		saveCPU := threadCPU() - cpu
+		saveCPU := processCPU() - cpu
 
 		var img bytes.Buffer
 		img.Grow(int(cw.n))
@@ -147,14 +144,13 @@ func BenchmarkDorisScale(b *testing.B) {
 			b.Fatal(err)
 		}
 		tr2 := New()
-		cpu = threadCPU()
+		cpu = processCPU()
 		start = time.Now()
 		if err := tr2.Load(bytes.NewReader(img.Bytes())); err != nil {
 			b.Fatal(err)
 		}
 		loadTime := time.Since(start)
-		loadCPU := threadCPU() - cpu
-		runtime.UnlockOSThread()
+		loadCPU := processCPU() - cpu
 		if tr2.Len() != nodes {
 			b.Fatalf("loaded %d nodes, want %d", tr2.Len(), nodes)
 		}
@@ -167,9 +163,9 @@ func BenchmarkDorisScale(b *testing.B) {
 		b.ReportMetric(float64(heap)/float64(nodes), "bytes/node")
 		b.ReportMetric(float64(nops)/applyTime.Seconds(), "apply-ops/s")
 		if applyCPU > 0 {
-			// The same rate per second of the applier thread's CPU: what the
-			// applier achieves when it has a core to itself (the machine is
-			// shared).
+			// The same rate per second of the process's CPU time: what the
+			// applier achieves when it has the machine to itself (it is
+			// shared with other work).
 			b.ReportMetric(float64(nops)/applyCPU.Seconds(), "apply-ops/cpu-s")
 		}
 		b.ReportMetric(saveTime.Seconds(), "save-s")

@@ -4,5 +4,5 @@ package catalog
 
 import "time"
 
-// threadCPU is not available here; benchmarks then report wall time only.
-func threadCPU() time.Duration { return 0 }
+// processCPU is not available here; benchmarks then report wall time only.
+func processCPU() time.Duration { return 0 }

@@ -402,6 +402,10 @@ func applyChecked(t *testing.T, tr *Tree, m *model, index uint64, b Batch, data 
 // tree saved and loaded halfway; all must agree, and their saves must be
 // byte-identical.
 func TestRandomAgainstModel(t *testing.T) {
+	// Compact the arena whenever garbage outweighs live data, so that
+	// compaction happens many times in a run.
+	defer func(m int64) { compactMin = m }(compactMin)
+	compactMin = 0
 	for seed := uint64(1); seed <= 6; seed++ {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 99))
@@ -462,4 +466,36 @@ func saveBytes(t testing.TB, tr *Tree) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// TestCompactionHappens checks that the arena does get compacted (and stays
+// correct) when updates turn most of it into garbage.
+func TestCompactionHappens(t *testing.T) {
+	defer func(m int64) { compactMin = m }(compactMin)
+	compactMin = 0
+	m := newModel()
+	tr := New()
+	index := uint64(0)
+	apply := func(ops ...Op) {
+		index++
+		b := Batch{Ops: ops}
+		applyChecked(t, tr, m, index, b, encode(t, ops...))
+	}
+	apply(Op{Type: OpCreateIndex, Kind: "k1", Attr: "x"}, Op{Type: OpCreate, Path: "/a", Kind: "k1"})
+	compactions := 0
+	chunks := 0
+	for i := 0; i < 300; i++ {
+		apply(Op{Type: OpUpdate, Path: "/a", Set: map[string]Value{"x": Int(int64(i % 5)), "y": String(strings.Repeat("v", i))}})
+		tr.mu.RLock()
+		if g := tr.s.arena.garbage; g == 0 {
+			compactions++
+		}
+		chunks = len(tr.s.arena.chunks)
+		tr.mu.RUnlock()
+	}
+	if compactions == 0 {
+		t.Fatal("the arena was never compacted")
+	}
+	m.check(t, tr)
+	t.Logf("%d compactions, %d chunks", compactions, chunks)
 }

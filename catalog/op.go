@@ -395,10 +395,7 @@ type validMemo struct {
 
 func (m *validMemo) validPath(p string) error {
 	if prev := m.path; prev != "" && len(p) > 1 && p[0] == '/' && len(p) <= MaxPathLen {
-		n := 0
-		for n < len(p) && n < len(prev) && p[n] == prev[n] {
-			n++
-		}
+		n := commonPrefix(p, prev)
 		if n == len(p) && (n == len(prev) || prev[n] == '/') {
 			return nil // p is prev or one of its ancestors
 		}

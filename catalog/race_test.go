@@ -92,8 +92,8 @@ func checkBank(nodes []Node) error {
 // chunks (so that the applier interleaves with them), saves, and watchers
 // against a busy applier. Run it with -race.
 func TestReadersAndWatchersRaceApplier(t *testing.T) {
-	defer func(c int, s uint64) { longChunk, saveChunkIDs = c, s }(longChunk, saveChunkIDs)
-	longChunk, saveChunkIDs = 3, 5
+	defer func(c int, s uint64, m int64) { longChunk, saveChunkIDs, compactMin = c, s, m }(longChunk, saveChunkIDs, compactMin)
+	longChunk, saveChunkIDs, compactMin = 3, 5, 0
 
 	tr, next := bankTree(t)
 	const batches = 1500

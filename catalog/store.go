@@ -327,6 +327,11 @@ func (s *state) kidsOf(slot uint32) []uint32 {
 func (s *state) kidPos(parent uint32, name []byte) (int, bool) {
 	kids := s.kidsOf(parent)
 	lo, hi := 0, len(kids)
+	// Names often arrive in increasing order (ids, dates, counters): one
+	// comparison with the last child settles an append.
+	if hi > 0 && bytes.Compare(s.name(kids[hi-1]), name) < 0 {
+		return hi, false
+	}
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if bytes.Compare(s.name(kids[m]), name) < 0 {
