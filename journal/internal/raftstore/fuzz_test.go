@@ -30,6 +30,12 @@ func FuzzDecodeEntry(f *testing.F) {
 		again, err := decodeEntry(index, appendEntryValue(nil, e))
 		require.NoError(t, err)
 		require.True(t, proto.Equal(e, again))
+		require.Equal(t, uint64(proto.Size(e)), entrySize(e), "entrySize agrees with proto.Size")
+		slab := newEntrySlab(1)
+		var data []byte
+		fromSlab, err := decodeEntryInto(slab, &data, index, v)
+		require.NoError(t, err)
+		require.True(t, proto.Equal(e, fromSlab), "slab decoding agrees")
 	})
 }
 

@@ -164,7 +164,7 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 		return out, nil // maxSize reached
 	}
 	for _, e := range cached {
-		size += uint64(proto.Size(e))
+		size += entrySize(e)
 		if size > maxSize {
 			break
 		}
@@ -177,7 +177,10 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 // exceeded (but returning at least one entry). It reports a missing index
 // as corruption: the view says the log has no gaps.
 func readEntries(it *pebble.Iterator, lo, hi, maxSize uint64) ([]*raftpb.Entry, uint64, error) {
-	out := make([]*raftpb.Entry, 0, min(hi-lo, 1024))
+	capHint := min(hi-lo, 1024)
+	out := make([]*raftpb.Entry, 0, capHint)
+	slab := newEntrySlab(int(capHint))
+	var data []byte
 	var size uint64
 	next := lo
 	for valid := it.First(); valid; valid = it.Next() {
@@ -192,11 +195,14 @@ func readEntries(it *pebble.Iterator, lo, hi, maxSize uint64) ([]*raftpb.Entry, 
 		if err != nil {
 			return nil, 0, err
 		}
-		e, err := decodeEntry(idx, v)
+		if len(slab.ents) == cap(slab.ents) {
+			slab = newEntrySlab(int(min(hi-next, 4096)))
+		}
+		e, err := decodeEntryInto(slab, &data, idx, v)
 		if err != nil {
 			return nil, 0, err
 		}
-		size += uint64(proto.Size(e))
+		size += entrySize(e)
 		if len(out) > 0 && size > maxSize {
 			return out, size, nil
 		}
@@ -217,9 +223,9 @@ func limitSize(ents []*raftpb.Entry, maxSize uint64) []*raftpb.Entry {
 	if maxSize == math.MaxUint64 || len(ents) == 0 {
 		return ents
 	}
-	size := uint64(proto.Size(ents[0]))
+	size := entrySize(ents[0])
 	for n := 1; n < len(ents); n++ {
-		size += uint64(proto.Size(ents[n]))
+		size += entrySize(ents[n])
 		if size > maxSize {
 			return ents[:n]
 		}
