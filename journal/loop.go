@@ -37,17 +37,6 @@ func (j *Journal) run() {
 			return
 		case <-tickc:
 			j.rn.Tick()
-			if j.state.Load() == uint32(raft.StateLeader) {
-				now := j.cfg.Clock.Now().UnixNano()
-				if now-lastStamp >= int64(staleEvery) {
-					// Ignored when dropped (uncommitted limit): the next tick retries.
-					if j.rn.Propose(encodeTimestamp(now)) == nil {
-						lastStamp = now
-					}
-				}
-			} else {
-				lastStamp = 0
-			}
 		case p := <-j.propc:
 			j.propose(p)
 			for n := 0; n < 4096; n++ { // group commit: take what is queued
@@ -86,10 +75,29 @@ func (j *Journal) run() {
 			}
 			break
 		}
+		// The leader journals its clock every StaleAfter/2, and at once
+		// when it takes over.
+		if j.state.Load() == uint32(raft.StateLeader) {
+			now := j.cfg.Clock.Now().UnixNano()
+			if now-lastStamp >= int64(staleEvery) {
+				// Dropped (uncommitted limit, transfer): retried next time.
+				if j.rn.Propose(encodeTimestamp(now)) == nil {
+					lastStamp = now
+				}
+			}
+		} else {
+			lastStamp = 0
+		}
 		if j.applyq.full() || !j.rn.HasReady() {
 			continue
 		}
 		err = j.handleReady(j.rn.Ready())
+		if err == nil && lastStamp == 0 && j.state.Load() == uint32(raft.StateLeader) {
+			now := j.cfg.Clock.Now().UnixNano()
+			if j.rn.Propose(encodeTimestamp(now)) == nil {
+				lastStamp = now
+			}
+		}
 	}
 	// A persist failure: the node can no longer promise durability. Stop
 	// the loop (raft must not advance) but keep the process alive.

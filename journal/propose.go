@@ -82,6 +82,10 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 		}
 		return applyResult{}, false, nil
 	}
+	// Attempts that reached a leader are bounded by ForwardRetries; waiting
+	// for an election is bounded by 2 × ForwardRetries election timeouts
+	// (and by ctx).
+	noLeaderDeadline := time.Now().Add(2 * time.Duration(j.cfg.ForwardRetries) * j.electionTimeout())
 	for attempt := 0; attempt < j.cfg.ForwardRetries; attempt++ {
 		select {
 		case <-j.done:
@@ -104,6 +108,9 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			}
 		case leader == 0 || leader == j.id:
 			err = ErrNoLeader
+			if time.Now().Before(noLeaderDeadline) {
+				attempt-- // an election is not a failed attempt
+			}
 		default:
 			var resp *ForwardResponse
 			resp, err = j.tr.Forward(ctx, leader, fwd)

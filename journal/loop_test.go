@@ -1,0 +1,144 @@
+package journal
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// gateSM blocks Apply while the gate is closed.
+type gateSM struct {
+	*memSM
+	mu   sync.Mutex
+	gate chan struct{}
+}
+
+func (g *gateSM) Apply(index uint64, data []byte) any {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	return g.memSM.Apply(index, data)
+}
+
+// A follower whose state machine is stuck keeps ticking, persisting and
+// acknowledging: the leader, which needs it for a quorum, keeps committing,
+// and nobody starts an election.
+func TestSlowApplyDoesNotStopRaft(t *testing.T) {
+	c := newCluster(t)
+	c.start(3, 0)
+	leader := c.waitLeader()
+	var slow, cut uint64
+	for id := uint64(1); id <= 3; id++ {
+		if id != leader {
+			if slow == 0 {
+				slow = id
+			} else {
+				cut = id
+			}
+		}
+	}
+	n := c.nodes[slow]
+	gate := &gateSM{memSM: newMemSM(), gate: make(chan struct{})}
+	n.closeJournal()
+	n.sm = gate.memSM
+	require.NoError(t, c.open(n, func(cfg *Config) { cfg.StateMachine = gate }))
+	c.partition(cut) // the leader now needs the slow node for every commit
+	term := c.nodes[leader].j.Status().Term
+	for i := range 20 {
+		_, _, err := c.nodes[leader].j.Propose(ctxT(t, 5*time.Second), []byte(fmt.Sprintf("s%d", i)))
+		require.NoError(t, err)
+	}
+	committed := n.j.Status().Committed
+	require.Greater(t, committed, n.j.Status().Applied, "the slow node persisted entries it has not applied")
+	st := c.nodes[leader].j.Status()
+	require.Equal(t, leader, st.Leader)
+	require.Equal(t, term, st.Term, "no election while a follower's apply is stuck")
+	require.Zero(t, n.j.campaigns.Load())
+	gate.mu.Lock()
+	close(gate.gate)
+	gate.gate = nil
+	gate.mu.Unlock()
+	require.NoError(t, n.j.WaitApplied(ctxT(t, 5*time.Second), committed))
+	c.heal()
+	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	require.True(t, gate.has("s19"))
+}
+
+func TestConfigValidation(t *testing.T) {
+	sm := newMemSM()
+	base := func() Config {
+		return Config{ID: 1, Dir: t.TempDir(), Addr: "x:1", StateMachine: sm, Bootstrap: true}
+	}
+	cases := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"no id", func(c *Config) { c.ID = 0 }, "ID must be non-zero"},
+		{"no dir", func(c *Config) { c.Dir = "" }, "Dir is required"},
+		{"no addr", func(c *Config) { c.Addr = "" }, "Addr is required"},
+		{"no state machine", func(c *Config) { c.StateMachine = nil }, "StateMachine is required"},
+		{"bootstrap and join", func(c *Config) { c.Join = "y:2" }, "exclusive"},
+		{"observer bootstrap", func(c *Config) { c.Role = Observer }, "must be a Follower"},
+		{"ticks", func(c *Config) { c.ElectionTicks, c.HeartbeatTicks = 2, 2 }, "ElectionTicks"},
+		{"inflight", func(c *Config) { c.MaxInflightBytes = 10 }, "MaxInflightBytes"},
+		{"stale", func(c *Config) { c.StaleAfter = time.Millisecond }, "StaleAfter"},
+		{"margin", func(c *Config) { c.CompactMargin, c.DedupeWindow = 10, 20 }, "CompactMargin"},
+		{"scheme", func(c *Config) { c.Scheme = "ftp" }, "Scheme"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base()
+			tc.mod(&cfg)
+			cfg.fillDefaults()
+			err := cfg.validate()
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	cfg := base()
+	cfg.fillDefaults()
+	require.NoError(t, cfg.validate())
+	require.Equal(t, 100*time.Millisecond, cfg.TickInterval)
+	require.Equal(t, 10, cfg.ElectionTicks)
+	require.Equal(t, 30*time.Second, cfg.StaleAfter)
+	require.Equal(t, uint64(20_000), cfg.CompactMargin)
+}
+
+func TestEnvelopeAndMembershipCodecs(t *testing.T) {
+	key := [16]byte{7}
+	env, err := decodeEnvelope(encodeUser(key, []byte("abc")))
+	require.NoError(t, err)
+	require.Equal(t, kindUser, env.kind)
+	require.Equal(t, key, env.key)
+	require.Equal(t, "abc", string(env.data))
+	env, err = decodeEnvelope(encodeTimestamp(42))
+	require.NoError(t, err)
+	require.Equal(t, int64(42), env.ts)
+	for _, bad := range [][]byte{nil, {9}, {kindUser, 1, 2}, {kindTimestamp, 1}} {
+		_, err := decodeEnvelope(bad)
+		require.ErrorIs(t, err, ErrMalformed, "%v", bad)
+	}
+	_, err = decodeMembership([]byte(`{"v":99}`))
+	require.ErrorIs(t, err, ErrMalformed)
+	_, err = decodeMembership([]byte(`nope`))
+	require.ErrorIs(t, err, ErrMalformed)
+
+	// The dedupe window is by index distance, and evicts in order.
+	d := newDedupe(3)
+	d.add(10, [16]byte{1}, "a")
+	_, ok := d.seen(13, [16]byte{1})
+	require.True(t, ok)
+	_, ok = d.seen(14, [16]byte{1})
+	require.False(t, ok)
+	for i := uint64(11); i < 3000; i++ {
+		d.add(i, [16]byte{byte(i), byte(i >> 8), 1}, nil)
+	}
+	require.Len(t, d.live(), 4)
+	require.Len(t, d.byKey, 4)
+}
