@@ -19,7 +19,7 @@ type Request struct {
 	Cluster string `json:"cluster,omitempty"`
 	Leader  uint64 `json:"leader"`
 	Term    uint64 `json:"term"`
-	Member  uint64 `json:"member"` // the member this heartbeat is for
+	Member  uint64 `json:"member,omitempty"` // the member this heartbeat is for (the monitor appends it last)
 	Round   uint64 `json:"round"`
 	// Version is the catalog index the frontend list was read at; a member
 	// never goes back to an older list (a new leader may lag the old one).

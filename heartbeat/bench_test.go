@@ -1,0 +1,217 @@
+package heartbeat_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/metatree/metatree/cancel"
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/heartbeat"
+)
+
+// switchable is a member's HTTP server whose process can be swapped
+// (restart) or hung (death) under it.
+type switchable struct {
+	h    atomic.Pointer[http.Handler]
+	hung atomic.Bool
+}
+
+func (s *switchable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.hung.Load() { // a hung or powered-off machine: no answer at all
+		_, _ = io.Copy(io.Discard, r.Body) // lets the server notice the client hanging up
+		<-r.Context().Done()
+		return
+	}
+	(*s.h.Load()).ServeHTTP(w, r)
+}
+
+func (s *switchable) set(h http.Handler) { s.h.Store(&h) }
+
+type loopback struct {
+	tr      *http.Transport
+	log     *fakeLog
+	tree    *catalog.Tree
+	ms      *heartbeat.Membership
+	reg     *cancel.Registry
+	servers map[uint64]*httptest.Server
+	members map[uint64]*switchable
+}
+
+// newLoopback starts one frontend (the leader, id 1) and workers 2..n as
+// real HTTP servers on 127.0.0.1, with the journal faked in process (so the
+// figures exclude raft's commit latency).
+func newLoopback(b *testing.B, workers int, interval time.Duration) *loopback {
+	l := &loopback{tree: catalog.New(), reg: cancel.New(cancel.Config{}), servers: map[uint64]*httptest.Server{}, members: map[uint64]*switchable{}}
+	l.log = &fakeLog{trees: map[uint64]*catalog.Tree{1: l.tree}, leases: map[uint64]lease{1: {term: 1, leader: true}}}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 2
+	tr.MaxIdleConns = 4 * (workers + 1)
+	l.tr = tr
+	var err error
+	front := &switchable{}
+	l.ms, err = heartbeat.New(heartbeat.Config{ID: 1, Epoch: heartbeat.NewEpoch(), Tree: l.tree, Journal: fakeJournal{l: l.log, id: 1},
+		Client: &http.Client{Transport: tr}, Interval: interval, OnEvent: func(ev heartbeat.Event) { l.reg.Apply(ev) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	front.set(l.ms.Handler())
+	l.members[1] = front
+	for id := uint64(2); id <= uint64(workers+1); id++ {
+		s := &switchable{}
+		s.set(newResponder(b, id))
+		l.members[id] = s
+	}
+	ctx := context.Background()
+	for id, s := range l.members {
+		srv := httptest.NewServer(s)
+		l.servers[id] = srv
+		kind := heartbeat.KindWorker
+		if id == 1 {
+			kind = heartbeat.KindFrontend
+		}
+		if err := l.ms.Add(ctx, heartbeat.Member{ID: id, Addr: strings.TrimPrefix(srv.URL, "http://"), Kind: kind}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Wait until every member's epoch is journaled.
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		ms := l.ms.Members()
+		ok := len(ms) == workers+1
+		for _, m := range ms {
+			ok = ok && !m.Epoch.IsZero() && m.Status == heartbeat.StatusAlive
+		}
+		if ok {
+			return l
+		}
+		if time.Now().After(deadline) {
+			n := 0
+			for _, m := range ms {
+				if m.Epoch.IsZero() || m.Status != heartbeat.StatusAlive {
+					n++
+				}
+			}
+			b.Fatalf("%d of %d members never answered (%+v)", n, len(ms), l.ms.MonitorStats())
+		}
+		time.Sleep(interval / 4)
+	}
+}
+
+func waitDone(b *testing.B, q *cancel.Query, what string) {
+	select {
+	case <-q.Context().Done():
+	case <-time.After(10 * time.Second):
+		b.Fatalf("%s: query not cancelled after 10 s", what)
+	}
+}
+
+func newResponder(b *testing.B, id uint64) *heartbeat.Responder {
+	r, err := heartbeat.NewResponder(heartbeat.ResponderConfig{ID: id, Epoch: heartbeat.NewEpoch()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+func (l *loopback) close() {
+	l.ms.Close()
+	l.reg.Close()
+	l.tr.CloseIdleConnections()
+	for _, s := range l.servers {
+		s.CloseClientConnections()
+		s.Close()
+	}
+}
+
+// waitAlive waits until member id is journaled alive with epoch e.
+func (l *loopback) waitAlive(b *testing.B, id uint64, e heartbeat.Epoch) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if m, _ := l.ms.Member(id); m.Status == heartbeat.StatusAlive && m.Epoch == e {
+			return
+		}
+	}
+	b.Fatalf("member %d never came back", id)
+}
+
+// BenchmarkDetect measures, over real HTTP on loopback with a 50 ms
+// interval, the time from a worker's restart (new epoch) and from its death
+// (hung: no answer) to the cancellation of a query on it, in intervals.
+func BenchmarkDetect(b *testing.B) {
+	const interval = 50 * time.Millisecond
+	l := newLoopback(b, 3, interval)
+	defer l.close()
+	var restartSum, deathSum, restartMax, deathMax float64
+	victim := uint64(2)
+	for b.Loop() {
+		// Restart: a new process with a new epoch answers at the same address.
+		m, _ := l.ms.Member(victim)
+		q, err := l.reg.Register(context.Background(), cancel.Member{Node: 1}, []cancel.Member{{Node: victim, Epoch: m.Epoch}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Duration(time.Now().UnixNano()%int64(interval)) + time.Millisecond) // land anywhere in an interval
+		r := newResponder(b, victim)
+		start := time.Now()
+		l.members[victim].set(r)
+		waitDone(b, q, "restart")
+		d := float64(time.Since(start)) / float64(interval)
+		restartSum += d
+		restartMax = max(restartMax, d)
+		q.Finish()
+		l.waitAlive(b, victim, r.Epoch())
+
+		// Death: the process hangs.
+		q, err = l.reg.Register(context.Background(), cancel.Member{Node: 1}, []cancel.Member{{Node: victim, Epoch: r.Epoch()}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		l.members[victim].hung.Store(true)
+		waitDone(b, q, "death")
+		d = float64(time.Since(start)) / float64(interval)
+		deathSum += d
+		deathMax = max(deathMax, d)
+		q.Finish()
+		l.members[victim].hung.Store(false)
+		l.waitAlive(b, victim, r.Epoch())
+	}
+	n := float64(b.N)
+	b.ReportMetric(restartSum/n, "restart-intervals")
+	b.ReportMetric(restartMax, "restart-intervals-max")
+	b.ReportMetric(deathSum/n, "death-intervals")
+	b.ReportMetric(deathMax, "death-intervals-max")
+}
+
+// BenchmarkHeartbeatRound measures one leader round to 1,000 members over
+// real HTTP on loopback (each its own server): the time from the round's
+// start until the last answer is in, and the bytes sent per member.
+func BenchmarkHeartbeatRound(b *testing.B) {
+	for _, n := range []int{1000} {
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			const interval = 500 * time.Millisecond
+			l := newLoopback(b, n-1, interval)
+			defer l.close()
+			var roundSum time.Duration
+			st0 := l.ms.MonitorStats()
+			for b.Loop() {
+				start := l.ms.MonitorStats()
+				for l.ms.MonitorStats().Probes < start.Probes+uint64(n-1) {
+					time.Sleep(interval / 20)
+				}
+				roundSum += l.ms.MonitorStats().LastRound
+			}
+			st := l.ms.MonitorStats()
+			probes := float64(st.Probes - st0.Probes)
+			b.ReportMetric(float64(roundSum.Microseconds())/1000/float64(b.N), "round-ms")
+			b.ReportMetric(float64(st.BytesSent-st0.BytesSent)/probes, "req-bytes/member")
+			b.ReportMetric(float64(st.BytesRecv-st0.BytesRecv)/probes, "resp-bytes/member")
+			b.ReportMetric(float64(st.Misses-st0.Misses), "misses")
+		})
+	}
+}
