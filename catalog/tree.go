@@ -3,6 +3,7 @@ package catalog
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -65,11 +66,8 @@ func (t *Tree) Get(path string) (Node, bool) {
 	if !ok {
 		return Node{}, false
 	}
-	n := t.s.node(slot)
-	if path != "/" {
-		n.Path = path
-	}
-	return n, true
+	r := t.s.at(slot)
+	return t.s.nodeFrom(r, strings.Clone(path), t.s.parentID(r)), true
 }
 
 // GetID returns a copy of the node with the given id.
