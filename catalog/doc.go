@@ -4,7 +4,7 @@
 // and an image body to checkpoint it.
 //
 // A [Tree] is a deterministic state machine. The journal commits encoded
-// [Batch]es ([Batch.Encode]) and calls [Tree.Apply] with each one, in log
+// batches ([Batch.Encode]) and calls [Tree.Apply] with each one, in log
 // order, on every replica; node ids come from a counter inside the tree, so
 // every replica assigns the same ids and holds the same tree. A batch applies
 // all its operations or none: a failed precondition or any other failing
@@ -18,6 +18,11 @@
 // rather than slowing the applier. [Tree.Save] and [Tree.Load] write and read
 // the image body, streamed and checksummed.
 //
-// The layout is compact (about 100 bytes a node for a Doris-like catalog):
-// see store.go. Tree starts no goroutines.
+// The layout is compact, about 91 bytes a node for the Doris-scale catalog
+// of BenchmarkDorisScale (3 million nodes in 365 MB of heap): nodes are
+// fixed-size pointer-free records in a slab, names and attributes packed in
+// a byte arena, child lists and index postings in pooled arrays (see
+// store.go). Reads that return many nodes, and Save, read at one index
+// without holding the lock throughout (see longread.go). Tree starts no
+// goroutines.
 package catalog
