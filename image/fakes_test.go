@@ -120,20 +120,24 @@ func newFakeJournal(live State) *fakeJournal {
 
 func (j *fakeJournal) append(n int) {
 	for range n {
-		j.mu.Lock()
-		i := j.last + 1
-		j.mu.Unlock()
-		j.appendData([]byte(fmt.Sprintf("k%d=v%d", i%37, i)))
+		j.add(func(i uint64) []byte { return []byte(fmt.Sprintf("k%d=v%d", i%37, i)) })
 	}
 }
 
 // appendData commits one entry and applies it to the live state.
 func (j *fakeJournal) appendData(d []byte) uint64 {
+	return j.add(func(uint64) []byte { return d })
+}
+
+// add commits the entry data(index) and applies it to the live state, in
+// log order even when called from several goroutines.
+func (j *fakeJournal) add(data func(index uint64) []byte) uint64 {
 	j.mu.Lock()
+	defer j.mu.Unlock()
 	j.last++
 	i := j.last
+	d := data(i)
 	j.entries[i] = d
-	j.mu.Unlock()
 	if j.live != nil {
 		j.live.Apply(i, d)
 	}

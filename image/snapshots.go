@@ -136,7 +136,11 @@ func (s *Store) Install(ctx context.Context, index uint64) error {
 		return fmt.Errorf("image: install: %w", err)
 	}
 	s.mu.Lock()
-	delete(s.mu.pinned, index)
+	for i := range s.mu.pinned {
+		if i <= index { // older fetched images raft never applied go too
+			delete(s.mu.pinned, i)
+		}
+	}
 	s.mu.Unlock()
 	s.logger.Info("installed image", "image", s.path(name), "index", info.Index, "bytes", info.Size)
 	if err := s.Prune(); err != nil {
