@@ -43,6 +43,9 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	}
 	s.lr.applying = index
 	t.undo = t.undo[:0]
+	t.undoOld = t.undoOld[:0]
+	clear(t.undoIdx)
+	t.undoIdx = t.undoIdx[:0]
 	t.events = t.events[:0]
 	t.pc.reset()
 	t.snapshotWatchers()
@@ -79,6 +82,10 @@ func (t *Tree) clearScratch() {
 	if cap(t.undo) > 1<<16 {
 		t.undo = nil
 	}
+	if cap(t.undoOld) > 1<<16 {
+		t.undoOld = nil
+	}
+	clear(t.undoIdx)
 	t.ws = nil
 }
 
@@ -238,6 +245,12 @@ func splitPath(p string) (parent, name string) {
 	return p[:i], p[i+1:]
 }
 
+// createAttr is where a created node's attribute value sits in its blob.
+type createAttr struct {
+	key        uint32
+	start, end int32
+}
+
 // attrEnt is an attribute being assembled into a blob.
 type attrEnt struct {
 	key        uint32
@@ -277,13 +290,13 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	b := binary.AppendUvarint(t.buf[:0], uint64(len(name)))
 	b = append(b, name...)
 	b = binary.AppendUvarint(b, uint64(len(o.set)))
-	t.attrs = t.attrs[:0]
-	for _, e := range o.set {
-		k := s.internKey(e.k)
+	t.cattrs = t.cattrs[:0]
+	for j, e := range o.set {
+		k := s.internKeyAt(j, e.k)
 		b = binary.AppendUvarint(b, uint64(k))
 		st := len(b)
 		b = appendValue(b, e.v)
-		t.attrs = append(t.attrs, attrEnt{key: k, start: st, end: len(b)})
+		t.cattrs = append(t.cattrs, createAttr{key: k, start: int32(st), end: int32(len(b))})
 	}
 	t.buf = b
 	kind := s.internKind(o.kind)
@@ -303,7 +316,7 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	}
 	s.kindSets[kind].Add(slot)
 	for _, x := range s.kindIndexes[kind] {
-		for _, a := range t.attrs {
+		for _, a := range t.cattrs {
 			if a.key == x.key {
 				x.add(b[a.start:a.end], slot)
 			}
@@ -458,7 +471,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) {
 	if touchesIndex(s.kindIndexes[r.kind], o) {
 		s.secUpdate(slot, r.kind, &oldRec, r)
 	}
-	t.undo = append(t.undo, undoRec{op: uSetBlob, slot: slot, old: oldRec})
+	t.pushUndoOld(uSetBlob, slot, oldRec)
 	if wantEv {
 		n := s.nodeFrom(r, before.Path, before.Parent)
 		t.events = append(t.events, pendingEvent{ev: Event{Index: index, Op: OpUpdate, Before: before, After: &n}})
@@ -497,7 +510,7 @@ func (t *Tree) deleteTree(s *state, slot uint32, path string) {
 	*s.at(slot) = rec{}
 	s.free = append(s.free, slot)
 	s.arena.drop(old.blen)
-	t.undo = append(t.undo, undoRec{op: uRemove, slot: slot, old: old})
+	t.pushUndoOld(uRemove, slot, old)
 }
 
 func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, from, to string) {
@@ -526,7 +539,7 @@ func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, fro
 	r.parent = newParent
 	r.modified = index
 	s.insertKid(newParent, slot)
-	t.undo = append(t.undo, undoRec{op: uMove, slot: slot, old: old})
+	t.pushUndoOld(uMove, slot, old)
 	if wantEv {
 		n := s.nodeFrom(r, strings.Clone(to), s.at(newParent).id)
 		t.events = append(t.events, pendingEvent{ev: Event{Index: index, Op: OpMove, Before: before, After: &n}})
@@ -548,7 +561,7 @@ func (t *Tree) createIndex(s *state, kind, attr string) error {
 		}
 	}
 	s.addIndex(x)
-	t.undo = append(t.undo, undoRec{op: uCreateIndex, idx: x})
+	t.pushUndoIdx(uCreateIndex, x)
 	return nil
 }
 
@@ -584,7 +597,7 @@ func (t *Tree) dropIndex(s *state, kind, attr string) error {
 		return fmt.Errorf("%w: index on (%q, %q)", ErrNotFound, kind, attr)
 	}
 	s.removeIndex(x)
-	t.undo = append(t.undo, undoRec{op: uDropIndex, idx: x})
+	t.pushUndoIdx(uDropIndex, x)
 	return nil
 }
 
@@ -599,13 +612,24 @@ const (
 	uDropIndex
 )
 
-// undoRec reverses one primitive change of a batch that failed.
+// undoRec reverses one primitive change of a batch that failed. It is
+// small and pointer-free (creates, the common case, need nothing more);
+// before-images and indexes live in side lists at position aux.
 type undoRec struct {
 	op       undoOp
 	fromFree bool // uCreate: the slot came from the free list
 	slot     uint32
-	old      rec // uRemove, uSetBlob, uMove: the rec before
-	idx      *secIndex
+	aux      int32 // uRemove, uSetBlob, uMove: index in undoOld; index ops: in undoIdx
+}
+
+func (t *Tree) pushUndoOld(op undoOp, slot uint32, old rec) {
+	t.undo = append(t.undo, undoRec{op: op, slot: slot, aux: int32(len(t.undoOld))})
+	t.undoOld = append(t.undoOld, old)
+}
+
+func (t *Tree) pushUndoIdx(op undoOp, x *secIndex) {
+	t.undo = append(t.undo, undoRec{op: op, aux: int32(len(t.undoIdx))})
+	t.undoIdx = append(t.undoIdx, x)
 }
 
 // rollback undoes the batch's changes in reverse order, leaving the state
@@ -613,6 +637,14 @@ type undoRec struct {
 func (t *Tree) rollback(s *state) {
 	for i := len(t.undo) - 1; i >= 0; i-- {
 		u := &t.undo[i]
+		var old rec
+		var idx *secIndex
+		switch u.op {
+		case uRemove, uSetBlob, uMove:
+			old = t.undoOld[u.aux]
+		case uCreateIndex, uDropIndex:
+			idx = t.undoIdx[u.aux]
+		}
 		switch u.op {
 		case uCreate:
 			r := *s.at(u.slot)
@@ -635,37 +667,40 @@ func (t *Tree) rollback(s *state) {
 			}
 			s.free = s.free[:n-1]
 			s.preWrite(u.slot)
-			*s.at(u.slot) = u.old
-			s.setSlotOf(u.old.id, u.slot)
-			s.insertKid(u.old.parent, u.slot)
+			*s.at(u.slot) = old
+			s.setSlotOf(old.id, u.slot)
+			s.insertKid(old.parent, u.slot)
 			s.indexAdd(u.slot)
-			s.arena.undrop(u.old.blen)
+			s.arena.undrop(old.blen)
 		case uSetBlob:
 			s.preWrite(u.slot)
 			r := s.at(u.slot)
 			s.secRemove(u.slot)
 			s.arena.drop(r.blen)
-			s.arena.undrop(u.old.blen)
-			r.blob, r.blen, r.modified = u.old.blob, u.old.blen, u.old.modified
+			s.arena.undrop(old.blen)
+			r.blob, r.blen, r.modified = old.blob, old.blen, old.modified
 			s.secAdd(u.slot)
 		case uMove:
 			r := s.at(u.slot)
 			s.removeKid(r.parent, u.slot)
 			s.preWrite(u.slot)
 			r = s.at(u.slot)
-			if r.blob != u.old.blob {
+			if r.blob != old.blob {
 				s.arena.drop(r.blen)
-				s.arena.undrop(u.old.blen)
+				s.arena.undrop(old.blen)
 			}
-			r.blob, r.blen, r.parent, r.modified = u.old.blob, u.old.blen, u.old.parent, u.old.modified
-			s.insertKid(u.old.parent, u.slot)
+			r.blob, r.blen, r.parent, r.modified = old.blob, old.blen, old.parent, old.modified
+			s.insertKid(old.parent, u.slot)
 		case uCreateIndex:
-			s.removeIndex(u.idx)
+			s.removeIndex(idx)
 		case uDropIndex:
-			s.addIndex(u.idx)
+			s.addIndex(idx)
 		}
 	}
 	t.undo = t.undo[:0]
+	t.undoOld = t.undoOld[:0]
+	clear(t.undoIdx)
+	t.undoIdx = t.undoIdx[:0]
 }
 
 // compactMin is the garbage (bytes) below which the arena is never

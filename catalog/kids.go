@@ -47,8 +47,13 @@ func (p *kidPool) list(h uint32) []uint32 {
 	return r[2 : 2+r[0] : 2+r[0]]
 }
 
+// minKids is the smallest region a list gets: growing 1, 2, 3 would move a
+// tablet's three replicas twice.
+const minKids = 3
+
 // alloc returns an empty list with room for at least n slots.
 func (p *kidPool) alloc(n uint32) uint32 {
+	n = max(n, minKids)
 	if len(p.chunks) == 0 {
 		p.chunks = append(p.chunks, make([]uint32, 1, kidChunk)) // offset 0 is never a list
 	}

@@ -148,6 +148,7 @@ type state struct {
 	kindHot    uint32
 	keyHot     [8]uint32
 	keyHotNext uint32
+	keyAt      [8]uint32 // by position in an op's set
 
 	indexes     map[[2]uint32]*secIndex
 	kindIndexes map[uint32][]*secIndex
@@ -382,6 +383,21 @@ func (s *state) internKind(k string) uint32 {
 	s.kindIdx[k] = i
 	s.kindSets = append(s.kindSets, new(idset.Set))
 	return i
+}
+
+// internKeyAt interns the key at position j of an op's sorted set: ops of a
+// batch tend to set the same keys in the same order, so the key used at that
+// position last time is tried first.
+func (s *state) internKeyAt(j int, k string) uint32 {
+	if j < len(s.keyAt) {
+		if i := s.keyAt[j]; int(i) < len(s.keys) && s.keys[i] == k {
+			return i
+		}
+		i := s.internKey(k)
+		s.keyAt[j] = i
+		return i
+	}
+	return s.internKey(k)
 }
 
 func (s *state) internKey(k string) uint32 {

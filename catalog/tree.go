@@ -22,15 +22,18 @@ type Tree struct {
 	s  *state // replaced whole by Load
 
 	// Applier scratch, used only under mu held for writing.
-	dec    decoder
-	ops    []rawOp
-	undo   []undoRec
-	buf    []byte // blob scratch
-	vbuf   []byte // value scratch
-	attrs  []attrEnt
-	events []pendingEvent
-	ws     []*Watcher // watchers as of the batch start
-	pc     pathCache
+	dec     decoder
+	ops     []rawOp
+	undo    []undoRec
+	undoOld []rec
+	undoIdx []*secIndex
+	cattrs  []createAttr
+	buf     []byte // blob scratch
+	vbuf    []byte // value scratch
+	attrs   []attrEnt
+	events  []pendingEvent
+	ws      []*Watcher // watchers as of the batch start
+	pc      pathCache
 
 	wmu      sync.Mutex // guards watchers and each Watcher's channel state
 	watchers []*Watcher // copy-on-write
