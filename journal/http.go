@@ -39,6 +39,10 @@ type HTTPOptions struct {
 	// HandshakeTimeout bounds the wait for a peer to accept a stream
 	// (default 3s).
 	HandshakeTimeout time.Duration
+	// SnapshotTimeout bounds one snapshot delivery, which includes the
+	// receiver fetching the image (default 10 minutes). On expiry raft is
+	// told the snapshot failed and tries again later.
+	SnapshotTimeout time.Duration
 }
 
 // HTTPTransport is the default Transport: raft messages travel over one
@@ -90,6 +94,9 @@ func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
 	}
 	if opts.HandshakeTimeout <= 0 {
 		opts.HandshakeTimeout = 3 * time.Second
+	}
+	if opts.SnapshotTimeout <= 0 {
+		opts.SnapshotTimeout = 10 * time.Minute
 	}
 	t := &HTTPTransport{opts: opts, client: opts.Client, log: opts.Logger, peers: map[uint64]*httpPeer{}}
 	if t.client == nil {
@@ -201,7 +208,9 @@ func (t *HTTPTransport) sendSnapshot(p *httpPeer, msg []byte) {
 	ok := false
 	defer func() { t.recv.ReportSnapshot(p.id, ok) }()
 	frame := appendFrame(nil, [][]byte{msg})
-	req, err := t.newRequest(t.ctx, *p.addr.Load(), pathSnapshot, p.id, bytes.NewReader(frame))
+	ctx, cancel := context.WithTimeout(t.ctx, t.opts.SnapshotTimeout)
+	defer cancel()
+	req, err := t.newRequest(ctx, *p.addr.Load(), pathSnapshot, p.id, bytes.NewReader(frame))
 	if err != nil {
 		t.log.Error("snapshot request", "to", p.id, "err", err)
 		return
