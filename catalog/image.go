@@ -367,6 +367,20 @@ func (ld *loader) run() error {
 	}
 	s.lr.init()
 	ld.s = s
+	// The secondary indexes are filled as the records arrive.
+	for _, def := range ld.defs {
+		if err := ValidName(def[0]); err != nil {
+			return br.corrupt("index kind: %s", detail(err))
+		}
+		if err := ValidName(def[1]); err != nil {
+			return br.corrupt("index attribute: %s", detail(err))
+		}
+		k, key := s.internKind(def[0]), s.internKey(def[1])
+		if s.indexes[[2]uint32{k, key}] != nil {
+			return br.corrupt("index on (%q, %q) listed twice", def[0], def[1])
+		}
+		s.addIndex(&secIndex{kind: k, key: key, kindName: s.kinds[k], keyName: s.keys[key], post: map[string]*idset.Set{}})
+	}
 	for {
 		p, err := br.next()
 		if err != nil {
@@ -475,6 +489,7 @@ func (ld *loader) records(p []byte) error {
 		s.setSlotOf(id, slot)
 		if kind != 0 {
 			s.kindSets[kind].Add(slot)
+			s.secAdd(slot)
 		}
 		ld.parents = append(ld.parents, parent)
 		ld.prevID = id
@@ -503,13 +518,11 @@ func (ld *loader) ref(d *decoder, dict *[]uint32, kind bool) uint32 {
 	if d.err != nil {
 		return 0
 	}
+	// Index definitions in the header may have interned a name already;
+	// what must not happen is the dictionary defining it twice.
 	var i uint32
 	if kind {
-		if _, dup := ld.s.kindIdx[name]; dup && !(name == "" && len(*dict) == 0) {
-			d.fail("kind %q defined twice", name)
-			return 0
-		}
-		if name != "" {
+		if name != "" || len(*dict) != 0 {
 			if err := ValidName(name); err != nil {
 				d.fail("kind: %s", detail(err))
 				return 0
@@ -517,15 +530,15 @@ func (ld *loader) ref(d *decoder, dict *[]uint32, kind bool) uint32 {
 		}
 		i = ld.s.internKind(name)
 	} else {
-		if _, dup := ld.s.keyIdx[name]; dup {
-			d.fail("attribute key %q defined twice", name)
-			return 0
-		}
 		if err := ValidName(name); err != nil {
 			d.fail("attribute key: %s", detail(err))
 			return 0
 		}
 		i = ld.s.internKey(name)
+	}
+	if slices.Contains(*dict, i) {
+		d.fail("dictionary entry %q defined twice", name)
+		return 0
 	}
 	*dict = append(*dict, i)
 	return i
@@ -582,19 +595,6 @@ func (ld *loader) link() error {
 	}
 	if seen != int(s.nslots) {
 		return ld.br.corrupt("%d of %d nodes are not reachable from the root (a parent cycle)", int(s.nslots)-seen, s.nslots)
-	}
-	for _, def := range ld.defs {
-		if err := ValidName(def[0]); err != nil {
-			return ld.br.corrupt("index kind: %s", detail(err))
-		}
-		if err := ValidName(def[1]); err != nil {
-			return ld.br.corrupt("index attribute: %s", detail(err))
-		}
-		var t Tree
-		t.s = s
-		if err := t.createIndex(s, def[0], def[1]); err != nil {
-			return ld.br.corrupt("index on (%q, %q) listed twice", def[0], def[1])
-		}
 	}
 	return nil
 }
