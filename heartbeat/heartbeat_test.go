@@ -1,6 +1,7 @@
 package heartbeat_test
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"testing/synctest"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/cancel"
+	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
 )
 
@@ -294,5 +296,52 @@ func TestLeaderPauseConvictsNobody(t *testing.T) {
 			c.advance(interval)
 		}
 		require.Zero(t, countType(c.frontends[1].events(), 10, heartbeat.Dead))
+	})
+}
+
+type follower struct{}
+
+func (follower) Propose(context.Context, []byte) (uint64, any, error) {
+	return 0, nil, heartbeat.ErrNotLeader
+}
+func (follower) LeaderTerm() (uint64, bool) { return 1, false }
+
+// A frontend whose catalog is replaced by an image (a lagging follower
+// restoring from a peer) delivers the difference as events.
+func TestResyncAfterImageLoad(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, 1)
+		tree := catalog.New()
+		var evs []heartbeat.Event
+		ms, err := heartbeat.New(heartbeat.Config{ID: 99, Epoch: heartbeat.NewEpoch(), Tree: tree, Journal: follower{},
+			OnEvent: func(e heartbeat.Event) { evs = append(evs, e) }})
+		require.NoError(t, err)
+		defer ms.Close()
+		load := func() {
+			var buf bytes.Buffer
+			require.NoError(t, c.frontends[1].tree.Save(&buf))
+			require.NoError(t, tree.Load(&buf))
+			synctestWait()
+		}
+		load()
+		require.Len(t, ms.Members(), 2)
+		require.Equal(t, 1, countType(evs, 10, heartbeat.Added))
+		old := c.workers[10].epoch
+		m, _ := ms.Member(10)
+		require.Equal(t, old, m.Epoch)
+
+		w := c.restartWorker(10)
+		c.advance(interval)
+		load()
+		require.Equal(t, 1, countType(evs, 10, heartbeat.Restarted))
+		last := evs[len(evs)-1]
+		require.Equal(t, old, last.OldEpoch)
+		require.Equal(t, w.epoch, last.NewEpoch)
+
+		require.NoError(t, c.frontends[1].ms.Remove(t.Context(), 10))
+		load()
+		require.Equal(t, 1, countType(evs, 10, heartbeat.Removed))
+		load() // the same image again: nothing new
+		require.Equal(t, 1, countType(evs, 10, heartbeat.Removed))
 	})
 }

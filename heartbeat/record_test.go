@@ -1,0 +1,119 @@
+package heartbeat
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/catalog"
+)
+
+func TestMemberRecordRoundTrip(t *testing.T) {
+	tree := catalog.New()
+	m := Member{ID: 42, Addr: "h:1", Kind: KindWorker, Role: "pool-a", Epoch: NewEpoch(), Generation: 3, Status: StatusDead, Term: 7}
+	data, err := catalog.Batch{Ops: []catalog.Op{
+		{Type: catalog.OpCreate, Path: ClusterPath, Kind: "cluster"},
+		{Type: catalog.OpCreate, Path: MembersPath, Kind: "members"},
+		{Type: catalog.OpCreate, Path: MemberPath(42), Kind: MemberKind, Set: m.attrs()},
+	}}.Encode()
+	require.NoError(t, err)
+	require.NoError(t, tree.Apply(1, data).(*catalog.Result).Err)
+	n, ok := tree.Get(MemberPath(42))
+	require.True(t, ok)
+	got, err := memberFromNode(&n)
+	require.NoError(t, err)
+	m.Modified = 1
+	m.Since = got.Since
+	require.Equal(t, m, got)
+	require.Equal(t, TemporaryEpoch(m.Epoch, 3), got.PublishedEpoch())
+}
+
+func TestMemberRecordMalformed(t *testing.T) {
+	good := map[string]catalog.Value{attrKind: catalog.String("worker"), attrStatus: catalog.String("alive"), attrEpoch: catalog.String(NewEpoch().String())}
+	with := func(k string, v catalog.Value) map[string]catalog.Value {
+		a := map[string]catalog.Value{}
+		for x, y := range good {
+			a[x] = y
+		}
+		a[k] = v
+		return a
+	}
+	for _, tc := range []struct {
+		name string
+		node catalog.Node
+		want string
+	}{
+		{"name", catalog.Node{Name: "x", Path: MembersPath + "/x", Attrs: good}, "not a member id"},
+		{"zero id", catalog.Node{Name: "0", Path: MembersPath + "/0", Attrs: good}, "not a member id"},
+		{"kind", catalog.Node{Name: "1", Path: MembersPath + "/1", Attrs: with(attrKind, catalog.String("robot"))}, "unknown member kind"},
+		{"epoch", catalog.Node{Name: "1", Path: MembersPath + "/1", Attrs: with(attrEpoch, catalog.String("zz"))}, "bad epoch"},
+		{"status", catalog.Node{Name: "1", Path: MembersPath + "/1", Attrs: with(attrStatus, catalog.String("meh"))}, "unknown member status"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := memberFromNode(&tc.node)
+			require.ErrorIs(t, err, ErrMalformed)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestEventsBetween(t *testing.T) {
+	e1, e2 := NewEpoch(), NewEpoch()
+	alive := Member{ID: 5, Kind: KindWorker, Epoch: e1, Generation: 1, Status: StatusAlive}
+	fresh := Member{ID: 5, Kind: KindWorker, Status: StatusAlive}
+	dead := alive
+	dead.Status, dead.Generation = StatusDead, 2
+	back := alive
+	back.Generation = 3
+	restarted := alive
+	restarted.Epoch, restarted.Generation = e2, 2
+	deadRestarted := restarted
+	deadRestarted.Generation = 3
+	moved := alive
+	moved.Addr = "elsewhere"
+	tmp := TemporaryEpoch(e1, 2)
+	for _, tc := range []struct {
+		name          string
+		before, after *Member
+		want          []Event
+	}{
+		{"added", nil, &fresh, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Added}}},
+		{"first answer", &fresh, &alive, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Alive, NewEpoch: e1, Generation: 1}}},
+		{"restarted", &alive, &restarted, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: e1, NewEpoch: e2, Generation: 2}}},
+		{"dead", &alive, &dead, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2}}},
+		{"alive again", &dead, &back, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Alive, OldEpoch: tmp, NewEpoch: e1, Generation: 3}}},
+		{"back with a new epoch", &dead, &deadRestarted, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 3}}},
+		{"removed", &alive, nil, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Removed, OldEpoch: e1, Generation: 1}}},
+		{"address change", &alive, &moved, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, eventsBetween(tc.before, tc.after, 9))
+		})
+	}
+}
+
+// FuzzResponder: any body gets a clear status, never a panic, and only a
+// well-formed heartbeat for this member is answered 200.
+func FuzzResponder(f *testing.F) {
+	f.Add([]byte(`{"member":9,"term":1,"version":1,"frontends":[{"id":1,"gen":1,"epoch":"6ba7b810-9dad-41d1-80b4-00c04fd430c8"}]}`))
+	f.Add([]byte(`{"member":9,"term":0,"frontends":[{"id":1,"dead":true}]}`))
+	f.Add([]byte(`{"member":9,"frontends":[{"id":0},{"id":1},{"id":1}]}`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"member":"9"}`))
+	f.Add([]byte{0xff, 0x00})
+	r, err := NewResponder(ResponderConfig{ID: 9, Epoch: NewEpoch()})
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body)))
+		switch w.Code {
+		case http.StatusOK, http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge:
+		default:
+			t.Fatalf("status %d for %q", w.Code, body)
+		}
+		require.Contains(t, w.Header().Get("Content-Type"), "application/json")
+	})
+}
