@@ -182,8 +182,8 @@ func addrOf(id uint64) string { return fmt.Sprintf("node%d:80", id) }
 // epochs. Call it inside a synctest bubble.
 func newCluster(t *testing.T, nf, nw int) *cluster {
 	c := &cluster{t: t, grace: deadAfter * interval,
-		log: &fakeLog{trees: map[uint64]*catalog.Tree{}, leases: map[uint64]lease{}},
-		net: &network{handlers: map[string]http.Handler{}, black: map[[2]string]bool{}, delay: map[string]time.Duration{}},
+		log:       &fakeLog{trees: map[uint64]*catalog.Tree{}, leases: map[uint64]lease{}},
+		net:       &network{handlers: map[string]http.Handler{}, black: map[[2]string]bool{}, delay: map[string]time.Duration{}},
 		frontends: map[uint64]*frontend{}, workers: map[uint64]*worker{}}
 	for i := range nf {
 		id := uint64(i + 1)

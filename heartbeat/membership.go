@@ -128,7 +128,6 @@ type Membership struct {
 	mu struct {
 		sync.Mutex
 		members map[uint64]Member
-		index   uint64 // catalog index the view reflects
 		closed  bool
 	}
 }
@@ -262,7 +261,6 @@ func (m *Membership) applyChange(ev catalog.Event) {
 	} else {
 		delete(m.mu.members, id)
 	}
-	m.mu.index = max(m.mu.index, ev.Index)
 	m.mu.Unlock()
 	m.deliver(eventsBetween(before, after, ev.Index))
 }
@@ -300,7 +298,6 @@ func (m *Membership) resync() {
 		}
 	}
 	m.mu.members = fresh
-	m.mu.index = max(m.mu.index, index)
 	m.mu.Unlock()
 	slices.SortStableFunc(evs, func(a, b Event) int { return cmp.Or(cmp.Compare(a.Index, b.Index), cmp.Compare(a.Node, b.Node)) })
 	m.deliver(evs)
@@ -313,14 +310,6 @@ func (m *Membership) deliver(evs []Event) {
 			m.cfg.OnEvent(ev)
 		}
 	}
-}
-
-// view returns the members and the catalog index they reflect.
-func (m *Membership) view() ([]Member, uint64) {
-	ms := m.Members()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return ms, m.mu.index
 }
 
 // Add journals a new member record (status alive, epoch unknown until it

@@ -2,12 +2,14 @@ package heartbeat
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -154,13 +156,8 @@ func (mo *monitor) tick(ctx context.Context, probes *sync.WaitGroup, now time.Ti
 
 // round heartbeats every member once, in parallel.
 func (mo *monitor) round(ctx context.Context, probes *sync.WaitGroup, term uint64) {
-	members, version := mo.m.view()
-	fronts := make([]FrontendEpoch, 0, 8)
-	for _, r := range members {
-		if r.Kind == KindFrontend {
-			fronts = append(fronts, FrontendEpoch{ID: r.ID, Gen: r.Generation, Epoch: r.PublishedEpoch(), Dead: r.Status == StatusDead})
-		}
-	}
+	members := mo.m.Members()
+	version, fronts := mo.m.frontendList()
 	now := mo.cfg.Clock.Now()
 	mo.mu.Lock()
 	mo.mu.round++
@@ -372,6 +369,29 @@ func (mo *monitor) send(ctx context.Context, r Member, term uint64, common []byt
 	default:
 		return Epoch{}, fmt.Errorf("heartbeat: member %d answered %s", r.ID, resp.Status)
 	}
+}
+
+// frontendList reads the frontends' published epochs from the catalog
+// itself, not from the replayed view (which may trail it by a few events),
+// with a version that is a lower bound of what the list reflects: the
+// catalog index read before the scan. A member never goes back to a list
+// with a lower version, so a frontend added after that index is never
+// taken for removed.
+func (m *Membership) frontendList() (uint64, []FrontendEpoch) {
+	version := m.cfg.Tree.Index()
+	var fronts []FrontendEpoch
+	for _, n := range m.cfg.Tree.OfKind(MemberKind) {
+		if n.Attrs[attrKind].Str() != "frontend" {
+			continue
+		}
+		r, err := memberFromNode(&n)
+		if err != nil {
+			continue
+		}
+		fronts = append(fronts, FrontendEpoch{ID: r.ID, Gen: r.Generation, Epoch: r.PublishedEpoch(), Dead: r.Status == StatusDead})
+	}
+	slices.SortFunc(fronts, func(a, b FrontendEpoch) int { return cmp.Compare(a.ID, b.ID) })
+	return version, fronts
 }
 
 // claim journals this leader's claim of the monitor for term and returns
