@@ -140,7 +140,9 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 		if o.kind != "" && o.kind != s.kinds[r.kind] {
 			return 0, conflict("kind is %q (want %q)", s.kinds[r.kind], o.kind)
 		}
-		t.update(s, index, slot, o)
+		if err := t.update(s, index, slot, o); err != nil {
+			return 0, err
+		}
 	case OpDelete:
 		if r.kids != 0 && !o.recursive {
 			return 0, fmt.Errorf("%w (%d of them; delete with Recursive)", ErrNotEmpty, len(s.kidsOf(slot)))
@@ -258,8 +260,12 @@ type attrEnt struct {
 	start, end int    // where val is in the scratch buffer while it grows
 }
 
-// putBlob encodes name and attributes (sorted by key name) into the arena.
-func (t *Tree) putBlob(s *state, name []byte, attrs []attrEnt) (uint64, uint32) {
+// maxBlobBytes bounds a node's encoded name and attributes; Load enforces
+// the same bound, so whatever Apply accepts, Load accepts.
+const maxBlobBytes = MaxAttrsBytes + MaxNameLen + 16
+
+// encodeBlob encodes name and attributes (sorted by key name) into t.buf.
+func (t *Tree) encodeBlob(name []byte, attrs []attrEnt) []byte {
 	b := t.buf[:0]
 	b = binary.AppendUvarint(b, uint64(len(name)))
 	b = append(b, name...)
@@ -269,7 +275,7 @@ func (t *Tree) putBlob(s *state, name []byte, attrs []attrEnt) (uint64, uint32) 
 		b = append(b, a.val...)
 	}
 	t.buf = b
-	return s.arena.put(b)
+	return b
 }
 
 func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
@@ -299,6 +305,9 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 		t.cattrs = append(t.cattrs, createAttr{key: k, start: int32(st), end: int32(len(b))})
 	}
 	t.buf = b
+	if len(b) > maxBlobBytes { // validation keeps ops well below this
+		return 0, fmt.Errorf("%w: the node's attributes would take %d bytes (at most %d)", ErrInvalid, len(b), MaxAttrsBytes)
+	}
 	kind := s.internKind(o.kind)
 	fromFree := len(s.free) > 0
 	slot := s.allocSlot()
@@ -405,7 +414,7 @@ func (s *state) secAdd(slot uint32) {
 	}
 }
 
-func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) {
+func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 	r := s.at(slot)
 	var before *Node
 	wantEv := len(t.ws) > 0 && t.wanted(o.path, s.kinds[r.kind], "")
@@ -461,7 +470,11 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) {
 		t.attrs = append(t.attrs, attrEnt{key: m.key, val: val})
 	}
 	t.vbuf = vals
-	blob, blen := t.putBlob(s, name, t.attrs)
+	b := t.encodeBlob(name, t.attrs)
+	if len(b) > maxBlobBytes {
+		return fmt.Errorf("%w: the node's attributes would take %d bytes (at most %d)", ErrInvalid, len(b), MaxAttrsBytes)
+	}
+	blob, blen := s.arena.put(b)
 	s.preWrite(slot)
 	r = s.at(slot)
 	oldRec := *r
@@ -476,6 +489,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) {
 		n := s.nodeFrom(r, before.Path, before.Parent)
 		t.events = append(t.events, pendingEvent{ev: Event{Index: index, Op: OpUpdate, Before: before, After: &n}})
 	}
+	return nil
 }
 
 // deleteTree deletes the subtree at slot, children before parents.

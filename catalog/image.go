@@ -478,7 +478,7 @@ func (ld *loader) records(p []byte) error {
 		if d.err != nil {
 			break
 		}
-		if len(b) > MaxAttrsBytes+MaxNameLen+16 {
+		if len(b) > maxBlobBytes {
 			d.fail("node %d: %d bytes of attributes", id, len(b))
 			break
 		}

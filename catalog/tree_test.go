@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -232,5 +233,26 @@ func TestValueJSON(t *testing.T) {
 	}
 	if _, err := (Value{}).MarshalJSON(); err == nil {
 		t.Error("marshalled the zero Value")
+	}
+}
+
+// TestNodeSizeLimit: updates cannot grow a node past the limit that Load
+// enforces, so every tree Apply builds can be saved and loaded.
+func TestNodeSizeLimit(t *testing.T) {
+	tr := New()
+	tr.Apply(1, encode(t, Op{Type: OpCreate, Path: "/big", Kind: "k"}))
+	big := Bytes(make([]byte, MaxValueLen))
+	var err error
+	index := uint64(1)
+	for i := 0; i < 6 && err == nil; i++ {
+		index++
+		err = tr.Apply(index, encode(t, Op{Type: OpUpdate, Path: "/big", Set: map[string]Value{fmt.Sprintf("k%d", i): big}})).(*Result).Err
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("growing a node past %d bytes: %v", MaxAttrsBytes, err)
+	}
+	img := saveBytes(t, tr)
+	if err := New().Load(bytes.NewReader(img)); err != nil {
+		t.Fatalf("Load of a tree Apply built: %v", err)
 	}
 }
