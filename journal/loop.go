@@ -39,15 +39,6 @@ func (j *Journal) run() {
 			j.rn.Tick()
 		case p := <-j.propc:
 			j.propose(p)
-			for n := 0; n < 4096; n++ { // group commit: take what is queued
-				select {
-				case p := <-j.propc:
-					j.propose(p)
-					continue
-				default:
-				}
-				break
-			}
 		case in := <-j.recvc:
 			j.step(in)
 		case op := <-j.opc:
@@ -65,16 +56,9 @@ func (j *Journal) run() {
 			}
 		case <-j.applyq.room():
 		}
-		// Take the messages that arrived meanwhile so one Ready covers them.
-		for n := 0; n < 256; n++ {
-			select {
-			case in := <-j.recvc:
-				j.step(in)
-				continue
-			default:
-			}
-			break
-		}
+		// Take what else arrived meanwhile (proposals, messages), so one
+		// Ready, and one fsync, covers it all: group commit.
+		j.drain()
 		// The leader journals its clock every StaleAfter/2, and at once
 		// when it takes over.
 		if j.state.Load() == uint32(raft.StateLeader) {
@@ -104,6 +88,21 @@ func (j *Journal) run() {
 	j.fail(err)
 	<-j.stopc
 	j.failProposals()
+}
+
+// drain takes the queued proposals and inbound messages, bounded so a
+// flood cannot starve ticks.
+func (j *Journal) drain() {
+	for n := 0; n < 4096; n++ {
+		select {
+		case p := <-j.propc:
+			j.propose(p)
+		case in := <-j.recvc:
+			j.step(in)
+		default:
+			return
+		}
+	}
 }
 
 func (j *Journal) fail(err error) {
