@@ -128,6 +128,9 @@ func (r *Registry) detachLocked(idx uint32, n *node, ev heartbeat.Event, reason 
 	}
 	causes := make([]*CanceledError, len(n.slots))
 	var victims []victim
+	if keep == nil {
+		victims = make([]victim, 0, len(n.queries))
+	}
 	kept := n.queries[:0]
 	for _, q := range n.queries {
 		p := q.partOn(idx)
