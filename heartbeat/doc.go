@@ -5,21 +5,52 @@
 // It replaces Doris's HeartbeatMgr plus the BE start time and FE start
 // UUID of apache/doris#23704:
 //
-//  1. Every process draws a fresh Epoch (a UUID) when it starts.
+//  1. Every process draws a fresh Epoch (a UUID) when it starts. The journal
+//     pairs it with an ordered generation when it is recorded: every
+//     transition of a member record bumps its generation, so an older view
+//     (a lagging leader, a late response) can never flip an epoch back.
 //  2. Member records (frontends and workers) live in the catalog under
-//     /_cluster/members/<id> and change only through journal proposals, so
-//     they are the same on every frontend and survive images.
-//  3. The raft leader's Monitor probes every member each interval, in
-//     parallel, with a per-request deadline. It journals only transitions:
-//     restarted (a new epoch answered), dead (DeadAfter misses in a row) and
-//     alive again. Transitions are fenced by the leader's claim record, so a
-//     deposed leader's proposal fails its precondition and changes nothing.
-//  4. Membership, on every frontend, watches the member records and delivers
-//     the transitions as Events in log order.
-//  5. A Responder (an http.Handler, on workers and frontends) answers the
-//     leader's heartbeats with its epoch, ignores lower raft terms, tracks
-//     the frontends' epochs from the requests and emits Events when a
-//     frontend restarted, died or was removed.
+//     MembersPath ("/_cluster/members/<id>", kind "member", attributes addr,
+//     kind, role, epoch, generation, status, since, term) and change only
+//     through journal proposals, so they are the same on every frontend and
+//     survive images.
+//  3. While a frontend is the raft leader, its Membership runs the monitor:
+//     every Interval it heartbeats every member in parallel, each request
+//     with its own Timeout, carrying the leader's id and raft term and the
+//     frontends' published epochs. It journals only transitions: restarted
+//     (a new epoch answered), dead (DeadAfter misses in a row, over at least
+//     DeadAfter intervals, and not before Grace has passed since it was
+//     elected), alive again. Misses that fall in the leader's own pause (a
+//     tick that comes late) convict nobody. Each transition is fenced twice:
+//     by the record's last change (catalog precondition) and by the
+//     leader's claim at MonitorPath, so a deposed leader changes nothing.
+//  4. On every frontend, Membership replays the member records from the
+//     catalog (a watch, and a full re-read after an image load) and hands
+//     each transition to Config.OnEvent in log order.
+//  5. A Responder (an http.Handler mounted at Path on every member) answers
+//     with its epoch, refuses lower raft terms before taking any lock,
+//     tracks the frontends' epochs from the leader's lists and emits an Event
+//     when a frontend restarted, was declared dead (it is then published
+//     with a TemporaryEpoch, never before), came back or was removed. A
+//     member that hears from no leader emits nothing: silence is never
+//     evidence.
 //
-// Package cancel consumes the Events.
+// Package cancel consumes the Events. Wiring on a frontend (see Example):
+//
+//	reg := cancel.New(cancel.Config{})
+//	ms, err := heartbeat.New(heartbeat.Config{
+//		ID: id, Epoch: heartbeat.NewEpoch(), Tree: tree,
+//		Journal: hbJournal{j},      // Propose + LeaderTerm over *journal.Journal
+//		OnEvent: func(ev heartbeat.Event) { reg.Apply(ev) },
+//	})
+//	mux.Handle(heartbeat.Path, ms.Handler())
+//
+// and on a worker:
+//
+//	frags := cancel.New(cancel.Config{})
+//	resp, err := heartbeat.NewResponder(heartbeat.ResponderConfig{
+//		ID: id, Epoch: heartbeat.NewEpoch(),
+//		OnEvent: func(ev heartbeat.Event) { frags.Apply(ev) },
+//	})
+//	mux.Handle(heartbeat.Path, resp)
 package heartbeat
