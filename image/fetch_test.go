@@ -342,3 +342,19 @@ func TestCloseStopsFetch(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.ErrorIs(t, <-errc, ErrClosed)
 }
+
+func TestRemoteLatest(t *testing.T) {
+	ctx := context.Background()
+	empty := openStore(t, vfs.NewMem(), "/src", newKV())
+	client := openStore(t, vfs.NewMem(), "/dst", newKV())
+	_, err := client.RemoteLatest(ctx, newServer(t, empty))
+	require.ErrorIs(t, err, ErrNotFound)
+
+	p := newPeer(t, 70, nil)
+	writeKV(t, p.store, 90)
+	ri, err := client.RemoteLatest(ctx, p.addr())
+	require.NoError(t, err)
+	want, err := p.store.Verify(90)
+	require.NoError(t, err)
+	require.Equal(t, RemoteInfo{ClusterID: "cluster-a", Index: 90, Term: 1, Version: FormatVersion, Size: want.Size, CRC: want.CRC}, ri)
+}
