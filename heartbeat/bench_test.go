@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -36,6 +37,7 @@ func (s *switchable) set(h http.Handler) { s.h.Store(&h) }
 
 type loopback struct {
 	tr      *http.Transport
+	frags   map[uint64]*cancel.Registry // each worker's fragment registry
 	log     *fakeLog
 	tree    *catalog.Tree
 	ms      *heartbeat.Membership
@@ -47,7 +49,9 @@ type loopback struct {
 // newLoopback starts one frontend (the leader, id 1) and workers 2..n as
 // real HTTP servers on 127.0.0.1, with the journal faked in process (so the
 // figures exclude raft's commit latency).
-func newLoopback(b *testing.B, workers int, interval, timeout time.Duration) *loopback {
+const followerID = 1000_000
+
+func newLoopback(b *testing.B, workers int, interval, timeout time.Duration, coordinator bool) *loopback {
 	l := &loopback{tree: catalog.New(), reg: cancel.New(cancel.Config{}), servers: map[uint64]*httptest.Server{}, members: map[uint64]*switchable{}}
 	l.log = &fakeLog{trees: map[uint64]*catalog.Tree{1: l.tree}, leases: map[uint64]lease{1: {term: 1, leader: true}}}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -63,17 +67,27 @@ func newLoopback(b *testing.B, workers int, interval, timeout time.Duration) *lo
 	}
 	front.set(l.ms.Handler())
 	l.members[1] = front
+	l.frags = map[uint64]*cancel.Registry{}
 	for id := uint64(2); id <= uint64(workers+1); id++ {
 		s := &switchable{}
-		s.set(newResponder(b, id))
+		reg := cancel.New(cancel.Config{})
+		l.frags[id] = reg
+		s.set(newResponder(b, id, reg))
 		l.members[id] = s
+	}
+	if coordinator {
+		// A second frontend (a follower coordinating queries): only its
+		// heartbeat answers matter here, so a Responder stands for it.
+		s := &switchable{}
+		s.set(newResponder(b, followerID, nil))
+		l.members[followerID] = s
 	}
 	ctx := context.Background()
 	for id, s := range l.members {
 		srv := httptest.NewServer(s)
 		l.servers[id] = srv
 		kind := heartbeat.KindWorker
-		if id == 1 {
+		if id == 1 || id == followerID {
 			kind = heartbeat.KindFrontend
 		}
 		if err := l.ms.Add(ctx, heartbeat.Member{ID: id, Addr: strings.TrimPrefix(srv.URL, "http://"), Kind: kind}); err != nil {
@@ -83,7 +97,7 @@ func newLoopback(b *testing.B, workers int, interval, timeout time.Duration) *lo
 	// Wait until every member's epoch is journaled.
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		ms := l.ms.Members()
-		ok := len(ms) == workers+1
+		ok := len(ms) == len(l.members)
 		for _, m := range ms {
 			ok = ok && !m.Epoch.IsZero() && m.Status == heartbeat.StatusAlive
 		}
@@ -111,8 +125,12 @@ func waitDone(b *testing.B, q *cancel.Query, what string) {
 	}
 }
 
-func newResponder(b *testing.B, id uint64) *heartbeat.Responder {
-	r, err := heartbeat.NewResponder(heartbeat.ResponderConfig{ID: id, Epoch: heartbeat.NewEpoch()})
+func newResponder(b *testing.B, id uint64, reg *cancel.Registry) *heartbeat.Responder {
+	cfg := heartbeat.ResponderConfig{ID: id, Epoch: heartbeat.NewEpoch()}
+	if reg != nil {
+		cfg.OnEvent = func(ev heartbeat.Event) { reg.Apply(ev) }
+	}
+	r, err := heartbeat.NewResponder(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -122,6 +140,9 @@ func newResponder(b *testing.B, id uint64) *heartbeat.Responder {
 func (l *loopback) close() {
 	l.ms.Close()
 	l.reg.Close()
+	for _, r := range l.frags {
+		r.Close()
+	}
 	l.tr.CloseIdleConnections()
 	for _, s := range l.servers {
 		s.CloseClientConnections()
@@ -141,12 +162,14 @@ func (l *loopback) waitAlive(b *testing.B, id uint64, e heartbeat.Epoch) {
 
 // BenchmarkDetect measures, over real HTTP on loopback with a 50 ms
 // interval, the time from a worker's restart (new epoch) and from its death
-// (hung: no answer) to the cancellation of a query on it, in intervals.
+// (hung: no answer) to the cancellation of a query on it, in intervals; and
+// from a coordinating frontend's restart to the cancellation of its
+// fragment on a worker (journaled, then published in the next heartbeat).
 func BenchmarkDetect(b *testing.B) {
 	const interval = 50 * time.Millisecond
-	l := newLoopback(b, 3, interval, 0)
+	l := newLoopback(b, 3, interval, 0, true)
 	defer l.close()
-	var restartSum, deathSum, restartMax, deathMax float64
+	var restartSum, deathSum, restartMax, deathMax, coordSum, coordMax float64
 	victim := uint64(2)
 	for b.Loop() {
 		// Restart: a new process with a new epoch answers at the same address.
@@ -155,8 +178,8 @@ func BenchmarkDetect(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		time.Sleep(time.Duration(time.Now().UnixNano()%int64(interval)) + time.Millisecond) // land anywhere in an interval
-		r := newResponder(b, victim)
+		time.Sleep(rand.N(interval)) // land anywhere in an interval
+		r := newResponder(b, victim, l.frags[victim])
 		start := time.Now()
 		l.members[victim].set(r)
 		waitDone(b, q, "restart")
@@ -180,12 +203,32 @@ func BenchmarkDetect(b *testing.B) {
 		q.Finish()
 		l.members[victim].hung.Store(false)
 		l.waitAlive(b, victim, r.Epoch())
+
+		// Coordinator restart: a fragment on worker 3 from the follower
+		// frontend; the follower restarts; the worker learns it from the
+		// leader's next frontend list.
+		fm, _ := l.ms.Member(followerID)
+		frag, err := l.frags[3].RegisterFragment(context.Background(), cancel.Member{Node: followerID, Epoch: fm.Epoch})
+		if err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(rand.N(interval))
+		nf := newResponder(b, followerID, nil)
+		start = time.Now()
+		l.members[followerID].set(nf)
+		waitDone(b, frag, "coordinator restart")
+		d = float64(time.Since(start)) / float64(interval)
+		coordSum += d
+		coordMax = max(coordMax, d)
+		frag.Finish()
 	}
 	n := float64(b.N)
 	b.ReportMetric(restartSum/n, "restart-intervals")
 	b.ReportMetric(restartMax, "restart-intervals-max")
 	b.ReportMetric(deathSum/n, "death-intervals")
 	b.ReportMetric(deathMax, "death-intervals-max")
+	b.ReportMetric(coordSum/n, "coordinator-restart-intervals")
+	b.ReportMetric(coordMax, "coordinator-restart-intervals-max")
 }
 
 // BenchmarkHeartbeatRound measures one leader round to 1,000 members over
@@ -197,7 +240,7 @@ func BenchmarkHeartbeatRound(b *testing.B) {
 			// A long timeout: this 2-core machine also runs all 1,000
 			// members' servers, and the figure wanted is the round's time.
 			const interval = 2 * time.Second
-			l := newLoopback(b, n-1, interval, interval*3/4)
+			l := newLoopback(b, n-1, interval, interval*3/4, false)
 			defer l.close()
 			var roundSum time.Duration
 			st0 := l.ms.MonitorStats()
