@@ -3,6 +3,8 @@ package heartbeat_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -343,5 +345,75 @@ func TestResyncAfterImageLoad(t *testing.T) {
 		require.Equal(t, 1, countType(evs, 10, heartbeat.Removed))
 		load() // the same image again: nothing new
 		require.Equal(t, 1, countType(evs, 10, heartbeat.Removed))
+	})
+}
+
+// Registrations racing a worker's restart: each query registered against
+// the old epoch either fails at once or is cancelled, exactly once; those
+// registered against the new epoch go on.
+func TestRegistrationRacingRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, 1)
+		f2 := c.frontends[2]
+		var mu sync.Mutex
+		cancels := map[*cancel.Query]int{}
+		var accepted []*cancel.Query
+		var epochs []heartbeat.Epoch
+		rejected := 0
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					st, _ := f2.reg.Node(10)
+					var q *cancel.Query
+					q, err := f2.reg.Register(t.Context(), member(f2.ms, 2), []cancel.Member{{Node: 10, Epoch: st.Epoch}},
+						cancel.OnCancel(func(*cancel.CanceledError) { mu.Lock(); cancels[q]++; mu.Unlock() }))
+					mu.Lock()
+					if err != nil {
+						if !errors.Is(err, cancel.ErrNodeRestarted) {
+							t.Errorf("register: %v", err)
+						}
+						rejected++
+					} else {
+						accepted = append(accepted, q)
+						epochs = append(epochs, st.Epoch)
+					}
+					mu.Unlock()
+					time.Sleep(interval / 50)
+				}
+			})
+		}
+		c.advance(interval / 3)
+		old := c.workers[10].epoch
+		w := c.restartWorker(10)
+		c.advance(2 * interval)
+		close(stop)
+		wg.Wait()
+		synctestWait()
+		mu.Lock()
+		defer mu.Unlock()
+		var sawOld, sawNew int
+		for i, q := range accepted {
+			switch epochs[i] {
+			case old:
+				sawOld++
+				require.Error(t, q.Context().Err(), "a query on the old epoch escaped")
+				require.Equal(t, 1, cancels[q], "cancelled %d times", cancels[q])
+			case w.epoch:
+				sawNew++
+				require.NoError(t, q.Context().Err())
+				require.Zero(t, cancels[q])
+			default:
+				t.Fatalf("registered against epoch %s", epochs[i])
+			}
+		}
+		require.Positive(t, sawOld)
+		require.Positive(t, sawNew)
 	})
 }

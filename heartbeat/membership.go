@@ -102,7 +102,11 @@ func (c *Config) fill() error {
 	}
 	if c.Client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = 4
+		// One kept-alive connection per member, however many members:
+		// the default cap of 100 idle connections would make every round
+		// redial most of a large cluster.
+		tr.MaxIdleConns = 0
+		tr.MaxIdleConnsPerHost = 2
 		c.Client = &http.Client{Transport: tr}
 	}
 	if c.Endpoint == nil {
