@@ -8,14 +8,24 @@ import (
 	"github.com/metatree/metatree/catalog/internal/idset"
 )
 
-// The compact layout. A node is a fixed-size, pointer-free rec in a chunked
-// slab, addressed by a dense slot number that is private to this process
-// (slots are reused and differ between replicas; nothing observable depends
-// on them). Its name and attributes live in one length-prefixed blob in an
-// append-only byte arena; kinds and attribute keys are interned; children
-// are sorted slices of slots; ids map to slots through pages of a direct
-// table (ids are dense, from a counter). The GC sees a few thousand large
-// pointer-free arrays instead of millions of small objects.
+// The compact layout. A node is a fixed-size, pointer-free rec (48 bytes)
+// in a chunked slab, addressed by a dense slot number that is private to
+// this process (slots are reused and differ between replicas; nothing
+// observable depends on them: results are ordered by id or name). Its name
+// and attributes live in one blob in an append-only byte arena (compacted
+// when mostly garbage); kinds and attribute keys are interned, values are
+// varint-packed. Children are sorted lists of slots in a pooled array
+// (kids.go); ids map to slots through pages of a direct table (ids are
+// dense, from a counter); kind sets and index postings are chunked sorted
+// slot sets (internal/idset). The GC sees a few thousand large pointer-free
+// arrays instead of millions of small objects. For the Doris-scale
+// benchmark this is 91 bytes a node, against about 580 for maps and
+// pointers.
+//
+// Limits of the layout: a sorted child list is moved on insert, so a node
+// with millions of children inserted in random name order is slow to build
+// (appends in name order are fast); slots are uint32 (4 billion live
+// nodes); one node's name and attributes are at most about 4 MiB.
 
 const (
 	slabBits = 12
