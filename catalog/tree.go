@@ -183,10 +183,23 @@ func (t *Tree) collect(pick func(s *state) ([]uint32, func(*state, *rec) bool)) 
 	s := t.s
 	slots, keep := pick(s)
 	if len(slots) <= longChunk {
+		// Siblings often come together (a tablet's replicas): reuse the
+		// parent's path.
+		lastParent, lastPath := ^uint32(0), ""
 		for _, slot := range slots {
-			if r := s.at(slot); keep == nil || keep(s, r) {
-				out = append(out, s.node(slot))
+			r := s.at(slot)
+			if keep != nil && !keep(s, r) {
+				continue
 			}
+			if r.parent != lastParent {
+				lastParent, lastPath = r.parent, s.pathOf(r.parent)
+			}
+			name, _ := splitBlob(s.blob(r))
+			path := lastPath + "/" + string(name)
+			if lastPath == "/" {
+				path = path[1:]
+			}
+			out = append(out, s.nodeFrom(r, path, s.at(r.parent).id))
 		}
 		t.mu.RUnlock()
 	} else {
