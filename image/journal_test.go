@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/journaltest"
@@ -32,6 +33,9 @@ type imageNet struct {
 func (n *imageNet) serve(addr string, s *Store) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if old := n.servers[addr]; old != nil {
+		old.Close()
+	}
 	n.servers[addr] = httptest.NewServer(s.Handler())
 }
 
@@ -65,16 +69,19 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 // stores and checkpointers as a host wires them.
 type imageCluster struct {
 	*journaltest.Cluster
+	t      *testing.T
+	mu     sync.Mutex
 	trees  map[uint64]*catalog.Tree
 	stores map[uint64]*Store
 	cps    map[uint64]*Checkpointer
+	lastFS map[uint64]vfs.FS
 }
 
 func newImageCluster(t *testing.T) *imageCluster {
-	c := &imageCluster{trees: map[uint64]*catalog.Tree{}, stores: map[uint64]*Store{}, cps: map[uint64]*Checkpointer{}}
+	c := &imageCluster{t: t, trees: map[uint64]*catalog.Tree{}, stores: map[uint64]*Store{}, cps: map[uint64]*Checkpointer{}, lastFS: map[uint64]vfs.FS{}}
 	inet := &imageNet{servers: map[string]*httptest.Server{}}
 	client := inet.client()
-	var mu sync.Mutex
+	mu := &c.mu
 	t.Cleanup(func() { // runs after the cluster's Close
 		for _, s := range c.stores {
 			s.Close()
@@ -97,25 +104,60 @@ func newImageCluster(t *testing.T) *imageCluster {
 				Logger: testLogger(t).With("node", cfg.ID)})
 			require.NoError(t, err)
 			c.stores[cfg.ID] = s
+			c.lastFS[cfg.ID] = cfg.FS
 			inet.serve(cfg.Addr, s)
 			cfg.Snapshots = s
 			cfg.DedupeWindow, cfg.CompactMargin = 10, 10
 		},
 	})
 	for _, n := range c.Nodes() {
-		j := n.Journal()
-		require.NoError(t, c.stores[n.ID].SetClusterID(j.Status().ClusterID))
-		cp, err := NewCheckpointer(CheckpointerConfig{
-			Store: c.stores[n.ID], Journal: j,
-			Applied:  func() uint64 { return j.Status().Applied },
-			NewState: func() State { return catalog.New() },
-			Interval: time.Hour, Logger: testLogger(t).With("node", n.ID),
-		})
-		require.NoError(t, err)
-		c.cps[n.ID] = cp
-		t.Cleanup(func() { cp.Close() })
+		c.startCheckpointer(n.ID)
 	}
 	return c
+}
+
+func (c *imageCluster) startCheckpointer(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := c.Node(id).Journal()
+	require.NoError(c.t, c.stores[id].SetClusterID(j.Status().ClusterID))
+	cp, err := NewCheckpointer(CheckpointerConfig{
+		Store: c.stores[id], Journal: j,
+		Applied:  func() uint64 { return j.Status().Applied },
+		NewState: func() State { return catalog.New() },
+		Interval: time.Hour, Logger: testLogger(c.t).With("node", id),
+	})
+	require.NoError(c.t, err)
+	c.cps[id] = cp
+	c.t.Cleanup(func() { cp.Close() })
+}
+
+// crash closes node id's checkpointer, journal and store; with power loss
+// only what was synced survives, as when a machine dies; without, as a
+// process that exits.
+func (c *imageCluster) crash(id uint64, powerLoss bool) {
+	c.mu.Lock()
+	cp, s := c.cps[id], c.stores[id]
+	c.mu.Unlock()
+	require.NoError(c.t, cp.Close())
+	if powerLoss {
+		require.NoError(c.t, c.Crash(id))
+	} else {
+		require.NoError(c.t, c.Stop(id))
+	}
+	require.NoError(c.t, s.Close())
+}
+
+func (c *imageCluster) store(id uint64) *Store {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stores[id]
+}
+
+func (c *imageCluster) tree(id uint64) *catalog.Tree {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.trees[id]
 }
 
 // A follower partitioned while the leader writes, checkpoints and compacts
@@ -171,4 +213,45 @@ func TestPartitionedFollowerCatchesUpThroughImage(t *testing.T) {
 	// byte for byte.
 	require.Equal(t, saveBytes(t, c.trees[leaderID]), saveBytes(t, c.trees[lagger]))
 	require.Equal(t, c.trees[leaderID].Len(), c.trees[lagger].Len())
+
+	// Power loss right after: the node restarts from the restored image.
+	c.crash(lagger, true)
+	require.NoError(t, c.Restart(ctx, lagger))
+	c.startCheckpointer(lagger)
+	require.NoError(t, c.Node(lagger).Journal().WaitApplied(ctx, last))
+	require.Equal(t, saveBytes(t, c.tree(leaderID)), saveBytes(t, c.tree(lagger)))
+}
+
+// A node whose log was compacted behind its image refuses to start, naming
+// the problem, when that image is gone: it never starts silently empty.
+func TestNodeWithoutItsImageRefusesToStart(t *testing.T) {
+	c := newImageCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	leaderID, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	leader := c.Node(leaderID).Journal()
+	var last uint64
+	for _, b := range catalogBatches(t, 100) {
+		last, _, err = leader.Propose(ctx, b)
+		require.NoError(t, err)
+	}
+	var victim uint64 = 1
+	if victim == leaderID {
+		victim = 2
+	}
+	require.NoError(t, c.Node(victim).Journal().WaitApplied(ctx, last))
+	info, err := c.cps[victim].Checkpoint(ctx)
+	require.NoError(t, err)
+	err = c.Node(victim).Journal().ReadEntries(ctx, 0, last, func(uint64, []byte) error { return nil })
+	require.Error(t, err, "the log was compacted behind the image")
+
+	c.crash(victim, false)
+	fs := c.lastFS[victim]
+	dir := c.store(victim).Dir()
+	require.NoError(t, fs.Remove(fs.PathJoin(dir, info.Name)))
+	err = c.Restart(ctx, victim)
+	require.ErrorIs(t, err, ErrNoUsableImage)
+	require.Contains(t, err.Error(), dir)
+	require.Contains(t, err.Error(), "restore this node from a peer")
 }
