@@ -15,6 +15,7 @@ import (
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/journal"
 )
 
 // switchable is a member's HTTP server whose process can be swapped
@@ -35,7 +36,17 @@ func (s *switchable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *switchable) set(h http.Handler) { s.h.Store(&h) }
 
+// hbJournal adapts *journal.Journal to heartbeat.Journal, as a host does.
+type hbJournal struct{ j *journal.Journal }
+
+func (a hbJournal) Propose(ctx context.Context, data []byte) (uint64, any, error) {
+	return a.j.Propose(ctx, data)
+}
+
+func (a hbJournal) LeaderTerm() (uint64, bool) { st := a.j.Status(); return st.Term, st.IsLeader() }
+
 type loopback struct {
+	j       *journal.Journal // nil: the journal is faked in process
 	tr      *http.Transport
 	frags   map[uint64]*cancel.Registry // each worker's fragment registry
 	log     *fakeLog
@@ -51,7 +62,7 @@ type loopback struct {
 // figures exclude raft's commit latency).
 const followerID = 1000_000
 
-func newLoopback(b *testing.B, workers int, interval, timeout time.Duration, coordinator bool) *loopback {
+func newLoopback(b *testing.B, workers int, interval, timeout time.Duration, coordinator, pebble bool) *loopback {
 	l := &loopback{tree: catalog.New(), reg: cancel.New(cancel.Config{}), servers: map[uint64]*httptest.Server{}, members: map[uint64]*switchable{}}
 	l.log = &fakeLog{trees: map[uint64]*catalog.Tree{1: l.tree}, leases: map[uint64]lease{1: {term: 1, leader: true}}}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -59,8 +70,18 @@ func newLoopback(b *testing.B, workers int, interval, timeout time.Duration, coo
 	tr.MaxIdleConns = 4 * (workers + 1)
 	l.tr = tr
 	var err error
+	var jr heartbeat.Journal = fakeJournal{l: l.log, id: 1}
+	if pebble {
+		// A real single-node journal: Pebble on disk, fsync on every Ready.
+		l.j, err = journal.Open(context.Background(), journal.Config{ID: 1, Dir: b.TempDir(), Addr: "127.0.0.1:1",
+			Bootstrap: true, StateMachine: l.tree, TickInterval: 10 * time.Millisecond})
+		if err != nil {
+			b.Fatal(err)
+		}
+		jr = hbJournal{l.j}
+	}
 	front := &switchable{}
-	l.ms, err = heartbeat.New(heartbeat.Config{ID: 1, Epoch: heartbeat.NewEpoch(), Tree: l.tree, Journal: fakeJournal{l: l.log, id: 1},
+	l.ms, err = heartbeat.New(heartbeat.Config{ID: 1, Epoch: heartbeat.NewEpoch(), Tree: l.tree, Journal: jr,
 		Client: &http.Client{Transport: tr}, Interval: interval, Timeout: timeout, OnEvent: func(ev heartbeat.Event) { l.reg.Apply(ev) }})
 	if err != nil {
 		b.Fatal(err)
@@ -143,6 +164,9 @@ func (l *loopback) close() {
 	for _, r := range l.frags {
 		r.Close()
 	}
+	if l.j != nil {
+		l.j.Close()
+	}
 	l.tr.CloseIdleConnections()
 	for _, s := range l.servers {
 		s.CloseClientConnections()
@@ -166,8 +190,14 @@ func (l *loopback) waitAlive(b *testing.B, id uint64, e heartbeat.Epoch) {
 // from a coordinating frontend's restart to the cancellation of its
 // fragment on a worker (journaled, then published in the next heartbeat).
 func BenchmarkDetect(b *testing.B) {
+	for _, j := range []string{"fake", "pebble"} {
+		b.Run("journal="+j, func(b *testing.B) { benchmarkDetect(b, j == "pebble") })
+	}
+}
+
+func benchmarkDetect(b *testing.B, pebble bool) {
 	const interval = 50 * time.Millisecond
-	l := newLoopback(b, 3, interval, 0, true)
+	l := newLoopback(b, 3, interval, 0, true, pebble)
 	defer l.close()
 	var restartSum, deathSum, restartMax, deathMax, coordSum, coordMax float64
 	victim := uint64(2)
@@ -240,7 +270,7 @@ func BenchmarkHeartbeatRound(b *testing.B) {
 			// A long timeout: this 2-core machine also runs all 1,000
 			// members' servers, and the figure wanted is the round's time.
 			const interval = 2 * time.Second
-			l := newLoopback(b, n-1, interval, interval*3/4, false)
+			l := newLoopback(b, n-1, interval, interval*3/4, false, false)
 			defer l.close()
 			var roundSum time.Duration
 			st0 := l.ms.MonitorStats()
