@@ -107,7 +107,8 @@ func envInt(name string, def int) int {
 // TestFaultLinearizable runs clients writing and linearizably reading
 // registers through random nodes of a 3-voter cluster while a fault
 // injector crashes (power cut: unsynced writes lost) and restarts nodes,
-// the leader above all, and partitions them. It then checks the recorded
+// the leader above all, and partitions them. A fourth node is an observer
+// (learner): it serves writes (forwarded) and linearizable reads too. It then checks the recorded
 // history with porcupine, that every acknowledged write is applied on every
 // node after healing, and that all nodes applied the same sequence.
 //
@@ -122,7 +123,7 @@ func TestFaultLinearizable(t *testing.T) {
 		m map[uint64]*kvSM
 	}{m: map[uint64]*kvSM{}}
 	c := journaltest.NewCluster(t, journaltest.Options{
-		Voters: 3, Seed: seed,
+		Voters: 3, Observers: 1, Seed: seed,
 		NewStateMachine: func(id uint64) journal.StateMachine {
 			sm := newKVSM()
 			sms.Lock()
@@ -169,7 +170,7 @@ func TestFaultLinearizable(t *testing.T) {
 					return
 				default:
 				}
-				node := c.Node(uint64(1 + rng.IntN(3)))
+				node := c.Node(uint64(1 + rng.IntN(4))) // node 4 is an observer
 				j := node.Journal()
 				if j == nil {
 					continue // down: pick another
@@ -228,10 +229,13 @@ func TestFaultLinearizable(t *testing.T) {
 		require.NoError(t, err)
 		victim := leader
 		if rng.IntN(3) == 0 {
-			victim = uint64(1 + rng.IntN(3))
+			victim = uint64(1 + rng.IntN(4))
 		}
 		kind := "leader"
-		if victim != leader {
+		switch {
+		case victim == 4:
+			kind = "observer"
+		case victim != leader:
 			kind = "follower"
 		}
 		switch rng.IntN(3) {
