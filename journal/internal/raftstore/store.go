@@ -210,8 +210,8 @@ func (s *Store) load() error {
 		if first != trunc.index+1 {
 			return fmt.Errorf("%w: log starts at %d but truncation is at %d", ErrCorrupt, first, trunc.index)
 		}
-		// A gap inside the log would show as a missing key on read; the
-		// count check finds it now instead.
+		// A gap inside the log is not searched for here (that would read
+		// the whole log); a read that meets one fails with ErrCorrupt.
 		lastIndex = last
 	}
 	snapIndex := snap.GetMetadata().GetIndex()
