@@ -24,11 +24,13 @@ import (
 // ErrApplied and changes nothing.
 func (t *Tree) Apply(index uint64, data []byte) any {
 	res := &Result{Index: index}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.s
-	if index <= s.index {
-		res.Err = fmt.Errorf("%w: index %d, last applied %d", ErrApplied, index, s.index)
+	// applyMu serialises Apply and Load (and guards the scratch state), so
+	// the entry is decoded and validated before taking mu: readers wait only
+	// for the changes themselves.
+	t.applyMu.Lock()
+	defer t.applyMu.Unlock()
+	if last := t.s.index; index <= last {
+		res.Err = fmt.Errorf("%w: index %d, last applied %d", ErrApplied, index, last)
 		return res
 	}
 	ops, err := t.dec.decode(data, t.ops, true)
@@ -36,9 +38,13 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	if err == nil {
 		err = validateOps(ops)
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.s
 	if err != nil {
 		s.index = index
 		res.Err = err
+		t.clearScratch()
 		return res
 	}
 	s.lr.applying = index

@@ -209,6 +209,8 @@ func (t *Tree) Load(r io.Reader) error {
 	if err != nil {
 		return err
 	}
+	t.applyMu.Lock()
+	defer t.applyMu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.s = s

@@ -18,10 +18,14 @@ import (
 // take the lock for a bounded chunk at a time, so they never stall Apply for
 // long. A Tree starts no goroutines.
 type Tree struct {
-	mu sync.RWMutex
-	s  *state // replaced whole by Load
+	// applyMu serialises Apply and Load; it guards the applier scratch
+	// below and makes t.s and its counters safe to read for the holder.
+	applyMu sync.Mutex
 
-	// Applier scratch, used only under mu held for writing.
+	mu sync.RWMutex
+	s  *state // replaced whole by Load; changed only with both locks held
+
+	// Applier scratch, used only with applyMu held.
 	dec     decoder
 	ops     []rawOp
 	undo    []undoRec
