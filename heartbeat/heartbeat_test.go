@@ -417,3 +417,47 @@ func TestRegistrationRacingRestart(t *testing.T) {
 		require.Positive(t, sawNew)
 	})
 }
+
+// A frontend whose event consumer stalls while the catalog races ahead
+// (its watch overflows) re-reads the records and delivers every
+// transition exactly once.
+func TestResyncAfterWatchOverflow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tree := catalog.New()
+		release := make(chan struct{})
+		added := map[uint64]int{}
+		var mu sync.Mutex
+		ms, err := heartbeat.New(heartbeat.Config{ID: 99, Epoch: heartbeat.NewEpoch(), Tree: tree, Journal: follower{},
+			OnEvent: func(e heartbeat.Event) {
+				<-release
+				mu.Lock()
+				added[e.Node]++
+				mu.Unlock()
+			}})
+		require.NoError(t, err)
+		defer ms.Close()
+		index := uint64(0)
+		apply := func(ops ...catalog.Op) {
+			data, err := catalog.Batch{Ops: ops}.Encode()
+			require.NoError(t, err)
+			index++
+			require.NoError(t, tree.Apply(index, data).(*catalog.Result).Err)
+		}
+		apply(catalog.Op{Type: catalog.OpCreate, Path: heartbeat.ClusterPath, Kind: "cluster"},
+			catalog.Op{Type: catalog.OpCreate, Path: heartbeat.MembersPath, Kind: "members"})
+		const n = catalog.DefaultWatchBuffer + 200
+		for id := uint64(1); id <= n; id++ {
+			apply(catalog.Op{Type: catalog.OpCreate, Path: heartbeat.MemberPath(id), Kind: heartbeat.MemberKind, Set: map[string]catalog.Value{
+				"kind": catalog.String("worker"), "status": catalog.String("alive"), "addr": catalog.String("w:1")}})
+		}
+		close(release)
+		synctestWait()
+		require.Len(t, ms.Members(), n)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, added, n)
+		for id, k := range added {
+			require.Equal(t, 1, k, "member %d delivered %d times", id, k)
+		}
+	})
+}
