@@ -118,7 +118,10 @@ func (mo *monitor) tick(ctx context.Context, probes *sync.WaitGroup, now time.Ti
 		// misses count from now.
 		mo.mu.leading, mo.mu.term, mo.mu.claim = true, term, 0
 		mo.mu.graceUntil = now.Add(mo.cfg.Grace)
-		clear(mo.mu.peers)
+		for _, p := range mo.mu.peers { // keep inflight: an old probe may still be out
+			p.misses = 0
+			p.lastOK = now
+		}
 		mo.m.log.Info("heartbeat: monitor starts", "term", term, "grace", mo.cfg.Grace)
 	} else if gap > mo.cfg.Interval+mo.cfg.Interval/2 {
 		// Our own pause (GC, scheduling, a stalled disk): misses that fell
