@@ -40,7 +40,8 @@ type EventType uint8
 
 const (
 	// Added: the member was added to the cluster (or was already there when
-	// the observer started). Nothing is cancelled.
+	// the observer started; one already dead then is delivered as Dead
+	// instead). Nothing is cancelled.
 	Added EventType = iota + 1
 	// Restarted: the member answered with a new epoch. Work tied to any
 	// other epoch of that member is void.
@@ -73,7 +74,9 @@ func (t EventType) String() string {
 	return fmt.Sprintf("event(%d)", uint8(t))
 }
 
-// Event is one membership transition, delivered in log order.
+// Event is one membership transition, delivered in log order. There is at
+// most one event per member and Index, so a consumer may drop an event whose
+// Index is not above the last it applied for that member as a replay.
 //
 // On a frontend, events come from replaying the member records in the
 // catalog, so every frontend sees the same events in the same order, and

@@ -461,3 +461,24 @@ func TestResyncAfterWatchOverflow(t *testing.T) {
 		}
 	})
 }
+
+// A frontend that starts (or restarts) learns the current member states
+// before New returns: its registry refuses work on a dead member at once.
+func TestStartSeesCurrentState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, 2)
+		c.net.cut("*", addrOf(11), true)
+		c.advance(5 * interval)
+		dead := c.workers[11].epoch
+		f := c.restartFrontend(2) // a new process: fresh registry, seeded by New
+		_, err := f.reg.Register(t.Context(), member(f.ms, 2), []cancel.Member{{Node: 11, Epoch: dead}})
+		require.ErrorIs(t, err, cancel.ErrNodeDead)
+		st, ok := f.reg.Node(11)
+		require.True(t, ok)
+		require.Equal(t, cancel.StatusDead, st.Status)
+		require.True(t, st.Epoch.Temporary())
+		_, err = f.reg.Register(t.Context(), member(f.ms, 2), []cancel.Member{member(f.ms, 10)})
+		require.NoError(t, err)
+		require.Equal(t, 1, countType(f.events(), 11, heartbeat.Dead))
+	})
+}

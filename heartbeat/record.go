@@ -147,12 +147,12 @@ func eventsBetween(before, after *Member, index uint64) []Event {
 	case before == nil && after == nil:
 		return nil
 	case before == nil:
-		evs := []Event{{Index: index, Node: after.ID, Kind: after.Kind, Type: Added, NewEpoch: after.Epoch, Generation: after.Generation}}
+		// One event per member and index (consumers drop a repeated index
+		// as a replay): a member first seen dead is a single Dead event.
 		if after.Status == StatusDead {
-			evs[0].NewEpoch = Epoch{}
-			evs = append(evs, Event{Index: index, Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: after.Epoch, NewEpoch: after.PublishedEpoch(), Generation: after.Generation})
+			return []Event{{Index: index, Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: after.Epoch, NewEpoch: after.PublishedEpoch(), Generation: after.Generation}}
 		}
-		return evs
+		return []Event{{Index: index, Node: after.ID, Kind: after.Kind, Type: Added, NewEpoch: after.Epoch, Generation: after.Generation}}
 	case after == nil:
 		return []Event{{Index: index, Node: before.ID, Kind: before.Kind, Type: Removed, OldEpoch: before.PublishedEpoch(), Generation: before.Generation}}
 	}

@@ -117,3 +117,10 @@ func FuzzResponder(f *testing.F) {
 		require.Contains(t, w.Header().Get("Content-Type"), "application/json")
 	})
 }
+
+func TestEventsBetweenFirstSeenDead(t *testing.T) {
+	e := NewEpoch()
+	dead := Member{ID: 5, Kind: KindWorker, Epoch: e, Generation: 4, Status: StatusDead}
+	require.Equal(t, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e, NewEpoch: TemporaryEpoch(e, 4), Generation: 4}},
+		eventsBetween(nil, &dead, 9))
+}

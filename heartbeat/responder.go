@@ -205,8 +205,7 @@ func (r *Responder) diffLocked(hb *Request) []Event {
 			if !f.Dead {
 				st.lastReal = f.Epoch
 				ev(f.ID, Added, Epoch{}, f.Epoch, f.Gen)
-			} else {
-				ev(f.ID, Added, Epoch{}, Epoch{}, f.Gen)
+			} else { // one event per frontend and list: first seen dead
 				ev(f.ID, Dead, Epoch{}, f.Epoch, f.Gen)
 			}
 			r.mu.frontends[f.ID] = st

@@ -195,3 +195,11 @@ func TestEpochs(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &fe))
 	require.Equal(t, e, fe.Epoch)
 }
+
+func TestResponderFirstSeenDeadIsOneEvent(t *testing.T) {
+	f := newResponderFixture(t)
+	tmp := TemporaryEpoch(NewEpoch(), 3)
+	code, _ := f.beat(t, Request{Leader: 1, Term: 1, Version: 7, Frontends: []FrontendEpoch{{ID: 4, Gen: 3, Epoch: tmp, Dead: true}}})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, []Event{{Index: 7, Node: 4, Kind: KindFrontend, Type: Dead, NewEpoch: tmp, Generation: 3}}, f.take())
+}
