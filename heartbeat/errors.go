@@ -6,8 +6,6 @@ import "errors"
 var (
 	// ErrMalformed: a heartbeat body or a member record could not be decoded.
 	ErrMalformed = errors.New("heartbeat: malformed")
-	// ErrNotLeader: the operation needs this frontend to be the raft leader.
-	ErrNotLeader = errors.New("heartbeat: not the leader")
 	// ErrFenced: a newer leader claimed the monitor; this one's transitions
 	// are refused.
 	ErrFenced = errors.New("heartbeat: fenced by a newer leader")

@@ -32,7 +32,7 @@ func ParseKind(s string) (Kind, error) {
 	case "worker":
 		return KindWorker, nil
 	}
-	return 0, fmt.Errorf("heartbeat: unknown member kind %q", s)
+	return 0, fmt.Errorf("%w: unknown member kind %q", ErrInvalid, s)
 }
 
 // EventType says what happened to a member.

@@ -304,7 +304,7 @@ func TestLeaderPauseConvictsNobody(t *testing.T) {
 type follower struct{}
 
 func (follower) Propose(context.Context, []byte) (uint64, any, error) {
-	return 0, nil, heartbeat.ErrNotLeader
+	return 0, nil, errors.New("not the leader")
 }
 func (follower) LeaderTerm() (uint64, bool) { return 1, false }
 
@@ -480,5 +480,26 @@ func TestStartSeesCurrentState(t *testing.T) {
 		_, err = f.reg.Register(t.Context(), member(f.ms, 2), []cancel.Member{member(f.ms, 10)})
 		require.NoError(t, err)
 		require.Equal(t, 1, countType(f.events(), 11, heartbeat.Dead))
+	})
+}
+
+func TestAddRemoveErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, 1)
+		ms := c.frontends[1].ms
+		require.ErrorIs(t, ms.Add(t.Context(), heartbeat.Member{ID: 10, Addr: "x:1", Kind: heartbeat.KindWorker}), heartbeat.ErrExists)
+		require.ErrorIs(t, ms.Add(t.Context(), heartbeat.Member{ID: 0, Addr: "x:1", Kind: heartbeat.KindWorker}), heartbeat.ErrInvalid)
+		require.ErrorIs(t, ms.Add(t.Context(), heartbeat.Member{ID: 12, Kind: heartbeat.KindWorker}), heartbeat.ErrInvalid)
+		require.ErrorIs(t, ms.Remove(t.Context(), 77), heartbeat.ErrNotFound)
+		_, err := heartbeat.New(heartbeat.Config{ID: 1, Epoch: heartbeat.NewEpoch()})
+		require.ErrorIs(t, err, heartbeat.ErrInvalid)
+		_, err = heartbeat.New(heartbeat.Config{ID: 1, Tree: catalog.New(), Journal: follower{}})
+		require.ErrorIs(t, err, heartbeat.ErrInvalid, "no epoch")
+		_, err = heartbeat.New(heartbeat.Config{ID: 1, Epoch: heartbeat.NewEpoch(), Tree: catalog.New(), Journal: follower{}, Interval: time.Second, Timeout: 2 * time.Second})
+		require.ErrorIs(t, err, heartbeat.ErrInvalid, "timeout over interval")
+		_, err = heartbeat.NewResponder(heartbeat.ResponderConfig{ID: 1, Epoch: heartbeat.TemporaryEpoch(heartbeat.NewEpoch(), 1)})
+		require.ErrorIs(t, err, heartbeat.ErrInvalid)
+		require.NoError(t, ms.Close())
+		require.ErrorIs(t, ms.Add(t.Context(), heartbeat.Member{ID: 13, Addr: "x:1", Kind: heartbeat.KindWorker}), heartbeat.ErrClosed)
 	})
 }

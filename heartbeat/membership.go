@@ -365,6 +365,12 @@ func (m *Membership) ensureLayout(ctx context.Context) error {
 // propose journals one batch and returns its result; a batch that failed
 // returns its *catalog.OpError.
 func (m *Membership) propose(ctx context.Context, ops ...catalog.Op) (*catalog.Result, error) {
+	m.mu.Lock()
+	closed := m.mu.closed
+	m.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
 	data, err := catalog.Batch{Ops: ops}.Encode()
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat: encode batch: %w", err)
