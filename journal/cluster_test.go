@@ -224,7 +224,7 @@ func TestMembership(t *testing.T) {
 	require.NoError(t, lj.TransferLeadership(ctx, 4))
 	require.Equal(t, uint64(4), c.waitLeaderSeen([]uint64{leader, up, 4}, 4))
 	propose(t, c.nodes[up], "after-transfer")
-	termBefore := c.nodes[4].j.Status().Term
+	refused := c.nodes[4].j.refusedRemoved.Load() + c.nodes[up].j.refusedRemoved.Load()
 
 	// The removed node never learned of its removal: healed, it campaigns,
 	// and the others ignore it.
@@ -234,8 +234,12 @@ func TestMembership(t *testing.T) {
 	eventually(t, 10*time.Second, "removed node campaigns", func() bool { return n3.j.campaigns.Load() > camp+1 })
 	propose(t, c.nodes[up], "after-removal")
 	st := c.nodes[4].j.Status()
-	require.Equal(t, uint64(4), st.Leader, "leadership undisturbed")
-	require.Equal(t, termBefore, st.Term, "term undisturbed")
+	require.NotEqual(t, down, st.Leader, "the removed node never leads")
+	require.Greater(t, c.nodes[4].j.refusedRemoved.Load()+c.nodes[up].j.refusedRemoved.Load(), refused,
+		"the removed node's vote requests were refused")
+	for _, id := range []uint64{leader, up, 4} {
+		require.NotEqual(t, down, c.nodes[id].j.Status().Leader)
+	}
 	require.False(t, n3.sm.has("after-removal"))
 	// Removed ids cannot come back.
 	require.ErrorIs(t, c.nodes[1].j.AddMember(ctx, down, n3.addr, Follower), ErrUnknownMember)
@@ -270,5 +274,31 @@ func TestIdempotentRetry(t *testing.T) {
 			}
 		}
 		require.Equal(t, 1, n, "node %d applied the keyed entry once", id)
+	}
+}
+
+// Several nodes joining through the same helper at once: raft takes one
+// membership change at a time, the others wait their turn.
+func TestConcurrentJoins(t *testing.T) {
+	c := newCluster(t)
+	n1 := c.listen(1)
+	require.NoError(t, c.open(n1, func(cfg *Config) { cfg.Bootstrap = true }))
+	c.waitLeader(1)
+	var joiners []*node
+	for id := uint64(2); id <= 4; id++ {
+		joiners = append(joiners, c.listen(id))
+	}
+	errs := make(chan error, len(joiners))
+	for _, n := range joiners {
+		go func() {
+			errs <- c.open(n, func(cfg *Config) { cfg.Join = n1.addr })
+		}()
+	}
+	for range joiners {
+		require.NoError(t, <-errs)
+	}
+	require.Len(t, n1.j.Status().Members, 4)
+	for _, n := range joiners {
+		propose(t, n, fmt.Sprintf("from-%d", n.id))
 	}
 }

@@ -44,6 +44,9 @@ type Journal struct {
 	// durableLast is the index of the last entry known durable in the
 	// store (loop goroutine only).
 	durableLast uint64
+	// confQueue holds the keys of the membership changes proposed by this
+	// leader and not yet seen in a Ready (loop goroutine only).
+	confQueue [][16]byte
 
 	propc   chan *proposal
 	recvc   chan inbound
@@ -66,6 +69,9 @@ type Journal struct {
 	snapsOut  atomic.Int64  // snapshot transfers in flight (no compaction meanwhile)
 	removed   atomic.Bool   // this node was removed from the cluster
 	campaigns atomic.Uint64 // Readys in which this node asked for (pre-)votes
+	// refusedRemoved counts deliveries refused because the sender was
+	// removed from the cluster.
+	refusedRemoved atomic.Uint64
 
 	// Written by the applier.
 	applied atomic.Uint64
@@ -206,6 +212,15 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 			return nil, err
 		}
 	}
+	if joinResp != nil {
+		m := newMembership()
+		for _, mem := range joinResp.Members {
+			m.Members[mem.ID] = mem
+		}
+		if err := j.writeMembers(m); err != nil {
+			return nil, err
+		}
+	}
 	if !haveVersion {
 		if err := writeKV(fs, cfg.Dir, "VERSION", [][2]string{{"cluster_id", j.clusterID}, {"token", j.token}}); err != nil {
 			return nil, err
@@ -340,12 +355,23 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) error {
 			return fmt.Errorf("journal: stored membership: %w", err)
 		}
 	}
-	if joinResp != nil {
-		for _, mem := range joinResp.Members {
-			if _, ok := m.Members[mem.ID]; !ok {
-				m.Members[mem.ID] = mem
-			}
+	file, err := j.readMembers()
+	if err != nil {
+		return err
+	}
+	// Peers to reach: the newest durable view, plus any address either
+	// view knows (an older address is harmless; a missing one strands us).
+	addrs := map[uint64]string{}
+	if file != nil {
+		for id, mem := range file.Members {
+			addrs[id] = mem.Addr
 		}
+		if file.Index > m.Index || len(m.Members) == 0 {
+			m = file
+		}
+	}
+	for id, mem := range m.Members {
+		addrs[id] = mem.Addr
 	}
 	first, err := j.store.FirstIndex()
 	if err != nil {
@@ -395,9 +421,9 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) error {
 	j.mu.Lock()
 	j.mu.membership = m
 	j.mu.Unlock()
-	for _, mem := range m.Members {
-		if mem.ID != j.id && mem.Addr != "" {
-			j.tr.SetPeer(mem.ID, mem.Addr)
+	for id, addr := range addrs {
+		if id != j.id && addr != "" && !m.isRemoved(id) {
+			j.tr.SetPeer(id, addr)
 		}
 	}
 	return nil
@@ -568,19 +594,24 @@ func readKV(fs vfs.FS, path string) (map[string]string, bool, error) {
 	return kv, true, nil
 }
 
-// writeKV writes a key=value file durably: temp file, fsync, rename, fsync
-// of the directory.
+// writeKV writes a key=value file durably.
 func writeKV(fs vfs.FS, dir, name string, kvs [][2]string) error {
 	var sb strings.Builder
 	for _, kv := range kvs {
 		fmt.Fprintf(&sb, "%s=%s\n", kv[0], kv[1])
 	}
+	return writeFileSynced(fs, dir, name, []byte(sb.String()))
+}
+
+// writeFileSynced replaces dir/name durably: temp file, fsync, rename,
+// fsync of the directory.
+func writeFileSynced(fs vfs.FS, dir, name string, data []byte) error {
 	tmp := filepath.Join(dir, name+".tmp")
 	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return fmt.Errorf("journal: create %s: %w", tmp, err)
 	}
-	if _, err := f.Write([]byte(sb.String())); err != nil {
+	if _, err := f.Write(data); err != nil {
 		f.Close()
 		return fmt.Errorf("journal: write %s: %w", tmp, err)
 	}
@@ -603,6 +634,39 @@ func writeKV(fs vfs.FS, dir, name string, kvs [][2]string) error {
 		return fmt.Errorf("journal: sync dir %s: %w", dir, err)
 	}
 	return nil
+}
+
+// membersFile is a synced copy of the newest membership (with addresses).
+// The store's membership records are written without fsync (they are
+// rebuilt by replaying the log), but replaying needs the peers' addresses
+// first: a node that joined, or applied a conf change, and lost power
+// before the next synced write must still find its peers.
+const membersFile = "MEMBERS"
+
+func (j *Journal) writeMembers(m *membership) error {
+	c := m.clone()
+	c.Keys = nil
+	return writeFileSynced(j.cfg.FS, j.cfg.Dir, membersFile, c.encode())
+}
+
+func (j *Journal) readMembers() (*membership, error) {
+	f, err := j.cfg.FS.Open(filepath.Join(j.cfg.Dir, membersFile))
+	if err != nil {
+		if isNotExist(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("journal: open %s: %w", membersFile, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("journal: read %s: %w", membersFile, err)
+	}
+	m, err := decodeMembership(b)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %s: %w", membersFile, err)
+	}
+	return m, nil
 }
 
 func isNotExist(err error) bool { return errors.Is(err, iofs.ErrNotExist) }

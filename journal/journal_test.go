@@ -110,7 +110,9 @@ func testConfig(n *node) Config {
 		ID: n.id, Dir: n.dir, Addr: n.addr, Token: "secret",
 		StateMachine:  n.sm,
 		TickInterval:  10 * time.Millisecond,
-		ElectionTicks: 10, HeartbeatTicks: 1,
+		// 200 ms election timeout: short tests, yet no spurious elections
+		// on a loaded 2-core machine under -race.
+		ElectionTicks: 20, HeartbeatTicks: 2,
 		StaleAfter: 300 * time.Millisecond,
 	}
 	if os.Getenv("JOURNAL_TEST_LOG") != "" {
@@ -172,7 +174,7 @@ func (c *cluster) open(n *node, mod func(*Config)) error {
 	if mod != nil {
 		mod(&cfg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	j, err := Open(ctx, cfg)
 	if err != nil {

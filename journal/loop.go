@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -30,7 +31,15 @@ func (j *Journal) run() {
 	staleEvery := j.cfg.StaleAfter / 2
 	var lastStamp int64
 	var err error
+	more := make(chan struct{})
+	close(more)
 	for err == nil {
+		// With a Ready pending (a replay, a follower catching up) the select
+		// does not block: events and Readys alternate.
+		var readyc <-chan struct{}
+		if j.rn.HasReady() && !j.applyq.full() {
+			readyc = more
+		}
 		select {
 		case <-j.stopc:
 			j.failProposals()
@@ -55,6 +64,7 @@ func (j *Journal) run() {
 				j.rn.ReportUnreachable(r.id)
 			}
 		case <-j.applyq.room():
+		case <-readyc:
 		}
 		// Take what else arrived meanwhile (proposals, messages), so one
 		// Ready, and one fsync, covers it all: group commit.
@@ -129,7 +139,13 @@ func (j *Journal) propose(p *proposal) {
 	var err error
 	if p.cc != nil {
 		if err = j.checkConfChange(p.cc, p.force); err == nil {
-			err = j.rn.ProposeConfChange(p.cc)
+			if err = j.rn.ProposeConfChange(p.cc); err == nil {
+				// raft may still turn it into an empty entry (another
+				// change pending); handleReady tells which.
+				var ctx confContext
+				_ = json.Unmarshal(p.cc.GetContext(), &ctx)
+				j.confQueue = append(j.confQueue, ctx.Key)
+			}
 		}
 	} else {
 		err = j.rn.Propose(p.data)
@@ -201,6 +217,7 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
 		snap = rd.Snapshot
 	}
+	j.checkConfQueue(rd.Entries)
 	// A leader sends before it persists (Raft thesis §10.2.1, etcd's
 	// "islead" path): its disk write then overlaps the followers'. This is
 	// safe because the followers' acknowledgements are stepped by this
@@ -294,6 +311,27 @@ func (j *Journal) handOff(rd raft.Ready, snap *raftpb.Snapshot) error {
 	return nil
 }
 
+// checkConfQueue matches the membership changes this leader proposed with
+// the entries raft appended for them. raft silently replaces a conf change
+// proposed while another one is unapplied with an empty entry; its proposer
+// is told ErrBusy (it retries once entries apply) instead of waiting for an
+// entry that will never come.
+func (j *Journal) checkConfQueue(ents []*raftpb.Entry) {
+	for _, e := range ents {
+		if len(j.confQueue) == 0 {
+			return
+		}
+		switch {
+		case e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2:
+			j.confQueue = j.confQueue[1:]
+		case len(e.GetData()) == 0:
+			key := j.confQueue[0]
+			j.confQueue = j.confQueue[1:]
+			j.resolve(key, applyResult{err: fmt.Errorf("%w: another membership change is pending", ErrBusy)})
+		}
+	}
+}
+
 // send hands messages to the transport, counting snapshot transfers (no
 // compaction while one is in flight) and vote requests.
 func (j *Journal) send(msgs []*raftpb.Message) {
@@ -319,6 +357,9 @@ func (j *Journal) setSoftState(lead uint64, st raft.StateType) {
 	changed := j.leader.Swap(lead) != lead
 	if raft.StateType(j.state.Swap(uint32(st))) != st {
 		changed = true
+	}
+	if changed {
+		j.confQueue = nil
 	}
 	if changed {
 		j.log.Info("raft state", "state", st, "leader", lead, "term", j.term.Load())
@@ -374,6 +415,9 @@ func (j *Journal) installSnapshotMembership(snap *raftpb.Snapshot) error {
 
 // setMembership publishes m and updates the transport's peers.
 func (j *Journal) setMembership(m *membership) {
+	if err := j.writeMembers(m); err != nil {
+		j.log.Error("save members file", "err", err)
+	}
 	j.mu.Lock()
 	old := j.mu.membership
 	j.mu.membership = m

@@ -65,13 +65,21 @@ func (j *Journal) electionTimeout() time.Duration {
 // leads, forwarded otherwise, retried on leader changes.
 func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *proposal, fwd *ForwardRequest) (applyResult, error) {
 	w := j.addWaiter(key)
-	defer j.removeWaiter(key, w)
-	var lastErr error
+	defer func() { j.removeWaiter(key, w) }()
+	var lastErr, refused error
 	wait := func(lc <-chan struct{}, d time.Duration) (applyResult, bool, error) {
 		t := time.NewTimer(d)
 		defer t.Stop()
+		refused = nil
 		select {
 		case r := <-w:
+			if r.err != nil {
+				// The leader refused the proposal after accepting it
+				// (ErrBusy): wait for the next attempt's result.
+				refused = r.err
+				w = j.addWaiter(key)
+				return applyResult{}, false, nil
+			}
 			return r, true, nil
 		case <-lc:
 		case <-t.C:
@@ -101,10 +109,15 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			if err == nil {
 				// Wait for the local apply; a leader change means the entry
 				// may be lost: retry (the key makes that safe).
-				if r, ok, err := wait(lc, 1<<62); ok || err != nil {
-					return r, err
+				r, ok, werr := wait(lc, 1<<62)
+				switch {
+				case werr != nil || ok:
+					return r, werr
+				case refused != nil:
+					err = refused
+				default:
+					err = ErrNotLeader
 				}
-				err = ErrNotLeader
 			}
 		case leader == 0 || leader == j.id:
 			err = ErrNoLeader
@@ -116,15 +129,47 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			resp, err = j.tr.Forward(ctx, leader, fwd)
 			if err == nil {
 				_ = resp
-				r, ok, err := wait(nil, 1<<62)
-				if ok || err != nil {
-					return r, err
+				r, ok, werr := wait(nil, 1<<62)
+				if ok || werr != nil {
+					return r, werr
+				}
+				err = refused
+				if err == nil {
+					err = ErrNotLeader
 				}
 			}
 		}
 		lastErr = err
 		if !retryable(err) {
 			return applyResult{}, err
+		}
+		if errors.Is(err, ErrBusy) && time.Now().Before(noLeaderDeadline) {
+			// Back-pressure (a pending membership change, a full
+			// uncommitted tail) clears as entries apply: retry then,
+			// without spending an attempt.
+			attempt--
+			j.mu.Lock()
+			ac := j.mu.appliedCh
+			j.mu.Unlock()
+			t := time.NewTimer(j.cfg.TickInterval)
+			select {
+			case r := <-w:
+				t.Stop()
+				if r.err == nil {
+					return r, nil
+				}
+				w = j.addWaiter(key)
+			case <-ac:
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return applyResult{}, j.ctxErr(ctx, lastErr)
+			case <-j.done:
+				t.Stop()
+				return applyResult{}, ErrClosed
+			}
+			t.Stop()
+			continue
 		}
 		if ctx.Err() != nil {
 			return applyResult{}, j.ctxErr(ctx, lastErr)
@@ -227,6 +272,9 @@ func (j *Journal) HandleForward(ctx context.Context, req *ForwardRequest) (*Forw
 	}
 	select {
 	case r := <-w:
+		if r.err != nil {
+			return nil, r.err
+		}
 		return &ForwardResponse{Index: r.index}, nil
 	case <-lc:
 		return nil, j.notLeaderErr()
@@ -349,6 +397,7 @@ func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 			return fmt.Errorf("%w: message for node %d delivered to node %d", ErrMalformed, msg.GetTo(), j.id)
 		}
 		if m.isRemoved(msg.GetFrom()) {
+			j.refusedRemoved.Add(1)
 			return fmt.Errorf("%w: node %d was removed from the cluster", ErrUnknownMember, msg.GetFrom())
 		}
 		if raft.IsLocalMsg(msg.GetType()) {
