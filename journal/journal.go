@@ -53,10 +53,13 @@ type Journal struct {
 	opc     chan func()
 	reportc chan report
 	stopc   chan struct{} // closed by Close: the loop and applier stop
-	done    chan struct{} // closed when Close begins: waiters give up
-	wg      sync.WaitGroup
-	closeMu sync.Mutex
-	closed  bool
+	// loopDead is closed when the raft loop stopped running (Close, or a
+	// persist failure): requests to it give up.
+	loopDead chan struct{}
+	done     chan struct{} // closed when Close begins: waiters give up
+	wg       sync.WaitGroup
+	closeMu  sync.Mutex
+	closed   bool
 
 	applyq *applyQueue
 
@@ -133,18 +136,19 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		return nil, fmt.Errorf("journal: lock %s: %w: %w", cfg.Dir, ErrLocked, err)
 	}
 	j := &Journal{
-		cfg:     cfg,
-		log:     cfg.Logger.With("node", cfg.ID),
-		id:      cfg.ID,
-		lock:    lock,
-		propc:   make(chan *proposal, cfg.ProposalQueue),
-		recvc:   make(chan inbound, 256),
-		opc:     make(chan func(), 64),
-		reportc: make(chan report, 1024),
-		stopc:   make(chan struct{}),
-		done:    make(chan struct{}),
-		applyq:  newApplyQueue(cfg.ApplyQueueBytes, cfg.ApplyQueueBatches),
-		dedupe:  newDedupe(cfg.DedupeWindow),
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.ID),
+		id:       cfg.ID,
+		lock:     lock,
+		propc:    make(chan *proposal, cfg.ProposalQueue),
+		recvc:    make(chan inbound, 256),
+		opc:      make(chan func(), 64),
+		reportc:  make(chan report, 1024),
+		stopc:    make(chan struct{}),
+		loopDead: make(chan struct{}),
+		done:     make(chan struct{}),
+		applyq:   newApplyQueue(cfg.ApplyQueueBytes, cfg.ApplyQueueBatches),
+		dedupe:   newDedupe(cfg.DedupeWindow),
 	}
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.appliedCh = make(chan struct{})
@@ -431,6 +435,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) error {
 
 // abortOpen releases what a failed Open acquired.
 func (j *Journal) abortOpen() {
+	close(j.loopDead)
 	close(j.done)
 	close(j.stopc)
 	if j.tr != nil {
@@ -704,4 +709,12 @@ func mkdirAllSynced(fs vfs.FS, dir string) error {
 		return fmt.Errorf("journal: sync %s: %w", parent, err)
 	}
 	return nil
+}
+
+// loopErr is the error for a request the raft loop will not serve.
+func (j *Journal) loopErr() error {
+	if e := j.failed.Load(); e != nil {
+		return fmt.Errorf("%w: %w", ErrClosed, *e)
+	}
+	return ErrClosed
 }

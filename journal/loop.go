@@ -26,6 +26,7 @@ type proposal struct {
 // Advance. The applier runs on its own goroutine so a slow state machine
 // never stops ticks; a full apply queue only postpones the next Ready.
 func (j *Journal) run() {
+	defer close(j.loopDead)
 	tickc, stopTick := j.cfg.Clock.NewTicker(j.cfg.TickInterval)
 	defer stopTick()
 	staleEvery := j.cfg.StaleAfter / 2
@@ -96,8 +97,6 @@ func (j *Journal) run() {
 	// A persist failure: the node can no longer promise durability. Stop
 	// the loop (raft must not advance) but keep the process alive.
 	j.fail(err)
-	<-j.stopc
-	j.failProposals()
 }
 
 // drain takes the queued proposals and inbound messages, bounded so a

@@ -208,12 +208,14 @@ func (j *Journal) proposeLocal(ctx context.Context, p *proposal) error {
 		return j.ctxErr(ctx, nil)
 	case <-j.done:
 		return ErrClosed
+	case <-j.loopDead:
+		return j.loopErr()
 	}
 	select {
 	case err := <-p.done:
 		return err
-	case <-j.done:
-		return ErrClosed
+	case <-j.loopDead:
+		return j.loopErr()
 	}
 }
 
@@ -376,12 +378,20 @@ func (j *Journal) do(ctx context.Context, f func()) error {
 		return context.Cause(ctx)
 	case <-j.done:
 		return ErrClosed
+	case <-j.loopDead:
+		return j.loopErr()
 	}
 	select {
 	case <-done:
 		return nil
-	case <-j.stopc:
-		return ErrClosed
+	case <-j.loopDead:
+		// The loop stopped; it never runs op after closing loopDead.
+		select {
+		case <-done:
+			return nil
+		default:
+			return j.loopErr()
+		}
 	}
 }
 
@@ -432,6 +442,8 @@ func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 		return context.Cause(ctx)
 	case <-j.done:
 		return ErrClosed
+	case <-j.loopDead:
+		return j.loopErr()
 	}
 	if in.done == nil {
 		return nil
@@ -439,8 +451,13 @@ func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 	select {
 	case err := <-in.done:
 		return err
-	case <-j.stopc:
-		return ErrClosed
+	case <-j.loopDead:
+		select {
+		case err := <-in.done:
+			return err
+		default:
+			return j.loopErr()
+		}
 	}
 }
 
@@ -457,5 +474,6 @@ func (j *Journal) ReportSnapshot(id uint64, ok bool) {
 	select {
 	case j.reportc <- report{id: id, snapshot: true, ok: ok}:
 	case <-j.done:
+	case <-j.loopDead:
 	}
 }
