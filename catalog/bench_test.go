@@ -114,7 +114,7 @@ type countWriter struct{ n int64 }
 
 func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
 
-// BenchmarkDorisScale builds the 3,052,551-node catalog Doris cites for 2 GB
+// BenchmarkDorisScale builds the 4,012,551-node catalog Doris cites for 2 GB
 // of FE memory through Apply and reports its live heap, apply rate, and the
 // image save and load times.
 func BenchmarkDorisScale(b *testing.B) {
