@@ -69,6 +69,10 @@ type HTTPTransport struct {
 	mu    sync.Mutex
 	peers map[uint64]*httpPeer
 
+	// started is set once Start has run; until then the handler answers
+	// 503, so a host may mount Handler before Open returns.
+	started atomic.Bool
+
 	// drop is a test knob: traffic between from and to is dropped (both
 	// directions are checked by each side) when it returns true.
 	drop atomic.Pointer[func(from, to uint64) bool]
@@ -120,6 +124,7 @@ func (t *HTTPTransport) Start(local uint64, r Receiver) error {
 	} else {
 		t.clusterID = func() string { return "" }
 	}
+	t.started.Store(true) // publishes the fields above to the handlers
 	return nil
 }
 
@@ -540,7 +545,9 @@ const (
 	hdrTo      = "X-Metatree-To"
 )
 
-// Handler serves the transport's endpoints (all under /raft/).
+// Handler serves the transport's endpoints (all under /raft/). It may be
+// mounted before the Journal using the transport is open (it answers 503
+// until then), which spares a joining node's peers a retry.
 func (t *HTTPTransport) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+pathStream, t.serveStream)
@@ -553,7 +560,7 @@ func (t *HTTPTransport) Handler() http.Handler {
 // checkPeer validates the identity headers of a peer request and returns
 // the sender's id.
 func (t *HTTPTransport) checkPeer(w http.ResponseWriter, r *http.Request) (uint64, bool) {
-	if t.recv == nil || t.ctx.Err() != nil {
+	if !t.started.Load() || t.ctx.Err() != nil {
 		writeError(w, ErrClosed)
 		return 0, false
 	}
@@ -708,7 +715,7 @@ func (t *HTTPTransport) servePropose(w http.ResponseWriter, r *http.Request) {
 }
 
 func (t *HTTPTransport) serveJoin(w http.ResponseWriter, r *http.Request) {
-	if t.recv == nil || t.ctx.Err() != nil {
+	if !t.started.Load() || t.ctx.Err() != nil {
 		writeError(w, ErrClosed)
 		return
 	}

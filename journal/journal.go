@@ -28,12 +28,12 @@ import (
 // Journal is one node of a replicated log. It is safe for concurrent use by
 // multiple goroutines. Open starts it; Close stops it.
 type Journal struct {
-	cfg       Config
-	log       *slog.Logger
-	id        uint64
-	clusterID string
-	token     string
-	role      atomic.Uint32 // Role as recorded in ROLE (changes on promotion)
+	cfg   Config
+	log   *slog.Logger
+	id    uint64
+	cid   atomic.Pointer[string] // cluster id (set once, before or during Open)
+	token string
+	role  atomic.Uint32 // Role as recorded in ROLE (changes on promotion)
 
 	store *raftstore.Store
 	tr    Transport
@@ -115,7 +115,7 @@ type identity interface {
 	identity() (clusterID, token string)
 }
 
-func (j *Journal) identity() (string, string) { return j.clusterID, j.token }
+func (j *Journal) identity() (string, string) { return j.cluster(), j.token }
 
 // Open starts a journal node: it locks and reads (or creates) the data dir,
 // joins the cluster through a helper when asked to, opens the Pebble log,
@@ -174,10 +174,11 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		}
 	case cfg.Bootstrap:
 		bootstrap = true
-		j.clusterID = cfg.ClusterID
-		if j.clusterID == "" {
-			j.clusterID = uuid.NewString()
+		cid := cfg.ClusterID
+		if cid == "" {
+			cid = uuid.NewString()
 		}
+		j.setCluster(cid)
 		j.token = cfg.Token
 		j.role.Store(uint32(Follower))
 	case cfg.Join != "":
@@ -226,7 +227,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		}
 	}
 	if !haveVersion {
-		if err := writeKV(fs, cfg.Dir, "VERSION", [][2]string{{"cluster_id", j.clusterID}, {"token", j.token}}); err != nil {
+		if err := writeKV(fs, cfg.Dir, "VERSION", [][2]string{{"cluster_id", j.cluster()}, {"token", j.token}}); err != nil {
 			return nil, err
 		}
 		if err := writeKV(fs, cfg.Dir, "ROLE", [][2]string{{"role", Role(j.role.Load()).String()}}); err != nil {
@@ -292,19 +293,20 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 
 	j.wg.Go(j.run)
 	j.wg.Go(j.applyLoop)
-	j.log.Info("journal open", "cluster", j.clusterID, "role", Role(j.role.Load()), "applied", j.applied.Load(),
+	j.log.Info("journal open", "cluster", j.cluster(), "role", Role(j.role.Load()), "applied", j.applied.Load(),
 		"commit", hs.GetCommit(), "bootstrap", bootstrap, "join", cfg.Join)
 	return j, nil
 }
 
 // checkRestart validates the VERSION and ROLE files against the config.
 func (j *Journal) checkRestart(ver map[string]string) error {
-	j.clusterID, j.token = ver["cluster_id"], ver["token"]
-	if j.clusterID == "" {
+	j.setCluster(ver["cluster_id"])
+	j.token = ver["token"]
+	if j.cluster() == "" {
 		return fmt.Errorf("journal: %s: VERSION has no cluster_id", j.cfg.Dir)
 	}
-	if j.cfg.ClusterID != "" && j.cfg.ClusterID != j.clusterID {
-		return fmt.Errorf("journal: %w: data dir belongs to cluster %s, config says %s", ErrClusterMismatch, j.clusterID, j.cfg.ClusterID)
+	if j.cfg.ClusterID != "" && j.cfg.ClusterID != j.cluster() {
+		return fmt.Errorf("journal: %w: data dir belongs to cluster %s, config says %s", ErrClusterMismatch, j.cluster(), j.cfg.ClusterID)
 	}
 	if j.cfg.Token != "" && j.cfg.Token != j.token {
 		return fmt.Errorf("journal: %w: token differs from the data dir's VERSION", ErrClusterMismatch)
@@ -344,7 +346,7 @@ func (j *Journal) join(ctx context.Context) (*JoinResponse, error) {
 			return nil, fmt.Errorf("journal: join: %w: cluster has node %d as %s, config says %s", ErrRoleMismatch, j.id, m.Role, req.Role)
 		}
 	}
-	j.clusterID = resp.ClusterID
+	j.setCluster(resp.ClusterID)
 	return resp, nil
 }
 
@@ -521,7 +523,7 @@ func (s Status) IsLeader() bool { return s.Leader == s.ID && s.State == raft.Sta
 func (j *Journal) Status() Status {
 	st := Status{
 		ID:        j.id,
-		ClusterID: j.clusterID,
+		ClusterID: j.cluster(),
 		Role:      Role(j.role.Load()),
 		State:     raft.StateType(j.state.Load()).String(),
 		Leader:    j.leader.Load(),
@@ -717,4 +719,14 @@ func (j *Journal) loopErr() error {
 		return fmt.Errorf("%w: %w", ErrClosed, *e)
 	}
 	return ErrClosed
+}
+
+func (j *Journal) setCluster(id string) { j.cid.Store(&id) }
+
+// cluster returns the cluster id ("" while a joining node has not joined).
+func (j *Journal) cluster() string {
+	if p := j.cid.Load(); p != nil {
+		return *p
+	}
+	return ""
 }

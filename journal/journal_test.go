@@ -174,10 +174,20 @@ func (c *cluster) open(n *node, mod func(*Config)) error {
 	if mod != nil {
 		mod(&cfg)
 	}
+	// Serve the transport before Open returns: a joining node's peers
+	// reach it as soon as it is a member.
+	if h, ok := cfg.Transport.(*HTTPTransport); ok {
+		n.mux.mu.Lock()
+		n.mux.h = h.Handler()
+		n.mux.mu.Unlock()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	j, err := Open(ctx, cfg)
 	if err != nil {
+		n.mux.mu.Lock()
+		n.mux.h = nil
+		n.mux.mu.Unlock()
 		return err
 	}
 	n.j = j

@@ -145,5 +145,5 @@ func (j *Journal) HandleJoin(ctx context.Context, req *JoinRequest) (*JoinRespon
 	j.mu.Lock()
 	members := j.mu.membership.list()
 	j.mu.Unlock()
-	return &JoinResponse{ClusterID: j.clusterID, Members: members}, nil
+	return &JoinResponse{ClusterID: j.cluster(), Members: members}, nil
 }
