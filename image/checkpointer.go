@@ -47,10 +47,31 @@ type CheckpointerConfig struct {
 	// checkpoint retried). The default is 60 s.
 	Interval time.Duration
 	// Enabled, when set, is asked before each timed checkpoint; returning
-	// false skips it (e.g. while this node leads, to spare the leader the
-	// shadow copy's memory when followers checkpoint). Checkpoint on demand
-	// ignores it.
+	// false means no shadow replay on this node now (e.g. while it leads,
+	// to spare the leader the shadow copy's memory when followers
+	// checkpoint). With Peers set, such a node adopts a peer's image
+	// instead; without, it skips the checkpoint and its log is not
+	// compacted meanwhile (logged at every check that finds the threshold
+	// met). Checkpoint on demand ignores it.
 	Enabled func() bool
+	// Peers, when set, returns the addresses (host:port or base URLs) of
+	// the other nodes, which serve their Store's Handler under PathPrefix.
+	// When Enabled is false at a timed check that finds the threshold met,
+	// the Checkpointer asks each for its newest image and adopts the newest
+	// one past this node's newest image and at or below its applied index:
+	// it downloads it (verified, crash safe, single-flight with restores),
+	// checks that this node's log has the image's term at its index (the
+	// same history, so the same bytes this node would write), keeps it as
+	// image.<index> without loading it (the live state is already past it)
+	// and records it with Journal.ImageWritten, so the log is compacted
+	// without a shadow copy here. When no peer has one, the check fails
+	// with ErrNoPeerImage (logged, in Status) and is retried at the next
+	// interval, unless ShadowFallback is set.
+	Peers func() []string
+	// ShadowFallback makes a node on which Enabled is false checkpoint by
+	// shadow replay after all when no peer has an image to adopt, paying
+	// the memory rather than letting its log grow for another interval.
+	ShadowFallback bool
 	// Clock drives the interval. The default is the real clock.
 	Clock Clock
 	// Logger receives a line per checkpoint and every failure. The default
@@ -70,8 +91,11 @@ type checkpointerKnobs struct {
 type CheckpointStatus struct {
 	// Running is true while a checkpoint is in progress.
 	Running bool
-	// Last is the newest image this Checkpointer wrote.
+	// Last is the newest image this Checkpointer wrote or adopted.
 	Last Info
+	// LastSource is the peer Last was adopted from; "" when it was written
+	// here.
+	LastSource string
 	// LastSuccess is when it finished; LastDuration how long it took.
 	LastSuccess  time.Time
 	LastDuration time.Duration
@@ -81,16 +105,20 @@ type CheckpointStatus struct {
 	LastErrorAt time.Time
 	// Failures counts consecutive failed checkpoints.
 	Failures int
-	// Written counts images written.
+	// Written counts images written here or adopted from peers; Adopted
+	// counts those adopted.
 	Written int
+	Adopted int
 }
 
 // Checkpointer writes images by shadow replay: it loads the newest image
 // into a fresh state, replays the journal's entries up to the applied index
 // into it, writes the image and lets the journal compact behind it. The live
-// state is never touched or locked. One checkpoint runs at a time. It owns
-// one goroutine (the interval check), stopped and awaited by Close. It is
-// safe for concurrent use.
+// state is never touched or locked. Where shadow replay is disabled
+// (CheckpointerConfig.Enabled) it adopts a peer's image instead
+// (CheckpointerConfig.Peers). One checkpoint or adoption runs at a time. It
+// owns one goroutine (the interval check), stopped and awaited by Close. It
+// is safe for concurrent use.
 type Checkpointer struct {
 	cfg    CheckpointerConfig
 	logger *slog.Logger
@@ -99,9 +127,9 @@ type Checkpointer struct {
 	done   chan struct{}
 	once   sync.Once
 
-	// pending is an image written whose ImageWritten failed; the loop
-	// goroutine retries recording it before anything else.
-	pending *Info
+	// pending is an image written or adopted whose ImageWritten failed;
+	// the loop goroutine retries recording it before anything else.
+	pending *outcome
 
 	mu struct {
 		sync.Mutex
@@ -219,13 +247,11 @@ func (c *Checkpointer) run(ctx context.Context, ticker Ticker) {
 }
 
 // tick checkpoints when the applied index is Threshold or more past the
-// newest image. A failed checkpoint leaves the threshold met, so the next
-// tick retries it.
+// newest image: by shadow replay, or, where that is disabled now, by
+// adopting a peer's image. A failed checkpoint leaves the threshold met, so
+// the next tick retries it.
 func (c *Checkpointer) tick(ctx context.Context) (bool, Info, error) {
-	if c.cfg.Enabled != nil && !c.cfg.Enabled() {
-		c.logger.Debug("checkpoint check skipped: disabled on this node now (Enabled)")
-		return false, Info{}, nil
-	}
+	enabled := c.cfg.Enabled == nil || c.cfg.Enabled()
 	applied := c.cfg.Applied()
 	var base uint64
 	idx, err := c.cfg.Store.Indexes()
@@ -239,39 +265,67 @@ func (c *Checkpointer) tick(ctx context.Context) (bool, Info, error) {
 	if c.pending == nil && (applied < base || applied-base < c.cfg.Threshold) {
 		return false, Info{}, nil
 	}
-	info, err := c.checkpoint(ctx)
-	return true, info, err
+	switch {
+	case enabled:
+		info, err := c.checkpoint(ctx)
+		return true, info, err
+	case c.cfg.Peers != nil:
+		info, err := c.attempt(ctx, c.adoptOrFallBack)
+		return true, info, err
+	}
+	c.logger.Warn("checkpoint due but disabled on this node now (Enabled) and no Peers to adopt an image from; the log is not compacted until this node may checkpoint",
+		"newest_image", base, "applied", applied)
+	return false, Info{}, nil
 }
 
 // checkpoint runs one shadow-replay checkpoint up to the applied index.
 func (c *Checkpointer) checkpoint(ctx context.Context) (Info, error) {
+	return c.attempt(ctx, c.shadowReplay)
+}
+
+// outcome is what one checkpoint attempt did: wrote is false when nothing
+// new was needed; source is the peer an adopted image came from.
+type outcome struct {
+	info   Info
+	wrote  bool
+	source string
+}
+
+// attempt runs one checkpoint through do, reporting it in the status and
+// the log.
+func (c *Checkpointer) attempt(ctx context.Context, do func(context.Context) (outcome, error)) (Info, error) {
 	start := c.cfg.Clock.Now()
 	c.mu.Lock()
 	c.mu.status.Running = true
 	c.mu.Unlock()
-	info, wrote, err := c.shadowReplay(ctx)
+	out, err := do(ctx)
 	took := c.cfg.Clock.Now().Sub(start)
 	c.mu.Lock()
 	st := &c.mu.status
 	st.Running = false
-	if err == nil && wrote {
-		st.Last, st.LastSuccess, st.LastDuration = info, c.cfg.Clock.Now(), took
+	if err == nil {
 		st.LastError, st.Failures = nil, 0
-		st.Written++
+		if out.wrote {
+			st.Last, st.LastSource = out.info, out.source
+			st.LastSuccess, st.LastDuration = c.cfg.Clock.Now(), took
+			st.Written++
+			if out.source != "" {
+				st.Adopted++
+			}
+		}
 	}
 	c.mu.Unlock()
-	if err != nil {
+	switch {
+	case err != nil:
 		c.fail(err, took)
 		return Info{}, err
+	case !out.wrote:
+	case out.source != "":
+		c.logger.Info("checkpoint adopted from a peer", "image", out.info.Name, "index", out.info.Index, "peer", out.source, "bytes", out.info.Size, "took", took)
+	default:
+		c.logger.Info("checkpoint written", "image", out.info.Name, "index", out.info.Index, "bytes", out.info.Size, "took", took)
 	}
-	if !wrote {
-		c.mu.Lock()
-		st.LastError, st.Failures = nil, 0
-		c.mu.Unlock()
-		return info, nil
-	}
-	c.logger.Info("checkpoint written", "image", info.Name, "index", info.Index, "bytes", info.Size, "took", took)
-	return info, nil
+	return out.info, nil
 }
 
 func (c *Checkpointer) fail(err error, took time.Duration) {
@@ -281,48 +335,71 @@ func (c *Checkpointer) fail(err error, took time.Duration) {
 	st.Failures++
 	n := st.Failures
 	c.mu.Unlock()
-	c.logger.Error("checkpoint failed; retrying at the next interval", "err", err, "consecutive_failures", n, "took", took)
+	level := slog.LevelError
+	if errors.Is(err, ErrNoPeerImage) {
+		level = slog.LevelWarn // peers usually have one by the next interval
+	}
+	c.logger.Log(context.Background(), level, "checkpoint failed; retrying at the next interval", "err", err, "consecutive_failures", n, "took", took)
 }
 
-func (c *Checkpointer) shadowReplay(ctx context.Context) (info Info, wrote bool, err error) {
+// retryPending records an image whose recording failed before (nil when
+// there was none or a restore moved past it).
+func (c *Checkpointer) retryPending(ctx context.Context, idx []uint64) (*outcome, error) {
+	p := c.pending
+	if p == nil {
+		return nil, nil
+	}
+	if len(idx) > 0 && idx[0] > p.info.Index {
+		c.pending = nil // a restore moved past it
+		return nil, nil
+	}
+	if err := c.record(ctx, p.info); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (c *Checkpointer) shadowReplay(ctx context.Context) (outcome, error) {
 	s := c.cfg.Store
 	idx, err := s.Indexes()
 	if err != nil {
-		return Info{}, false, err
+		return outcome{}, err
 	}
-	var recorded *Info
-	if p := c.pending; p != nil {
-		if len(idx) > 0 && idx[0] > p.Index {
-			c.pending = nil // a restore moved past it
-		} else if err := c.record(ctx, *p); err != nil {
-			return Info{}, false, err
-		} else {
-			recorded = p
-		}
+	recorded, err := c.retryPending(ctx, idx)
+	if err != nil {
+		return outcome{}, err
 	}
 	target := c.cfg.Applied()
 	if len(idx) > 0 && idx[0] >= target {
-		if recorded != nil && recorded.Index == idx[0] {
-			return *recorded, true, nil // the retried part was all that was left
+		if recorded != nil && recorded.info.Index == idx[0] {
+			return *recorded, nil // the retried part was all that was left
 		}
 		// Nothing new (a restore may even have put us ahead).
 		info, err := s.readHeader(imageName(idx[0]))
-		return info, false, err
+		return outcome{info: info}, err
 	}
+	info, err := c.replayAndWrite(ctx, s, idx, target)
+	return outcome{info: info, wrote: err == nil}, err
+}
+
+// replayAndWrite loads the newest image at or below target into a fresh
+// state, replays the entries up to target into it, writes the image and
+// records it.
+func (c *Checkpointer) replayAndWrite(ctx context.Context, s *Store, idx []uint64, target uint64) (Info, error) {
 	phase := c.cfg.Clock.Now()
 	shadow, from, err := c.loadBase(ctx, idx, target)
 	if err != nil {
-		return Info{}, false, err
+		return Info{}, err
 	}
 	c.logger.Debug("checkpoint: shadow loaded", "base", from, "took", c.cfg.Clock.Now().Sub(phase))
 	phase = c.cfg.Clock.Now()
 	term, err := c.cfg.Journal.TermAt(target)
 	if err != nil {
-		return Info{}, false, fmt.Errorf("image: checkpoint: term at %d: %w", target, err)
+		return Info{}, fmt.Errorf("image: checkpoint: term at %d: %w", target, err)
 	}
 	membership, err := c.cfg.Journal.MembershipAt(target)
 	if err != nil {
-		return Info{}, false, fmt.Errorf("image: checkpoint: membership at %d: %w", target, err)
+		return Info{}, fmt.Errorf("image: checkpoint: membership at %d: %w", target, err)
 	}
 	n := 0
 	err = c.cfg.Journal.ReadEntries(ctx, from, target, func(index uint64, data []byte) error {
@@ -333,20 +410,19 @@ func (c *Checkpointer) shadowReplay(ctx context.Context) (info Info, wrote bool,
 		return nil
 	})
 	if err != nil {
-		return Info{}, false, fmt.Errorf("image: checkpoint: replay (%d, %d]: %w", from, target, err)
+		return Info{}, fmt.Errorf("image: checkpoint: replay (%d, %d]: %w", from, target, err)
 	}
 	c.logger.Debug("checkpoint: replayed", "from", from, "to", target, "took", c.cfg.Clock.Now().Sub(phase))
-	info, err = s.Write(ctx, Header{Index: target, Term: term, Membership: membership}, shadow.Save)
+	info, err := s.Write(ctx, Header{Index: target, Term: term, Membership: membership}, shadow.Save)
 	if err != nil {
-		return Info{}, false, fmt.Errorf("image: checkpoint at %d: %w", target, err)
+		return Info{}, fmt.Errorf("image: checkpoint at %d: %w", target, err)
 	}
 	shadow = nil // let the shadow copy go before the journal compacts
 	if err := c.record(ctx, info); err != nil {
-		p := info
-		c.pending = &p
-		return Info{}, false, err
+		c.pending = &outcome{info: info, wrote: true}
+		return Info{}, err
 	}
-	return info, true, nil
+	return info, nil
 }
 
 // record tells the journal about a durable image, then prunes: older images

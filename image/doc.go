@@ -27,7 +27,10 @@
 //     peers can fetch images from it.
 //  4. Start a [Checkpointer] with the journal (which satisfies [Journal]) and
 //     a constructor for fresh shadow states. It owns one goroutine; Close it
-//     before closing the journal and the Store.
+//     before closing the journal and the Store. To spare the raft leader
+//     the shadow copy, set Enabled (false while leading) and Peers (the
+//     other nodes' addresses): the leader then adopts a peer's image, kept
+//     on disk without loading it, so that its log is compacted as well.
 //
 // Writes are crash safe: image.ckpt is written, fsynced, renamed to
 // image.<index> and the directory fsynced; older images are deleted only

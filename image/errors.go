@@ -24,6 +24,11 @@ var (
 	// ErrUnauthorized means a peer refused the join token (or a request to
 	// this node carried a wrong one).
 	ErrUnauthorized = errors.New("image: unauthorized")
+	// ErrNoPeerImage means a Checkpointer that may not checkpoint by
+	// shadow replay found no peer image to adopt: none past this node's
+	// newest image and at or below its applied index, or none that
+	// downloaded and checked out. The error names each peer and why.
+	ErrNoPeerImage = errors.New("image: no peer image to adopt")
 	// ErrClosed is returned by methods called after Close.
 	ErrClosed = errors.New("image: closed")
 )

@@ -105,6 +105,8 @@ type fakeJournal struct {
 	margin  uint64
 	live    State
 	images  []uint64
+	// recorded holds ImageWritten's arguments, call by call.
+	recorded []Header
 
 	imageWrittenErr error
 	readBlock       chan struct{} // when set, ReadEntries waits for it or ctx
@@ -211,6 +213,7 @@ func (j *fakeJournal) ImageWritten(ctx context.Context, index, term uint64, memb
 		return j.imageWrittenErr
 	}
 	j.images = append(j.images, index)
+	j.recorded = append(j.recorded, Header{Index: index, Term: term, Membership: membership})
 	if index > j.margin && index-j.margin+1 > j.first {
 		for i := j.first; i <= index-j.margin; i++ {
 			delete(j.entries, i)
@@ -301,6 +304,12 @@ func writeAll(t testing.TB, fs vfs.FS, path string, data []byte) {
 	require.NoError(t, err)
 	require.NoError(t, f.Sync())
 	require.NoError(t, f.Close())
+}
+
+func (j *fakeJournal) recordedImages() []Header {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.recorded)
 }
 
 // installSnapshot is what raft does when it records a snapshot at index:

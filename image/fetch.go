@@ -328,3 +328,82 @@ func (t *tailHasher) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// adopt makes the peer's image at index a durable local image.<index>
+// without loading it into the live state: the caller's state is already
+// past index, and images are deterministic, so the peer's file is the one
+// this node would write. The download is Fetch's (verified, single-flight,
+// crash safe: image.fetch, fsync, image.<index>.fetched); check then sees
+// the image's header, and only if it accepts does the file get its final
+// name (renamed, directory fsynced). A rejected file is removed.
+func (s *Store) adopt(ctx context.Context, addr string, index uint64, check func(Header) error) (Info, error) {
+	if err := s.Fetch(ctx, addr, index); err != nil {
+		return Info{}, err
+	}
+	// Under the restore lock: no Install or restore renames these files
+	// meanwhile.
+	if err := s.acquire(ctx); err != nil {
+		return Info{}, err
+	}
+	defer s.release()
+	name := imageName(index)
+	if _, err := s.fs.Stat(s.path(name)); err == nil {
+		// Already installed (Fetch found it): nothing to rename.
+		info, err := s.readHeader(name)
+		if err != nil {
+			return Info{}, err
+		}
+		if err := check(info.Header); err != nil {
+			return Info{}, fmt.Errorf("image: %s: %w", s.path(name), err)
+		}
+		return info, nil
+	} else if !isNotExist(err) {
+		return Info{}, fmt.Errorf("image: stat %s: %w", s.path(name), err)
+	}
+	fetched := name + fetchedSuffix
+	info, err := s.readHeader(fetched)
+	if err == nil {
+		if err = check(info.Header); err != nil {
+			err = fmt.Errorf("image: image %d from %s: %w", index, addr, err)
+		}
+	}
+	if err != nil {
+		s.discardFetched(index)
+		return Info{}, err
+	}
+	if err := s.promote(index); err != nil {
+		return Info{}, err
+	}
+	s.unpin(index)
+	info.Name = name
+	return info, nil
+}
+
+// unpin releases fetched images up to index from the prune guard: index is
+// now an installed image, and raft never applies an older one.
+func (s *Store) unpin(index uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.mu.pinned {
+		if i <= index {
+			delete(s.mu.pinned, i)
+		}
+	}
+}
+
+// discardFetched removes image.<index>.fetched (an image adopt rejected).
+func (s *Store) discardFetched(index uint64) {
+	s.mu.Lock()
+	delete(s.mu.pinned, index)
+	s.mu.Unlock()
+	s.dirMu.Lock()
+	defer s.dirMu.Unlock()
+	p := s.path(imageName(index) + fetchedSuffix)
+	if err := s.fs.Remove(p); err != nil && !isNotExist(err) {
+		s.logger.Warn("could not remove a rejected image", "file", p, "err", err)
+		return
+	}
+	if err := syncDir(s.fs, s.dir); err != nil {
+		s.logger.Warn("could not sync the image dir", "err", err)
+	}
+}

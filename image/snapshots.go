@@ -135,13 +135,7 @@ func (s *Store) Install(ctx context.Context, index uint64) error {
 	if err != nil {
 		return fmt.Errorf("image: install: %w", err)
 	}
-	s.mu.Lock()
-	for i := range s.mu.pinned {
-		if i <= index { // older fetched images raft never applied go too
-			delete(s.mu.pinned, i)
-		}
-	}
-	s.mu.Unlock()
+	s.unpin(index) // older fetched images raft never applied go too
 	s.logger.Info("installed image", "image", s.path(name), "index", info.Index, "bytes", info.Size)
 	if err := s.Prune(); err != nil {
 		s.logger.Warn("prune after install failed", "err", err)

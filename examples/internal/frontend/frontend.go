@@ -145,8 +145,11 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		NewState:  func() image.State { return catalog.New() },
 		Threshold: cfg.CheckpointEntries, Interval: cfg.CheckpointInterval,
 		// The leader need not pay for the shadow copy: followers and
-		// observers checkpoint on their own schedule.
+		// observers checkpoint on their own schedule, and the leader adopts
+		// their images (served under /image/ on the same address as raft)
+		// so that its log is compacted too.
 		Enabled: func() bool { return !f.journal.Status().IsLeader() },
+		Peers:   f.peerAddrs,
 		Logger:  cfg.Logger,
 	})
 	if err != nil {
@@ -168,6 +171,18 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	}
 	f.logger.Info("frontend started", "id", cfg.ID, "addr", f.ln.Addr().String(), "epoch", f.epoch.String(), "cluster", f.journal.Status().ClusterID)
 	return f, nil
+}
+
+// peerAddrs returns the addresses of the other frontends (raft members,
+// followers and observers alike), which serve their images.
+func (f *Frontend) peerAddrs() []string {
+	var addrs []string
+	for _, m := range f.journal.Status().Members {
+		if m.ID != f.cfg.ID && m.Addr != "" {
+			addrs = append(addrs, m.Addr)
+		}
+	}
+	return addrs
 }
 
 // snapshots is the journal's image hook: the image store, plus a
