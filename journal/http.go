@@ -105,7 +105,9 @@ func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
 	t := &HTTPTransport{opts: opts, client: opts.Client, log: opts.Logger, peers: map[uint64]*httpPeer{}}
 	if t.client == nil {
 		t.client = &http.Client{Transport: &http.Transport{
-			MaxIdleConnsPerHost: 16,
+			// Forwarded proposals are concurrent requests: keep their
+			// connections for reuse rather than dialing per request.
+			MaxIdleConnsPerHost: 256,
 			IdleConnTimeout:     90 * time.Second,
 			DisableCompression:  true,
 		}}
