@@ -155,9 +155,16 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 	}
 	_, _, err := n1.j.Propose(ctxT(t, 5*time.Second), []byte("keyed"), WithKey(key))
 	require.NoError(t, err)
+	// No compaction while a snapshot transfer is in flight.
+	n1.j.snapsOut.Add(1)
 	img := checkpoint(t, n1, imgs[1])
-	require.Equal(t, img, n1.j.Status().Image)
 	first, err := n1.j.store.FirstIndex()
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), first, "log kept while a snapshot is in flight")
+	n1.j.snapsOut.Add(-1)
+	img = checkpoint(t, n1, imgs[1]) // the same index, or later (leader timestamps)
+	require.Equal(t, img, n1.j.Status().Image)
+	first, err = n1.j.store.FirstIndex()
 	require.NoError(t, err)
 	require.Equal(t, img-4+1, first, "log compacted behind the image, keeping the margin")
 	_, err = n1.j.TermAt(first - 2)
