@@ -62,6 +62,17 @@
 // durable through [Snapshots.Fetch], then stepped into raft; raft is always
 // told how a snapshot it sent ended (ReportSnapshot).
 //
+// # The data dir
+//
+//	VERSION   cluster_id=… and token=… (written once, at bootstrap or join)
+//	ROLE      role=follower | observer (rewritten when the node is promoted)
+//	MEMBERS   the newest membership with every member's address (synced at
+//	          join and at each membership change, so a restarted node can
+//	          reach its peers before it has replayed its log)
+//	LOCK      held while the journal is open
+//	journal/  Pebble: entries, HardState, raft snapshot metadata,
+//	          membership records (journal/internal/raftstore)
+//
 // # Entries
 //
 // Each normal entry is an envelope: a user entry (idempotency key and the
