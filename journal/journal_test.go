@@ -108,8 +108,8 @@ type cluster struct {
 func testConfig(n *node) Config {
 	cfg := Config{
 		ID: n.id, Dir: n.dir, Addr: n.addr, Token: "secret",
-		StateMachine:  n.sm,
-		TickInterval:  10 * time.Millisecond,
+		StateMachine: n.sm,
+		TickInterval: 10 * time.Millisecond,
 		// 200 ms election timeout: short tests, yet no spurious elections
 		// on a loaded 2-core machine under -race.
 		ElectionTicks: 20, HeartbeatTicks: 2,
