@@ -558,7 +558,10 @@ func (j *Journal) Leadership() <-chan struct{} {
 
 // CheckFresh returns nil when this node's replayed state is within
 // Config.StaleAfter of the leader's clock, and an error wrapping ErrStale
-// otherwise (no timestamp replayed yet counts as stale).
+// otherwise (no timestamp replayed yet counts as stale). It compares the
+// last leader timestamp replayed here with the local clock, so the nodes'
+// clocks must agree to well within StaleAfter (as Doris's
+// meta_delay_toleration_second assumes).
 func (j *Journal) CheckFresh() error {
 	ts := j.lastTS.Load()
 	if ts == 0 {
