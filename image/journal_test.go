@@ -116,17 +116,21 @@ func newImageCluster(t *testing.T) *imageCluster {
 	return c
 }
 
-func (c *imageCluster) startCheckpointer(id uint64) {
+func (c *imageCluster) startCheckpointer(id uint64, opts ...func(*CheckpointerConfig)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	j := c.Node(id).Journal()
 	require.NoError(c.t, c.stores[id].SetClusterID(j.Status().ClusterID))
-	cp, err := NewCheckpointer(CheckpointerConfig{
+	cfg := CheckpointerConfig{
 		Store: c.stores[id], Journal: j,
 		Applied:  func() uint64 { return j.Status().Applied },
 		NewState: func() State { return catalog.New() },
 		Interval: time.Hour, Logger: testLogger(c.t).With("node", id),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cp, err := NewCheckpointer(cfg)
 	require.NoError(c.t, err)
 	c.cps[id] = cp
 	c.t.Cleanup(func() { cp.Close() })
@@ -254,4 +258,82 @@ func TestNodeWithoutItsImageRefusesToStart(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoUsableImage)
 	require.Contains(t, err.Error(), dir)
 	require.Contains(t, err.Error(), "restore this node from a peer")
+}
+
+// The leader, which may not checkpoint by shadow replay, adopts a
+// follower's image through the real journal: peers found from the journal's
+// members (as the frontend wires it), the image recorded as raft's snapshot
+// and the leader's log compacted behind it; after a power loss the leader
+// starts from the adopted image.
+func TestLeaderAdoptsFollowerImage(t *testing.T) {
+	c := newImageCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	leaderID, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	lj := c.Node(leaderID).Journal()
+
+	// The leader's Checkpointer as a host wires it, on a clock the test
+	// drives. (Enabled is false throughout, not !IsLeader, so that an
+	// election under load does not turn this into a shadow replay.)
+	require.NoError(t, c.cps[leaderID].Close())
+	clock := newFakeClock()
+	ticks := make(chan tickResult, 1)
+	c.startCheckpointer(leaderID, func(cfg *CheckpointerConfig) {
+		cfg.Enabled = func() bool { return false }
+		cfg.Peers = func() []string {
+			var addrs []string
+			for _, m := range lj.Status().Members {
+				if m.ID != leaderID {
+					addrs = append(addrs, m.Addr)
+				}
+			}
+			return addrs
+		}
+		cfg.Threshold, cfg.Clock = 50, clock
+		cfg.testingKnobs.afterTick = func(ran bool, info Info, err error) { ticks <- tickResult{ran, info, err} }
+	})
+
+	var last uint64
+	for _, b := range catalogBatches(t, 120) {
+		last, _, err = lj.Propose(ctx, b)
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.WaitApplied(ctx, last))
+	var follower uint64
+	var fi Info
+	for _, n := range c.Nodes() {
+		if n.ID == leaderID {
+			continue
+		}
+		follower = n.ID
+		fi, err = c.cps[n.ID].Checkpoint(ctx)
+		require.NoError(t, err)
+		break // one follower's image is enough
+	}
+	require.NoError(t, lj.WaitApplied(ctx, fi.Index))
+
+	clock.tick(time.Minute)
+	r := <-ticks
+	require.NoError(t, r.err)
+	require.True(t, r.ran)
+	require.Equal(t, fi.Index, r.info.Index)
+	st := c.cps[leaderID].Status()
+	require.Equal(t, 1, st.Adopted)
+	require.Equal(t, c.Node(follower).Addr, st.LastSource)
+	require.Equal(t, fi.Index, lj.Status().Image, "the journal recorded the adopted image")
+	err = lj.ReadEntries(ctx, 0, fi.Index, func(uint64, []byte) error { return nil })
+	require.ErrorIs(t, err, journal.ErrCompacted, "and compacted the leader's log behind it")
+	leaderFS, followerFS := c.lastFS[leaderID], c.lastFS[follower]
+	require.Equal(t,
+		readAll(t, followerFS, followerFS.PathJoin(c.store(follower).Dir(), fi.Name)),
+		readAll(t, leaderFS, leaderFS.PathJoin(c.store(leaderID).Dir(), fi.Name)))
+
+	// Power loss on the (former) leader: it starts from the adopted image
+	// and ends with the same catalog, byte for byte.
+	c.crash(leaderID, true)
+	require.NoError(t, c.Restart(ctx, leaderID))
+	c.startCheckpointer(leaderID)
+	require.NoError(t, c.Node(leaderID).Journal().WaitApplied(ctx, last))
+	require.Equal(t, saveBytes(t, c.tree(follower)), saveBytes(t, c.tree(leaderID)))
 }
