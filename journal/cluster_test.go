@@ -153,9 +153,11 @@ func TestStartupChecks(t *testing.T) {
 	bad := c.listen(3)
 	err = c.open(bad, func(cfg *Config) { cfg.Join = n1.addr; cfg.Token = "wrong" })
 	require.ErrorIs(t, err, ErrClusterMismatch)
-	// Nor can a node that expects another cluster id.
+	// Nor can a node that expects another cluster id, and the helper
+	// refuses it before admitting it.
 	err = c.open(bad, func(cfg *Config) { cfg.Join = n1.addr; cfg.ClusterID = "other" })
 	require.ErrorIs(t, err, ErrClusterMismatch)
+	require.Len(t, n1.j.Status().Members, 2, "the refused node was not added")
 
 	// Restart checks: cluster id, token and role must match the data dir.
 	n2.closeJournal()

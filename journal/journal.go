@@ -332,7 +332,7 @@ func (j *Journal) checkRestart(ver map[string]string) error {
 // join asks the helper to admit this node and learns the cluster id and
 // members from it.
 func (j *Journal) join(ctx context.Context) (*JoinResponse, error) {
-	req := &JoinRequest{ID: j.id, Addr: j.cfg.Addr, Role: Role(j.role.Load()), Token: j.token}
+	req := &JoinRequest{ID: j.id, Addr: j.cfg.Addr, Role: Role(j.role.Load()), ClusterID: j.cfg.ClusterID, Token: j.token}
 	resp, err := j.tr.Join(ctx, j.cfg.Join, req)
 	if err != nil {
 		return nil, fmt.Errorf("journal: join through %s: %w", j.cfg.Join, err)

@@ -103,6 +103,7 @@ type cluster struct {
 	drop  func(from, to uint64) bool
 	mu    sync.Mutex
 	cut   map[[2]uint64]bool
+	root  string
 }
 
 func testConfig(n *node) Config {
@@ -122,7 +123,9 @@ func testConfig(n *node) Config {
 }
 
 func newCluster(t *testing.T) *cluster {
-	c := &cluster{t: t, nodes: map[uint64]*node{}, token: "secret", cut: map[[2]uint64]bool{}}
+	// The data dirs live under one TempDir registered before the cleanup
+	// that stops the nodes, so they are removed after the nodes stopped.
+	c := &cluster{t: t, nodes: map[uint64]*node{}, token: "secret", cut: map[[2]uint64]bool{}, root: t.TempDir()}
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
 			n.stop()
@@ -157,7 +160,9 @@ func (c *cluster) heal() {
 func (c *cluster) listen(id uint64) *node {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(c.t, err)
-	n := &node{t: c.t, id: id, dir: c.t.TempDir(), addr: ln.Addr().String(), ln: ln, sm: newMemSM(), mux: &switchHandler{}}
+	dir, err := os.MkdirTemp(c.root, fmt.Sprintf("n%d-", id))
+	require.NoError(c.t, err)
+	n := &node{t: c.t, id: id, dir: dir, addr: ln.Addr().String(), ln: ln, sm: newMemSM(), mux: &switchHandler{}}
 	n.srv = &http.Server{Handler: n.mux}
 	n.srvWG.Go(func() { _ = n.srv.Serve(ln) })
 	c.nodes[id] = n

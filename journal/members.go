@@ -135,6 +135,9 @@ func (j *Journal) HandleJoin(ctx context.Context, req *JoinRequest) (*JoinRespon
 	if j.token != "" && req.Token != j.token {
 		return nil, fmt.Errorf("%w: join token does not match", ErrClusterMismatch)
 	}
+	if req.ClusterID != "" && req.ClusterID != j.cluster() {
+		return nil, fmt.Errorf("%w: the joining node expects cluster %s, this is %s", ErrClusterMismatch, req.ClusterID, j.cluster())
+	}
 	role := req.Role
 	if role == RoleUnset {
 		role = Follower

@@ -109,10 +109,13 @@ type ForwardResponse struct {
 
 // JoinRequest asks a running member to admit a new node.
 type JoinRequest struct {
-	ID    uint64 `json:"id"`
-	Addr  string `json:"addr"`
-	Role  Role   `json:"role"`
-	Token string `json:"-"` // carried out of band by the HTTP transport header
+	ID   uint64 `json:"id"`
+	Addr string `json:"addr"`
+	Role Role   `json:"role"`
+	// ClusterID, when set, is the cluster the node expects to join: a
+	// helper in another cluster refuses before admitting it.
+	ClusterID string `json:"cluster_id,omitempty"`
+	Token     string `json:"-"` // carried out of band by the HTTP transport header
 }
 
 // JoinResponse tells the joining node which cluster it joined and who is in
