@@ -515,6 +515,107 @@ func BenchmarkCheckpoint(b *testing.B) {
 	}
 }
 
+// BenchmarkAdopt: the leader's alternative to BenchmarkCheckpoint. With the
+// same live catalog, entries and writer, a Checkpointer that may not
+// checkpoint by shadow replay adopts a peer's image of the same index over
+// loopback HTTP (fetched, verified, fsynced, renamed, never loaded).
+//
+//	adopt-s          time for the adoption (ask the peer, download, fsync)
+//	peak-heap-ratio  as in BenchmarkCheckpoint: what the leader is spared
+//	peak-live-ratio  as in BenchmarkCheckpoint
+//	write-p99-ratio  p99 apply latency during the adoption / p99 without one
+func BenchmarkAdopt(b *testing.B) {
+	f := fixture(b)
+	// The peer: the fixture plus the entries, checkpointed by shadow replay.
+	peerDir := copyDir(b, f.dir)
+	peer, err := Open(Config{Dir: peerDir, State: catalog.New(), ClusterID: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer peer.Close()
+	pj := &benchJournal{base: f.base}
+	for _, e := range f.entries {
+		pj.add(e)
+	}
+	pcp, err := NewCheckpointer(CheckpointerConfig{
+		Store: peer, Journal: pj, Applied: pj.applied,
+		NewState: func() State { return catalog.New() }, Interval: time.Hour,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	want, err := pcp.Checkpoint(context.Background())
+	pcp.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(peer.Handler())
+	defer srv.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		dir := copyDir(b, f.dir)
+		live := catalog.New()
+		s, err := Open(Config{Dir: dir, State: live, ClusterID: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := s.LoadLatest(context.Background(), f.base); err != nil {
+			b.Fatal(err)
+		}
+		j := &benchJournal{base: f.base}
+		for _, e := range f.entries {
+			live.Apply(j.add(e), e)
+		}
+		clock := newFakeClock()
+		ticks := make(chan tickResult, 1)
+		cfg := CheckpointerConfig{
+			Store: s, Journal: j, Applied: j.applied,
+			NewState:  func() State { return catalog.New() },
+			Enabled:   func() bool { return false },
+			Peers:     func() []string { return []string{srv.URL} },
+			Threshold: benchEntries, Clock: clock,
+		}
+		cfg.testingKnobs.afterTick = func(_ bool, info Info, err error) { ticks <- tickResult{true, info, err} }
+		cp, err := NewCheckpointer(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fsync := fsyncP50(b, dir)
+		heap := liveHeap()
+
+		w := startWriter(live, j, f.shape.updates(b, 10_000, 2), time.Millisecond)
+		time.Sleep(3 * time.Second)
+		base := w.take()
+		ps := startPeakSampler()
+		b.StartTimer()
+		start := time.Now()
+		clock.tick(time.Minute)
+		r := <-ticks
+		took := time.Since(start)
+		b.StopTimer()
+		peak := ps.finish()
+		during := w.take()
+		w.finish()
+		if r.err != nil {
+			b.Fatal(r.err)
+		}
+		if r.info.Index != want.Index || r.info.CRC != want.CRC {
+			b.Fatalf("adopted image %d (crc %08x), want the peer's %d (crc %08x)", r.info.Index, r.info.CRC, want.Index, want.CRC)
+		}
+		cp.Close()
+		s.Close()
+		b.ReportMetric(took.Seconds(), "adopt-s")
+		b.ReportMetric(float64(peak)/float64(heap), "peak-heap-ratio")
+		b.ReportMetric(float64(ps.peakLive.Load())/float64(heap), "peak-live-ratio")
+		b.ReportMetric(float64(p99(during))/float64(p99(base)), "write-p99-ratio")
+		b.ReportMetric(float64(r.info.Size)/1e6, "image-MB")
+		b.ReportMetric(float64(heap)/1e6, "live-heap-MB")
+		b.ReportMetric(float64(fsync.Microseconds())/1000, "fsync-p50-ms")
+		b.StartTimer()
+	}
+}
+
 // BenchmarkRestore: a node fetches the Doris image from a peer over
 // loopback HTTP into its data dir (fsynced) and installs it into its live
 // catalog.
