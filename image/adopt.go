@@ -88,7 +88,7 @@ func (c *Checkpointer) adopt(ctx context.Context) (outcome, error) {
 		return *recorded, nil
 	}
 	if len(problems) == 0 {
-		problems = append(problems, errors.New("Peers returned no address"))
+		problems = append(problems, errors.New("no peer to ask (CheckpointerConfig.Peers returned no address)"))
 	}
 	return outcome{}, fmt.Errorf("%w (newest image here %d, applied %d): %w", ErrNoPeerImage, base, applied, errors.Join(problems...))
 }
