@@ -118,7 +118,8 @@ func (f *Frontend) getStatus(w http.ResponseWriter, _ *http.Request) error {
 
 // checkpointJSON is the checkpointer's state in the status answer.
 func checkpointJSON(cs image.CheckpointStatus) map[string]any {
-	out := map[string]any{"running": cs.Running, "last_index": cs.Last.Index, "written": cs.Written, "failures": cs.Failures}
+	out := map[string]any{"running": cs.Running, "last_index": cs.Last.Index, "written": cs.Written,
+		"adopted": cs.Adopted, "last_source": cs.LastSource, "failures": cs.Failures}
 	if cs.LastError != nil {
 		out["last_error"] = cs.LastError.Error()
 	}
