@@ -429,9 +429,9 @@ func BenchmarkFailover(b *testing.B) {
 }
 
 // BenchmarkReplay: restart a node whose log holds 1,000,000 entries and no
-// image; the trivial state machine counts. JOURNAL_REPLAY_ENTRIES
-// overrides the size for a quick run. replay-entries/s covers Open to
-// the last entry applied.
+// image; the trivial state machine counts. replay-entries/s covers Open to
+// the last entry applied; first-replay-s is the first restart right after
+// the bulk fill. JOURNAL_REPLAY_ENTRIES overrides the size for a quick run.
 func BenchmarkReplay(b *testing.B) {
 	entries := int64(1_000_000)
 	if n, err := strconv.ParseInt(os.Getenv("JOURNAL_REPLAY_ENTRIES"), 10, 64); err == nil && n > 0 {
@@ -480,9 +480,7 @@ func BenchmarkReplay(b *testing.B) {
 	if err := j.Close(); err != nil {
 		b.Fatal(err)
 	}
-	var total time.Duration
-	var applied uint64
-	for b.Loop() {
+	replay := func() (time.Duration, uint64) {
 		sm := &countSM{}
 		cfg := journal.Config{ID: 1, Dir: dir, Addr: "127.0.0.1:1", StateMachine: sm}
 		t0 := time.Now()
@@ -493,17 +491,30 @@ func BenchmarkReplay(b *testing.B) {
 		if err := j.WaitApplied(b.Context(), last); err != nil {
 			b.Fatal(err)
 		}
-		total += time.Since(t0)
-		applied += sm.n.Load()
-		b.StopTimer()
+		d := time.Since(t0)
 		if err := j.Close(); err != nil {
 			b.Fatal(err)
 		}
-		b.StartTimer()
+		return d, sm.n.Load()
+	}
+	// The first open after the bulk fill also pays Pebble's compaction debt
+	// from the fill (L0 files compacted while replaying), which a node
+	// restarting in steady state does not: reported on its own.
+	first, n := replay()
+	if n < uint64(entries) {
+		b.Fatalf("first replay applied %d user entries, want >= %d", n, entries)
+	}
+	var total time.Duration
+	var applied uint64
+	for b.Loop() {
+		d, n := replay()
+		total += d
+		applied += n
 	}
 	if applied < uint64(b.N)*uint64(entries) {
 		b.Fatalf("replayed %d user entries over %d runs, want >= %d each", applied, b.N, entries)
 	}
 	b.ReportMetric(float64(applied)/total.Seconds(), "replay-entries/s")
+	b.ReportMetric(first.Seconds(), "first-replay-s") // after b.Loop: ResetTimer drops metrics
 	b.ReportMetric(total.Seconds()/float64(b.N), "replay-s")
 }
