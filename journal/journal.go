@@ -81,6 +81,8 @@ type Journal struct {
 	lastTS  atomic.Int64 // unix nanos of the last applied leader timestamp
 	failed  atomic.Pointer[error]
 
+	nwaiters atomic.Int64 // len of all mu.waiters lists
+
 	mu struct {
 		sync.Mutex
 		leaderCh   chan struct{} // closed at the next leader/term change

@@ -626,9 +626,13 @@ func (j *Journal) applyNormal(idx uint64, data []byte) {
 }
 
 func (j *Journal) resolve(key [16]byte, r applyResult) {
+	if j.nwaiters.Load() == 0 {
+		return // replay: nobody waits, skip the lock
+	}
 	j.mu.Lock()
 	ws := j.mu.waiters[key]
 	delete(j.mu.waiters, key)
+	j.nwaiters.Add(-int64(len(ws)))
 	j.mu.Unlock()
 	for _, w := range ws {
 		w <- r

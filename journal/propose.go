@@ -223,6 +223,7 @@ func (j *Journal) addWaiter(key [16]byte) chan applyResult {
 	w := make(chan applyResult, 1)
 	j.mu.Lock()
 	j.mu.waiters[key] = append(j.mu.waiters[key], w)
+	j.nwaiters.Add(1)
 	j.mu.Unlock()
 	return w
 }
@@ -234,6 +235,7 @@ func (j *Journal) removeWaiter(key [16]byte, w chan applyResult) {
 	for i, x := range ws {
 		if x == w {
 			ws = append(ws[:i], ws[i+1:]...)
+			j.nwaiters.Add(-1)
 			break
 		}
 	}
