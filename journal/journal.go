@@ -481,7 +481,10 @@ func (j *Journal) Close() error {
 
 // Handler returns the HTTP handler of the default transport; mount it under
 // "/raft/" on the server listening on Config.Addr. With a custom transport
-// it answers 404.
+// it answers 404. A joining node is reachable only once this is mounted; to
+// serve it while Open is still running, create the transport with
+// NewHTTPTransport, mount its Handler first and pass it as
+// Config.Transport.
 func (j *Journal) Handler() http.Handler {
 	if j.http == nil {
 		return http.NotFoundHandler()
