@@ -270,7 +270,11 @@ func call(t *testing.T, method, url string, body any, out any) int {
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	if out != nil && len(data) > 0 {
+	// A success fills out; an error fills it only when the caller asked for
+	// the error body.
+	_, wantsError := out.(*apiError)
+	success := resp.StatusCode >= 200 && resp.StatusCode < 300
+	if out != nil && len(data) > 0 && (success || wantsError) {
 		if err := json.Unmarshal(data, out); err != nil {
 			t.Fatalf("%s %s: status %d, body %q is not JSON: %v", method, url, resp.StatusCode, data, err)
 		}
