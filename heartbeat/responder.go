@@ -1,6 +1,7 @@
 package heartbeat
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -120,7 +121,7 @@ func (r *Responder) Frontends() []FrontendEpoch {
 	for _, f := range r.mu.frontends {
 		out = append(out, f.FrontendEpoch)
 	}
-	slices.SortFunc(out, func(a, b FrontendEpoch) int { return cmpU64(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b FrontendEpoch) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -244,14 +245,4 @@ func (r *Responder) diffLocked(hb *Request) []Event {
 		delete(r.mu.frontends, id)
 	}
 	return evs
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

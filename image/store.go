@@ -2,6 +2,7 @@ package image
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -295,21 +296,11 @@ func (s *Store) list() (listing, error) {
 			l.corrupt = append(l.corrupt, i)
 		}
 	}
-	desc := func(a, b uint64) int { return -cmpUint(a, b) }
+	desc := func(a, b uint64) int { return cmp.Compare(b, a) }
 	slices.SortFunc(l.installed, desc)
 	slices.SortFunc(l.fetched, desc)
 	slices.SortFunc(l.corrupt, desc)
 	return l, nil
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Indexes returns the indexes of the images present, newest first.
@@ -554,22 +545,33 @@ func (s *Store) verifyFile(name string) (Info, error) {
 	return s.readFile(name, nil)
 }
 
-// readFile reads and checks the image file name, passing its body to body.
-func (s *Store) readFile(name string, body func(io.Reader) error) (Info, error) {
+// openImage opens image file name and returns its path and size; a missing
+// file is ErrNotFound.
+func (s *Store) openImage(name string, opts ...vfs.OpenOption) (string, vfs.File, int64, error) {
 	path := s.path(name)
-	f, err := s.fs.Open(path, vfs.SequentialReadsOption)
+	f, err := s.fs.Open(path, opts...)
 	if err != nil {
 		if isNotExist(err) {
-			return Info{}, fmt.Errorf("image: %s: %w", path, ErrNotFound)
+			return path, nil, 0, fmt.Errorf("image: %s: %w", path, ErrNotFound)
 		}
-		return Info{}, fmt.Errorf("image: open %s: %w", path, err)
+		return path, nil, 0, fmt.Errorf("image: open %s: %w", path, err)
 	}
-	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return Info{}, fmt.Errorf("image: stat %s: %w", path, err)
+		f.Close()
+		return path, nil, 0, fmt.Errorf("image: stat %s: %w", path, err)
 	}
-	info, err := readImage(f, st.Size(), body)
+	return path, f, st.Size(), nil
+}
+
+// readFile reads and checks the image file name, passing its body to body.
+func (s *Store) readFile(name string, body func(io.Reader) error) (Info, error) {
+	path, f, size, err := s.openImage(name, vfs.SequentialReadsOption)
+	if err != nil {
+		return Info{}, err
+	}
+	defer f.Close()
+	info, err := readImage(f, size, body)
 	if err != nil {
 		return Info{}, fmt.Errorf("image: %s: %w", path, err)
 	}
@@ -580,31 +582,23 @@ func (s *Store) readFile(name string, body func(io.Reader) error) (Info, error) 
 // readHeader reads only the header of image name and its trailer checksum
 // (no verification of the body).
 func (s *Store) readHeader(name string) (Info, error) {
-	path := s.path(name)
-	f, err := s.fs.Open(path)
+	path, f, size, err := s.openImage(name)
 	if err != nil {
-		if isNotExist(err) {
-			return Info{}, fmt.Errorf("image: %s: %w", path, ErrNotFound)
-		}
-		return Info{}, fmt.Errorf("image: open %s: %w", path, err)
+		return Info{}, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return Info{}, fmt.Errorf("image: stat %s: %w", path, err)
-	}
 	h, raw, err := decodeHeader(bufio.NewReader(f))
 	if err != nil {
 		return Info{}, fmt.Errorf("image: %s: %w", path, err)
 	}
-	if st.Size() < int64(len(raw))+trailerLen {
-		return Info{}, fmt.Errorf("image: %s: %w", path, corruptf("truncated: %d bytes", st.Size()))
+	if size < int64(len(raw))+trailerLen {
+		return Info{}, fmt.Errorf("image: %s: %w", path, corruptf("truncated: %d bytes", size))
 	}
 	var crc [4]byte
-	if _, err := f.ReadAt(crc[:], st.Size()-4); err != nil {
+	if _, err := f.ReadAt(crc[:], size-4); err != nil {
 		return Info{}, fmt.Errorf("image: %s: %w", path, readErr("trailer", err))
 	}
-	return Info{Header: h, Name: name, Size: st.Size(), CRC: binary.BigEndian.Uint32(crc[:])}, nil
+	return Info{Header: h, Name: name, Size: size, CRC: binary.BigEndian.Uint32(crc[:])}, nil
 }
 
 // Latest returns the header of the newest image (ErrNotFound if none). It
