@@ -46,9 +46,7 @@ func (f *Frontend) routes() http.Handler {
 	api("POST /v1/checkpoint", f.postCheckpoint)
 	api("POST /v1/queries", f.postQuery)
 	api("GET /v1/queries/{id}", f.getQuery)
-	mux.Handle("/", httpjson.Handler(func(http.ResponseWriter, *http.Request) error {
-		return httpjson.Errorf(http.StatusNotFound, "not_found", "no such endpoint")
-	}))
+	mux.Handle("/", httpjson.NotFound)
 	return mux
 }
 

@@ -86,3 +86,9 @@ func Handler(f func(w http.ResponseWriter, r *http.Request) error) http.Handler 
 		}
 	})
 }
+
+// NotFound answers every request that no other route took: a JSON 404, so
+// that even a mistyped path gets the API's error shape.
+var NotFound = Handler(func(_ http.ResponseWriter, r *http.Request) error {
+	return Errorf(http.StatusNotFound, "not_found", "no endpoint %s %s", r.Method, r.URL.Path)
+})

@@ -68,6 +68,7 @@ func Start(cfg Config) (*Worker, error) {
 	mux.Handle("GET /v1/fragments", httpjson.Handler(w.fragments))
 	mux.Handle("POST "+demo.FragmentPath, httpjson.Handler(w.startFragment))
 	mux.Handle("DELETE "+demo.FragmentPath+"/{query}", httpjson.Handler(w.withdrawFragment))
+	mux.Handle("/", httpjson.NotFound)
 
 	w.ln, err = net.Listen("tcp", cfg.Addr)
 	if err != nil {
