@@ -48,15 +48,18 @@
 //
 // # What the journal promises
 //
-// The raft loop follows etcd's contract exactly, once per Ready: persist
-// the snapshot metadata, the entries and the HardState in one Pebble batch,
-// synced when raft requires it (group commit: all proposals that arrived
-// since the last Ready share one fsync); then send the messages; then hand
-// the committed entries, in order, to the applier; then Advance. Nothing is
-// sent, applied or acknowledged before the write that makes it durable has
-// returned. The applier runs on its own goroutine behind a queue bounded in
-// bytes and batches, so a slow state machine never stops ticks; a full queue
-// only postpones the next Ready. Membership changes are applied to raft on
+// raft runs with AsyncStorageWrites. The raft loop never waits for the
+// disk: each Ready's entries, HardState and snapshot go to an append
+// goroutine that writes everything queued meanwhile in one Pebble batch,
+// synced when raft requires it (group commit across Readys), and only then
+// are the messages that depend on that write stepped or sent (a follower's
+// acknowledgement, a vote, the node's own acknowledgement as leader).
+// raft hands out committed entries only once they are durable locally; they
+// go, in order, to the applier. Nothing is acknowledged, applied or voted
+// for before the write that makes it durable has returned. The applier runs
+// on its own goroutine behind a queue bounded in bytes and batches, so a
+// slow state machine never stops ticks; a full queue only postpones the
+// next Ready. Membership changes are applied to raft on
 // the loop, and the members' addresses travel in the conf change entries, so
 // they are as durable as the log. A received raft snapshot is first made
 // durable through [Snapshots.Fetch], then stepped into raft; raft is always

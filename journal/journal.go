@@ -41,9 +41,13 @@ type Journal struct {
 	lock  io.Closer
 
 	rn *raft.RawNode // owned by the loop goroutine once started
-	// durableLast is the index of the last entry known durable in the
-	// store (loop goroutine only).
-	durableLast uint64
+	// appendq carries raft's MsgStorageAppend messages from the loop to the
+	// append goroutine; appendDone carries them back once durable.
+	appendq    *appendQueue
+	appendDone chan appendResult
+	// persistedTerm and persistedVote are the HardState's term and vote as
+	// last written (append goroutine only): changing them needs an fsync.
+	persistedTerm, persistedVote uint64
 	// confQueue holds the keys of the membership changes proposed by this
 	// leader and not yet seen in a Ready (loop goroutine only).
 	confQueue [][16]byte
@@ -138,19 +142,21 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		return nil, fmt.Errorf("journal: lock %s: %w: %w", cfg.Dir, ErrLocked, err)
 	}
 	j := &Journal{
-		cfg:      cfg,
-		log:      cfg.Logger.With("node", cfg.ID),
-		id:       cfg.ID,
-		lock:     lock,
-		propc:    make(chan *proposal, cfg.ProposalQueue),
-		recvc:    make(chan inbound, 256),
-		opc:      make(chan func(), 64),
-		reportc:  make(chan report, 1024),
-		stopc:    make(chan struct{}),
-		loopDead: make(chan struct{}),
-		done:     make(chan struct{}),
-		applyq:   newApplyQueue(cfg.ApplyQueueBytes, cfg.ApplyQueueBatches),
-		dedupe:   newDedupe(cfg.DedupeWindow),
+		cfg:        cfg,
+		log:        cfg.Logger.With("node", cfg.ID),
+		id:         cfg.ID,
+		lock:       lock,
+		propc:      make(chan *proposal, cfg.ProposalQueue),
+		recvc:      make(chan inbound, 256),
+		opc:        make(chan func(), 64),
+		reportc:    make(chan report, 1024),
+		stopc:      make(chan struct{}),
+		loopDead:   make(chan struct{}),
+		done:       make(chan struct{}),
+		applyq:     newApplyQueue(cfg.ApplyQueueBytes, cfg.ApplyQueueBatches),
+		appendq:    newAppendQueue(),
+		appendDone: make(chan appendResult, 16),
+		dedupe:     newDedupe(cfg.DedupeWindow),
 	}
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.appliedCh = make(chan struct{})
@@ -271,7 +277,11 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		StepDownOnRemoval:         true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
 		DisableProposalForwarding: true,
-		Logger:                    raftstore.NewRaftLogger(j.log),
+		// Entries and HardState are written by the append goroutine, which
+		// commits everything queued meanwhile in one synced batch; the
+		// loop keeps ticking, stepping and sending during the fsync.
+		AsyncStorageWrites: true,
+		Logger:             raftstore.NewRaftLogger(j.log),
 	}
 	j.rn, err = raft.NewRawNode(rc)
 	if err != nil {
@@ -286,14 +296,13 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 			}
 		}
 	}
-	if j.durableLast, err = j.store.LastIndex(); err != nil {
-		return nil, fmt.Errorf("journal: last index: %w", err)
-	}
+	j.persistedTerm, j.persistedVote = hs.GetTerm(), hs.GetVote()
 	j.committed.Store(hs.GetCommit())
 	j.term.Store(hs.GetTerm())
 	j.state.Store(uint32(raft.StateFollower))
 
 	j.wg.Go(j.run)
+	j.wg.Go(j.appendLoop)
 	j.wg.Go(j.applyLoop)
 	j.log.Info("journal open", "cluster", j.cluster(), "role", Role(j.role.Load()), "applied", j.applied.Load(),
 		"commit", hs.GetCommit(), "bootstrap", bootstrap, "join", cfg.Join)

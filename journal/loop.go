@@ -21,10 +21,11 @@ type proposal struct {
 
 // run is the raft loop: the only goroutine that touches j.rn. Each
 // iteration handles one event (tick, proposals, inbound messages, an
-// operation), then at most one Ready, in the order raft requires: persist
-// (one synced Pebble batch), send, hand committed entries to the applier,
-// Advance. The applier runs on its own goroutine so a slow state machine
-// never stops ticks; a full apply queue only postpones the next Ready.
+// operation, a finished append), then at most one Ready (handleReady): the
+// disk write goes to the append goroutine, messages that need none are
+// sent, committed entries go to the applier. Neither the fsync nor a slow
+// state machine stops ticks; a full apply queue only postpones the next
+// Ready.
 func (j *Journal) run() {
 	defer close(j.loopDead)
 	tickc, stopTick := j.cfg.Clock.NewTicker(j.cfg.TickInterval)
@@ -64,11 +65,16 @@ func (j *Journal) run() {
 			} else {
 				j.rn.ReportUnreachable(r.id)
 			}
+		case res := <-j.appendDone:
+			err = j.appended(res)
 		case <-j.applyq.room():
 		case <-readyc:
 		}
+		if err != nil {
+			break
+		}
 		// Take what else arrived meanwhile (proposals, messages), so one
-		// Ready, and one fsync, covers it all: group commit.
+		// Ready covers it all.
 		j.drain()
 		// The leader journals its clock every StaleAfter/2, and at once
 		// when it takes over.
@@ -202,7 +208,17 @@ func (j *Journal) step(in inbound) {
 	}
 }
 
-// handleReady processes one Ready.
+// handleReady processes one Ready (raft runs with AsyncStorageWrites).
+// The loop never waits for the disk: the Ready's MsgStorageAppend (entries,
+// HardState, snapshot, and the messages that must wait for them) goes to
+// the append goroutine, whose synced write covers every append queued
+// meanwhile (group commit across Readys); appended steps the responses once
+// that write returned. Messages to peers that need no local write (a
+// leader's appends, heartbeats) are sent at once, so a leader's fsync
+// overlaps its followers' (Raft thesis §10.2.1): its own acknowledgement is
+// one of those responses, so nothing commits on unsynced entries. raft
+// hands out committed entries only once they are durable locally
+// (etcd#14370), in the MsgStorageApply for the applier.
 func (j *Journal) handleReady(rd raft.Ready) error {
 	if rd.SoftState != nil {
 		j.setSoftState(rd.SoftState.Lead, rd.SoftState.RaftState)
@@ -212,57 +228,20 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 			j.notifyLeadership()
 		}
 	}
-	var snap *raftpb.Snapshot
-	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
-		snap = rd.Snapshot
-	}
 	j.checkConfQueue(rd.Entries)
-	// A leader sends before it persists (Raft thesis §10.2.1, etcd's
-	// "islead" path): its disk write then overlaps the followers'. This is
-	// safe because the followers' acknowledgements are stepped by this
-	// goroutine only after the write below returned, so nothing commits on
-	// the strength of the leader's own unsynced entries.
-	leaderSent := false
-	if j.state.Load() == uint32(raft.StateLeader) {
-		j.send(rd.Messages)
-		leaderSent = true
-	}
-	// Committed entries that were already durable before this Ready (the
-	// usual case: they were appended by an earlier one) go to the applier
-	// before this Ready's write, so applying overlaps the fsync of the new
-	// entries. Entries appended by this very Ready (a single voter commits
-	// at once) wait for the write: never apply what is not durable
-	// (etcd#14370).
-	appliedEarly := false
-	if n := len(rd.CommittedEntries); n > 0 && snap == nil && rd.CommittedEntries[n-1].GetIndex() <= j.durableLast {
-		if err := j.handOff(rd, nil); err != nil {
-			return err
-		}
-		appliedEarly = true
-	}
-	// 1. Persist: snapshot metadata, entries, HardState in one batch, synced
-	// when raft requires it or a snapshot is installed.
-	var hs *raftpb.HardState
-	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
-		hs = rd.HardState
-	}
-	if hs != nil || len(rd.Entries) > 0 || snap != nil {
-		if err := j.store.Append(hs, rd.Entries, snap, rd.MustSync || snap != nil); err != nil {
-			return fmt.Errorf("journal: persist: %w", err)
+	var apply *raftpb.Message
+	out := rd.Messages[:0:0]
+	for _, m := range rd.Messages {
+		switch m.GetTo() {
+		case raft.LocalAppendThread:
+			j.appendq.push(m)
+		case raft.LocalApplyThread:
+			apply = m
+		default:
+			out = append(out, m)
 		}
 	}
-	if n := len(rd.Entries); n > 0 {
-		j.durableLast = rd.Entries[n-1].GetIndex()
-	} else if snap != nil {
-		j.durableLast = max(j.durableLast, snap.GetMetadata().GetIndex())
-	}
-	if hs != nil {
-		j.committed.Store(hs.GetCommit())
-	}
-	// 2. Send, only after the write returned (a leader sent already).
-	if !leaderSent {
-		j.send(rd.Messages)
-	}
+	j.send(out)
 	// Linearizable reads whose index is now known.
 	if len(rd.ReadStates) > 0 {
 		j.mu.Lock()
@@ -274,21 +253,182 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 		}
 		j.mu.Unlock()
 	}
-	// 3. Apply (unless done before the write, above).
-	if !appliedEarly {
-		if err := j.handOff(rd, snap); err != nil {
+	if apply != nil {
+		if err := j.handOff(apply.GetEntries(), nil); err != nil {
 			return err
 		}
+		// As Advance did: raft counts handed-off entries as applied (the
+		// applier publishes what it really applied).
+		j.stepLocal(apply.GetResponses())
 	}
-	// 4. Advance.
-	j.rn.Advance(rd)
+	return nil
+}
+
+// appendResult is a batch of MsgStorageAppend the append goroutine wrote.
+type appendResult struct {
+	msgs []*raftpb.Message
+	err  error
+}
+
+// appended runs on the loop once the append goroutine's synced write of res
+// returned: a snapshot's membership and image install are queued, then the
+// messages raft held back until the write (its own MsgStorageAppendResp and
+// acknowledgements, a follower's MsgAppResp, votes) are stepped or sent.
+func (j *Journal) appended(res appendResult) error {
+	if res.err != nil {
+		return fmt.Errorf("journal: persist: %w", res.err)
+	}
+	var out []*raftpb.Message
+	for _, m := range res.msgs {
+		if snap := m.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
+			if err := j.handOff(nil, snap); err != nil {
+				return err
+			}
+		}
+		if m.Commit != nil && m.GetCommit() > j.committed.Load() {
+			j.committed.Store(m.GetCommit())
+		}
+		for _, r := range m.GetResponses() {
+			if r.GetTo() == j.id {
+				j.stepLocal([]*raftpb.Message{r})
+			} else {
+				out = append(out, r)
+			}
+		}
+	}
+	j.send(out)
+	return nil
+}
+
+// stepLocal steps responses raft addressed to itself. Like Advance, it
+// ignores their errors: a stale one (an older term, a removed peer) is
+// simply dropped by raft.
+func (j *Journal) stepLocal(msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		_ = j.rn.Step(m)
+	}
+}
+
+// appendQueue is the unbounded queue of MsgStorageAppend from the loop to
+// the append goroutine (raft's in-flight limits bound what it holds).
+type appendQueue struct {
+	mu     sync.Mutex
+	msgs   []*raftpb.Message
+	notify chan struct{} // cap 1
+}
+
+func newAppendQueue() *appendQueue {
+	return &appendQueue{notify: make(chan struct{}, 1)}
+}
+
+func (q *appendQueue) push(m *raftpb.Message) {
+	q.mu.Lock()
+	q.msgs = append(q.msgs, m)
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (q *appendQueue) take() []*raftpb.Message {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	msgs := q.msgs
+	q.msgs = nil
+	return msgs
+}
+
+// appendLoop is the append goroutine: it writes what the loop queued, all
+// of it in one synced Pebble batch (a snapshot starts a batch of its own),
+// and hands the messages back to the loop. Appends are written in the
+// order raft emitted them, so a response means every earlier append is
+// durable too, as raft requires.
+func (j *Journal) appendLoop() {
+	for {
+		msgs := j.appendq.take()
+		if len(msgs) == 0 {
+			select {
+			case <-j.appendq.notify:
+				continue
+			case <-j.stopc:
+				return
+			}
+		}
+		for len(msgs) > 0 {
+			n := 1
+			for n < len(msgs) && raft.IsEmptySnap(msgs[n].GetSnapshot()) {
+				n++
+			}
+			res := appendResult{msgs: msgs[:n], err: j.persist(msgs[:n])}
+			msgs = msgs[n:]
+			select {
+			case j.appendDone <- res:
+			case <-j.stopc:
+				return
+			}
+			if res.err != nil {
+				return // the loop stops: raft must not go on
+			}
+		}
+	}
+}
+
+// persist writes msgs (only the first may carry a snapshot) in one batch:
+// the snapshot, the entries with later appends overwriting the suffix they
+// conflict with, and the newest HardState. It is synced when it holds
+// entries or a snapshot, or changes the term or the vote (raft's MustSync).
+func (j *Journal) persist(msgs []*raftpb.Message) error {
+	var (
+		hs     *raftpb.HardState
+		ents   []*raftpb.Entry
+		snap   *raftpb.Snapshot
+		merged bool
+	)
+	for _, m := range msgs {
+		if s := m.GetSnapshot(); !raft.IsEmptySnap(s) {
+			snap = s
+		}
+		if es := m.GetEntries(); len(es) > 0 {
+			if ents == nil {
+				ents = es // raft's slice: read, never written
+			} else {
+				first := es[0].GetIndex()
+				cut := len(ents)
+				for cut > 0 && ents[cut-1].GetIndex() >= first {
+					cut--
+				}
+				if !merged {
+					ents = append(make([]*raftpb.Entry, 0, cut+len(es)), ents[:cut]...)
+					merged = true
+				} else {
+					ents = ents[:cut]
+				}
+				ents = append(ents, es...)
+			}
+		}
+		if m.Term != nil {
+			hs = &raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
+		}
+	}
+	sync := len(ents) > 0 || snap != nil ||
+		(hs != nil && (hs.GetTerm() != j.persistedTerm || hs.GetVote() != j.persistedVote))
+	if hs == nil && len(ents) == 0 && snap == nil {
+		return nil // only messages ordered behind the earlier appends
+	}
+	if err := j.store.Append(hs, ents, snap, sync); err != nil {
+		return err
+	}
+	if hs != nil {
+		j.persistedTerm, j.persistedVote = hs.GetTerm(), hs.GetVote()
+	}
 	return nil
 }
 
 // handOff applies the Ready's membership changes to raft (it needs
 // ApplyConfChange before the next Ready) and queues the snapshot and the
 // committed entries for the applier, in order.
-func (j *Journal) handOff(rd raft.Ready, snap *raftpb.Snapshot) error {
+func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 	var batch applyBatch
 	if snap != nil {
 		if err := j.installSnapshotMembership(snap); err != nil {
@@ -296,15 +436,15 @@ func (j *Journal) handOff(rd raft.Ready, snap *raftpb.Snapshot) error {
 		}
 		batch.snapshot = snap.GetMetadata().GetIndex()
 	}
-	for _, e := range rd.CommittedEntries {
+	for _, e := range ents {
 		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
 			if err := j.applyConfChange(e); err != nil {
 				return err
 			}
 		}
 	}
-	if len(rd.CommittedEntries) > 0 || batch.snapshot > 0 {
-		batch.entries = rd.CommittedEntries
+	if len(ents) > 0 || batch.snapshot > 0 {
+		batch.entries = ents
 		j.applyq.push(batch)
 	}
 	return nil
