@@ -17,6 +17,9 @@ type proposal struct {
 	cc    *raftpb.ConfChange // or a conf change
 	force bool               // skip the safe-removal check
 	done  chan error         // buffered(1): nil when raft accepted it
+	// quiet: done hears only of a refusal. The proposer waits for the
+	// apply (or a leader change) instead, and wakes once, not twice.
+	quiet bool
 }
 
 // run is the raft loop: the only goroutine that touches j.rn. Each
@@ -75,7 +78,9 @@ func (j *Journal) run() {
 		}
 		// Take what else arrived meanwhile (proposals, messages), so one
 		// Ready covers it all.
-		j.drain()
+		if err = j.drain(); err != nil {
+			break
+		}
 		// The leader journals its clock every StaleAfter/2, and at once
 		// when it takes over.
 		if j.state.Load() == uint32(raft.StateLeader) {
@@ -105,19 +110,25 @@ func (j *Journal) run() {
 	j.fail(err)
 }
 
-// drain takes the queued proposals and inbound messages, bounded so a
+// drain takes the queued proposals, inbound messages and finished appends
+// (the sooner those are stepped, the sooner entries commit), bounded so a
 // flood cannot starve ticks.
-func (j *Journal) drain() {
+func (j *Journal) drain() error {
 	for n := 0; n < 4096; n++ {
 		select {
+		case res := <-j.appendDone:
+			if err := j.appended(res); err != nil {
+				return err
+			}
 		case p := <-j.propc:
 			j.propose(p)
 		case in := <-j.recvc:
 			j.step(in)
 		default:
-			return
+			return nil
 		}
 	}
+	return nil
 }
 
 func (j *Journal) fail(err error) {
@@ -161,7 +172,9 @@ func (j *Journal) propose(p *proposal) {
 		// conf change is pending.
 		err = fmt.Errorf("%w: proposal dropped by raft", ErrBusy)
 	}
-	p.done <- err
+	if err != nil || !p.quiet {
+		p.done <- err
+	}
 }
 
 // checkConfChange refuses a removal that leaves fewer reachable voters than

@@ -67,11 +67,17 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 	w := j.addWaiter(key)
 	defer func() { j.removeWaiter(key, w) }()
 	var lastErr, refused error
-	wait := func(lc <-chan struct{}, d time.Duration) (applyResult, bool, error) {
+	// wait waits for the apply; refusedc (a quiet proposal's done) and
+	// dead (the local loop's end) only for a proposal made here.
+	wait := func(lc <-chan struct{}, d time.Duration, refusedc <-chan error, dead <-chan struct{}) (applyResult, bool, error) {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		refused = nil
 		select {
+		case err := <-refusedc:
+			refused = err
+		case <-dead:
+			return applyResult{}, false, j.loopErr()
 		case r := <-w:
 			if r.err != nil {
 				// The leader refused the proposal after accepting it
@@ -105,11 +111,13 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 		var err error
 		switch {
 		case leader == j.id && j.state.Load() == uint32(raft.StateLeader):
-			err = j.proposeLocal(ctx, local())
+			p := local()
+			p.done, p.quiet = make(chan error, 1), true
+			err = j.enqueueProposal(ctx, p)
 			if err == nil {
 				// Wait for the local apply; a leader change means the entry
 				// may be lost: retry (the key makes that safe).
-				r, ok, werr := wait(lc, 1<<62)
+				r, ok, werr := wait(lc, 1<<62, p.done, j.loopDead)
 				switch {
 				case werr != nil || ok:
 					return r, werr
@@ -129,7 +137,7 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			resp, err = j.tr.Forward(ctx, leader, fwd)
 			if err == nil {
 				_ = resp
-				r, ok, werr := wait(nil, 1<<62)
+				r, ok, werr := wait(nil, 1<<62, nil, nil)
 				if ok || werr != nil {
 					return r, werr
 				}
@@ -175,7 +183,7 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			return applyResult{}, j.ctxErr(ctx, lastErr)
 		}
 		// Give the cluster time to elect or the new leader time to be heard.
-		if r, ok, err := wait(lc, j.electionTimeout()); ok || err != nil {
+		if r, ok, err := wait(lc, j.electionTimeout(), nil, nil); ok || err != nil {
 			return r, err
 		}
 	}
@@ -202,18 +210,26 @@ func (j *Journal) ctxErr(ctx context.Context, last error) error {
 // refused it.
 func (j *Journal) proposeLocal(ctx context.Context, p *proposal) error {
 	p.done = make(chan error, 1)
-	select {
-	case j.propc <- p:
-	case <-ctx.Done():
-		return j.ctxErr(ctx, nil)
-	case <-j.done:
-		return ErrClosed
-	case <-j.loopDead:
-		return j.loopErr()
+	if err := j.enqueueProposal(ctx, p); err != nil {
+		return err
 	}
 	select {
 	case err := <-p.done:
 		return err
+	case <-j.loopDead:
+		return j.loopErr()
+	}
+}
+
+// enqueueProposal hands p to the raft loop.
+func (j *Journal) enqueueProposal(ctx context.Context, p *proposal) error {
+	select {
+	case j.propc <- p:
+		return nil
+	case <-ctx.Done():
+		return j.ctxErr(ctx, nil)
+	case <-j.done:
+		return ErrClosed
 	case <-j.loopDead:
 		return j.loopErr()
 	}
