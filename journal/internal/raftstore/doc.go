@@ -1,9 +1,10 @@
 // Package raftstore keeps a raft node's log and hard state in Pebble and
 // serves them to go.etcd.io/raft/v3 as a [raft.Storage].
 //
-// The journal's Ready loop calls [Store.Append] once per Ready: the snapshot
-// metadata (if any), the new entries and the HardState go into ONE Pebble
-// batch, committed with fsync when raft says MustSync, in that order, so a
+// The journal's append goroutine calls [Store.Append] once for all the
+// Readys' writes queued meanwhile: the snapshot metadata (if any), the new
+// entries and the newest HardState go into ONE Pebble batch, committed with
+// fsync when raft requires it, in that order, so a
 // crash can never leave the HardState ahead of the entries it commits. The
 // in-memory view raft reads (first and last index, a byte-bounded cache of
 // recent entries) changes only after that commit has returned.
