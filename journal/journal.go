@@ -134,8 +134,8 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		return nil, err
 	}
 	fs := cfg.FS
-	if err := mkdirAllSynced(fs, cfg.Dir); err != nil {
-		return nil, err
+	if err := raftstore.MkdirAllSynced(fs, cfg.Dir); err != nil {
+		return nil, fmt.Errorf("journal: create data dir %s: %w", cfg.Dir, err)
 	}
 	lock, err := fs.Lock(filepath.Join(cfg.Dir, "LOCK"))
 	if err != nil {
@@ -703,32 +703,6 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-// mkdirAllSynced creates dir and its missing parents, syncing each parent
-// whose entries changed, so a new data dir survives a power cut.
-func mkdirAllSynced(fs vfs.FS, dir string) error {
-	dir = filepath.Clean(dir)
-	if _, err := fs.Stat(dir); err == nil {
-		return nil
-	}
-	parent := filepath.Dir(dir)
-	if parent != dir {
-		if err := mkdirAllSynced(fs, parent); err != nil {
-			return err
-		}
-	}
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("journal: create %s: %w", dir, err)
-	}
-	d, err := fs.OpenDir(parent)
-	if err != nil {
-		return fmt.Errorf("journal: open %s: %w", parent, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("journal: sync %s: %w", parent, err)
-	}
-	return nil
-}
 
 // loopErr is the error for a request the raft loop will not serve.
 func (j *Journal) loopErr() error {

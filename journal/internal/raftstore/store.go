@@ -78,7 +78,7 @@ func Open(opts Options) (*Store, error) {
 	if opts.CacheBytes == 0 {
 		opts.CacheBytes = DefaultCacheBytes
 	}
-	if err := mkdirAllSynced(opts.FS, opts.Dir); err != nil {
+	if err := MkdirAllSynced(opts.FS, opts.Dir); err != nil {
 		return nil, fmt.Errorf("raftstore: create %s: %w", opts.Dir, err)
 	}
 	popts := pebbleOptions(opts)
@@ -96,18 +96,18 @@ func Open(opts Options) (*Store, error) {
 	return s, nil
 }
 
-// mkdirAllSynced creates dir and any missing parents, fsyncing the parent of
+// MkdirAllSynced creates dir and any missing parents, fsyncing the parent of
 // each directory it creates: without that, a power cut can forget the new
 // directory and with it every synced write inside (POSIX; the crashable
 // MemFS models it).
-func mkdirAllSynced(fs vfs.FS, dir string) error {
+func MkdirAllSynced(fs vfs.FS, dir string) error {
 	dir = filepath.Clean(dir)
 	if _, err := fs.Stat(dir); err == nil {
 		return nil
 	}
 	parent := filepath.Dir(dir)
 	if parent != dir {
-		if err := mkdirAllSynced(fs, parent); err != nil {
+		if err := MkdirAllSynced(fs, parent); err != nil {
 			return err
 		}
 	}
