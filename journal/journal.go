@@ -703,7 +703,6 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-
 // loopErr is the error for a request the raft loop will not serve.
 func (j *Journal) loopErr() error {
 	if e := j.failed.Load(); e != nil {
