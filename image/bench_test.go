@@ -171,6 +171,26 @@ func cleanupBenchFixtures() {
 	}
 }
 
+// openLive copies the fixture's data dir and opens it as a live node would
+// be: the image loaded, then the entries after it applied.
+func (f *dorisFixture) openLive(b *testing.B) (string, *catalog.Tree, *Store, *benchJournal) {
+	b.Helper()
+	dir := copyDir(b, f.dir)
+	live := catalog.New()
+	s, err := Open(Config{Dir: dir, State: live, ClusterID: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, _, err := s.LoadLatest(context.Background(), f.base); err != nil {
+		b.Fatal(err)
+	}
+	j := &benchJournal{base: f.base}
+	for _, e := range f.entries {
+		live.Apply(j.add(e), e)
+	}
+	return dir, live, s, j
+}
+
 func fixture(b *testing.B) *dorisFixture {
 	b.Helper()
 	fixturesMu.Lock()
@@ -453,19 +473,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
-		dir := copyDir(b, f.dir)
-		live := catalog.New()
-		s, err := Open(Config{Dir: dir, State: live, ClusterID: "bench"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, _, err := s.LoadLatest(context.Background(), f.base); err != nil {
-			b.Fatal(err)
-		}
-		j := &benchJournal{base: f.base}
-		for _, e := range f.entries {
-			live.Apply(j.add(e), e)
-		}
+		dir, live, s, j := f.openLive(b)
 		phases := &phaseLog{}
 		cp, err := NewCheckpointer(CheckpointerConfig{
 			Store: s, Journal: j, Applied: j.applied,
@@ -554,19 +562,7 @@ func BenchmarkAdopt(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
-		dir := copyDir(b, f.dir)
-		live := catalog.New()
-		s, err := Open(Config{Dir: dir, State: live, ClusterID: "bench"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, _, err := s.LoadLatest(context.Background(), f.base); err != nil {
-			b.Fatal(err)
-		}
-		j := &benchJournal{base: f.base}
-		for _, e := range f.entries {
-			live.Apply(j.add(e), e)
-		}
+		dir, live, s, j := f.openLive(b)
 		clock := newFakeClock()
 		ticks := make(chan tickResult, 1)
 		cfg := CheckpointerConfig{
