@@ -9,6 +9,7 @@ require (
 	github.com/stretchr/testify v1.12.1
 	go.etcd.io/raft/v3 v3.7.0
 	go.uber.org/goleak v1.3.0
+	google.golang.org/protobuf v1.36.11
 )
 
 require (
@@ -43,5 +44,4 @@ require (
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.18.0 // indirect
 	golang.org/x/text v0.14.0 // indirect
-	google.golang.org/protobuf v1.36.11 // indirect
 )
