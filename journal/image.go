@@ -151,6 +151,13 @@ func (j *Journal) ImageWritten(ctx context.Context, index, term uint64, membersh
 	if index > j.applied.Load() {
 		return fmt.Errorf("journal: image %d is beyond the applied index %d", index, j.applied.Load())
 	}
+	// With asynchronous storage writes an entry can be applied (it is
+	// durable and committed) before the HardState carrying its commit is
+	// written. Raft's snapshot must not pass the durable commit (a restart
+	// would find commit < snapshot, etcd#10219): wait for that write.
+	if err := j.waitDurableCommit(ctx, index); err != nil {
+		return fmt.Errorf("journal: image %d: %w", index, err)
+	}
 	snap := raftpb.EnsureSnapshot(&raftpb.Snapshot{
 		Data: membership,
 		Metadata: &raftpb.SnapshotMetadata{
@@ -181,4 +188,25 @@ func (j *Journal) ImageWritten(ctx context.Context, index, term uint64, membersh
 		return fmt.Errorf("journal: image %d: %w", index, err)
 	}
 	return opErr
+}
+
+// waitDurableCommit waits until the durable commit index reaches index.
+func (j *Journal) waitDurableCommit(ctx context.Context, index uint64) error {
+	for {
+		j.mu.Lock()
+		ch := j.mu.commitCh
+		j.mu.Unlock()
+		if j.committed.Load() >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the commit index %d to be durable: %w", index, ctx.Err())
+		case <-j.done:
+			return ErrClosed
+		case <-j.loopDead:
+			return j.loopErr()
+		}
+	}
 }

@@ -89,7 +89,10 @@ type Journal struct {
 
 	mu struct {
 		sync.Mutex
-		leaderCh   chan struct{} // closed at the next leader/term change
+		leaderCh chan struct{} // closed at the next leader/term change
+		// commitCh is closed when the durable commit index (committed)
+		// advances; ImageWritten waits on it.
+		commitCh   chan struct{}
 		appliedCh  chan struct{} // closed at the next applied advance
 		waiters    map[[16]byte][]chan applyResult
 		reads      map[uint64]chan uint64
@@ -159,6 +162,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		dedupe:     newDedupe(cfg.DedupeWindow),
 	}
 	j.mu.leaderCh = make(chan struct{})
+	j.mu.commitCh = make(chan struct{})
 	j.mu.appliedCh = make(chan struct{})
 	j.mu.waiters = map[[16]byte][]chan applyResult{}
 	j.mu.reads = map[uint64]chan uint64{}

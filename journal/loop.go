@@ -300,6 +300,10 @@ func (j *Journal) appended(res appendResult) error {
 		}
 		if m.Commit != nil && m.GetCommit() > j.committed.Load() {
 			j.committed.Store(m.GetCommit())
+			j.mu.Lock()
+			close(j.mu.commitCh)
+			j.mu.commitCh = make(chan struct{})
+			j.mu.Unlock()
 		}
 		for _, r := range m.GetResponses() {
 			if r.GetTo() == j.id {
