@@ -12,20 +12,7 @@ import (
 // then finishes the read: it must see exactly the tree of its start index.
 func TestLongReadSeesItsIndex(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	m := newModel()
-	tr := New()
-	index := uint64(0)
-	step := func(n int) {
-		for i := 0; i < n; i++ {
-			index++
-			b := randBatch(r, m)
-			data, err := b.Encode()
-			if err != nil {
-				t.Fatal(err)
-			}
-			applyChecked(t, tr, m, index, b, data)
-		}
-	}
+	tr, m, step := randomApplier(t, r)
 	step(400)
 	want := saveBytes(t, tr)
 	wantNodes := map[string][]Node{}
@@ -83,20 +70,7 @@ func TestLongReadSeesItsIndex(t *testing.T) {
 // progress: pruning the history must keep what the newer one needs.
 func TestOverlappingLongReads(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	m := newModel()
-	tr := New()
-	index := uint64(0)
-	step := func(n int) {
-		for i := 0; i < n; i++ {
-			index++
-			b := randBatch(r, m)
-			data, err := b.Encode()
-			if err != nil {
-				t.Fatal(err)
-			}
-			applyChecked(t, tr, m, index, b, data)
-		}
-	}
+	tr, m, step := randomApplier(t, r)
 	step(300)
 	want1 := saveBytes(t, tr)
 	lr1 := tr.beginLong()
@@ -116,4 +90,23 @@ func TestOverlappingLongReads(t *testing.T) {
 	}
 	lr2.end()
 	m.check(t, tr)
+}
+
+// randomApplier returns a tree, its reference model and a function that applies n random
+// batches to it, each checked against a reference model.
+func randomApplier(t *testing.T, r *rand.Rand) (*Tree, *model, func(n int)) {
+	m := newModel()
+	tr := New()
+	index := uint64(0)
+	return tr, m, func(n int) {
+		for i := 0; i < n; i++ {
+			index++
+			b := randBatch(r, m)
+			data, err := b.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			applyChecked(t, tr, m, index, b, data)
+		}
+	}
 }
