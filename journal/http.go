@@ -384,33 +384,30 @@ func (p *httpPeer) run() {
 // accepts the stream and then reads frames until the body ends; a peer that
 // does not answer within HandshakeTimeout (a handler that is not ours, a
 // hung process) is treated as unreachable.
+//
+// The body is a streamBody: net/http's connection writer copies it with
+// WriteTo, so frames go from the queue to the socket on that goroutine,
+// with no pipe and no second goroutine handing each frame over.
 func (p *httpPeer) stream(first []byte) error {
 	ctx, cancel := context.WithCancel(p.t.ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	defer cancel()
-	wg.Go(func() { // RemovePeer ends the stream even while a write blocks
-		select {
-		case <-p.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	})
-	pr, pw := io.Pipe()
-	defer pw.Close()
-	req, err := p.t.newRequest(ctx, *p.addr.Load(), pathStream, p.id, pr)
+	body := &streamBody{p: p, ctx: ctx, accepted: make(chan struct{})}
+	body.pending = appendFrame(nil, [][]byte{first})
+	req, err := p.t.newRequest(ctx, *p.addr.Load(), pathStream, p.id, body)
 	if err != nil {
 		return err
 	}
 	req.ContentLength = -1
-	accepted := make(chan struct{})
 	endc := make(chan error, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
 	wg.Go(func() {
 		resp, err := p.t.client.Do(req)
 		if err == nil {
 			err = decodeErrorResponse(resp)
 			if err == nil {
-				close(accepted)
+				close(body.accepted)
 				// The peer ends the stream by ending its answer.
 				_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 				if err == nil {
@@ -419,17 +416,11 @@ func (p *httpPeer) stream(first []byte) error {
 			}
 			resp.Body.Close()
 		}
-		pr.CloseWithError(err)
 		endc <- err
 	})
-	const maxBatch = 1 << 20
-	buf := appendFrame(nil, [][]byte{first})
-	if _, err := pw.Write(buf); err != nil {
-		return err
-	}
 	t := time.NewTimer(p.t.opts.HandshakeTimeout)
 	select {
-	case <-accepted:
+	case <-body.accepted:
 		t.Stop()
 	case err := <-endc:
 		t.Stop()
@@ -440,37 +431,100 @@ func (p *httpPeer) stream(first []byte) error {
 		t.Stop()
 		return nil
 	}
-	var batch [][]byte
-	size := 0
-	for {
+	select {
+	case <-p.stop:
+		return nil
+	case err := <-endc:
+		return err
+	}
+}
+
+// streamBody is a stream's request body: the first frame, then, once the
+// peer accepted the stream, batches of whatever the peer's queue holds. It
+// ends when ctx does (the stream failed or the peer was removed).
+type streamBody struct {
+	p        *httpPeer
+	ctx      context.Context
+	accepted chan struct{} // closed when the peer answered 200
+	pending  []byte        // encoded, not yet written (Read's leftovers)
+	batch    [][]byte
+	buf      []byte // the frame being written (reused: writes are synchronous)
+}
+
+// next blocks for the next frame: the pending one, or a batch coalesced
+// from the queue (after the peer accepted the stream).
+func (b *streamBody) next() ([]byte, error) {
+	if len(b.pending) > 0 {
+		f := b.pending
+		b.pending = nil
+		return f, nil
+	}
+	select {
+	case <-b.accepted:
+	case <-b.ctx.Done():
+		return nil, b.ctx.Err()
+	}
+	const maxBatch = 1 << 20
+	var size int
+	select {
+	case <-b.ctx.Done():
+		return nil, b.ctx.Err()
+	case <-b.p.stop:
+		return nil, io.EOF
+	case m := <-b.p.q:
+		b.p.dequeued(m)
+		b.batch = append(b.batch[:0], m)
+		size = len(m)
+	}
+	// Coalesce whatever else is queued into this frame.
+	for size < maxBatch {
 		select {
-		case <-p.stop:
-			return nil
-		case err := <-endc:
-			return err
-		case b := <-p.q:
-			p.dequeued(b)
-			batch = append(batch[:0], b)
-			size = len(b)
+		case m := <-b.p.q:
+			b.p.dequeued(m)
+			b.batch = append(b.batch, m)
+			size += len(m)
+			continue
+		default:
 		}
-		// Coalesce whatever else is queued into this frame.
-	fill:
-		for size < maxBatch {
-			select {
-			case b := <-p.q:
-				p.dequeued(b)
-				batch = append(batch, b)
-				size += len(b)
-			default:
-				break fill
-			}
+		break
+	}
+	b.buf = appendFrame(b.buf[:0], b.batch)
+	clear(b.batch)
+	return b.buf, nil
+}
+
+// WriteTo writes frames to w until the stream ends; net/http's copy of
+// the body calls it.
+func (b *streamBody) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for {
+		f, err := b.next()
+		if err != nil {
+			return n, err
 		}
-		buf = appendFrame(buf[:0], batch)
-		if _, err := pw.Write(buf); err != nil {
-			return err
+		k, err := w.Write(f)
+		n += int64(k)
+		if err != nil {
+			return n, err
 		}
 	}
 }
+
+// Read serves readers that do not use WriteTo (a wrapping RoundTripper).
+func (b *streamBody) Read(buf []byte) (int, error) {
+	if len(b.pending) == 0 {
+		f, err := b.next()
+		if err != nil {
+			return 0, err
+		}
+		b.pending = f
+	}
+	n := copy(buf, b.pending)
+	b.pending = b.pending[n:]
+	return n, nil
+}
+
+func (b *streamBody) Close() error { return nil }
 
 // Frame: 4-byte big-endian length N, then N bytes of (uvarint length,
 // protobuf raftpb.Message) repeated.

@@ -47,6 +47,7 @@ func (j *Journal) run() {
 		}
 		select {
 		case <-j.stopc:
+			j.failBatch(ErrClosed)
 			j.failProposals()
 			return
 		case <-tickc:
@@ -81,6 +82,7 @@ func (j *Journal) run() {
 		if err = j.drain(); err != nil {
 			break
 		}
+		j.flushProposals()
 		// The leader journals its clock every StaleAfter/2, and at once
 		// when it takes over.
 		if j.state.Load() == uint32(raft.StateLeader) {
@@ -152,6 +154,15 @@ func (j *Journal) propose(p *proposal) {
 		p.done <- ErrNotLeader
 		return
 	}
+	if p.cc == nil {
+		j.batch = append(j.batch, p)
+		j.batchBytes += uint64(len(p.data))
+		if j.batchBytes >= j.cfg.MaxSizePerMsg {
+			j.flushProposals()
+		}
+		return
+	}
+	j.flushProposals() // keep the order proposals arrived in
 	var err error
 	if p.cc != nil {
 		if err = j.checkConfChange(p.cc, p.force); err == nil {
@@ -163,11 +174,13 @@ func (j *Journal) propose(p *proposal) {
 				j.confQueue = append(j.confQueue, ctx.Key)
 			}
 		}
-	} else {
-		err = j.rn.Propose(p.data)
 	}
-	switch {
-	case errors.Is(err, raft.ErrProposalDropped):
+	j.answer(p, err)
+}
+
+// answer tells a proposer whether raft took its proposal.
+func (j *Journal) answer(p *proposal, err error) {
+	if errors.Is(err, raft.ErrProposalDropped) {
 		// Dropped: the uncommitted tail is full, or a leader transfer or a
 		// conf change is pending.
 		err = fmt.Errorf("%w: proposal dropped by raft", ErrBusy)
@@ -175,6 +188,45 @@ func (j *Journal) propose(p *proposal) {
 	if err != nil || !p.quiet {
 		p.done <- err
 	}
+}
+
+// flushProposals steps the batched normal proposals into raft as one
+// MsgProp (as etcd's node.Propose would one at a time): raft appends them
+// together and broadcasts one append per follower, where proposing them
+// one by one costs an append message, its encoding, a follower step and a
+// response per proposal. raft takes or drops the batch as a whole.
+func (j *Journal) flushProposals() {
+	if len(j.batch) == 0 {
+		return
+	}
+	ents := make([]raftpb.Entry, len(j.batch))
+	ptrs := make([]*raftpb.Entry, len(j.batch))
+	for i, p := range j.batch {
+		ents[i].Data = p.data
+		ptrs[i] = &ents[i]
+	}
+	var err error
+	if j.state.Load() != uint32(raft.StateLeader) {
+		err = ErrNotLeader
+	} else {
+		err = j.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(j.id), Entries: ptrs})
+	}
+	for i, p := range j.batch {
+		j.answer(p, err)
+		j.batch[i] = nil
+	}
+	j.batch = j.batch[:0]
+	j.batchBytes = 0
+}
+
+// failBatch answers the batched proposals with err (the loop is ending).
+func (j *Journal) failBatch(err error) {
+	for i, p := range j.batch {
+		p.done <- err
+		j.batch[i] = nil
+	}
+	j.batch = j.batch[:0]
+	j.batchBytes = 0
 }
 
 // checkConfChange refuses a removal that leaves fewer reachable voters than
