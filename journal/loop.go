@@ -306,7 +306,6 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 			out = append(out, m)
 		}
 	}
-	j.send(out)
 	// Linearizable reads whose index is now known.
 	if len(rd.ReadStates) > 0 {
 		j.mu.Lock()
@@ -326,6 +325,9 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 		// applier publishes what it really applied).
 		j.stepLocal(apply.GetResponses())
 	}
+	// Peers' messages go last: the goroutine readied last runs next on this
+	// P, and the followers' appends are the longest path to a commit.
+	j.send(out)
 	return nil
 }
 
