@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -121,10 +123,56 @@ func TestCatalogRestoreOverHTTP(t *testing.T) {
 	for _, b := range catalogBatches(t, 20) {
 		dst.j.appendData(b)
 	}
+	before := saveBytes(t, dst.live)
 	require.NoError(t, dst.store.Fetch(ctx, srv, 300))
+	// The catalog is a Stager: Fetch decoded the image as it arrived, and
+	// the live catalog is untouched until Install.
+	dst.store.mu.Lock()
+	st := dst.store.mu.staged
+	dst.store.mu.Unlock()
+	require.NotNil(t, st, "the download was decoded while it streamed")
+	require.Equal(t, uint64(300), st.index)
+	require.Equal(t, before, saveBytes(t, dst.live), "Fetch leaves the live catalog alone")
 	require.NoError(t, dst.store.Install(ctx, 300))
 	require.Equal(t, saveBytes(t, src.live), saveBytes(t, dst.live))
+	dst.store.mu.Lock()
+	require.Nil(t, dst.store.mu.staged, "Install consumed the staged image")
+	dst.store.mu.Unlock()
 	require.Equal(t, uint64(300), dst.live.Index())
 	_, ok := dst.live.Get("/db1")
 	require.True(t, ok)
+}
+
+// An image whose file checks pass (header, checksum) but whose catalog body
+// does not decode: Fetch keeps the file (it is what the peer wrote), no
+// staged copy exists, and Install reports the corrupt body and leaves the
+// live catalog as it was.
+func TestCatalogRestoreOfUndecodableBody(t *testing.T) {
+	ctx := context.Background()
+	head, err := encodeHeader(Header{ClusterID: "cluster-a", Index: 50, Term: 1})
+	require.NoError(t, err)
+	body := []byte("MTCATIMG\x01 this is not a catalog body")
+	sum := newCRC()
+	sum.Write(head)
+	sum.Write(body)
+	file := append(append(append([]byte{}, head...), body...), encodeTrailer(sum, uint64(len(body)))...)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		setImageHeaders(w, file, 50)
+		w.Write(file)
+	}))
+	t.Cleanup(srv.Close)
+
+	dst := newCatalogNode(t)
+	for _, b := range catalogBatches(t, 20) {
+		dst.j.appendData(b)
+	}
+	before := saveBytes(t, dst.live)
+	require.NoError(t, dst.store.Fetch(ctx, srv.URL, 50))
+	dst.store.mu.Lock()
+	require.Nil(t, dst.store.mu.staged, "nothing staged from a body that does not decode")
+	dst.store.mu.Unlock()
+	err = dst.store.Install(ctx, 50)
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorIs(t, err, catalog.ErrCorrupt)
+	require.Equal(t, before, saveBytes(t, dst.live), "the live catalog is unchanged")
 }

@@ -251,9 +251,16 @@ func (s *Store) download(ctx context.Context, addr string, index uint64) (Info, 
 	}
 	tmp := s.path(fetchTmpName)
 	th := &tailHasher{sum: newCRC()}
+	// Hash and decode before writing: a vfs.File may modify what it is
+	// given.
+	sinks := []io.Writer{th}
+	var stage *stager
+	if st, ok := s.cfg.State.(Stager); ok {
+		stage = startStager(st)
+		sinks = append(sinks, stage)
+	}
 	_, n, err := s.writeFile(ctx, tmp, func(w io.Writer) (uint32, int64, error) {
-		// Hash before writing: a vfs.File may modify what it is given.
-		n, err := io.Copy(io.MultiWriter(th, w), io.LimitReader(resp.Body, size+1))
+		n, err := io.Copy(io.MultiWriter(append(sinks, w)...), io.LimitReader(resp.Body, size+1))
 		if err != nil {
 			return 0, n, fmt.Errorf("receive: %w", err)
 		}
@@ -262,16 +269,30 @@ func (s *Store) download(ctx context.Context, addr string, index uint64) (Info, 
 		}
 		return 0, n, nil
 	})
-	if err != nil {
-		return Info{}, err
-	}
-	if err := s.checkDownload(tmp, th, n, index, uint32(wantCRC)); err != nil {
-		if rerr := s.fs.Remove(tmp); rerr != nil && !isNotExist(rerr) {
-			s.logger.Warn("could not remove a rejected download", "file", tmp, "err", rerr)
+	if err == nil {
+		err = s.checkDownload(tmp, th, n, index, uint32(wantCRC))
+		if err != nil {
+			if rerr := s.fs.Remove(tmp); rerr != nil && !isNotExist(rerr) {
+				s.logger.Warn("could not remove a rejected download", "file", tmp, "err", rerr)
+			}
 		}
-		return Info{}, err
 	}
-	if err := s.renameDurably(tmp, s.path(imageName(index)+fetchedSuffix)); err != nil {
+	if err == nil {
+		err = s.renameDurably(tmp, s.path(imageName(index)+fetchedSuffix))
+	}
+	if stage != nil {
+		st := stage.finish(err)
+		if err == nil {
+			if st == nil || st.index != index {
+				s.logger.Warn("the image could not be decoded while it downloaded; Install will load the file", "index", index, "err", stage.err)
+				st = nil
+			}
+			s.mu.Lock()
+			s.mu.staged = st
+			s.mu.Unlock()
+		}
+	}
+	if err != nil {
 		return Info{}, err
 	}
 	return Info{Name: imageName(index) + fetchedSuffix, Size: n}, nil

@@ -112,7 +112,8 @@ func (s *Store) promote(index uint64) error {
 
 // Install loads the durable local image at index (made so by Fetch) into the
 // live state, atomically: the whole file is verified before the state sees
-// it, and State.Load swaps the content. It runs under the data dir's restore
+// it, and State.Load swaps the content. When State is a Stager, Fetch
+// decoded the image while it downloaded, and Install only swaps it in. It runs under the data dir's restore
 // lock, never beside a restore or another load.
 func (s *Store) Install(ctx context.Context, index uint64) error {
 	if err := s.acquire(ctx); err != nil {
@@ -131,8 +132,20 @@ func (s *Store) Install(ctx context.Context, index uint64) error {
 			return err
 		}
 	}
-	info, err := s.loadInto(s.cfg.State, name, true)
-	if err != nil {
+	s.mu.Lock()
+	st := s.mu.staged
+	s.mu.staged = nil
+	s.mu.Unlock()
+	var info Info
+	var err error
+	if st != nil && st.index == index {
+		// Decoded from the very bytes that were verified and made
+		// durable: no need to read the file again.
+		if info, err = s.readHeader(name); err != nil {
+			return fmt.Errorf("image: install: %w", err)
+		}
+		st.commit()
+	} else if info, err = s.loadInto(s.cfg.State, name, true); err != nil {
 		return fmt.Errorf("image: install: %w", err)
 	}
 	s.unpin(index) // older fetched images raft never applied go too

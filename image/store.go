@@ -116,6 +116,9 @@ type Store struct {
 		flight *flight
 		// pinned images are fetched and not yet installed: never pruned.
 		pinned map[uint64]bool
+		// staged is the last fetched image, decoded while it downloaded
+		// (when State is a Stager), until Install makes it live.
+		staged *staged
 	}
 }
 
@@ -187,6 +190,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.mu.closed = true
+	s.mu.staged = nil
 	s.mu.Unlock()
 	s.cancelClose()
 	// Wait for a running load or restore before releasing the lock.
