@@ -335,6 +335,8 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 type appendResult struct {
 	msgs []*raftpb.Message
 	err  error
+	// sent: the responses to peers went out from the append goroutine.
+	sent bool
 }
 
 // appended runs on the loop once the append goroutine's synced write of res
@@ -362,13 +364,34 @@ func (j *Journal) appended(res appendResult) error {
 		for _, r := range m.GetResponses() {
 			if r.GetTo() == j.id {
 				j.stepLocal([]*raftpb.Message{r})
-			} else {
+			} else if !res.sent {
 				out = append(out, r)
 			}
 		}
 	}
 	j.send(out)
 	return nil
+}
+
+// sendResponses sends the responses to peers that msgs held back until
+// they were durable (a follower's MsgAppResp, a vote), straight from the
+// append goroutine: the leader hears of the write without waiting for this
+// node's loop to be scheduled. A batch with a snapshot is left to the loop,
+// which installs the snapshot's membership first.
+func (j *Journal) sendResponses(msgs []*raftpb.Message) bool {
+	var out []*raftpb.Message
+	for _, m := range msgs {
+		if !raft.IsEmptySnap(m.GetSnapshot()) {
+			return false
+		}
+		for _, r := range m.GetResponses() {
+			if r.GetTo() != j.id {
+				out = append(out, r)
+			}
+		}
+	}
+	j.send(out)
+	return true
 }
 
 // stepLocal steps responses raft addressed to itself. Like Advance, it
@@ -432,6 +455,9 @@ func (j *Journal) appendLoop() {
 				n++
 			}
 			res := appendResult{msgs: msgs[:n], err: j.persist(msgs[:n])}
+			if res.err == nil {
+				res.sent = j.sendResponses(res.msgs)
+			}
 			msgs = msgs[n:]
 			select {
 			case j.appendDone <- res:
