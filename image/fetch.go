@@ -251,16 +251,15 @@ func (s *Store) download(ctx context.Context, addr string, index uint64) (Info, 
 	}
 	tmp := s.path(fetchTmpName)
 	th := &tailHasher{sum: newCRC()}
-	// Hash and decode before writing: a vfs.File may modify what it is
-	// given.
-	sinks := []io.Writer{th}
 	var stage *stager
+	var wrote func(int64)
 	if st, ok := s.cfg.State.(Stager); ok {
-		stage = startStager(st)
-		sinks = append(sinks, stage)
+		stage = startStager(st, s.fs, tmp)
+		wrote = stage.wrote
 	}
-	_, n, err := s.writeFile(ctx, tmp, func(w io.Writer) (uint32, int64, error) {
-		n, err := io.Copy(io.MultiWriter(append(sinks, w)...), io.LimitReader(resp.Body, size+1))
+	_, n, err := s.writeFile(ctx, tmp, wrote, func(w io.Writer) (uint32, int64, error) {
+		// Hash before writing: a vfs.File may modify what it is given.
+		n, err := io.Copy(io.MultiWriter(th, w), io.LimitReader(resp.Body, size+1))
 		if err != nil {
 			return 0, n, fmt.Errorf("receive: %w", err)
 		}
@@ -269,6 +268,10 @@ func (s *Store) download(ctx context.Context, addr string, index uint64) (Info, 
 		}
 		return 0, n, nil
 	})
+	if stage != nil {
+		// The decoder reads on to the end while the file is checked.
+		stage.end(err)
+	}
 	if err == nil {
 		err = s.checkDownload(tmp, th, n, index, uint32(wantCRC))
 		if err != nil {
@@ -281,7 +284,8 @@ func (s *Store) download(ctx context.Context, addr string, index uint64) (Info, 
 		err = s.renameDurably(tmp, s.path(imageName(index)+fetchedSuffix))
 	}
 	if stage != nil {
-		st := stage.finish(err)
+		stage.end(err)
+		st := stage.wait()
 		if err == nil {
 			if st == nil || st.index != index {
 				s.logger.Warn("the image could not be decoded while it downloaded; Install will load the file", "index", index, "err", stage.err)

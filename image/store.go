@@ -396,7 +396,7 @@ func (s *Store) Write(ctx context.Context, h Header, save func(io.Writer) error)
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	tmp := s.path(ckptTmpName)
-	crc, n, err := s.writeFile(ctx, tmp, func(w io.Writer) (uint32, int64, error) {
+	crc, n, err := s.writeFile(ctx, tmp, nil, func(w io.Writer) (uint32, int64, error) {
 		return WriteTo(w, h, save)
 	})
 	if err != nil {
@@ -412,7 +412,9 @@ func (s *Store) Write(ctx context.Context, h Header, save func(io.Writer) error)
 
 // writeFile creates path, fills it through fill and fsyncs it. On failure
 // the partial file is removed (a crash leaves it for Open to remove).
-func (s *Store) writeFile(ctx context.Context, path string, fill func(io.Writer) (uint32, int64, error)) (crc uint32, n int64, err error) {
+// wrote, if not nil, hears how many bytes the file holds after each write
+// to it (before the fsync).
+func (s *Store) writeFile(ctx context.Context, path string, wrote func(int64), fill func(io.Writer) (uint32, int64, error)) (crc uint32, n int64, err error) {
 	f, err := s.fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return 0, 0, fmt.Errorf("image: create %s: %w", path, err)
@@ -425,7 +427,11 @@ func (s *Store) writeFile(ctx context.Context, path string, fill func(io.Writer)
 			}
 		}
 	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
+	var fw io.Writer = f
+	if wrote != nil {
+		fw = &progressWriter{w: f, wrote: wrote}
+	}
+	bw := bufio.NewWriterSize(fw, 1<<20)
 	crc, n, err = fill(&ctxWriter{ctx: ctx, w: bw})
 	if err != nil {
 		return 0, 0, fmt.Errorf("image: write %s: %w", path, err)
@@ -453,6 +459,20 @@ func (s *Store) renameDurably(from, to string) error {
 
 // ctxWriter stops a long write when its context ends (checked once per
 // megabyte, not per call).
+// progressWriter reports the bytes written through it so far.
+type progressWriter struct {
+	w     io.Writer
+	n     int64
+	wrote func(int64)
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	p.n += int64(n)
+	p.wrote(p.n)
+	return n, err
+}
+
 type ctxWriter struct {
 	ctx     context.Context
 	w       io.Writer
