@@ -285,7 +285,11 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		PreVote:                   true,
 		StepDownOnRemoval:         true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
-		DisableProposalForwarding: true,
+		// A follower's data proposals travel to the leader inside raft's
+		// own message stream (batched with everything else), not one HTTP
+		// request each; the proposer waits for the entry's key to apply
+		// locally and re-proposes (same key) if it does not in time.
+		DisableProposalForwarding: false,
 		// Entries and HardState are written by the append goroutine, which
 		// commits everything queued meanwhile in one synced batch; the
 		// loop keeps ticking, stepping and sending during the fsync.

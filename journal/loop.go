@@ -17,6 +17,9 @@ type proposal struct {
 	cc    *raftpb.ConfChange // or a conf change
 	force bool               // skip the safe-removal check
 	done  chan error         // buffered(1): nil when raft accepted it
+	// forward: a data proposal a follower may hand to raft, which forwards
+	// it to the leader (conf changes are forwarded over HTTP instead).
+	forward bool
 	// quiet: done hears only of a refusal. The proposer waits for the
 	// apply (or a leader change) instead, and wakes once, not twice.
 	quiet bool
@@ -150,7 +153,7 @@ func (j *Journal) failProposals() {
 }
 
 func (j *Journal) propose(p *proposal) {
-	if j.state.Load() != uint32(raft.StateLeader) {
+	if j.state.Load() != uint32(raft.StateLeader) && (!p.forward || j.leader.Load() == 0) {
 		p.done <- ErrNotLeader
 		return
 	}
@@ -194,7 +197,9 @@ func (j *Journal) answer(p *proposal, err error) {
 // MsgProp (as etcd's node.Propose would one at a time): raft appends them
 // together and broadcasts one append per follower, where proposing them
 // one by one costs an append message, its encoding, a follower step and a
-// response per proposal. raft takes or drops the batch as a whole.
+// response per proposal. raft takes or drops the batch as a whole. On a
+// follower raft forwards the batch to the leader, which may still drop it
+// without a word: the proposers' waits are bounded and retried.
 func (j *Journal) flushProposals() {
 	if len(j.batch) == 0 {
 		return
@@ -205,12 +210,9 @@ func (j *Journal) flushProposals() {
 		ents[i].Data = p.data
 		ptrs[i] = &ents[i]
 	}
-	var err error
-	if j.state.Load() != uint32(raft.StateLeader) {
-		err = ErrNotLeader
-	} else {
-		err = j.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(j.id), Entries: ptrs})
-	}
+	// On a follower the batch holds forwardable proposals only (propose
+	// refused the rest): raft sends them to the leader it knows.
+	err := j.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(j.id), Entries: ptrs})
 	for i, p := range j.batch {
 		j.answer(p, err)
 		j.batch[i] = nil

@@ -117,7 +117,7 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			if err == nil {
 				// Wait for the local apply; a leader change means the entry
 				// may be lost: retry (the key makes that safe).
-				r, ok, werr := wait(lc, 1<<62, p.done, j.loopDead)
+				r, ok, werr := wait(lc, 2*j.electionTimeout(), p.done, j.loopDead)
 				switch {
 				case werr != nil || ok:
 					return r, werr
@@ -131,6 +131,25 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			err = ErrNoLeader
 			if time.Now().Before(noLeaderDeadline) {
 				attempt-- // an election is not a failed attempt
+			}
+		case fwd.Kind == ForwardData:
+			// raft forwards it to the leader in its message stream. Nobody
+			// answers for it but the local apply of its key: a leader
+			// change, or no apply within two election timeouts (the leader
+			// may drop a forwarded proposal silently), means another try.
+			p := local()
+			p.done, p.quiet, p.forward = make(chan error, 1), true, true
+			err = j.enqueueProposal(ctx, p)
+			if err == nil {
+				r, ok, werr := wait(lc, 2*j.electionTimeout(), p.done, j.loopDead)
+				switch {
+				case werr != nil || ok:
+					return r, werr
+				case refused != nil:
+					err = refused
+				default:
+					err = fmt.Errorf("%w: a proposal forwarded to node %d was not applied in time", ErrUnreachable, leader)
+				}
 			}
 		default:
 			var resp *ForwardResponse

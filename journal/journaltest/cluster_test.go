@@ -108,3 +108,51 @@ func TestClusterDropsAndDelays(t *testing.T) {
 	_, dropped := c.Net.Stats()
 	require.NotZero(t, dropped)
 }
+
+// A follower's proposal travels to the leader inside raft's message stream,
+// where nobody acknowledges it. When the network loses it, the proposer
+// re-proposes with the same key once no apply came in time, and the write is
+// applied exactly once.
+func TestForwardedProposalLostIsRetried(t *testing.T) {
+	c := journaltest.NewCluster(t, journaltest.Options{Voters: 3, Seed: 5})
+	ctx := ctxFor(t, 30*time.Second)
+	leader, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	follower := leader%3 + 1
+	_, _, err = c.Node(follower).Journal().Propose(ctx, []byte("warm-up"))
+	require.NoError(t, err)
+
+	// Everything the follower sends the leader is lost; the leader and the
+	// third voter still make a quorum.
+	c.Net.Drop(follower, leader, 1)
+	_, before := c.Net.Stats()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := c.Node(follower).Journal().Propose(ctx, []byte("once"))
+		done <- err
+	}()
+	// The follower keeps answering the leader's heartbeats: once a few of
+	// its messages sent after the proposal were dropped, so was the
+	// proposal.
+	for {
+		_, dropped := c.Net.Stats()
+		if dropped >= before+20 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the proposal returned (%v) while its messages were being dropped", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	require.NotContains(t, values(c.Node(leader)), "once", "the leader never saw the proposal")
+	c.Net.Heal()
+	require.NoError(t, <-done)
+	count := 0
+	for _, v := range values(c.Node(follower)) {
+		if v == "once" {
+			count++
+		}
+	}
+	require.Equal(t, 1, count, "applied exactly once")
+}
