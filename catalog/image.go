@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/metatree/metatree/catalog/internal/idset"
 )
@@ -291,6 +292,12 @@ func (br *blockReader) next() ([]byte, error) {
 // readImage builds a state from an image body. verify=false skips the
 // checksums (for fuzzing the decoder behind them).
 func readImage(r io.Reader, verify bool) (*state, error) {
+	return readImageWith(r, verify, false)
+}
+
+// readImageWith is readImage; careful decodes every record with the
+// careful decoder, for tests that check fastRecord against it.
+func readImageWith(r io.Reader, verify, careful bool) (*state, error) {
 	var head [len(imageMagic) + 1]byte
 	if n, err := io.ReadFull(r, head[:]); err != nil {
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
@@ -305,7 +312,7 @@ func readImage(r io.Reader, verify bool) (*state, error) {
 		return nil, fmt.Errorf("%w: image version %d (this code reads %d)", ErrUnknownVersion, v, imageVersion)
 	}
 	br := &blockReader{r: r, off: int64(len(head)), verify: verify}
-	ld := &loader{br: br}
+	ld := &loader{br: br, careful: careful}
 	if err := ld.run(); err != nil {
 		return nil, err
 	}
@@ -314,15 +321,47 @@ func readImage(r io.Reader, verify bool) (*state, error) {
 
 type loader struct {
 	br      *blockReader
+	careful bool // never take the fast path (see readImageWith)
 	s       *state
 	index   uint64
 	count   uint64
 	defs    [][2]string
-	parents []uint64 // by slot
 	prevID  uint64
 	kinds   []uint32 // dictionary ref -> state kind
 	keys    []uint32 // dictionary ref -> state key
 	blob    []byte
+
+	// late lists the nodes whose parent comes later in the image (a node
+	// moved under a newer one): they are linked, and the tree checked for
+	// cycles, once every node is in. Every other node's parent is linked
+	// as it arrives.
+	late []lateParent
+	// unsorted lists the parents whose children did not all arrive in
+	// increasing name order (with repeats).
+	unsorted []uint32
+	// The parent of the last node added (id and slot; id 0 for none), and
+	// that node's name.
+	lastParentID uint64
+	lastParent   uint32
+	lastName     []byte
+
+	// By state kind: the kind's secondary indexes and their caches, and
+	// the value ranges of the record being decoded, one per index.
+	xs    [][]*secIndex
+	pcs   [][]*postCache
+	masks [][2]uint64
+	vals  [][2]int
+
+	// See keyTables; nkeys is len(keys) when they were made.
+	keyByte [0x80]byte
+	rank    [0x80]uint32
+	nkeys   int
+	kpos    []uint32 // scratch: offset<<8 | state key of the record's keys
+}
+
+type lateParent struct {
+	slot   uint32
+	parent uint64 // id
 }
 
 func (ld *loader) run() error {
@@ -369,6 +408,7 @@ func (ld *loader) run() error {
 	}
 	s.lr.init()
 	ld.s = s
+	ld.keyTables()
 	// The secondary indexes are filled as the records arrive.
 	for _, def := range ld.defs {
 		if err := ValidName(def[0]); err != nil {
@@ -413,31 +453,59 @@ func (ld *loader) run() error {
 	}
 }
 
+// records decodes an 'N' block. Nearly every record has one shape (short
+// name, dictionary refs already defined, at most 127 attributes), and
+// fastRecord decodes that shape with plain offsets at a fraction of the
+// cost. Anything else, and every malformed record, goes through record, the
+// careful decoder, so that each error and its byte offset are the same
+// whichever path met the record first.
 func (ld *loader) records(p []byte) error {
 	s := ld.s
 	// Strings view the block: names are copied into the arena and
 	// dictionary entries by interning.
 	d := &decoder{data: p, view: true}
-	for d.off < len(p) && d.err == nil {
+	for off := 0; off < len(p); {
 		if uint64(s.nslots) >= ld.count {
 			return ld.br.corrupt("more nodes than the header's %d", ld.count)
 		}
-		id := ld.prevID + d.uvarint("id")
-		if d.err == nil && (id <= ld.prevID || id >= s.nextID) {
-			d.fail("id %d out of order or beyond next id %d", id, s.nextID)
+		var next int
+		var err error
+		if !ld.careful {
+			next, err = ld.fastRecord(p, off)
+			if err != nil {
+				return err
+			}
 		}
-		parent := d.uvarint("parent")
-		name := d.str("name", MaxNameLen)
-		kind := ld.ref(d, &ld.kinds, true)
-		created := d.uvarint("created")
-		modified := created + d.uvarint("modified")
-		nattrs := d.uvarint("attribute count")
-		if d.err == nil && nattrs > uint64(len(p)-d.off)/3 {
-			d.fail("attribute count %d impossible", nattrs)
+		if next == 0 {
+			d.off = off
+			if next, err = ld.record(d); err != nil {
+				return err
+			}
 		}
-		if d.err != nil {
-			break
-		}
+		off = next
+	}
+	return nil
+}
+
+// record decodes the record at d.off carefully and returns the offset
+// after it.
+func (ld *loader) record(d *decoder) (int, error) {
+	s := ld.s
+	p := d.data
+	id := ld.prevID + d.uvarint("id")
+	if d.err == nil && (id <= ld.prevID || id >= s.nextID) {
+		d.fail("id %d out of order or beyond next id %d", id, s.nextID)
+	}
+	parent := d.uvarint("parent")
+	name := d.str("name", MaxNameLen)
+	kind := ld.ref(d, &ld.kinds, true)
+	created := d.uvarint("created")
+	modified := created + d.uvarint("modified")
+	nattrs := d.uvarint("attribute count")
+	if d.err == nil && nattrs > uint64(len(p)-d.off)/3 {
+		d.fail("attribute count %d impossible", nattrs)
+	}
+	if d.err == nil {
 		if id == rootID {
 			if parent != 0 || name != "" || kind != 0 {
 				d.fail("root record has parent %d, name %q, kind %q", parent, name, s.kinds[kind])
@@ -452,54 +520,378 @@ func (ld *loader) records(p []byte) error {
 		if id != rootID && s.nslots == 0 {
 			d.fail("first node is %d, not the root", id)
 		}
-		if d.err == nil && (modified < created || modified > ld.index) {
-			d.fail("node %d created %d modified %d at index %d", id, created, modified, ld.index)
-		}
-		// The blob is built straight from the record: values are copied
-		// in their encoded form, keys mapped from the image's dictionary.
-		b := binary.AppendUvarint(ld.blob[:0], uint64(len(name)))
-		b = append(b, name...)
-		b = binary.AppendUvarint(b, nattrs)
-		prevKey := ""
-		for i := 0; i < int(nattrs) && d.err == nil; i++ {
-			key := ld.ref(d, &ld.keys, false)
-			st := d.off
-			d.value("attribute value")
-			if d.err != nil {
-				break
-			}
-			kn := s.keys[key]
-			if i > 0 && kn <= prevKey {
-				d.fail("node %d: attribute keys out of order at %q", id, kn)
-				break
-			}
-			prevKey = kn
-			b = binary.AppendUvarint(b, uint64(key))
-			b = append(b, p[st:d.off]...)
-		}
+	}
+	if d.err == nil && (modified < created || modified > ld.index) {
+		d.fail("node %d created %d modified %d at index %d", id, created, modified, ld.index)
+	}
+	// The blob is built straight from the record: values are copied
+	// in their encoded form, keys mapped from the image's dictionary.
+	b := binary.AppendUvarint(ld.blob[:0], uint64(len(name)))
+	b = append(b, name...)
+	b = binary.AppendUvarint(b, nattrs)
+	prevKey := ""
+	for i := 0; i < int(nattrs) && d.err == nil; i++ {
+		key := ld.ref(d, &ld.keys, false)
+		st := d.off
+		d.value("attribute value")
 		if d.err != nil {
 			break
 		}
-		if len(b) > maxBlobBytes {
-			d.fail("node %d: %d bytes of attributes", id, len(b))
+		kn := s.keys[key]
+		if i > 0 && kn <= prevKey {
+			d.fail("node %d: attribute keys out of order at %q", id, kn)
 			break
 		}
-		ld.blob = b
-		slot := s.allocSlot()
-		ref, n := s.arena.put(b)
-		*s.at(slot) = rec{id: id, blob: ref, blen: n, created: created, modified: modified, kind: kind}
-		s.setSlotOf(id, slot)
-		if kind != 0 {
-			s.kindSets[kind].Add(slot)
-			s.secAdd(slot)
-		}
-		ld.parents = append(ld.parents, parent)
-		ld.prevID = id
+		prevKey = kn
+		b = binary.AppendUvarint(b, uint64(key))
+		b = append(b, p[st:d.off]...)
 	}
+	if d.err == nil && len(b) > maxBlobBytes {
+		d.fail("node %d: %d bytes of attributes", id, len(b))
+	}
+	ld.blob = b
 	if d.err != nil {
-		return ld.br.corrupt("%s", detail(d.err))
+		return 0, ld.br.corrupt("%s", detail(d.err))
 	}
-	return nil
+	ref, n := s.arena.put(b)
+	nm, _ := splitBlob(s.arena.get(ref, n))
+	slot, err := ld.add(id, parent, kind, created, modified, ref, n, nm)
+	if err != nil {
+		return 0, err
+	}
+	if kind != 0 {
+		s.secAdd(slot)
+	}
+	return d.off, nil
+}
+
+// fastRecord decodes the record at p[off:] and returns the offset after
+// it, if the record has the common shape and is valid; otherwise it
+// returns 0 and changes nothing, and the caller decodes the record with
+// record. It accepts exactly what record accepts (for the same state and
+// bytes, with the same result): lengths and refs that are not one byte,
+// new dictionary entries and the root are simply left to record.
+func (ld *loader) fastRecord(p []byte, off int) (int, error) {
+	s := ld.s
+	// The varints are read inline when they are one byte (most are).
+	var delta, parent, created, mdelta uint64
+	if off < len(p) && p[off] < 0x80 {
+		delta, off = uint64(p[off]), off+1
+	} else if delta, off = uvarintSlow(p, off); off < 0 {
+		return 0, nil
+	}
+	if off < len(p) && p[off] < 0x80 {
+		parent, off = uint64(p[off]), off+1
+	} else if parent, off = uvarintSlow(p, off); off < 0 {
+		return 0, nil
+	}
+	id := ld.prevID + delta
+	if id <= ld.prevID || id >= s.nextID || id == rootID || s.nslots == 0 || parent == 0 || off >= len(p) {
+		return 0, nil
+	}
+	nl := int(p[off])
+	off++
+	if nl == 0 || nl >= 0x80 || nl >= len(p)-off {
+		return 0, nil
+	}
+	name := p[off : off+nl]
+	off += nl
+	kr := p[off]
+	off++
+	if kr >= 0x80 || int(kr) >= len(ld.kinds) {
+		return 0, nil
+	}
+	kind := ld.kinds[kr]
+	if off < len(p) && p[off] < 0x80 {
+		created, off = uint64(p[off]), off+1
+	} else if created, off = uvarintSlow(p, off); off < 0 {
+		return 0, nil
+	}
+	if off < len(p) && p[off] < 0x80 {
+		mdelta, off = uint64(p[off]), off+1
+	} else if mdelta, off = uvarintSlow(p, off); off < 0 {
+		return 0, nil
+	}
+	if off >= len(p) || kind == 0 {
+		return 0, nil
+	}
+	modified := created + mdelta
+	if modified < created || modified > ld.index {
+		return 0, nil
+	}
+	nattrs := int(p[off])
+	off++
+	if nattrs >= 0x80 || nattrs > (len(p)-off)/3 {
+		return 0, nil
+	}
+	if !plainName(name) && ValidName(unsafe.String(&name[0], nl)) != nil {
+		return 0, nil
+	}
+	xs, mask := ld.indexesOf(kind)
+	vals := ld.vals[:len(xs)]
+	clear(vals)
+	if ld.nkeys != len(ld.keys) {
+		ld.keyTables()
+	}
+	// The attributes are checked first; the blob is then the name and
+	// the attribute bytes as they are, with each key's dictionary ref
+	// replaced by the state key (both one byte here).
+	kpos := ld.kpos[:0]
+	attrs := off
+	prevRank := -1
+	for range nattrs {
+		if off >= len(p) {
+			return 0, nil
+		}
+		r := p[off]
+		if r >= 0x80 {
+			return 0, nil
+		}
+		key := ld.keyByte[r]
+		if key >= 0x80 {
+			return 0, nil
+		}
+		if kr := int(ld.rank[key]); kr > prevRank {
+			prevRank = kr
+		} else {
+			return 0, nil
+		}
+		kpos = append(kpos, uint32(off-attrs)<<8|uint32(key))
+		off++
+		st := off
+		if off >= len(p) {
+			return 0, nil
+		}
+		switch ValueType(p[off]) {
+		case TypeInt:
+			// Skip what binary.Varint accepts: up to 10 bytes, the last
+			// below 0x80 and, if it is the tenth, at most 1.
+			off++
+			i, e := off, min(off+binary.MaxVarintLen64, len(p))
+			for i < e && p[i] >= 0x80 {
+				i++
+			}
+			if i == e || i-off == binary.MaxVarintLen64-1 && p[i] > 1 {
+				return 0, nil
+			}
+			off = i + 1
+		case TypeString, TypeBytes:
+			var l uint64
+			if off++; off < len(p) && p[off] < 0x80 {
+				l, off = uint64(p[off]), off+1
+			} else if l, off = uvarintSlow(p, off); off < 0 {
+				return 0, nil
+			}
+			if l > MaxValueLen || l > uint64(len(p)-off) {
+				return 0, nil
+			}
+			off += int(l)
+		case TypeBool:
+			if off+1 >= len(p) || p[off+1] > 1 {
+				return 0, nil
+			}
+			off += 2
+		default:
+			return 0, nil
+		}
+		if mask[key>>6]>>(key&63)&1 != 0 {
+			for j, x := range xs {
+				if x.key == uint32(key) {
+					vals[j] = [2]int{st, off}
+				}
+			}
+		}
+	}
+	ld.kpos = kpos
+	n := 2 + nl + off - attrs
+	if n > maxBlobBytes {
+		return 0, nil
+	}
+	ref, b := s.arena.alloc(n)
+	b[0] = byte(nl)
+	copy(b[1:], name)
+	b[1+nl] = byte(nattrs)
+	a := b[2+nl:]
+	copy(a, p[attrs:off])
+	for _, k := range kpos {
+		a[k>>8] = byte(k)
+	}
+	slot, err := ld.add(id, parent, kind, created, modified, ref, uint32(n), b[1:1+nl])
+	if err != nil {
+		return 0, err
+	}
+	for j, v := range vals {
+		if v[1] != 0 {
+			ld.pcs[kind][j].add(xs[j], p[v[0]:v[1]], slot)
+		}
+	}
+	return off, nil
+}
+
+// plainName reports whether name is a valid name of printable ASCII (the
+// usual kind, checked here without ValidName's call).
+func plainName(name []byte) bool {
+	for _, c := range name {
+		if c < 0x20 || c >= 0x7f || c == '/' {
+			return false
+		}
+	}
+	switch len(name) {
+	case 1:
+		return name[0] != '.'
+	case 2:
+		return name[0] != '.' || name[1] != '.'
+	}
+	return len(name) > 0 && len(name) <= MaxNameLen
+}
+
+// keyTables makes the tables fastRecord reads a record's keys with: the
+// state key of each one-byte dictionary ref (0xff if the ref or the key
+// needs more than a byte), and the keys' places in name order, so that the
+// order of a record's keys is checked by comparing numbers.
+func (ld *loader) keyTables() {
+	for r := range ld.keyByte {
+		ld.keyByte[r] = 0xff
+		if r < len(ld.keys) && ld.keys[r] < 0x80 {
+			ld.keyByte[r] = byte(ld.keys[r])
+		}
+	}
+	keys := ld.s.keys
+	ids := make([]uint32, len(keys))
+	for i := range ids {
+		ids[i] = uint32(i)
+	}
+	slices.SortFunc(ids, func(a, b uint32) int { return strings.Compare(keys[a], keys[b]) })
+	for r, i := range ids {
+		if i < 0x80 {
+			ld.rank[i] = uint32(r)
+		}
+	}
+	ld.nkeys = len(ld.keys)
+}
+
+// uvarintSlow is binary.Uvarint of p[off:]: the value and the offset
+// after it, or -1 when there is no valid varint there.
+func uvarintSlow(p []byte, off int) (uint64, int) {
+	if uint(off) >= uint(len(p)) {
+		return 0, -1
+	}
+	v, n := binary.Uvarint(p[off:])
+	if n <= 0 {
+		return 0, -1
+	}
+	return v, off + n
+}
+
+// add stores a decoded record (its blob already in the arena, name viewing
+// it) in a new slot, and appends it to its parent's children if the parent
+// came first (see loader.late); it returns the slot.
+func (ld *loader) add(id, parent uint64, kind uint32, created, modified, ref uint64, blen uint32, name []byte) (uint32, error) {
+	s := ld.s
+	slot := s.allocSlot()
+	r := s.at(slot)
+	*r = rec{id: id, blob: ref, blen: blen, created: created, modified: modified, kind: kind}
+	s.setSlotOf(id, slot)
+	ld.prevID = id
+	if id == rootID {
+		return slot, nil
+	}
+	s.kindSets[kind].Add(slot)
+	if parent >= id {
+		ld.late = append(ld.late, lateParent{slot, parent})
+		return slot, nil
+	}
+	// Siblings tend to come together: the last parent is remembered, with
+	// the name of the child last added to it.
+	ps := ld.lastParent
+	if parent != ld.lastParentID {
+		var ok bool
+		if ps, ok = s.slotOf(parent); !ok {
+			return 0, ld.br.corrupt("node %d: parent %d does not exist", id, parent)
+		}
+	}
+	r.parent = ps
+	pr := s.at(ps)
+	if pr.kids == 0 {
+		pr.kids = s.kids.insert(0, 0, slot)
+	} else {
+		// Children mostly arrive in name order: one comparison with the
+		// last one keeps the list sorted; link sorts the others.
+		k := s.kids.region(pr.kids)
+		n := k[0]
+		last := ld.lastName
+		if ps != ld.lastParent {
+			last = s.name(k[1+n])
+		}
+		if bytes.Compare(last, name) >= 0 {
+			if u := len(ld.unsorted); u == 0 || ld.unsorted[u-1] != ps {
+				ld.unsorted = append(ld.unsorted, ps)
+			}
+		}
+		if n < k[1] {
+			k[2+n] = slot
+			k[0] = n + 1
+		} else {
+			pr.kids = s.kids.insert(pr.kids, int(n), slot)
+		}
+	}
+	ld.lastParentID, ld.lastParent, ld.lastName = parent, ps, name
+	return slot, nil
+}
+
+// indexesOf returns the secondary indexes of a kind (all defined by the
+// header, so fixed while records arrive) and the set of their keys below
+// 0x80 as a bit mask.
+func (ld *loader) indexesOf(kind uint32) ([]*secIndex, *[2]uint64) {
+	for int(kind) >= len(ld.xs) {
+		xs := ld.s.kindIndexes[uint32(len(ld.xs))]
+		pcs := make([]*postCache, len(xs))
+		var mask [2]uint64
+		for i, x := range xs {
+			pcs[i] = new(postCache)
+			if x.key < 0x80 {
+				mask[x.key>>6] |= 1 << (x.key & 63)
+			}
+		}
+		ld.xs = append(ld.xs, xs)
+		ld.pcs = append(ld.pcs, pcs)
+		ld.masks = append(ld.masks, mask)
+		if len(xs) > len(ld.vals) {
+			ld.vals = make([][2]int, len(xs))
+		}
+	}
+	return ld.xs[kind], &ld.masks[kind]
+}
+
+// postCache is a direct-mapped cache in front of one index's postings map
+// for values of up to 8 bytes (ints, short strings): a loaded index sees
+// the same few values over and over, and hashing the string for the map
+// costs more than the rest of adding the node.
+type postCache [1024]struct {
+	v   uint64 // the value's bytes, little-endian
+	n   int    // its length; 0: empty entry
+	set *idset.Set
+}
+
+func (c *postCache) add(x *secIndex, val []byte, slot uint32) {
+	if len(val) > 8 {
+		x.add(val, slot)
+		return
+	}
+	var v uint64
+	for i, b := range val {
+		v |= uint64(b) << (8 * i)
+	}
+	e := &c[(v*0x9e3779b97f4a7c15+uint64(len(val)))>>54]
+	if e.n != len(val) || e.v != v {
+		p := x.post[string(val)]
+		if p == nil {
+			p = new(idset.Set)
+			x.post[string(val)] = p
+		}
+		e.v, e.n, e.set = v, len(val), p
+	}
+	e.set.Add(slot)
 }
 
 // ref reads a dictionary reference, defining a new entry when it is the
@@ -546,44 +938,39 @@ func (ld *loader) ref(d *decoder, dict *[]uint32, kind bool) uint32 {
 	return i
 }
 
-// link connects children to parents, checks that every node hangs from
-// the root with unique sibling names, and builds the secondary indexes.
+// link links the nodes whose parent came later, sorts the child lists
+// that did not arrive in name order, and checks that sibling names are
+// unique and that every node hangs from the root.
 func (ld *loader) link() error {
 	s := ld.s
-	// Count the children of each node, give each list a region of the
-	// right class, fill the lists, then sort them by name.
-	counts := make([]uint32, s.nslots)
-	for slot := uint32(1); slot < s.nslots; slot++ {
-		ps, ok := s.slotOf(ld.parents[slot])
+	for _, l := range ld.late {
+		ps, ok := s.slotOf(l.parent)
 		if !ok {
-			return ld.br.corrupt("node %d: parent %d does not exist", s.at(slot).id, ld.parents[slot])
+			return ld.br.corrupt("node %d: parent %d does not exist", s.at(l.slot).id, l.parent)
 		}
-		s.at(slot).parent = ps
-		counts[ps]++
+		s.at(l.slot).parent = ps
+		pr := s.at(ps)
+		pr.kids = s.kids.insert(pr.kids, len(s.kids.list(pr.kids)), l.slot)
+		ld.unsorted = append(ld.unsorted, ps)
 	}
-	ld.parents = nil
-	for slot := uint32(0); slot < s.nslots; slot++ {
-		if counts[slot] > 0 {
-			s.at(slot).kids = s.kids.alloc(counts[slot])
-		}
-	}
-	counts = nil
-	for slot := uint32(1); slot < s.nslots; slot++ {
-		r := s.kids.region(s.at(s.at(slot).parent).kids)
-		r[2+r[0]] = slot
-		r[0]++
-	}
+	slices.Sort(ld.unsorted)
 	cmp := func(a, b uint32) int { return bytes.Compare(s.name(a), s.name(b)) }
-	for slot := uint32(0); slot < s.nslots; slot++ {
+	for _, slot := range slices.Compact(ld.unsorted) {
 		k := s.kidsOf(slot)
-		if !slices.IsSortedFunc(k, cmp) {
-			slices.SortFunc(k, cmp)
+		if strictlySorted(s, k) {
+			continue
 		}
+		slices.SortFunc(k, cmp)
 		for j := 1; j < len(k); j++ {
 			if cmp(k[j-1], k[j]) == 0 {
 				return ld.br.corrupt("two children of node %d named %q", s.at(slot).id, s.name(k[j]))
 			}
 		}
+	}
+	if len(ld.late) == 0 {
+		// Every parent came before its children, starting from the root
+		// (the first record): all are reachable, no cycle is possible.
+		return nil
 	}
 	// Every node must be reachable from the root (no cycles).
 	seen := 1
@@ -599,4 +986,18 @@ func (ld *loader) link() error {
 		return ld.br.corrupt("%d of %d nodes are not reachable from the root (a parent cycle)", int(s.nslots)-seen, s.nslots)
 	}
 	return nil
+}
+
+// strictlySorted reports whether the names of k increase strictly (sorted,
+// no two equal): the usual case, settled in one comparison per child.
+func strictlySorted(s *state, k []uint32) bool {
+	prev := s.name(k[0])
+	for _, c := range k[1:] {
+		cur := s.name(c)
+		if bytes.Compare(prev, cur) >= 0 {
+			return false
+		}
+		prev = cur
+	}
+	return true
 }

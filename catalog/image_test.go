@@ -2,9 +2,13 @@ package catalog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -137,6 +141,8 @@ func FuzzLoad(f *testing.F) {
 	f.Add(saveBytes(f, sampleTree(f)))
 	f.Add(saveBytes(f, New()))
 	f.Add([]byte(imageMagic))
+	f.Add(saveBytes(f, wideTree(f)))
+	f.Add(handImage([]imgRec{{id: 1}, {2, 4, "x", "d"}, {3, 1, "b", "d"}, {4, 1, "a", "d"}}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tr := New()
 		if err := tr.Load(bytes.NewReader(data)); err == nil {
@@ -148,6 +154,15 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("unexpected error: %v", err)
 		}
 		s, err := readImage(bytes.NewReader(data), false)
+		// The fast path must accept exactly what the careful decoder
+		// does, with the same result or the same error.
+		sc, errc := readImageWith(bytes.NewReader(data), false, true)
+		if (err == nil) != (errc == nil) || err != nil && err.Error() != errc.Error() {
+			t.Fatalf("fast path: %v; careful decoder: %v", err, errc)
+		}
+		if err == nil && !bytes.Equal(saveBytes(t, &Tree{s: s}), saveBytes(t, &Tree{s: sc})) {
+			t.Fatal("the fast path and the careful decoder load different trees")
+		}
 		if err == nil {
 			// Whatever loads must be a usable tree.
 			tr := &Tree{s: s}
@@ -158,4 +173,203 @@ func FuzzLoad(f *testing.F) {
 			tr.Apply(s.index+1, d)
 		}
 	})
+}
+
+// wideTree is a tree whose records take the loader's careful path as well
+// as its fast one: more than 128 kinds and keys (refs and keys of two
+// bytes), indexes on such a kind and key, long and non-ASCII names, values
+// of every type and size, siblings created out of name order, and nodes
+// moved under parents created after them (parent ids above their own).
+func wideTree(t testing.TB) *Tree {
+	tr := New()
+	ops := []Op{
+		{Type: OpCreateIndex, Kind: "k139", Attr: "a139"},
+		{Type: OpCreateIndex, Kind: "replica", Attr: "worker"},
+		{Type: OpCreate, Path: "/rev", Kind: "dir"},
+		{Type: OpCreate, Path: "/a", Kind: "dir"},
+		{Type: OpCreate, Path: "/a/x", Kind: "dir"},
+		{Type: OpCreate, Path: "/a/x/r0", Kind: "replica", Set: map[string]Value{"worker": Int(3)}},
+	}
+	for i := 0; i < 140; i++ {
+		attrs := map[string]Value{}
+		for j := 0; j <= i; j += 7 {
+			attrs[fmt.Sprintf("a%03d", j)] = Int(int64(j))
+		}
+		attrs["a139"] = Int(int64(i % 3))
+		ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/rev/n%03d", 139-i), Kind: fmt.Sprintf("k%03d", i), Set: attrs})
+	}
+	wide := map[string]Value{}
+	for j := 0; j < 140; j++ {
+		switch j % 4 {
+		case 0:
+			wide[fmt.Sprintf("a%03d", j)] = String(strings.Repeat("v", j*3))
+		case 1:
+			wide[fmt.Sprintf("a%03d", j)] = Int(math.MinInt64 + int64(j))
+		case 2:
+			wide[fmt.Sprintf("a%03d", j)] = Bool(j%8 == 2)
+		case 3:
+			wide[fmt.Sprintf("a%03d", j)] = Bytes(bytes.Repeat([]byte{byte(j)}, j))
+		}
+	}
+	ops = append(ops,
+		Op{Type: OpCreate, Path: "/wide", Kind: "k139", Set: wide},
+		Op{Type: OpCreate, Path: "/" + strings.Repeat("long", 50), Kind: "dir", Set: map[string]Value{"s": String(strings.Repeat("x", 300)), "i": Int(math.MaxInt64)}},
+		Op{Type: OpCreate, Path: "/ünïcødé", Kind: "dir"},
+		Op{Type: OpCreate, Path: "/b", Kind: "dir"},
+		Op{Type: OpCreate, Path: "/b/r1", Kind: "replica", Set: map[string]Value{"worker": Int(3)}},
+	)
+	mustApply(t, tr, 5, Batch{Ops: ops})
+	mustApply(t, tr, 6, Batch{Ops: []Op{
+		{Type: OpMove, Path: "/a/x", To: "/b/x"},  // x is older than b
+		{Type: OpCreate, Path: "/c", Kind: "dir"}, // and b older than c
+		{Type: OpMove, Path: "/b", To: "/c/b"},
+		{Type: OpCreate, Path: "/b", Kind: "dir"},
+		{Type: OpMove, Path: "/rev/n005", To: "/b/n005"},
+	}})
+	return tr
+}
+
+// dumpAll renders every node of a tree, in path order, and its index
+// lookups.
+func dumpAll(tr *Tree) string {
+	var b strings.Builder
+	var walk func(path string)
+	walk = func(path string) {
+		n, _ := tr.Get(path)
+		fmt.Fprintf(&b, "%+v\n", n)
+		for _, c := range tr.Children(path) {
+			if path == "/" {
+				walk("/" + c)
+			} else {
+				walk(path + "/" + c)
+			}
+		}
+	}
+	walk("/")
+	for _, v := range []Value{Int(0), Int(1), Int(2), Int(3)} {
+		fmt.Fprintf(&b, "k139/a139=%v: %d, replica/worker=%v: %d\n", v, len(tr.Find("k139", "a139", v)), v, len(tr.Find("replica", "worker", v)))
+	}
+	return b.String()
+}
+
+// TestLoadUncommonShapes: a tree of every record shape loads to the same
+// content and saves to the same bytes, whether records are decoded by the
+// fast path or all by the careful decoder.
+func TestLoadUncommonShapes(t *testing.T) {
+	tr := wideTree(t)
+	img := saveBytes(t, tr)
+	want := dumpAll(tr)
+	for _, careful := range []bool{false, true} {
+		s, err := readImageWith(bytes.NewReader(img), true, careful)
+		if err != nil {
+			t.Fatalf("careful=%v: %v", careful, err)
+		}
+		c := &Tree{s: s}
+		if got := dumpAll(c); got != want {
+			t.Fatalf("careful=%v: loaded tree differs:\n%s\nwant:\n%s", careful, got, want)
+		}
+		if !bytes.Equal(saveBytes(t, c), img) {
+			t.Fatalf("careful=%v: save after load differs", careful)
+		}
+	}
+	x, _ := tr.Get("/c/b/x")
+	if b, _ := tr.Get("/c/b"); x.ID >= b.ID {
+		t.Fatalf("the fixture has no node older than its parent: %+v under %+v", x, b)
+	}
+}
+
+// imgRec is a record of a hand-made image (no attributes).
+type imgRec struct {
+	id, parent uint64
+	name, kind string
+}
+
+// handImage encodes an image of the records as given, for content that
+// Save never writes.
+func handImage(recs []imgRec) []byte {
+	var out bytes.Buffer
+	out.WriteString(imageMagic)
+	out.WriteByte(imageVersion)
+	bw := &blockWriter{w: &out}
+	var nextID uint64
+	for _, r := range recs {
+		nextID = max(nextID, r.id+1, r.parent+1)
+	}
+	p := []byte{'H'}
+	p = binary.AppendUvarint(p, 10) // index
+	p = binary.AppendUvarint(p, nextID)
+	p = binary.AppendUvarint(p, uint64(len(recs)))
+	p = binary.AppendUvarint(p, 0) // no secondary indexes
+	bw.payload = p
+	_ = bw.flush()
+	kinds := map[string]uint64{}
+	p = []byte{'N'}
+	var prev uint64
+	for _, r := range recs {
+		p = binary.AppendUvarint(p, r.id-prev)
+		prev = r.id
+		p = binary.AppendUvarint(p, r.parent)
+		p = appendStr(p, r.name)
+		if ref, ok := kinds[r.kind]; ok {
+			p = binary.AppendUvarint(p, ref)
+		} else {
+			kinds[r.kind] = uint64(len(kinds))
+			p = binary.AppendUvarint(p, uint64(len(kinds)-1))
+			p = appendStr(p, r.kind)
+		}
+		p = append(p, 1, 0, 0) // created 1, not modified since, no attributes
+	}
+	bw.payload = p
+	_ = bw.flush()
+	p = []byte{'E'}
+	p = binary.AppendUvarint(p, uint64(len(recs)))
+	p = binary.AppendUvarint(p, uint64(bw.blocks))
+	bw.payload = p
+	_ = bw.flush()
+	return out.Bytes()
+}
+
+// TestLoadChecksLinks: Load links children to parents that come later in
+// the image, sorts siblings that are out of name order, and rejects missing
+// parents, parent cycles and duplicate sibling names, on either path.
+func TestLoadChecksLinks(t *testing.T) {
+	root := imgRec{id: 1}
+	tests := []struct {
+		name string
+		recs []imgRec
+		err  string // "" if the image is valid
+	}{
+		{"later parent and unsorted siblings", []imgRec{root, {2, 1, "b", "d"}, {3, 5, "x", "d"}, {4, 1, "a", "d"}, {5, 4, "y", "d"}, {6, 5, "w", "d"}}, ""},
+		{"missing earlier parent", []imgRec{root, {3, 2, "a", "d"}}, "parent 2 does not exist"},
+		{"missing later parent", []imgRec{root, {2, 5, "a", "d"}, {3, 1, "b", "d"}}, "parent 5 does not exist"},
+		{"own parent", []imgRec{root, {2, 2, "a", "d"}}, "parent cycle"},
+		{"cycle", []imgRec{root, {2, 3, "a", "d"}, {3, 2, "b", "d"}, {4, 1, "c", "d"}}, "parent cycle"},
+		{"same name in order", []imgRec{root, {2, 1, "a", "d"}, {3, 1, "a", "d"}}, `named "a"`},
+		{"same name out of order", []imgRec{root, {2, 1, "b", "d"}, {3, 1, "a", "d"}, {4, 1, "b", "d"}}, `named "b"`},
+		{"same name, one parent later", []imgRec{root, {2, 4, "x", "d"}, {3, 1, "a", "d"}, {4, 1, "b", "d"}, {5, 4, "x", "d"}}, `named "x"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			img := handImage(tt.recs)
+			for _, careful := range []bool{false, true} {
+				s, err := readImageWith(bytes.NewReader(img), true, careful)
+				if tt.err != "" {
+					if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tt.err) {
+						t.Fatalf("careful=%v: error %v, want ErrCorrupt with %q", careful, err, tt.err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("careful=%v: %v", careful, err)
+				}
+				c := &Tree{s: s}
+				if got := fmt.Sprint(c.Children("/"), c.Children("/a"), c.Children("/a/y")); got != "[a b] [y] [w x]" {
+					t.Fatalf("careful=%v: children %s", careful, got)
+				}
+				if !bytes.Equal(saveBytes(t, c), img) {
+					t.Fatalf("careful=%v: save differs from the image", careful)
+				}
+			}
+		})
+	}
 }

@@ -67,7 +67,14 @@ type arena struct {
 const arenaChunk = 1 << 20
 
 func (a *arena) put(b []byte) (uint64, uint32) {
-	need := len(b)
+	ref, dst := a.alloc(len(b))
+	copy(dst, b)
+	return ref, uint32(len(b))
+}
+
+// alloc adds a blob of need bytes and returns its ref and the bytes to
+// fill in (which the caller must do before anyone reads the blob).
+func (a *arena) alloc(need int) (uint64, []byte) {
 	n := len(a.chunks)
 	if n == 0 || cap(a.chunks[n-1])-len(a.chunks[n-1]) < need {
 		c := arenaChunk
@@ -79,10 +86,10 @@ func (a *arena) put(b []byte) (uint64, uint32) {
 	}
 	c := a.chunks[n-1]
 	off := len(c)
-	c = append(c, b...)
+	c = c[:off+need]
 	a.chunks[n-1] = c
 	a.live += int64(need)
-	return uint64(n-1)<<32 | uint64(off), uint32(need)
+	return uint64(n-1)<<32 | uint64(off), c[off : off+need : off+need]
 }
 
 // get returns the blob of n bytes at ref.
