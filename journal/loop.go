@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"go.etcd.io/raft/v3"
@@ -349,7 +350,7 @@ func (j *Journal) appended(res appendResult) error {
 	if res.err != nil {
 		return fmt.Errorf("journal: persist: %w", res.err)
 	}
-	var out []*raftpb.Message
+	var out, local []*raftpb.Message
 	for _, m := range res.msgs {
 		if snap := m.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
 			if err := j.handOff(nil, snap); err != nil {
@@ -365,12 +366,13 @@ func (j *Journal) appended(res appendResult) error {
 		}
 		for _, r := range m.GetResponses() {
 			if r.GetTo() == j.id {
-				j.stepLocal([]*raftpb.Message{r})
+				local = appendAck(local, r)
 			} else if !res.sent {
-				out = append(out, r)
+				out = appendAck(out, r)
 			}
 		}
 	}
+	j.stepLocal(local)
 	j.send(out)
 	return nil
 }
@@ -388,12 +390,29 @@ func (j *Journal) sendResponses(msgs []*raftpb.Message) bool {
 		}
 		for _, r := range m.GetResponses() {
 			if r.GetTo() != j.id {
-				out = append(out, r)
+				out = appendAck(out, r)
 			}
 		}
 	}
 	j.send(out)
 	return true
+}
+
+// appendAck appends m to out, where an append acknowledgement replaces an
+// earlier one to the same peer in the same term: one synced write often
+// covers several appends, and the acknowledgement of the last says all the
+// leader needs (raft takes the highest index; the others are as good as
+// lost on the network, which raft tolerates).
+func appendAck(out []*raftpb.Message, m *raftpb.Message) []*raftpb.Message {
+	if m.GetType() == raftpb.MsgAppResp && !m.GetReject() {
+		for i, o := range out {
+			if o.GetType() == raftpb.MsgAppResp && !o.GetReject() && o.GetTo() == m.GetTo() && o.GetTerm() == m.GetTerm() && o.GetIndex() <= m.GetIndex() {
+				out = slices.Delete(out, i, i+1) // m takes its place at the end
+				break
+			}
+		}
+	}
+	return append(out, m)
 }
 
 // stepLocal steps responses raft addressed to itself. Like Advance, it
