@@ -23,6 +23,6 @@
 // fixed-size pointer-free records in a slab, names and attributes packed in
 // a byte arena, child lists and index postings in pooled arrays (see
 // store.go). Reads that return many nodes, and Save, read at one index
-// without holding the lock throughout (see longread.go). Tree starts no
-// goroutines.
+// without holding the lock throughout (see longread.go). Tree owns no
+// goroutines (Load uses a second one while it runs; see load.go).
 package catalog

@@ -305,7 +305,12 @@ func handImage(recs []imgRec) []byte {
 	kinds := map[string]uint64{}
 	p = []byte{'N'}
 	var prev uint64
-	for _, r := range recs {
+	for i, r := range recs {
+		if i > 0 && i%1000 == 0 { // a block per 1000 records
+			bw.payload = p
+			_ = bw.flush()
+			p = []byte{'N'}
+		}
 		p = binary.AppendUvarint(p, r.id-prev)
 		prev = r.id
 		p = binary.AppendUvarint(p, r.parent)
@@ -371,5 +376,85 @@ func TestLoadChecksLinks(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLoadManyBlocks loads an image of many blocks, so that decoding and
+// linking overlap (run it with -race): the slab, the arena and the kind
+// table all grow mid-load, kinds and keys are first used late, and nodes
+// hang from parents created after them.
+func TestLoadManyBlocks(t *testing.T) {
+	tr := New()
+	index := uint64(1)
+	apply := func(ops []Op) {
+		mustApply(t, tr, index, Batch{Ops: ops})
+		index++
+	}
+	apply([]Op{{Type: OpCreateIndex, Kind: "replica", Attr: "worker"}, {Type: OpCreateIndex, Kind: "late", Attr: "zone"}})
+	pad := strings.Repeat("p", 60)
+	for d := 0; d < 20; d++ {
+		ops := []Op{{Type: OpCreate, Path: fmt.Sprintf("/d%02d", d), Kind: "dir"}}
+		for i := 0; i < 1000; i++ {
+			ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%02d/r%d", d, i), Kind: "replica",
+				Set: map[string]Value{"pad": String(pad), "worker": Int(int64(i % 7))}})
+		}
+		apply(ops)
+	}
+	var ops []Op
+	for i := 0; i < 300; i++ {
+		ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/l%03d", i), Kind: "late", Set: map[string]Value{"zone": String(fmt.Sprint("z", i%3))}})
+	}
+	apply(ops)
+	ops = nil
+	for d := 0; d < 20; d += 3 {
+		ops = append(ops, Op{Type: OpMove, Path: fmt.Sprintf("/d%02d", d), To: fmt.Sprintf("/l%03d/d", d)})
+	}
+	apply(ops)
+	img := saveBytes(t, tr)
+	if len(img) < 8*imageBlockBytes {
+		t.Fatalf("image of %d bytes: too few blocks for the test", len(img))
+	}
+	want := dumpAll(tr)
+	for _, careful := range []bool{false, true} {
+		s, err := readImageWith(bytes.NewReader(img), true, careful)
+		if err != nil {
+			t.Fatalf("careful=%v: %v", careful, err)
+		}
+		c := &Tree{s: s}
+		if got := dumpAll(c); got != want {
+			t.Fatalf("careful=%v: loaded tree differs", careful)
+		}
+		if got := len(c.Find("late", "zone", String("z1"))); got != 100 {
+			t.Fatalf("careful=%v: index on a kind first used late finds %d nodes, want 100", careful, got)
+		}
+		if !bytes.Equal(saveBytes(t, c), img) {
+			t.Fatalf("careful=%v: save after load differs", careful)
+		}
+	}
+}
+
+// TestLoadLinkerErrors: an error the linker finds (a missing parent) names
+// the block it is in, and wins over a later error of the decoder.
+func TestLoadLinkerErrors(t *testing.T) {
+	recs := []imgRec{{id: 1}}
+	for id := uint64(2); id <= 5000; id++ {
+		if id == 4000 {
+			continue // a hole
+		}
+		parent := uint64(1)
+		if id == 4500 {
+			parent = 4000
+		}
+		recs = append(recs, imgRec{id, parent, fmt.Sprint("n", id), "d"})
+	}
+	img := handImage(recs)
+	const want = "block 6 (byte" // the fifth block of records
+	for _, careful := range []bool{false, true} {
+		for _, b := range [][]byte{img, img[:len(img)-3]} { // whole, and without the end block
+			_, err := readImageWith(bytes.NewReader(b), true, careful)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "node 4500: parent 4000 does not exist") || !strings.Contains(err.Error(), want) {
+				t.Fatalf("careful=%v, %d bytes: error %v, want the missing parent in %s", careful, len(b), err, want)
+			}
+		}
 	}
 }
