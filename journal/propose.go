@@ -70,8 +70,12 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 	// wait waits for the apply; refusedc (a quiet proposal's done) and
 	// dead (the local loop's end) only for a proposal made here.
 	wait := func(lc <-chan struct{}, d time.Duration, refusedc <-chan error, dead <-chan struct{}) (applyResult, bool, error) {
-		t := time.NewTimer(d)
-		defer t.Stop()
+		var timeout <-chan time.Time // d == forever: no timer at all
+		if d < forever {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			timeout = t.C
+		}
 		refused = nil
 		select {
 		case err := <-refusedc:
@@ -88,7 +92,7 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			}
 			return r, true, nil
 		case <-lc:
-		case <-t.C:
+		case <-timeout:
 		case <-ctx.Done():
 			return applyResult{}, false, j.ctxErr(ctx, lastErr)
 		case <-j.done:
@@ -156,7 +160,7 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			resp, err = j.tr.Forward(ctx, leader, fwd)
 			if err == nil {
 				_ = resp
-				r, ok, werr := wait(nil, 1<<62, nil, nil)
+				r, ok, werr := wait(nil, forever, nil, nil)
 				if ok || werr != nil {
 					return r, werr
 				}
@@ -208,6 +212,10 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 	}
 	return applyResult{}, fmt.Errorf("gave up after %d attempts: %w", j.cfg.ForwardRetries, lastErr)
 }
+
+// forever is a wait without a deadline of its own (the context still ends
+// it).
+const forever time.Duration = 1 << 62
 
 func retryable(err error) bool {
 	return errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) ||
