@@ -213,6 +213,22 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 	return applyResult{}, fmt.Errorf("gave up after %d attempts: %w", j.cfg.ForwardRetries, lastErr)
 }
 
+// checkForwarded admits a proposal another node forwarded inside raft's
+// stream only if it holds user entries: membership changes go through
+// HandleForward (and its safety checks), timestamps come from the leader
+// alone.
+func checkForwarded(m *raftpb.Message) error {
+	for _, e := range m.GetEntries() {
+		if e.GetType() != raftpb.EntryNormal {
+			return fmt.Errorf("%w: forwarded proposal from node %d holds a %v entry", ErrMalformed, m.GetFrom(), e.GetType())
+		}
+		if env, err := decodeEnvelope(e.GetData()); err != nil || env.kind != kindUser {
+			return fmt.Errorf("%w: forwarded proposal from node %d holds an entry that is not a user entry", ErrMalformed, m.GetFrom())
+		}
+	}
+	return nil
+}
+
 // forever is a wait without a deadline of its own (the context still ends
 // it).
 const forever time.Duration = 1 << 62
@@ -457,6 +473,11 @@ func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 		}
 		if raft.IsLocalMsg(msg.GetType()) {
 			return fmt.Errorf("%w: local message type %v from the network", ErrMalformed, msg.GetType())
+		}
+		if msg.GetType() == raftpb.MsgProp {
+			if err := checkForwarded(msg); err != nil {
+				return err
+			}
 		}
 	}
 	in := inbound{msgs: msgs}
