@@ -40,4 +40,7 @@
 //
 // Unlike catalog, image owns one goroutine: the Checkpointer's timer loop,
 // which checks the threshold every interval. Close stops it and waits.
+// Two more live only within a call and are joined before it returns: a
+// restore decodes the image (when the State is a Stager) while Fetch
+// downloads it, and an adoption checks peers in parallel.
 package image
