@@ -63,7 +63,9 @@ func TestFailoverAndRestart(t *testing.T) {
 		require.True(t, n.sm.has(fmt.Sprintf("after-%d", id)), "restarted node replayed after-%d", id)
 	}
 	propose(t, n, "from-restarted")
-	// Every node applied the same sequence.
+	// Every node applied the same sequence. (The proposer applied its write
+	// before returning; the leader may apply it a moment later.)
+	require.NoError(t, c.nodes[leader].j.ReadBarrier(ctxT(t, 5*time.Second)))
 	want := c.nodes[leader].sm.values()
 	for id := uint64(1); id <= 4; id++ {
 		require.NoError(t, c.nodes[id].j.ReadBarrier(ctxT(t, 5*time.Second)))

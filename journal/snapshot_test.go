@@ -197,6 +197,7 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 	require.NoError(t, err)
 	propose(t, n1, "barrier")
 	require.NoError(t, n3.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)))
 	require.Equal(t, n1.sm.values(), n3.sm.values())
 	require.Equal(t, n1.sm.values(), n2.sm.values())
 
@@ -207,6 +208,7 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 		opt := map[uint64]func(*Config){1: opt1, 3: opt3}[n.id]
 		require.NoError(t, c.open(n, opt))
 		require.NoError(t, n.j.ReadBarrier(ctxT(t, 10*time.Second)))
+		require.NoError(t, n2.j.ReadBarrier(ctxT(t, 10*time.Second)))
 		require.Equal(t, n2.sm.values(), n.sm.values(), "node %d after restart", n.id)
 	}
 	propose(t, n3, "end")
