@@ -121,7 +121,7 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			if err == nil {
 				// Wait for the local apply; a leader change means the entry
 				// may be lost: retry (the key makes that safe).
-				r, ok, werr := wait(lc, 2*j.electionTimeout(), p.done, j.loopDead)
+				r, ok, werr := wait(lc, forever, p.done, j.loopDead)
 				switch {
 				case werr != nil || ok:
 					return r, werr
