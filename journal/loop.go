@@ -166,17 +166,17 @@ func (j *Journal) propose(p *proposal) {
 		}
 		return
 	}
-	j.flushProposals() // keep the order proposals arrived in
-	var err error
-	if p.cc != nil {
-		if err = j.checkConfChange(p.cc, p.force); err == nil {
-			if err = j.rn.ProposeConfChange(p.cc); err == nil {
-				// raft may still turn it into an empty entry (another
-				// change pending); handleReady tells which.
-				var ctx confContext
-				_ = json.Unmarshal(p.cc.GetContext(), &ctx)
-				j.confQueue = append(j.confQueue, ctx.Key)
-			}
+	// A membership change: after the batch, to keep the order proposals
+	// arrived in.
+	j.flushProposals()
+	err := j.checkConfChange(p.cc, p.force)
+	if err == nil {
+		if err = j.rn.ProposeConfChange(p.cc); err == nil {
+			// raft may still turn it into an empty entry (another change
+			// pending); handleReady tells which.
+			var ctx confContext
+			_ = json.Unmarshal(p.cc.GetContext(), &ctx)
+			j.confQueue = append(j.confQueue, ctx.Key)
 		}
 	}
 	j.answer(p, err)
