@@ -22,9 +22,14 @@
 //  3. Call [Open], then mount [Journal.Handler] under "/raft/" on the HTTP
 //     server listening at Config.Addr (or pass a custom [Transport], e.g.
 //     journal/journaltest's in-memory network).
-//  4. Write with [Journal.Propose] on any node. A non-leader forwards the
-//     proposal to the leader; Propose returns only after the entry is
-//     applied on the calling node, so the caller reads its own write there.
+//  4. Write with [Journal.Propose] on any node. A non-leader hands the
+//     proposal to raft, which forwards it to the leader inside the peer
+//     stream (batched with other traffic; re-proposed with the same key if
+//     it does not apply within two election timeouts, since a leader may
+//     drop a forwarded proposal silently); membership changes are forwarded
+//     over HTTP ([Transport].Forward). Propose returns only after the entry
+//     is applied on the calling node, so the caller reads its own write
+//     there (the leader may apply it a moment later).
 //     Retries after a lost acknowledgement carry the same idempotency key
 //     ([WithKey]) and apply once. Without a reachable leader Propose fails
 //     when its context ends, with an error wrapping [ErrNoLeader].
