@@ -25,12 +25,13 @@ import (
 
 // The benchmarks run on a Doris-like catalog (databases, tables,
 // partitions, tablets, replicas indexed by worker) and 100,000 journal
-// entries after its image, each a replica version update. The full size is
-// the 3,052,551-node catalog Doris cites for 2 GB of FE heap; the default
+// entries after its image, each a replica version update. The full size
+// holds the 3,000,000 replicas Doris cites for 2 GB of FE heap (4,012,551
+// nodes with their tablets, partitions, tables and databases); the default
 // is 1/50 of it so that `go test -bench .` stays quick:
 //
 //	go test ./image/ -run '^$' -bench 'Checkpoint|Restore|Startup' -benchtime 1x -args -doris=full
-var dorisScale = flag.String("doris", "small", "catalog size for the benchmarks: small (61,051 nodes) or full (3,052,551 nodes)")
+var dorisScale = flag.String("doris", "small", "catalog size for the benchmarks: small (80,256 nodes) or full (4,012,551 nodes)")
 
 type dorisShape struct{ dbs, tables, parts, tablets, replicas, workers int }
 
