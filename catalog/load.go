@@ -128,17 +128,7 @@ func (ld *loader) decode() error {
 	if nextID <= rootID || ld.count == 0 || ld.count > nextID-1 {
 		return br.corrupt("header: next id %d with %d nodes", nextID, ld.count)
 	}
-	s := &state{
-		index:       ld.index,
-		nextID:      nextID,
-		kinds:       []string{""},
-		kindIdx:     map[string]uint32{"": 0},
-		kindSets:    []*idset.Set{nil},
-		keyIdx:      map[string]uint32{},
-		indexes:     map[[2]uint32]*secIndex{},
-		kindIndexes: map[uint32][]*secIndex{},
-	}
-	s.lr.init()
+	s := emptyState(ld.index, nextID)
 	ld.s = s
 	ld.keyTables()
 	// The secondary indexes are filled as the records arrive.

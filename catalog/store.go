@@ -173,9 +173,12 @@ type state struct {
 	lr longReads
 }
 
-func newState() *state {
+// emptyState returns a state with no nodes (not even the root) at index,
+// whose next id is nextID: the start of a new tree and of a loaded one.
+func emptyState(index, nextID uint64) *state {
 	s := &state{
-		nextID:      rootID + 1,
+		index:       index,
+		nextID:      nextID,
 		kinds:       []string{""},
 		kindIdx:     map[string]uint32{"": 0},
 		kindSets:    []*idset.Set{nil},
@@ -184,6 +187,11 @@ func newState() *state {
 		kindIndexes: map[uint32][]*secIndex{},
 	}
 	s.lr.init()
+	return s
+}
+
+func newState() *state {
+	s := emptyState(0, rootID+1)
 	var b []byte
 	b = binary.AppendUvarint(b, 0) // empty name
 	b = binary.AppendUvarint(b, 0) // no attributes
