@@ -208,12 +208,7 @@ func (t *Tree) Load(r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	t.applyMu.Lock()
-	defer t.applyMu.Unlock()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.s = s
-	t.resyncAll(s.index)
+	t.adopt(s)
 	return nil
 }
 

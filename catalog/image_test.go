@@ -229,23 +229,28 @@ func wideTree(t testing.TB) *Tree {
 	return tr
 }
 
+// loadBothWays loads img with the fast path and with the careful decoder
+// alone, runs check on each tree, and checks that each saves img again.
+func loadBothWays(t *testing.T, img []byte, check func(careful bool, c *Tree)) {
+	t.Helper()
+	for _, careful := range []bool{false, true} {
+		s, err := readImageWith(bytes.NewReader(img), true, careful)
+		if err != nil {
+			t.Fatalf("careful=%v: %v", careful, err)
+		}
+		c := &Tree{s: s}
+		check(careful, c)
+		if !bytes.Equal(saveBytes(t, c), img) {
+			t.Fatalf("careful=%v: save after load differs", careful)
+		}
+	}
+}
+
 // dumpAll renders every node of a tree, in path order, and its index
 // lookups.
 func dumpAll(tr *Tree) string {
 	var b strings.Builder
-	var walk func(path string)
-	walk = func(path string) {
-		n, _ := tr.Get(path)
-		fmt.Fprintf(&b, "%+v\n", n)
-		for _, c := range tr.Children(path) {
-			if path == "/" {
-				walk("/" + c)
-			} else {
-				walk(path + "/" + c)
-			}
-		}
-	}
-	walk("/")
+	walkTree(tr, func(n Node) { fmt.Fprintf(&b, "%+v\n", n) })
 	for _, v := range []Value{Int(0), Int(1), Int(2), Int(3)} {
 		fmt.Fprintf(&b, "k139/a139=%v: %d, replica/worker=%v: %d\n", v, len(tr.Find("k139", "a139", v)), v, len(tr.Find("replica", "worker", v)))
 	}
@@ -259,19 +264,11 @@ func TestLoadUncommonShapes(t *testing.T) {
 	tr := wideTree(t)
 	img := saveBytes(t, tr)
 	want := dumpAll(tr)
-	for _, careful := range []bool{false, true} {
-		s, err := readImageWith(bytes.NewReader(img), true, careful)
-		if err != nil {
-			t.Fatalf("careful=%v: %v", careful, err)
-		}
-		c := &Tree{s: s}
+	loadBothWays(t, img, func(careful bool, c *Tree) {
 		if got := dumpAll(c); got != want {
 			t.Fatalf("careful=%v: loaded tree differs:\n%s\nwant:\n%s", careful, got, want)
 		}
-		if !bytes.Equal(saveBytes(t, c), img) {
-			t.Fatalf("careful=%v: save after load differs", careful)
-		}
-	}
+	})
 	x, _ := tr.Get("/c/b/x")
 	if b, _ := tr.Get("/c/b"); x.ID >= b.ID {
 		t.Fatalf("the fixture has no node older than its parent: %+v under %+v", x, b)
@@ -415,22 +412,14 @@ func TestLoadManyBlocks(t *testing.T) {
 		t.Fatalf("image of %d bytes: too few blocks for the test", len(img))
 	}
 	want := dumpAll(tr)
-	for _, careful := range []bool{false, true} {
-		s, err := readImageWith(bytes.NewReader(img), true, careful)
-		if err != nil {
-			t.Fatalf("careful=%v: %v", careful, err)
-		}
-		c := &Tree{s: s}
+	loadBothWays(t, img, func(careful bool, c *Tree) {
 		if got := dumpAll(c); got != want {
 			t.Fatalf("careful=%v: loaded tree differs", careful)
 		}
 		if got := len(c.Find("late", "zone", String("z1"))); got != 100 {
 			t.Fatalf("careful=%v: index on a kind first used late finds %d nodes, want 100", careful, got)
 		}
-		if !bytes.Equal(saveBytes(t, c), img) {
-			t.Fatalf("careful=%v: save after load differs", careful)
-		}
-	}
+	})
 }
 
 // TestLoadLinkerErrors: an error the linker finds (a missing parent) names

@@ -291,7 +291,9 @@ func (ld *loader) record(d *decoder) (int, error) {
 // new dictionary entries and the root are simply left to record.
 func (ld *loader) fastRecord(p []byte, off int) int {
 	s := ld.s
-	// The varints are read inline when they are one byte (most are).
+	// The varints are read inline when they are one byte (most are): a
+	// helper would not be inlined (over the compiler's budget), and this is
+	// the hottest loop of a restore.
 	var delta, parent, created, mdelta uint64
 	if off < len(p) && p[off] < 0x80 {
 		delta, off = uint64(p[off]), off+1

@@ -9,12 +9,28 @@ import (
 	"testing"
 )
 
-// dump renders the whole tree, one node a line, depth first.
-func dump(tr *Tree) string {
-	var sb strings.Builder
+// walkTree calls fn for every node of tr, depth first, children in name
+// order.
+func walkTree(tr *Tree, fn func(n Node)) {
 	var walk func(p string)
 	walk = func(p string) {
 		n, _ := tr.Get(p)
+		fn(n)
+		for _, c := range tr.Children(p) {
+			if p == "/" {
+				walk("/" + c)
+			} else {
+				walk(p + "/" + c)
+			}
+		}
+	}
+	walk("/")
+}
+
+// dump renders the whole tree, one node a line, depth first.
+func dump(tr *Tree) string {
+	var sb strings.Builder
+	walkTree(tr, func(n Node) {
 		keys := make([]string, 0, len(n.Attrs))
 		for k := range n.Attrs {
 			keys = append(keys, k)
@@ -25,15 +41,7 @@ func dump(tr *Tree) string {
 			fmt.Fprintf(&sb, " %s=%s:%v", k, n.Attrs[k].Type(), n.Attrs[k])
 		}
 		sb.WriteByte('\n')
-		for _, c := range tr.Children(p) {
-			if p == "/" {
-				walk("/" + c)
-			} else {
-				walk(p + "/" + c)
-			}
-		}
-	}
-	walk("/")
+	})
 	return sb.String()
 }
 
