@@ -100,6 +100,25 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 		}
 		return applyResult{}, false, nil
 	}
+	// proposeHere hands a proposal to the local raft loop (forward: raft
+	// sends it on to the leader) and waits up to d for its apply. done
+	// means return (r, err); otherwise err is why another attempt is due
+	// (notApplied when nothing else was heard).
+	proposeHere := func(lc <-chan struct{}, forward bool, d time.Duration, notApplied error) (r applyResult, done bool, err error) {
+		p := local()
+		p.done, p.quiet, p.forward = make(chan error, 1), true, forward
+		if err := j.enqueueProposal(ctx, p); err != nil {
+			return applyResult{}, false, err
+		}
+		r, ok, werr := wait(lc, d, p.done, j.loopDead)
+		switch {
+		case werr != nil || ok:
+			return r, true, werr
+		case refused != nil:
+			return applyResult{}, false, refused
+		}
+		return applyResult{}, false, notApplied
+	}
 	// Attempts that reached a leader are bounded by ForwardRetries; waiting
 	// for an election is bounded by 2 × ForwardRetries election timeouts
 	// (and by ctx).
@@ -115,22 +134,13 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 		var err error
 		switch {
 		case leader == j.id && j.state.Load() == uint32(raft.StateLeader):
-			p := local()
-			p.done, p.quiet = make(chan error, 1), true
-			err = j.enqueueProposal(ctx, p)
-			if err == nil {
-				// Wait for the local apply; a leader change means the entry
-				// may be lost: retry (the key makes that safe).
-				r, ok, werr := wait(lc, forever, p.done, j.loopDead)
-				switch {
-				case werr != nil || ok:
-					return r, werr
-				case refused != nil:
-					err = refused
-				default:
-					err = ErrNotLeader
-				}
+			// Wait for the local apply; a leader change means the entry
+			// may be lost: retry (the key makes that safe).
+			r, done, perr := proposeHere(lc, false, forever, ErrNotLeader)
+			if done {
+				return r, perr
 			}
+			err = perr
 		case leader == 0 || leader == j.id:
 			err = ErrNoLeader
 			if time.Now().Before(noLeaderDeadline) {
@@ -141,20 +151,12 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			// answers for it but the local apply of its key: a leader
 			// change, or no apply within two election timeouts (the leader
 			// may drop a forwarded proposal silently), means another try.
-			p := local()
-			p.done, p.quiet, p.forward = make(chan error, 1), true, true
-			err = j.enqueueProposal(ctx, p)
-			if err == nil {
-				r, ok, werr := wait(lc, 2*j.electionTimeout(), p.done, j.loopDead)
-				switch {
-				case werr != nil || ok:
-					return r, werr
-				case refused != nil:
-					err = refused
-				default:
-					err = fmt.Errorf("%w: a proposal forwarded to node %d was not applied in time", ErrUnreachable, leader)
-				}
+			lost := fmt.Errorf("%w: a proposal forwarded to node %d was not applied in time", ErrUnreachable, leader)
+			r, done, perr := proposeHere(lc, true, 2*j.electionTimeout(), lost)
+			if done {
+				return r, perr
 			}
+			err = perr
 		default:
 			var resp *ForwardResponse
 			resp, err = j.tr.Forward(ctx, leader, fwd)
