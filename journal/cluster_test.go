@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -337,4 +338,42 @@ func TestForwardedProposalChecks(t *testing.T) {
 	propose(t, c.nodes[leader], "after")
 	require.True(t, c.nodes[leader].sm.has("forwarded"), "a user entry forwarded in the stream is applied")
 	require.Len(t, c.nodes[leader].j.Status().Members, 3, "no membership change slipped through")
+}
+
+// Once Propose returns, the node's applied index covers the entry: a
+// checkpoint or WaitApplied right after a write sees it. Concurrent
+// proposers make the applier's batches long, so a proposer woken early in
+// a batch checks before the batch ends.
+func TestAppliedCoversReturnedProposals(t *testing.T) {
+	c := newCluster(t)
+	c.start(3, 0)
+	leader := c.waitLeader()
+	follower := leader%3 + 1
+	ctx := ctxT(t, 30*time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for g := range 32 {
+		n := c.nodes[leader]
+		if g%4 == 3 {
+			n = c.nodes[follower]
+		}
+		wg.Go(func() {
+			for i := range 30 {
+				idx, _, err := n.j.Propose(ctx, fmt.Appendf(nil, "g%d-%d", g, i))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if applied := n.j.Status().Applied; applied < idx {
+					errs <- fmt.Errorf("node %d returned index %d with applied %d", n.id, idx, applied)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }

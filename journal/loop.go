@@ -839,7 +839,8 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 		j.lastImage.Store(b.snapshot)
 		j.publishApplied(b.snapshot)
 	}
-	applied := j.applied.Load()
+	start := j.applied.Load()
+	applied := start
 	for _, e := range b.entries {
 		idx := e.GetIndex()
 		if idx <= applied {
@@ -850,12 +851,15 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 			j.applyNormal(idx, e.GetData())
 		default:
 			if _, cctx, err := decodeConfChange(e); err == nil {
+				j.applied.Store(idx)
 				j.resolve(cctx.Key, applyResult{index: idx})
 			}
 		}
 		applied = idx
 	}
-	j.publishApplied(applied)
+	if applied > start {
+		j.publishApplied(applied)
+	}
 	return nil
 }
 
@@ -873,12 +877,17 @@ func (j *Journal) applyNormal(idx uint64, data []byte) {
 	case kindTimestamp:
 		j.lastTS.Store(env.ts)
 	case kindUser:
+		// The applied index moves before the proposer hears: once Propose
+		// returns, Status and WaitApplied on this node cover the entry too
+		// (waiters on the index are woken at the end of the batch).
 		if prev, dup := j.dedupe.seen(idx, env.key); dup {
+			j.applied.Store(idx)
 			j.resolve(env.key, applyResult{index: prev.index, value: prev.value})
 			return
 		}
 		v := j.cfg.StateMachine.Apply(idx, env.data)
 		j.dedupe.add(idx, env.key, v)
+		j.applied.Store(idx)
 		j.resolve(env.key, applyResult{index: idx, value: v})
 	}
 }
@@ -898,10 +907,9 @@ func (j *Journal) resolve(key [16]byte, r applyResult) {
 }
 
 func (j *Journal) publishApplied(idx uint64) {
-	if idx <= j.applied.Load() {
-		return
+	if idx > j.applied.Load() {
+		j.applied.Store(idx)
 	}
-	j.applied.Store(idx)
 	j.mu.Lock()
 	close(j.mu.appliedCh)
 	j.mu.appliedCh = make(chan struct{})
