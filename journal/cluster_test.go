@@ -111,6 +111,12 @@ func TestQuorumLoss(t *testing.T) {
 	leader := c.waitLeader()
 	propose(t, c.nodes[4], "x")
 	require.NoError(t, c.nodes[4].j.CheckFresh())
+	// The observer's write returned once it applied there; the other nodes
+	// learn the commit on the leader's next append or heartbeat.
+	for id := uint64(1); id <= 3; id++ {
+		require.NoError(t, c.nodes[id].j.ReadBarrier(ctxT(t, 5*time.Second)))
+		require.True(t, c.nodes[id].sm.has("x"), "node %d applied x before the cut", id)
+	}
 	// Cut every link: no quorum anywhere.
 	for id := uint64(1); id <= 4; id++ {
 		c.partition(id)
