@@ -427,6 +427,12 @@ func (s *Store) writeFile(ctx context.Context, path string, wrote func(int64), f
 			}
 		}
 	}()
+	if f.Fd() != vfs.InvalidFd {
+		// Start writing back behind the writer: the final fsync then
+		// waits for the last few megabytes, not for the whole image, and
+		// the disk works while the image is produced or received.
+		f = vfs.NewSyncingFile(f, vfs.SyncingFileOptions{BytesPerSync: writeBehind})
+	}
 	var fw io.Writer = f
 	if wrote != nil {
 		fw = &progressWriter{w: f, wrote: wrote}
@@ -457,8 +463,6 @@ func (s *Store) renameDurably(from, to string) error {
 	return syncDir(s.fs, s.dir)
 }
 
-// ctxWriter stops a long write when its context ends (checked once per
-// megabyte, not per call).
 // progressWriter reports the bytes written through it so far.
 type progressWriter struct {
 	w     io.Writer
@@ -473,6 +477,8 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// ctxWriter stops a long write when its context ends (checked once per
+// megabyte, not per call).
 type ctxWriter struct {
 	ctx     context.Context
 	w       io.Writer
@@ -687,3 +693,7 @@ func (s *Store) quarantine(name string, cause error) {
 	}
 	s.logger.Warn("quarantined a corrupt image", "file", from, "to", to, "err", cause)
 }
+
+// writeBehind is how far an image file's written bytes may run ahead of
+// the write-back started behind them (sync_file_range on Linux).
+const writeBehind = 4 << 20
