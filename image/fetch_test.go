@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -357,4 +358,35 @@ func TestRemoteLatest(t *testing.T) {
 	want, err := p.store.Verify(90)
 	require.NoError(t, err)
 	require.Equal(t, RemoteInfo{ClusterID: "cluster-a", Index: 90, Term: 1, Version: FormatVersion, Size: want.Size, CRC: want.CRC}, ri)
+}
+
+// TestFetchOnRealDisk writes, serves, fetches and installs an image of
+// several megabytes on the real disk (vfs.Default): the path whose files
+// start write-back behind the writer (vfs.NewSyncingFile) and are served
+// with sendfile, which the in-memory filesystem of the other tests skips.
+func TestFetchOnRealDisk(t *testing.T) {
+	ctx := context.Background()
+	src := newKV()
+	value := strings.Repeat("x", 1000)
+	const entries = 16_000 // about 16 MB: three write-back steps
+	for i := uint64(1); i <= entries; i++ {
+		src.Apply(i, fmt.Appendf(nil, "k%05d=%s%d", i, value, i))
+	}
+	from := openStore(t, vfs.Default, t.TempDir(), newKV())
+	info, err := from.Write(ctx, Header{Index: entries, Term: 1, Membership: []byte("m")}, src.Save)
+	require.NoError(t, err)
+	require.Greater(t, info.Size, int64(3*writeBehind))
+	srv := httptest.NewServer(from.Handler())
+	t.Cleanup(srv.Close)
+
+	dir := t.TempDir()
+	live := newKV()
+	to := openStore(t, vfs.Default, dir, live)
+	require.NoError(t, to.Fetch(ctx, strings.TrimPrefix(srv.URL, "http://"), entries))
+	require.NoError(t, to.Install(ctx, entries))
+	require.Equal(t, src.snapshot(), live.snapshot())
+	got, err := to.Verify(entries)
+	require.NoError(t, err)
+	require.Equal(t, info.CRC, got.CRC)
+	require.Equal(t, info.Size, got.Size)
 }
