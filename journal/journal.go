@@ -51,6 +51,9 @@ type Journal struct {
 	// confQueue holds the keys of the membership changes proposed by this
 	// leader and not yet seen in a Ready (loop goroutine only).
 	confQueue [][16]byte
+	// heard is when the last message from each peer arrived (loop
+	// goroutine only): which voters checkConfChange counts as reachable.
+	heard map[uint64]time.Time
 	// batch holds the normal proposals taken since the last flush: they
 	// go to raft in one MsgProp, so raft appends them together and sends
 	// one append message per follower for all of them, not one each.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -245,12 +246,13 @@ func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 		return nil // a learner: no quorum impact
 	}
 	remaining, reachable := 0, 0
+	now := time.Now()
 	for v := range voters {
 		if v == id {
 			continue
 		}
 		remaining++
-		if pr, ok := st.Progress[v]; v == j.id || (ok && pr.RecentActive) {
+		if v == j.id || j.reachable(v, now) {
 			reachable++
 		}
 	}
@@ -263,9 +265,28 @@ func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 	return nil
 }
 
+// reachable reports whether a message from peer id arrived within the
+// last election timeout (heartbeats answer ten times as often by default).
+// raft's Progress.RecentActive is not used: the leader clears it for every
+// peer at each check-quorum round, so for up to a heartbeat after one a
+// healthy peer would look unreachable and a safe removal be refused.
+func (j *Journal) reachable(id uint64, now time.Time) bool {
+	t, ok := j.heard[id]
+	return ok && now.Sub(t) <= j.electionTimeout()
+}
+
 // step feeds inbound messages to raft.
 func (j *Journal) step(in inbound) {
 	var err error
+	if len(in.msgs) > 0 {
+		if j.heard == nil {
+			j.heard = map[uint64]time.Time{}
+		}
+		now := time.Now()
+		for _, m := range in.msgs {
+			j.heard[m.GetFrom()] = now
+		}
+	}
 	for _, m := range in.msgs {
 		if e := j.rn.Step(m); e != nil && !errors.Is(e, raft.ErrStepPeerNotFound) && !errors.Is(e, raft.ErrStepLocalMsg) {
 			err = e
