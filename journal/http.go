@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -854,10 +855,15 @@ func decodeErrorResponse(resp *http.Response) error {
 	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&we)
 	for _, c := range errorCodes {
 		if c.code == we.Code {
+			// The remote text usually starts with the sentinel's own.
+			detail := strings.TrimPrefix(strings.TrimPrefix(we.Error, c.err.Error()), ": ")
 			if c.err == ErrClosed {
-				return fmt.Errorf("%w: remote %w: %s", ErrUnreachable, ErrClosed, we.Error)
+				return fmt.Errorf("%w: remote %w: %s", ErrUnreachable, ErrClosed, detail)
 			}
-			return fmt.Errorf("remote: %w: %s", c.err, we.Error)
+			if detail == "" {
+				return fmt.Errorf("remote: %w", c.err)
+			}
+			return fmt.Errorf("remote: %w: %s", c.err, detail)
 		}
 	}
 	return fmt.Errorf("remote: HTTP %d: %s", resp.StatusCode, we.Error)
