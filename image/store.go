@@ -430,8 +430,10 @@ func (s *Store) writeFile(ctx context.Context, path string, wrote func(int64), f
 	if f.Fd() != vfs.InvalidFd {
 		// Start writing back behind the writer: the final fsync then
 		// waits for the last few megabytes, not for the whole image, and
-		// the disk works while the image is produced or received.
-		f = vfs.NewSyncingFile(f, vfs.SyncingFileOptions{BytesPerSync: writeBehind})
+		// the disk works while the image is produced or received. The
+		// success path syncs explicitly; a failed file is removed, so
+		// closing it need not sync.
+		f = vfs.NewSyncingFile(f, vfs.SyncingFileOptions{BytesPerSync: writeBehind, NoSyncOnClose: true})
 	}
 	var fw io.Writer = f
 	if wrote != nil {
