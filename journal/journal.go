@@ -168,6 +168,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		appendq:    newAppendQueue(),
 		appendDone: make(chan appendResult, 16),
 		dedupe:     newDedupe(cfg.DedupeWindow),
+		heard:      map[uint64]time.Time{},
 	}
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.commitCh = make(chan struct{})

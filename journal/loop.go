@@ -278,16 +278,9 @@ func (j *Journal) reachable(id uint64, now time.Time) bool {
 // step feeds inbound messages to raft.
 func (j *Journal) step(in inbound) {
 	var err error
-	if len(in.msgs) > 0 {
-		if j.heard == nil {
-			j.heard = map[uint64]time.Time{}
-		}
-		now := time.Now()
-		for _, m := range in.msgs {
-			j.heard[m.GetFrom()] = now
-		}
-	}
+	now := time.Now()
 	for _, m := range in.msgs {
+		j.heard[m.GetFrom()] = now
 		if e := j.rn.Step(m); e != nil && !errors.Is(e, raft.ErrStepPeerNotFound) && !errors.Is(e, raft.ErrStepLocalMsg) {
 			err = e
 		}
