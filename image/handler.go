@@ -90,8 +90,10 @@ func (s *Store) serveImage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := imageName(index)
-	// Open once and serve from this handle: a prune that removes the file
-	// meanwhile does not cut the stream.
+	// Open once and serve from this handle, registered as a reader: a
+	// prune meanwhile removes the file without truncating it, which does
+	// not cut the stream.
+	defer s.reading(name)()
 	f, err := s.fs.Open(s.path(name), vfs.SequentialReadsOption)
 	if err != nil {
 		if isNotExist(err) {

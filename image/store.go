@@ -63,6 +63,13 @@ type Config struct {
 	// MaxImageBytes refuses fetched images larger than this. The default is
 	// 1 TiB.
 	MaxImageBytes int64
+	// DeleteBytesPerSec is the pace at which old images are removed: they
+	// are truncated a step at a time in the background, so that a
+	// filesystem that discards freed blocks (ext4 -o discard) does not
+	// stall every fsync on the disk, the journal's included, while it
+	// trims a whole image (see shred.go). The default is 256 MiB/s; a
+	// negative value removes them at once.
+	DeleteBytesPerSec int64
 	// Logger receives warnings (fallbacks, quarantined files) and errors.
 	// The default discards.
 	Logger *slog.Logger
@@ -73,6 +80,11 @@ type Config struct {
 type testingKnobs struct {
 	// fetchJoined is called when a Fetch joins a restore already running.
 	fetchJoined func(index uint64)
+	// shredStep replaces the truncation step of old images (8 MiB).
+	shredStep int64
+	// shredded is called after each truncation of an old image with its
+	// new size, and with -1 once it is removed.
+	shredded func(name string, size int64)
 }
 
 const (
@@ -119,7 +131,14 @@ type Store struct {
 		// staged is the last fetched image, decoded while it downloaded
 		// (when State is a Stager), until Install makes it live.
 		staged *staged
+		// readers counts the open readers of each image file (by name):
+		// Prune does not shred those.
+		readers map[string]int
+		// trash is what the shredder has still to remove.
+		trash []*trashFile
 	}
+	trashWake    chan struct{} // wakes the shredder
+	shredderDone chan struct{} // closed when the shredder has returned
 }
 
 // Open opens (creating if needed) the image directory under cfg.Dir, locks
@@ -149,18 +168,24 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.MaxImageBytes == 0 {
 		cfg.MaxImageBytes = 1 << 40
 	}
+	if cfg.DeleteBytesPerSec == 0 {
+		cfg.DeleteBytesPerSec = 256 << 20
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
-		cfg:        cfg,
-		fs:         cfg.FS,
-		dir:        cfg.FS.PathJoin(cfg.Dir, imageDirName),
-		logger:     cfg.Logger.With("component", "image"),
-		restoreSem: make(chan struct{}, 1),
+		cfg:          cfg,
+		fs:           cfg.FS,
+		dir:          cfg.FS.PathJoin(cfg.Dir, imageDirName),
+		logger:       cfg.Logger.With("component", "image"),
+		restoreSem:   make(chan struct{}, 1),
+		trashWake:    make(chan struct{}, 1),
+		shredderDone: make(chan struct{}),
 	}
 	s.mu.clusterID = cfg.ClusterID
 	s.mu.pinned = make(map[uint64]bool)
+	s.mu.readers = make(map[string]int)
 	s.closing, s.cancelClose = context.WithCancel(context.Background())
 	if err := mkdirAllDurably(s.fs, s.dir); err != nil {
 		s.cancelClose()
@@ -176,6 +201,11 @@ func Open(cfg Config) (*Store, error) {
 		s.cancelClose()
 		lock.Close()
 		return nil, err
+	}
+	go s.shredder()
+	if err := s.queueLeftoverTrash(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("image: old images left to remove in %s: %w", s.dir, err)
 	}
 	return s, nil
 }
@@ -193,6 +223,7 @@ func (s *Store) Close() error {
 	s.mu.staged = nil
 	s.mu.Unlock()
 	s.cancelClose()
+	<-s.shredderDone
 	// Wait for a running load or restore before releasing the lock.
 	s.restoreSem <- struct{}{}
 	defer func() { <-s.restoreSem }()
@@ -559,12 +590,30 @@ func (s *Store) Prune() error {
 	if len(victims) == 0 {
 		return nil
 	}
+	var trash []*trashFile
 	for _, v := range victims {
-		if err := s.fs.Remove(s.path(v)); err != nil && !isNotExist(err) {
+		t, err := s.discard(v)
+		if err != nil {
+			for _, t := range trash {
+				t.f.Close()
+			}
 			return fmt.Errorf("image: remove %s: %w", s.path(v), err)
 		}
+		if t != nil {
+			trash = append(trash, t)
+		}
 	}
-	return syncDir(s.fs, s.dir)
+	if err := syncDir(s.fs, s.dir); err != nil {
+		// Not shredded before the renames are durable: a crash could
+		// bring back a truncated image under its own name. The next Open
+		// removes the trash.
+		for _, t := range trash {
+			t.f.Close()
+		}
+		return err
+	}
+	s.queueTrash(trash...)
+	return nil
 }
 
 // Verify reads the whole image at index and checks it. The error names the
@@ -581,8 +630,10 @@ func (s *Store) verifyFile(name string) (Info, error) {
 // file is ErrNotFound.
 func (s *Store) openImage(name string, opts ...vfs.OpenOption) (string, vfs.File, int64, error) {
 	path := s.path(name)
+	done := s.reading(name)
 	f, err := s.fs.Open(path, opts...)
 	if err != nil {
+		done()
 		if isNotExist(err) {
 			return path, nil, 0, fmt.Errorf("image: %s: %w", path, ErrNotFound)
 		}
@@ -591,9 +642,23 @@ func (s *Store) openImage(name string, opts ...vfs.OpenOption) (string, vfs.File
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
+		done()
 		return path, nil, 0, fmt.Errorf("image: stat %s: %w", path, err)
 	}
-	return path, f, st.Size(), nil
+	return path, readingFile{f, done}, st.Size(), nil
+}
+
+// readingFile is an image file open for reading, registered as such until
+// it is closed.
+type readingFile struct {
+	vfs.File
+	done func()
+}
+
+func (f readingFile) Close() error {
+	err := f.File.Close()
+	f.done()
+	return err
 }
 
 // readFile reads and checks the image file name, passing its body to body.

@@ -69,6 +69,10 @@ func TestCheckpointFilesystemSteps(t *testing.T) {
 		"sync: /data/image",
 		"close: /data/image",
 		// (ImageWritten here)
+		// Prune opens the old image to shred it; with no file descriptor
+		// to truncate through (MemFS) it removes it at once.
+		"open-read-write: /data/image/image.100",
+		"close: /data/image/image.100",
 		"remove: /data/image/image.100",
 		"open-dir: /data/image",
 		"sync: /data/image",

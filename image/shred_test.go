@@ -1,0 +1,167 @@
+package image
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+)
+
+// shredTestStep is the truncation step of the tests' small images.
+const shredTestStep = 64
+
+// shredEvent is one call of the shredded knob.
+type shredEvent struct {
+	name string
+	size int64 // -1: removed
+}
+
+// shredWatch opens a store on the real disk (shredding needs a file
+// descriptor) whose shredder reports every step on the returned channel.
+func shredWatch(t *testing.T, dir string, rate int64) (*Store, chan shredEvent) {
+	t.Helper()
+	ev := make(chan shredEvent, 1024)
+	s := openStore(t, vfs.Default, dir, newKV(), func(c *Config) {
+		c.Keep = 1
+		c.DeleteBytesPerSec = rate
+		c.testingKnobs.shredStep = shredTestStep
+		c.testingKnobs.shredded = func(name string, size int64) { ev <- shredEvent{name, size} }
+	})
+	return s, ev
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	return st.Size()
+}
+
+func TestPruneShredsOldImages(t *testing.T) {
+	dir := t.TempDir()
+	release := make(chan struct{})
+	ev := make(chan shredEvent, 1024)
+	s := openStore(t, vfs.Default, dir, newKV(), func(c *Config) {
+		c.Keep = 1
+		c.DeleteBytesPerSec = 1 << 30
+		c.testingKnobs.shredStep = shredTestStep
+		c.testingKnobs.shredded = func(name string, size int64) {
+			ev <- shredEvent{name, size}
+			<-release // hold the shredder after each step until released
+		}
+	})
+	// Let the shredder go before the Store closes, even when the test fails.
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock)
+	old := writeKV(t, s, 300)
+	require.Greater(t, old.Size, int64(3*shredTestStep), "the test needs an image of several steps")
+	writeKV(t, s, 400)
+	require.NoError(t, s.Prune())
+
+	// Out of every listing at once, under its trash name.
+	idx, err := s.Indexes()
+	require.NoError(t, err)
+	require.Equal(t, []uint64{400}, idx)
+	img := filepath.Join(dir, imageDirName)
+	_, err = os.Stat(filepath.Join(img, "image.300"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	trash := filepath.Join(img, "image.300"+trashSuffix)
+
+	// Shrunk a step at a time: the shredder is held after its first step.
+	first := <-ev
+	require.Equal(t, shredEvent{"image.300" + trashSuffix, old.Size - shredTestStep}, first)
+	require.Equal(t, old.Size-shredTestStep, fileSize(t, trash))
+	unblock()
+	prev := first.size
+	for e := range ev {
+		require.Equal(t, "image.300"+trashSuffix, e.name)
+		require.Less(t, e.size, prev)
+		prev = e.size
+		if e.size == -1 {
+			break
+		}
+	}
+	_, err = os.Stat(trash)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	// The newest image is untouched.
+	_, err = s.Verify(400)
+	require.NoError(t, err)
+}
+
+func TestPruneRemovesAnImageBeingReadAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	s, ev := shredWatch(t, dir, 1<<30)
+	old := writeKV(t, s, 300)
+	writeKV(t, s, 400)
+
+	// A reader (a peer being served, a checkpoint loading its base) holds
+	// the old image open while it is pruned.
+	_, f, size, err := s.openImage("image.300")
+	require.NoError(t, err)
+	require.NoError(t, s.Prune())
+	img := filepath.Join(dir, imageDirName)
+	for _, n := range []string{"image.300", "image.300" + trashSuffix} {
+		_, err := os.Stat(filepath.Join(img, n))
+		require.ErrorIs(t, err, os.ErrNotExist, n)
+	}
+	// The reader still has every byte, and they check out.
+	require.Equal(t, old.Size, size)
+	_, err = readImage(io.NewSectionReader(f, 0, size), size, func(r io.Reader) error {
+		_, err := io.Copy(io.Discard, r)
+		return err
+	})
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, s.Close())
+	require.Empty(t, ev, "a file being read must not be truncated")
+}
+
+func TestOpenShredsLeftoverTrash(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, vfs.Default, dir, newKV())
+	writeKV(t, s, 300)
+	require.NoError(t, s.Close())
+	// A crash after Prune renamed the image to the trash.
+	img := filepath.Join(dir, imageDirName)
+	trash := filepath.Join(img, "image.300"+trashSuffix)
+	require.NoError(t, os.Rename(filepath.Join(img, "image.300"), trash))
+
+	_, ev := shredWatch(t, dir, 1<<30)
+	for e := range ev {
+		require.Equal(t, "image.300"+trashSuffix, e.name)
+		if e.size == -1 {
+			break
+		}
+	}
+	_, err := os.Stat(trash)
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestCloseStopsShredding(t *testing.T) {
+	dir := t.TempDir()
+	// One byte a second: after its first step the shredder waits for
+	// longer than any test runs.
+	s, ev := shredWatch(t, dir, 1)
+	old := writeKV(t, s, 300)
+	writeKV(t, s, 400)
+	require.NoError(t, s.Prune())
+	first := <-ev
+	require.Equal(t, old.Size-shredTestStep, first.size)
+	require.NoError(t, s.Close()) // returns without waiting out the pause
+
+	// The trash is still there, and the next Open shreds it.
+	trash := filepath.Join(dir, imageDirName, "image.300"+trashSuffix)
+	require.Equal(t, first.size, fileSize(t, trash))
+	_, ev = shredWatch(t, dir, 1<<30)
+	for e := range ev {
+		if e.size == -1 {
+			break
+		}
+	}
+	_, err := os.Stat(trash)
+	require.ErrorIs(t, err, os.ErrNotExist)
+}

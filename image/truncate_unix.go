@@ -1,0 +1,8 @@
+//go:build unix
+
+package image
+
+import "syscall"
+
+// truncateFd sets the size of the open file fd.
+func truncateFd(fd uintptr, size int64) error { return syscall.Ftruncate(int(fd), size) }
