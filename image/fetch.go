@@ -423,12 +423,7 @@ func (s *Store) discardFetched(index uint64) {
 	s.mu.Unlock()
 	s.dirMu.Lock()
 	defer s.dirMu.Unlock()
-	p := s.path(imageName(index) + fetchedSuffix)
-	if err := s.fs.Remove(p); err != nil && !isNotExist(err) {
-		s.logger.Warn("could not remove a rejected image", "file", p, "err", err)
-		return
-	}
-	if err := syncDir(s.fs, s.dir); err != nil {
-		s.logger.Warn("could not sync the image dir", "err", err)
+	if err := s.removeFiles(imageName(index) + fetchedSuffix); err != nil {
+		s.logger.Warn("could not remove a rejected image", "err", err)
 	}
 }

@@ -1,6 +1,7 @@
 package image
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -54,6 +55,35 @@ func (s *Store) reading(name string) (done func()) {
 			delete(s.mu.readers, name)
 		}
 	}
+}
+
+// removeFiles removes image files from the image dir (each through
+// discard) and syncs the directory. The caller holds dirMu.
+func (s *Store) removeFiles(names ...string) error {
+	var trash []*trashFile
+	closeAll := func() {
+		for _, t := range trash {
+			t.f.Close() // the next Open shreds it
+		}
+	}
+	for _, n := range names {
+		t, err := s.discard(n)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("image: remove %s: %w", s.path(n), err)
+		}
+		if t != nil {
+			trash = append(trash, t)
+		}
+	}
+	if err := syncDir(s.fs, s.dir); err != nil {
+		// Not shredded before the renames are durable: a crash could
+		// bring back a truncated image under its own name.
+		closeAll()
+		return err
+	}
+	s.queueTrash(trash...)
+	return nil
 }
 
 // discard removes the file name from the image dir, at once or, when it

@@ -590,30 +590,7 @@ func (s *Store) Prune() error {
 	if len(victims) == 0 {
 		return nil
 	}
-	var trash []*trashFile
-	for _, v := range victims {
-		t, err := s.discard(v)
-		if err != nil {
-			for _, t := range trash {
-				t.f.Close()
-			}
-			return fmt.Errorf("image: remove %s: %w", s.path(v), err)
-		}
-		if t != nil {
-			trash = append(trash, t)
-		}
-	}
-	if err := syncDir(s.fs, s.dir); err != nil {
-		// Not shredded before the renames are durable: a crash could
-		// bring back a truncated image under its own name. The next Open
-		// removes the trash.
-		for _, t := range trash {
-			t.f.Close()
-		}
-		return err
-	}
-	s.queueTrash(trash...)
-	return nil
+	return s.removeFiles(victims...)
 }
 
 // Verify reads the whole image at index and checks it. The error names the
