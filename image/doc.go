@@ -34,12 +34,16 @@
 //
 // Writes are crash safe: image.ckpt is written, fsynced, renamed to
 // image.<index> and the directory fsynced; older images are deleted only
-// after that. Restores are single-flight per data dir: callers that ask
+// after that, and at a pace (Config.DeleteBytesPerSec): renamed to
+// image.<index>.trash, then truncated a step at a time before they are
+// removed, so that a filesystem that discards freed blocks does not stall
+// the journal's fsyncs while it trims a whole image (see shred.go). Restores are single-flight per data dir: callers that ask
 // while one runs wait for its result (the failure of apache/doris#69642 was
 // several restores mixing files in one directory).
 //
-// Unlike catalog, image owns one goroutine: the Checkpointer's timer loop,
-// which checks the threshold every interval. Close stops it and waits.
+// Unlike catalog, image owns two goroutines: the Checkpointer's timer loop,
+// which checks the threshold every interval, and the Store's shredder of
+// old images. Each one's Close stops it and waits.
 // Two more live only within a call and are joined before it returns: a
 // restore decodes the image (when the State is a Stager) while Fetch
 // downloads it, and an adoption checks peers in parallel.
