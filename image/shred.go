@@ -1,6 +1,7 @@
 package image
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,13 +13,14 @@ import (
 // A filesystem that discards the blocks of a removed file (ext4 mounted
 // with -o discard, common on cloud VMs, this project's CI machine included)
 // trims them all in its next journal commit, and every fsync on the disk
-// waits for that commit. Measured here: removing a 132 MB image at once
-// stalled a concurrent 256-byte append + fdatasync (the shape of the
-// journal's WAL commit) for 80 ms, against a p99 of 0.3 ms. So Prune renames
+// waits for that commit. Measured here (BenchmarkPruneStall): removing a
+// 132 MB image at once stalled a concurrent 256-byte append + fdatasync (the
+// shape of the journal's WAL commit) for 70–74 ms, against a p99 of
+// 0.3–0.4 ms. So Prune renames
 // an old image to image.<index>.trash (out of every listing at once) and a
 // goroutine of the Store shrinks it by truncation, a step at a time at
-// Config.DeleteBytesPerSec, before removing it: the same file then never
-// stalled an fdatasync for more than 9–15 ms. RocksDB's DeleteScheduler and
+// Config.DeleteBytesPerSec, before removing it: the same file then stalled
+// an fdatasync for 6–7 ms at worst. RocksDB's DeleteScheduler and
 // Pebble's deletion pacing exist for the same reason.
 //
 // A file someone is reading (a peer being served the image, a checkpoint
@@ -154,7 +156,8 @@ func (s *Store) queueTrash(ts ...*trashFile) {
 }
 
 // queueLeftoverTrash hands the .trash files a crash or a Close left to the
-// shredder (at Open).
+// shredder (at Open). One it cannot open it tries to remove at once: it is
+// garbage, no reason to refuse to start.
 func (s *Store) queueLeftoverTrash() error {
 	names, err := s.fs.List(s.dir)
 	if err != nil {
@@ -167,7 +170,10 @@ func (s *Store) queueLeftoverTrash() error {
 		}
 		f, err := s.fs.OpenReadWrite(s.path(n), vfs.WriteCategoryUnspecified)
 		if err != nil {
-			return err
+			if rerr := s.fs.Remove(s.path(n)); rerr != nil && !isNotExist(rerr) {
+				s.logger.Warn("could not remove an old image", "file", s.path(n), "err", errors.Join(err, rerr))
+			}
+			continue
 		}
 		ts = append(ts, &trashFile{name: n, f: f})
 	}
