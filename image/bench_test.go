@@ -774,8 +774,12 @@ func startupFixture(b *testing.B) *journalFixture {
 	if err := store.SetClusterID(j.Status().ClusterID); err != nil {
 		b.Fatal(err)
 	}
-	for !j.Status().IsLeader() {
-		<-j.Leadership()
+	for {
+		changed := j.Leadership() // before the status: no change missed
+		if j.Status().IsLeader() {
+			break
+		}
+		<-changed
 	}
 	// Each database's batches in order, databases in parallel (group
 	// commit): parents are always created before their children.

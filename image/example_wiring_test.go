@@ -69,9 +69,15 @@ func Example_wiring() {
 	}
 	defer cp.Close() // first: it reads the journal
 
-	for !j.Status().IsLeader() {
+	// Wait to lead: take the change channel before reading the status, so
+	// that a change between the two is not missed.
+	for {
+		changed := j.Leadership()
+		if j.Status().IsLeader() {
+			break
+		}
 		select {
-		case <-j.Leadership():
+		case <-changed:
 		case <-ctx.Done():
 			panic("no leader")
 		}
