@@ -93,7 +93,7 @@ func (s *Store) removeFiles(names ...string) error {
 // over once the directory is synced). The caller holds dirMu.
 func (s *Store) discard(name string) (*trashFile, error) {
 	path := s.path(name)
-	if s.cfg.DeleteBytesPerSec > 0 {
+	if canTruncate && s.cfg.DeleteBytesPerSec > 0 {
 		s.mu.Lock()
 		t, err := s.toTrashLocked(name)
 		s.mu.Unlock()
