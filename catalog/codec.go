@@ -150,9 +150,20 @@ func (d *decoder) uvarint(what string) uint64 {
 		d.fail("bad varint for %s", what)
 		return 0
 	}
+	if overlong(d.data[d.off : d.off+n]) {
+		d.fail("overlong varint for %s", what)
+		return 0
+	}
 	d.off += n
 	return v
 }
+
+// overlong reports whether the varint b (as binary.Uvarint or
+// binary.Varint read it) has more bytes than its value needs: a last byte
+// of zero. Encoding writes the shortest form, and only the shortest is
+// accepted, so that one batch or value has one encoding (values are kept,
+// and indexed, in their encoded form).
+func overlong(b []byte) bool { return len(b) > 1 && b[len(b)-1] == 0 }
 
 func (d *decoder) varint(what string) int64 {
 	if d.err != nil {
@@ -161,6 +172,10 @@ func (d *decoder) varint(what string) int64 {
 	v, n := binary.Varint(d.data[d.off:])
 	if n <= 0 {
 		d.fail("bad varint for %s", what)
+		return 0
+	}
+	if overlong(d.data[d.off : d.off+n]) {
+		d.fail("overlong varint for %s", what)
 		return 0
 	}
 	d.off += n

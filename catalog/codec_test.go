@@ -128,6 +128,12 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 		{"zero ops", []byte{1, 0}, ErrMalformed},
 		{"unknown flags", func() []byte { b := append([]byte{}, good...); b[3] |= 0x80; return b }(), ErrMalformed},
 		{"bad varint", []byte{1, 1, 1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, ErrMalformed},
+		// Found by FuzzDecodeBatch: an unset count of 0 as 0x80 0x00
+		// decoded, and re-encoded as one byte. Values, lengths and counts
+		// the same.
+		{"overlong count", []byte("\x01\x01\x01\x00\x02/0\x010\x00\x00\x01\x010\x020\x80\x00"), ErrMalformed},
+		{"overlong int value", []byte("\x01\x01\x01\x00\x02/0\x010\x00\x00\x01\x010\x02\x80\x00\x00"), ErrMalformed},
+		{"overlong op count", []byte("\x01\x81\x00\x01\x00\x02/0\x010\x00\x00\x00\x00"), ErrMalformed},
 	}
 	for n := 1; n < len(good); n++ {
 		cases = append(cases, struct {

@@ -447,3 +447,52 @@ func TestLoadLinkerErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadRejectsOverlongVarints: an attribute value is kept, and indexed,
+// in its encoded form, so Load accepts only the shortest encoding of an
+// int (as DecodeBatch does): Int(-64) as 0xff 0x00 instead of 0x7f is
+// corrupt on either path.
+func TestLoadRejectsOverlongVarints(t *testing.T) {
+	tr := New()
+	mustApply(t, tr, 1, Batch{Ops: []Op{{Type: OpCreate, Path: "/a", Kind: "k", Set: map[string]Value{"x": Int(-64)}}}})
+	img := saveBytes(t, tr)
+
+	// Rewrite the records block with the value's overlong form, checksums
+	// recomputed.
+	var out bytes.Buffer
+	out.Write(img[:len(imageMagic)+1])
+	br := &blockReader{r: bytes.NewReader(img[len(imageMagic)+1:])}
+	bw := &blockWriter{w: &out}
+	short, long := []byte{byte(TypeInt), 0x7f}, []byte{byte(TypeInt), 0xff, 0x00}
+	rewritten := 0
+	for {
+		p, err := br.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = bytes.Clone(p)
+		if p[0] == 'N' {
+			if bytes.Count(p, short) != 1 {
+				t.Fatalf("the value's bytes are not unique in the block % x", p)
+			}
+			p = bytes.Replace(p, short, long, 1)
+			rewritten++
+		}
+		bw.payload = append(bw.payload[:0], p...)
+		if err := bw.flush(); err != nil {
+			t.Fatal(err)
+		}
+		if p[0] == 'E' {
+			break
+		}
+	}
+	if rewritten != 1 {
+		t.Fatalf("rewrote %d record blocks, want 1", rewritten)
+	}
+	for _, careful := range []bool{false, true} {
+		_, err := readImageWith(bytes.NewReader(out.Bytes()), true, careful)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "overlong") {
+			t.Fatalf("careful=%v: error %v, want ErrCorrupt naming the overlong varint", careful, err)
+		}
+	}
+}

@@ -384,14 +384,15 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 		}
 		switch ValueType(p[off]) {
 		case TypeInt:
-			// Skip what binary.Varint accepts: up to 10 bytes, the last
-			// below 0x80 and, if it is the tenth, at most 1.
+			// Skip what decoder.varint accepts: up to 10 bytes, the
+			// last below 0x80 and, if it is the tenth, at most 1; not
+			// overlong (a last byte of 0 after others).
 			off++
 			i, e := off, min(off+binary.MaxVarintLen64, len(p))
 			for i < e && p[i] >= 0x80 {
 				i++
 			}
-			if i == e || i-off == binary.MaxVarintLen64-1 && p[i] > 1 {
+			if i == e || i-off == binary.MaxVarintLen64-1 && p[i] > 1 || i > off && p[i] == 0 {
 				return 0
 			}
 			off = i + 1
@@ -484,14 +485,14 @@ func (ld *loader) keyTables() {
 	ld.nkeys = len(ld.keys)
 }
 
-// uvarintSlow is binary.Uvarint of p[off:]: the value and the offset
-// after it, or -1 when there is no valid varint there.
+// uvarintSlow is decoder.uvarint of p[off:]: the value and the offset
+// after it, or -1 when there is no valid varint there (overlong included).
 func uvarintSlow(p []byte, off int) (uint64, int) {
 	if uint(off) >= uint(len(p)) {
 		return 0, -1
 	}
 	v, n := binary.Uvarint(p[off:])
-	if n <= 0 {
+	if n <= 0 || overlong(p[off:off+n]) {
 		return 0, -1
 	}
 	return v, off + n
