@@ -15,8 +15,9 @@ import (
 //	value := type:byte (str | zigzag varint | 0/1 byte | bytes:str)
 //	str   := len:uvarint bytes
 //
-// Set and unset keys are strictly increasing, so the encoding of a batch is
-// canonical.
+// Set and unset keys are strictly increasing and every varint takes its
+// shortest form (decoding refuses longer ones), so the encoding of a batch
+// is canonical.
 const batchVersion = 1
 
 const (

@@ -24,7 +24,9 @@ import (
 // Nodes appear in increasing id order, the root first; attributes in
 // increasing key order; kinds and keys are dictionary-coded in order of
 // first use. The content determines the bytes, so replicas that applied the
-// same entries write identical bodies. Load reads exactly up to the end
+// same entries write identical bodies. Varints in records take their
+// shortest form, and Load refuses longer ones: attribute values are kept
+// and indexed in their encoded form. Load reads exactly up to the end
 // block and no further, so the body can sit inside a larger file.
 
 const (
