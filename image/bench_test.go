@@ -520,7 +520,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 		b.ReportMetric(float64(p99(base).Microseconds()), "write-p99-base-µs")
 		b.ReportMetric(float64(info.Size)/1e6, "image-MB")
 		b.ReportMetric(float64(heap)/1e6, "live-heap-MB")
-		b.ReportMetric(float64(fsync.Microseconds())/1000, "fsync-p50-ms")
+		b.ReportMetric(ms(fsync), "fsync-p50-ms")
 		b.StartTimer()
 	}
 }
@@ -609,7 +609,7 @@ func BenchmarkAdopt(b *testing.B) {
 		b.ReportMetric(float64(p99(during))/float64(p99(base)), "write-p99-ratio")
 		b.ReportMetric(float64(r.info.Size)/1e6, "image-MB")
 		b.ReportMetric(float64(heap)/1e6, "live-heap-MB")
-		b.ReportMetric(float64(fsync.Microseconds())/1000, "fsync-p50-ms")
+		b.ReportMetric(ms(fsync), "fsync-p50-ms")
 		b.StartTimer()
 	}
 }
@@ -689,7 +689,7 @@ func benchRestore(b *testing.B, staged bool) {
 	b.ReportMetric(verify.Seconds()/n, "verify-s")
 	b.ReportMetric((took-fetched).Seconds()/n, "install-s")
 	b.ReportMetric(mb, "image-MB")
-	b.ReportMetric(float64(fsync.Microseconds())/1000/n, "fsync-p50-ms")
+	b.ReportMetric(ms(fsync)/n, "fsync-p50-ms")
 }
 
 // journalFixture is a single-node journal on the real disk holding the

@@ -3,6 +3,7 @@ package image
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -45,18 +46,13 @@ func (s *Store) reading(name string) (done func()) {
 	s.mu.Lock()
 	s.mu.readers[name]++
 	s.mu.Unlock()
-	var once bool
-	return func() {
+	return sync.OnceFunc(func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if once {
-			return
-		}
-		once = true
 		if s.mu.readers[name]--; s.mu.readers[name] <= 0 {
 			delete(s.mu.readers, name)
 		}
-	}
+	})
 }
 
 // removeFiles removes image files from the image dir (each through

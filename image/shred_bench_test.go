@@ -85,6 +85,7 @@ func benchPruneStall(b *testing.B, paced bool) {
 	b.ReportMetric((took / n).Seconds(), "remove-s")
 }
 
+// ms is d in milliseconds, for b.ReportMetric.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // writeJunk writes size random bytes to path and syncs them.
