@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -103,8 +104,8 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 	// proposeHere hands a proposal to the local raft loop (forward: raft
 	// sends it on to the leader) and waits up to d for its apply. done
 	// means return (r, err); otherwise err is why another attempt is due
-	// (notApplied when nothing else was heard).
-	proposeHere := func(lc <-chan struct{}, forward bool, d time.Duration, notApplied error) (r applyResult, done bool, err error) {
+	// (nil when nothing was heard: the caller names that).
+	proposeHere := func(lc <-chan struct{}, forward bool, d time.Duration) (r applyResult, done bool, err error) {
 		p := local()
 		p.done, p.quiet, p.forward = make(chan error, 1), true, forward
 		if err := j.enqueueProposal(ctx, p); err != nil {
@@ -114,10 +115,8 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 		switch {
 		case werr != nil || ok:
 			return r, true, werr
-		case refused != nil:
-			return applyResult{}, false, refused
 		}
-		return applyResult{}, false, notApplied
+		return applyResult{}, false, refused
 	}
 	// Attempts that reached a leader are bounded by ForwardRetries; waiting
 	// for an election is bounded by 2 × ForwardRetries election timeouts
@@ -136,11 +135,11 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 		case leader == j.id && j.state.Load() == uint32(raft.StateLeader):
 			// Wait for the local apply; a leader change means the entry
 			// may be lost: retry (the key makes that safe).
-			r, done, perr := proposeHere(lc, false, forever, ErrNotLeader)
+			r, done, perr := proposeHere(lc, false, forever)
 			if done {
 				return r, perr
 			}
-			err = perr
+			err = cmp.Or(perr, ErrNotLeader)
 		case leader == 0 || leader == j.id:
 			err = ErrNoLeader
 			if time.Now().Before(noLeaderDeadline) {
@@ -151,12 +150,14 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			// answers for it but the local apply of its key: a leader
 			// change, or no apply within two election timeouts (the leader
 			// may drop a forwarded proposal silently), means another try.
-			lost := fmt.Errorf("%w: a proposal forwarded to node %d was not applied in time", ErrUnreachable, leader)
-			r, done, perr := proposeHere(lc, true, 2*j.electionTimeout(), lost)
+			r, done, perr := proposeHere(lc, true, 2*j.electionTimeout())
 			if done {
 				return r, perr
 			}
 			err = perr
+			if err == nil {
+				err = fmt.Errorf("%w: a proposal forwarded to node %d was not applied in time", ErrUnreachable, leader)
+			}
 		default:
 			var resp *ForwardResponse
 			resp, err = j.tr.Forward(ctx, leader, fwd)
