@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -59,6 +60,13 @@ func (j *Journal) run() {
 			j.rn.Tick()
 		case p := <-j.propc:
 			j.propose(p)
+			// The proposer that woke the loop handed it the rest of its time
+			// slice (the runtime runs a goroutine readied by a send next on
+			// the sender's P), so the other proposers it would batch with
+			// have not run yet: without yielding, a Ready carries about one
+			// proposal (1.4 with 64 proposers, against ~20 with the yield:
+			// a tenth of the Readys, appends and messages, +25% writes/s).
+			runtime.Gosched()
 		case in := <-j.recvc:
 			j.step(in)
 		case op := <-j.opc:
