@@ -60,13 +60,7 @@ func (j *Journal) run() {
 			j.rn.Tick()
 		case p := <-j.propc:
 			j.propose(p)
-			// The proposer that woke the loop handed it the rest of its time
-			// slice (the runtime runs a goroutine readied by a send next on
-			// the sender's P), so the other proposers it would batch with
-			// have not run yet: without yielding, a Ready carries about one
-			// proposal (1.4 with 64 proposers, against ~20 with the yield:
-			// a tenth of the Readys, appends and messages, +25% writes/s).
-			runtime.Gosched()
+			j.gather()
 		case in := <-j.recvc:
 			j.step(in)
 		case op := <-j.opc:
@@ -123,6 +117,35 @@ func (j *Journal) run() {
 	// A persist failure: the node can no longer promise durability. Stop
 	// the loop (raft must not advance) but keep the process alive.
 	j.fail(err)
+}
+
+// gatherRounds bounds how often gather yields again for proposals that
+// keep arriving.
+const gatherRounds = 4
+
+// gather lets the proposers readied together with the one that woke the
+// loop queue their proposals before the loop steps the batch. That
+// proposer handed the loop the rest of its time slice (the runtime runs a
+// goroutine readied by a channel send next, on the sender's P), so the
+// others have not run yet: without yielding, a Ready carries about one
+// proposal (1.4 with 64 proposers). One yield lets them run (~20 per
+// Ready: a tenth of the Readys, appends and messages, +25% writes/s);
+// yielding again while more keep arriving, at most gatherRounds times,
+// takes the stragglers too (~30 per Ready, 0.025–0.030 instead of 0.037
+// leader fsyncs per write, +11% writes/s over 8 interleaved rounds). A
+// lone proposer costs one yield.
+func (j *Journal) gather() {
+	runtime.Gosched()
+	for range gatherRounds {
+		n := len(j.propc)
+		if n == 0 {
+			return
+		}
+		for ; n > 0; n-- {
+			j.propose(<-j.propc) // only the loop receives: never blocks
+		}
+		runtime.Gosched()
+	}
 }
 
 // drain takes the queued proposals, inbound messages and finished appends
