@@ -53,8 +53,11 @@
 //
 // # What the journal promises
 //
-// raft runs with AsyncStorageWrites. The raft loop never waits for the
-// disk: each Ready's entries, HardState and snapshot go to an append
+// raft runs with AsyncStorageWrites. The proposals that arrive together
+// enter raft as one MsgProp, so one Ready, one append per follower and one
+// write carry them all (the loop yields once it has a proposal, letting the
+// proposers woken with its sender queue theirs). The raft loop never waits
+// for the disk: each Ready's entries, HardState and snapshot go to an append
 // goroutine that writes everything queued meanwhile in one Pebble batch,
 // synced when raft requires it (group commit across Readys), and only then
 // are the messages that depend on that write stepped or sent (a follower's
