@@ -160,8 +160,9 @@ type Config struct {
 	StaleAfter time.Duration
 
 	// DedupeWindow is how many log indexes back an idempotency key is
-	// remembered: an entry whose key was applied within the window is not
-	// applied again (default 10,000).
+	// remembered: an entry whose key reached the log within the window
+	// before it is not applied again, and the window slides to it (default
+	// 10,000).
 	DedupeWindow uint64
 	// CompactMargin is the number of entries kept behind an image for slow
 	// followers (default 20,000; at least DedupeWindow).

@@ -88,9 +88,11 @@
 //
 // Each normal entry is an envelope: a user entry (idempotency key and the
 // user's bytes), or a leader timestamp. The [StateMachine] sees user data
-// only. An entry whose key was applied within Config.DedupeWindow indexes is
-// skipped on every replica (the window travels with images in the membership
-// blob), so replicas stay identical.
+// only. An entry whose key reached the log within Config.DedupeWindow
+// indexes before it (applied or itself skipped) is skipped on every replica:
+// the decision depends only on the entries in the window, which travels
+// with images in the membership blob, so replicas, restarts and shadow
+// checkpoints stay identical.
 //
 // # Concurrency
 //

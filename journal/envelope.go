@@ -221,27 +221,34 @@ func (m *membership) list() []Member {
 	return out
 }
 
-// dedupe remembers the idempotency keys applied in the last window indexes.
-// Its decisions depend only on the log (and the keys carried by an image's
-// membership blob), so every replica skips the same entries.
+// dedupe remembers the idempotency keys that reached the log in the last
+// window indexes. A copy of a key within the window of the key's previous
+// copy is a duplicate: it is skipped, and the window slides to it. So the
+// state after index N is a function of the entries in (N-window, N] alone
+// (every copy there, applied or skipped, recorded in order), and a replica
+// that rebuilds it from those entries (a restart, an image, a shadow
+// checkpoint) decides every later entry exactly as the live applier does.
+// (Counting only applied copies would make the state depend on how far back
+// a chain of retries started, beyond any bounded scan.)
 type dedupe struct {
 	window uint64
 	byKey  map[[16]byte]dedupeRec
-	order  []appliedKey // in index order; order[head:] is live
+	order  []appliedKey // every copy, in index order; order[head:] is live
 	head   int
 }
 
 type dedupeRec struct {
-	index uint64
-	value any // the local Apply result, when this process applied it
+	index   uint64 // the key's latest copy: the window runs from it
+	applied uint64 // the copy that was applied (or the oldest one known)
+	value   any    // the local Apply result, when this process applied it
 }
 
 func newDedupe(window uint64) *dedupe {
 	return &dedupe{window: window, byKey: map[[16]byte]dedupeRec{}}
 }
 
-// seen reports the earlier application of key within the window ending at
-// index (exclusive).
+// seen reports the key's latest copy within the window ending at index
+// (exclusive), and so whether the copy at index is a duplicate.
 func (d *dedupe) seen(index uint64, key [16]byte) (dedupeRec, bool) {
 	r, ok := d.byKey[key]
 	if !ok || index-r.index > d.window {
@@ -250,8 +257,16 @@ func (d *dedupe) seen(index uint64, key [16]byte) (dedupeRec, bool) {
 	return r, true
 }
 
+// add records the copy of key at index: applied with result value, or, when
+// seen, a duplicate (which keeps the applied copy's index and value).
 func (d *dedupe) add(index uint64, key [16]byte, value any) {
-	d.byKey[key] = dedupeRec{index: index, value: value}
+	r, dup := d.seen(index, key)
+	if dup {
+		r.index = index
+	} else {
+		r = dedupeRec{index: index, applied: index, value: value}
+	}
+	d.byKey[key] = r
 	d.order = append(d.order, appliedKey{Index: index, Key: key})
 	d.evict(index)
 }
@@ -276,12 +291,20 @@ func (d *dedupe) evict(index uint64) {
 // live returns the keys in the window, oldest first.
 func (d *dedupe) live() []appliedKey { return d.order[d.head:] }
 
+// reset replaces the state with the copies keys lists (an image's window,
+// in index order).
 func (d *dedupe) reset(keys []appliedKey) {
 	d.byKey = map[[16]byte]dedupeRec{}
 	d.order = d.order[:0]
 	d.head = 0
 	for _, k := range keys {
-		d.byKey[k.Key] = dedupeRec{index: k.Index}
+		r, ok := d.byKey[k.Key]
+		if ok {
+			r.index = k.Index
+		} else {
+			r = dedupeRec{index: k.Index, applied: k.Index}
+		}
+		d.byKey[k.Key] = r
 		d.order = append(d.order, k)
 	}
 }

@@ -79,10 +79,11 @@ func (j *Journal) ReadEntries(ctx context.Context, after, upTo uint64, fn func(i
 		if env.kind != kindUser {
 			return nil
 		}
-		if _, dup := d.seen(index, env.key); dup {
+		_, dup := d.seen(index, env.key)
+		d.add(index, env.key, nil)
+		if dup {
 			return nil
 		}
-		d.add(index, env.key, nil)
 		return fn(index, env.data)
 	})
 }
@@ -111,9 +112,7 @@ func (j *Journal) MembershipAt(index uint64) ([]byte, error) {
 	if lo := max(first, index-min(index, j.cfg.DedupeWindow)+1); lo <= index {
 		if err := j.scanEntries(lo-1, index, func(i uint64, env envelope) error {
 			if env.kind == kindUser {
-				if _, dup := d.seen(i, env.key); !dup {
-					d.add(i, env.key, nil)
-				}
+				d.add(i, env.key, nil) // skipped copies too: see dedupe
 			}
 			return nil
 		}); err != nil {

@@ -412,6 +412,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) error {
 		return fmt.Errorf("journal: first index: %w", err)
 	}
 	var imageIndex uint64
+	imageKeys := false // the image carried its dedupe window
 	if j.cfg.Snapshots != nil {
 		idx, blob, err := j.cfg.Snapshots.LoadLatest(ctx, first-1)
 		if err != nil {
@@ -429,6 +430,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) error {
 					return fmt.Errorf("journal: image %d: %w", idx, err)
 				}
 				j.dedupe.reset(im.Keys)
+				imageKeys = true
 				if len(m.Members) == 0 {
 					m = im
 				}
@@ -438,8 +440,10 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) error {
 	if first > 1 && imageIndex == 0 {
 		return fmt.Errorf("journal: the log starts at %d but no image covers the entries before it", first)
 	}
-	// Refill the dedupe window from the retained log before the image.
-	if imageIndex > 0 {
+	// An image without its dedupe window: rebuild it from the retained log
+	// before the image. (With one, the image's keys are that same window,
+	// and the log may not hold it: a node restored from a peer's image.)
+	if imageIndex > 0 && !imageKeys {
 		lo := max(first, imageIndex-min(imageIndex, j.cfg.DedupeWindow)+1)
 		if err := j.scanEntries(lo-1, imageIndex, func(index uint64, env envelope) error {
 			if env.kind == kindUser {

@@ -927,8 +927,9 @@ func (j *Journal) applyNormal(idx uint64, data []byte) {
 		// returns, Status and WaitApplied on this node cover the entry too
 		// (waiters on the index are woken at the end of the batch).
 		if prev, dup := j.dedupe.seen(idx, env.key); dup {
+			j.dedupe.add(idx, env.key, nil) // the window slides to this copy
 			j.applied.Store(idx)
-			j.resolve(env.key, applyResult{index: prev.index, value: prev.value})
+			j.resolve(env.key, applyResult{index: prev.applied, value: prev.value})
 			return
 		}
 		v := j.cfg.StateMachine.Apply(idx, env.data)

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -141,6 +142,67 @@ func TestEnvelopeAndMembershipCodecs(t *testing.T) {
 	}
 	require.Len(t, d.live(), 4)
 	require.Len(t, d.byKey, 4)
+}
+
+// The dedupe state rebuilt from the copies in the window alone (as a
+// restart, an image or a shadow checkpoint does) decides every later entry
+// as the live applier does, whatever chains of retries came before: with a
+// window that counted only applied copies, a rebuild whose scan starts in
+// the middle of a chain decides differently.
+func TestDedupeRebuiltFromItsWindowDecidesAsLive(t *testing.T) {
+	const window, entries = 8, 3000
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := make([][16]byte, entries)
+	for i := range keys {
+		keys[i] = [16]byte{byte(rng.IntN(6))} // few keys: long chains of copies
+	}
+	// apply runs entries [from, len) on d and returns which were applied.
+	apply := func(d *dedupe, from int) []bool {
+		out := make([]bool, entries)
+		for i := from; i < entries; i++ {
+			_, dup := d.seen(uint64(i+1), keys[i])
+			d.add(uint64(i+1), keys[i], nil)
+			out[i] = !dup
+		}
+		return out
+	}
+	live := apply(newDedupe(window), 0)
+	for n := window; n < entries; n += 97 {
+		rebuilt := newDedupe(window)
+		for i := n - window; i < n; i++ { // the copies in (n-window, n]
+			rebuilt.add(uint64(i+1), keys[i], nil)
+		}
+		got := apply(rebuilt, n)
+		require.Equal(t, live[n:], got[n:], "rebuilt at index %d", n)
+
+		// An image's key list carries the same state.
+		fromImage := newDedupe(window)
+		fromImage.reset(imageKeys(keys, n, window))
+		got = apply(fromImage, n)
+		require.Equal(t, live[n:], got[n:], "from an image's keys at index %d", n)
+	}
+	// A key seen again within the window of its latest copy is a duplicate
+	// even when the applied copy is further back: the window slides.
+	d := newDedupe(3)
+	d.add(10, [16]byte{9}, "a")
+	d.add(13, [16]byte{9}, nil) // duplicate of 10
+	r, dup := d.seen(16, [16]byte{9})
+	require.True(t, dup)
+	require.Equal(t, uint64(13), r.index)
+	require.Equal(t, uint64(10), r.applied)
+	require.Equal(t, "a", r.value)
+	_, dup = d.seen(17, [16]byte{9})
+	require.False(t, dup)
+}
+
+// imageKeys is the key list an image at index n carries: every copy in
+// (n-window, n], in order.
+func imageKeys(keys [][16]byte, n, window int) []appliedKey {
+	var out []appliedKey
+	for i := n - window; i < n; i++ {
+		out = append(out, appliedKey{Index: uint64(i + 1), Key: keys[i]})
+	}
+	return out
 }
 
 func TestCloseIsIdempotentAndFailsCalls(t *testing.T) {

@@ -24,10 +24,10 @@ type proposeOptions struct {
 
 // WithKey sets the proposal's idempotency key. A proposal retried with the
 // same key (for example after a lost acknowledgement) is applied once as
-// long as the retry reaches the log within Config.DedupeWindow entries of
-// the first copy; the retry returns the first copy's index (and its value if
-// this node applied it in this process). Without WithKey a random key is
-// used.
+// long as each copy reaches the log within Config.DedupeWindow entries of
+// the copy before it (the window slides with every copy); the retry returns
+// the applied copy's index (and its value if this node applied it in this
+// process). Without WithKey a random key is used.
 func WithKey(key [16]byte) ProposeOption {
 	return func(o *proposeOptions) { o.key, o.hasKey = key, true }
 }

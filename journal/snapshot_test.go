@@ -213,3 +213,70 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 	}
 	propose(t, n3, "end")
 }
+
+// A keyed write retried three times, the third copy just outside the window
+// of the applied copy but inside that of the skipped second one: the live
+// applier, a shadow checkpoint replay (ReadEntries) and a restart from an
+// image taken between the copies decide it the same way (the window slides
+// to the latest copy, so it is skipped everywhere).
+func TestDedupeAgreesAcrossRestartAndShadowReplay(t *testing.T) {
+	c := newCluster(t)
+	registry := &sync.Map{}
+	n1 := c.listen(1)
+	imgs := &fakeImages{sm: func() *memSM { return n1.sm }, images: map[uint64]fakeImage{}, registry: registry, requests: make(chan struct{}, 1)}
+	registry.Store(n1.addr, imgs)
+	const window = 4
+	opt := func(cfg *Config) {
+		cfg.Snapshots = imgs
+		cfg.CompactMargin = window
+		cfg.DedupeWindow = window
+		cfg.StaleAfter = time.Hour // no leader timestamps between the copies
+	}
+	require.NoError(t, c.open(n1, func(cfg *Config) { opt(cfg); cfg.Bootstrap = true }))
+	c.waitLeader(1)
+	ctx := ctxT(t, 10*time.Second)
+	key := [16]byte{42}
+	i1, _, err := n1.j.Propose(ctx, []byte("k"), WithKey(key))
+	require.NoError(t, err)
+	got, _, err := n1.j.Propose(ctx, []byte("k"), WithKey(key))
+	require.NoError(t, err)
+	require.Equal(t, i1, got, "a retry answers with the applied copy's index")
+	i2 := n1.j.Status().Applied
+	require.Equal(t, i1+1, i2)
+	img := checkpoint(t, n1, imgs)
+	require.Equal(t, i2, img)
+	for i := 0; ; i++ {
+		if idx := propose(t, n1, fmt.Sprintf("f%d", i)); idx >= i1+window {
+			require.Equal(t, i1+window, idx)
+			break
+		}
+	}
+	got, _, err = n1.j.Propose(ctx, []byte("k"), WithKey(key))
+	require.NoError(t, err)
+	require.Equal(t, i1, got, "the third copy is within the window of the second")
+	live := n1.sm.values()
+	copies := 0
+	for _, v := range live {
+		if v == "k" {
+			copies++
+		}
+	}
+	require.Equal(t, 1, copies, "live: %v", live)
+
+	// The shadow replay from the image applies what the live applier did
+	// after it: the fillers only.
+	var shadow []string
+	require.NoError(t, n1.j.ReadEntries(ctx, img, n1.j.Status().Applied, func(_ uint64, data []byte) error {
+		shadow = append(shadow, string(data))
+		return nil
+	}))
+	require.Equal(t, live[len(live)-len(shadow):], shadow)
+	require.NotContains(t, shadow, "k")
+
+	// A restart from the image replays to the same state.
+	n1.closeJournal()
+	n1.sm = newMemSM()
+	require.NoError(t, c.open(n1, opt))
+	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 10*time.Second)))
+	require.Equal(t, live, n1.sm.values())
+}
