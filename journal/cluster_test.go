@@ -291,6 +291,32 @@ func TestMembership(t *testing.T) {
 	}
 }
 
+// A reachable node that is removed learns of it: the append that commits
+// its removal still reaches it (the leader drops it from the transport only
+// after sending that Ready's messages, and the transport delivers what it
+// had queued), so it applies the change and stops.
+func TestRemovedNodeLearnsOfItsRemoval(t *testing.T) {
+	c := newCluster(t)
+	c.start(3, 3)
+	leader := c.waitLeader()
+	lj := c.nodes[leader].j
+	propose(t, c.nodes[leader], "x")
+	for id := uint64(4); id <= 6; id++ {
+		require.NoError(t, lj.RemoveMember(ctxT(t, 5*time.Second), id, false))
+		n := c.nodes[id]
+		eventually(t, 5*time.Second, fmt.Sprintf("node %d learns of its removal", id), func() bool { return n.j.Status().Removed })
+	}
+	// A voter removing itself hears its own change applied, too.
+	var self uint64
+	for id := uint64(1); id <= 3; id++ {
+		if id != leader {
+			self = id
+		}
+	}
+	require.NoError(t, c.nodes[self].j.RemoveMember(ctxT(t, 5*time.Second), self, false))
+	require.True(t, c.nodes[self].j.Status().Removed)
+}
+
 func TestIdempotentRetry(t *testing.T) {
 	c := newCluster(t)
 	c.start(3, 0)

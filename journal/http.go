@@ -69,6 +69,8 @@ type HTTPTransport struct {
 
 	mu    sync.Mutex
 	peers map[uint64]*httpPeer
+	// draining holds removed peers whose senders still deliver their queue.
+	draining map[*httpPeer]struct{}
 
 	// started is set once Start has run; until then the handler answers
 	// 503, so a host may mount Handler before Open returns.
@@ -103,7 +105,7 @@ func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
 	if opts.SnapshotTimeout <= 0 {
 		opts.SnapshotTimeout = 10 * time.Minute
 	}
-	t := &HTTPTransport{opts: opts, client: opts.Client, log: opts.Logger, peers: map[uint64]*httpPeer{}}
+	t := &HTTPTransport{opts: opts, client: opts.Client, log: opts.Logger, peers: map[uint64]*httpPeer{}, draining: map[*httpPeer]struct{}{}}
 	if t.client == nil {
 		t.client = &http.Client{Transport: &http.Transport{
 			// Forwarded proposals are concurrent requests: keep their
@@ -147,19 +149,22 @@ func (t *HTTPTransport) SetPeer(id uint64, addr string) {
 		p.addr.Store(&addr)
 		return
 	}
-	p := &httpPeer{t: t, id: id, q: make(chan []byte, t.opts.QueueMsgs), stop: make(chan struct{})}
+	p := &httpPeer{t: t, id: id, q: make(chan []byte, t.opts.QueueMsgs), stop: make(chan struct{}), drain: make(chan struct{})}
 	p.addr.Store(&addr)
 	t.peers[id] = p
 	t.wg.Go(p.run)
 }
 
-// RemovePeer implements Transport.
+// RemovePeer implements Transport. The peer's sender still delivers what
+// is already queued (the append that tells a removed node its removal
+// committed), for at most HandshakeTimeout, and then stops.
 func (t *HTTPTransport) RemovePeer(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p, ok := t.peers[id]; ok {
-		close(p.stop)
 		delete(t.peers, id)
+		t.draining[p] = struct{}{}
+		close(p.drain)
 	}
 }
 
@@ -306,6 +311,10 @@ func (t *HTTPTransport) Close() error {
 		close(p.stop)
 		delete(t.peers, id)
 	}
+	for p := range t.draining {
+		close(p.stop)
+		delete(t.draining, p)
+	}
 	t.mu.Unlock()
 	t.wg.Wait()
 	if t.ownCli {
@@ -323,6 +332,17 @@ type httpPeer struct {
 	q      chan []byte
 	qbytes atomic.Int64
 	stop   chan struct{}
+	drain  chan struct{} // closed by RemovePeer: deliver the queue, then stop
+}
+
+// drained reports whether the peer was removed and its queue is empty.
+func (p *httpPeer) drained() bool {
+	select {
+	case <-p.drain:
+		return len(p.q) == 0
+	default:
+		return false
+	}
 }
 
 func (p *httpPeer) enqueue(b []byte) bool {
@@ -343,6 +363,11 @@ func (p *httpPeer) dequeued(b []byte) { p.qbytes.Add(-int64(len(b))) }
 // run keeps one stream to the peer open while there is traffic, and backs
 // off after failures (dropping what is queued meanwhile: raft resends).
 func (p *httpPeer) run() {
+	defer func() {
+		p.t.mu.Lock()
+		delete(p.t.draining, p)
+		p.t.mu.Unlock()
+	}()
 	backoff := 10 * time.Millisecond
 	for {
 		var first []byte
@@ -351,11 +376,20 @@ func (p *httpPeer) run() {
 			return
 		case first = <-p.q:
 			p.dequeued(first)
+		case <-p.drain:
+			select {
+			case first = <-p.q:
+				p.dequeued(first)
+			default:
+				return // removed, and nothing left to deliver
+			}
 		}
 		err := p.stream(first)
 		select {
 		case <-p.stop:
 			return
+		case <-p.drain:
+			return // removed: what the stream did not deliver is dropped
 		default:
 		}
 		if err == nil {
@@ -432,11 +466,24 @@ func (p *httpPeer) stream(first []byte) error {
 		t.Stop()
 		return nil
 	}
-	select {
-	case <-p.stop:
-		return nil
-	case err := <-endc:
-		return err
+	drain := p.drain
+	var deadline <-chan time.Time
+	for {
+		select {
+		case <-p.stop:
+			return nil
+		case err := <-endc:
+			return err
+		case <-drain:
+			// Removed: the body ends once the queue is written; a peer
+			// that does not take it in time is cut off.
+			drain = nil
+			t := time.NewTimer(p.t.opts.HandshakeTimeout)
+			defer t.Stop()
+			deadline = t.C
+		case <-deadline:
+			return errors.New("removed peer did not take its last messages in time")
+		}
 	}
 }
 
@@ -473,6 +520,14 @@ func (b *streamBody) next() ([]byte, error) {
 	case <-b.p.stop:
 		return nil, io.EOF
 	case m := <-b.p.q:
+		b.p.dequeued(m)
+		b.batch = append(b.batch[:0], m)
+		size = len(m)
+	case <-b.p.drain:
+		if b.p.drained() {
+			return nil, io.EOF // removed, and all queued was written
+		}
+		m := <-b.p.q // only this goroutine takes from q
 		b.p.dequeued(m)
 		b.batch = append(b.batch[:0], m)
 		size = len(m)

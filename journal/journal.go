@@ -51,6 +51,9 @@ type Journal struct {
 	// confQueue holds the keys of the membership changes proposed by this
 	// leader and not yet seen in a Ready (loop goroutine only).
 	confQueue [][16]byte
+	// removedPeers are the peers a membership change removed, left in the
+	// transport until the Ready's messages are sent (loop goroutine only).
+	removedPeers []uint64
 	// heard is when the last message from each peer arrived (loop
 	// goroutine only): which voters checkConfChange counts as reachable.
 	heard map[uint64]time.Time

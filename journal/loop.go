@@ -377,7 +377,20 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 	// Peers' messages go last: the goroutine readied last runs next on this
 	// P, and the followers' appends are the longest path to a commit.
 	j.send(out)
+	j.forgetRemovedPeers()
 	return nil
+}
+
+// forgetRemovedPeers drops the peers that membership changes removed from
+// the transport, once the messages raft addressed to them in the same
+// Ready were sent (the transport still delivers what it has queued).
+// Dropping them at the change itself lost the append that commits a node's
+// own removal, so a reachable removed node never learned of it.
+func (j *Journal) forgetRemovedPeers() {
+	for _, id := range j.removedPeers {
+		j.tr.RemovePeer(id)
+	}
+	j.removedPeers = j.removedPeers[:0]
 }
 
 // appendResult is a batch of MsgStorageAppend the append goroutine wrote.
@@ -420,6 +433,7 @@ func (j *Journal) appended(res appendResult) error {
 	}
 	j.stepLocal(local)
 	j.send(out)
+	j.forgetRemovedPeers()
 	return nil
 }
 
@@ -727,7 +741,9 @@ func (j *Journal) setMembership(m *membership) {
 	j.mu.Unlock()
 	for id := range old.Members {
 		if _, ok := m.Members[id]; !ok && id != j.id {
-			j.tr.RemovePeer(id)
+			// After this Ready's messages are sent: they include the
+			// append that tells the removed node its removal committed.
+			j.removedPeers = append(j.removedPeers, id)
 		}
 	}
 	for id, mem := range m.Members {

@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
@@ -160,4 +162,74 @@ func FuzzHandler(f *testing.F) {
 		w := serve(tr, "POST", paths[int(which)%len(paths)], body, nil)
 		require.Less(t, w.Code, 500, "body %q: %s", body, w.Body.String())
 	})
+}
+
+// chanReceiver hands each received message's type to a channel.
+type chanReceiver struct {
+	stubReceiver
+	msgs chan raftpb.MessageType
+}
+
+func (r *chanReceiver) Receive(_ context.Context, msgs []*raftpb.Message) error {
+	for _, m := range msgs {
+		r.msgs <- m.GetType()
+	}
+	return nil
+}
+
+// RemovePeer lets the sender deliver what was queued before it (the append
+// that tells a removed node of its removal), then stops it; a removed peer
+// that takes nothing is cut off after HandshakeTimeout, and Close waits.
+func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
+	recv := NewHTTPTransport(HTTPOptions{})
+	r := &chanReceiver{msgs: make(chan raftpb.MessageType, 1000)}
+	require.NoError(t, recv.Start(2, r))
+	srv := httptest.NewServer(recv.Handler())
+	defer srv.Close()
+	defer recv.Close()
+
+	send := NewHTTPTransport(HTTPOptions{HandshakeTimeout: 200 * time.Millisecond})
+	require.NoError(t, send.Start(1, &stubReceiver{}))
+	send.SetPeer(2, strings.TrimPrefix(srv.URL, "http://"))
+	const n = 500
+	for range n {
+		send.Send([]*raftpb.Message{heartbeat(1, 2)})
+	}
+	send.RemovePeer(2)
+	for i := range n {
+		select {
+		case typ := <-r.msgs:
+			require.Equal(t, raftpb.MsgHeartbeat, typ)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of %d queued messages delivered after RemovePeer", i, n)
+		}
+	}
+	eventually(t, 5*time.Second, "the removed peer's sender stopped", func() bool {
+		send.mu.Lock()
+		defer send.mu.Unlock()
+		return len(send.draining) == 0
+	})
+
+	// A removed peer that accepts the stream but never reads it.
+	stuck := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		<-stuck
+	}))
+	defer hung.Close()
+	defer close(stuck)
+	send.SetPeer(3, strings.TrimPrefix(hung.URL, "http://"))
+	big := &raftpb.Message{Type: raftpb.MsgApp.Enum(), From: new(uint64(1)), To: new(uint64(3)), Term: new(uint64(3)),
+		Entries: []*raftpb.Entry{{Data: make([]byte, 1<<20)}}}
+	for range 32 { // more than the socket buffers hold
+		send.Send([]*raftpb.Message{big})
+	}
+	send.RemovePeer(3)
+	eventually(t, 5*time.Second, "the stuck removed peer's sender cut off", func() bool {
+		send.mu.Lock()
+		defer send.mu.Unlock()
+		return len(send.draining) == 0
+	})
+	require.NoError(t, send.Close())
 }
