@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -315,6 +316,32 @@ func TestRemovedNodeLearnsOfItsRemoval(t *testing.T) {
 	}
 	require.NoError(t, c.nodes[self].j.RemoveMember(ctxT(t, 5*time.Second), self, false))
 	require.True(t, c.nodes[self].j.Status().Removed)
+}
+
+// A proposal of Config.MaxEntryBytes commits over real HTTP through the
+// leader and through a follower (the default frame limit carries it); one
+// byte more fails at once with ErrTooLarge instead of an append the
+// followers refuse forever.
+func TestProposeEntrySizeLimit(t *testing.T) {
+	c := newCluster(t)
+	c.start(3, 0)
+	leader := c.waitLeader()
+	follower := leader%3 + 1
+	limit := c.nodes[leader].j.cfg.MaxEntryBytes
+	require.Equal(t, uint64(3<<19), limit, "the default")
+	for i, id := range []uint64{leader, follower} {
+		data := bytes.Repeat([]byte{'a' + byte(i)}, int(limit))
+		_, _, err := c.nodes[id].j.Propose(ctxT(t, 10*time.Second), data)
+		require.NoError(t, err, "node %d", id)
+		for _, n := range c.nodes {
+			require.NoError(t, n.j.ReadBarrier(ctxT(t, 10*time.Second)))
+			require.True(t, n.sm.has(string(data)), "node %d applied the entry of node %d", n.id, id)
+		}
+	}
+	_, _, err := c.nodes[follower].j.Propose(ctxT(t, 10*time.Second), make([]byte, limit+1))
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.ErrorContains(t, err, "MaxEntryBytes")
+	propose(t, c.nodes[leader], "after")
 }
 
 func TestIdempotentRetry(t *testing.T) {

@@ -150,6 +150,12 @@ type Config struct {
 	// MaxBodyBytes bounds one HTTP request body or stream frame accepted by
 	// the handler (default 4 × MaxSizePerMsg + 1 MiB).
 	MaxBodyBytes int64
+	// MaxEntryBytes bounds the data of one proposal: a larger one fails at
+	// once with ErrTooLarge (default 1.5 MiB, etcd's request limit). It
+	// must leave room in a stream frame: 1 MiB of other messages plus
+	// max(MaxSizePerMsg, MaxEntryBytes) plus 64 KiB within MaxBodyBytes,
+	// or followers would refuse the append that carries it, forever.
+	MaxEntryBytes uint64
 	// ProposalQueue bounds the proposals waiting for the raft loop (default
 	// 4096); past it Propose waits (on its context).
 	ProposalQueue int
@@ -211,6 +217,7 @@ func (c *Config) fillDefaults() {
 	if c.StaleAfter == 0 {
 		c.StaleAfter = 30 * time.Second
 	}
+	def(&c.MaxEntryBytes, 3<<19)
 	def(&c.DedupeWindow, 10_000)
 	def(&c.CompactMargin, 20_000)
 	if c.ForwardRetries == 0 {
@@ -268,6 +275,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxBodyBytes < int64(c.MaxSizePerMsg) {
 		bad("MaxBodyBytes (%d) must be >= MaxSizePerMsg (%d)", c.MaxBodyBytes, c.MaxSizePerMsg)
+	}
+	if need := int64(streamBatchBytes + max(c.MaxSizePerMsg, c.MaxEntryBytes) + frameSlack); c.MaxBodyBytes < need {
+		bad("MaxBodyBytes (%d) must be >= %d to carry an entry of MaxEntryBytes (%d) or an append of MaxSizePerMsg (%d) in a stream frame", c.MaxBodyBytes, need, c.MaxEntryBytes, c.MaxSizePerMsg)
 	}
 	if c.ApplyQueueBatches < 1 || c.SendQueueMsgs < 1 || c.ProposalQueue < 1 || c.ForwardRetries < 1 {
 		bad("queue sizes and ForwardRetries must be positive")

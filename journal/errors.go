@@ -22,6 +22,9 @@ var (
 	// ErrUnsafeRemoval: removing the member would leave too few voters
 	// reachable for a quorum; pass force to do it anyway.
 	ErrUnsafeRemoval = errors.New("journal: unsafe member removal")
+	// ErrTooLarge: a proposal's data exceeds Config.MaxEntryBytes; it is
+	// refused at once (no retry can commit it).
+	ErrTooLarge = errors.New("journal: entry too large")
 	// ErrBusy: a bounded queue is full (too many uncommitted bytes); retry.
 	ErrBusy = errors.New("journal: busy")
 	// ErrLocked: another process holds the data dir.

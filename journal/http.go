@@ -487,6 +487,14 @@ func (p *httpPeer) stream(first []byte) error {
 	}
 }
 
+// streamBatchBytes is how much a stream frame coalesces from the queue
+// before it is written: a frame is at most this plus one message.
+const streamBatchBytes = 1 << 20
+
+// frameSlack covers a frame's and a message's framing and the envelope
+// around an entry's data.
+const frameSlack = 64 << 10
+
 // streamBody is a stream's request body: the first frame, then, once the
 // peer accepted the stream, batches of whatever the peer's queue holds. It
 // ends when ctx does (the stream failed or the peer was removed).
@@ -512,7 +520,6 @@ func (b *streamBody) next() ([]byte, error) {
 	case <-b.ctx.Done():
 		return nil, b.ctx.Err()
 	}
-	const maxBatch = 1 << 20
 	var size int
 	select {
 	case <-b.ctx.Done():
@@ -533,7 +540,7 @@ func (b *streamBody) next() ([]byte, error) {
 		size = len(m)
 	}
 	// Coalesce whatever else is queued into this frame.
-	for size < maxBatch {
+	for size < streamBatchBytes {
 		select {
 		case m := <-b.p.q:
 			b.p.dequeued(m)
@@ -864,6 +871,7 @@ var errorCodes = []struct {
 	status int
 }{
 	{"too_large", errTooLarge, http.StatusRequestEntityTooLarge},
+	{"entry_too_large", ErrTooLarge, http.StatusRequestEntityTooLarge},
 	{"malformed", ErrMalformed, http.StatusBadRequest},
 	{"cluster_mismatch", ErrClusterMismatch, http.StatusForbidden},
 	{"role_mismatch", ErrRoleMismatch, http.StatusConflict},

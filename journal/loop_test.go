@@ -92,6 +92,7 @@ func TestConfigValidation(t *testing.T) {
 		{"stale", func(c *Config) { c.StaleAfter = time.Millisecond }, "StaleAfter"},
 		{"margin", func(c *Config) { c.CompactMargin, c.DedupeWindow = 10, 20 }, "CompactMargin"},
 		{"scheme", func(c *Config) { c.Scheme = "ftp" }, "Scheme"},
+		{"entry larger than a frame", func(c *Config) { c.MaxEntryBytes = 8 << 20 }, "MaxEntryBytes"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -45,6 +45,9 @@ func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOptio
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if uint64(len(data)) > j.cfg.MaxEntryBytes {
+		return 0, nil, fmt.Errorf("journal: propose: %w: %d bytes, the limit is %d (Config.MaxEntryBytes)", ErrTooLarge, len(data), j.cfg.MaxEntryBytes)
+	}
 	if !o.hasKey {
 		o.key = uuid.New()
 	}
@@ -220,13 +223,17 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 // stream only if it holds user entries: membership changes go through
 // HandleForward (and its safety checks), timestamps come from the leader
 // alone.
-func checkForwarded(m *raftpb.Message) error {
+func (j *Journal) checkForwarded(m *raftpb.Message) error {
 	for _, e := range m.GetEntries() {
 		if e.GetType() != raftpb.EntryNormal {
 			return fmt.Errorf("%w: forwarded proposal from node %d holds a %v entry", ErrMalformed, m.GetFrom(), e.GetType())
 		}
-		if env, err := decodeEnvelope(e.GetData()); err != nil || env.kind != kindUser {
+		env, err := decodeEnvelope(e.GetData())
+		if err != nil || env.kind != kindUser {
 			return fmt.Errorf("%w: forwarded proposal from node %d holds an entry that is not a user entry", ErrMalformed, m.GetFrom())
+		}
+		if uint64(len(env.data)) > j.cfg.MaxEntryBytes {
+			return fmt.Errorf("%w: forwarded proposal from node %d holds %d bytes, the limit is %d", ErrTooLarge, m.GetFrom(), len(env.data), j.cfg.MaxEntryBytes)
 		}
 	}
 	return nil
@@ -317,6 +324,9 @@ func (j *Journal) HandleForward(ctx context.Context, req *ForwardRequest) (*Forw
 	var p *proposal
 	switch req.Kind {
 	case ForwardData:
+		if uint64(len(req.Data)) > j.cfg.MaxEntryBytes {
+			return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(req.Data), j.cfg.MaxEntryBytes)
+		}
 		p = &proposal{data: encodeUser(req.Key, req.Data)}
 	case ForwardConfChange:
 		cc := &raftpb.ConfChange{}
@@ -478,7 +488,7 @@ func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 			return fmt.Errorf("%w: local message type %v from the network", ErrMalformed, msg.GetType())
 		}
 		if msg.GetType() == raftpb.MsgProp {
-			if err := checkForwarded(msg); err != nil {
+			if err := j.checkForwarded(msg); err != nil {
 				return err
 			}
 		}

@@ -78,6 +78,8 @@ func apiError(err error) error {
 	case errors.Is(err, journal.ErrNoLeader), errors.Is(err, journal.ErrNotLeader),
 		errors.Is(err, journal.ErrUnreachable), errors.Is(err, context.DeadlineExceeded):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "no_leader", "%v", err)
+	case errors.Is(err, journal.ErrTooLarge):
+		return httpjson.Errorf(http.StatusRequestEntityTooLarge, "too_large", "%v", err)
 	case errors.Is(err, journal.ErrBusy):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "busy", "%v", err)
 	case errors.Is(err, journal.ErrUnsafeRemoval):
