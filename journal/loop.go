@@ -170,9 +170,27 @@ func (j *Journal) drain() error {
 	return nil
 }
 
+// fail records the error that stopped the loop or the applier. Whoever
+// waits for an apply that will now never come is woken with it: proposers
+// (their answer wraps ErrClosed, so they do not retry) and WaitApplied.
 func (j *Journal) fail(err error) {
 	j.log.Error("journal stopped", "err", err)
-	j.failed.CompareAndSwap(nil, &err)
+	if !j.failed.CompareAndSwap(nil, &err) {
+		return
+	}
+	failure := j.loopErr()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, ws := range j.mu.waiters {
+		for _, w := range ws {
+			select {
+			case w <- applyResult{err: failure}:
+			default: // already answered
+			}
+		}
+	}
+	close(j.mu.appliedCh)
+	j.mu.appliedCh = make(chan struct{})
 }
 
 func (j *Journal) failProposals() {

@@ -131,6 +131,9 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			return applyResult{}, ErrClosed
 		default:
 		}
+		if j.failed.Load() != nil {
+			return applyResult{}, j.loopErr() // nothing applies here any more
+		}
 		lc := j.Leadership()
 		leader := j.leader.Load()
 		var err error

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -30,6 +31,8 @@ type fakeImages struct {
 	fetches  int
 	installs int
 	requests chan struct{}
+	// installErr, when set, is what Install returns.
+	installErr error
 }
 
 func (f *fakeImages) RequestImage() {
@@ -85,6 +88,9 @@ func (f *fakeImages) Fetch(_ context.Context, addr string, index uint64) error {
 func (f *fakeImages) Install(_ context.Context, index uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.installErr != nil {
+		return f.installErr
+	}
 	im, ok := f.images[index]
 	if !ok {
 		return fmt.Errorf("no local image %d", index)
@@ -279,4 +285,66 @@ func TestDedupeAgreesAcrossRestartAndShadowReplay(t *testing.T) {
 	require.NoError(t, c.open(n1, opt))
 	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 10*time.Second)))
 	require.Equal(t, live, n1.sm.values())
+}
+
+// When the applier fails (here: the image install a catching-up observer
+// needs), the node's proposers and WaitApplied get that failure at once
+// rather than waiting for an apply that never comes.
+func TestApplierFailureFailsWaiters(t *testing.T) {
+	c := newCluster(t)
+	registry := &sync.Map{}
+	withImages := func(n *node) (*fakeImages, func(*Config)) {
+		f := &fakeImages{sm: func() *memSM { return n.sm }, images: map[uint64]fakeImage{}, registry: registry, requests: make(chan struct{}, 1)}
+		registry.Store(n.addr, f)
+		return f, func(cfg *Config) {
+			cfg.Snapshots = f
+			cfg.CompactMargin = 4
+			cfg.DedupeWindow = 4
+		}
+	}
+	n1 := c.listen(1)
+	imgs1, opt1 := withImages(n1)
+	require.NoError(t, c.open(n1, func(cfg *Config) { opt1(cfg); cfg.Bootstrap = true }))
+	c.waitLeader(1)
+	for i := range 20 {
+		propose(t, n1, fmt.Sprintf("v%d", i))
+	}
+	checkpoint(t, n1, imgs1) // compacts: a new node needs the image
+
+	n2 := c.listen(2)
+	imgs2, opt2 := withImages(n2)
+	imgs2.installErr = errors.New("disk full")
+	require.NoError(t, c.open(n2, func(cfg *Config) { opt2(cfg); cfg.Join = n1.addr; cfg.Role = Observer }))
+	// A write through the observer waits for its local apply, which needs
+	// the image first.
+	waiting := make(chan error, 1)
+	go func() {
+		_, _, err := n2.j.Propose(ctxT(t, 30*time.Second), []byte("during"))
+		waiting <- err
+	}()
+	// Keep asking for an image until the leader has one it can send.
+	eventually(t, 10*time.Second, "the observer's applier fails", func() bool {
+		select {
+		case <-imgs1.requests:
+			checkpoint(t, n1, imgs1)
+		default:
+		}
+		return n2.j.Status().Err != nil
+	})
+	require.ErrorContains(t, n2.j.Status().Err, "disk full")
+	select {
+	case err := <-waiting:
+		require.ErrorIs(t, err, ErrClosed)
+		require.ErrorContains(t, err, "disk full")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting proposer was not told of the failure")
+	}
+
+	_, _, err := n2.j.Propose(ctxT(t, 10*time.Second), []byte("after"))
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorContains(t, err, "disk full")
+	err = n2.j.WaitApplied(ctxT(t, 10*time.Second), n1.j.Status().Applied+1000)
+	require.ErrorContains(t, err, "disk full")
+	// The leader is unaffected.
+	propose(t, n1, "still")
 }
