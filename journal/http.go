@@ -182,7 +182,9 @@ func (t *HTTPTransport) Send(msgs []*raftpb.Message) {
 		p := t.peer(to)
 		if p == nil || t.dropped(t.local, to) {
 			if m.GetType() == raftpb.MsgSnap {
-				t.recv.ReportSnapshot(to, false)
+				// Not from here: Send runs on the raft loop, which is the
+				// one that drains the reports ReportSnapshot waits on.
+				t.wg.Go(func() { t.recv.ReportSnapshot(to, false) })
 			} else {
 				t.recv.ReportUnreachable(to)
 			}
