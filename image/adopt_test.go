@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/metatree/metatree/catalog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -380,4 +381,48 @@ func TestCrashDuringAdopt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A leader whose live State is a Stager (a *catalog.Tree) adopts a peer's
+// image without decoding it into a staged second catalog: adoption exists
+// to spare the leader that memory, and nothing would install or drop it.
+func TestAdoptStagesNothing(t *testing.T) {
+	ctx := context.Background()
+	src := newCatalogNode(t)
+	for _, b := range catalogBatches(t, 300) {
+		src.j.appendData(b)
+	}
+	_, err := src.cp.Checkpoint(ctx)
+	require.NoError(t, err)
+	peer := newServer(t, src.store)
+
+	live := catalog.New()
+	store := openStore(t, vfs.NewMem(), "/data", live)
+	j := newFakeJournal(live)
+	for _, b := range catalogBatches(t, 320) {
+		j.appendData(b)
+	}
+	clock := newFakeClock()
+	ticks := make(chan tickResult, 4)
+	cfg := CheckpointerConfig{
+		Store: store, Journal: j, Applied: j.applied,
+		NewState:  func() State { return catalog.New() },
+		Threshold: 100, Clock: clock, Logger: testLogger(t),
+		Enabled: func() bool { return false },
+		Peers:   func() []string { return []string{peer} },
+	}
+	cfg.testingKnobs.afterTick = func(ran bool, info Info, err error) { ticks <- tickResult{ran, info, err} }
+	cp, err := NewCheckpointer(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { cp.Close() })
+	clock.tick(time.Minute)
+	r := <-ticks
+	require.NoError(t, r.err)
+	require.Equal(t, uint64(300), r.info.Index, "adopted")
+	require.Equal(t, 1, cp.Status().Adopted)
+
+	store.mu.Lock()
+	st := store.mu.staged
+	store.mu.Unlock()
+	require.Nil(t, st, "adoption left a decoded catalog staged")
 }

@@ -35,6 +35,12 @@ type flight struct {
 // fsynced and renamed to image.<index>.fetched; Install makes it live. An
 // image already present returns at once.
 func (s *Store) Fetch(ctx context.Context, addr string, index uint64) error {
+	return s.fetch(ctx, addr, index, true)
+}
+
+// fetch is Fetch; stage says whether a Stager state decodes the image while
+// it downloads, for an Install to come (adopt never installs).
+func (s *Store) fetch(ctx context.Context, addr string, index uint64, stage bool) error {
 	for {
 		s.mu.Lock()
 		if s.mu.closed {
@@ -67,7 +73,7 @@ func (s *Store) Fetch(ctx context.Context, addr string, index uint64) error {
 		s.mu.flight = f
 		s.mu.Unlock()
 
-		err := s.runFetch(ctx, addr, index)
+		err := s.runFetch(ctx, addr, index, stage)
 
 		s.mu.Lock()
 		f.err = err
@@ -91,7 +97,7 @@ func (s *Store) haveLocked(index uint64) bool {
 	return false
 }
 
-func (s *Store) runFetch(ctx context.Context, addr string, index uint64) error {
+func (s *Store) runFetch(ctx context.Context, addr string, index uint64, stage bool) error {
 	if err := s.acquire(ctx); err != nil {
 		return err
 	}
@@ -101,7 +107,7 @@ func (s *Store) runFetch(ctx context.Context, addr string, index uint64) error {
 	stop := context.AfterFunc(s.closing, func() { cancel(ErrClosed) })
 	defer stop()
 	start := time.Now()
-	info, err := s.download(ctx, addr, index)
+	info, err := s.download(ctx, addr, index, stage)
 	if err != nil {
 		s.logger.Error("fetching an image failed", "peer", addr, "index", index, "err", err)
 		return fmt.Errorf("image: fetch index %d from %s: %w", index, addr, err)
@@ -228,7 +234,7 @@ func (s *Store) RemoteLatest(ctx context.Context, addr string) (RemoteInfo, erro
 
 // download streams image index from addr into image.fetch, verifying it on
 // the way, and renames it to image.<index>.fetched.
-func (s *Store) download(ctx context.Context, addr string, index uint64) (Info, error) {
+func (s *Store) download(ctx context.Context, addr string, index uint64, stageIt bool) (Info, error) {
 	resp, idle, err := s.get(ctx, addr, PathPrefix+strconv.FormatUint(index, 10))
 	if err != nil {
 		return Info{}, err
@@ -253,7 +259,7 @@ func (s *Store) download(ctx context.Context, addr string, index uint64) (Info, 
 	th := &tailHasher{sum: newCRC()}
 	var stage *stager
 	var wrote func(int64)
-	if st, ok := s.cfg.State.(Stager); ok {
+	if st, ok := s.cfg.State.(Stager); ok && stageIt {
 		stage = startStager(st, s.fs, tmp)
 		wrote = stage.wrote
 	}
@@ -362,9 +368,17 @@ func (t *tailHasher) Write(p []byte) (int, error) {
 // the image's header, and only if it accepts does the file get its final
 // name (renamed, directory fsynced). A rejected file is removed.
 func (s *Store) adopt(ctx context.Context, addr string, index uint64, check func(Header) error) (Info, error) {
-	if err := s.Fetch(ctx, addr, index); err != nil {
+	// No staging: the image is never installed here, and a decoded copy
+	// would hold a second catalog in memory on the leader adoption spares.
+	if err := s.fetch(ctx, addr, index, false); err != nil {
 		return Info{}, err
 	}
+	// A Fetch for raft that this one joined may have staged it: drop that.
+	s.mu.Lock()
+	if st := s.mu.staged; st != nil && st.index == index {
+		s.mu.staged = nil
+	}
+	s.mu.Unlock()
 	// Under the restore lock: no Install or restore renames these files
 	// meanwhile.
 	if err := s.acquire(ctx); err != nil {
