@@ -110,6 +110,7 @@ func TestCoordinatorRestartCancelsFragments(t *testing.T) {
 		fe, ok := w.resp.Frontend(2)
 		require.True(t, ok)
 		require.Equal(t, f.epoch, fe.Epoch)
+		require.NotZero(t, fe.Since, "the leader's lists carry the record's creation index")
 		// A late fragment from the old coordinator epoch never starts.
 		_, err = w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 2, Epoch: old})
 		require.ErrorIs(t, err, cancel.ErrNodeRestarted)

@@ -391,7 +391,7 @@ func (m *Membership) frontendList() (uint64, []FrontendEpoch) {
 		if err != nil {
 			continue
 		}
-		fronts = append(fronts, FrontendEpoch{ID: r.ID, Gen: r.Generation, Epoch: r.PublishedEpoch(), Dead: r.Status == StatusDead})
+		fronts = append(fronts, FrontendEpoch{ID: r.ID, Gen: r.Generation, Epoch: r.PublishedEpoch(), Dead: r.Status == StatusDead, Since: n.Created})
 	}
 	slices.SortFunc(fronts, func(a, b FrontendEpoch) int { return cmp.Compare(a.ID, b.ID) })
 	return version, fronts

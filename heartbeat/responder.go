@@ -212,6 +212,21 @@ func (r *Responder) diffLocked(hb *Request) []Event {
 			r.mu.frontends[f.ID] = st
 			continue
 		}
+		if f.Since != p.Since && f.Since != 0 && p.Since != 0 {
+			if f.Since < p.Since {
+				continue // a view of the incarnation before
+			}
+			// Removed and added again under this id since the last list:
+			// a new incarnation, whose generations restart. The old
+			// incarnation's epoch stays current until the new one is
+			// known, so that the switch below reports Restarted (old ->
+			// new), cancelling the old epoch's queries and no others.
+			p.Gen = 0
+			p.Since = f.Since
+		}
+		if p.Since == 0 {
+			p.Since = f.Since // from an older leader's lists: adopt
+		}
 		if f.Gen <= p.Gen { // an older or the same view of this frontend
 			continue
 		}

@@ -203,3 +203,33 @@ func TestResponderFirstSeenDeadIsOneEvent(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, []Event{{Index: 7, Node: 4, Kind: KindFrontend, Type: Dead, NewEpoch: tmp, Generation: 3}}, f.take())
 }
+
+// A frontend removed and added again under its id between two lists (its
+// host replaced) is a new incarnation: its generations restart, so only
+// Since (the record's creation index) tells the lists apart. The old
+// epoch's queries are cancelled once the new epoch is known (Restarted),
+// and a leader that sends no Since changes nothing.
+func TestResponderSeesAFrontendAddedAgain(t *testing.T) {
+	f := newResponderFixture(t)
+	e1, e2 := NewEpoch(), NewEpoch()
+	code, _ := f.beat(t, Request{Leader: 1, Term: 3, Version: 100, Frontends: []FrontendEpoch{{ID: 2, Gen: 2, Epoch: e1, Since: 10}}})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, []Event{{Index: 100, Node: 2, Kind: KindFrontend, Type: Added, NewEpoch: e1, Generation: 2}}, f.take())
+
+	// The new record, before its process answered: nothing to report yet.
+	f.beat(t, Request{Leader: 1, Term: 3, Version: 200, Frontends: []FrontendEpoch{{ID: 2, Gen: 0, Since: 150}}})
+	require.Empty(t, f.take())
+	// Its process answers with e2 (generation 1, below the old record's 2).
+	f.beat(t, Request{Leader: 1, Term: 3, Version: 300, Frontends: []FrontendEpoch{{ID: 2, Gen: 1, Epoch: e2, Since: 150}}})
+	require.Equal(t, []Event{{Index: 300, Node: 2, Kind: KindFrontend, Type: Restarted, OldEpoch: e1, NewEpoch: e2, Generation: 1}}, f.take())
+	fe, ok := f.r.Frontend(2)
+	require.True(t, ok)
+	require.Equal(t, e2, fe.Epoch)
+
+	// A list of the old incarnation (a delayed leader) is ignored.
+	f.beat(t, Request{Leader: 1, Term: 3, Version: 300, Frontends: []FrontendEpoch{{ID: 2, Gen: 5, Epoch: e1, Since: 10}}})
+	require.Empty(t, f.take())
+	// Lists without Since (an older leader) compare generations as before.
+	f.beat(t, Request{Leader: 1, Term: 3, Version: 400, Frontends: []FrontendEpoch{{ID: 2, Gen: 1, Epoch: e2}}})
+	require.Empty(t, f.take())
+}

@@ -36,6 +36,12 @@ type FrontendEpoch struct {
 	// is declared dead (Dead set). Zero: unknown, never acted on.
 	Epoch Epoch `json:"epoch"`
 	Dead  bool  `json:"dead,omitempty"`
+	// Since is the log index that created the frontend's member record. A
+	// record removed and added again under the same id (a replaced host)
+	// is a new incarnation whose generations count from zero again, so
+	// Gen alone cannot order it against the old one. Zero: not sent (an
+	// older leader).
+	Since uint64 `json:"since,omitempty"`
 }
 
 // Response is a member's answer.
