@@ -55,22 +55,10 @@ func (j *Journal) ReadEntries(ctx context.Context, after, upTo uint64, fn func(i
 	if upTo <= after {
 		return nil
 	}
-	// The dedupe decisions at the entries need the keys applied in the
-	// window before `after`.
-	d := newDedupe(j.cfg.DedupeWindow)
-	first, err := j.store.FirstIndex()
+	// The dedupe decisions at the entries need the window before `after`.
+	d, err := j.dedupeAt(after)
 	if err != nil {
 		return fmt.Errorf("journal: read entries: %w", err)
-	}
-	if lo := max(first, after-min(after, j.cfg.DedupeWindow)+1); lo <= after {
-		if err := j.scanEntries(lo-1, after, func(index uint64, env envelope) error {
-			if env.kind == kindUser {
-				d.add(index, env.key, nil)
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
 	}
 	return j.scanEntries(after, upTo, func(index uint64, env envelope) error {
 		if err := ctx.Err(); err != nil {
@@ -104,20 +92,9 @@ func (j *Journal) MembershipAt(index uint64) ([]byte, error) {
 		}
 	}
 	m.Index = index
-	d := newDedupe(j.cfg.DedupeWindow)
-	first, err := j.store.FirstIndex()
+	d, err := j.dedupeAt(index)
 	if err != nil {
 		return nil, fmt.Errorf("journal: membership at %d: %w", index, err)
-	}
-	if lo := max(first, index-min(index, j.cfg.DedupeWindow)+1); lo <= index {
-		if err := j.scanEntries(lo-1, index, func(i uint64, env envelope) error {
-			if env.kind == kindUser {
-				d.add(i, env.key, nil) // skipped copies too: see dedupe
-			}
-			return nil
-		}); err != nil {
-			return nil, fmt.Errorf("journal: membership at %d: %w", index, err)
-		}
 	}
 	d.evict(index)
 	m.Keys = append([]appliedKey(nil), d.live()...)
@@ -208,4 +185,45 @@ func (j *Journal) waitDurableCommit(ctx context.Context, index uint64) error {
 			return j.loopErr()
 		}
 	}
+}
+
+// dedupeAt rebuilds the dedupe window ending at index: every copy of a key
+// in the log's entries of the window (see dedupe). A node restored from a
+// peer's image has no log before the image; the window there is the one
+// the image carried, saved with the snapshot's membership record, and the
+// log after it is replayed on top.
+func (j *Journal) dedupeAt(index uint64) (*dedupe, error) {
+	d := newDedupe(j.cfg.DedupeWindow)
+	first, err := j.store.FirstIndex()
+	if err != nil {
+		return nil, err
+	}
+	lo := index - min(index, j.cfg.DedupeWindow) + 1 // the window's first index
+	if first > lo && first > 1 && first-1 <= index {
+		blob, err := j.store.MembershipAt(first - 1)
+		if err != nil && !errors.Is(err, raftstore.ErrNoMembership) {
+			return nil, err
+		}
+		if len(blob) > 0 {
+			m, err := decodeMembership(blob)
+			if err != nil {
+				return nil, fmt.Errorf("membership at %d: %w", first-1, err)
+			}
+			if m.Index == first-1 {
+				d.reset(m.Keys)
+			}
+		}
+	}
+	if from := max(first, lo); from <= index {
+		if err := j.scanEntries(from-1, index, func(i uint64, env envelope) error {
+			if env.kind == kindUser {
+				d.add(i, env.key, nil)
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	d.evict(index)
+	return d, nil
 }

@@ -447,15 +447,11 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) error {
 	// before the image. (With one, the image's keys are that same window,
 	// and the log may not hold it: a node restored from a peer's image.)
 	if imageIndex > 0 && !imageKeys {
-		lo := max(first, imageIndex-min(imageIndex, j.cfg.DedupeWindow)+1)
-		if err := j.scanEntries(lo-1, imageIndex, func(index uint64, env envelope) error {
-			if env.kind == kindUser {
-				j.dedupe.add(index, env.key, nil)
-			}
-			return nil
-		}); err != nil {
+		d, err := j.dedupeAt(imageIndex)
+		if err != nil {
 			return fmt.Errorf("journal: rebuild dedupe window: %w", err)
 		}
+		j.dedupe = d
 	}
 	j.applied.Store(imageIndex)
 	m.Keys = nil

@@ -738,11 +738,13 @@ func (j *Journal) installSnapshotMembership(snap *raftpb.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("journal: snapshot %d: %w", idx, err)
 	}
-	keys := m.Keys
-	m.Keys = nil
+	// The record keeps the image's dedupe window: this node's log starts
+	// after the image, and dedupeAt seeds rebuilds from it.
 	if err := j.store.SaveMembership(idx, m.encode()); err != nil {
 		return fmt.Errorf("journal: save membership at %d: %w", idx, err)
 	}
+	keys := m.Keys
+	m.Keys = nil
 	j.setMembership(m)
 	j.applyq.setKeys(idx, keys)
 	return nil

@@ -206,6 +206,17 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 	require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)))
 	require.Equal(t, n1.sm.values(), n3.sm.values())
 	require.Equal(t, n1.sm.values(), n2.sm.values())
+	// A shadow checkpoint on the new node, from the image it installed,
+	// decides the retry as its live applier did: its log starts after the
+	// image, so the image's window seeds the replay.
+	var replayed []string
+	st3 := n3.j.Status()
+	require.NoError(t, n3.j.ReadEntries(ctxT(t, 5*time.Second), st3.Image, st3.Applied, func(_ uint64, data []byte) error {
+		replayed = append(replayed, string(data))
+		return nil
+	}))
+	require.NotEmpty(t, replayed)
+	require.NotContains(t, replayed, "keyed")
 
 	// Restarts load the newest image and replay the log after it.
 	for _, n := range []*node{n1, n3} {
