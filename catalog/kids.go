@@ -60,7 +60,9 @@ func (p *kidPool) alloc(n uint32) uint32 {
 	ci := classFor(n)
 	if ci < 0 {
 		n += n / 4 // headroom, so that growing a huge list is amortised
-		c := make([]uint32, 2, 2+n)
+		// The whole region, not just its header: insert copies into it,
+		// and spare capacity would be handed out as class regions.
+		c := make([]uint32, 2+n)
 		c[1] = n
 		p.chunks = append(p.chunks, c)
 		return uint32(len(p.chunks)-1) << kidOffBits

@@ -1,6 +1,8 @@
 package catalog
 
 import (
+	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -52,8 +54,13 @@ func TestKidPoolHugeList(t *testing.T) {
 	}
 	h = p.insert(h, 0, 7)
 	l := p.list(h)
-	if len(l) != n+1 || l[0] != 7 || l[1] != 0 || l[n] != n-1 {
-		t.Fatalf("huge list: len %d, head %v, tail %d", len(l), l[:2], l[len(l)-1])
+	if len(l) != n+1 || l[0] != 7 {
+		t.Fatalf("huge list: len %d, head %d", len(l), l[0])
+	}
+	for i, v := range l[1:] { // every slot survived the moves out of the classes
+		if v != uint32(i) {
+			t.Fatalf("huge list: l[%d] = %d, want %d", i+1, v, i)
+		}
 	}
 	h = p.remove(h, 0)
 	for i := n - 1; i >= 0; i-- {
@@ -62,4 +69,44 @@ func TestKidPoolHugeList(t *testing.T) {
 	if h != 0 {
 		t.Fatalf("emptied list has handle %d", h)
 	}
+}
+
+// A node with more children than the largest size class holds (786,432)
+// keeps all of them through Apply, and an image of it loads: the loader
+// appends into the same regions.
+func TestMoreChildrenThanTheLargestClass(t *testing.T) {
+	tr := New()
+	mustApply(t, tr, 1, Batch{Ops: []Op{{Type: OpCreate, Path: "/d", Kind: "dir"}}})
+	n := int(kidClasses[len(kidClasses)-1]) + 5
+	index := uint64(2)
+	for i := 0; i < n; index++ {
+		var ops []Op
+		for ; len(ops) < 50000 && i < n; i++ {
+			ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d/c%07d", i), Kind: "k"})
+		}
+		mustApply(t, tr, index, Batch{Ops: ops})
+	}
+	check := func(tr *Tree) {
+		t.Helper()
+		kids := tr.Children("/d")
+		if len(kids) != n {
+			t.Fatalf("%d children, want %d", len(kids), n)
+		}
+		for i, k := range kids {
+			if want := fmt.Sprintf("c%07d", i); k != want {
+				t.Fatalf("child %d is %q, want %q", i, k, want)
+			}
+		}
+		for _, i := range []int{0, n / 2, n - 1} {
+			if _, ok := tr.Get(fmt.Sprintf("/d/c%07d", i)); !ok {
+				t.Fatalf("Get /d/c%07d: not found", i)
+			}
+		}
+	}
+	check(tr)
+	loaded := New()
+	if err := loaded.Load(bytes.NewReader(saveBytes(t, tr))); err != nil {
+		t.Fatal(err)
+	}
+	check(loaded)
 }
