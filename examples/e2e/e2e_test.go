@@ -5,6 +5,7 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +144,14 @@ func TestCluster(t *testing.T) {
 			{"GET", "/v1/find?kind=tablet", nil, http.StatusBadRequest},
 			{"POST", "/v1/members", `{"id":"x"}`, http.StatusBadRequest},
 			{"POST", "/v1/queries", `[]`, http.StatusBadRequest},
+			// The cluster's own records change only through /v1/members.
+			{"DELETE", "/v1/catalog/_cluster?recursive=true", nil, http.StatusBadRequest},
+			{"PUT", "/v1/catalog/_cluster/members/99", `{"kind":"member"}`, http.StatusBadRequest},
+			{"POST", "/v1/txn", `{"ops":[{"op":"delete","path":"/_cluster","recursive":true}]}`, http.StatusBadRequest},
+			{"POST", "/v1/members", `{"id":7,"addr":"127.0.0.1:1","kind":"frontend","role":"bogus"}`, http.StatusBadRequest},
+			{"POST", "/v1/members", `{"id":7,"addr":"not an addr","kind":"worker"}`, http.StatusBadRequest},
+			{"POST", "/v1/queries", `{"id":"qd","workers":[101,101],"duration_ms":1000}`, http.StatusBadRequest},
+			{"POST", "/v1/queries", `{"id":"qo","workers":[101],"duration_ms":9223372036854775807}`, http.StatusBadRequest},
 		}
 		for _, tc := range cases {
 			e = apiError{}
@@ -151,24 +160,33 @@ func TestCluster(t *testing.T) {
 				t.Errorf("%s %s: status %d %+v, want %d with a JSON error", tc.method, tc.path, code, e, tc.want)
 			}
 		}
-		// The servers are still up.
+		// The servers are still up, and every member is still listed.
 		c.waitLeader(5*time.Second, all...)
+		var members []map[string]any
+		if code := call(t, "GET", fe2.url("/v1/members"), nil, &members); code != http.StatusOK || len(members) < len(all)+2 {
+			t.Fatalf("GET /v1/members: status %d, %d members", code, len(members))
+		}
 	})
 
 	t.Run("WorkerKilledUnderQuery", func(t *testing.T) {
-		body := map[string]any{"id": "q-kill-worker", "workers": []int{101, 102}, "duration_ms": 120000}
+		const id = "q-kill/worker?x" // withdrawn by a URL that must escape it
+		body := map[string]any{"id": id, "workers": []int{101, 102}, "duration_ms": 120000}
 		if code := call(t, "POST", fe3.url("/v1/queries"), body, nil); code != http.StatusOK {
 			t.Fatalf("start query: status %d", code)
 		}
 		eventually(t, 5*time.Second, "fragments running on both workers", func() bool {
-			return fragmentState(t, w101, "q-kill-worker") == "running" && fragmentState(t, w102, "q-kill-worker") == "running"
+			return fragmentState(t, w101, id) == "running" && fragmentState(t, w102, id) == "running"
 		})
 		start := time.Now()
 		w101.kill()
 		var q queryView
 		eventually(t, 10*time.Second, "the query cancelled after its worker died", func() bool {
-			call(t, "GET", fe3.url("/v1/queries/q-kill-worker"), nil, &q)
+			call(t, "GET", fe3.url("/v1/queries/"+url.PathEscape(id)), nil, &q)
 			return q.State == "cancelled"
+		})
+		// Its fragment on the surviving worker is withdrawn.
+		eventually(t, 5*time.Second, "the fragment on worker 102 withdrawn", func() bool {
+			return fragmentState(t, w102, id) == "cancelled"
 		})
 		t.Logf("query cancelled %v after worker 101 was killed: %s", time.Since(start).Round(time.Millisecond), q.Cause)
 		if !strings.Contains(q.Cause, "101") {

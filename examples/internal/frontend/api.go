@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -174,13 +176,29 @@ func catalogPath(r *http.Request) (string, error) {
 	return p, nil
 }
 
+// writable refuses writes under the cluster's own records (members,
+// heartbeat monitor): they change only through /v1/members and the
+// heartbeats, and a client deleting them would unregister every node.
+func writable(p string) error {
+	if p == heartbeat.ClusterPath || strings.HasPrefix(p, heartbeat.ClusterPath+"/") {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "%s is reserved for the cluster's own records", p)
+	}
+	return nil
+}
+
+// requestTimeout bounds the wait of a write or a linearizable read for a
+// quorum: past it the answer is 503 no_leader.
+const requestTimeout = 10 * time.Second
+
 // readable refuses a read that this frontend cannot serve as asked: a
 // linearizable read waits for a ReadIndex; a local read fails while this
 // frontend is stale.
 func (f *Frontend) readable(r *http.Request) error {
 	switch c := r.URL.Query().Get("consistency"); c {
 	case "linearizable":
-		return apiError(f.journal.ReadBarrier(r.Context()))
+		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+		defer cancel()
+		return apiError(f.journal.ReadBarrier(ctx))
 	case "", "local":
 		return apiError(f.journal.CheckFresh())
 	default:
@@ -212,7 +230,7 @@ func (f *Frontend) commit(ctx context.Context, b catalog.Batch) (*catalog.Result
 	if err != nil {
 		return nil, apiError(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	_, v, err := f.journal.Propose(ctx, data)
 	if err != nil {
@@ -241,6 +259,9 @@ func (f *Frontend) putNode(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := writable(p); err != nil {
+		return err
+	}
 	var body putBody
 	if err := httpjson.Decode(w, r, &body); err != nil {
 		return err
@@ -265,6 +286,9 @@ func (f *Frontend) putNode(w http.ResponseWriter, r *http.Request) error {
 func (f *Frontend) deleteNode(w http.ResponseWriter, r *http.Request) error {
 	p, err := catalogPath(r)
 	if err != nil {
+		return err
+	}
+	if err := writable(p); err != nil {
 		return err
 	}
 	q := r.URL.Query()
@@ -305,6 +329,11 @@ func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
 	var b catalog.Batch
 	for i, o := range body.Ops {
 		op := catalog.Op{Path: o.Path, Cond: catalog.Cond{Modified: o.IfModified, Absent: o.IfAbsent}}
+		if o.Op != "check" {
+			if err := writable(path.Clean("/" + o.Path)); err != nil {
+				return httpjson.Errorf(http.StatusBadRequest, "bad_request", "ops[%d]: %v", i, err)
+			}
+		}
 		switch o.Op {
 		case "create":
 			op.Type, op.Kind, op.Set = catalog.OpCreate, o.Kind, o.Attrs
@@ -386,6 +415,10 @@ func (f *Frontend) getMembers(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// maxQueryMS bounds a demo query's duration (and keeps it far from the
+// overflow of time.Duration).
+const maxQueryMS = 7 * 24 * 3600 * 1000
+
 func (f *Frontend) postMember(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		ID   uint64 `json:"id"`
@@ -399,6 +432,12 @@ func (f *Frontend) postMember(w http.ResponseWriter, r *http.Request) error {
 	kind, err := heartbeat.ParseKind(body.Kind)
 	if err != nil || body.ID == 0 || body.Addr == "" {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "a member needs a non-zero id, an addr and kind frontend or worker")
+	}
+	if _, port, err := net.SplitHostPort(body.Addr); err != nil || port == "" {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "addr %q: want host:port", body.Addr)
+	}
+	if body.Role != "" && body.Role != "follower" && body.Role != "observer" {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "role %q: want follower or observer", body.Role)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
@@ -466,6 +505,16 @@ func (f *Frontend) postQuery(w http.ResponseWriter, r *http.Request) error {
 	if body.ID == "" || len(body.Workers) == 0 || body.DurationMS <= 0 {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "a query needs an id, workers and a positive duration_ms")
 	}
+	if body.DurationMS > maxQueryMS {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "duration_ms %d: at most %d (a week)", body.DurationMS, maxQueryMS)
+	}
+	seen := map[uint64]bool{}
+	for _, id := range body.Workers {
+		if seen[id] {
+			return httpjson.Errorf(http.StatusBadRequest, "bad_request", "worker %d listed twice", id)
+		}
+		seen[id] = true
+	}
 	if _, ok := f.runs.Get(body.ID); ok {
 		return httpjson.Errorf(http.StatusConflict, "exists", "query %q exists", body.ID)
 	}
@@ -528,7 +577,7 @@ func (f *Frontend) sendFragment(ctx context.Context, addr string, frag demo.Frag
 // epoch change, and the fragment ends at its duration otherwise.
 func (f *Frontend) withdraw(addrs []string, query, cause string) {
 	for _, addr := range addrs {
-		u := "http://" + addr + demo.FragmentPath + "/" + query + "?cause=" + url.QueryEscape(cause)
+		u := "http://" + addr + demo.FragmentPath + "/" + url.PathEscape(query) + "?cause=" + url.QueryEscape(cause)
 		req, err := http.NewRequest(http.MethodDelete, u, nil)
 		if err != nil {
 			continue
