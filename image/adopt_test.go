@@ -387,14 +387,7 @@ func TestCrashDuringAdopt(t *testing.T) {
 // image without decoding it into a staged second catalog: adoption exists
 // to spare the leader that memory, and nothing would install or drop it.
 func TestAdoptStagesNothing(t *testing.T) {
-	ctx := context.Background()
-	src := newCatalogNode(t)
-	for _, b := range catalogBatches(t, 300) {
-		src.j.appendData(b)
-	}
-	_, err := src.cp.Checkpoint(ctx)
-	require.NoError(t, err)
-	peer := newServer(t, src.store)
+	_, peer := servedCatalogImage(t, 300)
 
 	live := catalog.New()
 	store := openStore(t, vfs.NewMem(), "/data", live)

@@ -108,16 +108,22 @@ func TestCatalogImagesIdenticalOnThreeNodes(t *testing.T) {
 	require.Equal(t, files[0], files[2])
 }
 
+// servedCatalogImage starts a catalog node whose image of its first n
+// batches is served over HTTP, and returns it and the server's address.
+func servedCatalogImage(t *testing.T, n int) (*catalogNode, string) {
+	src := newCatalogNode(t)
+	for _, b := range catalogBatches(t, n) {
+		src.j.appendData(b)
+	}
+	_, err := src.cp.Checkpoint(context.Background())
+	require.NoError(t, err)
+	return src, newServer(t, src.store)
+}
+
 // A node restores a peer's catalog image over HTTP into its live catalog.
 func TestCatalogRestoreOverHTTP(t *testing.T) {
 	ctx := context.Background()
-	src := newCatalogNode(t)
-	for _, b := range catalogBatches(t, 300) {
-		src.j.appendData(b)
-	}
-	_, err := src.cp.Checkpoint(ctx)
-	require.NoError(t, err)
-	srv := newServer(t, src.store)
+	src, srv := servedCatalogImage(t, 300)
 
 	dst := newCatalogNode(t)
 	for _, b := range catalogBatches(t, 20) {
