@@ -96,7 +96,6 @@ func (j *Journal) MembershipAt(index uint64) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal: membership at %d: %w", index, err)
 	}
-	d.evict(index)
 	m.Keys = append([]appliedKey(nil), d.live()...)
 	return m.encode(), nil
 }

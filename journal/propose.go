@@ -45,8 +45,8 @@ func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOptio
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if uint64(len(data)) > j.cfg.MaxEntryBytes {
-		return 0, nil, fmt.Errorf("journal: propose: %w: %d bytes, the limit is %d (Config.MaxEntryBytes)", ErrTooLarge, len(data), j.cfg.MaxEntryBytes)
+	if err := j.checkEntrySize(len(data)); err != nil {
+		return 0, nil, fmt.Errorf("journal: propose: %w", err)
 	}
 	if !o.hasKey {
 		o.key = uuid.New()
@@ -226,6 +226,15 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 // stream only if it holds user entries: membership changes go through
 // HandleForward (and its safety checks), timestamps come from the leader
 // alone.
+// checkEntrySize refuses data over Config.MaxEntryBytes: no retry could
+// commit it, since followers refuse the frame that would carry it.
+func (j *Journal) checkEntrySize(n int) error {
+	if uint64(n) > j.cfg.MaxEntryBytes {
+		return fmt.Errorf("%w: %d bytes, the limit is %d (Config.MaxEntryBytes)", ErrTooLarge, n, j.cfg.MaxEntryBytes)
+	}
+	return nil
+}
+
 func (j *Journal) checkForwarded(m *raftpb.Message) error {
 	for _, e := range m.GetEntries() {
 		if e.GetType() != raftpb.EntryNormal {
@@ -235,8 +244,8 @@ func (j *Journal) checkForwarded(m *raftpb.Message) error {
 		if err != nil || env.kind != kindUser {
 			return fmt.Errorf("%w: forwarded proposal from node %d holds an entry that is not a user entry", ErrMalformed, m.GetFrom())
 		}
-		if uint64(len(env.data)) > j.cfg.MaxEntryBytes {
-			return fmt.Errorf("%w: forwarded proposal from node %d holds %d bytes, the limit is %d", ErrTooLarge, m.GetFrom(), len(env.data), j.cfg.MaxEntryBytes)
+		if err := j.checkEntrySize(len(env.data)); err != nil {
+			return fmt.Errorf("forwarded proposal from node %d: %w", m.GetFrom(), err)
 		}
 	}
 	return nil
@@ -327,8 +336,8 @@ func (j *Journal) HandleForward(ctx context.Context, req *ForwardRequest) (*Forw
 	var p *proposal
 	switch req.Kind {
 	case ForwardData:
-		if uint64(len(req.Data)) > j.cfg.MaxEntryBytes {
-			return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(req.Data), j.cfg.MaxEntryBytes)
+		if err := j.checkEntrySize(len(req.Data)); err != nil {
+			return nil, err
 		}
 		p = &proposal{data: encodeUser(req.Key, req.Data)}
 	case ForwardConfChange:

@@ -415,10 +415,6 @@ func (f *Frontend) getMembers(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// maxQueryMS bounds a demo query's duration (and keeps it far from the
-// overflow of time.Duration).
-const maxQueryMS = 7 * 24 * 3600 * 1000
-
 func (f *Frontend) postMember(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		ID   uint64 `json:"id"`
@@ -439,7 +435,7 @@ func (f *Frontend) postMember(w http.ResponseWriter, r *http.Request) error {
 	if body.Role != "" && body.Role != "follower" && body.Role != "observer" {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "role %q: want follower or observer", body.Role)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
 	if kind == heartbeat.KindFrontend {
 		// A frontend is also a raft member; it then starts with -join.
@@ -493,6 +489,10 @@ func (f *Frontend) postCheckpoint(w http.ResponseWriter, r *http.Request) error 
 // postQuery starts a demo query coordinated by this frontend: it registers
 // the query against the current epochs of this frontend and its workers,
 // sends each worker a fragment, and answers at once.
+// maxQueryMS bounds a demo query's duration (and keeps it far from the
+// overflow of time.Duration).
+const maxQueryMS = 7 * 24 * 3600 * 1000
+
 func (f *Frontend) postQuery(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		ID         string   `json:"id"`
