@@ -392,4 +392,3 @@ func TestReadSeesWholeBatches(t *testing.T) {
 		t.Fatal("the reader never ran")
 	}
 }
-
