@@ -232,7 +232,7 @@ func (v View) NumChildren() int { return len(v.s.kids.list(v.r.kids)) }
 
 // Child returns the child named name.
 func (v View) Child(name string) (c View, ok bool) {
-	slot, ok := v.s.child(v.slot, unsafeBytes(name))
+	slot, ok := v.s.lookupKid(v.slot, unsafeBytes(name))
 	if !ok {
 		return View{}, false
 	}
