@@ -187,45 +187,6 @@ func benchTree(b *testing.B) (*Tree, uint64) {
 	return tr, next
 }
 
-func BenchmarkGetPath(b *testing.B) {
-	tr, _ := benchTree(b)
-	paths := []string{"/db00/tbl03/p0/tablet1234/r1", "/db00/tbl00/p0/tablet1/r0", "/db04/tbl09/p3/tablet20000/r2"}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		if _, ok := tr.Get(paths[i%len(paths)]); !ok {
-			b.Fatal("missing")
-		}
-		i++
-	}
-}
-
-func BenchmarkGetID(b *testing.B) {
-	tr, _ := benchTree(b)
-	b.ReportAllocs()
-	i := uint64(0)
-	for b.Loop() {
-		if _, ok := tr.GetID(2 + i%60000); !ok {
-			b.Fatal("missing")
-		}
-		i++
-	}
-}
-
-// BenchmarkFindIndexed looks up the ~600 replicas on one worker through the
-// secondary index.
-func BenchmarkFindIndexed(b *testing.B) {
-	tr, _ := benchTree(b)
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		if n := tr.Find("replica", "worker", Int(int64(i%100))); len(n) != 600 {
-			b.Fatalf("found %d", len(n))
-		}
-		i++
-	}
-}
-
 // BenchmarkApply measures Apply alone on encoded batches of 100 replica
 // updates.
 func BenchmarkApply(b *testing.B) {

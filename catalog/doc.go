@@ -13,7 +13,9 @@
 //
 // Reads ([Tree.Get], [Tree.GetID], [Tree.Children], [Tree.OfKind],
 // [Tree.Find]) run concurrently with the applier and see the tree between
-// batches. Watches ([Tree.Watch]) deliver the changes of a subtree or a kind
+// batches. [Tree.Read] reads in place without copying or allocating: a
+// [Reader] and its [View]s (lookups, children, subtrees, index matches,
+// attributes by name), all at one index. Watches ([Tree.Watch]) deliver the changes of a subtree or a kind
 // in log order; a watcher that falls behind is dropped and told to resync
 // rather than slowing the applier. [Tree.Save] and [Tree.Load] write and read
 // the image body, streamed and checksummed.

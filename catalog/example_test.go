@@ -117,3 +117,31 @@ func Example_watch() {
 	// 2 create /members/fe1
 	// 3 update /members/fe1 alive -> dead
 }
+
+// Tree.Read reads in place: the views it hands out copy nothing, and every
+// read inside one call sees the same index.
+func ExampleTree_Read() {
+	t := catalog.New()
+	apply(t, 1,
+		catalog.Op{Type: catalog.OpCreate, Path: "/db1", Kind: "database"},
+		catalog.Op{Type: catalog.OpCreate, Path: "/db1/orders", Kind: "table", Set: map[string]catalog.Value{"rows": catalog.Int(10)}},
+		catalog.Op{Type: catalog.OpCreate, Path: "/db1/users", Kind: "table", Set: map[string]catalog.Value{"rows": catalog.Int(3)}},
+	)
+	t.Read(func(r catalog.Reader) {
+		db, ok := r.Get("/db1")
+		if !ok {
+			return
+		}
+		var rows int64
+		for tbl := range db.Children() {
+			n, _ := tbl.Attr("rows")
+			rows += n.Int64()
+			fmt.Println(tbl.Name(), tbl.Kind(), n)
+		}
+		fmt.Println("rows at index", r.Index(), "=", rows)
+	})
+	// Output:
+	// orders table 10
+	// users table 3
+	// rows at index 1 = 13
+}

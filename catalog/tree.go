@@ -14,7 +14,7 @@ import (
 // (the journal's apply loop). Every other method is safe for concurrent use
 // with them and with each other. Reads see the tree between two batches,
 // never inside one. Point reads (Get, GetID, Children) hold a read lock for
-// their own duration; long reads (OfKind, Find, Save) read at one index but
+// their own duration, and Read for its callback's; long reads (OfKind, Find, Save) read at one index but
 // take the lock for a bounded chunk at a time, so they never stall Apply for
 // long. A Tree owns no goroutines: Load decodes on the caller's goroutine
 // and links on a second one, which has exited when Load returns.

@@ -38,7 +38,7 @@
 //     timestamp replayed here is older than Config.StaleAfter (the leader
 //     journals its clock every StaleAfter/2). [Journal.ReadBarrier] makes
 //     the next reads linearizable (raft ReadIndex, on any node, observers
-//     included).
+//     included); concurrent calls on a node share ReadIndex rounds.
 //  6. Manage members with [Journal.AddMember], [Journal.RemoveMember]
 //     (refuses to leave no reachable quorum unless forced:
 //     [ErrUnsafeRemoval]), [Journal.Promote] and

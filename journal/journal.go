@@ -106,11 +106,11 @@ type Journal struct {
 		commitCh   chan struct{}
 		appliedCh  chan struct{} // closed at the next applied advance
 		waiters    map[[16]byte][]chan applyResult
-		reads      map[uint64]chan uint64
-		readSeq    uint64
 		membership *membership // latest applied membership
 	}
 	dedupe *dedupe // applier only
+
+	rounds readRounds // linearizable reads (readindex.go)
 }
 
 type applyResult struct {
@@ -177,7 +177,6 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	j.mu.commitCh = make(chan struct{})
 	j.mu.appliedCh = make(chan struct{})
 	j.mu.waiters = map[[16]byte][]chan applyResult{}
-	j.mu.reads = map[uint64]chan uint64{}
 	j.mu.membership = newMembership()
 	defer func() {
 		if err != nil {

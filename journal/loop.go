@@ -374,16 +374,7 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 		}
 	}
 	// Linearizable reads whose index is now known.
-	if len(rd.ReadStates) > 0 {
-		j.mu.Lock()
-		for _, rs := range rd.ReadStates {
-			if ch, ok := j.mu.reads[decodeReadCtx(rs.RequestCtx)]; ok {
-				ch <- rs.Index
-				delete(j.mu.reads, decodeReadCtx(rs.RequestCtx))
-			}
-		}
-		j.mu.Unlock()
-	}
+	j.readStates(rd.ReadStates)
 	if apply != nil {
 		if err := j.handOff(apply.GetEntries(), nil); err != nil {
 			return err

@@ -3,7 +3,6 @@ package journal
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -400,58 +399,6 @@ func (j *Journal) WaitApplied(ctx context.Context, index uint64) error {
 			return ErrClosed
 		}
 	}
-}
-
-// ReadBarrier makes the next local reads linearizable: it asks the leader
-// for its commit index (raft ReadIndex; works on followers and observers)
-// and waits until this node has applied it. Without a leader it retries
-// every election timeout until ctx ends (error wraps ErrNoLeader).
-func (j *Journal) ReadBarrier(ctx context.Context) error {
-	for {
-		ch := make(chan uint64, 1)
-		j.mu.Lock()
-		j.mu.readSeq++
-		id := j.mu.readSeq
-		j.mu.reads[id] = ch
-		j.mu.Unlock()
-		rctx := encodeReadCtx(id)
-		if err := j.do(ctx, func() { j.rn.ReadIndex(rctx) }); err != nil {
-			j.dropRead(id)
-			return fmt.Errorf("journal: read barrier: %w", err)
-		}
-		t := time.NewTimer(j.electionTimeout())
-		select {
-		case idx := <-ch:
-			t.Stop()
-			return j.WaitApplied(ctx, idx)
-		case <-t.C:
-			j.dropRead(id)
-		case <-ctx.Done():
-			t.Stop()
-			j.dropRead(id)
-			return fmt.Errorf("journal: read barrier: %w", j.ctxErr(ctx, nil))
-		case <-j.done:
-			t.Stop()
-			return ErrClosed
-		}
-	}
-}
-
-func (j *Journal) dropRead(id uint64) {
-	j.mu.Lock()
-	delete(j.mu.reads, id)
-	j.mu.Unlock()
-}
-
-func encodeReadCtx(id uint64) []byte {
-	return binary.BigEndian.AppendUint64(nil, id)
-}
-
-func decodeReadCtx(b []byte) uint64 {
-	if len(b) != 8 {
-		return 0
-	}
-	return binary.BigEndian.Uint64(b)
 }
 
 // do runs f on the raft loop and waits for it to have run.

@@ -128,6 +128,19 @@ func (s *Set) Contains(id uint32) bool {
 	return found
 }
 
+// Range calls fn with each id in increasing order until fn returns false,
+// and reports whether it saw them all. It does not allocate.
+func (s *Set) Range(fn func(id uint32) bool) bool {
+	for _, c := range s.chunks {
+		for _, id := range c {
+			if !fn(id) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // AppendTo appends the ids in increasing order to dst and returns it.
 func (s *Set) AppendTo(dst []uint32) []uint32 {
 	if cap(dst)-len(dst) < s.n {

@@ -42,6 +42,14 @@ func TestSetAgainstMap(t *testing.T) {
 	if !slices.Equal(got, want) || s.Len() != len(want) {
 		t.Fatalf("set has %d ids (Len %d), want %d", len(got), s.Len(), len(want))
 	}
+	var ranged []uint32
+	if !s.Range(func(id uint32) bool { ranged = append(ranged, id); return true }) || !slices.Equal(ranged, want) {
+		t.Fatalf("Range saw %d ids, want %d in order", len(ranged), len(want))
+	}
+	seen := 0
+	if s.Range(func(uint32) bool { seen++; return seen < 10 }) || seen != 10 {
+		t.Fatalf("Range stopped by fn reported completion or saw %d ids, want 10", seen)
+	}
 	for _, id := range want[:100] {
 		if !s.Contains(id) {
 			t.Fatalf("Contains(%d) = false", id)

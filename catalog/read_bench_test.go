@@ -1,0 +1,237 @@
+package catalog
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+// The read benchmarks run at three scales of the Doris shape (dorisFull, 4
+// million nodes): a tenth, one and four times, scaling the number of
+// databases so that every level keeps its fanout and only the catalog's
+// size changes. Each looks nodes up in a seeded random order over the whole
+// catalog, as query planning does, so that the larger catalogs pay the
+// cache misses a fixed hot path would hide.
+var readScales = []struct {
+	name  string
+	shape dorisShape
+}{
+	{"scale=0.1x", dorisShape{5, 50, 4, 100, 3, 100}},
+	{"scale=1x", dorisFull},
+	{"scale=4x", dorisShape{200, 50, 4, 100, 3, 100}},
+}
+
+// readTrees caches one tree a scale across the read benchmarks: building
+// the 4x catalog takes a while.
+var readTrees struct {
+	sync.Mutex
+	m map[dorisShape]*Tree
+}
+
+func readTree(b *testing.B, d dorisShape) *Tree {
+	readTrees.Lock()
+	defer readTrees.Unlock()
+	if tr := readTrees.m[d]; tr != nil {
+		return tr
+	}
+	tr := New()
+	d.build(b, tr, 1, 1000)
+	if readTrees.m == nil {
+		readTrees.m = map[dorisShape]*Tree{}
+	}
+	readTrees.m[d] = tr
+	return tr
+}
+
+// replicaPaths returns n paths of random replicas of the shape.
+func (d dorisShape) replicaPaths(n int) []string {
+	r := rand.New(rand.NewPCG(3, 4))
+	out := make([]string, n)
+	for i := range out {
+		db, t, p := r.IntN(d.dbs), r.IntN(d.tables), r.IntN(d.parts)
+		tablet := 1 + ((db*d.tables+t)*d.parts+p)*d.tablets + r.IntN(d.tablets)
+		out[i] = fmt.Sprintf("/db%02d/tbl%02d/p%d/tablet%d/r%d", db, t, p, tablet, r.IntN(d.replicas))
+	}
+	return out
+}
+
+// partitionPaths returns n paths of random partitions of the shape.
+func (d dorisShape) partitionPaths(n int) []string {
+	r := rand.New(rand.NewPCG(5, 6))
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("/db%02d/tbl%02d/p%d", r.IntN(d.dbs), r.IntN(d.tables), r.IntN(d.parts))
+	}
+	return out
+}
+
+const readSample = 1 << 14
+
+// BenchmarkGetPath looks up replicas by path: keys=random over the whole
+// catalog (cold: cache misses dominate), keys=hot over three paths (in
+// cache); api=view through Tree.Read (the zero-allocation path), api=copy
+// through Tree.Get.
+func BenchmarkGetPath(b *testing.B) {
+	for _, sc := range readScales {
+		b.Run(sc.name, func(b *testing.B) {
+			tr := readTree(b, sc.shape)
+			random := sc.shape.replicaPaths(readSample)
+			hot := make([]string, readSample)
+			for i := range hot {
+				hot[i] = random[i%3]
+			}
+			for _, keys := range []struct {
+				name  string
+				paths []string
+			}{{"keys=random", random}, {"keys=hot", hot}} {
+				paths := keys.paths
+				b.Run(keys.name+"/api=view", func(b *testing.B) {
+					b.ReportAllocs()
+					i, found := 0, 0
+					read := func(r Reader) {
+						if v, ok := r.Get(paths[i%readSample]); ok && v.ID() != 0 {
+							found++
+						}
+					}
+					for b.Loop() {
+						tr.Read(read)
+						i++
+					}
+					if found != i {
+						b.Fatalf("found %d of %d", found, i)
+					}
+				})
+				b.Run(keys.name+"/api=copy", func(b *testing.B) {
+					b.ReportAllocs()
+					i := 0
+					for b.Loop() {
+						if _, ok := tr.Get(paths[i%readSample]); !ok {
+							b.Fatal("missing")
+						}
+						i++
+					}
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkGetID looks up random nodes by id.
+func BenchmarkGetID(b *testing.B) {
+	for _, sc := range readScales {
+		b.Run(sc.name, func(b *testing.B) {
+			tr := readTree(b, sc.shape)
+			r := rand.New(rand.NewPCG(7, 8))
+			ids := make([]uint64, readSample)
+			for i := range ids {
+				ids[i] = 2 + r.Uint64N(uint64(sc.shape.nodes()-1))
+			}
+			b.Run("api=view", func(b *testing.B) {
+				b.ReportAllocs()
+				i, found := 0, 0
+				read := func(r Reader) {
+					if v, ok := r.GetID(ids[i%readSample]); ok && v.ID() != 0 {
+						found++
+					}
+				}
+				for b.Loop() {
+					tr.Read(read)
+					i++
+				}
+				if found != i {
+					b.Fatalf("found %d of %d", found, i)
+				}
+			})
+			b.Run("api=copy", func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if _, ok := tr.GetID(ids[i%readSample]); !ok {
+						b.Fatal("missing")
+					}
+					i++
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkChildren iterates the tablets of a random partition (reading
+// each one's name), reporting ns per node yielded.
+func BenchmarkChildren(b *testing.B) {
+	for _, sc := range readScales {
+		b.Run(sc.name, func(b *testing.B) {
+			tr := readTree(b, sc.shape)
+			paths := sc.shape.partitionPaths(readSample)
+			b.Run("api=view", func(b *testing.B) {
+				b.ReportAllocs()
+				i, nodes := 0, 0
+				read := func(r Reader) {
+					p, _ := r.Get(paths[i%readSample])
+					for c := range p.Children() {
+						nodes += min(len(c.Name()), 1)
+					}
+				}
+				for b.Loop() {
+					tr.Read(read)
+					i++
+				}
+				if nodes != i*sc.shape.tablets {
+					b.Fatalf("yielded %d nodes in %d reads", nodes, i)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(nodes), "ns/node")
+			})
+			b.Run("api=copy", func(b *testing.B) {
+				b.ReportAllocs()
+				i, nodes := 0, 0
+				for b.Loop() {
+					nodes += len(tr.Children(paths[i%readSample]))
+					i++
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(nodes), "ns/node")
+			})
+		})
+	}
+}
+
+// BenchmarkFindIndexed iterates the replicas on one worker through the
+// secondary index (reading each one's version), reporting ns per node
+// yielded. api=copy is Tree.Find, which materialises and sorts them.
+func BenchmarkFindIndexed(b *testing.B) {
+	for _, sc := range readScales {
+		b.Run(sc.name, func(b *testing.B) {
+			tr := readTree(b, sc.shape)
+			d := sc.shape
+			perWorker := d.dbs * d.tables * d.parts * d.tablets * d.replicas / d.workers
+			b.Run("api=view", func(b *testing.B) {
+				b.ReportAllocs()
+				i, nodes := 0, 0
+				read := func(r Reader) {
+					for v := range r.Find("replica", "worker", Int(int64(i%d.workers))) {
+						if ver, ok := v.Attr("version"); ok && ver.Int64() > 0 {
+							nodes++
+						}
+					}
+				}
+				for b.Loop() {
+					tr.Read(read)
+					i++
+				}
+				if nodes != i*perWorker {
+					b.Fatalf("yielded %d nodes in %d reads, want %d each", nodes, i, perWorker)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(nodes), "ns/node")
+			})
+			b.Run("api=copy", func(b *testing.B) {
+				b.ReportAllocs()
+				i, nodes := 0, 0
+				for b.Loop() {
+					nodes += len(tr.Find("replica", "worker", Int(int64(i%d.workers))))
+					i++
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(nodes), "ns/node")
+			})
+		})
+	}
+}

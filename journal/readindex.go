@@ -1,0 +1,170 @@
+package journal
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/raft/v3"
+)
+
+// Linearizable reads share ReadIndex rounds, as etcd's server does in its
+// linearizableReadLoop: at most one ReadIndex is in flight per node, and the
+// ReadBarrier calls that arrive while it is answer all ride the next one. A
+// caller never rides a round sent before it arrived (the leader's answer
+// would not cover writes acknowledged in between), so a round takes the
+// callers waiting when it is sent, and no more. Under load each caller
+// waits for at most the round in flight plus its own, and the node sends
+// one ReadIndex (one heartbeat round on the leader) for all of them.
+//
+// No goroutine runs the rounds: the caller that finds none in flight sends
+// one through the raft loop; the raft loop, when a round's ReadState
+// arrives, releases its callers and sends the next round at once if callers
+// wait for one. A round whose answer does not come (no leader, a lost
+// message) is sent again, under the same request context (which raft
+// deduplicates), by the first caller, of this round or of the next, to wait
+// an election timeout without any round being sent: the callers of the
+// next round depend on it as much as its own, which may all have given up.
+
+// readRound is one ReadIndex request and the callers riding it.
+type readRound struct {
+	id    uint64        // the ReadIndex request context
+	done  chan struct{} // closed when index is set
+	index uint64        // the leader's commit index as of the request
+}
+
+// readRounds is the node's round state, guarded by its mutex.
+type readRounds struct {
+	mu       sync.Mutex
+	seq      uint64
+	inflight *readRound // sent, not answered
+	next     *readRound // waiting for inflight to be answered; not sent
+	sends    uint64     // rounds sent so far, resends included
+
+	sent atomic.Uint64 // sends, readable without the lock (tests, metrics)
+}
+
+func (rr *readRounds) newRoundLocked() *readRound {
+	rr.seq++
+	return &readRound{id: rr.seq, done: make(chan struct{})}
+}
+
+// join returns the round the caller rides, whether the caller must send it
+// (no round was in flight), and the send count it saw.
+func (rr *readRounds) join() (r *readRound, send bool, sends uint64) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.inflight == nil {
+		rr.inflight = rr.newRoundLocked()
+		rr.countSendLocked()
+		return rr.inflight, true, rr.sends
+	}
+	if rr.next == nil {
+		rr.next = rr.newRoundLocked()
+	}
+	return rr.next, false, rr.sends
+}
+
+func (rr *readRounds) countSendLocked() {
+	rr.sends++
+	rr.sent.Add(1)
+}
+
+// answered resolves the round in flight if id is its request and returns
+// the next round to send (nil if none waits). The raft loop calls it.
+func (rr *readRounds) answered(id, index uint64) *readRound {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	r := rr.inflight
+	if r == nil || r.id != id {
+		return nil // an answer to a resent round already answered
+	}
+	r.index = index
+	close(r.done)
+	rr.inflight, rr.next = rr.next, nil
+	if rr.inflight != nil {
+		rr.countSendLocked()
+	}
+	return rr.inflight
+}
+
+// stalled is called by a caller that waited an election timeout since it
+// saw seen sends. If no round was sent meanwhile, the round in flight (which
+// need not be the caller's: it may ride the next) went unanswered, and the
+// caller must send it again; stalled returns it, and the send count.
+func (rr *readRounds) stalled(seen uint64) (*readRound, uint64) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.inflight == nil || rr.sends != seen {
+		return nil, rr.sends
+	}
+	rr.countSendLocked()
+	return rr.inflight, rr.sends
+}
+
+// ReadBarrier makes the next local reads linearizable: it learns the
+// leader's commit index through a ReadIndex issued after the call began
+// (raft ReadIndex; works on followers and observers), shared with the
+// concurrent callers, and waits until this node has applied it. Without a
+// leader the round is sent again every election timeout until ctx ends
+// (the error then wraps ErrNoLeader).
+func (j *Journal) ReadBarrier(ctx context.Context) error {
+	r, send, seen := j.rounds.join()
+	if send {
+		if err := j.sendRound(ctx, r); err != nil {
+			return fmt.Errorf("journal: read barrier: %w", err)
+		}
+	}
+	retry, stop := j.cfg.Clock.NewTicker(j.electionTimeout())
+	defer stop()
+	for {
+		select {
+		case <-r.done:
+			return j.WaitApplied(ctx, r.index)
+		case <-retry:
+			var again *readRound
+			if again, seen = j.rounds.stalled(seen); again != nil {
+				if err := j.sendRound(ctx, again); err != nil {
+					return fmt.Errorf("journal: read barrier: %w", err)
+				}
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("journal: read barrier: %w", j.ctxErr(ctx, nil))
+		case <-j.done:
+			return ErrClosed
+		case <-j.loopDead:
+			return j.loopErr()
+		}
+	}
+}
+
+// sendRound hands round r's ReadIndex to the raft loop. The round stays in
+// flight when ctx ends first: the callers still waiting send it again once
+// an election timeout passes.
+func (j *Journal) sendRound(ctx context.Context, r *readRound) error {
+	rctx := encodeReadCtx(r.id)
+	return j.do(ctx, func() { j.rn.ReadIndex(rctx) })
+}
+
+// readStates releases the rounds raft answered in a Ready and sends the
+// next round, on the raft loop.
+func (j *Journal) readStates(states []raft.ReadState) {
+	for _, rs := range states {
+		if next := j.rounds.answered(decodeReadCtx(rs.RequestCtx), rs.Index); next != nil {
+			j.rn.ReadIndex(encodeReadCtx(next.id))
+		}
+	}
+}
+
+func encodeReadCtx(id uint64) []byte {
+	return binary.BigEndian.AppendUint64(nil, id)
+}
+
+func decodeReadCtx(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b)
+}

@@ -1,0 +1,102 @@
+package journal_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/metatree/metatree/journal"
+)
+
+// BenchmarkReadBarrier: 3 voters and an observer over HTTP on loopback,
+// Pebble on disk; N concurrent callers of ReadBarrier on the leader, a
+// follower or the observer, no writes. b.N counts barriers. Figures for the
+// README (alone on the machine, beside the embedded etcd Get of the
+// comparison harness):
+//
+//	go test -run '^$' -bench 'BenchmarkReadBarrier' -benchtime 200000x ./journal
+func BenchmarkReadBarrier(b *testing.B) {
+	c := newHTTPCluster(b, 3, nil)
+	leader := c.waitLeader(b.Context(), 0)
+	observer := addHTTPObserver(b, c)
+	follower := leader%3 + 1
+	for _, via := range []struct {
+		name string
+		id   uint64
+	}{{"leader", leader}, {"follower", follower}, {"observer", observer}} {
+		for _, readers := range []int{1, 64} {
+			b.Run(fmt.Sprintf("via=%s/readers=%d", via.name, readers), func(b *testing.B) {
+				runReadBarrier(b, c.journal(via.id), readers)
+			})
+		}
+	}
+}
+
+func runReadBarrier(b *testing.B, j *journal.Journal, readers int) {
+	var next atomic.Int64
+	lats := make([][]time.Duration, readers)
+	var firstErr atomic.Pointer[error]
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for r := range readers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				err := j.ReadBarrier(b.Context())
+				lats[r] = append(lats[r], time.Since(t0))
+				if err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if e := firstErr.Load(); e != nil {
+		b.Fatalf("barrier failed: %v", *e)
+	}
+	all := slices.Concat(lats...)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "reads/s")
+	b.ReportMetric(ms(percentile(all, 0.50)), "p50-ms")
+	b.ReportMetric(ms(percentile(all, 0.99)), "p99-ms")
+}
+
+// addHTTPObserver starts one more node of c, joining as an observer, and
+// waits until it has applied what the leader had.
+func addHTTPObserver(tb testing.TB, c *httpCluster) uint64 {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	id := uint64(len(c.nodes) + 1)
+	n := &httpNode{id: id, dir: filepath.Join(tb.TempDir(), fmt.Sprintf("n%d", id)), addr: ln.Addr().String(),
+		fs: &syncFS{FS: vfs.Default}, sm: &countSM{}}
+	n.srv = &http.Server{Handler: n}
+	n.wg.Go(func() { _ = n.srv.Serve(ln) })
+	c.nodes = append(c.nodes, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	j, err := journal.Open(ctx, journal.Config{ID: id, Dir: n.dir, Addr: n.addr, FS: n.fs, StateMachine: n.sm,
+		Join: c.nodes[0].addr, Role: journal.Observer})
+	if err != nil {
+		tb.Fatalf("open observer %d: %v", id, err)
+	}
+	n.mu.Lock()
+	n.j, n.h = j, j.Handler()
+	n.mu.Unlock()
+	if err := j.ReadBarrier(ctx); err != nil {
+		tb.Fatalf("observer %d: %v", id, err)
+	}
+	return id
+}
