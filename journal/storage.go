@@ -5,25 +5,44 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
 // ImageRequester is optionally implemented by a Snapshots hook. The journal
-// calls RequestImage (without blocking on it) when raft needs to send a
-// follower a snapshot and the newest image cannot serve it: the image
-// predates the follower's membership, so raft on the follower would reject
-// it. The hook should write a new image soon (a checkpoint on demand).
+// calls RequestImage when raft needs to send a follower a snapshot and the
+// newest image cannot serve it: the image predates the follower's
+// membership, so raft on the follower would reject it. The hook should
+// write a new image soon (a checkpoint on demand). The call runs on a
+// goroutine the journal owns, one at a time (requests made meanwhile
+// coalesce into one call), and Close waits for it: it must return promptly.
 type ImageRequester interface {
 	RequestImage()
 }
 
 // raftStorage is the raft.Storage the RawNode reads: the Pebble store, with
 // Snapshot refusing (temporarily) an image whose ConfState misses a current
-// member.
+// member, and InitialState giving the ConfState of the state the node
+// restarts from.
 type raftStorage struct {
 	*raftstore.Store
 	j *Journal
+	// conf is the ConfState as of the index the state machine was loaded
+	// at (raft's Applied at restart): raft re-applies the conf changes
+	// after it.
+	conf *raftpb.ConfState
+}
+
+// InitialState implements raft.Storage: the durable HardState, and the
+// ConfState as of the loaded state rather than as of the store's snapshot
+// (the state may come from an older image, see Journal.restartPoint).
+func (s raftStorage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
+	hs, _, err := s.Store.InitialState()
+	if err != nil {
+		return nil, nil, err
+	}
+	return hs, raftpb.EnsureConfState(proto.Clone(s.conf).(*raftpb.ConfState)), nil
 }
 
 func (s raftStorage) Snapshot() (*raftpb.Snapshot, error) {
@@ -39,11 +58,32 @@ func (s raftStorage) Snapshot() (*raftpb.Snapshot, error) {
 		if !slices.Contains(cs.GetVoters(), id) && !slices.Contains(cs.GetLearners(), id) {
 			s.j.log.Info("image predates a member; asking for a new one",
 				"image", snap.GetMetadata().GetIndex(), "member", id)
-			if r, ok := s.j.cfg.Snapshots.(ImageRequester); ok {
-				go r.RequestImage()
-			}
+			s.j.requestImage()
 			return nil, raft.ErrSnapshotTemporarilyUnavailable
 		}
 	}
 	return snap, nil
+}
+
+// requestImage asks the ImageRequester hook for a new image without
+// blocking the caller (raft, on the loop): the request goes to
+// requestImages, and one already pending covers it.
+func (j *Journal) requestImage() {
+	select {
+	case j.imageReqc <- struct{}{}:
+	default:
+	}
+}
+
+// requestImages is the goroutine that calls the ImageRequester hook; it
+// runs while the journal is open (only when the hook implements it).
+func (j *Journal) requestImages(r ImageRequester) {
+	for {
+		select {
+		case <-j.stopc:
+			return
+		case <-j.imageReqc:
+			r.RequestImage()
+		}
+	}
 }
