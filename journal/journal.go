@@ -57,6 +57,10 @@ type Journal struct {
 	// heard is when the last message from each peer arrived (loop
 	// goroutine only): which voters checkConfChange counts as reachable.
 	heard map[uint64]time.Time
+	// steppedSnaps are the indexes of the snapshot messages stepped since
+	// the last Ready (loop goroutine only): settleFetched releases those
+	// raft did not take.
+	steppedSnaps []uint64
 	// batch holds the normal proposals taken since the last flush: they
 	// go to raft in one MsgProp, so raft appends them together and sends
 	// one append message per follower for all of them, not one each.

@@ -87,3 +87,36 @@ func (j *Journal) requestImages(r ImageRequester) {
 		}
 	}
 }
+
+// FetchReleaser is optionally implemented by a Snapshots hook. The journal
+// calls ReleaseFetched(index) when raft did not take the snapshot at index
+// that Fetch made durable for it (raft ignored the message: it has that
+// index committed already, or the message is of an older term), or the
+// message never reached raft (the node is closing): no Install for index
+// follows, so the hook can drop what it keeps for it (a pin, the state it
+// decoded during the download). It is called on the raft loop (or on the
+// goroutine delivering the message) and must not block.
+type FetchReleaser interface {
+	ReleaseFetched(index uint64)
+}
+
+// releaseFetched tells the hook that the fetched image at index will not
+// be installed.
+func (j *Journal) releaseFetched(index uint64) {
+	if r, ok := j.cfg.Snapshots.(FetchReleaser); ok {
+		j.log.Info("raft did not take the fetched image; releasing it", "image", index)
+		r.ReleaseFetched(index)
+	}
+}
+
+// settleFetched is called with each Ready (loop goroutine): the snapshots
+// stepped since the last one that raft took are in it; the others were
+// ignored, and their images are released.
+func (j *Journal) settleFetched(taken *raftpb.Snapshot) {
+	for _, idx := range j.steppedSnaps {
+		if raft.IsEmptySnap(taken) || taken.GetMetadata().GetIndex() != idx {
+			j.releaseFetched(idx)
+		}
+	}
+	j.steppedSnaps = j.steppedSnaps[:0]
+}
