@@ -115,8 +115,11 @@ func (j *Journal) restartPoint(image *membership) (*raftpb.ConfState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal: last index: %w", err)
 	}
-	if index+1 < first || index > last {
-		return nil, fmt.Errorf("journal: %w: the state was loaded at index %d, outside the log (%d..%d)", ErrCompacted, index, first, last)
+	if index+1 < first {
+		return nil, fmt.Errorf("journal: %w: the state was loaded at index %d, but the log starts at %d", ErrCompacted, index, first)
+	}
+	if index > last {
+		return nil, fmt.Errorf("journal: the state was loaded at index %d, past the log's last entry %d: the log lost entries the state holds", index, last)
 	}
 	if hs := j.store.HardState(); index > hs.GetCommit() {
 		hs.Commit = new(index)
