@@ -40,6 +40,20 @@ func (fs *crashFS) step() {
 	}
 }
 
+// cutNow cuts the power now unless that happened already (Open took fewer
+// steps this time than when they were counted), and disarms the cut.
+func (fs *crashFS) cutNow() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.at = -1
+	if fs.crashed == nil {
+		fs.crashed = fs.MemFS.CrashClone(vfs.CrashCloneCfg{})
+		if fs.onCrash != nil {
+			fs.onCrash()
+		}
+	}
+}
+
 func (fs *crashFS) count() int {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -126,13 +140,16 @@ func crashConfig(net *journaltest.Network, id uint64, fs vfs.FS) journal.Config 
 	}
 }
 
-// openThenClose runs Open to its end (whatever the crash step left
-// behind, the original process goes on until it is gone) and closes what
-// it opened.
+// openThenClose runs Open to its end (after the power cut the original
+// process goes on, on a disk nobody will see again) and closes what it
+// opened. A cut that Open did not reach comes right after it.
 func openThenClose(t *testing.T, cfg journal.Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	j, err := journal.Open(ctx, cfg)
+	if fs, ok := cfg.FS.(*crashFS); ok && fs.at > 0 {
+		fs.cutNow()
+	}
 	if err != nil {
 		_ = cfg.Transport.Close()
 		return
