@@ -29,18 +29,20 @@ type kvSM struct {
 	mu      sync.Mutex
 	kv      map[string]string
 	applied []string
+	at      []uint64 // the index of each applied entry
 }
 
 // kvImage is what kvSM saves in an image.
 type kvImage struct {
 	KV      map[string]string `json:"kv"`
 	Applied []string          `json:"applied"`
+	At      []uint64          `json:"at"`
 }
 
 // Save implements image.State.
 func (s *kvSM) Save(w io.Writer) error {
 	s.mu.Lock()
-	b, err := json.Marshal(kvImage{KV: s.kv, Applied: s.applied})
+	b, err := json.Marshal(kvImage{KV: s.kv, Applied: s.applied, At: s.at})
 	s.mu.Unlock()
 	if err != nil {
 		return err
@@ -64,7 +66,7 @@ func (s *kvSM) Load(r io.Reader) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.kv, s.applied = im.KV, im.Applied
+	s.kv, s.applied, s.at = im.KV, im.Applied, im.At
 	return nil
 }
 
@@ -79,6 +81,7 @@ func (s *kvSM) Apply(index uint64, data []byte) any {
 	}
 	s.kv[k] = v
 	s.applied = append(s.applied, string(data))
+	s.at = append(s.at, index)
 	return nil
 }
 
@@ -88,10 +91,11 @@ func (s *kvSM) get(k string) string {
 	return s.kv[k]
 }
 
-func (s *kvSM) history() []string {
+// history returns the applied entries in order, and their indexes.
+func (s *kvSM) history() ([]string, []uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]string(nil), s.applied...)
+	return append([]string(nil), s.applied...), append([]uint64(nil), s.at...)
 }
 
 type kvInput struct {
@@ -341,14 +345,16 @@ func TestFaultLinearizable(t *testing.T) {
 	}
 	var ref []string
 	for _, n := range c.all() {
-		h := n.sm().history()
-		have := map[string]bool{}
-		for _, e := range h {
-			require.False(t, have[e], "node %d applied %s twice", n.id, e)
-			have[e] = true
+		h, at := n.sm().history()
+		have := map[string]uint64{}
+		for i, e := range h {
+			first, dup := have[e]
+			require.False(t, dup, "node %d applied %s twice, at %d and %d (dedupe window %d)", n.id, e, first, at[i], faultDedupeWindow)
+			have[e] = at[i]
 		}
 		for _, w := range acked {
-			require.True(t, have[w], "node %d lost the acknowledged write %s", n.id, w)
+			_, ok := have[w]
+			require.True(t, ok, "node %d lost the acknowledged write %s", n.id, w)
 		}
 		if ref == nil {
 			ref = h

@@ -20,6 +20,11 @@ import (
 	"github.com/metatree/metatree/journal/journaltest"
 )
 
+// faultDedupeWindow is the nodes' dedupe window and compaction margin:
+// small, so that images, compaction and snapshot installs happen
+// throughout the run.
+const faultDedupeWindow = 20
+
 // faultCluster is a cluster of journal nodes wired to image stores and
 // checkpointers as the examples wire them (examples/internal/frontend),
 // on a journaltest network, each node on a crashable in-memory disk. Nodes
@@ -180,10 +185,8 @@ func (c *faultCluster) start(ctx context.Context, n *faultNode, crashAt int) (cr
 			Transport:    c.net.Transport(n.addr),
 			StateMachine: r.sm, Snapshots: snapshots{r.store, r.reqc, &c.installs},
 			TickInterval: 10 * time.Millisecond, ElectionTicks: 20, HeartbeatTicks: 2,
-			StaleAfter: time.Minute,
-			// Small: images, compaction and snapshot installs happen
-			// throughout the run.
-			CompactMargin: 20, DedupeWindow: 20,
+			StaleAfter:    time.Minute,
+			CompactMargin: faultDedupeWindow, DedupeWindow: faultDedupeWindow,
 		}
 		if n.id == 1 {
 			cfg.Bootstrap = true
