@@ -67,7 +67,7 @@ type NodeState struct {
 // Stats are the registry's sizes, for metrics.
 type Stats struct {
 	Live      int    // live (registered, not finished, not cancelled) queries
-	Nodes     int    // members tracked, removed ones included
+	Nodes     int    // members tracked (removed ones included), plus nodes only live queries name
 	Removed   int    // removed members remembered
 	Cancelled uint64 // queries cancelled by events since New
 	Callbacks int    // cancel callbacks running now
