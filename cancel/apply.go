@@ -74,6 +74,9 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 				// Re-added with another epoch: the old one is void.
 				victims = r.detachLocked(idx, n, ev, Restarted, func(x heartbeat.Epoch) bool { return x == e })
 			}
+			if n.current.IsZero() {
+				n.bindUnknown(e)
+			}
 			n.supersede(n.current)
 			n.unsupersede(e)
 			n.current = e
@@ -142,6 +145,11 @@ func (r *Registry) detachLocked(idx uint32, n *node, ev heartbeat.Event, reason 
 		}
 		c := causes[p.slot]
 		if c == nil {
+			if epoch.IsZero() {
+				// Registered before any epoch of the node was known: it
+				// ran against the one the event says the node had.
+				epoch = ev.OldEpoch
+			}
 			c = &CanceledError{Node: n.id, OldEpoch: epoch, NewEpoch: ev.NewEpoch, Reason: reason, Index: ev.Index}
 			causes[p.slot] = c
 		}
@@ -179,6 +187,18 @@ func (r *Registry) removePartLocked(p *part) {
 	n.queries[last] = nil
 	n.queries = n.queries[:last]
 	n.shrink()
+	if len(n.queries) == 0 && n.status == StatusUnknown {
+		// Known only through registrations: nothing to remember once its
+		// last query is gone, so memory stays bounded by live queries.
+		r.dropNodeLocked(p.node)
+	}
+}
+
+// dropNodeLocked forgets the node at idx and frees its index.
+func (r *Registry) dropNodeLocked(idx uint32) {
+	delete(r.mu.index, r.mu.nodes[idx].id)
+	r.mu.nodes[idx] = nil
+	r.mu.free = append(r.mu.free, idx)
 }
 
 // rememberRemovedLocked keeps a removed member's tombstone, evicting the
@@ -189,9 +209,7 @@ func (r *Registry) rememberRemovedLocked(id uint64) {
 		old := r.mu.removed[0]
 		r.mu.removed = r.mu.removed[1:]
 		if idx, ok := r.mu.index[old]; ok && r.mu.nodes[idx].status == StatusRemoved && len(r.mu.nodes[idx].queries) == 0 {
-			delete(r.mu.index, old)
-			r.mu.nodes[idx] = nil
-			r.mu.free = append(r.mu.free, idx)
+			r.dropNodeLocked(idx)
 		}
 	}
 }

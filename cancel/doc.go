@@ -12,7 +12,8 @@
 //     ErrNodeRemoved).
 //   - On a worker, each fragment registers with its coordinator only, and is
 //     cancelled when that coordinator's epoch changes or it is declared dead
-//     or removed.
+//     or removed. A fragment from a coordinator no heartbeat has named yet
+//     is refused with ErrUnknownNode, since nothing would cancel it.
 //
 // The registry learns about members from heartbeat.Events passed to
 // [Registry.Apply], in log order: from heartbeat.Membership on a frontend,
@@ -23,7 +24,9 @@
 //
 // Costs: an event takes time in proportion to the queries on the node it
 // names (a per-node index), never to all live queries; memory is bounded by
-// the live queries plus a few tombstones per member; cancel callbacks run
+// the live queries plus a few tombstones per member (a node known only
+// from registrations is forgotten with its last query, a removed one after
+// Config.MaxRemoved more removals); cancel callbacks run
 // outside the registry's lock, each on its own goroutine, recovered from
 // panics, so a slow or panicking callback delays nothing else.
 package cancel

@@ -20,6 +20,9 @@ var (
 	ErrClosed = errors.New("cancel: registry closed")
 	// ErrInvalid: a Register call named the same node with two epochs.
 	ErrInvalid = errors.New("cancel: invalid registration")
+	// ErrUnknownNode: a fragment names a coordinator that no event has
+	// named (RegisterFragment): nothing would ever cancel it.
+	ErrUnknownNode = errors.New("cancel: unknown node")
 )
 
 // Reason says why a query was cancelled.
@@ -63,7 +66,7 @@ func (r Reason) sentinel() error {
 // ErrNodeRestarted, ErrNodeDead or ErrNodeRemoved.
 type CanceledError struct {
 	Node     uint64          // the member that restarted, died or was removed
-	OldEpoch heartbeat.Epoch // the epoch the query was registered against
+	OldEpoch heartbeat.Epoch // the epoch the query was registered against (zero: never known)
 	NewEpoch heartbeat.Epoch // the epoch that replaced it (temporary if dead, zero if removed)
 	Reason   Reason
 	Index    uint64 // index of the membership event (0 if unknown)
@@ -73,12 +76,20 @@ type CanceledError struct {
 func (e *CanceledError) Error() string {
 	switch e.Reason {
 	case Restarted:
-		return fmt.Sprintf("cancel: node %d restarted (epoch %s -> %s)", e.Node, e.OldEpoch, e.NewEpoch)
+		return fmt.Sprintf("cancel: node %d restarted (epoch %s -> %s)", e.Node, epochText(e.OldEpoch), epochText(e.NewEpoch))
 	case Dead:
-		return fmt.Sprintf("cancel: node %d declared dead (epoch %s)", e.Node, e.OldEpoch)
+		return fmt.Sprintf("cancel: node %d declared dead (epoch %s)", e.Node, epochText(e.OldEpoch))
 	default:
-		return fmt.Sprintf("cancel: node %d removed (epoch %s)", e.Node, e.OldEpoch)
+		return fmt.Sprintf("cancel: node %d removed (epoch %s)", e.Node, epochText(e.OldEpoch))
 	}
+}
+
+// epochText prints an epoch, "unknown" for the zero one.
+func epochText(e heartbeat.Epoch) string {
+	if e.IsZero() {
+		return "unknown"
+	}
+	return e.String()
 }
 
 // Unwrap returns the sentinel for e.Reason.

@@ -67,7 +67,7 @@ type NodeState struct {
 // Stats are the registry's sizes, for metrics.
 type Stats struct {
 	Live      int    // live (registered, not finished, not cancelled) queries
-	Nodes     int    // members tracked, removed ones included
+	Nodes     int    // members tracked (removed ones included), plus nodes only live queries name
 	Removed   int    // removed members remembered
 	Cancelled uint64 // queries cancelled by events since New
 	Callbacks int    // cancel callbacks running now
@@ -206,7 +206,15 @@ func OnCancel(fn func(*CanceledError)) RegisterOption {
 // has applied (the node restarted, was declared dead or was removed),
 // Register fails at once with that *CanceledError. Registration and event
 // application are atomic with respect to each other.
+//
+// A participant no event has named yet is accepted (this frontend may lag
+// the one that chose it); the registry keeps what it knows of such a node
+// only while queries run on it.
 func (r *Registry) Register(parent context.Context, coordinator Member, workers []Member, opts ...RegisterOption) (*Query, error) {
+	return r.register(parent, coordinator, workers, false, opts...)
+}
+
+func (r *Registry) register(parent context.Context, coordinator Member, workers []Member, knownCoordinator bool, opts ...RegisterOption) (*Query, error) {
 	var o registerOptions
 	for _, fn := range opts {
 		fn(&o)
@@ -219,7 +227,7 @@ func (r *Registry) Register(parent context.Context, coordinator Member, workers 
 	q.ctx, q.cancel = context.WithCancelCause(parent)
 
 	r.mu.Lock()
-	err := r.registerLocked(q, coordinator, workers)
+	err := r.registerLocked(q, coordinator, workers, knownCoordinator)
 	if err == nil && o.onCancel != nil {
 		r.mu.onCancel[q] = o.onCancel
 	}
@@ -231,9 +239,12 @@ func (r *Registry) Register(parent context.Context, coordinator Member, workers 
 	return q, nil
 }
 
-func (r *Registry) registerLocked(q *Query, coordinator Member, workers []Member) error {
+func (r *Registry) registerLocked(q *Query, coordinator Member, workers []Member, knownCoordinator bool) error {
 	if r.mu.closed {
 		return ErrClosed
+	}
+	if _, ok := r.mu.index[coordinator.Node]; knownCoordinator && !ok {
+		return fmt.Errorf("%w: coordinator %d: no heartbeat has named it yet", ErrUnknownNode, coordinator.Node)
 	}
 	// Validate every participant before indexing any, so a failure leaves
 	// nothing behind.
@@ -304,6 +315,17 @@ func (n *node) supersede(e heartbeat.Epoch) {
 	}
 	n.tomb[n.tombNext] = e
 	n.tombNext = (n.tombNext + 1) % tombstones
+}
+
+// bindUnknown ties the parts registered while n's epoch was unknown (the
+// zero epoch meant "the current one") to e, the first epoch learnt for n,
+// so that their causes name it.
+func (n *node) bindUnknown(e heartbeat.Epoch) {
+	for i := range n.slots {
+		if n.slots[i].refs > 0 && n.slots[i].epoch.IsZero() {
+			n.slots[i].epoch = e
+		}
+	}
 }
 
 // unsupersede forgets a tombstone (a dead member came back with its epoch).

@@ -285,7 +285,9 @@ func TestMemoryBoundedByLiveQueries(t *testing.T) {
 	require.Zero(t, r.Stats().Live)
 	r.mu.Lock()
 	for _, n := range r.mu.nodes {
-		require.LessOrEqual(t, cap(n.queries), 64, "node %d keeps an index of %d slots for no query", n.id, cap(n.queries))
+		if n != nil {
+			require.LessOrEqual(t, cap(n.queries), 64, "node %d keeps an index of %d slots for no query", n.id, cap(n.queries))
+		}
 	}
 	r.mu.Unlock()
 
@@ -352,7 +354,9 @@ func TestManyWorkersPerQuery(t *testing.T) {
 	require.Zero(t, r.Stats().Live)
 	r.mu.Lock()
 	for _, n := range r.mu.nodes {
-		require.Empty(t, n.queries, fmt.Sprint(n.id))
+		if n != nil {
+			require.Empty(t, n.queries, fmt.Sprint(n.id))
+		}
 	}
 	r.mu.Unlock()
 }
@@ -362,4 +366,93 @@ func TestCanceledErrorText(t *testing.T) {
 	require.Contains(t, e.Error(), "node 7 restarted")
 	require.True(t, errors.Is(e, ErrNodeRestarted))
 	require.False(t, errors.Is(e, ErrNodeDead))
+}
+
+// Registrations on nodes no event has named leave nothing behind once
+// their queries are gone: the registry's memory follows the live queries,
+// not every id it was ever given.
+func TestUnknownNodesAreForgottenWithTheirQueries(t *testing.T) {
+	r, ep := cluster(t)
+	for i := range uint64(10000) {
+		q, err := r.Register(t.Context(), Member{Node: 1_000_000 + i}, []Member{{Node: 2_000_000 + i}, m(10, ep[10])})
+		require.NoError(t, err)
+		q.Finish()
+	}
+	st := r.Stats()
+	require.Zero(t, st.Live)
+	require.Equal(t, 4, st.Nodes, "the four members of cluster, nothing else")
+
+	// A query cancelled by an event releases its unknown nodes too.
+	q, err := r.Register(t.Context(), Member{Node: 77}, []Member{m(10, ep[10])})
+	require.NoError(t, err)
+	require.Equal(t, 5, r.Stats().Nodes)
+	r.Apply(heartbeat.Event{Index: 100, Node: 10, Type: heartbeat.Dead, OldEpoch: ep[10], NewEpoch: heartbeat.TemporaryEpoch(ep[10], 2)})
+	requireCause(t, q, ErrNodeDead, 10)
+	require.Equal(t, 4, r.Stats().Nodes)
+	_, ok := r.Node(77)
+	require.False(t, ok)
+}
+
+// A worker refuses a fragment from a coordinator no heartbeat has named:
+// no event would ever cancel it. Once named, the coordinator is accepted.
+func TestFragmentFromUnknownCoordinatorRefused(t *testing.T) {
+	r := New(Config{MaxRemoved: 1})
+	defer r.Close()
+	e := heartbeat.NewEpoch()
+	_, err := r.RegisterFragment(t.Context(), m(3, e))
+	require.ErrorIs(t, err, ErrUnknownNode)
+	require.Contains(t, err.Error(), "coordinator 3")
+	require.Zero(t, r.Stats().Nodes)
+
+	r.Apply(heartbeat.Event{Index: 1, Node: 3, Kind: heartbeat.KindFrontend, Type: heartbeat.Added, NewEpoch: e})
+	q, err := r.RegisterFragment(t.Context(), m(3, e))
+	require.NoError(t, err)
+	q.Finish()
+
+	// Removed: refused as removed while remembered, as unknown after.
+	r.Apply(heartbeat.Event{Index: 2, Node: 3, Kind: heartbeat.KindFrontend, Type: heartbeat.Removed, OldEpoch: e})
+	_, err = r.RegisterFragment(t.Context(), m(3, e))
+	require.ErrorIs(t, err, ErrNodeRemoved)
+	r.Apply(heartbeat.Event{Index: 3, Node: 4, Kind: heartbeat.KindFrontend, Type: heartbeat.Added, NewEpoch: heartbeat.NewEpoch()})
+	r.Apply(heartbeat.Event{Index: 4, Node: 4, Kind: heartbeat.KindFrontend, Type: heartbeat.Removed})
+	_, err = r.RegisterFragment(t.Context(), m(3, e))
+	require.ErrorIs(t, err, ErrUnknownNode)
+}
+
+// A query registered against a worker whose epoch was not known yet (a
+// follower that had replayed its record before its first answer) names the
+// worker's real epoch when it is cancelled, and "unknown" when no event
+// ever gave one.
+func TestCauseOfAQueryRegisteredBeforeTheEpochWasKnown(t *testing.T) {
+	r, ep := cluster(t)
+	e := heartbeat.NewEpoch()
+	r.Apply(heartbeat.Event{Index: 10, Node: 20, Kind: heartbeat.KindWorker, Type: heartbeat.Added})
+	early, err := r.Register(t.Context(), m(1, ep[1]), []Member{{Node: 20}})
+	require.NoError(t, err)
+	r.Apply(heartbeat.Event{Index: 11, Node: 20, Kind: heartbeat.KindWorker, Type: heartbeat.Alive, NewEpoch: e, Generation: 1})
+	r.Apply(heartbeat.Event{Index: 12, Node: 20, Kind: heartbeat.KindWorker, Type: heartbeat.Dead, OldEpoch: e, NewEpoch: heartbeat.TemporaryEpoch(e, 2), Generation: 2})
+	ce := requireCause(t, early, ErrNodeDead, 20)
+	require.Equal(t, e, ce.OldEpoch)
+	require.Equal(t, fmt.Sprintf("cancel: node 20 declared dead (epoch %s)", e), ce.Error())
+
+	// Never named before the event: the event's own old epoch.
+	q, err := r.Register(t.Context(), m(1, ep[1]), []Member{{Node: 21}})
+	require.NoError(t, err)
+	r.Apply(heartbeat.Event{Index: 13, Node: 21, Kind: heartbeat.KindWorker, Type: heartbeat.Dead, OldEpoch: e, NewEpoch: heartbeat.TemporaryEpoch(e, 5), Generation: 5})
+	require.Equal(t, e, requireCause(t, q, ErrNodeDead, 21).OldEpoch)
+
+	// Bound to the first epoch learnt, even when the event that cancels it
+	// names none (a member re-added with a new epoch).
+	r.Apply(heartbeat.Event{Index: 15, Node: 23, Kind: heartbeat.KindWorker, Type: heartbeat.Added})
+	q, err = r.Register(t.Context(), m(1, ep[1]), []Member{{Node: 23}})
+	require.NoError(t, err)
+	r.Apply(heartbeat.Event{Index: 16, Node: 23, Kind: heartbeat.KindWorker, Type: heartbeat.Alive, NewEpoch: e, Generation: 1})
+	r.Apply(heartbeat.Event{Index: 17, Node: 23, Kind: heartbeat.KindWorker, Type: heartbeat.Added, NewEpoch: heartbeat.NewEpoch()})
+	require.Equal(t, e, requireCause(t, q, ErrNodeRestarted, 23).OldEpoch)
+
+	// A worker declared dead before it ever answered has no epoch to name.
+	q, err = r.Register(t.Context(), m(1, ep[1]), []Member{{Node: 22}})
+	require.NoError(t, err)
+	r.Apply(heartbeat.Event{Index: 18, Node: 22, Kind: heartbeat.KindWorker, Type: heartbeat.Dead, Generation: 1})
+	require.Equal(t, "cancel: node 22 declared dead (epoch unknown)", requireCause(t, q, ErrNodeDead, 22).Error())
 }

@@ -165,6 +165,9 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 			return 0, fmt.Errorf("%w: move target %q", ErrExists, o.to)
 		}
 		t.pc.reset()
+		if err := s.roomForKid(ps); err != nil {
+			return 0, err
+		}
 		t.move(s, index, slot, ps, name, o.path, o.to)
 	}
 	return id, nil
@@ -314,6 +317,10 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	if len(b) > maxBlobBytes { // validation keeps ops well below this
 		return 0, fmt.Errorf("%w: the node's attributes would take %d bytes (at most %d)", ErrInvalid, len(b), MaxAttrsBytes)
 	}
+	// Room in the parent's child list first: past this point nothing fails.
+	if err := s.roomForKid(ps); err != nil {
+		return 0, err
+	}
 	kind := s.internKind(o.kind)
 	fromFree := len(s.free) > 0
 	slot := s.allocSlot()
@@ -325,7 +332,11 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	s.setSlotOf(id, slot)
 	if miss {
 		pr := s.at(ps)
-		pr.kids = s.kids.insert(pr.kids, pos, slot)
+		h, err := s.kids.insert(pr.kids, pos, slot, kidRollback)
+		if err != nil {
+			panic(fmt.Sprintf("catalog: linking a child: %v", err)) // internal invariant: roomForKid made room
+		}
+		pr.kids = h
 	} else {
 		s.insertKid(ps, slot)
 	}

@@ -30,6 +30,10 @@ var (
 	// ErrCorrupt: an image body is truncated, fails its checksum, or holds
 	// inconsistent content.
 	ErrCorrupt = errors.New("catalog: corrupt image")
+	// ErrCapacity: an operation would take the tree past a limit of its
+	// in-memory layout (the storage of child lists); the batch fails and
+	// changes nothing.
+	ErrCapacity = errors.New("catalog: capacity exceeded")
 	// ErrResync: a watcher fell behind (its buffer filled) or the tree was
 	// replaced by Load; its channel is closed and it must re-read and
 	// re-subscribe.

@@ -702,7 +702,11 @@ func (lk *linker) link(b *linkBatch) error {
 		pr := lk.at(ps)
 		name := lk.name(slot)
 		if pr.kids == 0 {
-			pr.kids = s.kids.insert(0, 0, slot)
+			h, err := s.kids.insert(0, 0, slot, kidRollback)
+			if err != nil {
+				return err
+			}
+			pr.kids = h
 		} else {
 			// Children mostly arrive in name order: one comparison
 			// with the last one keeps the list sorted; loader.link
@@ -722,7 +726,11 @@ func (lk *linker) link(b *linkBatch) error {
 				k[2+n] = slot
 				k[0] = n + 1
 			} else {
-				pr.kids = s.kids.insert(pr.kids, int(n), slot)
+				h, err := s.kids.insert(pr.kids, int(n), slot, kidRollback)
+				if err != nil {
+					return err
+				}
+				pr.kids = h
 			}
 		}
 		lk.lastParentID, lk.lastParent, lk.lastName = parent, ps, name
@@ -853,7 +861,11 @@ func (ld *loader) link() error {
 		}
 		s.at(l.slot).parent = ps
 		pr := s.at(ps)
-		pr.kids = s.kids.insert(pr.kids, len(s.kids.list(pr.kids)), l.slot)
+		h, err := s.kids.insert(pr.kids, len(s.kids.list(pr.kids)), l.slot, kidRollback)
+		if err != nil {
+			return err
+		}
+		pr.kids = h
 		lk.unsorted = append(lk.unsorted, ps)
 	}
 	slices.Sort(lk.unsorted)

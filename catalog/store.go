@@ -3,6 +3,7 @@ package catalog
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"strings"
 
 	"github.com/metatree/metatree/catalog/internal/idset"
@@ -25,7 +26,12 @@ import (
 // Limits of the layout: a sorted child list is moved on insert, so a node
 // with millions of children inserted in random name order is slow to build
 // (appends in name order are fast); slots are uint32 (4 billion live
-// nodes); one node's name and attributes are at most about 4 MiB.
+// nodes); one node's name and attributes are at most about 4 MiB; child
+// lists live in at most 4,096 chunks (kids.go), of 1 Mi slots each or one
+// list too big for the size classes, and a batch that would need more
+// fails with ErrCapacity. The pool's layout depends on the history of
+// allocations, so a replica near that limit may refuse a batch another
+// accepts: it is far beyond the memory a catalog is sized for.
 
 const (
 	slabBits = 12
@@ -397,11 +403,27 @@ func (s *state) lookupKid(parent uint32, name []byte) (uint32, bool) {
 	return 0, false
 }
 
-// insertKid links slot under parent; the caller checked the name is free.
+// roomForKid makes room in parent's child list for one more child, so
+// that the insertKid that follows cannot fail: an operation calls it before
+// it changes anything, and fails with ErrCapacity when there is none.
+func (s *state) roomForKid(parent uint32) error {
+	pr := s.at(parent)
+	h, err := s.kids.room(pr.kids, kidForward)
+	pr.kids = h
+	return err
+}
+
+// insertKid links slot under parent; the caller checked the name is free
+// and, in a batch, made room (roomForKid). Undoing a batch relinks what it
+// unlinked, within the chunks kept in reserve for it.
 func (s *state) insertKid(parent, slot uint32) {
 	pos, _ := s.kidPos(parent, s.name(slot))
 	pr := s.at(parent)
-	pr.kids = s.kids.insert(pr.kids, pos, slot)
+	h, err := s.kids.insert(pr.kids, pos, slot, kidRollback)
+	if err != nil {
+		panic(fmt.Sprintf("catalog: relinking a child: %v", err)) // internal invariant: room or the reserve
+	}
+	pr.kids = h
 }
 
 // removeKid unlinks slot from parent, freeing an emptied child list.

@@ -26,7 +26,10 @@
 //     leader's claim at MonitorPath, so a deposed leader changes nothing.
 //  4. On every frontend, Membership replays the member records from the
 //     catalog (a watch, and a full re-read after an image load) and hands
-//     each transition to Config.OnEvent in log order.
+//     each transition to Config.OnEvent in log order. A re-read that finds
+//     a record some transitions later (an image folded them) delivers what
+//     they did all the same: a later generation with the same epoch is a
+//     death in between (Dead, then Alive); see Event.
 //  5. A Responder (an http.Handler mounted at Path on every member) answers
 //     with its epoch, refuses lower raft terms before taking any lock,
 //     tracks the frontends' epochs from the leader's lists and emits an Event

@@ -76,7 +76,14 @@ func (t EventType) String() string {
 
 // Event is one membership transition, delivered in log order. There is at
 // most one event per member and Index, so a consumer may drop an event whose
-// Index is not above the last it applied for that member as a replay.
+// Index is not above the last it applied for that member as a replay, but
+// for Index 0: a transition that the member record (or the leader's list)
+// no longer shows, found when a later one is compared with an older view
+// (a frontend's resync after an image load, a worker that missed lists).
+// It comes just before the event that revealed it, is delivered once, and
+// must be applied (cancel.Registry always applies Index 0): a member that
+// was declared dead and came back with its epoch arrives as Dead (Index 0)
+// then Alive.
 //
 // On a frontend, events come from replaying the member records in the
 // catalog, so every frontend sees the same events in the same order, and

@@ -349,6 +349,79 @@ func TestResyncAfterImageLoad(t *testing.T) {
 	})
 }
 
+// A frontend that catches up through an image across a worker's death and
+// return (the image holds only the record after both) cancels its queries
+// on that worker, as the frontends that replayed the transitions did, and
+// accepts new ones against the worker's epoch.
+func TestImageCatchUpAcrossADeathCancels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, 1)
+		tree := catalog.New()
+		reg := cancel.New(cancel.Config{})
+		defer reg.Close()
+		ms, err := heartbeat.New(heartbeat.Config{ID: 99, Epoch: heartbeat.NewEpoch(), Tree: tree, Journal: follower{},
+			OnEvent: func(e heartbeat.Event) { reg.Apply(e) }})
+		require.NoError(t, err)
+		defer ms.Close()
+		load := func() {
+			var buf bytes.Buffer
+			require.NoError(t, c.frontends[1].tree.Save(&buf))
+			require.NoError(t, tree.Load(&buf))
+			synctestWait()
+		}
+		load()
+		q, err := reg.Register(t.Context(), cancel.Member{Node: 1}, []cancel.Member{member(ms, 10)})
+		require.NoError(t, err)
+
+		c.net.cut("*", addrOf(10), true)
+		c.advance((deadAfter + 2) * interval)
+		m, _ := c.frontends[1].ms.Member(10)
+		require.Equal(t, heartbeat.StatusDead, m.Status, "the leader declared worker 10 dead")
+		c.net.cut("*", addrOf(10), false)
+		c.advance(interval)
+		m, _ = c.frontends[1].ms.Member(10)
+		require.Equal(t, heartbeat.StatusAlive, m.Status, "worker 10 is back")
+
+		load()
+		requireCancelled(t, q, cancel.ErrNodeDead, 10)
+		st, _ := reg.Node(10)
+		require.Equal(t, cancel.StatusAlive, st.Status)
+		require.Equal(t, c.workers[10].epoch, st.Epoch)
+		_, err = reg.Register(t.Context(), cancel.Member{Node: 1}, []cancel.Member{member(ms, 10)})
+		require.NoError(t, err)
+	})
+}
+
+// A worker cut off from the leader while a coordinator frontend died and
+// came back hears of it from the next list: the coordinator's fragments
+// are cancelled, as its queries were.
+func TestWorkerThatMissedACoordinatorsDeathCancels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, 1)
+		w := c.workers[10]
+		e2 := c.frontends[2].epoch
+		frag, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 2, Epoch: e2})
+		require.NoError(t, err)
+
+		c.net.cut("*", addrOf(10), true)
+		c.net.cut("*", addrOf(2), true)
+		c.advance((deadAfter + 2) * interval)
+		m, _ := c.frontends[1].ms.Member(2)
+		require.Equal(t, heartbeat.StatusDead, m.Status, "the leader declared frontend 2 dead")
+		c.net.cut("*", addrOf(2), false)
+		c.advance(interval)
+		m, _ = c.frontends[1].ms.Member(2)
+		require.Equal(t, heartbeat.StatusAlive, m.Status, "frontend 2 is back")
+		require.NoError(t, frag.Context().Err(), "the worker has heard nothing yet")
+
+		c.net.cut("*", addrOf(10), false)
+		c.advance(interval)
+		requireCancelled(t, frag, cancel.ErrNodeDead, 2)
+		_, err = w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 2, Epoch: e2})
+		require.NoError(t, err, "frontend 2 is alive again with its epoch")
+	})
+}
+
 // Registrations racing a worker's restart: each query registered against
 // the old epoch either fails at once or is cancelled, exactly once; those
 // registered against the new epoch go on.

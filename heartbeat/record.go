@@ -82,6 +82,10 @@ type Member struct {
 	Since      time.Time // when the last transition was journaled (leader's clock)
 	Term       uint64    // raft term of the leader that journaled it
 	Modified   uint64    // catalog index of the record's last change
+	// Created is the catalog index that created the record: a member
+	// removed and added again under its id is a new incarnation, whose
+	// generations count from zero again.
+	Created uint64
 }
 
 // PublishedEpoch is the epoch the cluster publishes for m: its epoch while
@@ -102,7 +106,7 @@ func memberFromNode(n *catalog.Node) (Member, error) {
 	if err != nil || id == 0 || !strings.HasPrefix(n.Path, MembersPath+"/") {
 		return Member{}, fmt.Errorf("%w: member record %q: name is not a member id", ErrMalformed, n.Path)
 	}
-	m := Member{ID: id, Modified: n.Modified, Addr: n.Attrs[attrAddr].Str(), Role: n.Attrs[attrRole].Str()}
+	m := Member{ID: id, Modified: n.Modified, Created: n.Created, Addr: n.Attrs[attrAddr].Str(), Role: n.Attrs[attrRole].Str()}
 	if m.Kind, err = ParseKind(n.Attrs[attrKind].Str()); err != nil {
 		return Member{}, fmt.Errorf("%w: member record %q: %w", ErrMalformed, n.Path, err)
 	}
@@ -142,6 +146,19 @@ func (m Member) attrs() map[string]catalog.Value {
 
 // eventsBetween derives the events of one record change, before -> after
 // (nil: absent). index is the log index of the change.
+//
+// before and after need not be consecutive: a resync (after an image load
+// or a watch overflow) compares the record it last read with the current
+// one, and the transitions in between are gone from the catalog. What they
+// did to the member's work is delivered all the same, each transition the
+// record no longer shows as an event with Index 0 (unknown) ahead of the
+// one at index:
+//   - removed and added again (another Created): Removed, then as if new;
+//   - alive with the same epoch but a later generation: it was declared
+//     dead in between and came back, so Dead, then Alive (every transition
+//     bumps the generation, and only a death and a return keep the epoch);
+//   - alive at a later generation than its first answer would give, from
+//     no epoch: it restarted or died in between, so Restarted.
 func eventsBetween(before, after *Member, index uint64) []Event {
 	switch {
 	case before == nil && after == nil:
@@ -155,15 +172,29 @@ func eventsBetween(before, after *Member, index uint64) []Event {
 		return []Event{{Index: index, Node: after.ID, Kind: after.Kind, Type: Added, NewEpoch: after.Epoch, Generation: after.Generation}}
 	case after == nil:
 		return []Event{{Index: index, Node: before.ID, Kind: before.Kind, Type: Removed, OldEpoch: before.PublishedEpoch(), Generation: before.Generation}}
+	case before.Created != 0 && after.Created != 0 && before.Created != after.Created:
+		return append(eventsBetween(before, nil, 0), eventsBetween(nil, after, index)...)
 	}
 	ev := Event{Index: index, Node: after.ID, Kind: after.Kind, OldEpoch: before.PublishedEpoch(), NewEpoch: after.PublishedEpoch(), Generation: after.Generation}
 	switch {
-	case after.Status == StatusDead && (before.Status != StatusDead || before.Epoch != after.Epoch):
+	case after.Status == StatusDead && (before.Status != StatusDead || before.PublishedEpoch() != after.PublishedEpoch()):
 		ev.Type = Dead
 		ev.OldEpoch = before.Epoch
-	case after.Status != StatusDead && after.Epoch != before.Epoch && !before.Epoch.IsZero():
+	case after.Status == StatusDead:
+		return nil
+	case after.Epoch.IsZero():
+		return nil // alive, never answered: nothing to act on
+	case before.Status != StatusDead && before.Epoch == after.Epoch && after.Generation > before.Generation:
+		gen := before.Generation + 1
+		died := Event{Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: before.Epoch, NewEpoch: TemporaryEpoch(before.Epoch, gen), Generation: gen}
+		ev.Type = Alive
+		ev.OldEpoch = died.NewEpoch
+		return []Event{died, ev}
+	case before.Status != StatusDead && before.Epoch.IsZero() && after.Generation > before.Generation+1:
 		ev.Type = Restarted
-	case after.Status != StatusDead && (before.Status == StatusDead || before.Epoch.IsZero()) && !after.Epoch.IsZero():
+	case after.Epoch != before.Epoch && !before.Epoch.IsZero():
+		ev.Type = Restarted
+	case before.Status == StatusDead || before.Epoch.IsZero():
 		ev.Type = Alive
 	default:
 		return nil // address, role or bookkeeping change

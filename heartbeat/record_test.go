@@ -25,7 +25,7 @@ func TestMemberRecordRoundTrip(t *testing.T) {
 	require.True(t, ok)
 	got, err := memberFromNode(&n)
 	require.NoError(t, err)
-	m.Modified = 1
+	m.Modified, m.Created = 1, 1
 	m.Since = got.Since
 	require.Equal(t, m, got)
 	require.Equal(t, TemporaryEpoch(m.Epoch, 3), got.PublishedEpoch())
@@ -74,6 +74,12 @@ func TestEventsBetween(t *testing.T) {
 	deadRestarted.Generation = 3
 	moved := alive
 	moved.Addr = "elsewhere"
+	deadAgain := dead
+	deadAgain.Generation = 4
+	alive.Created, fresh.Created, dead.Created, back.Created, deadAgain.Created = 1, 1, 1, 1, 1
+	restarted.Created, deadRestarted.Created, moved.Created = 1, 1, 1
+	readded := alive
+	readded.Created = 20
 	tmp := TemporaryEpoch(e1, 2)
 	for _, tc := range []struct {
 		name          string
@@ -88,6 +94,15 @@ func TestEventsBetween(t *testing.T) {
 		{"back with a new epoch", &dead, &deadRestarted, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 3}}},
 		{"removed", &alive, nil, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Removed, OldEpoch: e1, Generation: 1}}},
 		{"address change", &alive, &moved, nil},
+		// Resyncs compare records that are not consecutive.
+		{"dead and back, folded", &alive, &back, []Event{
+			{Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2},
+			{Index: 9, Node: 5, Kind: KindWorker, Type: Alive, OldEpoch: tmp, NewEpoch: e1, Generation: 3}}},
+		{"dead, back, dead again, folded", &dead, &deadAgain, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: TemporaryEpoch(e1, 4), Generation: 4}}},
+		{"restarted or dead after its first answer, folded", &fresh, &back, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, NewEpoch: e1, Generation: 3}}},
+		{"removed and added again, folded", &alive, &readded, []Event{
+			{Node: 5, Kind: KindWorker, Type: Removed, OldEpoch: e1, Generation: 1},
+			{Index: 9, Node: 5, Kind: KindWorker, Type: Added, NewEpoch: e1, Generation: 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, eventsBetween(tc.before, tc.after, 9))

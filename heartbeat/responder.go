@@ -220,7 +220,8 @@ func (r *Responder) diffLocked(hb *Request) []Event {
 			// a new incarnation, whose generations restart. The old
 			// incarnation's epoch stays current until the new one is
 			// known, so that the switch below reports Restarted (old ->
-			// new), cancelling the old epoch's queries and no others.
+			// new), cancelling the old epoch's queries and no others, or,
+			// for the same process added back, a death in between.
 			p.Gen = 0
 			p.Since = f.Since
 		}
@@ -230,12 +231,27 @@ func (r *Responder) diffLocked(hb *Request) []Event {
 		if f.Gen <= p.Gen { // an older or the same view of this frontend
 			continue
 		}
+		// Lists may skip transitions (this member missed heartbeats, or a
+		// new leader's first list): as eventsBetween does on a frontend,
+		// a later generation with the same epoch means the frontend was
+		// declared dead and came back in between, delivered as Dead
+		// (Index 0: its list was never seen) then Alive; from no epoch, a
+		// generation past its first answer means it restarted or died.
 		switch {
 		case f.Dead && (!p.Dead || f.Epoch != p.Epoch):
 			ev(f.ID, Dead, p.Epoch, f.Epoch, f.Gen)
-		case !f.Dead && p.Dead && f.Epoch == p.lastReal:
+		case f.Dead || f.Epoch.IsZero():
+		case !p.Dead && f.Epoch == p.Epoch:
+			gen := p.Gen + 1
+			tmp := TemporaryEpoch(p.Epoch, gen)
+			ev(f.ID, Dead, p.Epoch, tmp, gen)
+			evs[len(evs)-1].Index = 0
+			ev(f.ID, Alive, tmp, f.Epoch, f.Gen)
+		case !p.Dead && p.Epoch.IsZero() && f.Gen > p.Gen+1:
+			ev(f.ID, Restarted, p.Epoch, f.Epoch, f.Gen)
+		case p.Dead && f.Epoch == p.lastReal:
 			ev(f.ID, Alive, p.Epoch, f.Epoch, f.Gen)
-		case !f.Dead && f.Epoch != p.Epoch && !f.Epoch.IsZero():
+		case f.Epoch != p.Epoch:
 			if p.Epoch.IsZero() {
 				ev(f.ID, Alive, p.Epoch, f.Epoch, f.Gen)
 			} else {

@@ -233,3 +233,27 @@ func TestResponderSeesAFrontendAddedAgain(t *testing.T) {
 	f.beat(t, Request{Leader: 1, Term: 3, Version: 400, Frontends: []FrontendEpoch{{ID: 2, Gen: 1, Epoch: e2}}})
 	require.Empty(t, f.take())
 }
+
+// A member that missed the lists in which a frontend was declared dead and
+// came back (it was cut off, or a new leader's first list) still hears of
+// the death: a later generation with the same epoch is a death in between,
+// delivered as Dead (Index 0) then Alive, which cancels the fragments that
+// frontend coordinated, as every frontend cancelled its queries.
+func TestResponderSeesADeathItMissed(t *testing.T) {
+	f := newResponderFixture(t)
+	e1, e2 := NewEpoch(), NewEpoch()
+	f.beat(t, Request{Leader: 1, Term: 1, Version: 10, Frontends: []FrontendEpoch{{ID: 1, Gen: 1, Epoch: e1}, {ID: 2}}})
+	f.take()
+	tmp := TemporaryEpoch(e1, 2)
+	code, _ := f.beat(t, Request{Leader: 1, Term: 1, Version: 20, Frontends: []FrontendEpoch{{ID: 1, Gen: 3, Epoch: e1}, {ID: 2}}})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, []Event{
+		{Node: 1, Kind: KindFrontend, Type: Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2},
+		{Index: 20, Node: 1, Kind: KindFrontend, Type: Alive, OldEpoch: tmp, NewEpoch: e1, Generation: 3},
+	}, f.take())
+
+	// From no epoch, past its first answer: restarted (or died) in between.
+	code, _ = f.beat(t, Request{Leader: 1, Term: 1, Version: 30, Frontends: []FrontendEpoch{{ID: 1, Gen: 3, Epoch: e1}, {ID: 2, Gen: 2, Epoch: e2}}})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, []Event{{Index: 30, Node: 2, Kind: KindFrontend, Type: Restarted, NewEpoch: e2, Generation: 2}}, f.take())
+}

@@ -35,9 +35,12 @@
 // Writes are crash safe: image.ckpt is written, fsynced, renamed to
 // image.<index> and the directory fsynced; older images are deleted only
 // after that, and at a pace (Config.DeleteBytesPerSec): renamed to
-// image.<index>.trash, then truncated a step at a time before they are
+// image.<index>.trash (a fetched or quarantined image keeps its .fetched or
+// .corrupt before it), then truncated a step at a time before they are
 // removed, so that a filesystem that discards freed blocks does not stall
-// the journal's fsyncs while it trims a whole image (see shred.go). Restores are single-flight per data dir: callers that ask
+// the journal's fsyncs while it trims a whole image (see shred.go). Open
+// shreds whatever trash a crash or a Close left. Restores are single-flight
+// per data dir: callers that ask
 // while one runs wait for its result (the failure of apache/doris#69642 was
 // several restores mixing files in one directory).
 //

@@ -3,6 +3,7 @@ package image
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -161,7 +162,7 @@ func (s *Store) queueLeftoverTrash() error {
 	}
 	var ts []*trashFile
 	for _, n := range names {
-		if _, ok := parseName(n, trashSuffix); !ok {
+		if !isTrashName(n) {
 			continue
 		}
 		f, err := s.fs.OpenReadWrite(s.path(n), vfs.WriteCategoryUnspecified)
@@ -175,6 +176,22 @@ func (s *Store) queueLeftoverTrash() error {
 	}
 	s.queueTrash(ts...)
 	return nil
+}
+
+// isTrashName reports whether name is a file the Store moved to the trash:
+// image.<index>.trash, image.<index>.fetched.trash or
+// image.<index>.corrupt.trash (Prune discards all three kinds).
+func isTrashName(name string) bool {
+	rest, ok := strings.CutSuffix(name, trashSuffix)
+	if !ok {
+		return false
+	}
+	for _, suffix := range []string{"", fetchedSuffix, corruptSuffix} {
+		if _, ok := parseName(rest, suffix); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // shredder runs from Open to Close.

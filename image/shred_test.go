@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
@@ -120,25 +121,43 @@ func TestPruneRemovesAnImageBeingReadAtOnce(t *testing.T) {
 	require.Empty(t, ev, "a file being read must not be truncated")
 }
 
+// Prune discards old images, fetched images and quarantined corrupt ones
+// through the trash; whichever a crash left there, the next Open shreds it,
+// and a .trash file that is not the Store's stays.
 func TestOpenShredsLeftoverTrash(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, vfs.Default, dir, newKV())
-	writeKV(t, s, 300)
-	require.NoError(t, s.Close())
-	// A crash after Prune renamed the image to the trash.
-	img := filepath.Join(dir, imageDirName)
-	trash := filepath.Join(img, "image.300"+trashSuffix)
-	require.NoError(t, os.Rename(filepath.Join(img, "image.300"), trash))
+	for _, suffix := range []string{"", fetchedSuffix, corruptSuffix} {
+		name := "image.300" + suffix + trashSuffix
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openStore(t, vfs.Default, dir, newKV())
+			writeKV(t, s, 300)
+			require.NoError(t, s.Close())
+			// A crash after Prune renamed the file to the trash.
+			img := filepath.Join(dir, imageDirName)
+			trash := filepath.Join(img, name)
+			require.NoError(t, os.Rename(filepath.Join(img, "image.300"), trash))
+			foreign := filepath.Join(img, "notes.trash")
+			require.NoError(t, os.WriteFile(foreign, []byte("not an image"), 0o600))
 
-	_, ev := shredWatch(t, dir, 1<<30)
-	for e := range ev {
-		require.Equal(t, "image.300"+trashSuffix, e.name)
-		if e.size == -1 {
-			break
-		}
+			_, ev := shredWatch(t, dir, 1<<30)
+			// The bound only turns a file Open ignores into a failure
+			// instead of a hang; shredding it takes milliseconds.
+			giveUp := time.After(30 * time.Second)
+			for removed := false; !removed; {
+				select {
+				case e := <-ev:
+					require.Equal(t, name, e.name)
+					removed = e.size == -1
+				case <-giveUp:
+					t.Fatalf("Open left %s in place", name)
+				}
+			}
+			_, err := os.Stat(trash)
+			require.ErrorIs(t, err, os.ErrNotExist)
+			_, err = os.Stat(foreign)
+			require.NoError(t, err)
+		})
 	}
-	_, err := os.Stat(trash)
-	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
 func TestCloseStopsShredding(t *testing.T) {

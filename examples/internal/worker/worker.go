@@ -125,7 +125,8 @@ func (w *Worker) fragments(rw http.ResponseWriter, _ *http.Request) error {
 
 // startFragment registers a fragment with its coordinator's epoch and runs
 // it. A fragment from a coordinator whose epoch is already superseded is
-// refused with 409 and recorded as cancelled: it never starts.
+// refused with 409 and recorded as cancelled: it never starts. One from a
+// coordinator that no heartbeat has listed yet is refused with 503.
 func (w *Worker) startFragment(rw http.ResponseWriter, r *http.Request) error {
 	var f demo.Fragment
 	if err := httpjson.Decode(rw, r, &f); err != nil {
@@ -146,6 +147,10 @@ func (w *Worker) startFragment(rw http.ResponseWriter, r *http.Request) error {
 			view.State, view.Cause = demo.Cancelled, err.Error()
 			w.runs.Record(f.Query, view)
 			return httpjson.Errorf(http.StatusConflict, "coordinator_gone", "%v", err)
+		}
+		if errors.Is(err, cancel.ErrUnknownNode) {
+			// No heartbeat has listed the coordinator yet: retry after one.
+			return httpjson.Errorf(http.StatusServiceUnavailable, "coordinator_unknown", "%v", err)
 		}
 		return err
 	}
