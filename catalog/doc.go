@@ -17,7 +17,10 @@
 // [Reader] and its [View]s (lookups, children, subtrees, index matches,
 // attributes by name), all at one index. Watches ([Tree.Watch]) deliver the changes of a subtree or a kind
 // in log order; a watcher that falls behind is dropped and told to resync
-// rather than slowing the applier. [Tree.Save] and [Tree.Load] write and read
+// rather than slowing the applier. [Tree.WatchFrom] resumes a watch after a
+// past index by replaying the retained log ([History]) and then going live,
+// with no gap and no duplicate, or fails with [ErrCompacted];
+// [Watcher.Progress] tells an idle watcher how far it has seen. [Tree.Save] and [Tree.Load] write and read
 // the image body, streamed and checksummed.
 //
 // The layout is compact, about 91 bytes a node for the Doris-scale catalog

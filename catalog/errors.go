@@ -38,6 +38,9 @@ var (
 	// replaced by Load; its channel is closed and it must re-read and
 	// re-subscribe.
 	ErrResync = errors.New("catalog: watcher must resync")
+	// ErrCompacted: a watch was asked to resume after an index older than
+	// the retained log; re-read and watch from the index read at.
+	ErrCompacted = errors.New("catalog: index compacted")
 	// ErrApplied: Apply was called with a log index at or below the last
 	// applied one; the entry is ignored.
 	ErrApplied = errors.New("catalog: index already applied")

@@ -35,9 +35,13 @@ type Watcher struct {
 	prefix string
 	kind   string
 	start  uint64
+	// after: events of batches at or below it are not delivered (a watch
+	// resumed after an index this tree has not reached yet).
+	after  uint64
 	ch     chan Event
-	closed bool  // guarded by t.wmu
-	err    error // guarded by t.wmu
+	sink   *[]Event // replaying watchers collect events here instead of ch
+	closed bool     // guarded by t.wmu
+	err    error    // guarded by t.wmu
 }
 
 // Watch subscribes to the changes made by batches applied after the current
@@ -46,15 +50,24 @@ type Watcher struct {
 // blocks on a watcher: one that falls a whole buffer behind is closed and its
 // Err is ErrResync; it must then re-read what it needs and watch again.
 func (t *Tree) Watch(opts WatchOptions) *Watcher {
+	return t.watch(opts, 0, nil)
+}
+
+// watch registers a watcher that skips the batches up to after and, with
+// a sink, collects events there instead of in a channel.
+func (t *Tree) watch(opts WatchOptions, after uint64, sink *[]Event) *Watcher {
 	n := opts.Buffer
 	if n <= 0 {
 		n = DefaultWatchBuffer
+	}
+	if sink != nil {
+		n = 0
 	}
 	prefix := opts.Prefix
 	if prefix == "/" {
 		prefix = ""
 	}
-	w := &Watcher{t: t, prefix: prefix, kind: opts.Kind, ch: make(chan Event, n)}
+	w := &Watcher{t: t, prefix: prefix, kind: opts.Kind, after: after, ch: make(chan Event, n), sink: sink}
 	t.mu.RLock() // no batch is in progress while we hold it
 	defer t.mu.RUnlock()
 	w.start = t.s.index
@@ -71,6 +84,25 @@ func (w *Watcher) Events() <-chan Event { return w.ch }
 // Start returns the index the watcher started at: it receives the events of
 // batches with a higher index.
 func (w *Watcher) Start() uint64 { return w.start }
+
+// Progress reports how far the watcher has caught up while it is idle:
+// when ok, every event of the batches up to index has been received from
+// Events, so a consumer with nothing to read knows it has seen the tree up
+// to index. ok is false while events wait in the channel, after the
+// watcher closed, and before the tree reaches the index a resumed watch
+// started after.
+func (w *Watcher) Progress() (index uint64, ok bool) {
+	// Apply delivers a batch's events before readers can see its index, so
+	// an empty channel after reading the index means they were all taken.
+	index = w.t.Index()
+	w.t.wmu.Lock()
+	closed := w.closed
+	w.t.wmu.Unlock()
+	if closed || len(w.ch) > 0 || index < w.after {
+		return 0, false
+	}
+	return index, true
+}
 
 // Err returns ErrResync once the watcher was dropped for falling behind or
 // because Load replaced the tree, and nil otherwise.
@@ -151,7 +183,11 @@ func (t *Tree) deliver() {
 	for _, w := range t.watchers {
 		for i := range t.events {
 			ev := &t.events[i].ev
-			if w.closed || !w.wantsEvent(ev) {
+			if w.closed || ev.Index <= w.after || !w.wantsEvent(ev) {
+				continue
+			}
+			if w.sink != nil {
+				*w.sink = append(*w.sink, *ev)
 				continue
 			}
 			select {

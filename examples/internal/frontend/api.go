@@ -42,6 +42,7 @@ func (f *Frontend) routes() http.Handler {
 	api("DELETE /v1/catalog/{path...}", f.deleteNode)
 	api("POST /v1/txn", f.postTxn)
 	api("GET /v1/find", f.find)
+	api("GET /v1/watch", f.watch)
 	api("GET /v1/members", f.getMembers)
 	api("POST /v1/members", f.postMember)
 	api("DELETE /v1/members/{id}", f.deleteMember)

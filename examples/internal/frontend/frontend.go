@@ -70,6 +70,7 @@ type Frontend struct {
 	bgCtx          context.Context
 	bgCancel       context.CancelFunc
 	imageRequested atomic.Bool
+	replays        replayGate // one resumed watch replays the log at a time
 	closeOnce      sync.Once
 	closeErr       error
 }

@@ -1,0 +1,266 @@
+package frontend
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/examples/internal/httpjson"
+	"github.com/metatree/metatree/journal"
+)
+
+const (
+	// watchProgressEvery is how often an idle watch stream is told how far
+	// it has seen ({"progress":N}), which also keeps the connection alive.
+	watchProgressEvery = 500 * time.Millisecond
+	// watchWriteTimeout cuts off a client that reads nothing for this long;
+	// one that reads slowly is cut off sooner, by its watcher's buffer
+	// filling (a resync error line).
+	watchWriteTimeout = 30 * time.Second
+)
+
+// replayGate lets one resumed watch at a time replay the log: each replay
+// holds a copy of the catalog, loaded from an image, while it runs.
+type replayGate struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (g *replayGate) acquire(ctx context.Context) error {
+	g.once.Do(func() { g.ch = make(chan struct{}, 1) })
+	select {
+	case g.ch <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func (g *replayGate) release() { <-g.ch }
+
+// watchHistory is where a resumed watch finds what it missed: this
+// frontend's images and the journal's retained log.
+func (f *Frontend) watchHistory() catalog.History {
+	compacted := func(err error) error {
+		if errors.Is(err, journal.ErrCompacted) {
+			return fmt.Errorf("%w: %w", catalog.ErrCompacted, err)
+		}
+		return err
+	}
+	return catalog.History{
+		Base: func(ctx context.Context, at uint64) (*catalog.Tree, error) {
+			// Refuse before loading an image whose log is gone.
+			var base uint64
+			idx, err := f.images.Indexes()
+			if err != nil {
+				return nil, err
+			}
+			for _, i := range idx {
+				if i <= at {
+					base = i
+					break
+				}
+			}
+			if _, err := f.journal.TermAt(base); err != nil {
+				return nil, compacted(err)
+			}
+			t := catalog.New()
+			if _, err := f.images.LoadAtOrBefore(ctx, t, at); err != nil {
+				return nil, err
+			}
+			return t, nil
+		},
+		Entries: func(ctx context.Context, after, upTo uint64, fn func(uint64, []byte) error) error {
+			// The catalog applies an entry before the journal counts it
+			// applied.
+			if err := f.journal.WaitApplied(ctx, upTo); err != nil {
+				return err
+			}
+			return compacted(f.journal.ReadEntries(ctx, after, upTo, fn))
+		},
+	}
+}
+
+// watchLine is one event of a watch stream, as shared/API.md shows it.
+type watchLine struct {
+	Index uint64                   `json:"index"`
+	Type  string                   `json:"type"`
+	Path  string                   `json:"path"`
+	Kind  string                   `json:"kind"`
+	Attrs map[string]catalog.Value `json:"attrs"`
+}
+
+// watchStream writes newline-delimited JSON to a watch client.
+type watchStream struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	bw      *bufio.Writer
+	enc     *json.Encoder
+	started bool
+}
+
+func newWatchStream(w http.ResponseWriter) *watchStream {
+	bw := bufio.NewWriter(w)
+	return &watchStream{w: w, rc: http.NewResponseController(w), bw: bw, enc: json.NewEncoder(bw)}
+}
+
+// begin sends the 200 and the stream's headers, once.
+func (s *watchStream) begin() {
+	if !s.started {
+		s.started = true
+		s.w.Header().Set("Content-Type", "application/x-ndjson")
+		s.w.WriteHeader(http.StatusOK)
+	}
+}
+
+func (s *watchStream) write(v any) error {
+	s.begin()
+	if err := s.rc.SetWriteDeadline(time.Now().Add(watchWriteTimeout)); err != nil {
+		return err
+	}
+	return s.enc.Encode(v)
+}
+
+// event writes ev as the API's lines: a move is a delete of the old path
+// and a create at the new one.
+func (s *watchStream) event(ev catalog.Event) error {
+	line := func(typ string, n *catalog.Node) error {
+		attrs := n.Attrs
+		if attrs == nil {
+			attrs = map[string]catalog.Value{}
+		}
+		return s.write(watchLine{Index: ev.Index, Type: typ, Path: n.Path, Kind: n.Kind, Attrs: attrs})
+	}
+	switch ev.Op {
+	case catalog.OpCreate:
+		return line("create", ev.After)
+	case catalog.OpUpdate:
+		return line("update", ev.After)
+	case catalog.OpDelete:
+		return line("delete", ev.Before)
+	case catalog.OpMove:
+		if err := line("delete", ev.Before); err != nil {
+			return err
+		}
+		return line("create", ev.After)
+	}
+	return nil // OpResync: the channel closes next, with the watcher's error
+}
+
+func (s *watchStream) flush() error {
+	if err := s.bw.Flush(); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+// watch serves GET /v1/watch?prefix=P&from_index=N: the changes under P,
+// after N (exclusive) when given, else from now, as newline-delimited JSON,
+// with {"progress":N} lines while idle. A resume older than the log is 410
+// compacted; a client that falls behind gets an error line and the end of
+// the stream.
+func (f *Frontend) watch(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	prefix := q.Get("prefix")
+	if prefix == "" {
+		prefix = "/"
+	}
+	if err := catalog.ValidPath(prefix); err != nil {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "prefix: %v", err)
+	}
+	var from uint64
+	fromGiven := q.Has("from_index")
+	if fromGiven {
+		var err error
+		if from, err = strconv.ParseUint(q.Get("from_index"), 10, 64); err != nil {
+			return httpjson.Errorf(http.StatusBadRequest, "bad_request", "from_index %q: want a log index", q.Get("from_index"))
+		}
+	}
+	// The stream ends with the request or with the frontend.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(f.bgCtx, cancel)
+	defer stop()
+
+	s := newWatchStream(w)
+	opts := catalog.WatchOptions{Prefix: prefix}
+	var wt *catalog.Watcher
+	if fromGiven {
+		if err := f.replays.acquire(ctx); err != nil {
+			return apiError(err)
+		}
+		var err error
+		wt, err = f.tree.WatchFrom(ctx, from, opts, f.watchHistory(), s.event)
+		f.replays.release()
+		if err != nil {
+			code, status := "internal", http.StatusInternalServerError
+			if errors.Is(err, catalog.ErrCompacted) {
+				code, status = "compacted", http.StatusGone
+			}
+			if !s.started {
+				if status == http.StatusInternalServerError {
+					return apiError(err)
+				}
+				return httpjson.Errorf(status, code, "%v", err)
+			}
+			_ = s.write(map[string]string{"error": code, "message": err.Error()})
+			_ = s.flush()
+			return nil
+		}
+	} else {
+		wt = f.tree.Watch(opts)
+	}
+	defer wt.Close()
+	// The client learns at once that the watch is in place, and from where.
+	s.begin()
+	if p, ok := wt.Progress(); ok {
+		if s.write(map[string]uint64{"progress": p}) != nil {
+			return nil
+		}
+	}
+	if err := s.flush(); err != nil {
+		return nil
+	}
+	tick := time.NewTicker(watchProgressEvery)
+	defer tick.Stop()
+	idle := true
+	for {
+		select {
+		case ev, ok := <-wt.Events():
+			if !ok {
+				if err := wt.Err(); err != nil {
+					_ = s.write(map[string]string{"error": "resync", "message": err.Error()})
+					_ = s.flush()
+				}
+				return nil
+			}
+			idle = false
+			if err := s.event(ev); err != nil {
+				return nil
+			}
+			if len(wt.Events()) == 0 {
+				if err := s.flush(); err != nil {
+					return nil
+				}
+			}
+		case <-tick.C:
+			if idle {
+				if p, ok := wt.Progress(); ok {
+					if s.write(map[string]uint64{"progress": p}) != nil || s.flush() != nil {
+						return nil
+					}
+				}
+			}
+			idle = true
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
