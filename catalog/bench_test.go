@@ -4,42 +4,29 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/metatree/metatree/internal/benchshape"
 )
 
-// dorisShape is a Doris-like catalog: databases of tables of partitions of
-// tablets of replicas; replicas carry worker, version, state and size, and
-// are indexed by worker.
-type dorisShape struct {
-	dbs, tables, parts, tablets, replicas, workers int
-}
+// dorisFull is the Doris-scale catalog of BenchmarkDorisScale.
+var dorisFull = benchshape.Full
 
-var dorisFull = dorisShape{50, 50, 4, 100, 3, 100}
-
-func (d dorisShape) nodes() int {
-	t := d.dbs * d.tables
-	p := t * d.parts
-	tb := p * d.tablets
-	return 1 + d.dbs + t + p + tb + tb*d.replicas
-}
-
-// build applies the shape to tr through Apply, in encoded batches of about
-// batchOps operations starting at index first; it returns the next index,
-// the number of operations and the wall and process CPU time spent inside
-// Apply.
-func (d dorisShape) build(tb testing.TB, tr *Tree, first uint64, batchOps int) (uint64, int, time.Duration) {
-	idx, n, wall, _ := d.buildCPU(tb, tr, first, batchOps)
+// buildDoris applies the shape d to tr through Apply, in encoded batches of
+// about batchOps operations starting at index first; it returns the next
+// index, the number of operations and the wall time spent inside Apply.
+func buildDoris(tb testing.TB, d benchshape.Doris, tr *Tree, first uint64, batchOps int) (uint64, int, time.Duration) {
+	idx, n, wall, _ := buildDorisCPU(tb, d, tr, first, batchOps)
 	return idx, n, wall
 }
 
-func (d dorisShape) buildCPU(tb testing.TB, tr *Tree, first uint64, batchOps int) (uint64, int, time.Duration, time.Duration) {
-	r := rand.New(rand.NewPCG(1, 2))
+// buildDorisCPU is buildDoris that also returns the process CPU time spent
+// inside Apply. A batch ends after the tablet whose replicas fill it.
+func buildDorisCPU(tb testing.TB, d benchshape.Doris, tr *Tree, first uint64, batchOps int) (uint64, int, time.Duration, time.Duration) {
 	index := first
 	// Batches are encoded with the same encoder as Batch.Encode, from
 	// reused buffers, so that generating three million operations does not
@@ -54,11 +41,11 @@ func (d dorisShape) buildCPU(tb testing.TB, tr *Tree, first uint64, batchOps int
 			return
 		}
 		buf = appendOps(buf[:0], ops)
-		cpu := processCPU()
+		cpu := benchshape.ProcessCPU()
 		start := time.Now()
 		res := tr.Apply(index, buf).(*Result)
 		applyTime += time.Since(start)
-		applyCPU += processCPU() - cpu
+		applyCPU += benchshape.ProcessCPU() - cpu
 		if res.Err != nil {
 			tb.Fatalf("batch at %d: %v", index, res.Err)
 		}
@@ -67,37 +54,27 @@ func (d dorisShape) buildCPU(tb testing.TB, tr *Tree, first uint64, batchOps int
 		ops, kvs = ops[:0], kvs[:0]
 	}
 	ops = append(ops, rawOp{typ: OpCreateIndex, kind: "replica", attr: "worker"})
-	tablet := 0
-	for db := 0; db < d.dbs; db++ {
-		dbp := fmt.Sprintf("/db%02d", db)
-		ops = append(ops, rawOp{typ: OpCreate, path: dbp, kind: "database"})
-		for t := 0; t < d.tables; t++ {
-			tp := fmt.Sprintf("%s/tbl%02d", dbp, t)
-			ops = append(ops, rawOp{typ: OpCreate, path: tp, kind: "table", set: []kv{{"engine", String("olap")}}})
-			for p := 0; p < d.parts; p++ {
-				pp := tp + "/p" + strconv.Itoa(p)
-				ops = append(ops, rawOp{typ: OpCreate, path: pp, kind: "partition"})
-				for k := 0; k < d.tablets; k++ {
-					tablet++
-					tbp := pp + "/tablet" + strconv.Itoa(tablet)
-					ops = append(ops, rawOp{typ: OpCreate, path: tbp, kind: "tablet"})
-					for rep := 0; rep < d.replicas; rep++ {
-						n := len(kvs)
-						kvs = append(kvs, // sorted by key, as the encoding requires
-							kv{"size", Int(int64(r.IntN(1 << 30)))},
-							kv{"state", String("NORMAL")},
-							kv{"version", Int(int64(1 + r.IntN(1000)))},
-							kv{"worker", Int(int64((tablet*d.replicas + rep) % d.workers))},
-						)
-						ops = append(ops, rawOp{typ: OpCreate, path: tbp + "/r" + strconv.Itoa(rep), kind: "replica", set: kvs[n:len(kvs):len(kvs)]})
-					}
-					if len(ops) >= batchOps {
-						flush()
-					}
-				}
-			}
+	d.Walk(func(n benchshape.Node) {
+		switch n.Kind {
+		case "table":
+			ops = append(ops, rawOp{typ: OpCreate, path: n.Path, kind: n.Kind, set: []kv{{"engine", String("olap")}}})
+		case "replica":
+			r, k := n.Replica, len(kvs)
+			kvs = append(kvs, // sorted by key, as the encoding requires
+				kv{"size", Int(r.Size)},
+				kv{"state", String(r.State)},
+				kv{"version", Int(r.Version)},
+				kv{"worker", Int(r.Worker)},
+			)
+			ops = append(ops, rawOp{typ: OpCreate, path: n.Path, kind: n.Kind, set: kvs[k:len(kvs):len(kvs)]})
+		default:
+			ops = append(ops, rawOp{typ: OpCreate, path: n.Path, kind: n.Kind})
 		}
-	}
+		tabletDone := (n.Kind == "replica" && n.Rep == d.Replicas-1) || (n.Kind == "tablet" && d.Replicas == 0)
+		if tabletDone && len(ops) >= batchOps {
+			flush()
+		}
+	})
 	flush()
 	return index, total, applyTime, applyCPU
 }
@@ -122,21 +99,21 @@ func BenchmarkDorisScale(b *testing.B) {
 	for b.Loop() {
 		before := liveHeap()
 		tr := New()
-		_, nops, applyTime, applyCPU := shape.buildCPU(b, tr, 1, 100)
+		_, nops, applyTime, applyCPU := buildDorisCPU(b, shape, tr, 1, 100)
 		heap := liveHeap() - before
 		nodes := tr.Len()
-		if nodes != shape.nodes() {
-			b.Fatalf("tree has %d nodes, want %d", nodes, shape.nodes())
+		if nodes != shape.Nodes() {
+			b.Fatalf("tree has %d nodes, want %d", nodes, shape.Nodes())
 		}
 
 		var cw countWriter
-		cpu := processCPU()
+		cpu := benchshape.ProcessCPU()
 		start := time.Now()
 		if err := tr.Save(&cw); err != nil {
 			b.Fatal(err)
 		}
 		saveTime := time.Since(start)
-		saveCPU := processCPU() - cpu
+		saveCPU := benchshape.ProcessCPU() - cpu
 
 		var img bytes.Buffer
 		img.Grow(int(cw.n))
@@ -144,17 +121,17 @@ func BenchmarkDorisScale(b *testing.B) {
 			b.Fatal(err)
 		}
 		tr2 := New()
-		cpu = processCPU()
+		cpu = benchshape.ProcessCPU()
 		start = time.Now()
 		if err := tr2.Load(bytes.NewReader(img.Bytes())); err != nil {
 			b.Fatal(err)
 		}
 		loadTime := time.Since(start)
-		loadCPU := processCPU() - cpu
+		loadCPU := benchshape.ProcessCPU() - cpu
 		if tr2.Len() != nodes {
 			b.Fatalf("loaded %d nodes, want %d", tr2.Len(), nodes)
 		}
-		if got := len(tr2.Find("replica", "worker", Int(7))); got != shape.dbs*shape.tables*shape.parts*shape.tablets*shape.replicas/shape.workers {
+		if got := len(tr2.Find("replica", "worker", Int(7))); got != shape.ReplicaTotal()/shape.Workers {
 			b.Fatalf("index lookup after load found %d replicas", got)
 		}
 		runtime.KeepAlive(tr)
@@ -178,12 +155,12 @@ func BenchmarkDorisScale(b *testing.B) {
 	}
 }
 
-// benchShape is a 1/50 Doris catalog (61,051 nodes) for the other benchmarks.
-var benchShape = dorisShape{5, 10, 4, 100, 3, 100}
+// benchShape is the 1/50 Doris catalog of the other benchmarks.
+var benchShape = benchshape.Small
 
 func benchTree(b *testing.B) (*Tree, uint64) {
 	tr := New()
-	next, _, _ := benchShape.build(b, tr, 1, 100)
+	next, _, _ := buildDoris(b, benchShape, tr, 1, 100)
 	return tr, next
 }
 

@@ -1,11 +1,11 @@
 package catalog
 
 import (
-	"fmt"
-	"math/rand/v2"
 	"runtime"
-	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/metatree/metatree/internal/benchshape"
 )
 
 // naiveNode is the obvious Go layout of a catalog node (pointers and maps
@@ -49,47 +49,41 @@ func (t *naiveTree) add(parent *naiveNode, id uint64, name, kind string, attrs m
 // naive layout and in Tree, and reports both heaps per node: the ratio is
 // what the compact layout buys.
 func BenchmarkNaiveTreeMemory(b *testing.B) {
-	d := dorisShape{5, 50, 4, 100, 3, 100}
+	d := benchshape.Doris{DBs: 5, Tables: 50, Parts: 4, Tablets: 100, Replicas: 3, Workers: 100}
 	for b.Loop() {
 		before := liveHeap()
 		nt := &naiveTree{root: &naiveNode{id: 1}, byID: map[uint64]*naiveNode{}, byKind: map[string]map[uint64]*naiveNode{}, index: map[Value]map[uint64]*naiveNode{}}
-		r := rand.New(rand.NewPCG(1, 2))
 		id := uint64(2)
-		tablet := 0
-		for db := 0; db < d.dbs; db++ {
-			dn := nt.add(nt.root, id, fmt.Sprintf("db%02d", db), "database", nil)
-			id++
-			for t := 0; t < d.tables; t++ {
-				tn := nt.add(dn, id, fmt.Sprintf("tbl%02d", t), "table", map[string]Value{"engine": String("olap")})
-				id++
-				for p := 0; p < d.parts; p++ {
-					pn := nt.add(tn, id, "p"+strconv.Itoa(p), "partition", nil)
-					id++
-					for k := 0; k < d.tablets; k++ {
-						tablet++
-						tb := nt.add(pn, id, "tablet"+strconv.Itoa(tablet), "tablet", nil)
-						id++
-						for rep := 0; rep < d.replicas; rep++ {
-							nt.add(tb, id, "r"+strconv.Itoa(rep), "replica", map[string]Value{
-								"size": Int(int64(r.IntN(1 << 30))), "state": String("NORMAL"),
-								"version": Int(int64(1 + r.IntN(1000))), "worker": Int(int64((tablet*d.replicas + rep) % d.workers))})
-							id++
-						}
-					}
-				}
+		// parents[depth] is the newest node at that depth; depth 0 is the
+		// root, and Walk creates each node after its parent.
+		parents := [6]*naiveNode{nt.root}
+		depth := map[string]int{"database": 1, "table": 2, "partition": 3, "tablet": 4, "replica": 5}
+		d.Walk(func(n benchshape.Node) {
+			var attrs map[string]Value
+			switch n.Kind {
+			case "table":
+				attrs = map[string]Value{"engine": String("olap")}
+			case "replica":
+				r := n.Replica
+				attrs = map[string]Value{"size": Int(r.Size), "state": String(r.State), "version": Int(r.Version), "worker": Int(r.Worker)}
 			}
-		}
+			// A clone, so that the name does not keep the whole path alive.
+			name := strings.Clone(n.Path[strings.LastIndexByte(n.Path, '/')+1:])
+			k := depth[n.Kind]
+			parents[k] = nt.add(parents[k-1], id, name, n.Kind, attrs)
+			id++
+		})
 		naive := liveHeap() - before
 		runtime.KeepAlive(nt)
 		nt = nil
 
 		before = liveHeap()
 		tr := New()
-		d.build(b, tr, 1, 100)
+		buildDoris(b, d, tr, 1, 100)
 		compact := liveHeap() - before
 		runtime.KeepAlive(tr)
 
-		nodes := float64(d.nodes())
+		nodes := float64(d.Nodes())
 		b.ReportMetric(float64(naive)/nodes, "naive-bytes/node")
 		b.ReportMetric(float64(compact)/nodes, "bytes/node")
 		b.ReportMetric(float64(naive)/float64(compact), "ratio")

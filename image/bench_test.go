@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/internal/benchshape"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -33,34 +34,18 @@ import (
 //	go test ./image/ -run '^$' -bench 'Checkpoint|Restore|Startup' -benchtime 1x -args -doris=full
 var dorisScale = flag.String("doris", "small", "catalog size for the benchmarks: small (80,256 nodes) or full (4,012,551 nodes)")
 
-type dorisShape struct{ dbs, tables, parts, tablets, replicas, workers int }
-
-func (d dorisShape) nodes() int {
-	t := d.dbs * d.tables
-	p := t * d.parts
-	tb := p * d.tablets
-	return 1 + d.dbs + t + p + tb + tb*d.replicas
-}
-
-func (d dorisShape) replicaPath(tablet, rep int) string {
-	perTable := d.parts * d.tablets
-	tbl := (tablet - 1) / perTable
-	part := ((tablet - 1) % perTable) / d.tablets
-	return fmt.Sprintf("/db%02d/tbl%02d/p%d/tablet%d/r%d", tbl/d.tables, tbl%d.tables, part, tablet, rep)
-}
-
-func shapeFor(scale string) dorisShape {
+func shapeFor(scale string) benchshape.Doris {
 	if scale == "full" {
-		return dorisShape{50, 50, 4, 100, 3, 100}
+		return benchshape.Full
 	}
-	return dorisShape{5, 10, 4, 100, 3, 100}
+	return benchshape.Small
 }
 
-// build applies the shape to tr in batches of 100 operations from index 1
-// and returns the last index.
-func (d dorisShape) build(tb testing.TB, tr *catalog.Tree) uint64 {
+// buildDoris applies the shape to tr in batches of 100 operations from
+// index 1 and returns the last index.
+func buildDoris(tb testing.TB, d benchshape.Doris, tr *catalog.Tree) uint64 {
 	var index uint64
-	d.batches(tb, func(_ int, data []byte) {
+	dorisBatches(tb, d, func(_ int, data []byte) {
 		index++
 		if res := tr.Apply(index, data).(*catalog.Result); res.Err != nil {
 			tb.Fatalf("batch %d: %v", index, res.Err)
@@ -69,11 +54,10 @@ func (d dorisShape) build(tb testing.TB, tr *catalog.Tree) uint64 {
 	return index
 }
 
-// batches hands the shape to emit as encoded batches of up to 100
+// dorisBatches hands the shape to emit as encoded batches of up to 100
 // operations, each within one database (db -1: the index definition that
 // comes first), in an order that creates every parent before its children.
-func (d dorisShape) batches(tb testing.TB, emit func(db int, data []byte)) {
-	r := rand.New(rand.NewPCG(1, 2))
+func dorisBatches(tb testing.TB, d benchshape.Doris, emit func(db int, data []byte)) {
 	var ops []catalog.Op
 	curDB := -1
 	flush := func() {
@@ -95,46 +79,36 @@ func (d dorisShape) batches(tb testing.TB, emit func(db int, data []byte)) {
 	}
 	add(catalog.Op{Type: catalog.OpCreateIndex, Kind: "replica", Attr: "worker"})
 	flush()
-	tablet := 0
-	for db := range d.dbs {
-		flush()
-		curDB = db
-		dbp := fmt.Sprintf("/db%02d", db)
-		add(catalog.Op{Type: catalog.OpCreate, Path: dbp, Kind: "database"})
-		for t := range d.tables {
-			tp := fmt.Sprintf("%s/tbl%02d", dbp, t)
-			add(catalog.Op{Type: catalog.OpCreate, Path: tp, Kind: "table", Set: map[string]catalog.Value{"engine": catalog.String("olap")}})
-			for p := range d.parts {
-				pp := fmt.Sprintf("%s/p%d", tp, p)
-				add(catalog.Op{Type: catalog.OpCreate, Path: pp, Kind: "partition"})
-				for range d.tablets {
-					tablet++
-					tbp := fmt.Sprintf("%s/tablet%d", pp, tablet)
-					add(catalog.Op{Type: catalog.OpCreate, Path: tbp, Kind: "tablet"})
-					for rep := range d.replicas {
-						add(catalog.Op{Type: catalog.OpCreate, Path: fmt.Sprintf("%s/r%d", tbp, rep), Kind: "replica", Set: map[string]catalog.Value{
-							"worker":  catalog.Int(int64((tablet*d.replicas + rep) % d.workers)),
-							"version": catalog.Int(int64(1 + r.IntN(1000))),
-							"state":   catalog.String("NORMAL"),
-							"size":    catalog.Int(int64(r.IntN(1 << 30))),
-						}})
-					}
-				}
+	d.Walk(func(n benchshape.Node) {
+		op := catalog.Op{Type: catalog.OpCreate, Path: n.Path, Kind: n.Kind}
+		switch n.Kind {
+		case "database":
+			flush()
+			curDB = n.DB
+		case "table":
+			op.Set = map[string]catalog.Value{"engine": catalog.String("olap")}
+		case "replica":
+			r := n.Replica
+			op.Set = map[string]catalog.Value{
+				"worker":  catalog.Int(r.Worker),
+				"version": catalog.Int(r.Version),
+				"state":   catalog.String(r.State),
+				"size":    catalog.Int(r.Size),
 			}
 		}
-	}
+		add(op)
+	})
 	flush()
 }
 
-// updates returns n encoded batches, each a version bump of one random
-// replica (what a tablet report or a publish journals).
-func (d dorisShape) updates(tb testing.TB, n int, seed uint64) [][]byte {
+// dorisUpdates returns n encoded batches, each a version bump of one
+// random replica (what a tablet report or a publish journals).
+func dorisUpdates(tb testing.TB, d benchshape.Doris, n int, seed uint64) [][]byte {
 	r := rand.New(rand.NewPCG(seed, 7))
-	tablets := d.dbs * d.tables * d.parts * d.tablets
 	out := make([][]byte, n)
 	for i := range out {
 		data, err := catalog.Batch{Ops: []catalog.Op{{
-			Type: catalog.OpUpdate, Path: d.replicaPath(1+r.IntN(tablets), r.IntN(d.replicas)),
+			Type: catalog.OpUpdate, Path: d.ReplicaPath(1+r.IntN(d.TabletTotal()), r.IntN(d.Replicas)),
 			Set: map[string]catalog.Value{"version": catalog.Int(int64(1000 + i))},
 		}}}.Encode()
 		if err != nil {
@@ -150,7 +124,7 @@ const benchEntries = 100_000
 // dorisFixture is a data dir on the real disk holding the image of the
 // Doris catalog, and the 100,000 entries that follow it.
 type dorisFixture struct {
-	shape   dorisShape
+	shape   benchshape.Doris
 	dir     string // data dir; its image/ holds image.<base>
 	base    uint64
 	entries [][]byte // indexes base+1 ...
@@ -208,9 +182,9 @@ func fixture(b *testing.B) *dorisFixture {
 		b.Fatal(err)
 	}
 	tr := catalog.New()
-	base := shape.build(b, tr)
-	if tr.Len() != shape.nodes() {
-		b.Fatalf("catalog has %d nodes, want %d", tr.Len(), shape.nodes())
+	base := buildDoris(b, shape, tr)
+	if tr.Len() != shape.Nodes() {
+		b.Fatalf("catalog has %d nodes, want %d", tr.Len(), shape.Nodes())
 	}
 	s, err := Open(Config{Dir: dir, State: tr, ClusterID: "bench"})
 	if err != nil {
@@ -221,7 +195,7 @@ func fixture(b *testing.B) *dorisFixture {
 		b.Fatal(err)
 	}
 	s.Close()
-	f := &dorisFixture{shape: shape, dir: dir, base: base, entries: shape.updates(b, benchEntries, 1), size: info.Size}
+	f := &dorisFixture{shape: shape, dir: dir, base: base, entries: dorisUpdates(b, shape, benchEntries, 1), size: info.Size}
 	fixtures[*dorisScale] = f
 	return f
 }
@@ -490,7 +464,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 
 		// The same writer runs through a window without a checkpoint, then
 		// through the checkpoint.
-		w := startWriter(live, j, f.shape.updates(b, 10_000, 2), time.Millisecond)
+		w := startWriter(live, j, dorisUpdates(b, f.shape, 10_000, 2), time.Millisecond)
 		time.Sleep(3 * time.Second)
 		base := w.take()
 		ps := startPeakSampler()
@@ -582,7 +556,7 @@ func BenchmarkAdopt(b *testing.B) {
 		fsync := fsyncP50(b, dir)
 		heap := liveHeap()
 
-		w := startWriter(live, j, f.shape.updates(b, 10_000, 2), time.Millisecond)
+		w := startWriter(live, j, dorisUpdates(b, f.shape, 10_000, 2), time.Millisecond)
 		time.Sleep(3 * time.Second)
 		base := w.take()
 		ps := startPeakSampler()
@@ -674,8 +648,8 @@ func benchRestore(b *testing.B, staged bool) {
 			b.Fatal(err)
 		}
 		verify += time.Since(vstart)
-		if live.Len() != f.shape.nodes() {
-			b.Fatalf("restored %d nodes, want %d", live.Len(), f.shape.nodes())
+		if live.Len() != f.shape.Nodes() {
+			b.Fatalf("restored %d nodes, want %d", live.Len(), f.shape.Nodes())
 		}
 		s.Close()
 		b.StartTimer()
@@ -695,7 +669,7 @@ func benchRestore(b *testing.B, staged bool) {
 // journalFixture is a single-node journal on the real disk holding the
 // Doris catalog's image and the 100,000 entries proposed after it.
 type journalFixture struct {
-	shape dorisShape
+	shape benchshape.Doris
 	dir   string
 	last  uint64 // last index proposed
 	image uint64
@@ -783,8 +757,8 @@ func startupFixture(b *testing.B) *journalFixture {
 	}
 	// Each database's batches in order, databases in parallel (group
 	// commit): parents are always created before their children.
-	perDB := make([][][]byte, shape.dbs)
-	shape.batches(b, func(db int, d []byte) {
+	perDB := make([][][]byte, shape.DBs)
+	dorisBatches(b, shape, func(db int, d []byte) {
 		if db < 0 {
 			if _, _, err := j.Propose(ctx, d); err != nil {
 				b.Fatal(err)
@@ -823,7 +797,7 @@ func startupFixture(b *testing.B) *journalFixture {
 		b.Fatal(err)
 	}
 	f.image = info.Index
-	f.last = proposeAll(b, j, shape.updates(b, benchEntries, 1))
+	f.last = proposeAll(b, j, dorisUpdates(b, shape, benchEntries, 1))
 	return f
 }
 
@@ -857,8 +831,8 @@ func BenchmarkStartup(b *testing.B) {
 		if got := j.Status().Image; got != f.image {
 			b.Fatalf("started from image %d, want %d", got, f.image)
 		}
-		if tree.Len() != f.shape.nodes() {
-			b.Fatalf("catalog has %d nodes, want %d", tree.Len(), f.shape.nodes())
+		if tree.Len() != f.shape.Nodes() {
+			b.Fatalf("catalog has %d nodes, want %d", tree.Len(), f.shape.Nodes())
 		}
 		j.Close()
 		store.Close()

@@ -148,7 +148,9 @@ func (s *Store) get(ctx context.Context, addr, path string) (*http.Response, *id
 	if err != nil {
 		idle.stop()
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
-			err = fmt.Errorf("%w (%v)", cause, err)
+			// Only the cause stays in the chain: the transport's error wraps
+			// context.Canceled merely because the cause cancelled the request.
+			err = fmt.Errorf("%w (%s)", cause, err.Error())
 		}
 		return nil, nil, err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/metatree/metatree/internal/benchshape"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -360,7 +361,7 @@ func runPropose(b *testing.B, c *httpCluster, leader, via uint64, proposers int)
 	var firstErr atomic.Pointer[error]
 	c.nodes[leader-1].fs.take()
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := benchshape.ProcessCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for p := range proposers {
@@ -384,7 +385,7 @@ func runPropose(b *testing.B, c *httpCluster, leader, via uint64, proposers int)
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu := processCPU() - cpu0
+	cpu := benchshape.ProcessCPU() - cpu0
 	b.StopTimer()
 	syncs, walLat := c.nodes[leader-1].fs.take()
 	if e := firstErr.Load(); e != nil {

@@ -83,11 +83,11 @@ func decodeConfChange(e *raftpb.Entry) (*raftpb.ConfChange, confContext, error) 
 		return nil, ctx, fmt.Errorf("%w: entry %d: conf change type %v unsupported", ErrMalformed, e.GetIndex(), e.GetType())
 	}
 	if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
-		return nil, ctx, fmt.Errorf("%w: entry %d: conf change: %v", ErrMalformed, e.GetIndex(), err)
+		return nil, ctx, fmt.Errorf("%w: entry %d: conf change: %w", ErrMalformed, e.GetIndex(), err)
 	}
 	if len(cc.GetContext()) > 0 {
 		if err := json.Unmarshal(cc.GetContext(), &ctx); err != nil {
-			return nil, ctx, fmt.Errorf("%w: entry %d: conf change context: %v", ErrMalformed, e.GetIndex(), err)
+			return nil, ctx, fmt.Errorf("%w: entry %d: conf change context: %w", ErrMalformed, e.GetIndex(), err)
 		}
 	}
 	return &cc, ctx, nil
@@ -143,7 +143,7 @@ func (m *membership) encode() []byte {
 func decodeMembership(b []byte) (*membership, error) {
 	m := newMembership()
 	if err := json.Unmarshal(b, m); err != nil {
-		return nil, fmt.Errorf("%w: membership blob: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: membership blob: %w", ErrMalformed, err)
 	}
 	if m.V != membershipVersion {
 		return nil, fmt.Errorf("%w: membership blob version %d (want %d)", ErrMalformed, m.V, membershipVersion)

@@ -642,7 +642,7 @@ func decodeFrameBody(b []byte) ([]*raftpb.Message, error) {
 		}
 		m := &raftpb.Message{}
 		if err := proto.Unmarshal(b[n:n+int(l)], m); err != nil {
-			return nil, fmt.Errorf("%w: raft message: %v", ErrMalformed, err)
+			return nil, fmt.Errorf("%w: raft message: %w", ErrMalformed, err)
 		}
 		if m.Type == nil || m.To == nil || m.From == nil {
 			return nil, fmt.Errorf("%w: raft message without type, from or to", ErrMalformed)
@@ -845,7 +845,7 @@ func (t *HTTPTransport) serveJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	var jr JoinRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&jr); err != nil {
-		writeError(w, fmt.Errorf("%w: join request: %v", ErrMalformed, err))
+		writeError(w, fmt.Errorf("%w: join request: %w", ErrMalformed, err))
 		return
 	}
 	jr.Token = r.Header.Get(hdrToken)

@@ -342,7 +342,7 @@ func (j *Journal) HandleForward(ctx context.Context, req *ForwardRequest) (*Forw
 	case ForwardConfChange:
 		cc := &raftpb.ConfChange{}
 		if err := proto.Unmarshal(req.Data, cc); err != nil {
-			return nil, fmt.Errorf("%w: forwarded conf change: %v", ErrMalformed, err)
+			return nil, fmt.Errorf("%w: forwarded conf change: %w", ErrMalformed, err)
 		}
 		p = &proposal{cc: cc, force: req.Force}
 	default:

@@ -1,5 +1,5 @@
 // Package e2e drives the example binaries as separate processes on
-// 127.0.0.1, through the interface in shared/API.md.
+// 127.0.0.1, through the interface in examples/API.md.
 package e2e
 
 import (

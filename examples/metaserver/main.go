@@ -1,6 +1,6 @@
 // Command metaserver is the example frontend: a process that holds the
 // whole catalog in memory, replicated through a raft journal in Pebble, and
-// serves the HTTP API of shared/API.md.
+// serves the HTTP API of examples/API.md.
 //
 //	metaserver -id N -dir DIR -addr HOST:PORT -bootstrap
 //	metaserver -id N -dir DIR -addr HOST:PORT -join HOST:PORT [-role follower|observer]

@@ -24,7 +24,7 @@ import (
 	"github.com/metatree/metatree/journal"
 )
 
-// routes mounts the library's peer handlers and the API of shared/API.md.
+// routes mounts the library's peer handlers and the API of examples/API.md.
 func (f *Frontend) routes() http.Handler {
 	mux := http.NewServeMux()
 	// Peer traffic: raft messages and forwarded proposals, images,
@@ -68,7 +68,7 @@ func (f *Frontend) when(h func() http.Handler) http.Handler {
 	})
 }
 
-// apiError maps the library's errors to the statuses of shared/API.md.
+// apiError maps the library's errors to the statuses of examples/API.md.
 func apiError(err error) error {
 	var he *httpjson.Error
 	switch {
@@ -129,7 +129,7 @@ func checkpointJSON(cs image.CheckpointStatus) map[string]any {
 	return out
 }
 
-// raftState names raft's state as shared/API.md does.
+// raftState names raft's state as examples/API.md does.
 func raftState(st journal.Status) string {
 	switch {
 	case st.Role == journal.Observer:

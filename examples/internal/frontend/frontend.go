@@ -2,7 +2,7 @@
 // catalog replayed from a raft journal in Pebble, images that bound the
 // journal, heartbeats that watch every member, and a cancel registry that
 // turns restarts and deaths into cancelled queries. Its HTTP API is the one
-// in shared/API.md. The metaserver binary and the quickstart both run it;
+// in examples/API.md. The metaserver binary and the quickstart both run it;
 // it is the listing a host application copies.
 package frontend
 
