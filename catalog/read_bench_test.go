@@ -1,6 +1,8 @@
 package catalog
 
 import (
+	"github.com/metatree/metatree/internal/benchshape"
+
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -15,53 +17,53 @@ import (
 // cache misses a fixed hot path would hide.
 var readScales = []struct {
 	name  string
-	shape dorisShape
+	shape benchshape.Doris
 }{
-	{"scale=0.1x", dorisShape{5, 50, 4, 100, 3, 100}},
+	{"scale=0.1x", benchshape.Doris{DBs: 5, Tables: 50, Parts: 4, Tablets: 100, Replicas: 3, Workers: 100}},
 	{"scale=1x", dorisFull},
-	{"scale=4x", dorisShape{200, 50, 4, 100, 3, 100}},
+	{"scale=4x", benchshape.Doris{DBs: 200, Tables: 50, Parts: 4, Tablets: 100, Replicas: 3, Workers: 100}},
 }
 
 // readTrees caches one tree a scale across the read benchmarks: building
 // the 4x catalog takes a while.
 var readTrees struct {
 	sync.Mutex
-	m map[dorisShape]*Tree
+	m map[benchshape.Doris]*Tree
 }
 
-func readTree(b *testing.B, d dorisShape) *Tree {
+func readTree(b *testing.B, d benchshape.Doris) *Tree {
 	readTrees.Lock()
 	defer readTrees.Unlock()
 	if tr := readTrees.m[d]; tr != nil {
 		return tr
 	}
 	tr := New()
-	d.build(b, tr, 1, 1000)
+	buildDoris(b, d, tr, 1, 1000)
 	if readTrees.m == nil {
-		readTrees.m = map[dorisShape]*Tree{}
+		readTrees.m = map[benchshape.Doris]*Tree{}
 	}
 	readTrees.m[d] = tr
 	return tr
 }
 
 // replicaPaths returns n paths of random replicas of the shape.
-func (d dorisShape) replicaPaths(n int) []string {
+func replicaPaths(d benchshape.Doris, n int) []string {
 	r := rand.New(rand.NewPCG(3, 4))
 	out := make([]string, n)
 	for i := range out {
-		db, t, p := r.IntN(d.dbs), r.IntN(d.tables), r.IntN(d.parts)
-		tablet := 1 + ((db*d.tables+t)*d.parts+p)*d.tablets + r.IntN(d.tablets)
-		out[i] = fmt.Sprintf("/db%02d/tbl%02d/p%d/tablet%d/r%d", db, t, p, tablet, r.IntN(d.replicas))
+		db, t, p := r.IntN(d.DBs), r.IntN(d.Tables), r.IntN(d.Parts)
+		tablet := 1 + ((db*d.Tables+t)*d.Parts+p)*d.Tablets + r.IntN(d.Tablets)
+		out[i] = fmt.Sprintf("/db%02d/tbl%02d/p%d/tablet%d/r%d", db, t, p, tablet, r.IntN(d.Replicas))
 	}
 	return out
 }
 
 // partitionPaths returns n paths of random partitions of the shape.
-func (d dorisShape) partitionPaths(n int) []string {
+func partitionPaths(d benchshape.Doris, n int) []string {
 	r := rand.New(rand.NewPCG(5, 6))
 	out := make([]string, n)
 	for i := range out {
-		out[i] = fmt.Sprintf("/db%02d/tbl%02d/p%d", r.IntN(d.dbs), r.IntN(d.tables), r.IntN(d.parts))
+		out[i] = fmt.Sprintf("/db%02d/tbl%02d/p%d", r.IntN(d.DBs), r.IntN(d.Tables), r.IntN(d.Parts))
 	}
 	return out
 }
@@ -76,7 +78,7 @@ func BenchmarkGetPath(b *testing.B) {
 	for _, sc := range readScales {
 		b.Run(sc.name, func(b *testing.B) {
 			tr := readTree(b, sc.shape)
-			random := sc.shape.replicaPaths(readSample)
+			random := replicaPaths(sc.shape, readSample)
 			hot := make([]string, readSample)
 			for i := range hot {
 				hot[i] = random[i%3]
@@ -125,7 +127,7 @@ func BenchmarkGetID(b *testing.B) {
 			r := rand.New(rand.NewPCG(7, 8))
 			ids := make([]uint64, readSample)
 			for i := range ids {
-				ids[i] = 2 + r.Uint64N(uint64(sc.shape.nodes()-1))
+				ids[i] = 2 + r.Uint64N(uint64(sc.shape.Nodes()-1))
 			}
 			b.Run("api=view", func(b *testing.B) {
 				b.ReportAllocs()
@@ -163,7 +165,7 @@ func BenchmarkChildren(b *testing.B) {
 	for _, sc := range readScales {
 		b.Run(sc.name, func(b *testing.B) {
 			tr := readTree(b, sc.shape)
-			paths := sc.shape.partitionPaths(readSample)
+			paths := partitionPaths(sc.shape, readSample)
 			b.Run("api=view", func(b *testing.B) {
 				b.ReportAllocs()
 				i, nodes := 0, 0
@@ -177,7 +179,7 @@ func BenchmarkChildren(b *testing.B) {
 					tr.Read(read)
 					i++
 				}
-				if nodes != i*sc.shape.tablets {
+				if nodes != i*sc.shape.Tablets {
 					b.Fatalf("yielded %d nodes in %d reads", nodes, i)
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(nodes), "ns/node")
@@ -203,12 +205,12 @@ func BenchmarkFindIndexed(b *testing.B) {
 		b.Run(sc.name, func(b *testing.B) {
 			tr := readTree(b, sc.shape)
 			d := sc.shape
-			perWorker := d.dbs * d.tables * d.parts * d.tablets * d.replicas / d.workers
+			perWorker := d.DBs * d.Tables * d.Parts * d.Tablets * d.Replicas / d.Workers
 			b.Run("api=view", func(b *testing.B) {
 				b.ReportAllocs()
 				i, nodes := 0, 0
 				read := func(r Reader) {
-					for v := range r.Find("replica", "worker", Int(int64(i%d.workers))) {
+					for v := range r.Find("replica", "worker", Int(int64(i%d.Workers))) {
 						if ver, ok := v.Attr("version"); ok && ver.Int64() > 0 {
 							nodes++
 						}
@@ -227,7 +229,7 @@ func BenchmarkFindIndexed(b *testing.B) {
 				b.ReportAllocs()
 				i, nodes := 0, 0
 				for b.Loop() {
-					nodes += len(tr.Find("replica", "worker", Int(int64(i%d.workers))))
+					nodes += len(tr.Find("replica", "worker", Int(int64(i%d.Workers))))
 					i++
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(nodes), "ns/node")

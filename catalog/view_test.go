@@ -1,6 +1,8 @@
 package catalog
 
 import (
+	"github.com/metatree/metatree/internal/benchshape"
+
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -178,7 +180,7 @@ func TestReadViewsAgainstCopies(t *testing.T) {
 // TestReadIteratorsStop checks that breaking out of each iterator stops it.
 func TestReadIteratorsStop(t *testing.T) {
 	tr := New()
-	next, _, _ := dorisShape{2, 2, 2, 3, 3, 5}.build(t, tr, 1, 50)
+	next, _, _ := buildDoris(t, benchshape.Doris{DBs: 2, Tables: 2, Parts: 2, Tablets: 3, Replicas: 3, Workers: 5}, tr, 1, 50)
 	_ = next
 	tr.Read(func(r Reader) {
 		count := func(name string, seq func(func(View) bool)) {
@@ -214,7 +216,7 @@ func TestReadIteratorsStop(t *testing.T) {
 // TestReadAllocations pins the zero-allocation read paths at zero.
 func TestReadAllocations(t *testing.T) {
 	tr := New()
-	dorisShape{2, 3, 2, 10, 3, 5}.build(t, tr, 1, 100)
+	buildDoris(t, benchshape.Doris{DBs: 2, Tables: 3, Parts: 2, Tablets: 10, Replicas: 3, Workers: 5}, tr, 1, 100)
 	const path = "/db01/tbl02/p1/tablet115/r2"
 	var id uint64
 	tr.Read(func(r Reader) {
