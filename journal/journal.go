@@ -98,6 +98,8 @@ type Journal struct {
 
 	nwaiters atomic.Int64 // len of all mu.waiters lists
 
+	metrics *metrics // counters for Collector
+
 	mu struct {
 		sync.Mutex
 		leaderCh chan struct{} // closed at the next leader/term change
@@ -172,6 +174,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		appendDone: make(chan appendResult, 16),
 		dedupe:     newDedupe(cfg.DedupeWindow),
 		heard:      map[uint64]time.Time{},
+		metrics:    newMetrics(),
 	}
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.commitCh = make(chan struct{})
