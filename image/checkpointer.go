@@ -178,9 +178,9 @@ func NewCheckpointer(cfg CheckpointerConfig) (*Checkpointer, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Checkpointer{
-		cfg:    cfg,
-		logger: cfg.Logger.With("component", "image.checkpointer"),
-		reqs:   make(chan checkpointReq),
+		cfg:     cfg,
+		logger:  cfg.Logger.With("component", "image.checkpointer"),
+		reqs:    make(chan checkpointReq),
 		cancel:  cancel,
 		done:    make(chan struct{}),
 		metrics: newCheckpointMetrics(),
