@@ -178,13 +178,13 @@ func NewCheckpointer(cfg CheckpointerConfig) (*Checkpointer, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Checkpointer{
-		cfg:     cfg,
-		logger:  cfg.Logger.With("component", "image.checkpointer"),
-		reqs:    make(chan checkpointReq),
-		cancel:  cancel,
-		done:    make(chan struct{}),
-		metrics: newCheckpointMetrics(),
+		cfg:    cfg,
+		logger: cfg.Logger.With("component", "image.checkpointer"),
+		reqs:   make(chan checkpointReq),
+		cancel: cancel,
+		done:   make(chan struct{}),
 	}
+	c.metrics = newCheckpointMetrics()
 	ticker := cfg.Clock.NewTicker(cfg.Interval)
 	go c.run(ctx, ticker)
 	return c, nil
