@@ -98,8 +98,11 @@ func TestCollectorTwoJournalsTwoRegistries(t *testing.T) {
 	err = regs[leader].Register(c.Node(follower).Journal().Collector())
 	require.True(t, errors.As(err, new(prometheus.AlreadyRegisteredError)), "got %v", err)
 
-	_, _, err = c.Node(follower).Journal().Propose(ctx, []byte("via follower"))
+	idx, _, err := c.Node(follower).Journal().Propose(ctx, []byte("via follower"))
 	require.NoError(t, err)
+	// Propose returns once applied on the follower; the leader may apply
+	// it a moment later.
+	require.NoError(t, c.Node(leader).Journal().WaitApplied(ctx, idx))
 	lg, fg := scrape(t, regs[leader]), scrape(t, regs[follower])
 	require.Equal(t, 1.0, lg["metatree_journal_is_leader"])
 	require.Equal(t, 0.0, fg["metatree_journal_is_leader"])

@@ -354,3 +354,82 @@ func TestRollingRestart(t *testing.T) {
 		t.Fatalf("longest write during the leader's restart took %v, want < 500ms", leaderLongest)
 	}
 }
+
+// TestMemberViewPromoteAndLeader: the member view carries the leader's
+// figures on any node; an observer that lags is refused promotion with 409
+// not_caught_up and promoted once caught up; POST /v1/leader moves the
+// leadership.
+func TestMemberViewPromoteAndLeader(t *testing.T) {
+	c := newCluster(t)
+	fe1 := c.metaserver(1, "-bootstrap", "-promote-max-lag", "20")
+	c.waitLeader(15*time.Second, fe1)
+	fe2 := c.metaserver(2, "-join", fe1.addr, "-promote-max-lag", "20")
+	c.waitLeader(20*time.Second, fe1, fe2)
+	obs := c.metaserver(3, "-join", fe1.addr, "-role", "observer", "-promote-max-lag", "20")
+	all := []*proc{fe1, fe2, obs}
+	leader := c.waitLeader(20*time.Second, all...)
+	follower := fe2
+	if leader == fe2 {
+		follower = fe1
+	}
+
+	type entry struct {
+		ID              uint64  `json:"id"`
+		Role            string  `json:"role"`
+		Applied         *uint64 `json:"applied"`
+		Lag             *uint64 `json:"lag"`
+		LastHeartbeatMS *int64  `json:"last_heartbeat_ms"`
+		Version         string  `json:"version"`
+	}
+	eventually(t, 10*time.Second, "the leader's figures in the member view of a follower", func() bool {
+		var ms []entry
+		if call(t, "GET", follower.url("/v1/members"), nil, &ms) != http.StatusOK || len(ms) != 3 {
+			return false
+		}
+		for _, m := range ms {
+			if m.Applied == nil || m.Lag == nil || m.LastHeartbeatMS == nil || m.Version == "" {
+				return false
+			}
+		}
+		return true
+	})
+
+	// A paused observer falls behind: promotion is refused.
+	obs.pause(true)
+	for i := range 30 {
+		if code := call(t, "PUT", follower.url(fmt.Sprintf("/v1/catalog/p%d", i)), map[string]any{"kind": "x"}, nil); code != http.StatusOK {
+			t.Fatalf("PUT %d: status %d", i, code)
+		}
+	}
+	var e apiError
+	if code := call(t, "POST", follower.url("/v1/members/3/promote"), nil, &e); code != http.StatusConflict || e.Error != "not_caught_up" {
+		t.Fatalf("promoting a lagging observer: status %d %+v, want 409 not_caught_up", code, e)
+	}
+	obs.pause(false)
+	eventually(t, 15*time.Second, "the observer promoted once caught up", func() bool {
+		return call(t, "POST", follower.url("/v1/members/3/promote"), nil, nil) == http.StatusOK
+	})
+	var ms []entry
+	if call(t, "GET", leader.url("/v1/members"), nil, &ms); len(ms) != 3 {
+		t.Fatalf("members: %+v", ms)
+	}
+	for _, m := range ms {
+		if m.ID == 3 && m.Role != "follower" {
+			t.Fatalf("member 3 has role %q after its promotion", m.Role)
+		}
+	}
+
+	// Leadership moves on request, asked through a non-leader.
+	var res struct {
+		Leader uint64 `json:"leader"`
+	}
+	if code := call(t, "POST", follower.url("/v1/leader"), map[string]any{"id": 3}, &res); code != http.StatusOK || res.Leader != 3 {
+		t.Fatalf("POST /v1/leader: status %d %+v", code, res)
+	}
+	if st, _ := getStatus(t, obs); st.State != "leader" {
+		t.Fatalf("after POST /v1/leader node 3 is %q", st.State)
+	}
+	if code := call(t, "POST", fe1.url("/v1/leader"), map[string]any{"id": 9}, &e); code != http.StatusBadRequest {
+		t.Fatalf("POST /v1/leader to a non-member: status %d", code)
+	}
+}
