@@ -84,6 +84,9 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 		n.status = StatusAlive
 	}
 	r.mu.cancelled += uint64(len(victims))
+	for _, v := range victims {
+		r.cancelledBy[v.cause.Reason].Add(1)
+	}
 	for i := range victims {
 		if fn, ok := r.mu.onCancel[victims[i].q]; ok {
 			victims[i].fn = fn

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/metatree/metatree/heartbeat"
 )
@@ -154,6 +155,8 @@ type Registry struct {
 	logger     *slog.Logger
 	maxRemoved int
 	callbacks  sync.WaitGroup
+	// cancelledBy counts cancelled queries by Reason, for Collector.
+	cancelledBy [Removed + 1]atomic.Uint64
 
 	mu struct {
 		sync.Mutex

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -173,6 +174,7 @@ type cluster struct {
 	frontends map[uint64]*frontend
 	workers   map[uint64]*worker
 	grace     time.Duration
+	logger    *slog.Logger // the frontends' (nil: discard)
 }
 
 func addrOf(id uint64) string { return fmt.Sprintf("node%d:80", id) }
@@ -180,8 +182,11 @@ func addrOf(id uint64) string { return fmt.Sprintf("node%d:80", id) }
 // newCluster starts frontends 1..nf (1 leads in term 1) and workers
 // 10..10+nw-1, adds them all as members and lets one round record their
 // epochs. Call it inside a synctest bubble.
-func newCluster(t *testing.T, nf, nw int) *cluster {
-	c := &cluster{t: t, grace: deadAfter * interval,
+func newCluster(t *testing.T, nf, nw int) *cluster { return newClusterWith(t, nf, nw, nil) }
+
+// newClusterWith is newCluster with the frontends logging to logger.
+func newClusterWith(t *testing.T, nf, nw int, logger *slog.Logger) *cluster {
+	c := &cluster{t: t, grace: deadAfter * interval, logger: logger,
 		log:       &fakeLog{trees: map[uint64]*catalog.Tree{}, leases: map[uint64]lease{}},
 		net:       &network{handlers: map[string]http.Handler{}, black: map[[2]string]bool{}, delay: map[string]time.Duration{}},
 		frontends: map[uint64]*frontend{}, workers: map[uint64]*worker{}}
@@ -221,7 +226,7 @@ func (c *cluster) startFrontend(id uint64, tree *catalog.Tree) *frontend {
 	ms, err := heartbeat.New(heartbeat.Config{
 		ID: id, Epoch: f.epoch, Cluster: "test", Tree: tree, Journal: fakeJournal{l: c.log, id: id},
 		Client:   &http.Client{Transport: transport{n: c.net, from: f.addr}},
-		Interval: interval, DeadAfter: deadAfter, Grace: c.grace,
+		Interval: interval, DeadAfter: deadAfter, Grace: c.grace, Logger: c.logger,
 		OnEvent: func(ev heartbeat.Event) {
 			f.mu.Lock()
 			f.evs = append(f.evs, ev)

@@ -63,6 +63,13 @@ type Config struct {
 	// the members present at start, from New). It must be quick:
 	// cancel.Registry.Apply is. Nil: none.
 	OnEvent func(Event)
+	// SlowRound is the heartbeat round (every member probed in parallel)
+	// past which the leader logs a warning with the figure, at most once
+	// every 10s. Default: Timeout.
+	SlowRound time.Duration
+	// Version is the software version this frontend reports in its own
+	// heartbeat answers. Default: DefaultVersion().
+	Version string
 	// Clock is the time source. Default: the real clock.
 	Clock Clock
 	// Logger. Default: discard.
@@ -93,6 +100,9 @@ func (c *Config) fill() error {
 	}
 	if c.Grace <= 0 {
 		c.Grace = time.Duration(c.DeadAfter) * c.Interval
+	}
+	if c.SlowRound <= 0 {
+		c.SlowRound = c.Timeout
 	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
@@ -125,6 +135,7 @@ type Membership struct {
 	log       *slog.Logger
 	responder *Responder
 	mon       *monitor
+	metrics   *metrics
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -143,9 +154,9 @@ func New(cfg Config) (*Membership, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	m := &Membership{cfg: cfg, log: cfg.Logger}
+	m := &Membership{cfg: cfg, log: cfg.Logger, metrics: newMetrics()}
 	var err error
-	m.responder, err = NewResponder(ResponderConfig{ID: cfg.ID, Epoch: cfg.Epoch, Cluster: cfg.Cluster, Clock: cfg.Clock, Logger: cfg.Logger})
+	m.responder, err = NewResponder(ResponderConfig{ID: cfg.ID, Epoch: cfg.Epoch, Cluster: cfg.Cluster, Version: cfg.Version, Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -310,6 +321,9 @@ func (m *Membership) resync() {
 func (m *Membership) deliver(evs []Event) {
 	for _, ev := range evs {
 		m.log.Info("heartbeat: member event", "event", ev.String())
+		if ev.Type <= Removed {
+			m.metrics.events[ev.Type].Add(1)
+		}
 		if m.cfg.OnEvent != nil {
 			m.cfg.OnEvent(ev)
 		}

@@ -45,6 +45,10 @@ type peer struct {
 	misses   int
 	lastOK   time.Time
 	inflight bool
+	// answered is when the member last answered, version what it
+	// reported (for Answers).
+	answered time.Time
+	version  string
 }
 
 type monitorCounters struct {
@@ -213,6 +217,9 @@ func (mo *monitor) probe(ctx context.Context, term, pauses uint64, common []byte
 	epoch, err := mo.send(ctx, r, term, common)
 	now := mo.cfg.Clock.Now()
 	mo.stats.probes.Add(1)
+	if err == nil {
+		mo.m.metrics.rtt.Observe(now.Sub(start).Seconds())
+	}
 
 	mo.mu.Lock()
 	p := mo.mu.peers[r.ID]
@@ -221,6 +228,7 @@ func (mo *monitor) probe(ctx context.Context, term, pauses uint64, common []byte
 	}
 	if mo.mu.pending--; mo.mu.pending == 0 {
 		mo.stats.lastRound.Store(int64(now.Sub(mo.mu.roundStart)))
+		mo.m.noteRound(now.Sub(mo.mu.roundStart))
 	}
 	if p == nil || !mo.mu.leading || mo.mu.term != term || ctx.Err() != nil {
 		mo.mu.Unlock()
@@ -362,6 +370,7 @@ func (mo *monitor) send(ctx context.Context, r Member, term uint64, common []byt
 		if out.Member != r.ID || out.Epoch.IsZero() || out.Epoch.Temporary() {
 			return Epoch{}, fmt.Errorf("%w: member %d answered as %d with epoch %q", ErrMalformed, r.ID, out.Member, out.Epoch)
 		}
+		mo.noteAnswer(r.ID, mo.cfg.Clock.Now(), out.Version)
 		return out.Epoch, nil
 	case http.StatusConflict:
 		var rej rejection

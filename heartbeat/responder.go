@@ -29,6 +29,9 @@ type ResponderConfig struct {
 	// StaleAfter is how long without a heartbeat from any leader before
 	// Stale reports true. Default 10 s.
 	StaleAfter time.Duration
+	// Version is the software version reported in every answer (the
+	// leader shows it in its member view). Default: DefaultVersion().
+	Version string
 	// Clock is the time source. Default: the real clock.
 	Clock Clock
 	// Logger. Default: discard.
@@ -75,6 +78,9 @@ func NewResponder(cfg ResponderConfig) (*Responder, error) {
 	}
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 10 * time.Second
+	}
+	if cfg.Version == "" {
+		cfg.Version = DefaultVersion()
 	}
 	r := &Responder{cfg: cfg, clock: cfg.Clock, log: cfg.Logger}
 	if r.clock == nil {
@@ -185,7 +191,7 @@ func (r *Responder) handle(hb *Request) (int, any) {
 		}
 		r.mu.version = hb.Version
 	}
-	return http.StatusOK, Response{Member: r.cfg.ID, Epoch: r.cfg.Epoch, Term: r.term.Load()}
+	return http.StatusOK, Response{Member: r.cfg.ID, Epoch: r.cfg.Epoch, Term: r.term.Load(), Version: r.cfg.Version}
 }
 
 // diffLocked applies a frontend list and returns the events it implies.

@@ -50,6 +50,8 @@ type Response struct {
 	Epoch  Epoch  `json:"epoch"`
 	// Term is the highest raft term the member has seen.
 	Term uint64 `json:"term"`
+	// Version is the member's software version (ResponderConfig.Version).
+	Version string `json:"version,omitempty"`
 }
 
 // rejection is the body of a refused heartbeat (HTTP 409).

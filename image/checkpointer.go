@@ -126,6 +126,8 @@ type Checkpointer struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+	// metrics count the attempts by result, for Collector.
+	metrics *checkpointMetrics
 
 	// pending is an image written or adopted whose ImageWritten failed;
 	// the loop goroutine retries recording it before anything else.
@@ -182,6 +184,7 @@ func NewCheckpointer(cfg CheckpointerConfig) (*Checkpointer, error) {
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
+	c.metrics = newCheckpointMetrics()
 	ticker := cfg.Clock.NewTicker(cfg.Interval)
 	go c.run(ctx, ticker)
 	return c, nil
@@ -300,6 +303,7 @@ func (c *Checkpointer) attempt(ctx context.Context, do func(context.Context) (ou
 	c.mu.Unlock()
 	out, err := do(ctx)
 	took := c.cfg.Clock.Now().Sub(start)
+	c.metrics.record(err, out.wrote, took)
 	c.mu.Lock()
 	st := &c.mu.status
 	st.Running = false

@@ -149,6 +149,7 @@ func (s *Store) Install(ctx context.Context, index uint64) error {
 		return fmt.Errorf("image: install: %w", err)
 	}
 	s.unpin(index) // older fetched images raft never applied go too
+	s.restores.Add(1)
 	s.logger.Info("installed image", "image", s.path(name), "index", info.Index, "bytes", info.Size)
 	if err := s.Prune(); err != nil {
 		s.logger.Warn("prune after install failed", "err", err)

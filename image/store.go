@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -119,6 +120,9 @@ type Store struct {
 	// closing is cancelled by Close: it stops a download in progress.
 	closing     context.Context
 	cancelClose context.CancelFunc
+	// restores counts images installed from a peer (Install), for
+	// Collector.
+	restores atomic.Uint64
 
 	mu struct {
 		sync.Mutex

@@ -331,13 +331,18 @@ func BenchmarkPropose(b *testing.B) {
 		name      string
 		via       uint64
 		proposers int
+		scraped   bool // collectors registered and scraped every second
 	}{
-		{"proposers=1", leader, 1},
-		{"proposers=64", leader, 64},
-		{"via=follower/proposers=1", follower, 1},
-		{"via=follower/proposers=64", follower, 64},
+		{"proposers=1", leader, 1, false},
+		{"proposers=64", leader, 64, false},
+		{"proposers=64/metrics=scraped", leader, 64, true},
+		{"via=follower/proposers=1", follower, 1, false},
+		{"via=follower/proposers=64", follower, 64, false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
+			if bc.scraped {
+				defer scrapeEverySecond(b, c)()
+			}
 			runPropose(b, c, leader, bc.via, bc.proposers)
 		})
 	}

@@ -178,6 +178,19 @@ type Config struct {
 	// ForwardRetries bounds the attempts of a proposal made on a non-leader
 	// (default 5).
 	ForwardRetries int
+
+	// SlowSync is the synced log write past which the journal logs a
+	// "slow WAL sync" warning with the figure (default 1s, etcd's slow
+	// fdatasync threshold). SlowApply is the same for one
+	// StateMachine.Apply (default 100ms, etcd's "apply request took too
+	// long"). Each kind of warning is logged at most once every 10s.
+	SlowSync  time.Duration
+	SlowApply time.Duration
+	// PromoteMaxLag is how many entries an observer may trail the leader's
+	// log and still be promoted; Promote fails with ErrNotCaughtUp past it
+	// (default 1,000), as etcd refuses to promote a learner that is
+	// behind.
+	PromoteMaxLag uint64
 }
 
 func (c *Config) fillDefaults() {
@@ -225,6 +238,13 @@ func (c *Config) fillDefaults() {
 	if c.ForwardRetries == 0 {
 		c.ForwardRetries = 5
 	}
+	if c.SlowSync == 0 {
+		c.SlowSync = time.Second
+	}
+	if c.SlowApply == 0 {
+		c.SlowApply = 100 * time.Millisecond
+	}
+	def(&c.PromoteMaxLag, 1000)
 	if c.Scheme == "" {
 		c.Scheme = "http"
 	}

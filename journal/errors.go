@@ -40,4 +40,7 @@ var (
 	// ErrSnapshotInFlight: compaction is postponed while a snapshot is being
 	// sent to a follower.
 	ErrSnapshotInFlight = errors.New("journal: snapshot in flight")
+	// ErrNotCaughtUp: the observer to promote trails the leader's log by
+	// more than Config.PromoteMaxLag entries; retry once it caught up.
+	ErrNotCaughtUp = errors.New("journal: not caught up")
 )

@@ -878,6 +878,7 @@ var errorCodes = []struct {
 	{"cluster_mismatch", ErrClusterMismatch, http.StatusForbidden},
 	{"role_mismatch", ErrRoleMismatch, http.StatusConflict},
 	{"unsafe_removal", ErrUnsafeRemoval, http.StatusConflict},
+	{"not_caught_up", ErrNotCaughtUp, http.StatusConflict},
 	{"unknown_member", ErrUnknownMember, http.StatusGone},
 	{"not_leader", ErrNotLeader, http.StatusMisdirectedRequest},
 	{"no_leader", ErrNoLeader, http.StatusServiceUnavailable},

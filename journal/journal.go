@@ -105,6 +105,8 @@ type Journal struct {
 
 	nwaiters atomic.Int64 // len of all mu.waiters lists
 
+	metrics *metrics // counters for Collector
+
 	mu struct {
 		sync.Mutex
 		leaderCh chan struct{} // closed at the next leader/term change
@@ -180,6 +182,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		dedupe:     newDedupe(cfg.DedupeWindow),
 		heard:      map[uint64]time.Time{},
 		imageReqc:  make(chan struct{}, 1),
+		metrics:    newMetrics(),
 	}
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.commitCh = make(chan struct{})

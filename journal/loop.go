@@ -286,6 +286,9 @@ func (j *Journal) failBatch(err error) {
 // checkConfChange refuses a removal that leaves fewer reachable voters than
 // a quorum of the new configuration, and a change while one is pending.
 func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
+	if err := j.checkPromote(cc); err != nil {
+		return err
+	}
 	st := j.rn.Status()
 	if cc.GetType() != raftpb.ConfChangeRemoveNode || force {
 		return nil
@@ -611,8 +614,12 @@ func (j *Journal) persist(msgs []*raftpb.Message) error {
 	if hs == nil && len(ents) == 0 && snap == nil {
 		return nil // only messages ordered behind the earlier appends
 	}
+	start := j.cfg.Clock.Now()
 	if err := j.store.Append(hs, ents, snap, sync); err != nil {
 		return err
+	}
+	if sync {
+		j.noteSync(j.cfg.Clock.Now().Sub(start), len(ents))
 	}
 	if hs != nil {
 		j.persistedTerm, j.persistedVote = hs.GetTerm(), hs.GetVote()
@@ -689,6 +696,9 @@ func (j *Journal) send(msgs []*raftpb.Message) {
 
 func (j *Journal) setSoftState(lead uint64, st raft.StateType) {
 	changed := j.leader.Swap(lead) != lead
+	if changed && lead != 0 {
+		j.metrics.leaderChanges.Add(1)
+	}
 	if raft.StateType(j.state.Swap(uint32(st))) != st {
 		changed = true
 	}
@@ -967,7 +977,9 @@ func (j *Journal) applyNormal(idx uint64, data []byte) {
 			j.resolve(env.key, applyResult{index: prev.applied, value: prev.value})
 			return
 		}
+		start := j.cfg.Clock.Now()
 		v := j.cfg.StateMachine.Apply(idx, env.data)
+		j.noteApply(idx, j.cfg.Clock.Now().Sub(start))
 		j.dedupe.add(idx, env.key, v)
 		j.applied.Store(idx)
 		j.resolve(env.key, applyResult{index: idx, value: v})

@@ -45,6 +45,7 @@ func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOptio
 		opt(&o)
 	}
 	if err := j.checkEntrySize(len(data)); err != nil {
+		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, fmt.Errorf("journal: propose: %w", err)
 	}
 	if !o.hasKey {
@@ -55,6 +56,7 @@ func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOptio
 		func() *proposal { return &proposal{data: env} },
 		&ForwardRequest{Kind: ForwardData, Key: o.key, Data: data})
 	if err != nil {
+		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, fmt.Errorf("journal: propose: %w", err)
 	}
 	return r.index, r.value, nil
@@ -155,6 +157,7 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			// answers for it but the local apply of its key: a leader
 			// change, or no apply within two election timeouts (the leader
 			// may drop a forwarded proposal silently), means another try.
+			j.metrics.proposalsForwarded.Add(1)
 			r, done, perr := proposeHere(lc, true, 2*j.electionTimeout())
 			if done {
 				return r, perr
@@ -165,6 +168,7 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			}
 		default:
 			var resp *ForwardResponse
+			j.metrics.proposalsForwarded.Add(1)
 			resp, err = j.tr.Forward(ctx, leader, fwd)
 			if err == nil {
 				_ = resp

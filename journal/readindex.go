@@ -111,6 +111,7 @@ func (rr *readRounds) stalled(seen uint64) (*readRound, uint64) {
 // leader the round is sent again every election timeout until ctx ends
 // (the error then wraps ErrNoLeader).
 func (j *Journal) ReadBarrier(ctx context.Context) error {
+	defer j.observeReadBarrier(j.cfg.Clock.Now())
 	r, send, seen := j.rounds.join()
 	if send {
 		if err := j.sendRound(ctx, r); err != nil {

@@ -386,3 +386,21 @@ type memberView struct {
 	Epoch  string `json:"epoch"`
 	Status string `json:"status"`
 }
+
+// pause stops (SIGSTOP) or resumes (SIGCONT) the process without ending it.
+func (p *proc) pause(on bool) {
+	p.t.Helper()
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil {
+		p.t.Fatalf("%s is not running", p.name)
+	}
+	sig := syscall.SIGCONT
+	if on {
+		sig = syscall.SIGSTOP
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("%s: %v", p.name, err)
+	}
+}

@@ -20,11 +20,18 @@ import (
 	"github.com/metatree/metatree/examples/internal/frontend"
 )
 
+// shutdownTimeout bounds the graceful part of a shutdown: the leadership
+// hand-off and the API requests in flight.
+const shutdownTimeout = 10 * time.Second
+
 func main() {
 	var cfg frontend.Config
 	flag.Uint64Var(&cfg.ID, "id", 0, "this frontend's raft and member id (non-zero, never reused)")
 	flag.StringVar(&cfg.Dir, "dir", "", "data dir: VERSION, ROLE, journal/, image/")
-	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:9000", "HOST:PORT to serve on and be reached at")
+	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:9000", "HOST:PORT peers and clients reach this server at")
+	flag.StringVar(&cfg.Listen, "listen", "", "HOST:PORT to bind (default: the value of -addr), for containers and NAT")
+	flag.BoolVar(&cfg.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/")
+	flag.Uint64Var(&cfg.PromoteMaxLag, "promote-max-lag", 0, "entries an observer may trail the leader and still be promoted (0: the journal's default, 1000)")
 	flag.BoolVar(&cfg.Bootstrap, "bootstrap", false, "start a new cluster with this node as its first member")
 	flag.StringVar(&cfg.Join, "join", "", "HOST:PORT of any running member to join the cluster through")
 	flag.StringVar(&cfg.Role, "role", "", "follower (a voter) or observer (a learner); only with -join")
@@ -58,7 +65,10 @@ func main() {
 	}
 	<-ctx.Done()
 	cfg.Logger.Info("shutting down")
-	if err := fe.Close(); err != nil {
+	// /readyz fails from here; a leader hands off before it closes.
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := fe.Shutdown(sctx); err != nil {
 		fmt.Fprintln(os.Stderr, "metaserver: shutdown:", err)
 		os.Exit(1)
 	}

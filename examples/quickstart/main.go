@@ -181,7 +181,17 @@ func run(ctx context.Context) error {
 	}
 	say("frontend %d restarted and caught up to index %d in %v", leader, idx, time.Since(backAt).Round(time.Millisecond))
 
-	// 10. A checkpoint on demand.
+	// 10. A planned hand-off, as the metaserver does on SIGTERM: the leader
+	// transfers leadership to the most caught-up voter, no election
+	// timeout passes.
+	handAt := time.Now()
+	if err := d.frontends[newLeader].Journal().Handoff(ctx); err != nil {
+		return err
+	}
+	say("frontend %d handed leadership to frontend %d in %v", newLeader,
+		d.frontends[newLeader].Journal().Status().Leader, time.Since(handAt).Round(time.Millisecond))
+
+	// 11. A checkpoint on demand.
 	info, err := d.frontends[leader].Checkpointer().Checkpoint(ctx)
 	if err != nil {
 		return err

@@ -22,7 +22,9 @@ import (
 func main() {
 	var cfg worker.Config
 	flag.Uint64Var(&cfg.ID, "id", 0, "this worker's member id (non-zero, unique in the cluster)")
-	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:9100", "HOST:PORT to serve heartbeats, fragments and the API on")
+	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:9100", "HOST:PORT the cluster reaches this worker at (heartbeats, fragments, the API)")
+	flag.StringVar(&cfg.Listen, "listen", "", "HOST:PORT to bind (default: the value of -addr), for containers and NAT")
+	flag.BoolVar(&cfg.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/")
 	flag.DurationVar(&cfg.StaleAfter, "stale-after", 10*time.Second, "without a leader heartbeat for this long the worker's view of the frontends is stale, and it cancels nothing on its own")
 	flag.Parse()
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("worker", cfg.ID)

@@ -19,6 +19,7 @@ import (
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/internal/demo"
 	"github.com/metatree/metatree/examples/internal/httpjson"
+	"github.com/metatree/metatree/examples/internal/ops"
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/image"
 	"github.com/metatree/metatree/journal"
@@ -34,8 +35,17 @@ func (f *Frontend) routes() http.Handler {
 	mux.Handle(heartbeat.Path, f.when(func() http.Handler { return f.members.Handler() }))
 
 	api := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
-		mux.Handle(pattern, f.when(func() http.Handler { return httpjson.Handler(h) }))
+		mux.Handle(pattern, f.when(func() http.Handler { return f.counted(httpjson.Handler(h)) }))
 	}
+	// Operations: probes and metrics need no token.
+	mux.HandleFunc("GET /livez", ops.Livez)
+	mux.Handle("GET /readyz", httpjson.Handler(f.readyz))
+	mux.Handle("GET /metrics", f.when(func() http.Handler { return f.metrics }))
+	if f.cfg.Pprof {
+		ops.MountPprof(mux)
+	}
+	api("POST /v1/members/{id}/promote", f.promoteMember)
+	api("POST /v1/leader", f.postLeader)
 	api("GET /v1/status", f.getStatus)
 	api("GET /v1/catalog/{path...}", f.getNode)
 	api("PUT /v1/catalog/{path...}", f.putNode)
@@ -85,6 +95,8 @@ func apiError(err error) error {
 		return httpjson.Errorf(http.StatusRequestEntityTooLarge, "too_large", "%v", err)
 	case errors.Is(err, journal.ErrBusy):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "busy", "%v", err)
+	case errors.Is(err, journal.ErrNotCaughtUp):
+		return httpjson.Errorf(http.StatusConflict, "not_caught_up", "%v", err)
 	case errors.Is(err, journal.ErrUnsafeRemoval):
 		return httpjson.Errorf(http.StatusConflict, "unsafe_removal", "%v", err)
 	case errors.Is(err, catalog.ErrNotFound), errors.Is(err, heartbeat.ErrNotFound), errors.Is(err, journal.ErrUnknownMember):
@@ -386,32 +398,6 @@ func (f *Frontend) find(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	httpjson.Write(w, http.StatusOK, out)
-	return nil
-}
-
-type memberJSON struct {
-	ID     uint64 `json:"id"`
-	Addr   string `json:"addr"`
-	Kind   string `json:"kind"`
-	Role   string `json:"role,omitempty"`
-	Epoch  string `json:"epoch"`
-	Status string `json:"status"`
-	Since  string `json:"since,omitempty"`
-}
-
-func (f *Frontend) getMembers(w http.ResponseWriter, r *http.Request) error {
-	if err := f.readable(r); err != nil {
-		return err
-	}
-	out := []memberJSON{}
-	for _, m := range f.members.Members() {
-		j := memberJSON{ID: m.ID, Addr: m.Addr, Kind: m.Kind.String(), Role: m.Role, Epoch: m.PublishedEpoch().String(), Status: m.Status.String()}
-		if !m.Since.IsZero() {
-			j.Since = m.Since.UTC().Format(time.RFC3339Nano)
-		}
-		out = append(out, j)
-	}
 	httpjson.Write(w, http.StatusOK, out)
 	return nil
 }

@@ -7,6 +7,7 @@
 package frontend
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/internal/demo"
+	"github.com/metatree/metatree/examples/internal/ops"
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/image"
 	"github.com/metatree/metatree/journal"
@@ -29,7 +31,8 @@ import (
 type Config struct {
 	ID        uint64
 	Dir       string
-	Addr      string // host:port to listen on and to be reached at
+	Addr      string // host:port peers and clients reach this frontend at
+	Listen    string // host:port to bind; default Addr
 	Bootstrap bool
 	Join      string // helper's host:port
 	Role      string // "follower" (default) or "observer"
@@ -41,6 +44,8 @@ type Config struct {
 	CheckpointEntries  uint64        // default 100,000
 	CheckpointInterval time.Duration // default 60 s
 	CompactMargin      uint64        // entries kept behind an image; default the journal's
+	PromoteMaxLag      uint64        // entries an observer may trail and be promoted; default the journal's
+	Pprof              bool          // serve net/http/pprof under /debug/pprof/
 
 	Logger *slog.Logger
 }
@@ -64,6 +69,13 @@ type Frontend struct {
 	srv    *http.Server
 	served chan struct{}
 	ready  atomic.Bool
+	// Operations: the metrics registry, the commit index at start (ready
+	// once applied), draining from Shutdown on, and the API requests in
+	// flight (Shutdown lets them finish).
+	metrics     http.Handler
+	startCommit uint64
+	draining    atomic.Bool
+	inflight    gate
 	// Background work (checkpoints the journal asks for) runs under bgCtx
 	// and bg; Close cancels and waits.
 	bg             sync.WaitGroup
@@ -110,9 +122,10 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 
 	// Serve first: peers reach the journal and the images through this
 	// server while it joins. Requests before the parts are ready get 503.
-	f.ln, err = net.Listen("tcp", cfg.Addr)
+	listen := cmp.Or(cfg.Listen, cfg.Addr)
+	f.ln, err = net.Listen("tcp", listen)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("listen on %s: %w", listen, err)
 	}
 	f.srv = &http.Server{Handler: f.routes(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -128,7 +141,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		ID: cfg.ID, Dir: cfg.Dir, Addr: cfg.Addr,
 		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: role, Token: cfg.Token,
 		StateMachine: f.tree, Snapshots: snapshots{f.images, f},
-		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin,
+		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
 		// Idempotency keys are remembered no further back than the log
 		// is kept.
 		DedupeWindow: min(cfg.CompactMargin, 10_000),
@@ -140,6 +153,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	if err := f.images.SetClusterID(f.journal.Status().ClusterID); err != nil {
 		return nil, err
 	}
+	f.startCommit = f.journal.Status().Committed
 	f.ckpt, err = image.NewCheckpointer(image.CheckpointerConfig{
 		Store: f.images, Journal: f.journal,
 		Applied:   func() uint64 { return f.journal.Status().Applied },
@@ -166,6 +180,12 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	if err != nil {
 		return nil, err
 	}
+	reg, err := ops.NewRegistry(f.journal.Collector(), f.tree.Collector(), f.images.Collector(),
+		f.ckpt.Collector(), f.members.Collector(), f.registry.Collector())
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	f.metrics = ops.MetricsHandler(reg)
 	f.ready.Store(true)
 	if err := f.registerSelf(ctx); err != nil {
 		return nil, err
@@ -260,6 +280,24 @@ func (f *Frontend) Members() *heartbeat.Membership    { return f.members }
 func (f *Frontend) Registry() *cancel.Registry        { return f.registry }
 func (f *Frontend) Epoch() heartbeat.Epoch            { return f.epoch }
 func (f *Frontend) Checkpointer() *image.Checkpointer { return f.ckpt }
+
+// Shutdown is the graceful stop a host runs on SIGTERM: /readyz fails
+// from now on (a load balancer stops sending), a leader hands leadership to
+// the most caught-up voter (journal.Handoff), the API requests in flight
+// finish (writes made meanwhile are forwarded to the new leader), all
+// bounded by ctx; then Close.
+func (f *Frontend) Shutdown(ctx context.Context) error {
+	f.draining.Store(true)
+	if f.journal != nil {
+		if err := f.journal.Handoff(ctx); err != nil {
+			f.logger.Warn("leadership hand-off failed; closing anyway", "err", err)
+		}
+	}
+	if err := f.inflight.wait(ctx); err != nil {
+		f.logger.Warn("API requests still in flight at shutdown", "err", err)
+	}
+	return f.Close()
+}
 
 // Close stops serving and closes the parts in the reverse order of Start.
 // It is idempotent.

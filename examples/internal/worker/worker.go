@@ -4,6 +4,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,13 +18,16 @@ import (
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/examples/internal/demo"
 	"github.com/metatree/metatree/examples/internal/httpjson"
+	"github.com/metatree/metatree/examples/internal/ops"
 	"github.com/metatree/metatree/heartbeat"
 )
 
 // Config is a worker's configuration: the worker binary's flags.
 type Config struct {
 	ID         uint64
-	Addr       string        // host:port to listen on
+	Addr       string        // host:port the cluster reaches this worker at
+	Listen     string        // host:port to bind; default Addr
+	Pprof      bool          // serve net/http/pprof under /debug/pprof/
 	StaleAfter time.Duration // default 10 s
 	Logger     *slog.Logger
 }
@@ -62,7 +66,17 @@ func Start(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{id: cfg.ID, logger: cfg.Logger, responder: responder, registry: registry, runs: demo.NewRuns(), served: make(chan struct{})}
 
+	reg, err := ops.NewRegistry(registry.Collector())
+	if err != nil {
+		registry.Close()
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /livez", ops.Livez)
+	mux.Handle("GET /metrics", ops.MetricsHandler(reg))
+	if cfg.Pprof {
+		ops.MountPprof(mux)
+	}
 	mux.Handle(heartbeat.Path, responder)
 	mux.Handle("GET /v1/status", httpjson.Handler(w.status))
 	mux.Handle("GET /v1/fragments", httpjson.Handler(w.fragments))
@@ -70,11 +84,12 @@ func Start(cfg Config) (*Worker, error) {
 	mux.Handle("DELETE "+demo.FragmentPath+"/{query}", httpjson.Handler(w.withdrawFragment))
 	mux.Handle("/", httpjson.NotFound)
 
-	w.ln, err = net.Listen("tcp", cfg.Addr)
+	listen := cmp.Or(cfg.Listen, cfg.Addr)
+	w.ln, err = net.Listen("tcp", listen)
 	if err != nil {
 		w.runs.Close()
 		registry.Close()
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("listen on %s: %w", listen, err)
 	}
 	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {

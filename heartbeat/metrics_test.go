@@ -1,0 +1,130 @@
+package heartbeat_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/heartbeat"
+)
+
+// scrape gathers c on a fresh registry: each series' value by name and
+// labels (a histogram's sample count).
+func scrape(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(c))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += fmt.Sprintf("{%s=%s}", l.GetName(), l.GetValue())
+			}
+			switch mf.GetType() {
+			case dto.MetricType_GAUGE:
+				out[name] = m.GetGauge().GetValue()
+			case dto.MetricType_COUNTER:
+				out[name] = m.GetCounter().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				out[name] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
+}
+
+func TestCollectorExactValues(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, 2)
+		leader, follower := c.frontends[1], c.frontends[2]
+		got := scrape(t, leader.ms.Collector())
+		require.Equal(t, 2.0, got["metatree_heartbeat_members{kind=frontend}{status=alive}"])
+		require.Equal(t, 2.0, got["metatree_heartbeat_members{kind=worker}{status=alive}"])
+		require.Equal(t, 0.0, got["metatree_heartbeat_members{kind=worker}{status=dead}"], "exists from the start")
+		require.Equal(t, 0.0, got["metatree_heartbeat_members{kind=frontend}{status=dead}"])
+		require.Equal(t, 0.0, got["metatree_heartbeat_missed_total"])
+		require.Equal(t, 0.0, got["metatree_heartbeat_events_total{type=restarted}"])
+		require.Equal(t, 4.0, got["metatree_heartbeat_events_total{type=added}"])
+
+		c.restartWorker(10)
+		c.advance(interval)
+		c.net.cut("*", addrOf(11), true)
+		c.advance(time.Duration(deadAfter+1) * interval)
+
+		st := leader.ms.MonitorStats()
+		for _, f := range []*frontend{leader, follower} {
+			got = scrape(t, f.ms.Collector())
+			require.Equal(t, 1.0, got["metatree_heartbeat_members{kind=worker}{status=alive}"], "frontend %d", f.id)
+			require.Equal(t, 1.0, got["metatree_heartbeat_members{kind=worker}{status=dead}"], "frontend %d", f.id)
+			require.Equal(t, 1.0, got["metatree_heartbeat_events_total{type=restarted}"], "frontend %d", f.id)
+			require.Equal(t, 1.0, got["metatree_heartbeat_events_total{type=dead}"], "frontend %d", f.id)
+		}
+		got = scrape(t, leader.ms.Collector())
+		require.GreaterOrEqual(t, st.Misses, uint64(deadAfter))
+		require.Equal(t, float64(st.Misses), got["metatree_heartbeat_missed_total"])
+		require.Equal(t, float64(st.Probes-st.Misses), got["metatree_heartbeat_rtt_seconds"], "one RTT per answered heartbeat")
+
+		answers := leader.ms.Answers()
+		require.Contains(t, answers, uint64(10))
+		require.Equal(t, heartbeat.DefaultVersion(), answers[10].Version)
+		require.False(t, answers[10].Last.IsZero())
+		require.Nil(t, follower.ms.Answers(), "only the leader heartbeats")
+	})
+}
+
+// warnings collects the messages of warnings logged through it.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		w.mu.Lock()
+		w.msgs = append(w.msgs, r.Message)
+		w.mu.Unlock()
+	}
+	return nil
+}
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+func (w *warnings) count(msg string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, m := range w.msgs {
+		if strings.Contains(m, msg) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSlowRoundWarnsRateLimited: a member that never answers makes every
+// round last the request timeout; the leader warns once per 10 s.
+func TestSlowRoundWarnsRateLimited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &warnings{}
+		c := newClusterWith(t, 1, 1, slog.New(w))
+		require.Zero(t, w.count("slow round"), "answered rounds are fast")
+		c.net.slow(addrOf(10), interval) // answers after the timeout
+		c.advance(5 * interval)
+		require.Equal(t, 1, w.count("slow round"))
+		c.advance(10 * interval)
+		require.Equal(t, 2, w.count("slow round"))
+	})
+}

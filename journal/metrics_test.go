@@ -1,0 +1,160 @@
+package journal_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/journaltest"
+)
+
+// scrape gathers reg and returns each series' value by name: a gauge's or
+// counter's value, a histogram's sample count.
+func scrape(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += fmt.Sprintf("{%s=%s}", l.GetName(), l.GetValue())
+			}
+			switch mf.GetType() {
+			case dto.MetricType_GAUGE:
+				out[name] = m.GetGauge().GetValue()
+			case dto.MetricType_COUNTER:
+				out[name] = m.GetCounter().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				out[name] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestCollectorExactValues(t *testing.T) {
+	c := journaltest.NewCluster(t, journaltest.Options{Voters: 1})
+	ctx := ctxFor(t, 10*time.Second)
+	j := c.Node(1).Journal()
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(j.Collector()))
+
+	for i := range 3 {
+		_, _, err := j.Propose(ctx, fmt.Appendf(nil, "v%d", i))
+		require.NoError(t, err)
+	}
+	_, _, err := j.Propose(ctx, make([]byte, 2<<20))
+	require.ErrorIs(t, err, journal.ErrTooLarge)
+	require.NoError(t, j.ReadBarrier(ctx))
+
+	got := scrape(t, reg)
+	st := j.Status()
+	require.Equal(t, 1.0, got["metatree_journal_has_leader"])
+	require.Equal(t, 1.0, got["metatree_journal_is_leader"])
+	require.Equal(t, 1.0, got["metatree_journal_leader_changes_total"], "one leader since start")
+	require.Equal(t, float64(st.Term), got["metatree_journal_term"])
+	require.Equal(t, float64(st.Applied), got["metatree_journal_applied_index"])
+	require.Equal(t, float64(st.Committed), got["metatree_journal_committed_index"])
+	require.Equal(t, 0.0, got["metatree_journal_stale"])
+	require.Equal(t, 3.0, got["metatree_journal_proposals_applied_total"])
+	require.Equal(t, 1.0, got["metatree_journal_proposals_failed_total"], "the oversized one")
+	require.Equal(t, 0.0, got["metatree_journal_proposals_forwarded_total"])
+	require.Equal(t, 3.0, got["metatree_journal_apply_duration_seconds"], "one observation per applied user entry")
+	require.Equal(t, 1.0, got["metatree_journal_read_barrier_duration_seconds"])
+	require.Greater(t, got["metatree_journal_wal_fsync_duration_seconds"], 0.0, "Pebble's histogram saw the synced appends")
+}
+
+func TestCollectorTwoJournalsTwoRegistries(t *testing.T) {
+	c := journaltest.NewCluster(t, journaltest.Options{})
+	ctx := ctxFor(t, 10*time.Second)
+	leader, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	follower := leader%3 + 1
+	regs := map[uint64]*prometheus.Registry{}
+	for _, id := range []uint64{leader, follower} {
+		regs[id] = prometheus.NewRegistry()
+		require.NoError(t, regs[id].Register(c.Node(id).Journal().Collector()))
+	}
+	// Nothing is registered globally: the same series from another
+	// journal are refused on one registry, as duplicates.
+	err = regs[leader].Register(c.Node(follower).Journal().Collector())
+	require.True(t, errors.As(err, new(prometheus.AlreadyRegisteredError)), "got %v", err)
+
+	idx, _, err := c.Node(follower).Journal().Propose(ctx, []byte("via follower"))
+	require.NoError(t, err)
+	// Propose returns once applied on the follower; the leader may apply
+	// it a moment later.
+	require.NoError(t, c.Node(leader).Journal().WaitApplied(ctx, idx))
+	lg, fg := scrape(t, regs[leader]), scrape(t, regs[follower])
+	require.Equal(t, 1.0, lg["metatree_journal_is_leader"])
+	require.Equal(t, 0.0, fg["metatree_journal_is_leader"])
+	require.Equal(t, 1.0, fg["metatree_journal_has_leader"])
+	require.Equal(t, 1.0, fg["metatree_journal_proposals_forwarded_total"])
+	require.Equal(t, 0.0, lg["metatree_journal_proposals_forwarded_total"])
+	require.Equal(t, 1.0, lg["metatree_journal_proposals_applied_total"])
+	require.Equal(t, 1.0, fg["metatree_journal_proposals_applied_total"])
+}
+
+// warnings collects the messages of the warnings logged through it.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		w.mu.Lock()
+		w.msgs = append(w.msgs, r.Message)
+		w.mu.Unlock()
+	}
+	return nil
+}
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+func (w *warnings) count(msg string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, m := range w.msgs {
+		if strings.Contains(m, msg) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestSlowOperationsWarnRateLimited(t *testing.T) {
+	w := &warnings{}
+	c := journaltest.NewCluster(t, journaltest.Options{Voters: 1, Logger: slog.New(w), Configure: func(cfg *journal.Config) {
+		cfg.SlowSync, cfg.SlowApply = time.Nanosecond, time.Nanosecond // everything is slow
+	}})
+	ctx := ctxFor(t, 10*time.Second)
+	for i := range 5 {
+		_, _, err := c.Node(1).Journal().Propose(ctx, fmt.Appendf(nil, "v%d", i))
+		require.NoError(t, err)
+	}
+	// Five slow applies and at least as many slow syncs, within one
+	// rate-limit window: one line each.
+	require.Equal(t, 1, w.count("apply took too long"))
+	require.Equal(t, 1, w.count("slow WAL sync"))
+}
