@@ -181,13 +181,15 @@ func (j *Journal) fail(err error) {
 	failure := j.loopErr()
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for _, ws := range j.mu.waiters {
+	// Each waiter channel holds one answer: the waiters answered here leave
+	// the map, as resolve's do, so no later resolve (the applier finishing
+	// its batch) sends to a channel that is already full.
+	for key, ws := range j.mu.waiters {
 		for _, w := range ws {
-			select {
-			case w <- applyResult{err: failure}:
-			default: // already answered
-			}
+			w <- applyResult{err: failure}
 		}
+		j.nwaiters.Add(-int64(len(ws)))
+		delete(j.mu.waiters, key)
 	}
 	close(j.mu.appliedCh)
 	j.mu.appliedCh = make(chan struct{})

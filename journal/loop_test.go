@@ -1,10 +1,13 @@
 package journal
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -228,4 +231,34 @@ func TestCloseIsIdempotentAndFailsCalls(t *testing.T) {
 	require.NoError(t, c.open(n, nil))
 	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
 	require.True(t, n.sm.has("a"))
+}
+
+// A proposer woken by fail (the loop or the applier stopped) leaves the
+// waiter map with its answer: the applier resolving the same key afterwards
+// (the rest of its batch) does not block on the full channel, and neither
+// does Close, which waits for the applier.
+func TestFailThenResolveDoesNotBlock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := &Journal{log: slog.New(slog.DiscardHandler)}
+		j.mu.waiters = map[[16]byte][]chan applyResult{}
+		j.mu.appliedCh = make(chan struct{})
+		key := [16]byte{4, 2}
+		w := j.addWaiter(key)
+		j.fail(errors.New("disk gone"))
+		resolved := make(chan struct{})
+		go func() {
+			j.resolve(key, applyResult{index: 7})
+			close(resolved)
+		}()
+		synctest.Wait()
+		select {
+		case <-resolved:
+		default:
+			t.Fatal("resolve blocked on a waiter fail already answered")
+		}
+		r := <-w
+		require.ErrorIs(t, r.err, ErrClosed)
+		require.ErrorContains(t, r.err, "disk gone")
+		require.Zero(t, j.nwaiters.Load())
+	})
 }
