@@ -285,15 +285,19 @@ func (j *Journal) failBatch(err error) {
 	j.batchBytes = 0
 }
 
-// checkConfChange refuses a removal that leaves fewer reachable voters than
-// a quorum of the new configuration, and a change while one is pending.
+// checkConfChange refuses a change raft could not apply (checkLeavesVoters,
+// whatever force says) and, unless forced, a removal that leaves fewer
+// reachable voters than a quorum of the new configuration.
 func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 	st := j.rn.Status()
+	voters := st.Config.Voters.IDs()
+	if err := checkLeavesVoters(cc, voters); err != nil {
+		return err
+	}
 	if cc.GetType() != raftpb.ConfChangeRemoveNode || force {
 		return nil
 	}
 	id := cc.GetNodeId()
-	voters := st.Config.Voters.IDs()
 	if _, ok := voters[id]; !ok {
 		return nil // a learner: no quorum impact
 	}
@@ -307,9 +311,6 @@ func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 		if v == j.id || j.reachable(v, now) {
 			reachable++
 		}
-	}
-	if remaining == 0 {
-		return fmt.Errorf("%w: node %d is the last voter", ErrUnsafeRemoval, id)
 	}
 	if reachable < remaining/2+1 {
 		return fmt.Errorf("%w: removing node %d leaves %d reachable of %d voters, below a quorum", ErrUnsafeRemoval, id, reachable, remaining)
@@ -720,6 +721,16 @@ func (j *Journal) applyConfChange(e *raftpb.Entry) error {
 		// it, as a no-op change.
 		j.log.Error("malformed conf change ignored", "index", e.GetIndex(), "err", err)
 		j.rn.ApplyConfChange(&raftpb.ConfChange{})
+		return nil
+	}
+	// A change that leaves no voter is in the log only if it bypassed the
+	// proposal checks (an older version, a forged append): raft would panic
+	// on it, here and at every restart. Every replica refuses it alike, as
+	// a no-op change.
+	if err := checkLeavesVoters(cc, j.rn.Status().Config.Voters.IDs()); err != nil {
+		j.log.Error("membership change refused at apply", "index", e.GetIndex(), "err", err)
+		j.rn.ApplyConfChange(&raftpb.ConfChange{})
+		j.resolve(ctx.Key, applyResult{err: fmt.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)})
 		return nil
 	}
 	cs := j.rn.ApplyConfChange(cc)
