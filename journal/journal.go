@@ -90,6 +90,14 @@ type Journal struct {
 	// refusedRemoved counts deliveries refused because the sender was
 	// removed from the cluster.
 	refusedRemoved atomic.Uint64
+	// refusedMsgs counts messages from the network refused as invalid
+	// (validate.go); lastIndexPub is lastIndex for Receive's early check.
+	refusedMsgs  atomic.Uint64
+	lastIndexPub atomic.Uint64
+	// lastIndex is raft's last log index as of the last Ready; logBound
+	// is lastIndex lowered by the appends and snapshots stepped since,
+	// which may have cut the log's tail (loop goroutine only).
+	lastIndex, logBound uint64
 
 	// Written by the applier.
 	applied atomic.Uint64
@@ -543,6 +551,10 @@ type Status struct {
 	LastTimestamp time.Time
 	// Removed is true once this node applied its own removal.
 	Removed bool
+	// RefusedMessages counts the raft messages from the network refused as
+	// invalid (ones raft would crash on or no correct peer sends); each is
+	// logged with its reason.
+	RefusedMessages uint64
 	// Members is the membership as of the applied index.
 	Members []Member
 	// Err is the error that stopped the applier, if any (the node then
@@ -556,17 +568,18 @@ func (s Status) IsLeader() bool { return s.Leader == s.ID && s.State == raft.Sta
 // Status returns the node's current status.
 func (j *Journal) Status() Status {
 	st := Status{
-		ID:        j.id,
-		ClusterID: j.cluster(),
-		Role:      Role(j.role.Load()),
-		State:     raft.StateType(j.state.Load()).String(),
-		Leader:    j.leader.Load(),
-		Term:      j.term.Load(),
-		Applied:   j.applied.Load(),
-		Committed: j.committed.Load(),
-		Image:     j.lastImage.Load(),
-		Removed:   j.removed.Load(),
-		Stale:     j.CheckFresh() != nil,
+		ID:              j.id,
+		ClusterID:       j.cluster(),
+		Role:            Role(j.role.Load()),
+		State:           raft.StateType(j.state.Load()).String(),
+		Leader:          j.leader.Load(),
+		Term:            j.term.Load(),
+		Applied:         j.applied.Load(),
+		Committed:       j.committed.Load(),
+		Image:           j.lastImage.Load(),
+		Removed:         j.removed.Load(),
+		RefusedMessages: j.refusedMsgs.Load(),
+		Stale:           j.CheckFresh() != nil,
 	}
 	if ts := j.lastTS.Load(); ts != 0 {
 		st.LastTimestamp = time.Unix(0, ts)

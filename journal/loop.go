@@ -42,9 +42,17 @@ func (j *Journal) run() {
 	staleEvery := j.cfg.StaleAfter / 2
 	var lastStamp int64
 	var err error
+	if j.lastIndex, err = j.store.LastIndex(); err != nil {
+		j.fail(fmt.Errorf("journal: last index: %w", err))
+		return
+	}
+	j.lastIndexPub.Store(j.lastIndex)
 	more := make(chan struct{})
 	close(more)
 	for err == nil {
+		// Every iteration that changed raft's log ended with a Ready, so
+		// lastIndex is raft's last index again.
+		j.logBound = j.lastIndex
 		// With a Ready pending (a replay, a follower catching up) the select
 		// does not block: events and Readys alternate.
 		var readyc <-chan struct{}
@@ -195,6 +203,12 @@ func (j *Journal) fail(err error) {
 	j.mu.appliedCh = make(chan struct{})
 }
 
+// refuse counts and logs a message from the network that was not stepped.
+func (j *Journal) refuse(err error) {
+	j.refusedMsgs.Add(1)
+	j.log.Warn("raft message refused", "err", err)
+}
+
 func (j *Journal) failProposals() {
 	for {
 		select {
@@ -328,14 +342,30 @@ func (j *Journal) reachable(id uint64, now time.Time) bool {
 	return ok && now.Sub(t) <= j.electionTimeout()
 }
 
-// step feeds inbound messages to raft.
+// step feeds inbound messages to raft, but for those that name an index
+// beyond the log (checkAgainstLog): raft would panic on them.
 func (j *Journal) step(in inbound) {
 	var err error
 	now := time.Now()
 	for _, m := range in.msgs {
+		if e := checkAgainstLog(m, j.logBound); e != nil {
+			j.refuse(e)
+			err = e
+			continue
+		}
 		j.heard[m.GetFrom()] = now
 		if e := j.rn.Step(m); e != nil && !errors.Is(e, raft.ErrStepPeerNotFound) && !errors.Is(e, raft.ErrStepLocalMsg) {
 			err = e
+		}
+		// An append or a snapshot may have cut the log's tail; until the
+		// next Ready says where it ends, the bound is the lowest it can be.
+		switch m.GetType() {
+		case raftpb.MsgApp:
+			if n := len(m.GetEntries()); n > 0 {
+				j.logBound = min(j.logBound, m.GetIndex()+uint64(n))
+			}
+		case raftpb.MsgSnap:
+			j.logBound = min(j.logBound, m.GetSnapshot().GetMetadata().GetIndex())
 		}
 	}
 	if in.done != nil {
@@ -355,6 +385,14 @@ func (j *Journal) step(in inbound) {
 // hands out committed entries only once they are durable locally
 // (etcd#14370), in the MsgStorageApply for the applier.
 func (j *Journal) handleReady(rd raft.Ready) error {
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		j.lastIndex = rd.Snapshot.GetMetadata().GetIndex()
+	}
+	if n := len(rd.Entries); n > 0 {
+		j.lastIndex = rd.Entries[n-1].GetIndex()
+	}
+	j.logBound = j.lastIndex
+	j.lastIndexPub.Store(j.lastIndex)
 	if rd.SoftState != nil {
 		j.setSoftState(rd.SoftState.Lead, rd.SoftState.RaftState)
 	}

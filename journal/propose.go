@@ -496,13 +496,20 @@ func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 			j.refusedRemoved.Add(1)
 			return fmt.Errorf("%w: node %d was removed from the cluster", ErrUnknownMember, msg.GetFrom())
 		}
-		if raft.IsLocalMsg(msg.GetType()) {
-			return fmt.Errorf("%w: local message type %v from the network", ErrMalformed, msg.GetType())
-		}
-		if msg.GetType() == raftpb.MsgProp {
-			if err := j.checkForwarded(msg); err != nil {
-				return err
+		err := checkMessage(msg, j.id)
+		if err == nil {
+			// The loop checks again against its own view (the log may have
+			// been cut since); this tells the sender.
+			if last := j.lastIndexPub.Load(); last > 0 {
+				err = checkAgainstLog(msg, last)
 			}
+		}
+		if err == nil && msg.GetType() == raftpb.MsgProp {
+			err = j.checkForwarded(msg)
+		}
+		if err != nil {
+			j.refuse(err)
+			return err
 		}
 	}
 	in := inbound{msgs: msgs}
