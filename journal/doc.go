@@ -66,8 +66,9 @@
 // go, in order, to the applier. Nothing is acknowledged, applied or voted
 // for before the write that makes it durable has returned. The applier runs
 // on its own goroutine behind a queue bounded in bytes and batches, so a
-// slow state machine never stops ticks; a full queue only postpones the
-// next Ready. Membership changes are applied to raft on
+// slow state machine never stops ticks or raft's traffic: a full queue
+// holds back only the committed entries (raft hands out no more until the
+// applier makes room). Membership changes are applied to raft on
 // the loop, and the members' addresses travel in the conf change entries, so
 // they are as durable as the log. A received raft snapshot is first made
 // durable through [Snapshots.Fetch], then stepped into raft; raft is always

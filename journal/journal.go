@@ -57,6 +57,10 @@ type Journal struct {
 	// heard is when the last message from each peer arrived (loop
 	// goroutine only): which voters checkConfChange counts as reachable.
 	heard map[uint64]time.Time
+	// heldApplyAcks are raft's acknowledgements of committed entries
+	// handed to the applier, held while the apply queue is full (loop
+	// goroutine only; releaseApplyAcks).
+	heldApplyAcks []*raftpb.Message
 	// batch holds the normal proposals taken since the last flush: they
 	// go to raft in one MsgProp, so raft appends them together and sends
 	// one append message per follower for all of them, not one each.

@@ -33,8 +33,8 @@ type proposal struct {
 // operation, a finished append), then at most one Ready (handleReady): the
 // disk write goes to the append goroutine, messages that need none are
 // sent, committed entries go to the applier. Neither the fsync nor a slow
-// state machine stops ticks; a full apply queue only postpones the next
-// Ready.
+// state machine stops ticks or Readys; a full apply queue holds back only
+// the committed entries (releaseApplyAcks).
 func (j *Journal) run() {
 	defer close(j.loopDead)
 	tickc, stopTick := j.cfg.Clock.NewTicker(j.cfg.TickInterval)
@@ -56,7 +56,7 @@ func (j *Journal) run() {
 		// With a Ready pending (a replay, a follower catching up) the select
 		// does not block: events and Readys alternate.
 		var readyc <-chan struct{}
-		if j.rn.HasReady() && !j.applyq.full() {
+		if j.rn.HasReady() {
 			readyc = more
 		}
 		select {
@@ -87,6 +87,7 @@ func (j *Journal) run() {
 		case res := <-j.appendDone:
 			err = j.appended(res)
 		case <-j.applyq.room():
+			j.releaseApplyAcks()
 		case <-readyc:
 		}
 		if err != nil {
@@ -111,7 +112,7 @@ func (j *Journal) run() {
 		} else {
 			lastStamp = 0
 		}
-		if j.applyq.full() || !j.rn.HasReady() {
+		if !j.rn.HasReady() {
 			continue
 		}
 		err = j.handleReady(j.rn.Ready())
@@ -429,15 +430,32 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 		if err := j.handOff(apply.GetEntries(), nil); err != nil {
 			return err
 		}
-		// As Advance did: raft counts handed-off entries as applied (the
-		// applier publishes what it really applied).
-		j.stepLocal(apply.GetResponses())
+		j.heldApplyAcks = append(j.heldApplyAcks, apply.GetResponses()...)
+		j.releaseApplyAcks()
 	}
 	// Peers' messages go last: the goroutine readied last runs next on this
 	// P, and the followers' appends are the longest path to a commit.
 	j.send(out)
 	j.forgetRemovedPeers()
 	return nil
+}
+
+// releaseApplyAcks tells raft the committed entries handed to the applier
+// are applied (the MsgStorageApplyResp of their Readys), unless the apply
+// queue is full: then raft, which counts handed-out entries against
+// MaxCommittedSizePerReady until they are acknowledged, hands out no more
+// committed entries, while every Ready goes on carrying heartbeats, votes,
+// appends and acknowledgements. The acknowledgements held go to raft, in
+// order, once the applier has made room. So the queue holds at most
+// ApplyQueueBytes plus one Ready's committed entries (the applier publishes
+// what it really applied).
+func (j *Journal) releaseApplyAcks() {
+	if len(j.heldApplyAcks) == 0 || j.applyq.full() {
+		return
+	}
+	j.stepLocal(j.heldApplyAcks)
+	clear(j.heldApplyAcks)
+	j.heldApplyAcks = j.heldApplyAcks[:0]
 }
 
 // forgetRemovedPeers drops the peers that membership changes removed from
@@ -842,9 +860,11 @@ type applyBatch struct {
 	bytes    uint64
 }
 
-// applyQueue is the byte- and count-bounded queue between the raft loop and
-// the applier. The loop checks full() before taking a Ready, so push never
-// blocks.
+// applyQueue is the queue between the raft loop and the applier, bounded
+// in bytes and batches: once full(), the loop holds raft's apply
+// acknowledgements back (releaseApplyAcks), so raft stops handing out
+// committed entries; push never blocks. A batch pushed while the queue
+// holds maxItems joins the last one, so the count stays bounded too.
 type applyQueue struct {
 	mu       sync.Mutex
 	items    []applyBatch
@@ -876,8 +896,14 @@ func (q *applyQueue) push(b applyBatch) {
 		b.keys = q.pendKeys[b.snapshot]
 		delete(q.pendKeys, b.snapshot)
 	}
-	q.items = append(q.items, b)
 	q.bytes += b.bytes
+	if n := len(q.items); n >= q.maxItems && b.snapshot == 0 {
+		last := &q.items[n-1]
+		last.entries = append(last.entries, b.entries...)
+		last.bytes += b.bytes
+	} else {
+		q.items = append(q.items, b)
+	}
 	q.mu.Unlock()
 	select {
 	case q.notify <- struct{}{}:
