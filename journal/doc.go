@@ -70,7 +70,9 @@
 // holds back only the committed entries (raft hands out no more until the
 // applier makes room). Membership changes are applied to raft on
 // the loop, and the members' addresses travel in the conf change entries, so
-// they are as durable as the log. A received raft snapshot is first made
+// they are as durable as the log; the applier writes the membership records,
+// MEMBERS and ROLE as it passes each change, and the append goroutine
+// records images for [Journal.ImageWritten], so no fsync runs on the loop. A received raft snapshot is first made
 // durable through [Snapshots.Fetch], then stepped into raft; raft is always
 // told how a snapshot it sent ended (ReportSnapshot).
 //
@@ -79,8 +81,12 @@
 //	VERSION   cluster_id=… and token=… (written once, at bootstrap or join)
 //	ROLE      role=follower | observer (rewritten when the node is promoted)
 //	MEMBERS   the newest membership with every member's address (synced at
-//	          join and at each membership change, so a restarted node can
-//	          reach its peers before it has replayed its log)
+//	          join and as each membership change applies, so a restarted
+//	          node can reach its peers before it has replayed its log)
+//
+// ROLE and MEMBERS only move forward: replaying the log after a restart
+// rewrites neither with a membership older than the one MEMBERS holds.
+//
 //	LOCK      held while the journal is open
 //	journal/  Pebble: entries, HardState, raft snapshot metadata,
 //	          membership records (journal/internal/raftstore)

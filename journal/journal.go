@@ -123,6 +123,9 @@ type Journal struct {
 		membership *membership // latest applied membership
 	}
 	dedupe *dedupe // applier only
+	// membersIndex is the membership index the MEMBERS file holds
+	// (applier only, after Open): older memberships are not written again.
+	membersIndex uint64
 }
 
 type applyResult struct {

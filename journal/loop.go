@@ -408,7 +408,7 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
-			j.appendq.push(m)
+			j.appendq.push(appendItem{msg: m})
 		case raft.LocalApplyThread:
 			apply = m
 		default:
@@ -561,21 +561,29 @@ func (j *Journal) stepLocal(msgs []*raftpb.Message) {
 	}
 }
 
-// appendQueue is the unbounded queue of MsgStorageAppend from the loop to
-// the append goroutine (raft's in-flight limits bound what it holds).
+// appendQueue is the unbounded queue of work for the append goroutine, in
+// order: raft's MsgStorageAppend from the loop (raft's in-flight limits
+// bound them), and the other writes to the raft store that must not wait
+// on the loop (ImageWritten's snapshot record and compaction).
 type appendQueue struct {
 	mu     sync.Mutex
-	msgs   []*raftpb.Message
+	items  []appendItem
 	notify chan struct{} // cap 1
+}
+
+// appendItem is a MsgStorageAppend, or (msg nil) an operation on the store.
+type appendItem struct {
+	msg *raftpb.Message
+	op  func()
 }
 
 func newAppendQueue() *appendQueue {
 	return &appendQueue{notify: make(chan struct{}, 1)}
 }
 
-func (q *appendQueue) push(m *raftpb.Message) {
+func (q *appendQueue) push(it appendItem) {
 	q.mu.Lock()
-	q.msgs = append(q.msgs, m)
+	q.items = append(q.items, it)
 	q.mu.Unlock()
 	select {
 	case q.notify <- struct{}{}:
@@ -583,23 +591,24 @@ func (q *appendQueue) push(m *raftpb.Message) {
 	}
 }
 
-func (q *appendQueue) take() []*raftpb.Message {
+func (q *appendQueue) take() []appendItem {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	msgs := q.msgs
-	q.msgs = nil
-	return msgs
+	items := q.items
+	q.items = nil
+	return items
 }
 
 // appendLoop is the append goroutine: it writes what the loop queued, all
-// of it in one synced Pebble batch (a snapshot starts a batch of its own),
-// and hands the messages back to the loop. Appends are written in the
-// order raft emitted them, so a response means every earlier append is
-// durable too, as raft requires.
+// of it in one synced Pebble batch (a snapshot or a store operation starts
+// a batch of its own), and hands the messages back to the loop. Appends are
+// written in the order raft emitted them, so a response means every earlier
+// append is durable too, as raft requires.
 func (j *Journal) appendLoop() {
+	var msgs []*raftpb.Message
 	for {
-		msgs := j.appendq.take()
-		if len(msgs) == 0 {
+		items := j.appendq.take()
+		if len(items) == 0 {
 			select {
 			case <-j.appendq.notify:
 				continue
@@ -607,26 +616,56 @@ func (j *Journal) appendLoop() {
 				return
 			}
 		}
-		for len(msgs) > 0 {
-			n := 1
-			for n < len(msgs) && raft.IsEmptySnap(msgs[n].GetSnapshot()) {
-				n++
+		for len(items) > 0 {
+			msgs = msgs[:0]
+			for len(items) > 0 && items[0].msg != nil {
+				msgs = append(msgs, items[0].msg)
+				items = items[1:]
 			}
-			res := appendResult{msgs: msgs[:n], err: j.persist(msgs[:n])}
-			if res.err == nil {
-				res.sent = j.sendResponses(res.msgs)
-			}
-			msgs = msgs[n:]
-			select {
-			case j.appendDone <- res:
-			case <-j.stopc:
+			if !j.writeAppends(msgs) {
 				return
 			}
-			if res.err != nil {
-				return // the loop stops: raft must not go on
+			if len(items) > 0 {
+				items[0].op()
+				items = items[1:]
 			}
 		}
 	}
+}
+
+// writeAppends persists msgs, a batch at a time, and hands each batch back
+// to the loop. false means stop: the loop is stopping, or a write failed
+// (raft must not go on).
+func (j *Journal) writeAppends(msgs []*raftpb.Message) bool {
+	for len(msgs) > 0 {
+		n := 1
+		for n < len(msgs) && raft.IsEmptySnap(msgs[n].GetSnapshot()) {
+			n++
+		}
+		batch := slices.Clone(msgs[:n])
+		res := appendResult{msgs: batch, err: j.persist(batch)}
+		if snap := batch[0].GetSnapshot(); res.err == nil && !raft.IsEmptySnap(snap) {
+			// The snapshot's membership record (its dedupe window included)
+			// right behind the snapshot, before raft or the applier act on it.
+			idx := snap.GetMetadata().GetIndex()
+			if err := j.store.SaveMembership(idx, snap.GetData()); err != nil {
+				res.err = fmt.Errorf("save membership at %d: %w", idx, err)
+			}
+		}
+		if res.err == nil {
+			res.sent = j.sendResponses(res.msgs)
+		}
+		msgs = msgs[n:]
+		select {
+		case j.appendDone <- res:
+		case <-j.stopc:
+			return false
+		}
+		if res.err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // persist writes msgs (only the first may carry a snapshot) in one batch:
@@ -682,20 +721,25 @@ func (j *Journal) persist(msgs []*raftpb.Message) error {
 
 // handOff applies the Ready's membership changes to raft (it needs
 // ApplyConfChange before the next Ready) and queues the snapshot and the
-// committed entries for the applier, in order.
+// committed entries for the applier, in order, with the memberships the
+// applier makes durable as it passes their indexes (persistMembership).
 func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 	var batch applyBatch
 	if snap != nil {
-		if err := j.installSnapshotMembership(snap); err != nil {
-			return err
+		idx := snap.GetMetadata().GetIndex()
+		m, err := decodeMembership(snap.GetData())
+		if err != nil {
+			return fmt.Errorf("journal: snapshot %d: %w", idx, err)
 		}
-		batch.snapshot = snap.GetMetadata().GetIndex()
+		m.Index = idx
+		batch.snapshot = idx
+		batch.keys = m.Keys
+		batch.snapMembers = m.clone() // without the keys
+		j.setMembership(batch.snapMembers)
 	}
 	for _, e := range ents {
 		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
-			if err := j.applyConfChange(e); err != nil {
-				return err
-			}
+			batch.members = append(batch.members, j.applyConfChange(e))
 		}
 	}
 	if len(ents) > 0 || batch.snapshot > 0 {
@@ -768,17 +812,30 @@ func (j *Journal) notifyLeadership() {
 	j.mu.Unlock()
 }
 
-// applyConfChange applies a committed membership change to raft and to the
-// durable membership (peer addresses travel in the conf change's context).
-func (j *Journal) applyConfChange(e *raftpb.Entry) error {
+// memberRecord is what the applier makes durable at a membership change's
+// index: the membership after it, or (m nil) nothing, with err for the
+// change's proposer when the change was refused.
+type memberRecord struct {
+	index uint64
+	m     *membership
+	key   [16]byte
+	err   error
+}
+
+// applyConfChange applies a committed membership change to raft and
+// publishes the membership after it (peer addresses travel in the conf
+// change's context); the record returned is for the applier.
+func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
+	rec := memberRecord{index: e.GetIndex()}
 	cc, ctx, err := decodeConfChange(e)
 	if err != nil {
 		// Deterministic on every replica; raft still needs to hear about
 		// it, as a no-op change.
 		j.log.Error("malformed conf change ignored", "index", e.GetIndex(), "err", err)
 		j.rn.ApplyConfChange(&raftpb.ConfChange{})
-		return nil
+		return rec
 	}
+	rec.key = ctx.Key
 	// A change that leaves no voter is in the log only if it bypassed the
 	// proposal checks (an older version, a forged append): raft would panic
 	// on it, here and at every restart. Every replica refuses it alike, as
@@ -786,44 +843,22 @@ func (j *Journal) applyConfChange(e *raftpb.Entry) error {
 	if err := checkLeavesVoters(cc, j.rn.Status().Config.Voters.IDs()); err != nil {
 		j.log.Error("membership change refused at apply", "index", e.GetIndex(), "err", err)
 		j.rn.ApplyConfChange(&raftpb.ConfChange{})
-		j.resolve(ctx.Key, applyResult{err: fmt.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)})
-		return nil
+		rec.err = fmt.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)
+		return rec
 	}
 	cs := j.rn.ApplyConfChange(cc)
 	j.mu.Lock()
 	m := j.mu.membership.clone()
 	j.mu.Unlock()
 	m.apply(e.GetIndex(), cc, ctx, cs)
-	if err := j.store.SaveMembership(e.GetIndex(), m.encode()); err != nil {
-		return fmt.Errorf("journal: save membership at %d: %w", e.GetIndex(), err)
-	}
 	j.setMembership(m)
-	return nil
+	rec.m = m
+	return rec
 }
 
-func (j *Journal) installSnapshotMembership(snap *raftpb.Snapshot) error {
-	idx := snap.GetMetadata().GetIndex()
-	m, err := decodeMembership(snap.GetData())
-	if err != nil {
-		return fmt.Errorf("journal: snapshot %d: %w", idx, err)
-	}
-	// The record keeps the image's dedupe window: this node's log starts
-	// after the image, and dedupeAt seeds rebuilds from it.
-	if err := j.store.SaveMembership(idx, m.encode()); err != nil {
-		return fmt.Errorf("journal: save membership at %d: %w", idx, err)
-	}
-	keys := m.Keys
-	m.Keys = nil
-	j.setMembership(m)
-	j.applyq.setKeys(idx, keys)
-	return nil
-}
-
-// setMembership publishes m and updates the transport's peers.
+// setMembership publishes m and updates the transport's peers (no disk:
+// the applier makes it durable, persistMembership).
 func (j *Journal) setMembership(m *membership) {
-	if err := j.writeMembers(m); err != nil {
-		j.log.Error("save members file", "err", err)
-	}
 	j.mu.Lock()
 	old := j.mu.membership
 	j.mu.membership = m
@@ -840,24 +875,50 @@ func (j *Journal) setMembership(m *membership) {
 			j.tr.SetPeer(id, mem.Addr)
 		}
 	}
-	if self, ok := m.Members[j.id]; ok {
-		if Role(j.role.Load()) != self.Role {
-			j.role.Store(uint32(self.Role))
-			if err := writeKV(j.cfg.FS, j.cfg.Dir, "ROLE", [][2]string{{"role", self.Role.String()}}); err != nil {
-				j.log.Error("update ROLE", "err", err)
-			}
-		}
-	} else if m.isRemoved(j.id) {
+	if _, ok := m.Members[j.id]; !ok && m.isRemoved(j.id) {
 		j.removed.Store(true)
 	}
 }
 
+// persistMembership makes the membership as of rec.index durable, on the
+// applier before it publishes that index: the store's record (which
+// MembershipAt reads for images), then ROLE and MEMBERS. The files only
+// move forward: a membership no newer than the MEMBERS file (a restart
+// replaying the log) leaves both alone, so a crash during a replay never
+// leaves an older role or membership behind. ROLE goes first, so MEMBERS
+// never names a newer index than ROLE reflects.
+func (j *Journal) persistMembership(index uint64, m *membership, record bool) error {
+	if record {
+		if err := j.store.SaveMembership(index, m.encode()); err != nil {
+			return fmt.Errorf("journal: save membership at %d: %w", index, err)
+		}
+	}
+	if index <= j.membersIndex {
+		return nil
+	}
+	if self, ok := m.Members[j.id]; ok && Role(j.role.Load()) != self.Role {
+		if err := writeKV(j.cfg.FS, j.cfg.Dir, "ROLE", [][2]string{{"role", self.Role.String()}}); err != nil {
+			j.log.Error("update ROLE", "err", err)
+			return nil // MEMBERS stays behind too: the next change retries both
+		}
+		j.role.Store(uint32(self.Role))
+	}
+	if err := j.writeMembers(m); err != nil {
+		j.log.Error("save members file", "err", err)
+		return nil
+	}
+	j.membersIndex = index
+	return nil
+}
+
 // applyBatch is one Ready's worth of work for the applier.
 type applyBatch struct {
-	snapshot uint64 // install the image at this index first (0: none)
-	keys     []appliedKey
-	entries  []*raftpb.Entry
-	bytes    uint64
+	snapshot    uint64      // install the image at this index first (0: none)
+	snapMembers *membership // the snapshot's membership (without keys)
+	keys        []appliedKey
+	entries     []*raftpb.Entry
+	members     []memberRecord // one per conf change entry, in order
+	bytes       uint64
 }
 
 // applyQueue is the queue between the raft loop and the applier, bounded
@@ -871,20 +932,13 @@ type applyQueue struct {
 	bytes    uint64
 	maxBytes uint64
 	maxItems int
-	pendKeys map[uint64][]appliedKey
 	notify   chan struct{} // applier wake-up (cap 1)
 	roomc    chan struct{} // loop wake-up when space frees (cap 1)
 	closed   bool
 }
 
 func newApplyQueue(maxBytes uint64, maxItems int) *applyQueue {
-	return &applyQueue{maxBytes: maxBytes, maxItems: maxItems, notify: make(chan struct{}, 1), roomc: make(chan struct{}, 1), pendKeys: map[uint64][]appliedKey{}}
-}
-
-func (q *applyQueue) setKeys(idx uint64, keys []appliedKey) {
-	q.mu.Lock()
-	q.pendKeys[idx] = keys
-	q.mu.Unlock()
+	return &applyQueue{maxBytes: maxBytes, maxItems: maxItems, notify: make(chan struct{}, 1), roomc: make(chan struct{}, 1)}
 }
 
 func (q *applyQueue) push(b applyBatch) {
@@ -892,14 +946,11 @@ func (q *applyQueue) push(b applyBatch) {
 		b.bytes += uint64(len(e.GetData())) + 32
 	}
 	q.mu.Lock()
-	if b.snapshot > 0 {
-		b.keys = q.pendKeys[b.snapshot]
-		delete(q.pendKeys, b.snapshot)
-	}
 	q.bytes += b.bytes
 	if n := len(q.items); n >= q.maxItems && b.snapshot == 0 {
 		last := &q.items[n-1]
 		last.entries = append(last.entries, b.entries...)
+		last.members = append(last.members, b.members...)
 		last.bytes += b.bytes
 	} else {
 		q.items = append(q.items, b)
@@ -961,6 +1012,12 @@ func (q *applyQueue) close() {
 // applyLoop is the applier: it applies committed entries in log order to the
 // state machine, then publishes the applied index and wakes waiters.
 func (j *Journal) applyLoop() {
+	// Memberships up to the MEMBERS file's are durable already.
+	if m, err := j.readMembers(); err != nil {
+		j.log.Warn("read members file", "err", err)
+	} else if m != nil {
+		j.membersIndex = m.Index
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -994,25 +1051,38 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 		if err := j.cfg.Snapshots.Install(ctx, b.snapshot); err != nil {
 			return fmt.Errorf("journal: install image %d: %w", b.snapshot, err)
 		}
+		// The store's record was written with the snapshot.
+		if err := j.persistMembership(b.snapshot, b.snapMembers, false); err != nil {
+			return err
+		}
 		j.dedupe.reset(b.keys)
 		j.lastImage.Store(b.snapshot)
 		j.publishApplied(b.snapshot)
 	}
 	start := j.applied.Load()
 	applied := start
+	members := b.members
 	for _, e := range b.entries {
 		idx := e.GetIndex()
+		var rec memberRecord
+		if e.GetType() != raftpb.EntryNormal && len(members) > 0 && members[0].index == idx {
+			rec, members = members[0], members[1:]
+		}
 		if idx <= applied {
 			continue // replayed below the image
 		}
-		switch e.GetType() {
-		case raftpb.EntryNormal:
+		switch {
+		case e.GetType() == raftpb.EntryNormal:
 			j.applyNormal(idx, e.GetData())
-		default:
-			if _, cctx, err := decodeConfChange(e); err == nil {
-				j.applied.Store(idx)
-				j.resolve(cctx.Key, applyResult{index: idx})
+		case rec.m != nil:
+			if err := j.persistMembership(idx, rec.m, true); err != nil {
+				return err
 			}
+			j.applied.Store(idx)
+			j.resolve(rec.key, applyResult{index: idx})
+		case rec.err != nil:
+			j.applied.Store(idx)
+			j.resolve(rec.key, applyResult{err: rec.err})
 		}
 		applied = idx
 	}
