@@ -83,13 +83,12 @@
 //	MEMBERS   the newest membership with every member's address (synced at
 //	          join and as each membership change applies, so a restarted
 //	          node can reach its peers before it has replayed its log)
-//
-// ROLE and MEMBERS only move forward: replaying the log after a restart
-// rewrites neither with a membership older than the one MEMBERS holds.
-//
 //	LOCK      held while the journal is open
 //	journal/  Pebble: entries, HardState, raft snapshot metadata,
 //	          membership records (journal/internal/raftstore)
+//
+// ROLE and MEMBERS only move forward: replaying the log after a restart
+// rewrites neither with a membership older than the one MEMBERS holds.
 //
 // # Entries
 //
