@@ -178,6 +178,18 @@ type Config struct {
 	// ForwardRetries bounds the attempts of a proposal made on a non-leader
 	// (default 5).
 	ForwardRetries int
+
+	// knobs are test hooks (nil in production).
+	knobs *testingKnobs
+}
+
+// testingKnobs are hooks tests set through Config.knobs.
+type testingKnobs struct {
+	// beforeRepropose runs on the proposer's goroutine before a Propose
+	// hands the loop another copy of its entry.
+	beforeRepropose func(key [16]byte)
+	// judged runs on the applier for every copy of a user entry it skips.
+	judged func(index uint64, key [16]byte, v copyVerdict)
 }
 
 func (c *Config) fillDefaults() {

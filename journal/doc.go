@@ -93,12 +93,14 @@
 // # Entries
 //
 // Each normal entry is an envelope: a user entry (idempotency key and the
-// user's bytes), or a leader timestamp. The [StateMachine] sees user data
-// only. An entry whose key reached the log within Config.DedupeWindow
-// indexes before it (applied or itself skipped) is skipped on every replica:
-// the decision depends only on the entries in the window, which travels
-// with images in the membership blob, so replicas, restarts and shadow
-// checkpoints stay identical.
+// user's bytes, and for a copy the journal may re-propose, the commit index
+// its proposer knew first: a copy landing more than Config.DedupeWindow
+// indexes after it is skipped, so re-proposals apply once), or a leader
+// timestamp. The [StateMachine] sees user data only. An entry whose key
+// reached the log within Config.DedupeWindow indexes before it (applied or
+// itself skipped) is skipped on every replica: the decision depends only on
+// the entries in the window, which travels with images in the membership
+// blob, so replicas, restarts and shadow checkpoints stay identical.
 //
 // # Concurrency
 //

@@ -67,9 +67,12 @@ func (j *Journal) ReadEntries(ctx context.Context, after, upTo uint64, fn func(i
 		if env.kind != kindUser {
 			return nil
 		}
-		_, dup := d.seen(index, env.key)
+		_, verdict := d.judge(index, env)
+		if verdict == copyExpired {
+			return nil
+		}
 		d.add(index, env.key, nil)
-		if dup {
+		if verdict == copyDuplicate {
 			return nil
 		}
 		return fn(index, env.data)
@@ -230,7 +233,10 @@ func (j *Journal) dedupeAt(index uint64) (*dedupe, error) {
 	}
 	if from := max(first, lo); from <= index {
 		if err := j.scanEntries(from-1, index, func(i uint64, env envelope) error {
-			if env.kind == kindUser {
+			if env.kind != kindUser {
+				return nil
+			}
+			if _, verdict := d.judge(i, env); verdict != copyExpired {
 				d.add(i, env.key, nil)
 			}
 			return nil

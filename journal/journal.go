@@ -132,6 +132,7 @@ type applyResult struct {
 	index uint64
 	value any
 	err   error
+	since uint64 // of the expired copy, with errExpired
 }
 
 type inbound struct {

@@ -190,12 +190,12 @@ func (j *Journal) fail(err error) {
 	failure := j.loopErr()
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	// Each waiter channel holds one answer: the waiters answered here leave
-	// the map, as resolve's do, so no later resolve (the applier finishing
-	// its batch) sends to a channel that is already full.
+	// A final answer: the waiters answered here leave the map, as after
+	// a successful resolve, so no later resolve (the applier finishing its
+	// batch) sends to them.
 	for key, ws := range j.mu.waiters {
 		for _, w := range ws {
-			w <- applyResult{err: failure}
+			w <- applyResult{err: failure} // never blocks: see resolve
 		}
 		j.nwaiters.Add(-int64(len(ws)))
 		delete(j.mu.waiters, key)
@@ -1109,10 +1109,19 @@ func (j *Journal) applyNormal(idx uint64, data []byte) {
 		// The applied index moves before the proposer hears: once Propose
 		// returns, Status and WaitApplied on this node cover the entry too
 		// (waiters on the index are woken at the end of the batch).
-		if prev, dup := j.dedupe.seen(idx, env.key); dup {
+		prev, verdict := j.dedupe.judge(idx, env)
+		if k := j.cfg.knobs; k != nil && k.judged != nil && verdict != copyApply {
+			k.judged(idx, env.key, verdict)
+		}
+		switch verdict {
+		case copyDuplicate:
 			j.dedupe.add(idx, env.key, nil) // the window slides to this copy
 			j.applied.Store(idx)
 			j.resolve(env.key, applyResult{index: prev.applied, value: prev.value})
+			return
+		case copyExpired:
+			j.applied.Store(idx)
+			j.resolve(env.key, applyResult{err: errExpired, since: env.since})
 			return
 		}
 		v := j.cfg.StateMachine.Apply(idx, env.data)
@@ -1122,17 +1131,29 @@ func (j *Journal) applyNormal(idx uint64, data []byte) {
 	}
 }
 
+// resolve tells the waiters of key how a copy of it ended. An applied copy
+// is the final answer: its waiters leave the map. A refusal (r.err: a
+// membership change raft dropped, a copy that expired) leaves them waiting
+// for the copy a retry makes, so no answer about a later copy can fall in
+// the gap before they would register again. A waiter channel (cap 2) holds
+// at most one unread refusal (a newer one is dropped while one is unread:
+// either tells the waiter the same) plus the final answer, so no send ever
+// blocks; sends happen under j.mu, which makes that count exact.
 func (j *Journal) resolve(key [16]byte, r applyResult) {
 	if j.nwaiters.Load() == 0 {
 		return // replay: nobody waits, skip the lock
 	}
 	j.mu.Lock()
+	defer j.mu.Unlock()
 	ws := j.mu.waiters[key]
-	delete(j.mu.waiters, key)
-	j.nwaiters.Add(-int64(len(ws)))
-	j.mu.Unlock()
+	if r.err == nil {
+		delete(j.mu.waiters, key)
+		j.nwaiters.Add(-int64(len(ws)))
+	}
 	for _, w := range ws {
-		w <- r
+		if r.err == nil || len(w) == 0 {
+			w <- r
+		}
 	}
 }
 

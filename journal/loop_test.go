@@ -146,10 +146,19 @@ func TestEnvelopeAndMembershipCodecs(t *testing.T) {
 	require.Equal(t, kindUser, env.kind)
 	require.Equal(t, key, env.key)
 	require.Equal(t, "abc", string(env.data))
+	env, err = decodeEnvelope(encodeUserSince(key, 99, []byte("abc")))
+	require.NoError(t, err)
+	require.Equal(t, kindUser, env.kind)
+	require.Equal(t, key, env.key)
+	require.Equal(t, uint64(99), env.since)
+	require.Equal(t, "abc", string(env.data))
+	env, err = decodeEnvelope(encodeUserSince(key, 0, nil))
+	require.NoError(t, err)
+	require.True(t, env.bounded, "since 0 (a node that knows no commit yet) still bounds the copies")
 	env, err = decodeEnvelope(encodeTimestamp(42))
 	require.NoError(t, err)
 	require.Equal(t, int64(42), env.ts)
-	for _, bad := range [][]byte{nil, {9}, {kindUser, 1, 2}, {kindTimestamp, 1}} {
+	for _, bad := range [][]byte{nil, {9}, {kindUser, 1, 2}, {kindTimestamp, 1}, {kindUserSince, 1}} {
 		_, err := decodeEnvelope(bad)
 		require.ErrorIs(t, err, ErrMalformed, "%v", bad)
 	}

@@ -92,7 +92,7 @@ func (j *Journal) confChange(ctx context.Context, what string, typ raftpb.ConfCh
 		return fmt.Errorf("journal: %s %d: %w", what, id, err)
 	}
 	_, err = j.submit(ctx, key,
-		func() *proposal { return &proposal{cc: proto.Clone(cc).(*raftpb.ConfChange), force: force} },
+		func(uint64) *proposal { return &proposal{cc: proto.Clone(cc).(*raftpb.ConfChange), force: force} },
 		&ForwardRequest{Kind: ForwardConfChange, Key: key, Force: force, Data: data})
 	if err != nil {
 		return fmt.Errorf("journal: %s %d: %w", what, id, err)
