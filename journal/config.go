@@ -138,11 +138,13 @@ type Config struct {
 	// Ready (default 4 MiB).
 	MaxCommittedBytesPerReady uint64
 	// ApplyQueueBytes bounds the committed-but-unapplied bytes queued for
-	// the state machine; past it the raft loop stops taking new Readys (but
-	// keeps ticking) until Apply catches up (default 64 MiB).
+	// the state machine; past it raft hands out no more committed entries
+	// until Apply catches up, while the node goes on ticking, heartbeating,
+	// voting, appending and acknowledging (default 64 MiB). The queue holds
+	// at most this plus MaxCommittedBytesPerReady.
 	ApplyQueueBytes uint64
-	// ApplyQueueBatches bounds the number of queued apply batches (default
-	// 1024).
+	// ApplyQueueBatches bounds the number of queued apply batches, which
+	// count as full like ApplyQueueBytes (default 1024).
 	ApplyQueueBatches int
 	// SendQueueMsgs and SendQueueBytes bound the messages queued for one
 	// peer by the default transport (defaults 4096 and 64 MiB); overflow
@@ -191,6 +193,18 @@ type Config struct {
 	// (default 1,000), as etcd refuses to promote a learner that is
 	// behind.
 	PromoteMaxLag uint64
+
+	// knobs are test hooks (nil in production).
+	knobs *testingKnobs
+}
+
+// testingKnobs are hooks tests set through Config.knobs.
+type testingKnobs struct {
+	// beforeRepropose runs on the proposer's goroutine before a Propose
+	// hands the loop another copy of its entry.
+	beforeRepropose func(key [16]byte)
+	// judged runs on the applier for every copy of a user entry it skips.
+	judged func(index uint64, key [16]byte, v copyVerdict)
 }
 
 func (c *Config) fillDefaults() {

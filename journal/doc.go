@@ -66,16 +66,20 @@
 // go, in order, to the applier. Nothing is acknowledged, applied or voted
 // for before the write that makes it durable has returned. The applier runs
 // on its own goroutine behind a queue bounded in bytes and batches, so a
-// slow state machine never stops ticks; a full queue only postpones the
-// next Ready. Membership changes are applied to raft on
+// slow state machine never stops ticks or raft's traffic: a full queue
+// holds back only the committed entries (raft hands out no more until the
+// applier makes room). Membership changes are applied to raft on
 // the loop, and the members' addresses travel in the conf change entries, so
-// they are as durable as the log. A received raft snapshot is first made
-// durable through [Snapshots.Fetch], then stepped into raft; one raft does
-// not take is released ([FetchReleaser]); raft is always told how a
-// snapshot it sent ended (ReportSnapshot). On restart raft starts from the
-// index of the image [Snapshots.LoadLatest] loaded (an older one when the
-// newest is unusable), with the membership as of that index, and the log
-// after it is replayed.
+// they are as durable as the log; the applier writes the membership
+// records, MEMBERS and ROLE as it passes each change, and the append
+// goroutine records images for [Journal.ImageWritten], so no fsync runs on
+// the loop. A received raft snapshot is first made durable through
+// [Snapshots.Fetch], then stepped into raft; one raft does not take is
+// released ([FetchReleaser]); raft is always told how a snapshot it sent
+// ended (ReportSnapshot). On restart raft starts from the index of the
+// image [Snapshots.LoadLatest] loaded (an older one when the newest is
+// unusable), with the membership as of that index, and the log after it is
+// replayed.
 //
 // # The data dir
 //
@@ -84,21 +88,26 @@
 //	          bootstrap's first entry is in the log before it)
 //	ROLE      role=follower | observer (rewritten when the node is promoted)
 //	MEMBERS   the newest membership with every member's address (synced at
-//	          join and at each membership change, so a restarted node can
-//	          reach its peers before it has replayed its log)
+//	          join and as each membership change applies, so a restarted
+//	          node can reach its peers before it has replayed its log)
 //	LOCK      held while the journal is open
 //	journal/  Pebble: entries, HardState, raft snapshot metadata,
 //	          membership records (journal/internal/raftstore)
 //
+// ROLE and MEMBERS only move forward: replaying the log after a restart
+// rewrites neither with a membership older than the one MEMBERS holds.
+//
 // # Entries
 //
 // Each normal entry is an envelope: a user entry (idempotency key and the
-// user's bytes), or a leader timestamp. The [StateMachine] sees user data
-// only. An entry whose key reached the log within Config.DedupeWindow
-// indexes before it (applied or itself skipped) is skipped on every replica:
-// the decision depends only on the entries in the window, which travels
-// with images in the membership blob, so replicas, restarts and shadow
-// checkpoints stay identical.
+// user's bytes, and for a copy the journal may re-propose, the commit index
+// its proposer knew first: a copy landing more than Config.DedupeWindow
+// indexes after it is skipped, so re-proposals apply once), or a leader
+// timestamp. The [StateMachine] sees user data only. An entry whose key
+// reached the log within Config.DedupeWindow indexes before it (applied or
+// itself skipped) is skipped on every replica: the decision depends only on
+// the entries in the window, which travels with images in the membership
+// blob, so replicas, restarts and shadow checkpoints stay identical.
 //
 // # Concurrency
 //

@@ -14,20 +14,29 @@ import (
 //
 //	kindUser:      [1][16-byte idempotency key][user data...]
 //	kindTimestamp: [2][8-byte big-endian unix nanoseconds of the leader's clock]
+//	kindUserSince: [3][16-byte idempotency key][8-byte big-endian since][user data...]
+//
+// kindUserSince is a user entry that may apply only within DedupeWindow
+// indexes after since, a commit index its proposer knew before it made the
+// entry's first copy (see dedupe.judge). It decodes as kindUser.
 //
 // An empty entry is raft's own (the leader's first entry of its term). The
 // state machine only sees the user data of kindUser entries.
 const (
 	kindUser      byte = 1
 	kindTimestamp byte = 2
+	kindUserSince byte = 3
 	keyLen             = 16
 )
 
 type envelope struct {
-	kind byte
-	key  [16]byte
-	data []byte // user data (aliases the entry)
-	ts   int64  // unix nanos for kindTimestamp
+	kind  byte
+	key   [16]byte
+	data  []byte // user data (aliases the entry)
+	ts    int64  // unix nanos for kindTimestamp
+	since uint64 // kindUserSince's since
+	// bounded: the entry carries since (kindUserSince).
+	bounded bool
 }
 
 func encodeUser(key [16]byte, data []byte) []byte {
@@ -35,6 +44,17 @@ func encodeUser(key [16]byte, data []byte) []byte {
 	b[0] = kindUser
 	copy(b[1:], key[:])
 	copy(b[1+keyLen:], data)
+	return b
+}
+
+// encodeUserSince is encodeUser for an entry the journal may propose more
+// than once: every copy carries the same since.
+func encodeUserSince(key [16]byte, since uint64, data []byte) []byte {
+	b := make([]byte, 1+keyLen+8+len(data))
+	b[0] = kindUserSince
+	copy(b[1:], key[:])
+	binary.BigEndian.PutUint64(b[1+keyLen:], since)
+	copy(b[1+keyLen+8:], data)
 	return b
 }
 
@@ -56,6 +76,13 @@ func decodeEnvelope(b []byte) (envelope, error) {
 			return envelope{}, fmt.Errorf("%w: user entry of %d bytes is shorter than its key", ErrMalformed, len(b))
 		}
 		e := envelope{kind: kindUser, data: b[1+keyLen:]}
+		copy(e.key[:], b[1:1+keyLen])
+		return e, nil
+	case kindUserSince:
+		if len(b) < 1+keyLen+8 {
+			return envelope{}, fmt.Errorf("%w: user entry of %d bytes is shorter than its key and since", ErrMalformed, len(b))
+		}
+		e := envelope{kind: kindUser, data: b[1+keyLen+8:], since: binary.BigEndian.Uint64(b[1+keyLen:]), bounded: true}
 		copy(e.key[:], b[1:1+keyLen])
 		return e, nil
 	case kindTimestamp:
@@ -245,6 +272,33 @@ type dedupeRec struct {
 
 func newDedupe(window uint64) *dedupe {
 	return &dedupe{window: window, byKey: map[[16]byte]dedupeRec{}}
+}
+
+// copyVerdict is what the applier does with a copy of a user entry.
+type copyVerdict int
+
+const (
+	copyApply     copyVerdict = iota // the first copy: applied, recorded
+	copyDuplicate                    // within the window of the key's latest copy: skipped, recorded
+	copyExpired                      // past its since's window: skipped, not recorded
+)
+
+// judge decides the copy of env at index, on every replica and in every
+// rebuild alike (it depends on the window and the entry alone). A copy
+// carrying since (the journal's own re-proposals) expires when it lands
+// more than a window after since: every copy of one proposal lands after
+// since, so the copies that do not expire lie within one window of each
+// other and the first of them is the only one applied, however far apart
+// they land. An expired copy is not recorded (it was not applied); its
+// proposer, hearing of it, proposes again with a newer since.
+func (d *dedupe) judge(index uint64, env envelope) (dedupeRec, copyVerdict) {
+	if r, dup := d.seen(index, env.key); dup {
+		return r, copyDuplicate
+	}
+	if env.bounded && index > env.since && index-env.since > d.window {
+		return dedupeRec{}, copyExpired
+	}
+	return dedupeRec{}, copyApply
 }
 
 // seen reports the key's latest copy within the window ending at index

@@ -17,6 +17,7 @@ import (
 // encoding.
 func FuzzEntryDecoders(f *testing.F) {
 	f.Add(encodeUser([16]byte{1, 2}, []byte("data")))
+	f.Add(encodeUserSince([16]byte{3}, 41, []byte("data")))
 	f.Add(encodeTimestamp(1_700_000_000_000_000_000))
 	cc, _ := proto.Marshal(&raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(uint64(2)),
 		Context: []byte(`{"addr":"127.0.0.1:1","role":"follower","key":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}`)})
@@ -32,7 +33,11 @@ func FuzzEntryDecoders(f *testing.F) {
 			var again []byte
 			switch env.kind {
 			case kindUser:
-				again = encodeUser(env.key, env.data)
+				if env.bounded {
+					again = encodeUserSince(env.key, env.since, env.data)
+				} else {
+					again = encodeUser(env.key, env.data)
+				}
 			case kindTimestamp:
 				again = encodeTimestamp(env.ts)
 			default:

@@ -67,9 +67,12 @@ func (j *Journal) ReadEntries(ctx context.Context, after, upTo uint64, fn func(i
 		if env.kind != kindUser {
 			return nil
 		}
-		_, dup := d.seen(index, env.key)
+		_, verdict := d.judge(index, env)
+		if verdict == copyExpired {
+			return nil
+		}
 		d.add(index, env.key, nil)
-		if dup {
+		if verdict == copyDuplicate {
 			return nil
 		}
 		return fn(index, env.data)
@@ -139,30 +142,45 @@ func (j *Journal) ImageWritten(ctx context.Context, index, term uint64, membersh
 			Index: new(index), Term: new(term), ConfState: m.confState(),
 		},
 	})
-	var opErr error
-	if err := j.do(ctx, func() {
-		if err := j.store.SetSnapshot(snap); err != nil {
-			opErr = fmt.Errorf("journal: record image %d: %w", index, err)
-			return
-		}
-		j.lastImage.Store(index)
-		if j.snapsOut.Load() > 0 {
-			j.log.Info("compaction postponed: snapshot in flight", "image", index)
-			return
-		}
-		if index <= j.cfg.CompactMargin {
-			return
-		}
-		cut := index - j.cfg.CompactMargin
-		if first, err := j.store.FirstIndex(); err == nil && cut >= first {
-			if err := j.store.Compact(cut); err != nil {
-				opErr = fmt.Errorf("journal: compact to %d: %w", cut, err)
-			}
-		}
-	}); err != nil {
-		return fmt.Errorf("journal: image %d: %w", index, err)
+	// The store work runs on the append goroutine, in order with raft's
+	// appends: the raft loop never waits for this fsync.
+	done := make(chan error, 1)
+	j.appendq.push(appendItem{op: func() { done <- j.recordImage(snap) }})
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("journal: image %d: %w", index, context.Cause(ctx))
+	case <-j.done:
+		return ErrClosed
+	case <-j.loopDead:
+		return j.loopErr()
 	}
-	return opErr
+}
+
+// recordImage makes snap raft's snapshot (synced) and compacts the log up
+// to its index - Config.CompactMargin, unless a snapshot is being sent to a
+// follower. It runs on the append goroutine.
+func (j *Journal) recordImage(snap *raftpb.Snapshot) error {
+	index := snap.GetMetadata().GetIndex()
+	if err := j.store.SetSnapshot(snap); err != nil {
+		return fmt.Errorf("journal: record image %d: %w", index, err)
+	}
+	j.lastImage.Store(index)
+	if j.snapsOut.Load() > 0 {
+		j.log.Info("compaction postponed: snapshot in flight", "image", index)
+		return nil
+	}
+	if index <= j.cfg.CompactMargin {
+		return nil
+	}
+	cut := index - j.cfg.CompactMargin
+	if first, err := j.store.FirstIndex(); err == nil && cut >= first {
+		if err := j.store.Compact(cut); err != nil {
+			return fmt.Errorf("journal: compact to %d: %w", cut, err)
+		}
+	}
+	return nil
 }
 
 // waitDurableCommit waits until the durable commit index reaches index.
@@ -215,7 +233,10 @@ func (j *Journal) dedupeAt(index uint64) (*dedupe, error) {
 	}
 	if from := max(first, lo); from <= index {
 		if err := j.scanEntries(from-1, index, func(i uint64, env envelope) error {
-			if env.kind == kindUser {
+			if env.kind != kindUser {
+				return nil
+			}
+			if _, verdict := d.judge(i, env); verdict != copyExpired {
 				d.add(i, env.key, nil)
 			}
 			return nil

@@ -61,6 +61,10 @@ type Journal struct {
 	// the last Ready (loop goroutine only): settleFetched releases those
 	// raft did not take.
 	steppedSnaps []uint64
+	// heldApplyAcks are raft's acknowledgements of committed entries
+	// handed to the applier, held while the apply queue is full (loop
+	// goroutine only; releaseApplyAcks).
+	heldApplyAcks []*raftpb.Message
 	// batch holds the normal proposals taken since the last flush: they
 	// go to raft in one MsgProp, so raft appends them together and sends
 	// one append message per follower for all of them, not one each.
@@ -97,6 +101,14 @@ type Journal struct {
 	// refusedRemoved counts deliveries refused because the sender was
 	// removed from the cluster.
 	refusedRemoved atomic.Uint64
+	// refusedMsgs counts messages from the network refused as invalid
+	// (validate.go); lastIndexPub is lastIndex for Receive's early check.
+	refusedMsgs  atomic.Uint64
+	lastIndexPub atomic.Uint64
+	// lastIndex is raft's last log index as of the last Ready; logBound
+	// is lastIndex lowered by the appends and snapshots stepped since,
+	// which may have cut the log's tail (loop goroutine only).
+	lastIndex, logBound uint64
 
 	// Written by the applier.
 	applied atomic.Uint64
@@ -120,12 +132,16 @@ type Journal struct {
 	dedupe *dedupe // applier only
 
 	rounds readRounds // linearizable reads (readindex.go)
+	// membersIndex is the membership index the MEMBERS file holds
+	// (applier only, after Open): older memberships are not written again.
+	membersIndex uint64
 }
 
 type applyResult struct {
 	index uint64
 	value any
 	err   error
+	since uint64 // of the expired copy, with errExpired
 }
 
 type inbound struct {
@@ -551,6 +567,10 @@ type Status struct {
 	LastTimestamp time.Time
 	// Removed is true once this node applied its own removal.
 	Removed bool
+	// RefusedMessages counts the raft messages from the network refused as
+	// invalid (ones raft would crash on or no correct peer sends); each is
+	// logged with its reason.
+	RefusedMessages uint64
 	// Members is the membership as of the applied index.
 	Members []Member
 	// Err is the error that stopped the applier, if any (the node then
@@ -564,17 +584,18 @@ func (s Status) IsLeader() bool { return s.Leader == s.ID && s.State == raft.Sta
 // Status returns the node's current status.
 func (j *Journal) Status() Status {
 	st := Status{
-		ID:        j.id,
-		ClusterID: j.cluster(),
-		Role:      Role(j.role.Load()),
-		State:     raft.StateType(j.state.Load()).String(),
-		Leader:    j.leader.Load(),
-		Term:      j.term.Load(),
-		Applied:   j.applied.Load(),
-		Committed: j.committed.Load(),
-		Image:     j.lastImage.Load(),
-		Removed:   j.removed.Load(),
-		Stale:     j.CheckFresh() != nil,
+		ID:              j.id,
+		ClusterID:       j.cluster(),
+		Role:            Role(j.role.Load()),
+		State:           raft.StateType(j.state.Load()).String(),
+		Leader:          j.leader.Load(),
+		Term:            j.term.Load(),
+		Applied:         j.applied.Load(),
+		Committed:       j.committed.Load(),
+		Image:           j.lastImage.Load(),
+		Removed:         j.removed.Load(),
+		RefusedMessages: j.refusedMsgs.Load(),
+		Stale:           j.CheckFresh() != nil,
 	}
 	if ts := j.lastTS.Load(); ts != 0 {
 		st.LastTimestamp = time.Unix(0, ts)

@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,8 +32,8 @@ type proposal struct {
 // operation, a finished append), then at most one Ready (handleReady): the
 // disk write goes to the append goroutine, messages that need none are
 // sent, committed entries go to the applier. Neither the fsync nor a slow
-// state machine stops ticks; a full apply queue only postpones the next
-// Ready.
+// state machine stops ticks or Readys; a full apply queue holds back only
+// the committed entries (releaseApplyAcks).
 func (j *Journal) run() {
 	defer close(j.loopDead)
 	tickc, stopTick := j.cfg.Clock.NewTicker(j.cfg.TickInterval)
@@ -42,13 +41,21 @@ func (j *Journal) run() {
 	staleEvery := j.cfg.StaleAfter / 2
 	var lastStamp int64
 	var err error
+	if j.lastIndex, err = j.store.LastIndex(); err != nil {
+		j.fail(fmt.Errorf("journal: last index: %w", err))
+		return
+	}
+	j.lastIndexPub.Store(j.lastIndex)
 	more := make(chan struct{})
 	close(more)
 	for err == nil {
+		// Every iteration that changed raft's log ended with a Ready, so
+		// lastIndex is raft's last index again.
+		j.logBound = j.lastIndex
 		// With a Ready pending (a replay, a follower catching up) the select
 		// does not block: events and Readys alternate.
 		var readyc <-chan struct{}
-		if j.rn.HasReady() && !j.applyq.full() {
+		if j.rn.HasReady() {
 			readyc = more
 		}
 		select {
@@ -79,6 +86,7 @@ func (j *Journal) run() {
 		case res := <-j.appendDone:
 			err = j.appended(res)
 		case <-j.applyq.room():
+			j.releaseApplyAcks()
 		case <-readyc:
 		}
 		if err != nil {
@@ -103,7 +111,7 @@ func (j *Journal) run() {
 		} else {
 			lastStamp = 0
 		}
-		if j.applyq.full() || !j.rn.HasReady() {
+		if !j.rn.HasReady() {
 			continue
 		}
 		err = j.handleReady(j.rn.Ready())
@@ -181,16 +189,24 @@ func (j *Journal) fail(err error) {
 	failure := j.loopErr()
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for _, ws := range j.mu.waiters {
+	// A final answer: the waiters answered here leave the map, as after
+	// a successful resolve, so no later resolve (the applier finishing its
+	// batch) sends to them.
+	for key, ws := range j.mu.waiters {
 		for _, w := range ws {
-			select {
-			case w <- applyResult{err: failure}:
-			default: // already answered
-			}
+			w <- applyResult{err: failure} // never blocks: see resolve
 		}
+		j.nwaiters.Add(-int64(len(ws)))
+		delete(j.mu.waiters, key)
 	}
 	close(j.mu.appliedCh)
 	j.mu.appliedCh = make(chan struct{})
+}
+
+// refuse counts and logs a message from the network that was not stepped.
+func (j *Journal) refuse(err error) {
+	j.refusedMsgs.Add(1)
+	j.log.Warn("raft message refused", "err", err)
 }
 
 func (j *Journal) failProposals() {
@@ -283,18 +299,22 @@ func (j *Journal) failBatch(err error) {
 	j.batchBytes = 0
 }
 
-// checkConfChange refuses a removal that leaves fewer reachable voters than
-// a quorum of the new configuration, and a change while one is pending.
+// checkConfChange refuses a change raft could not apply (checkLeavesVoters,
+// whatever force says) and, unless forced, a removal that leaves fewer
+// reachable voters than a quorum of the new configuration.
 func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 	if err := j.checkPromote(cc); err != nil {
 		return err
 	}
 	st := j.rn.Status()
+	voters := st.Config.Voters.IDs()
+	if err := checkLeavesVoters(cc, voters); err != nil {
+		return err
+	}
 	if cc.GetType() != raftpb.ConfChangeRemoveNode || force {
 		return nil
 	}
 	id := cc.GetNodeId()
-	voters := st.Config.Voters.IDs()
 	if _, ok := voters[id]; !ok {
 		return nil // a learner: no quorum impact
 	}
@@ -308,9 +328,6 @@ func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 		if v == j.id || j.reachable(v, now) {
 			reachable++
 		}
-	}
-	if remaining == 0 {
-		return fmt.Errorf("%w: node %d is the last voter", ErrUnsafeRemoval, id)
 	}
 	if reachable < remaining/2+1 {
 		return fmt.Errorf("%w: removing node %d leaves %d reachable of %d voters, below a quorum", ErrUnsafeRemoval, id, reachable, remaining)
@@ -328,14 +345,30 @@ func (j *Journal) reachable(id uint64, now time.Time) bool {
 	return ok && now.Sub(t) <= j.electionTimeout()
 }
 
-// step feeds inbound messages to raft.
+// step feeds inbound messages to raft, but for those that name an index
+// beyond the log (checkAgainstLog): raft would panic on them.
 func (j *Journal) step(in inbound) {
 	var err error
 	now := time.Now()
 	for _, m := range in.msgs {
+		if e := checkAgainstLog(m, j.logBound); e != nil {
+			j.refuse(e)
+			err = e
+			continue
+		}
 		j.heard[m.GetFrom()] = now
 		if e := j.rn.Step(m); e != nil && !errors.Is(e, raft.ErrStepPeerNotFound) && !errors.Is(e, raft.ErrStepLocalMsg) {
 			err = e
+		}
+		// An append or a snapshot may have cut the log's tail; until the
+		// next Ready says where it ends, the bound is the lowest it can be.
+		switch m.GetType() {
+		case raftpb.MsgApp:
+			if n := len(m.GetEntries()); n > 0 {
+				j.logBound = min(j.logBound, m.GetIndex()+uint64(n))
+			}
+		case raftpb.MsgSnap:
+			j.logBound = min(j.logBound, m.GetSnapshot().GetMetadata().GetIndex())
 		}
 	}
 	if in.done != nil {
@@ -362,6 +395,14 @@ func (j *Journal) step(in inbound) {
 // hands out committed entries only once they are durable locally
 // (etcd#14370), in the MsgStorageApply for the applier.
 func (j *Journal) handleReady(rd raft.Ready) error {
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		j.lastIndex = rd.Snapshot.GetMetadata().GetIndex()
+	}
+	if n := len(rd.Entries); n > 0 {
+		j.lastIndex = rd.Entries[n-1].GetIndex()
+	}
+	j.logBound = j.lastIndex
+	j.lastIndexPub.Store(j.lastIndex)
 	if rd.SoftState != nil {
 		j.setSoftState(rd.SoftState.Lead, rd.SoftState.RaftState)
 	}
@@ -377,7 +418,7 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
-			j.appendq.push(m)
+			j.appendq.push(appendItem{msg: m})
 		case raft.LocalApplyThread:
 			apply = m
 		default:
@@ -390,15 +431,32 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 		if err := j.handOff(apply.GetEntries(), nil); err != nil {
 			return err
 		}
-		// As Advance did: raft counts handed-off entries as applied (the
-		// applier publishes what it really applied).
-		j.stepLocal(apply.GetResponses())
+		j.heldApplyAcks = append(j.heldApplyAcks, apply.GetResponses()...)
+		j.releaseApplyAcks()
 	}
 	// Peers' messages go last: the goroutine readied last runs next on this
 	// P, and the followers' appends are the longest path to a commit.
 	j.send(out)
 	j.forgetRemovedPeers()
 	return nil
+}
+
+// releaseApplyAcks tells raft the committed entries handed to the applier
+// are applied (the MsgStorageApplyResp of their Readys), unless the apply
+// queue is full: then raft, which counts handed-out entries against
+// MaxCommittedSizePerReady until they are acknowledged, hands out no more
+// committed entries, while every Ready goes on carrying heartbeats, votes,
+// appends and acknowledgements. The acknowledgements held go to raft, in
+// order, once the applier has made room. So the queue holds at most
+// ApplyQueueBytes plus one Ready's committed entries (the applier publishes
+// what it really applied).
+func (j *Journal) releaseApplyAcks() {
+	if len(j.heldApplyAcks) == 0 || j.applyq.full() {
+		return
+	}
+	j.stepLocal(j.heldApplyAcks)
+	clear(j.heldApplyAcks)
+	j.heldApplyAcks = j.heldApplyAcks[:0]
 }
 
 // forgetRemovedPeers drops the peers that membership changes removed from
@@ -504,21 +562,29 @@ func (j *Journal) stepLocal(msgs []*raftpb.Message) {
 	}
 }
 
-// appendQueue is the unbounded queue of MsgStorageAppend from the loop to
-// the append goroutine (raft's in-flight limits bound what it holds).
+// appendQueue is the unbounded queue of work for the append goroutine, in
+// order: raft's MsgStorageAppend from the loop (raft's in-flight limits
+// bound them), and the other writes to the raft store that must not wait
+// on the loop (ImageWritten's snapshot record and compaction).
 type appendQueue struct {
 	mu     sync.Mutex
-	msgs   []*raftpb.Message
+	items  []appendItem
 	notify chan struct{} // cap 1
+}
+
+// appendItem is a MsgStorageAppend, or (msg nil) an operation on the store.
+type appendItem struct {
+	msg *raftpb.Message
+	op  func()
 }
 
 func newAppendQueue() *appendQueue {
 	return &appendQueue{notify: make(chan struct{}, 1)}
 }
 
-func (q *appendQueue) push(m *raftpb.Message) {
+func (q *appendQueue) push(it appendItem) {
 	q.mu.Lock()
-	q.msgs = append(q.msgs, m)
+	q.items = append(q.items, it)
 	q.mu.Unlock()
 	select {
 	case q.notify <- struct{}{}:
@@ -526,23 +592,24 @@ func (q *appendQueue) push(m *raftpb.Message) {
 	}
 }
 
-func (q *appendQueue) take() []*raftpb.Message {
+func (q *appendQueue) take() []appendItem {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	msgs := q.msgs
-	q.msgs = nil
-	return msgs
+	items := q.items
+	q.items = nil
+	return items
 }
 
 // appendLoop is the append goroutine: it writes what the loop queued, all
-// of it in one synced Pebble batch (a snapshot starts a batch of its own),
-// and hands the messages back to the loop. Appends are written in the
-// order raft emitted them, so a response means every earlier append is
-// durable too, as raft requires.
+// of it in one synced Pebble batch (a snapshot or a store operation starts
+// a batch of its own), and hands the messages back to the loop. Appends are
+// written in the order raft emitted them, so a response means every earlier
+// append is durable too, as raft requires.
 func (j *Journal) appendLoop() {
+	var msgs []*raftpb.Message
 	for {
-		msgs := j.appendq.take()
-		if len(msgs) == 0 {
+		items := j.appendq.take()
+		if len(items) == 0 {
 			select {
 			case <-j.appendq.notify:
 				continue
@@ -550,26 +617,56 @@ func (j *Journal) appendLoop() {
 				return
 			}
 		}
-		for len(msgs) > 0 {
-			n := 1
-			for n < len(msgs) && raft.IsEmptySnap(msgs[n].GetSnapshot()) {
-				n++
+		for len(items) > 0 {
+			msgs = msgs[:0]
+			for len(items) > 0 && items[0].msg != nil {
+				msgs = append(msgs, items[0].msg)
+				items = items[1:]
 			}
-			res := appendResult{msgs: msgs[:n], err: j.persist(msgs[:n])}
-			if res.err == nil {
-				res.sent = j.sendResponses(res.msgs)
-			}
-			msgs = msgs[n:]
-			select {
-			case j.appendDone <- res:
-			case <-j.stopc:
+			if !j.writeAppends(msgs) {
 				return
 			}
-			if res.err != nil {
-				return // the loop stops: raft must not go on
+			if len(items) > 0 {
+				items[0].op()
+				items = items[1:]
 			}
 		}
 	}
+}
+
+// writeAppends persists msgs, a batch at a time, and hands each batch back
+// to the loop. false means stop: the loop is stopping, or a write failed
+// (raft must not go on).
+func (j *Journal) writeAppends(msgs []*raftpb.Message) bool {
+	for len(msgs) > 0 {
+		n := 1
+		for n < len(msgs) && raft.IsEmptySnap(msgs[n].GetSnapshot()) {
+			n++
+		}
+		batch := slices.Clone(msgs[:n])
+		res := appendResult{msgs: batch, err: j.persist(batch)}
+		if snap := batch[0].GetSnapshot(); res.err == nil && !raft.IsEmptySnap(snap) {
+			// The snapshot's membership record (its dedupe window included)
+			// right behind the snapshot, before raft or the applier act on it.
+			idx := snap.GetMetadata().GetIndex()
+			if err := j.store.SaveMembership(idx, snap.GetData()); err != nil {
+				res.err = fmt.Errorf("save membership at %d: %w", idx, err)
+			}
+		}
+		if res.err == nil {
+			res.sent = j.sendResponses(res.msgs)
+		}
+		msgs = msgs[n:]
+		select {
+		case j.appendDone <- res:
+		case <-j.stopc:
+			return false
+		}
+		if res.err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // persist writes msgs (only the first may carry a snapshot) in one batch:
@@ -629,20 +726,25 @@ func (j *Journal) persist(msgs []*raftpb.Message) error {
 
 // handOff applies the Ready's membership changes to raft (it needs
 // ApplyConfChange before the next Ready) and queues the snapshot and the
-// committed entries for the applier, in order.
+// committed entries for the applier, in order, with the memberships the
+// applier makes durable as it passes their indexes (persistMembership).
 func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 	var batch applyBatch
 	if snap != nil {
-		if err := j.installSnapshotMembership(snap); err != nil {
-			return err
+		idx := snap.GetMetadata().GetIndex()
+		m, err := decodeMembership(snap.GetData())
+		if err != nil {
+			return fmt.Errorf("journal: snapshot %d: %w", idx, err)
 		}
-		batch.snapshot = snap.GetMetadata().GetIndex()
+		m.Index = idx
+		batch.snapshot = idx
+		batch.keys = m.Keys
+		batch.snapMembers = m.clone() // without the keys
+		j.setMembership(batch.snapMembers)
 	}
 	for _, e := range ents {
 		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
-			if err := j.applyConfChange(e); err != nil {
-				return err
-			}
+			batch.members = append(batch.members, j.applyConfChange(e))
 		}
 	}
 	if len(ents) > 0 || batch.snapshot > 0 {
@@ -718,52 +820,53 @@ func (j *Journal) notifyLeadership() {
 	j.mu.Unlock()
 }
 
-// applyConfChange applies a committed membership change to raft and to the
-// durable membership (peer addresses travel in the conf change's context).
-func (j *Journal) applyConfChange(e *raftpb.Entry) error {
+// memberRecord is what the applier makes durable at a membership change's
+// index: the membership after it, or (m nil) nothing, with err for the
+// change's proposer when the change was refused.
+type memberRecord struct {
+	index uint64
+	m     *membership
+	key   [16]byte
+	err   error
+}
+
+// applyConfChange applies a committed membership change to raft and
+// publishes the membership after it (peer addresses travel in the conf
+// change's context); the record returned is for the applier.
+func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
+	rec := memberRecord{index: e.GetIndex()}
 	cc, ctx, err := decodeConfChange(e)
 	if err != nil {
 		// Deterministic on every replica; raft still needs to hear about
 		// it, as a no-op change.
 		j.log.Error("malformed conf change ignored", "index", e.GetIndex(), "err", err)
 		j.rn.ApplyConfChange(&raftpb.ConfChange{})
-		return nil
+		return rec
+	}
+	rec.key = ctx.Key
+	// A change that leaves no voter is in the log only if it bypassed the
+	// proposal checks (an older version, a forged append): raft would panic
+	// on it, here and at every restart. Every replica refuses it alike, as
+	// a no-op change.
+	if err := checkLeavesVoters(cc, j.rn.Status().Config.Voters.IDs()); err != nil {
+		j.log.Error("membership change refused at apply", "index", e.GetIndex(), "err", err)
+		j.rn.ApplyConfChange(&raftpb.ConfChange{})
+		rec.err = fmt.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)
+		return rec
 	}
 	cs := j.rn.ApplyConfChange(cc)
 	j.mu.Lock()
 	m := j.mu.membership.clone()
 	j.mu.Unlock()
 	m.apply(e.GetIndex(), cc, ctx, cs)
-	if err := j.store.SaveMembership(e.GetIndex(), m.encode()); err != nil {
-		return fmt.Errorf("journal: save membership at %d: %w", e.GetIndex(), err)
-	}
 	j.setMembership(m)
-	return nil
+	rec.m = m
+	return rec
 }
 
-func (j *Journal) installSnapshotMembership(snap *raftpb.Snapshot) error {
-	idx := snap.GetMetadata().GetIndex()
-	m, err := decodeMembership(snap.GetData())
-	if err != nil {
-		return fmt.Errorf("journal: snapshot %d: %w", idx, err)
-	}
-	// The record keeps the image's dedupe window: this node's log starts
-	// after the image, and dedupeAt seeds rebuilds from it.
-	if err := j.store.SaveMembership(idx, m.encode()); err != nil {
-		return fmt.Errorf("journal: save membership at %d: %w", idx, err)
-	}
-	keys := m.Keys
-	m.Keys = nil
-	j.setMembership(m)
-	j.applyq.setKeys(idx, keys)
-	return nil
-}
-
-// setMembership publishes m and updates the transport's peers.
+// setMembership publishes m and updates the transport's peers (no disk:
+// the applier makes it durable, persistMembership).
 func (j *Journal) setMembership(m *membership) {
-	if err := j.writeMembers(m); err != nil {
-		j.log.Error("save members file", "err", err)
-	}
 	j.mu.Lock()
 	old := j.mu.membership
 	j.mu.membership = m
@@ -780,232 +883,7 @@ func (j *Journal) setMembership(m *membership) {
 			j.tr.SetPeer(id, mem.Addr)
 		}
 	}
-	if self, ok := m.Members[j.id]; ok {
-		if Role(j.role.Load()) != self.Role {
-			j.role.Store(uint32(self.Role))
-			if err := writeKV(j.cfg.FS, j.cfg.Dir, "ROLE", [][2]string{{"role", self.Role.String()}}); err != nil {
-				j.log.Error("update ROLE", "err", err)
-			}
-		}
-	} else if m.isRemoved(j.id) {
+	if _, ok := m.Members[j.id]; !ok && m.isRemoved(j.id) {
 		j.removed.Store(true)
 	}
-}
-
-// applyBatch is one Ready's worth of work for the applier.
-type applyBatch struct {
-	snapshot uint64 // install the image at this index first (0: none)
-	keys     []appliedKey
-	entries  []*raftpb.Entry
-	bytes    uint64
-}
-
-// applyQueue is the byte- and count-bounded queue between the raft loop and
-// the applier. The loop checks full() before taking a Ready, so push never
-// blocks.
-type applyQueue struct {
-	mu       sync.Mutex
-	items    []applyBatch
-	bytes    uint64
-	maxBytes uint64
-	maxItems int
-	pendKeys map[uint64][]appliedKey
-	notify   chan struct{} // applier wake-up (cap 1)
-	roomc    chan struct{} // loop wake-up when space frees (cap 1)
-	closed   bool
-}
-
-func newApplyQueue(maxBytes uint64, maxItems int) *applyQueue {
-	return &applyQueue{maxBytes: maxBytes, maxItems: maxItems, notify: make(chan struct{}, 1), roomc: make(chan struct{}, 1), pendKeys: map[uint64][]appliedKey{}}
-}
-
-func (q *applyQueue) setKeys(idx uint64, keys []appliedKey) {
-	q.mu.Lock()
-	q.pendKeys[idx] = keys
-	q.mu.Unlock()
-}
-
-func (q *applyQueue) push(b applyBatch) {
-	for _, e := range b.entries {
-		b.bytes += uint64(len(e.GetData())) + 32
-	}
-	q.mu.Lock()
-	if b.snapshot > 0 {
-		b.keys = q.pendKeys[b.snapshot]
-		delete(q.pendKeys, b.snapshot)
-	}
-	q.items = append(q.items, b)
-	q.bytes += b.bytes
-	q.mu.Unlock()
-	select {
-	case q.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (q *applyQueue) full() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.bytes >= q.maxBytes || len(q.items) >= q.maxItems
-}
-
-func (q *applyQueue) room() <-chan struct{} { return q.roomc }
-
-// pop takes everything queued, waiting for work; ok is false once closed.
-func (q *applyQueue) pop() ([]applyBatch, bool) {
-	for {
-		q.mu.Lock()
-		if q.closed {
-			q.mu.Unlock()
-			return nil, false
-		}
-		if len(q.items) > 0 {
-			items := q.items
-			q.items = nil
-			q.mu.Unlock()
-			return items, true
-		}
-		q.mu.Unlock()
-		<-q.notify
-	}
-}
-
-func (q *applyQueue) done(b applyBatch) {
-	q.mu.Lock()
-	q.bytes -= b.bytes
-	q.mu.Unlock()
-	select {
-	case q.roomc <- struct{}{}:
-	default:
-	}
-}
-
-func (q *applyQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	select {
-	case q.notify <- struct{}{}:
-	default:
-	}
-}
-
-// applyLoop is the applier: it applies committed entries in log order to the
-// state machine, then publishes the applied index and wakes waiters.
-func (j *Journal) applyLoop() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-j.stopc:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	for {
-		items, ok := j.applyq.pop()
-		if !ok {
-			return
-		}
-		for _, b := range items {
-			if j.failed.Load() == nil {
-				if err := j.applyBatch(ctx, b); err != nil {
-					j.fail(err)
-				}
-			}
-			j.applyq.done(b)
-		}
-	}
-}
-
-func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
-	if b.snapshot > 0 && b.snapshot > j.applied.Load() {
-		if j.cfg.Snapshots == nil {
-			return fmt.Errorf("journal: raft snapshot %d received but Config.Snapshots is nil", b.snapshot)
-		}
-		if err := j.cfg.Snapshots.Install(ctx, b.snapshot); err != nil {
-			return fmt.Errorf("journal: install image %d: %w", b.snapshot, err)
-		}
-		j.dedupe.reset(b.keys)
-		j.lastImage.Store(b.snapshot)
-		j.publishApplied(b.snapshot)
-	}
-	start := j.applied.Load()
-	applied := start
-	for _, e := range b.entries {
-		idx := e.GetIndex()
-		if idx <= applied {
-			continue // replayed below the image
-		}
-		switch e.GetType() {
-		case raftpb.EntryNormal:
-			j.applyNormal(idx, e.GetData())
-		default:
-			if _, cctx, err := decodeConfChange(e); err == nil {
-				j.applied.Store(idx)
-				j.resolve(cctx.Key, applyResult{index: idx})
-			}
-		}
-		applied = idx
-	}
-	if applied > start {
-		j.publishApplied(applied)
-	}
-	return nil
-}
-
-func (j *Journal) applyNormal(idx uint64, data []byte) {
-	if len(data) == 0 {
-		return // the leader's empty entry of its term
-	}
-	env, err := decodeEnvelope(data)
-	if err != nil {
-		// The same bytes are skipped on every replica.
-		j.log.Error("malformed entry skipped", "index", idx, "err", err)
-		return
-	}
-	switch env.kind {
-	case kindTimestamp:
-		j.lastTS.Store(env.ts)
-	case kindUser:
-		// The applied index moves before the proposer hears: once Propose
-		// returns, Status and WaitApplied on this node cover the entry too
-		// (waiters on the index are woken at the end of the batch).
-		if prev, dup := j.dedupe.seen(idx, env.key); dup {
-			j.dedupe.add(idx, env.key, nil) // the window slides to this copy
-			j.applied.Store(idx)
-			j.resolve(env.key, applyResult{index: prev.applied, value: prev.value})
-			return
-		}
-		start := j.cfg.Clock.Now()
-		v := j.cfg.StateMachine.Apply(idx, env.data)
-		j.noteApply(idx, j.cfg.Clock.Now().Sub(start))
-		j.dedupe.add(idx, env.key, v)
-		j.applied.Store(idx)
-		j.resolve(env.key, applyResult{index: idx, value: v})
-	}
-}
-
-func (j *Journal) resolve(key [16]byte, r applyResult) {
-	if j.nwaiters.Load() == 0 {
-		return // replay: nobody waits, skip the lock
-	}
-	j.mu.Lock()
-	ws := j.mu.waiters[key]
-	delete(j.mu.waiters, key)
-	j.nwaiters.Add(-int64(len(ws)))
-	j.mu.Unlock()
-	for _, w := range ws {
-		w <- r
-	}
-}
-
-func (j *Journal) publishApplied(idx uint64) {
-	if idx > j.applied.Load() {
-		j.applied.Store(idx)
-	}
-	j.mu.Lock()
-	close(j.mu.appliedCh)
-	j.mu.appliedCh = make(chan struct{})
-	j.mu.Unlock()
 }

@@ -1,10 +1,13 @@
 package journal
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -15,6 +18,17 @@ type gateSM struct {
 	*memSM
 	mu   sync.Mutex
 	gate chan struct{}
+}
+
+// open lets Apply through; it is idempotent (a failed test's cleanup opens
+// the gate so Close can stop the applier).
+func (g *gateSM) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gate != nil {
+		close(g.gate)
+		g.gate = nil
+	}
 }
 
 func (g *gateSM) Apply(index uint64, data []byte) any {
@@ -28,8 +42,9 @@ func (g *gateSM) Apply(index uint64, data []byte) any {
 }
 
 // A follower whose state machine is stuck keeps ticking, persisting and
-// acknowledging: the leader, which needs it for a quorum, keeps committing,
-// and nobody starts an election.
+// acknowledging once its apply queue is full: the leader, which needs it
+// for a quorum, keeps committing, and nobody starts an election. Only the
+// committed entries wait, and the queue stays within its bound.
 func TestSlowApplyDoesNotStopRaft(t *testing.T) {
 	c := newCluster(t)
 	c.start(3, 0)
@@ -46,29 +61,41 @@ func TestSlowApplyDoesNotStopRaft(t *testing.T) {
 	}
 	n := c.nodes[slow]
 	gate := &gateSM{memSM: newMemSM(), gate: make(chan struct{})}
+	t.Cleanup(gate.open) // before the cluster's cleanup closes the nodes
 	n.closeJournal()
 	n.sm = gate.memSM
-	require.NoError(t, c.open(n, func(cfg *Config) { cfg.StateMachine = gate }))
+	const queueBytes, perReady, entryBytes, entries = 4 << 10, 1 << 10, 512, 60
+	require.NoError(t, c.open(n, func(cfg *Config) {
+		cfg.StateMachine = gate
+		cfg.ApplyQueueBytes, cfg.ApplyQueueBatches, cfg.MaxCommittedBytesPerReady = queueBytes, 4, perReady
+	}))
 	c.partition(cut) // the leader now needs the slow node for every commit
 	term := c.nodes[leader].j.Status().Term
-	for i := range 20 {
-		_, _, err := c.nodes[leader].j.Propose(ctxT(t, 5*time.Second), []byte(fmt.Sprintf("s%d", i)))
-		require.NoError(t, err)
+	for i := range entries {
+		data := fmt.Appendf(make([]byte, 0, entryBytes), "s%d-", i)
+		data = data[:entryBytes]
+		_, _, err := c.nodes[leader].j.Propose(ctxT(t, 5*time.Second), data)
+		require.NoError(t, err, "entry %d: the slow node still acknowledges", i)
 	}
-	committed := n.j.Status().Committed
-	require.Greater(t, committed, n.j.Status().Applied, "the slow node persisted entries it has not applied")
-	st := c.nodes[leader].j.Status()
-	require.Equal(t, leader, st.Leader)
-	require.Equal(t, term, st.Term, "no election while a follower's apply is stuck")
+	require.True(t, n.j.applyq.full(), "the entries (%d bytes) filled the slow node's apply queue", entries*entryBytes)
+	n.j.applyq.mu.Lock()
+	queued := n.j.applyq.bytes
+	batches := len(n.j.applyq.items)
+	n.j.applyq.mu.Unlock()
+	require.LessOrEqual(t, queued, uint64(queueBytes+perReady+2*(entryBytes+64)), "the queue stays within its bound")
+	require.LessOrEqual(t, batches, 4)
+	st := n.j.Status()
+	require.Greater(t, st.Committed, st.Applied+uint64(queueBytes/entryBytes), "the slow node persisted entries it has not queued")
+	lst := c.nodes[leader].j.Status()
+	require.Equal(t, leader, lst.Leader)
+	require.Equal(t, term, lst.Term, "no election while a follower's apply is stuck")
 	require.Zero(t, n.j.campaigns.Load())
-	gate.mu.Lock()
-	close(gate.gate)
-	gate.gate = nil
-	gate.mu.Unlock()
-	require.NoError(t, n.j.WaitApplied(ctxT(t, 5*time.Second), committed))
+	gate.open()
+	require.NoError(t, n.j.WaitApplied(ctxT(t, 5*time.Second), st.Committed))
 	c.heal()
 	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
-	require.True(t, gate.has("s19"))
+	last := fmt.Appendf(make([]byte, 0, entryBytes), "s%d-", entries-1)
+	require.True(t, gate.has(string(last[:entryBytes])))
 }
 
 func TestConfigValidation(t *testing.T) {
@@ -119,10 +146,19 @@ func TestEnvelopeAndMembershipCodecs(t *testing.T) {
 	require.Equal(t, kindUser, env.kind)
 	require.Equal(t, key, env.key)
 	require.Equal(t, "abc", string(env.data))
+	env, err = decodeEnvelope(encodeUserSince(key, 99, []byte("abc")))
+	require.NoError(t, err)
+	require.Equal(t, kindUser, env.kind)
+	require.Equal(t, key, env.key)
+	require.Equal(t, uint64(99), env.since)
+	require.Equal(t, "abc", string(env.data))
+	env, err = decodeEnvelope(encodeUserSince(key, 0, nil))
+	require.NoError(t, err)
+	require.True(t, env.bounded, "since 0 (a node that knows no commit yet) still bounds the copies")
 	env, err = decodeEnvelope(encodeTimestamp(42))
 	require.NoError(t, err)
 	require.Equal(t, int64(42), env.ts)
-	for _, bad := range [][]byte{nil, {9}, {kindUser, 1, 2}, {kindTimestamp, 1}} {
+	for _, bad := range [][]byte{nil, {9}, {kindUser, 1, 2}, {kindTimestamp, 1}, {kindUserSince, 1}} {
 		_, err := decodeEnvelope(bad)
 		require.ErrorIs(t, err, ErrMalformed, "%v", bad)
 	}
@@ -228,4 +264,34 @@ func TestCloseIsIdempotentAndFailsCalls(t *testing.T) {
 	require.NoError(t, c.open(n, nil))
 	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
 	require.True(t, n.sm.has("a"))
+}
+
+// A proposer woken by fail (the loop or the applier stopped) leaves the
+// waiter map with its answer: the applier resolving the same key afterwards
+// (the rest of its batch) does not block on the full channel, and neither
+// does Close, which waits for the applier.
+func TestFailThenResolveDoesNotBlock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := &Journal{log: slog.New(slog.DiscardHandler)}
+		j.mu.waiters = map[[16]byte][]chan applyResult{}
+		j.mu.appliedCh = make(chan struct{})
+		key := [16]byte{4, 2}
+		w := j.addWaiter(key)
+		j.fail(errors.New("disk gone"))
+		resolved := make(chan struct{})
+		go func() {
+			j.resolve(key, applyResult{index: 7})
+			close(resolved)
+		}()
+		synctest.Wait()
+		select {
+		case <-resolved:
+		default:
+			t.Fatal("resolve blocked on a waiter fail already answered")
+		}
+		r := <-w
+		require.ErrorIs(t, r.err, ErrClosed)
+		require.ErrorContains(t, r.err, "disk gone")
+		require.Zero(t, j.nwaiters.Load())
+	})
 }

@@ -47,13 +47,20 @@ func (j *Journal) AddMember(ctx context.Context, id uint64, addr string, role Ro
 
 // RemoveMember removes node id. A removal that would leave fewer reachable
 // voters than a quorum of the remaining ones fails with ErrUnsafeRemoval
-// unless force is set.
+// unless force is set. Removing the last voter fails with ErrUnsafeRemoval
+// even with force: the cluster could never commit again.
 func (j *Journal) RemoveMember(ctx context.Context, id uint64, force bool) error {
 	j.mu.Lock()
 	m := j.mu.membership
 	j.mu.Unlock()
 	if _, ok := m.Members[id]; !ok {
 		return fmt.Errorf("journal: remove member %d: %w", id, ErrUnknownMember)
+	}
+	// Checked here too, so the change is not even forwarded; the leader
+	// checks it again against raft's configuration.
+	cc := &raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(id)}
+	if err := checkLeavesVoters(cc, voterSet(m.Voters)); err != nil {
+		return fmt.Errorf("journal: remove member %d: %w", id, err)
 	}
 	return j.confChange(ctx, "remove member", raftpb.ConfChangeRemoveNode, id, "", RoleUnset, force)
 }
@@ -85,7 +92,7 @@ func (j *Journal) confChange(ctx context.Context, what string, typ raftpb.ConfCh
 		return fmt.Errorf("journal: %s %d: %w", what, id, err)
 	}
 	_, err = j.submit(ctx, key,
-		func() *proposal { return &proposal{cc: proto.Clone(cc).(*raftpb.ConfChange), force: force} },
+		func(uint64) *proposal { return &proposal{cc: proto.Clone(cc).(*raftpb.ConfChange), force: force} },
 		&ForwardRequest{Kind: ForwardConfChange, Key: key, Force: force, Data: data})
 	if err != nil {
 		return fmt.Errorf("journal: %s %d: %w", what, id, err)
@@ -149,4 +156,36 @@ func (j *Journal) HandleJoin(ctx context.Context, req *JoinRequest) (*JoinRespon
 	members := j.mu.membership.list()
 	j.mu.Unlock()
 	return &JoinResponse{ClusterID: j.cluster(), Members: members}, nil
+}
+
+// checkLeavesVoters refuses a membership change raft could not apply: one of
+// a type the journal does not make, or one that leaves no voter (removing
+// or demoting the last one; raft panics on "removed all voters"). No force
+// overrides it: a cluster without voters can never commit again. voters is
+// the configuration the change applies to.
+func checkLeavesVoters(cc *raftpb.ConfChange, voters map[uint64]struct{}) error {
+	id := cc.GetNodeId()
+	switch cc.GetType() {
+	case raftpb.ConfChangeAddNode, raftpb.ConfChangeUpdateNode:
+		return nil
+	case raftpb.ConfChangeRemoveNode, raftpb.ConfChangeAddLearnerNode:
+		if _, ok := voters[id]; !ok || len(voters) > 1 {
+			return nil
+		}
+		what := "removing"
+		if cc.GetType() == raftpb.ConfChangeAddLearnerNode {
+			what = "demoting"
+		}
+		return fmt.Errorf("%w: %s node %d leaves no voter (it is the last one)", ErrUnsafeRemoval, what, id)
+	}
+	return fmt.Errorf("%w: membership change of type %d", ErrMalformed, cc.GetType())
+}
+
+// voterSet is the set of ids in voters.
+func voterSet(voters []uint64) map[uint64]struct{} {
+	s := make(map[uint64]struct{}, len(voters))
+	for _, v := range voters {
+		s[v] = struct{}{}
+	}
+	return s
 }

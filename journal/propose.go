@@ -26,7 +26,11 @@ type proposeOptions struct {
 // long as each copy reaches the log within Config.DedupeWindow entries of
 // the copy before it (the window slides with every copy); the retry returns
 // the applied copy's index (and its value if this node applied it in this
-// process). Without WithKey a random key is used.
+// process). Without WithKey a random key is used. The copies one Propose
+// call makes itself (after a leader change, or a forward that was not
+// applied in time) apply once however far apart they land: a copy that
+// lands more than a window after the call began is not applied, and the
+// call proposes again.
 func WithKey(key [16]byte) ProposeOption {
 	return func(o *proposeOptions) { o.key, o.hasKey = key, true }
 }
@@ -51,9 +55,17 @@ func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOptio
 	if !o.hasKey {
 		o.key = uuid.New()
 	}
-	env := encodeUser(o.key, data)
+	// Every copy this call proposes (re-proposals after a lost forward or
+	// a leader change) carries the same since, until one expires.
+	var since uint64
+	var env []byte
 	r, err := j.submit(ctx, o.key,
-		func() *proposal { return &proposal{data: env} },
+		func(s uint64) *proposal {
+			if s != since || env == nil {
+				since, env = s, encodeUserSince(o.key, s, data)
+			}
+			return &proposal{data: env}
+		},
 		&ForwardRequest{Kind: ForwardData, Key: o.key, Data: data})
 	if err != nil {
 		j.metrics.proposalsFailed.Add(1)
@@ -66,11 +78,22 @@ func (j *Journal) electionTimeout() time.Duration {
 	return time.Duration(j.cfg.ElectionTicks) * j.cfg.TickInterval
 }
 
+// errExpired is a copy of a user entry that landed more than DedupeWindow
+// indexes after its since (dedupe.judge): no copy of it applies any more,
+// so the proposer proposes again with a newer since.
+var errExpired = fmt.Errorf("%w: the proposal reached the log more than Config.DedupeWindow entries after it was made", ErrBusy)
+
 // submit gets a proposal applied locally: proposed here when this node
-// leads, forwarded otherwise, retried on leader changes.
-func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *proposal, fwd *ForwardRequest) (applyResult, error) {
+// leads, forwarded otherwise, retried on leader changes. local builds the
+// proposal for the since its copies carry (a data proposal's; the
+// smallest index a copy can land after): since changes only when a copy
+// with the current one expired, and then no copy with the old one can
+// apply any more (a later copy lands later still, an earlier one would
+// have been heard of first).
+func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uint64) *proposal, fwd *ForwardRequest) (applyResult, error) {
 	w := j.addWaiter(key)
 	defer func() { j.removeWaiter(key, w) }()
+	since := j.sinceNow()
 	var lastErr, refused error
 	// wait waits for the apply; refusedc (a quiet proposal's done) and
 	// dead (the local loop's end) only for a proposal made here.
@@ -82,35 +105,43 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			timeout = t.C
 		}
 		refused = nil
-		select {
-		case err := <-refusedc:
-			refused = err
-		case <-dead:
-			return applyResult{}, false, j.loopErr()
-		case r := <-w:
-			if r.err != nil {
-				// The leader refused the proposal after accepting it
-				// (ErrBusy): wait for the next attempt's result.
-				refused = r.err
-				w = j.addWaiter(key)
-				return applyResult{}, false, nil
+		for {
+			select {
+			case err := <-refusedc:
+				refused = err
+			case <-dead:
+				return applyResult{}, false, j.loopErr()
+			case r := <-w:
+				if errors.Is(r.err, errExpired) && r.since != since {
+					continue // a copy made with an older since: long dead
+				}
+				if r.err != nil {
+					// The leader refused the proposal after accepting it
+					// (ErrBusy), or its copy expired: the next attempt.
+					refused = r.err
+					return applyResult{}, false, nil
+				}
+				return r, true, nil
+			case <-lc:
+			case <-timeout:
+			case <-ctx.Done():
+				return applyResult{}, false, j.ctxErr(ctx, lastErr)
+			case <-j.done:
+				return applyResult{}, false, ErrClosed
 			}
-			return r, true, nil
-		case <-lc:
-		case <-timeout:
-		case <-ctx.Done():
-			return applyResult{}, false, j.ctxErr(ctx, lastErr)
-		case <-j.done:
-			return applyResult{}, false, ErrClosed
+			return applyResult{}, false, nil
 		}
-		return applyResult{}, false, nil
 	}
 	// proposeHere hands a proposal to the local raft loop (forward: raft
 	// sends it on to the leader) and waits up to d for its apply. done
 	// means return (r, err); otherwise err is why another attempt is due
 	// (nil when nothing was heard: the caller names that).
+	copies := 0
 	proposeHere := func(lc <-chan struct{}, forward bool, d time.Duration) (r applyResult, done bool, err error) {
-		p := local()
+		if copies++; copies > 1 && j.cfg.knobs != nil && j.cfg.knobs.beforeRepropose != nil {
+			j.cfg.knobs.beforeRepropose(key)
+		}
+		p := local(since)
 		p.done, p.quiet, p.forward = make(chan error, 1), true, forward
 		if err := j.enqueueProposal(ctx, p); err != nil {
 			return applyResult{}, false, err
@@ -183,6 +214,10 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 			}
 		}
 		lastErr = err
+		if errors.Is(err, errExpired) {
+			since = j.sinceNow() // at once: no copy with the old one applies
+			continue
+		}
 		if !retryable(err) {
 			return applyResult{}, err
 		}
@@ -201,7 +236,6 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func() *propos
 				if r.err == nil {
 					return r, nil
 				}
-				w = j.addWaiter(key)
 			case <-ac:
 			case <-t.C:
 			case <-ctx.Done():
@@ -303,8 +337,16 @@ func (j *Journal) enqueueProposal(ctx context.Context, p *proposal) error {
 	}
 }
 
+// sinceNow is the since of a new proposal's copies: an index every entry
+// appended from now on lands after (applied and durably committed entries
+// are committed cluster-wide, so any leader's log holds them).
+func (j *Journal) sinceNow() uint64 {
+	return max(j.committed.Load(), j.applied.Load())
+}
+
+// addWaiter registers a channel for the answers about key (see resolve).
 func (j *Journal) addWaiter(key [16]byte) chan applyResult {
-	w := make(chan applyResult, 1)
+	w := make(chan applyResult, 2)
 	j.mu.Lock()
 	j.mu.waiters[key] = append(j.mu.waiters[key], w)
 	j.nwaiters.Add(1)
@@ -447,13 +489,20 @@ func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 			j.refusedRemoved.Add(1)
 			return fmt.Errorf("%w: node %d was removed from the cluster", ErrUnknownMember, msg.GetFrom())
 		}
-		if raft.IsLocalMsg(msg.GetType()) {
-			return fmt.Errorf("%w: local message type %v from the network", ErrMalformed, msg.GetType())
-		}
-		if msg.GetType() == raftpb.MsgProp {
-			if err := j.checkForwarded(msg); err != nil {
-				return err
+		err := checkMessage(msg, j.id)
+		if err == nil {
+			// The loop checks again against its own view (the log may have
+			// been cut since); this tells the sender.
+			if last := j.lastIndexPub.Load(); last > 0 {
+				err = checkAgainstLog(msg, last)
 			}
+		}
+		if err == nil && msg.GetType() == raftpb.MsgProp {
+			err = j.checkForwarded(msg)
+		}
+		if err != nil {
+			j.refuse(err)
+			return err
 		}
 	}
 	in := inbound{msgs: msgs}

@@ -1,0 +1,302 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// The applier: the goroutine that applies committed entries to the state
+// machine in log order, behind the queue the raft loop fills, and makes
+// each membership durable as it passes its index.
+
+// persistMembership makes the membership as of index durable, on the
+// applier before it publishes that index: the store's record (which
+// MembershipAt reads for images), then ROLE and MEMBERS. The files only
+// move forward: a membership no newer than the MEMBERS file (a restart
+// replaying the log) leaves both alone, so a crash during a replay never
+// leaves an older role or membership behind. ROLE goes first, so MEMBERS
+// never names a newer index than ROLE reflects.
+func (j *Journal) persistMembership(index uint64, m *membership, record bool) error {
+	if record {
+		if err := j.store.SaveMembership(index, m.encode()); err != nil {
+			return fmt.Errorf("journal: save membership at %d: %w", index, err)
+		}
+	}
+	if index <= j.membersIndex {
+		return nil
+	}
+	if self, ok := m.Members[j.id]; ok && Role(j.role.Load()) != self.Role {
+		if err := writeKV(j.cfg.FS, j.cfg.Dir, "ROLE", [][2]string{{"role", self.Role.String()}}); err != nil {
+			j.log.Error("update ROLE", "err", err)
+			return nil // MEMBERS stays behind too: the next change retries both
+		}
+		j.role.Store(uint32(self.Role))
+	}
+	if err := j.writeMembers(m); err != nil {
+		j.log.Error("save members file", "err", err)
+		return nil
+	}
+	j.membersIndex = index
+	return nil
+}
+
+// applyBatch is one Ready's worth of work for the applier.
+type applyBatch struct {
+	snapshot    uint64      // install the image at this index first (0: none)
+	snapMembers *membership // the snapshot's membership (without keys)
+	keys        []appliedKey
+	entries     []*raftpb.Entry
+	members     []memberRecord // one per conf change entry, in order
+	bytes       uint64
+}
+
+// applyQueue is the queue between the raft loop and the applier, bounded
+// in bytes and batches: once full(), the loop holds raft's apply
+// acknowledgements back (releaseApplyAcks), so raft stops handing out
+// committed entries; push never blocks. A batch pushed while the queue
+// holds maxItems joins the last one, so the count stays bounded too.
+type applyQueue struct {
+	mu       sync.Mutex
+	items    []applyBatch
+	bytes    uint64
+	maxBytes uint64
+	maxItems int
+	notify   chan struct{} // applier wake-up (cap 1)
+	roomc    chan struct{} // loop wake-up when space frees (cap 1)
+	closed   bool
+}
+
+func newApplyQueue(maxBytes uint64, maxItems int) *applyQueue {
+	return &applyQueue{maxBytes: maxBytes, maxItems: maxItems, notify: make(chan struct{}, 1), roomc: make(chan struct{}, 1)}
+}
+
+func (q *applyQueue) push(b applyBatch) {
+	for _, e := range b.entries {
+		b.bytes += uint64(len(e.GetData())) + 32
+	}
+	q.mu.Lock()
+	q.bytes += b.bytes
+	if n := len(q.items); n >= q.maxItems && b.snapshot == 0 {
+		last := &q.items[n-1]
+		last.entries = append(last.entries, b.entries...)
+		last.members = append(last.members, b.members...)
+		last.bytes += b.bytes
+	} else {
+		q.items = append(q.items, b)
+	}
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (q *applyQueue) full() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.bytes >= q.maxBytes || len(q.items) >= q.maxItems
+}
+
+func (q *applyQueue) room() <-chan struct{} { return q.roomc }
+
+// pop takes everything queued, waiting for work; ok is false once closed.
+func (q *applyQueue) pop() ([]applyBatch, bool) {
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return nil, false
+		}
+		if len(q.items) > 0 {
+			items := q.items
+			q.items = nil
+			q.mu.Unlock()
+			return items, true
+		}
+		q.mu.Unlock()
+		<-q.notify
+	}
+}
+
+func (q *applyQueue) done(b applyBatch) {
+	q.mu.Lock()
+	q.bytes -= b.bytes
+	q.mu.Unlock()
+	select {
+	case q.roomc <- struct{}{}:
+	default:
+	}
+}
+
+func (q *applyQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+// applyLoop is the applier: it applies committed entries in log order to the
+// state machine, then publishes the applied index and wakes waiters.
+func (j *Journal) applyLoop() {
+	// Memberships up to the MEMBERS file's are durable already.
+	if m, err := j.readMembers(); err != nil {
+		j.log.Warn("read members file", "err", err)
+	} else if m != nil {
+		j.membersIndex = m.Index
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-j.stopc:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		items, ok := j.applyq.pop()
+		if !ok {
+			return
+		}
+		for _, b := range items {
+			if j.failed.Load() == nil {
+				if err := j.applyBatch(ctx, b); err != nil {
+					j.fail(err)
+				}
+			}
+			j.applyq.done(b)
+		}
+	}
+}
+
+func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
+	if b.snapshot > 0 && b.snapshot > j.applied.Load() {
+		if j.cfg.Snapshots == nil {
+			return fmt.Errorf("journal: raft snapshot %d received but Config.Snapshots is nil", b.snapshot)
+		}
+		if err := j.cfg.Snapshots.Install(ctx, b.snapshot); err != nil {
+			return fmt.Errorf("journal: install image %d: %w", b.snapshot, err)
+		}
+		// The store's record was written with the snapshot.
+		if err := j.persistMembership(b.snapshot, b.snapMembers, false); err != nil {
+			return err
+		}
+		j.dedupe.reset(b.keys)
+		j.lastImage.Store(b.snapshot)
+		j.publishApplied(b.snapshot)
+	}
+	start := j.applied.Load()
+	applied := start
+	members := b.members
+	for _, e := range b.entries {
+		idx := e.GetIndex()
+		var rec memberRecord
+		if e.GetType() != raftpb.EntryNormal && len(members) > 0 && members[0].index == idx {
+			rec, members = members[0], members[1:]
+		}
+		if idx <= applied {
+			continue // replayed below the image
+		}
+		switch {
+		case e.GetType() == raftpb.EntryNormal:
+			j.applyNormal(idx, e.GetData())
+		case rec.m != nil:
+			if err := j.persistMembership(idx, rec.m, true); err != nil {
+				return err
+			}
+			j.applied.Store(idx)
+			j.resolve(rec.key, applyResult{index: idx})
+		case rec.err != nil:
+			j.applied.Store(idx)
+			j.resolve(rec.key, applyResult{err: rec.err})
+		}
+		applied = idx
+	}
+	if applied > start {
+		j.publishApplied(applied)
+	}
+	return nil
+}
+
+func (j *Journal) applyNormal(idx uint64, data []byte) {
+	if len(data) == 0 {
+		return // the leader's empty entry of its term
+	}
+	env, err := decodeEnvelope(data)
+	if err != nil {
+		// The same bytes are skipped on every replica.
+		j.log.Error("malformed entry skipped", "index", idx, "err", err)
+		return
+	}
+	switch env.kind {
+	case kindTimestamp:
+		j.lastTS.Store(env.ts)
+	case kindUser:
+		// The applied index moves before the proposer hears: once Propose
+		// returns, Status and WaitApplied on this node cover the entry too
+		// (waiters on the index are woken at the end of the batch).
+		prev, verdict := j.dedupe.judge(idx, env)
+		if k := j.cfg.knobs; k != nil && k.judged != nil && verdict != copyApply {
+			k.judged(idx, env.key, verdict)
+		}
+		switch verdict {
+		case copyDuplicate:
+			j.dedupe.add(idx, env.key, nil) // the window slides to this copy
+			j.applied.Store(idx)
+			j.resolve(env.key, applyResult{index: prev.applied, value: prev.value})
+			return
+		case copyExpired:
+			j.applied.Store(idx)
+			j.resolve(env.key, applyResult{err: errExpired, since: env.since})
+			return
+		}
+		start := j.cfg.Clock.Now()
+		v := j.cfg.StateMachine.Apply(idx, env.data)
+		j.noteApply(idx, j.cfg.Clock.Now().Sub(start))
+		j.dedupe.add(idx, env.key, v)
+		j.applied.Store(idx)
+		j.resolve(env.key, applyResult{index: idx, value: v})
+	}
+}
+
+// resolve tells the waiters of key how a copy of it ended. An applied copy
+// is the final answer: its waiters leave the map. A refusal (r.err: a
+// membership change raft dropped, a copy that expired) leaves them waiting
+// for the copy a retry makes, so no answer about a later copy can fall in
+// the gap before they would register again. A waiter channel (cap 2) holds
+// at most one unread refusal (a newer one is dropped while one is unread:
+// either tells the waiter the same) plus the final answer, so no send ever
+// blocks; sends happen under j.mu, which makes that count exact.
+func (j *Journal) resolve(key [16]byte, r applyResult) {
+	if j.nwaiters.Load() == 0 {
+		return // replay: nobody waits, skip the lock
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	ws := j.mu.waiters[key]
+	if r.err == nil {
+		delete(j.mu.waiters, key)
+		j.nwaiters.Add(-int64(len(ws)))
+	}
+	for _, w := range ws {
+		if r.err == nil || len(w) == 0 {
+			w <- r
+		}
+	}
+}
+
+func (j *Journal) publishApplied(idx uint64) {
+	if idx > j.applied.Load() {
+		j.applied.Store(idx)
+	}
+	j.mu.Lock()
+	close(j.mu.appliedCh)
+	j.mu.appliedCh = make(chan struct{})
+	j.mu.Unlock()
+}

@@ -1,0 +1,155 @@
+package journal
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Copies of one proposal that land more than a window apart: the journal's
+// own copies (carrying since) apply once; a caller's retries (no since)
+// keep the documented window semantics.
+func TestDedupeCopiesAWindowApart(t *testing.T) {
+	const window = 8
+	key := [16]byte{3}
+	// judgeAll judges copies given as (index, since) pairs, in order; since
+	// 0 stands for a copy without one (a caller's own retry).
+	judgeAll := func(copies ...[2]uint64) []copyVerdict {
+		d := newDedupe(window)
+		var out []copyVerdict
+		for _, c := range copies {
+			env := envelope{kind: kindUser, key: key, since: c[1], bounded: c[1] > 0}
+			_, v := d.judge(c[0], env)
+			if v != copyExpired {
+				d.add(c[0], env.key, nil)
+			}
+			out = append(out, v)
+		}
+		return out
+	}
+	// Proposed when the commit index was 100: the first copy lands at 101,
+	// re-proposals a window and more later.
+	require.Equal(t, []copyVerdict{copyApply, copyExpired},
+		judgeAll([2]uint64{101, 100}, [2]uint64{101 + window + 1, 100}))
+	require.Equal(t, []copyVerdict{copyApply, copyDuplicate, copyExpired},
+		judgeAll([2]uint64{101, 100}, [2]uint64{105, 100}, [2]uint64{101 + 3*window, 100}))
+	// The first copy was lost: a late one expires (and is not recorded),
+	// and the proposer's next copy, with a newer since, applies.
+	require.Equal(t, []copyVerdict{copyExpired, copyApply},
+		judgeAll([2]uint64{100 + window + 1, 100}, [2]uint64{115, 110}))
+	// A copy exactly a window after since still applies.
+	require.Equal(t, []copyVerdict{copyApply}, judgeAll([2]uint64{100 + window, 100}))
+	// Without since (a caller's own retries), a copy more than a window
+	// after the previous one applies again, as WithKey documents.
+	require.Equal(t, []copyVerdict{copyApply, copyApply},
+		judgeAll([2]uint64{101, 0}, [2]uint64{101 + window + 1, 0}))
+}
+
+// applyCounter counts the applies of one value and tells of each.
+type applyCounter struct {
+	*memSM
+	value string
+	mu    sync.Mutex
+	n     int
+	c     chan int // the count after each apply of value
+}
+
+func (a *applyCounter) Apply(index uint64, data []byte) any {
+	v := a.memSM.Apply(index, data)
+	if string(data) == a.value {
+		a.mu.Lock()
+		a.n++
+		n := a.n
+		a.mu.Unlock()
+		a.c <- n
+	}
+	return v
+}
+
+// A follower that does not apply its forwarded proposal within two
+// election timeouts proposes it again under the same key. When that copy
+// lands more than DedupeWindow entries after the first, it is still not
+// applied again (on the old code the leader applied it twice).
+func TestReproposalAWindowLaterAppliesOnce(t *testing.T) {
+	const window = 8
+	c := newCluster(t)
+	key := [16]byte{0xaa, 4}
+	leaderSM := &applyCounter{memSM: newMemSM(), value: "dup-me", c: make(chan int, 4)}
+	skipped := make(chan copyVerdict, 4)
+	reproposing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	gate := &gateSM{memSM: newMemSM(), gate: make(chan struct{})}
+	t.Cleanup(gate.open)
+
+	n1 := c.listen(1)
+	n1.sm = leaderSM.memSM
+	require.NoError(t, c.open(n1, func(cfg *Config) {
+		cfg.Bootstrap, cfg.StateMachine, cfg.DedupeWindow = true, leaderSM, window
+		cfg.knobs = &testingKnobs{judged: func(_ uint64, k [16]byte, v copyVerdict) {
+			if k == key {
+				skipped <- v
+			}
+		}}
+	}))
+	c.waitLeader(1)
+	for id := uint64(2); id <= 3; id++ {
+		n := c.listen(id)
+		require.NoError(t, c.open(n, func(cfg *Config) { cfg.Join, cfg.DedupeWindow = n1.addr, window }))
+	}
+	f := c.nodes[2]
+	f.closeJournal()
+	f.sm = gate.memSM
+	require.NoError(t, c.open(f, func(cfg *Config) {
+		cfg.StateMachine, cfg.DedupeWindow = gate, window
+		cfg.knobs = &testingKnobs{beforeRepropose: func(k [16]byte) {
+			if k == key {
+				select {
+				case reproposing <- struct{}{}:
+				default:
+				}
+				<-release
+			}
+		}}
+	}))
+	c.waitLeader(1)
+
+	type result struct {
+		index uint64
+		err   error
+	}
+	proposed := make(chan result, 1)
+	go func() {
+		idx, _, err := f.j.Propose(ctxT(t, 30*time.Second), []byte("dup-me"), WithKey(key))
+		proposed <- result{idx, err}
+	}()
+	require.Equal(t, 1, <-leaderSM.c, "the first copy applied on the leader")
+	<-reproposing // the follower, still not applying, proposes it again
+	for i := range window + 2 {
+		propose(t, n1, fmt.Sprintf("filler-%d", i))
+	}
+	once.Do(func() { close(release) })
+	select {
+	case v := <-skipped:
+		require.Equal(t, copyExpired, v, "the copy a window later expired")
+	case n := <-leaderSM.c:
+		t.Fatalf("the leader applied the re-proposed copy: %d applies", n)
+	}
+	gate.open()
+	r := <-proposed
+	require.NoError(t, r.err)
+	propose(t, n1, "barrier")
+	for _, n := range c.nodes {
+		require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+		count := 0
+		for _, v := range n.sm.values() {
+			if v == "dup-me" {
+				count++
+			}
+		}
+		require.Equal(t, 1, count, "node %d applied the proposal once", n.id)
+	}
+}
