@@ -77,7 +77,10 @@ type Frontend struct {
 	draining    atomic.Bool
 	inflight    gate
 	// Background work (checkpoints the journal asks for) runs under bgCtx
-	// and bg; Close cancels and waits.
+	// and bg; Close marks bgClosed (under bgMu, so no work starts after
+	// it), cancels and waits.
+	bgMu           sync.Mutex
+	bgClosed       bool
 	bg             sync.WaitGroup
 	bgCtx          context.Context
 	bgCancel       context.CancelFunc
@@ -221,6 +224,12 @@ func (s snapshots) RequestImage() {
 	if f.ckpt == nil || !f.imageRequested.CompareAndSwap(false, true) {
 		return
 	}
+	f.bgMu.Lock()
+	defer f.bgMu.Unlock()
+	if f.bgClosed {
+		f.imageRequested.Store(false)
+		return
+	}
 	f.bg.Go(func() {
 		defer f.imageRequested.Store(false)
 		ctx, cancel := context.WithTimeout(f.bgCtx, time.Minute)
@@ -306,6 +315,9 @@ func (f *Frontend) Close() error {
 		f.ready.Store(false) // new API requests get 503 from here on
 		var errs []error
 		f.runs.Close()
+		f.bgMu.Lock()
+		f.bgClosed = true
+		f.bgMu.Unlock()
 		f.bgCancel()
 		f.bg.Wait()
 		// The library's parts first: closing the journal ends the peers'
