@@ -16,3 +16,15 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// threadCPU returns the CPU time the calling thread has used; the caller
+// locks its goroutine to the thread (runtime.LockOSThread) to measure that
+// goroutine's own work, whatever else the process runs.
+func threadCPU() time.Duration {
+	const rusageThread = 1 // RUSAGE_THREAD
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
