@@ -33,6 +33,8 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 		res.Err = fmt.Errorf("%w: index %d, last applied %d", ErrApplied, index, last)
 		return res
 	}
+	// A watcher registering now starts at this index or above (watch.go).
+	t.applying.Store(index)
 	ops, err := t.dec.decode(data, t.ops, true)
 	t.ops = ops
 	if err == nil {
@@ -43,6 +45,7 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	s := t.s
 	if err != nil {
 		s.index = index
+		t.applied.Store(index)
 		res.Err = err
 		t.clearScratch()
 		return res
@@ -52,17 +55,16 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	t.undoOld = t.undoOld[:0]
 	clear(t.undoIdx)
 	t.undoIdx = t.undoIdx[:0]
-	t.events = t.events[:0]
 	t.pc.reset()
-	t.snapshotWatchers()
+	t.beginEvents()
 	ids := make([]uint64, len(ops))
 	for i := range ops {
 		id, err := t.applyOp(s, index, &ops[i])
 		if err != nil {
 			t.rollback(s)
 			s.index = index
+			t.applied.Store(index)
 			res.Err = &OpError{Op: i, Type: ops[i].typ, Path: strings.Clone(ops[i].path), Err: err}
-			t.events = t.events[:0]
 			t.clearScratch()
 			return res
 		}
@@ -70,7 +72,8 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	}
 	s.index = index
 	res.IDs = ids
-	t.deliver()
+	t.publishEvents(s, index)
+	t.applied.Store(index)
 	t.clearScratch()
 	s.maybeCompact()
 	return res
@@ -83,8 +86,15 @@ func (t *Tree) clearScratch() {
 	clear(t.dec.keys)
 	t.dec.data = nil
 	t.pc.reset()
-	clear(t.events)
-	t.events = t.events[:0]
+	clear(t.pend)
+	t.pend = t.pend[:0]
+	t.wbuf = t.wbuf[:0]
+	if cap(t.wbuf) > 1<<20 {
+		t.wbuf = nil
+	}
+	clear(t.hits)
+	t.hits = t.hits[:0]
+	t.wv = nil
 	if cap(t.undo) > 1<<16 {
 		t.undo = nil
 	}
@@ -92,7 +102,6 @@ func (t *Tree) clearScratch() {
 		t.undoOld = nil
 	}
 	clear(t.undoIdx)
-	t.ws = nil
 }
 
 func conflict(format string, args ...any) error {
@@ -349,9 +358,9 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 		}
 	}
 	t.undo = append(t.undo, undoRec{op: uCreate, slot: slot, fromFree: fromFree})
-	if len(t.ws) > 0 && t.wanted(o.path, o.kind, "") {
-		n := s.nodeFrom(s.at(slot), strings.Clone(o.path), s.at(ps).id)
-		t.events = append(t.events, pendingEvent{ev: Event{Index: index, Op: OpCreate, After: &n}})
+	if t.wOn && t.wanted(o.path, o.kind, "") {
+		after := t.noteNode(s, s.at(slot), s.at(ps).id, t.notePath(o.path))
+		t.pend = append(t.pend, pendEvent{op: OpCreate, index: index, kind: s.kinds[kind], after: after})
 	}
 	return id, nil
 }
@@ -433,11 +442,10 @@ func (s *state) secAdd(slot uint32) {
 
 func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 	r := s.at(slot)
-	var before *Node
-	wantEv := len(t.ws) > 0 && t.wanted(o.path, s.kinds[r.kind], "")
+	var before pendNode
+	wantEv := t.wOn && t.wanted(o.path, s.kinds[r.kind], "")
 	if wantEv {
-		n := s.nodeFrom(r, strings.Clone(o.path), s.parentID(r))
-		before = &n
+		before = t.noteNode(s, r, s.parentID(r), t.notePath(o.path))
 	}
 	name, old := splitBlob(s.blob(r))
 	// Merge the old attributes (sorted by key name) with set and unset
@@ -503,8 +511,8 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 	}
 	t.pushUndoOld(uSetBlob, slot, oldRec)
 	if wantEv {
-		n := s.nodeFrom(r, before.Path, before.Parent)
-		t.events = append(t.events, pendingEvent{ev: Event{Index: index, Op: OpUpdate, Before: before, After: &n}})
+		after := t.noteNode(s, r, before.parent, before.path)
+		t.pend = append(t.pend, pendEvent{op: OpUpdate, index: index, kind: s.kinds[r.kind], before: before, after: after})
 	}
 	return nil
 }
@@ -518,7 +526,7 @@ func (t *Tree) deleteTree(s *state, slot uint32, path string) {
 		}
 		k := kids[len(kids)-1]
 		var kp string
-		if len(t.ws) > 0 {
+		if t.wOn {
 			if path == "/" {
 				kp = "/" + string(s.name(k))
 			} else {
@@ -528,9 +536,9 @@ func (t *Tree) deleteTree(s *state, slot uint32, path string) {
 		t.deleteTree(s, k, kp)
 	}
 	r := s.at(slot)
-	if len(t.ws) > 0 && t.wanted(path, s.kinds[r.kind], "") {
-		n := s.nodeFrom(r, strings.Clone(path), s.parentID(r))
-		t.events = append(t.events, pendingEvent{ev: Event{Index: s.lr.applying, Op: OpDelete, Before: &n}})
+	if t.wOn && t.wanted(path, s.kinds[r.kind], "") {
+		before := t.noteNode(s, r, s.parentID(r), t.notePath(path))
+		t.pend = append(t.pend, pendEvent{op: OpDelete, index: s.lr.applying, kind: s.kinds[r.kind], before: before})
 	}
 	old := *r
 	s.indexRemove(slot)
@@ -546,11 +554,10 @@ func (t *Tree) deleteTree(s *state, slot uint32, path string) {
 
 func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, from, to string) {
 	r := s.at(slot)
-	var before *Node
-	wantEv := len(t.ws) > 0 && t.wanted(from, s.kinds[r.kind], to)
+	var before pendNode
+	wantEv := t.wOn && t.wanted(from, s.kinds[r.kind], to)
 	if wantEv {
-		n := s.nodeFrom(r, strings.Clone(from), s.parentID(r))
-		before = &n
+		before = t.noteNode(s, r, s.parentID(r), t.notePath(from))
 	}
 	old := *r
 	s.removeKid(old.parent, slot)
@@ -572,8 +579,8 @@ func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, fro
 	s.insertKid(newParent, slot)
 	t.pushUndoOld(uMove, slot, old)
 	if wantEv {
-		n := s.nodeFrom(r, strings.Clone(to), s.at(newParent).id)
-		t.events = append(t.events, pendingEvent{ev: Event{Index: index, Op: OpMove, Before: before, After: &n}})
+		after := t.noteNode(s, r, s.at(newParent).id, t.notePath(to))
+		t.pend = append(t.pend, pendEvent{op: OpMove, index: index, kind: s.kinds[r.kind], before: before, after: after})
 	}
 }
 

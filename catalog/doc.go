@@ -15,9 +15,12 @@
 // [Tree.Find]) run concurrently with the applier and see the tree between
 // batches. [Tree.Read] reads in place without copying or allocating: a
 // [Reader] and its [View]s (lookups, children, subtrees, index matches,
-// attributes by name), all at one index. Watches ([Tree.Watch]) deliver the changes of a subtree or a kind
-// in log order; a watcher that falls behind is dropped and told to resync
-// rather than slowing the applier. [Tree.WatchFrom] resumes a watch after a
+// attributes by name), all at one index. Watches ([Tree.Watch]) deliver
+// the changes of a subtree or a kind in log order through [Watcher.Next]:
+// Apply records each batch's events once in a ring shared by all watchers
+// and wakes them once per batch (see watchring.go), so its cost does not
+// grow with the number of watchers; a watcher that falls behind is cut off
+// and told to resync rather than slowing the applier. [Tree.WatchFrom] resumes a watch after a
 // past index by replaying the retained log ([History]) and then going live,
 // with no gap and no duplicate, or fails with [ErrCompacted];
 // [Watcher.Progress] tells an idle watcher how far it has seen. [Tree.Save] and [Tree.Load] write and read

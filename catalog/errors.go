@@ -34,10 +34,12 @@ var (
 	// in-memory layout (the storage of child lists); the batch fails and
 	// changes nothing.
 	ErrCapacity = errors.New("catalog: capacity exceeded")
-	// ErrResync: a watcher fell behind (its buffer filled) or the tree was
-	// replaced by Load; its channel is closed and it must re-read and
-	// re-subscribe.
+	// ErrResync: a watcher fell behind (more than its Buffer) or the tree
+	// was replaced by Load; it has ended and its owner must re-read and
+	// watch again.
 	ErrResync = errors.New("catalog: watcher must resync")
+	// ErrClosed: the watcher was closed.
+	ErrClosed = errors.New("catalog: watcher closed")
 	// ErrCompacted: a watch was asked to resume after an index older than
 	// the retained log; re-read and watch from the index read at.
 	ErrCompacted = errors.New("catalog: index compacted")

@@ -1,6 +1,7 @@
 package catalog_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -104,7 +105,11 @@ func Example_watch() {
 	apply(t, 4, catalog.Op{Type: catalog.OpCreate, Path: "/other", Kind: "dir"}) // not under the prefix
 
 	for i := 0; i < 3; i++ {
-		ev := <-w.Events()
+		ev, err := w.Next(context.Background())
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
 		switch ev.Op {
 		case catalog.OpUpdate:
 			fmt.Println(ev.Index, ev.Op, ev.After.Path, ev.Before.Attrs["status"], "->", ev.After.Attrs["status"])

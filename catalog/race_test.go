@@ -166,11 +166,12 @@ func TestReadersAndWatchersRaceApplier(t *testing.T) {
 	// The watchers saw every change in log order; replaying the balance
 	// deltas per batch must net to zero.
 	for _, w := range []*Watcher{watch, kindWatch} {
-		w.Close()
 		last := uint64(0)
 		delta := map[uint64]int64{}
 		events := 0
-		for ev := range w.Events() {
+		evs := drainAll(w)
+		w.Close()
+		for _, ev := range evs {
 			events++
 			if ev.Index < last {
 				t.Fatalf("event at %d after %d", ev.Index, last)
@@ -198,10 +199,10 @@ func TestReadersAndWatchersRaceApplier(t *testing.T) {
 	if !errors.Is(slow.Err(), ErrResync) {
 		t.Fatalf("slow watcher Err() = %v, want ErrResync", slow.Err())
 	}
-	if n := len(slow.Events()); n != 2 {
-		t.Fatalf("slow watcher holds %d events, want its full buffer", n)
+	if got := drain(slow); len(got) != 3 || got[2] != "closed" {
+		t.Fatalf("slow watcher holds %q, want its full buffer (2 events) and its end", got)
 	}
-	if other.Err() != nil || len(other.Events()) != 0 {
+	if other.Err() != nil || len(drain(other)) != 0 {
 		t.Fatalf("watcher of an unrelated prefix got events (err %v)", other.Err())
 	}
 	other.Close()

@@ -26,7 +26,7 @@ type History struct {
 // the batches after from, each once and in log order, whatever this tree
 // has applied meanwhile. The events of batches in (from, Start()] are
 // replayed from h on the caller's goroutine, through emit, before WatchFrom
-// returns; the watcher's channel carries the rest, as Watch's does. If emit
+// returns; the watcher delivers the rest through Next, as Watch does. If emit
 // fails, WatchFrom closes the watcher and returns emit's error.
 //
 // When the log no longer holds the batches after from, the error wraps
@@ -40,7 +40,7 @@ type History struct {
 // Live events queue in the watcher's buffer meanwhile: a replay that takes
 // longer than the buffer lasts ends, as a slow consumer does, in ErrResync.
 func (t *Tree) WatchFrom(ctx context.Context, from uint64, opts WatchOptions, h History, emit func(Event) error) (*Watcher, error) {
-	w := t.watch(opts, from, nil)
+	w := t.watch(opts, from)
 	to := w.Start()
 	if from >= to {
 		return w, nil
@@ -73,20 +73,19 @@ func replay(ctx context.Context, from, to uint64, opts WatchOptions, h History, 
 	if err := h.Entries(ctx, base.Index(), from, apply); err != nil {
 		return fmt.Errorf("catalog: watch from %d: %w", from, err)
 	}
-	var evs []Event
-	bw := base.watch(opts, 0, &evs)
-	defer bw.Close()
+	tap := &watchTap{f: newFilter(opts)}
+	base.tap = tap
 	err = h.Entries(ctx, from, to, func(index uint64, data []byte) error {
 		if err := apply(index, data); err != nil {
 			return err
 		}
-		for _, ev := range evs {
+		for _, ev := range tap.evs {
 			if err := emit(ev); err != nil {
 				return err
 			}
 		}
-		clear(evs)
-		evs = evs[:0]
+		clear(tap.evs)
+		tap.evs = tap.evs[:0]
 		return nil
 	})
 	if err != nil {

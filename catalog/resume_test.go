@@ -168,19 +168,15 @@ func TestWatchFromReplaysThenLive(t *testing.T) {
 	}
 }
 
-// drainAll returns the events buffered in w.
+// drainAll returns the events ready in w.
 func drainAll(w *Watcher) []Event {
 	var out []Event
 	for {
-		select {
-		case ev, ok := <-w.Events():
-			if !ok {
-				return out
-			}
-			out = append(out, ev)
-		default:
+		ev, ok, err := w.TryNext()
+		if !ok || err != nil {
 			return out
 		}
+		out = append(out, ev)
 	}
 }
 
@@ -223,10 +219,10 @@ func TestWatchFromCompacted(t *testing.T) {
 		}
 		w.Close()
 	}
-	tr.wmu.Lock()
-	defer tr.wmu.Unlock()
-	if len(tr.watchers) != 0 {
-		t.Fatalf("%d watchers left registered after failed and closed watches", len(tr.watchers))
+	tr.hub.mu.Lock()
+	defer tr.hub.mu.Unlock()
+	if tr.hub.n != 0 || len(tr.hub.groups) != 0 {
+		t.Fatalf("%d watchers (%d filters) left registered after failed and closed watches", tr.hub.n, len(tr.hub.groups))
 	}
 }
 
@@ -273,7 +269,7 @@ func TestWatchProgress(t *testing.T) {
 	if _, ok := w.Progress(); ok {
 		t.Fatal("Progress ok with an event waiting")
 	}
-	<-w.Events()
+	next(t, w)
 	if p, ok := w.Progress(); !ok || p != 3 {
 		t.Fatalf("after reading: Progress() = %d, %v; want 3, true", p, ok)
 	}
@@ -290,15 +286,21 @@ func TestWatchSlowConsumer(t *testing.T) {
 	tr := New()
 	slow := tr.Watch(WatchOptions{Buffer: 8})
 	fast := tr.Watch(WatchOptions{Buffer: 2000})
+	const batches = 2000
 	got := make(chan int)
 	go func() {
 		n := 0
-		for range fast.Events() {
-			n++
+		for {
+			ev, err := fast.Next(t.Context())
+			if err != nil {
+				break
+			}
+			if n++; ev.Index == batches {
+				break
+			}
 		}
 		got <- n
 	}()
-	const batches = 2000
 	for i := uint64(1); i <= batches; i++ {
 		tr.Apply(i, encode(t, Op{Type: OpCreate, Path: fmt.Sprintf("/n%d", i), Kind: "k"}))
 	}
@@ -308,8 +310,8 @@ func TestWatchSlowConsumer(t *testing.T) {
 	if !errors.Is(slow.Err(), ErrResync) || len(drain(slow)) != 9 { // 8 events and "closed"
 		t.Fatalf("slow watcher: err %v", slow.Err())
 	}
-	fast.Close()
 	if n := <-got; n != batches {
 		t.Fatalf("the reading watcher got %d events, want %d", n, batches)
 	}
+	fast.Close()
 }

@@ -32,5 +32,7 @@ func (t *Tree) adopt(s *state) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.s = s
+	t.applying.Store(s.index)
 	t.resyncAll(s.index)
+	t.applied.Store(s.index)
 }

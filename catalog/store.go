@@ -546,8 +546,16 @@ func (s *state) parentID(r *rec) uint64 {
 }
 
 func (s *state) nodeFrom(r *rec, path string, parentID uint64) Node {
-	name, attrs := splitBlob(s.blob(r))
-	n := Node{ID: r.id, Parent: parentID, Name: string(name), Path: path, Kind: s.kinds[r.kind], Created: r.created, Modified: r.modified}
+	n := Node{ID: r.id, Parent: parentID, Path: path, Kind: s.kinds[r.kind], Created: r.created, Modified: r.modified}
+	decodeBlob(s.blob(r), s.keys, &n)
+	return n
+}
+
+// decodeBlob sets n's Name and Attrs from a blob, naming attribute keys
+// from keys.
+func decodeBlob(blob []byte, keys []string, n *Node) {
+	name, attrs := splitBlob(blob)
+	n.Name = string(name)
 	it := newAttrIter(attrs)
 	if it.n > 0 {
 		n.Attrs = make(map[string]Value, it.n)
@@ -556,8 +564,7 @@ func (s *state) nodeFrom(r *rec, path string, parentID uint64) Node {
 			if !ok {
 				break
 			}
-			n.Attrs[s.keys[k]] = decodeValue(v)
+			n.Attrs[keys[k]] = decodeValue(v)
 		}
 	}
-	return n
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Tree is the replicated in-memory catalog: a tree of nodes with indexes and
@@ -36,12 +37,24 @@ type Tree struct {
 	buf     []byte // blob scratch
 	vbuf    []byte // value scratch
 	attrs   []attrEnt
-	events  []pendingEvent
-	ws      []*Watcher // watchers as of the batch start
 	pc      pathCache
 
-	wmu      sync.Mutex // guards watchers and each Watcher's channel state
-	watchers []*Watcher // copy-on-write
+	// Watch scratch of the batch being applied (see watchring.go).
+	pend    []pendEvent   // its events so far
+	wbuf    []byte        // their paths and blobs
+	wv      *hubView      // the watchers as of the batch start
+	wOn     bool          // someone may want events
+	hitMark uint64        // counts batches, to note each group hit once
+	hits    []*watchGroup // the groups its events matched
+	tap     *watchTap     // a replay's collector, instead of watchers
+	slabs   watchSlabs
+
+	hub  watchHub  // the watchers
+	ring watchRing // the events published to them
+	// applying is the index of the batch Apply is at (or last was at);
+	// applied the last one whose events are published. Watchers read them
+	// without taking mu, which would make the applier wake them.
+	applying, applied atomic.Uint64
 }
 
 // New returns an empty tree holding only the root "/" (id 1) at index 0.

@@ -8,15 +8,16 @@ import (
 	"testing"
 )
 
-// drain returns the buffered events of w as "index op path" lines.
+// drain returns the events ready in w as "index op path" lines, and
+// "closed" when it has ended.
 func drain(w *Watcher) []string {
 	var out []string
 	for {
-		select {
-		case ev, ok := <-w.Events():
-			if !ok {
-				return append(out, "closed")
-			}
+		ev, ok, err := w.TryNext()
+		switch {
+		case err != nil:
+			return append(out, "closed")
+		case ok:
 			var path string
 			switch {
 			case ev.Op == OpMove:
@@ -31,6 +32,16 @@ func drain(w *Watcher) []string {
 			return out
 		}
 	}
+}
+
+// next returns w's next event, failing the test if none is ready.
+func next(t testing.TB, w *Watcher) Event {
+	t.Helper()
+	ev, ok, err := w.TryNext()
+	if !ok || err != nil {
+		t.Fatalf("no event ready: %v", err)
+	}
+	return ev
 }
 
 func TestWatchFilters(t *testing.T) {
@@ -66,7 +77,7 @@ func TestWatchFilters(t *testing.T) {
 	}
 	for w, exp := range want {
 		if got := strings.Join(drain(w), "|"); got != exp {
-			t.Errorf("prefix %q kind %q:\n got %s\nwant %s", w.prefix, w.kind, got, exp)
+			t.Errorf("prefix %q kind %q:\n got %s\nwant %s", w.f.prefix, w.f.kind, got, exp)
 		}
 	}
 }
@@ -76,8 +87,8 @@ func TestWatchEventNodes(t *testing.T) {
 	w := tr.Watch(WatchOptions{})
 	tr.Apply(1, encode(t, Op{Type: OpCreate, Path: "/n", Kind: "k", Set: map[string]Value{"v": Int(1)}}))
 	tr.Apply(2, encode(t, Op{Type: OpUpdate, Path: "/n", Set: map[string]Value{"v": Int(2)}}))
-	<-w.Events()
-	ev := <-w.Events()
+	next(t, w)
+	ev := next(t, w)
 	if ev.Index != 2 || ev.Op != OpUpdate || ev.Before.Attrs["v"].Int64() != 1 || ev.After.Attrs["v"].Int64() != 2 ||
 		ev.Before.Modified != 1 || ev.After.Modified != 2 || ev.After.ID != 2 || ev.After.Parent != 1 {
 		t.Fatalf("update event %+v / %+v", ev.Before, ev.After)

@@ -219,20 +219,19 @@ func (m *Membership) watch() *catalog.Watcher {
 func (m *Membership) follow(ctx context.Context, w *catalog.Watcher) {
 	defer func() { w.Close() }()
 	for {
-		select {
-		case <-ctx.Done():
+		ev, err := w.Next(ctx)
+		if ctx.Err() != nil {
 			return
-		case ev, ok := <-w.Events():
-			if ok && ev.Op != catalog.OpResync {
-				m.applyChange(ev)
-				continue
-			}
-			// Fell behind, or Load replaced the tree: watch again, then
-			// re-read and deliver the difference.
-			w.Close()
-			w = m.watch()
-			m.resync()
 		}
+		if err == nil && ev.Op != catalog.OpResync {
+			m.applyChange(ev)
+			continue
+		}
+		// Fell behind, or Load replaced the tree: watch again, then
+		// re-read and deliver the difference.
+		w.Close()
+		w = m.watch()
+		m.resync()
 	}
 }
 

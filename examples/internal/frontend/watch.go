@@ -228,39 +228,45 @@ func (f *Frontend) watch(w http.ResponseWriter, r *http.Request) error {
 	if err := s.flush(); err != nil {
 		return nil
 	}
-	tick := time.NewTicker(watchProgressEvery)
-	defer tick.Stop()
-	idle := true
 	for {
-		select {
-		case ev, ok := <-wt.Events():
-			if !ok {
-				if err := wt.Err(); err != nil {
-					_ = s.write(map[string]string{"error": "resync", "message": err.Error()})
-					_ = s.flush()
-				}
+		// Everything ready goes out in one flush.
+		ev, ok, err := wt.TryNext()
+		if ok {
+			if s.event(ev) != nil {
 				return nil
 			}
-			idle = false
-			if err := s.event(ev); err != nil {
+			continue
+		}
+		if err == nil {
+			if s.flush() != nil {
 				return nil
 			}
-			if len(wt.Events()) == 0 {
-				if err := s.flush(); err != nil {
+			// Wait for the next event; a stream idle that long is told how
+			// far it has seen.
+			wctx, cancelWait := context.WithTimeout(ctx, watchProgressEvery)
+			ev, err = wt.Next(wctx)
+			cancelWait()
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err == nil {
+				if s.event(ev) != nil {
 					return nil
 				}
+				continue
 			}
-		case <-tick.C:
-			if idle {
+			if errors.Is(err, context.DeadlineExceeded) {
 				if p, ok := wt.Progress(); ok {
 					if s.write(map[string]uint64{"progress": p}) != nil || s.flush() != nil {
 						return nil
 					}
 				}
+				continue
 			}
-			idle = true
-		case <-ctx.Done():
-			return nil
 		}
+		// Cut off for falling behind, or the catalog was replaced.
+		_ = s.write(map[string]string{"error": "resync", "message": err.Error()})
+		_ = s.flush()
+		return nil
 	}
 }

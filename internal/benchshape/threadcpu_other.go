@@ -1,0 +1,9 @@
+//go:build !linux
+
+package benchshape
+
+import "time"
+
+// ThreadCPU is not measured here: it returns 0, and benchmarks omit the
+// figures made from it.
+func ThreadCPU() time.Duration { return 0 }
