@@ -48,6 +48,10 @@ func (s *Store) fetch(ctx context.Context, addr string, index uint64, stage bool
 			return ErrClosed
 		}
 		if s.haveLocked(index) {
+			// A fetched image released earlier is raft's again.
+			if _, err := s.fs.Stat(s.path(imageName(index) + fetchedSuffix)); err == nil {
+				s.mu.pinned[index] = true
+			}
 			s.mu.Unlock()
 			return nil
 		}
@@ -416,6 +420,20 @@ func (s *Store) adopt(ctx context.Context, addr string, index uint64, check func
 	s.unpin(index)
 	info.Name = name
 	return info, nil
+}
+
+// ReleaseFetched implements journal.FetchReleaser: raft did not take the
+// image Fetch made durable at index, so no Install for it follows. The
+// state decoded while it downloaded is dropped and the file is no longer
+// pinned (Prune removes it once an image at or past it is installed; a
+// Fetch of the same index pins it again). It does no I/O.
+func (s *Store) ReleaseFetched(index uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.mu.staged; st != nil && st.index == index {
+		s.mu.staged = nil
+	}
+	delete(s.mu.pinned, index)
 }
 
 // unpin releases fetched images up to index from the prune guard: index is

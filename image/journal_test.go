@@ -77,7 +77,7 @@ type imageCluster struct {
 	lastFS map[uint64]vfs.FS
 }
 
-func newImageCluster(t *testing.T) *imageCluster {
+func newImageCluster(t *testing.T, configure ...func(*journal.Config)) *imageCluster {
 	c := &imageCluster{t: t, trees: map[uint64]*catalog.Tree{}, stores: map[uint64]*Store{}, cps: map[uint64]*Checkpointer{}, lastFS: map[uint64]vfs.FS{}}
 	inet := &imageNet{servers: map[string]*httptest.Server{}}
 	client := inet.client()
@@ -108,6 +108,9 @@ func newImageCluster(t *testing.T) *imageCluster {
 			inet.serve(cfg.Addr, s)
 			cfg.Snapshots = s
 			cfg.DedupeWindow, cfg.CompactMargin = 10, 10
+			for _, f := range configure {
+				f(cfg)
+			}
 		},
 	})
 	for _, n := range c.Nodes() {

@@ -33,7 +33,9 @@ type Snapshots interface {
 	// valid local image whose index >= minIndex into the state machine and
 	// return its index and the membership blob stored with it (0, nil if
 	// there is no image). minIndex is the journal's first retained index - 1:
-	// an older image could not be replayed forward.
+	// an older image could not be replayed forward. raft restarts from the
+	// returned index, so it may be older than the newest image (a fallback)
+	// as long as it is at least minIndex.
 	LoadLatest(ctx context.Context, minIndex uint64) (index uint64, membership []byte, err error)
 	// Fetch makes the image at exactly index durable in the local data dir,
 	// fetched from the peer at addr (host:port). Called when a raft snapshot

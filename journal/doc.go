@@ -70,12 +70,18 @@
 // next Ready. Membership changes are applied to raft on
 // the loop, and the members' addresses travel in the conf change entries, so
 // they are as durable as the log. A received raft snapshot is first made
-// durable through [Snapshots.Fetch], then stepped into raft; raft is always
-// told how a snapshot it sent ended (ReportSnapshot).
+// durable through [Snapshots.Fetch], then stepped into raft; one raft does
+// not take is released ([FetchReleaser]); raft is always told how a
+// snapshot it sent ended (ReportSnapshot). On restart raft starts from the
+// index of the image [Snapshots.LoadLatest] loaded (an older one when the
+// newest is unusable), with the membership as of that index, and the log
+// after it is replayed.
 //
 // # The data dir
 //
-//	VERSION   cluster_id=… and token=… (written once, at bootstrap or join)
+//	VERSION   cluster_id=… and token=… (written once, last, at bootstrap
+//	          or join: without it Open bootstraps or joins again; a
+//	          bootstrap's first entry is in the log before it)
 //	ROLE      role=follower | observer (rewritten when the node is promoted)
 //	MEMBERS   the newest membership with every member's address (synced at
 //	          join and at each membership change, so a restarted node can

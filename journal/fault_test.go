@@ -2,11 +2,14 @@ package journal_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,15 +20,54 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/journal"
-	"github.com/metatree/metatree/journal/journaltest"
 )
 
 // kvSM is a register per key: entries are "key=value". It remembers every
-// value it applied, in order, to check durability and agreement.
+// value it applied, in order, to check durability and agreement; that
+// history is part of its images, so a node restored from one still has it.
 type kvSM struct {
 	mu      sync.Mutex
 	kv      map[string]string
 	applied []string
+	at      []uint64 // the index of each applied entry
+}
+
+// kvImage is what kvSM saves in an image.
+type kvImage struct {
+	KV      map[string]string `json:"kv"`
+	Applied []string          `json:"applied"`
+	At      []uint64          `json:"at"`
+}
+
+// Save implements image.State.
+func (s *kvSM) Save(w io.Writer) error {
+	s.mu.Lock()
+	b, err := json.Marshal(kvImage{KV: s.kv, Applied: s.applied, At: s.at})
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// Load implements image.State.
+func (s *kvSM) Load(r io.Reader) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	var im kvImage
+	if err := json.Unmarshal(b, &im); err != nil {
+		return err
+	}
+	if im.KV == nil {
+		im.KV = map[string]string{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kv, s.applied, s.at = im.KV, im.Applied, im.At
+	return nil
 }
 
 func newKVSM() *kvSM { return &kvSM{kv: map[string]string{}} }
@@ -39,6 +81,7 @@ func (s *kvSM) Apply(index uint64, data []byte) any {
 	}
 	s.kv[k] = v
 	s.applied = append(s.applied, string(data))
+	s.at = append(s.at, index)
 	return nil
 }
 
@@ -48,10 +91,11 @@ func (s *kvSM) get(k string) string {
 	return s.kv[k]
 }
 
-func (s *kvSM) history() []string {
+// history returns the applied entries in order, and their indexes.
+func (s *kvSM) history() ([]string, []uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]string(nil), s.applied...)
+	return append([]string(nil), s.applied...), append([]uint64(nil), s.at...)
 }
 
 type kvInput struct {
@@ -106,11 +150,16 @@ func envInt(name string, def int) int {
 
 // TestFaultLinearizable runs clients writing and linearizably reading
 // registers through random nodes of a 3-voter cluster while a fault
-// injector crashes (power cut: unsynced writes lost) and restarts nodes,
-// the leader above all, and partitions them. A fourth node is an observer
-// (learner): it serves writes (forwarded) and linearizable reads too. It then checks the recorded
-// history with porcupine, that every acknowledged write is applied on every
-// node after healing, and that all nodes applied the same sequence.
+// injector cuts the power of nodes (unsynced writes lost), the leader above
+// all, restarts them, and partitions them. A fourth node is an observer
+// (learner): it serves writes (forwarded) and linearizable reads too.
+// Every node runs the image package as the examples wire it, with small
+// thresholds, so checkpoints, adoption by the leader, compaction and
+// snapshot installs meet the faults; and faults start at the first step:
+// the cluster forms under them, and a power cut may hit any disk step of
+// a bootstrap, a join or a restart. It then checks the recorded history
+// with porcupine, that every acknowledged write is applied on every node
+// after healing, and that all nodes applied the same sequence.
 //
 // JOURNAL_FAULT_SECONDS (default 10) and JOURNAL_FAULT_SEED (default 1)
 // lengthen or vary the run.
@@ -118,30 +167,46 @@ func TestFaultLinearizable(t *testing.T) {
 	seed := uint64(envInt("JOURNAL_FAULT_SEED", 1))
 	dur := time.Duration(envInt("JOURNAL_FAULT_SECONDS", 10)) * time.Second
 	t.Logf("seed %d, %v of faults", seed, dur)
-	sms := struct {
-		sync.Mutex
-		m map[uint64]*kvSM
-	}{m: map[uint64]*kvSM{}}
-	c := journaltest.NewCluster(t, journaltest.Options{
-		Voters: 3, Observers: 1, Seed: seed,
-		NewStateMachine: func(id uint64) journal.StateMachine {
-			sm := newKVSM()
-			sms.Lock()
-			sms.m[id] = sm
-			sms.Unlock()
-			return sm
-		},
-		Configure: func(cfg *journal.Config) { cfg.StaleAfter = time.Minute },
-	})
-	smOf := func(id uint64) *kvSM {
-		sms.Lock()
-		defer sms.Unlock()
-		return sms.m[id]
+	c := newFaultCluster(t, seed)
+	for id := uint64(1); id <= 4; id++ {
+		role := journal.Follower
+		if id == 4 {
+			role = journal.Observer
+		}
+		c.add(id, role)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dur+40*time.Second)
 	defer cancel()
-	_, err := c.WaitLeader(ctx)
-	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(seed, 99))
+	pause := func(lo, hi int) {
+		select {
+		case <-time.After(time.Duration(lo+rng.IntN(hi-lo)) * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	faults := map[string]int{}
+	// bringUp starts node n, cutting its power at a random disk step of
+	// Open every other time, until it runs.
+	bringUp := func(n *faultNode, what string) {
+		for ctx.Err() == nil {
+			at := 0
+			if rng.IntN(2) == 0 {
+				at = 1 + rng.IntN(80)
+			}
+			crashed, err := c.start(ctx, n, at)
+			if crashed {
+				faults["power cut during "+what]++
+				pause(20, 200)
+				continue
+			}
+			if err == nil {
+				return
+			}
+			// A join needs a leader the helper can reach: try again.
+			t.Logf("node %d: %s: %v", n.id, what, err)
+			pause(50, 200)
+		}
+	}
 
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
@@ -158,6 +223,9 @@ func TestFaultLinearizable(t *testing.T) {
 		stats[outcome]++
 	}
 
+	// The cluster forms under faults, and the clients run from the first
+	// node on.
+	bringUp(c.node(1), "bootstrap")
 	stop := make(chan struct{})
 	var clients sync.WaitGroup
 	const nClients, nKeys = 4, 6
@@ -170,9 +238,10 @@ func TestFaultLinearizable(t *testing.T) {
 					return
 				default:
 				}
-				node := c.Node(uint64(1 + rng.IntN(4))) // node 4 is an observer
-				j := node.Journal()
+				node := c.node(uint64(1 + rng.IntN(4))) // node 4 is an observer
+				j, sm := node.journal(), node.sm()
 				if j == nil {
+					runtime.Gosched()
 					continue // down: pick another
 				}
 				key := fmt.Sprintf("k%d", rng.IntN(nKeys))
@@ -198,7 +267,7 @@ func TestFaultLinearizable(t *testing.T) {
 					err := j.ReadBarrier(opCtx)
 					var out string
 					if err == nil {
-						out = smOf(node.ID).get(key)
+						out = sm.get(key)
 					}
 					ret := now()
 					if err == nil {
@@ -213,19 +282,14 @@ func TestFaultLinearizable(t *testing.T) {
 			}
 		})
 	}
+	for id := uint64(2); id <= 4; id++ {
+		bringUp(c.node(id), "join")
+	}
 
 	// The fault injector: one fault at a time, so a quorum always remains
 	// and the run makes progress between faults.
-	rng := rand.New(rand.NewPCG(seed, 99))
-	pause := func(lo, hi int) {
-		select {
-		case <-time.After(time.Duration(lo+rng.IntN(hi-lo)) * time.Millisecond):
-		case <-ctx.Done():
-		}
-	}
-	faults := map[string]int{}
 	for time.Since(start) < dur {
-		leader, err := c.WaitLeader(ctx)
+		leader, err := c.waitLeader(ctx)
 		require.NoError(t, err)
 		victim := leader
 		if rng.IntN(3) == 0 {
@@ -238,63 +302,69 @@ func TestFaultLinearizable(t *testing.T) {
 		case victim != leader:
 			kind = "follower"
 		}
+		n := c.node(victim)
 		switch rng.IntN(3) {
 		case 0, 1: // power cut, then restart
 			faults["crash "+kind]++
-			require.NoError(t, c.Crash(victim))
+			c.crash(n)
 			pause(100, 700)
-			require.NoError(t, c.Restart(ctx, victim))
+			bringUp(n, "restart")
 		case 2: // partition away, then heal
 			faults["isolate "+kind]++
-			c.Net.Isolate(victim)
+			c.net.Isolate(victim)
 			pause(100, 700)
-			c.Net.Heal()
+			c.net.Heal()
 		}
 		pause(100, 500)
 	}
 	close(stop)
 	clients.Wait()
-	t.Logf("faults %v, operations %v", faults, stats)
+	written := c.imagesWritten()
+	t.Logf("faults %v, operations %v, images %d, snapshots installed %d", faults, stats, written, c.installs.Load())
 
 	// Heal, then every node must hold every acknowledged write, in the same
 	// order as every other node.
-	c.Net.Heal()
-	_, err = c.WaitLeader(ctx)
+	c.net.Heal()
+	_, err := c.waitLeader(ctx)
 	require.NoError(t, err)
 	var final uint64
 	for {
-		final, _, err = c.Node(1).Journal().Propose(ctx, []byte("final=done"))
+		final, _, err = c.node(1).journal().Propose(ctx, []byte("final=done"))
 		if err == nil {
 			break
 		}
 		require.NoError(t, ctx.Err(), "final write: %v", err)
 	}
-	if err := c.WaitApplied(ctx, final); err != nil {
-		for _, n := range c.Nodes() {
-			if j := n.Journal(); j != nil {
-				t.Logf("node %d: %+v", n.ID, j.Status())
+	for _, n := range c.all() {
+		if err := n.journal().WaitApplied(ctx, final); err != nil {
+			for _, n := range c.all() {
+				t.Logf("node %d: %+v", n.id, n.journal().Status())
 			}
+			t.Fatalf("after healing, node %d: %v", n.id, err)
 		}
-		t.Fatalf("after healing: %v", err)
 	}
 	var ref []string
-	for _, n := range c.Running() {
-		h := smOf(n.ID).history()
-		have := map[string]bool{}
-		for _, e := range h {
-			require.False(t, have[e], "node %d applied %s twice", n.ID, e)
-			have[e] = true
+	for _, n := range c.all() {
+		h, at := n.sm().history()
+		have := map[string]uint64{}
+		for i, e := range h {
+			first, dup := have[e]
+			require.False(t, dup, "node %d applied %s twice, at %d and %d (dedupe window %d)", n.id, e, first, at[i], faultDedupeWindow)
+			have[e] = at[i]
 		}
 		for _, w := range acked {
-			require.True(t, have[w], "node %d lost the acknowledged write %s", n.ID, w)
+			_, ok := have[w]
+			require.True(t, ok, "node %d lost the acknowledged write %s", n.id, w)
 		}
 		if ref == nil {
 			ref = h
 		}
-		require.Equal(t, ref, h, "node %d applied a different sequence", n.ID)
+		require.Equal(t, ref, h, "node %d applied a different sequence", n.id)
 	}
 	require.NotEmpty(t, acked, "the run must make progress")
 	require.NotZero(t, stats["get ok"])
+	require.NotZero(t, written, "images were written during the run")
+	require.NotZero(t, c.installs.Load(), "lagging nodes caught up through snapshots")
 
 	res, info := porcupine.CheckOperationsVerbose(kvModel, history, 30*time.Second)
 	if res != porcupine.Ok {

@@ -57,6 +57,10 @@ type Journal struct {
 	// heard is when the last message from each peer arrived (loop
 	// goroutine only): which voters checkConfChange counts as reachable.
 	heard map[uint64]time.Time
+	// steppedSnaps are the indexes of the snapshot messages stepped since
+	// the last Ready (loop goroutine only): settleFetched releases those
+	// raft did not take.
+	steppedSnaps []uint64
 	// batch holds the normal proposals taken since the last flush: they
 	// go to raft in one MsgProp, so raft appends them together and sends
 	// one append message per follower for all of them, not one each.
@@ -77,6 +81,9 @@ type Journal struct {
 	closed   bool
 
 	applyq *applyQueue
+	// imageReqc carries requests for a new image to requestImages (cap 1:
+	// a pending request covers later ones).
+	imageReqc chan struct{}
 
 	// Written by the loop, read anywhere.
 	leader    atomic.Uint64
@@ -172,6 +179,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		appendDone: make(chan appendResult, 16),
 		dedupe:     newDedupe(cfg.DedupeWindow),
 		heard:      map[uint64]time.Time{},
+		imageReqc:  make(chan struct{}, 1),
 	}
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.commitCh = make(chan struct{})
@@ -234,6 +242,9 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		return nil, fmt.Errorf("journal: start transport: %w", err)
 	}
 
+	if err := j.initLog(haveVersion, bootstrap); err != nil {
+		return nil, err
+	}
 	if !haveVersion && !bootstrap {
 		joinResp, err = j.join(ctx)
 		if err != nil {
@@ -250,38 +261,38 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		}
 	}
 	if !haveVersion {
-		if err := writeKV(fs, cfg.Dir, "VERSION", [][2]string{{"cluster_id", j.cluster()}, {"token", j.token}}); err != nil {
-			return nil, err
-		}
+		// VERSION last: it marks the dir as initialised, so a crash
+		// before it leaves a dir that bootstraps or joins again.
 		if err := writeKV(fs, cfg.Dir, "ROLE", [][2]string{{"role", Role(j.role.Load()).String()}}); err != nil {
 			return nil, err
 		}
+		if err := writeKV(fs, cfg.Dir, "VERSION", [][2]string{{"cluster_id", j.cluster()}, {"token", j.token}}); err != nil {
+			return nil, err
+		}
 	}
 
-	if err := j.loadState(ctx, joinResp); err != nil {
+	image, err := j.loadState(ctx, joinResp)
+	if err != nil {
 		return nil, err
 	}
-
+	conf, err := j.restartPoint(image)
+	if err != nil {
+		return nil, err
+	}
 	hs, _, err := j.store.InitialState()
 	if err != nil {
 		return nil, fmt.Errorf("journal: initial state: %w", err)
-	}
-	var snapIndex uint64
-	if snap, err := j.store.Snapshot(); err == nil {
-		snapIndex = snap.GetMetadata().GetIndex()
-	} else if !errors.Is(err, raft.ErrSnapshotTemporarilyUnavailable) {
-		return nil, fmt.Errorf("journal: snapshot: %w", err)
 	}
 	rc := &raft.Config{
 		ID:            j.id,
 		ElectionTick:  cfg.ElectionTicks,
 		HeartbeatTick: cfg.HeartbeatTicks,
-		Storage:       raftStorage{Store: j.store, j: j},
-		// raft restarts from the store's snapshot (its ConfState is the
-		// one InitialState returns) and re-delivers the committed entries
-		// after it: conf changes are re-applied to raft, and the applier
-		// skips user entries already in the loaded image.
-		Applied:                   snapIndex,
+		Storage:       raftStorage{Store: j.store, j: j, conf: conf},
+		// raft restarts from the index the loaded state holds, with the
+		// ConfState as of that index, and re-delivers the committed
+		// entries after it: their conf changes are re-applied to raft,
+		// their user entries to the state machine.
+		Applied:                   j.applied.Load(),
 		MaxSizePerMsg:             cfg.MaxSizePerMsg,
 		MaxCommittedSizePerReady:  cfg.MaxCommittedBytesPerReady,
 		MaxUncommittedEntriesSize: cfg.MaxUncommittedBytes,
@@ -306,15 +317,6 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal: start raft: %w", err)
 	}
-	if bootstrap {
-		last, _ := j.store.LastIndex()
-		if last == 0 {
-			peer := raft.Peer{ID: j.id, Context: mustJSON(confContext{Addr: cfg.Addr, Role: Follower})}
-			if err := j.rn.Bootstrap([]raft.Peer{peer}); err != nil {
-				return nil, fmt.Errorf("journal: bootstrap: %w", err)
-			}
-		}
-	}
 	j.persistedTerm, j.persistedVote = hs.GetTerm(), hs.GetVote()
 	j.committed.Store(hs.GetCommit())
 	j.term.Store(hs.GetTerm())
@@ -323,6 +325,9 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	j.wg.Go(j.run)
 	j.wg.Go(j.appendLoop)
 	j.wg.Go(j.applyLoop)
+	if r, ok := cfg.Snapshots.(ImageRequester); ok {
+		j.wg.Go(func() { j.requestImages(r) })
+	}
 	j.log.Info("journal open", "cluster", j.cluster(), "role", Role(j.role.Load()), "applied", j.applied.Load(),
 		"commit", hs.GetCommit(), "bootstrap", bootstrap, "join", cfg.Join)
 	return j, nil
@@ -381,19 +386,20 @@ func (j *Journal) join(ctx context.Context) (*JoinResponse, error) {
 }
 
 // loadState restores membership, the newest image and the dedupe window
-// before raft starts.
-func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) error {
+// before raft starts. It returns the membership stored with the loaded
+// image (nil: no image, or one without it).
+func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membership, error) {
 	m := newMembership()
 	if blob, err := j.store.MembershipAt(math.MaxUint64); err != nil && !errors.Is(err, raftstore.ErrNoMembership) {
-		return fmt.Errorf("journal: load membership: %w", err)
+		return nil, fmt.Errorf("journal: load membership: %w", err)
 	} else if len(blob) > 0 {
 		if m, err = decodeMembership(blob); err != nil {
-			return fmt.Errorf("journal: stored membership: %w", err)
+			return nil, fmt.Errorf("journal: stored membership: %w", err)
 		}
 	}
 	file, err := j.readMembers()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Peers to reach: the newest durable view, plus any address either
 	// view knows (an older address is harmless; a missing one strands us).
@@ -411,44 +417,44 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) error {
 	}
 	first, err := j.store.FirstIndex()
 	if err != nil {
-		return fmt.Errorf("journal: first index: %w", err)
+		return nil, fmt.Errorf("journal: first index: %w", err)
 	}
 	var imageIndex uint64
-	imageKeys := false // the image carried its dedupe window
+	var image *membership // the membership stored with the image
 	if j.cfg.Snapshots != nil {
 		idx, blob, err := j.cfg.Snapshots.LoadLatest(ctx, first-1)
 		if err != nil {
-			return fmt.Errorf("journal: load image: %w", err)
+			return nil, fmt.Errorf("journal: load image: %w", err)
 		}
 		if idx > 0 {
 			if idx < first-1 {
-				return fmt.Errorf("journal: image %d is older than the log's start %d", idx, first)
+				return nil, fmt.Errorf("journal: image %d is older than the log's start %d", idx, first)
 			}
 			imageIndex = idx
 			j.lastImage.Store(idx)
 			if len(blob) > 0 {
 				im, err := decodeMembership(blob)
 				if err != nil {
-					return fmt.Errorf("journal: image %d: %w", idx, err)
+					return nil, fmt.Errorf("journal: image %d: %w", idx, err)
 				}
 				j.dedupe.reset(im.Keys)
-				imageKeys = true
+				image = im
 				if len(m.Members) == 0 {
-					m = im
+					m = im.clone()
 				}
 			}
 		}
 	}
 	if first > 1 && imageIndex == 0 {
-		return fmt.Errorf("journal: the log starts at %d but no image covers the entries before it", first)
+		return nil, fmt.Errorf("journal: the log starts at %d but no image covers the entries before it", first)
 	}
 	// An image without its dedupe window: rebuild it from the retained log
 	// before the image. (With one, the image's keys are that same window,
 	// and the log may not hold it: a node restored from a peer's image.)
-	if imageIndex > 0 && !imageKeys {
+	if imageIndex > 0 && image == nil {
 		d, err := j.dedupeAt(imageIndex)
 		if err != nil {
-			return fmt.Errorf("journal: rebuild dedupe window: %w", err)
+			return nil, fmt.Errorf("journal: rebuild dedupe window: %w", err)
 		}
 		j.dedupe = d
 	}
@@ -462,7 +468,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) error {
 			j.tr.SetPeer(id, addr)
 		}
 	}
-	return nil
+	return image, nil
 }
 
 // abortOpen releases what a failed Open acquired.

@@ -336,6 +336,13 @@ func (j *Journal) step(in inbound) {
 		}
 	}
 	if in.done != nil {
+		// A snapshot message (alone in its batch): raft took it if the
+		// next Ready carries it; without a Ready to come it did not.
+		if idx := in.msgs[0].GetSnapshot().GetMetadata().GetIndex(); err != nil || !j.rn.HasReady() {
+			j.releaseFetched(idx)
+		} else {
+			j.steppedSnaps = append(j.steppedSnaps, idx)
+		}
 		in.done <- err
 	}
 }
@@ -361,6 +368,7 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 		}
 	}
 	j.checkConfQueue(rd.Entries)
+	j.settleFetched(rd.Snapshot)
 	var apply *raftpb.Message
 	out := rd.Messages[:0:0]
 	for _, m := range rd.Messages {

@@ -474,14 +474,11 @@ func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 			}
 		}
 	}
-	select {
-	case j.recvc <- in:
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-j.done:
-		return ErrClosed
-	case <-j.loopDead:
-		return j.loopErr()
+	if err := j.enqueue(ctx, in); err != nil {
+		if in.done != nil {
+			j.releaseFetched(in.msgs[0].GetSnapshot().GetMetadata().GetIndex())
+		}
+		return err
 	}
 	if in.done == nil {
 		return nil
@@ -496,6 +493,20 @@ func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 		default:
 			return j.loopErr()
 		}
+	}
+}
+
+// enqueue hands inbound messages to the raft loop.
+func (j *Journal) enqueue(ctx context.Context, in inbound) error {
+	select {
+	case j.recvc <- in:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-j.done:
+		return ErrClosed
+	case <-j.loopDead:
+		return j.loopErr()
 	}
 }
 
