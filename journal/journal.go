@@ -245,6 +245,11 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	if err := j.initLog(haveVersion, bootstrap); err != nil {
 		return nil, err
 	}
+	if cfg.ForceNewCluster {
+		if err := j.forceNewCluster(haveVersion); err != nil {
+			return nil, err
+		}
+	}
 	if !haveVersion && !bootstrap {
 		joinResp, err = j.join(ctx)
 		if err != nil {

@@ -26,6 +26,10 @@ type CrashFS struct {
 // NewCrashFS returns an empty, unarmed CrashFS.
 func NewCrashFS() *CrashFS { return &CrashFS{MemFS: vfs.NewCrashableMem()} }
 
+// WrapCrashFS returns an unarmed CrashFS over m, which must be crashable
+// (vfs.NewCrashableMem, or a CrashClone of one).
+func WrapCrashFS(m *vfs.MemFS) *CrashFS { return &CrashFS{MemFS: m} }
+
 // CrashAt arms the power cut before step n (1 is the first).
 func (fs *CrashFS) CrashAt(n int) {
 	fs.mu.Lock()
