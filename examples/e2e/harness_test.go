@@ -249,6 +249,12 @@ var client = &http.Client{Timeout: 15 * time.Second}
 // nil). It returns the status code.
 func call(t *testing.T, method, url string, body any, out any) int {
 	t.Helper()
+	return callWith(t, client, method, url, body, out)
+}
+
+// callWith is call through the given client.
+func callWith(t *testing.T, client *http.Client, method, url string, body any, out any) int {
+	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
