@@ -122,15 +122,7 @@ func copyImage(ctx context.Context, fs vfs.FS, src, dir string, h image.Header) 
 	if err != nil {
 		return 0, fmt.Errorf("restore: %w", err)
 	}
-	var info image.Info
-	_, err = image.ReadFile(fs, src, func(body io.Reader) error {
-		var werr error
-		info, werr = store.Write(ctx, h, func(w io.Writer) error {
-			_, err := io.Copy(w, body)
-			return err
-		})
-		return werr
-	})
+	info, err := store.Rewrite(ctx, src, h)
 	if cerr := store.Close(); err == nil {
 		err = cerr
 	}
