@@ -1,6 +1,7 @@
 package image
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -16,7 +17,7 @@ func writeFileFS(t *testing.T, fs vfs.FS, path string, data []byte) {
 	require.NoError(t, fs.MkdirAll(fs.PathDir(path), 0o755))
 	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
 	require.NoError(t, err)
-	_, err = f.Write(data)
+	_, err = f.Write(bytes.Clone(data)) // a vfs.File may modify what it is given
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 }

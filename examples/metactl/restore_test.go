@@ -116,7 +116,7 @@ func TestRestoreCrashSafe(t *testing.T) {
 		require.NoError(t, fs.MkdirAll("/backups", 0o755))
 		f, err := fs.Create("/backups/b.img", vfs.WriteCategoryUnspecified)
 		require.NoError(t, err)
-		_, err = f.Write(src)
+		_, err = f.Write(bytes.Clone(src)) // a vfs.File may modify what it is given
 		require.NoError(t, err)
 		require.NoError(t, f.Sync())
 		require.NoError(t, f.Close())
