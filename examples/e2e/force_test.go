@@ -149,7 +149,7 @@ func TestForceNewClusterAfterQuorumLoss(t *testing.T) {
 	ms := threeVoters(c)
 	require200(t, call(t, "PUT", ms[0].url("/v1/catalog/kv"), map[string]any{"kind": "dir"}, nil), "create /kv")
 	survivor := ms[2]
-	k := &kvClients{t: t, start: time.Now(), stop: make(chan struct{}), keys: 5}
+	k := &kvClients{t: t, start: time.Now(), stop: make(chan struct{}), keys: 16}
 	k.server.Store(survivor)
 	k.run(4)
 	defer func() {
@@ -227,7 +227,7 @@ func TestForceNewClusterAfterQuorumLoss(t *testing.T) {
 	k.mu.Lock()
 	history := slices.Clone(k.history)
 	k.mu.Unlock()
-	res, info := porcupine.CheckOperationsVerbose(registerModel, history, 60*time.Second)
+	res, info := porcupine.CheckOperationsVerbose(registerModel, history, 120*time.Second)
 	if res != porcupine.Ok {
 		f, err := os.CreateTemp("", "force-new-cluster-*.html")
 		if err == nil {
