@@ -141,6 +141,9 @@ type Store struct {
 		// trash is what the shredder has still to remove.
 		trash []*trashFile
 	}
+	// extraHeader is sent with every request to a peer (Backup's).
+	extraHeader http.Header
+
 	trashWake    chan struct{} // wakes the shredder
 	shredderDone chan struct{} // closed when the shredder has returned
 }

@@ -93,6 +93,16 @@ type Config struct {
 	// token becomes the cluster's; a joining node must present the same.
 	Token string
 
+	// ForceNewCluster, on a restart, makes this node the only voter of its
+	// cluster, keeping everything its log holds: for a survivor after the
+	// other voters are lost for good (permanent quorum loss), never while
+	// they may come back. Open appends the removal of every other member
+	// to the log and commits the whole log with them, in one synced write;
+	// raft applies them as any membership change (MEMBERS, ROLE and the
+	// removed ids follow) and the node elects itself. A restart without it
+	// afterwards is an ordinary restart; one with it again changes nothing.
+	ForceNewCluster bool
+
 	// StateMachine receives the user entries. Required.
 	StateMachine StateMachine
 	// Snapshots is the image hook (nil = no images, no compaction).
@@ -293,6 +303,9 @@ func (c *Config) validate() error {
 	}
 	if c.Role != RoleUnset && c.Role != Follower && c.Role != Observer {
 		bad("unknown Role %d", c.Role)
+	}
+	if c.ForceNewCluster && (c.Bootstrap || c.Join != "") {
+		bad("ForceNewCluster is for a restart: not with Bootstrap or Join")
 	}
 	if c.Bootstrap && c.Role == Observer {
 		bad("a bootstrap node must be a Follower (voter)")

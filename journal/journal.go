@@ -264,6 +264,11 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	if err := j.initLog(haveVersion, bootstrap); err != nil {
 		return nil, err
 	}
+	if cfg.ForceNewCluster {
+		if err := j.forceNewCluster(haveVersion); err != nil {
+			return nil, err
+		}
+	}
 	if !haveVersion && !bootstrap {
 		joinResp, err = j.join(ctx)
 		if err != nil {
@@ -285,7 +290,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		if err := writeKV(fs, cfg.Dir, "ROLE", [][2]string{{"role", Role(j.role.Load()).String()}}); err != nil {
 			return nil, err
 		}
-		if err := writeKV(fs, cfg.Dir, "VERSION", [][2]string{{"cluster_id", j.cluster()}, {"token", j.token}}); err != nil {
+		if err := writeVersion(fs, cfg.Dir, j.cluster(), j.token, j.id); err != nil {
 			return nil, err
 		}
 	}
@@ -364,6 +369,9 @@ func (j *Journal) checkRestart(ver map[string]string) error {
 	}
 	if j.cfg.Token != "" && j.cfg.Token != j.token {
 		return fmt.Errorf("journal: %w: token differs from the data dir's VERSION", ErrClusterMismatch)
+	}
+	if err := checkNodeID(j.cfg.Dir, ver, j.id); err != nil {
+		return err
 	}
 	roleKV, ok, err := readKV(j.cfg.FS, filepath.Join(j.cfg.Dir, "ROLE"))
 	if err != nil {
@@ -722,22 +730,26 @@ func (j *Journal) writeMembers(m *membership) error {
 	return writeFileSynced(j.cfg.FS, j.cfg.Dir, membersFile, c.encode())
 }
 
-func (j *Journal) readMembers() (*membership, error) {
-	f, err := j.cfg.FS.Open(filepath.Join(j.cfg.Dir, membersFile))
+func (j *Journal) readMembers() (*membership, error) { return readMembersFile(j.cfg.FS, j.cfg.Dir) }
+
+// readMembersFile reads dir's MEMBERS file (nil, nil when there is none).
+func readMembersFile(fs vfs.FS, dir string) (*membership, error) {
+	path := filepath.Join(dir, membersFile)
+	f, err := fs.Open(path)
 	if err != nil {
 		if isNotExist(err) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("journal: open %s: %w", membersFile, err)
+		return nil, fmt.Errorf("journal: open %s: %w", path, err)
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, 16<<20))
 	if err != nil {
-		return nil, fmt.Errorf("journal: read %s: %w", membersFile, err)
+		return nil, fmt.Errorf("journal: read %s: %w", path, err)
 	}
 	m, err := decodeMembership(b)
 	if err != nil {
-		return nil, fmt.Errorf("journal: %s: %w", membersFile, err)
+		return nil, fmt.Errorf("journal: %s: %w", path, err)
 	}
 	return m, nil
 }

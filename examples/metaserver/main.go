@@ -5,6 +5,7 @@
 //	metaserver -id N -dir DIR -addr HOST:PORT -bootstrap
 //	metaserver -id N -dir DIR -addr HOST:PORT -join HOST:PORT [-role follower|observer]
 //	metaserver -id N -dir DIR -addr HOST:PORT            # restart from DIR
+//	metaserver -id N -dir DIR -addr HOST:PORT -force-new-cluster
 package main
 
 import (
@@ -42,6 +43,7 @@ func main() {
 	flag.Uint64Var(&cfg.CheckpointEntries, "checkpoint-entries", 100000, "entries after the newest image that trigger a checkpoint")
 	flag.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", 60*time.Second, "how often the checkpoint threshold is checked")
 	flag.Uint64Var(&cfg.CompactMargin, "compact-margin", 0, "entries kept behind an image for slow followers (0: the journal's default)")
+	flag.BoolVar(&cfg.ForceNewCluster, "force-new-cluster", false, "restart from -dir as the only voter, keeping its data: only after the other voters are lost for good")
 	verbose := flag.Bool("v", false, "log at debug level")
 	flag.Parse()
 
