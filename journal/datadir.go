@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/metatree/metatree/internal/durable"
 )
 
 // The data dir's files beside the raft store: VERSION and ROLE (key=value
@@ -54,35 +55,10 @@ func writeKV(fs vfs.FS, dir, name string, kvs [][2]string) error {
 	return writeFileSynced(fs, dir, name, []byte(sb.String()))
 }
 
-// writeFileSynced replaces dir/name durably: temp file, fsync, rename,
-// fsync of the directory.
+// writeFileSynced replaces dir/name durably (durable.WriteFile).
 func writeFileSynced(fs vfs.FS, dir, name string, data []byte) error {
-	tmp := filepath.Join(dir, name+".tmp")
-	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return fmt.Errorf("journal: create %s: %w", tmp, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("journal: write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("journal: sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("journal: close %s: %w", tmp, err)
-	}
-	if err := fs.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("journal: rename %s: %w", tmp, err)
-	}
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("journal: open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("journal: sync dir %s: %w", dir, err)
+	if err := durable.WriteFile(fs, dir, name, data); err != nil {
+		return fmt.Errorf("journal: %w", err)
 	}
 	return nil
 }

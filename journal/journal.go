@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/metatree/metatree/internal/durable"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -168,7 +169,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		return nil, err
 	}
 	fs := cfg.FS
-	if err := raftstore.MkdirAllSynced(fs, cfg.Dir); err != nil {
+	if err := durable.MkdirAll(fs, cfg.Dir); err != nil {
 		return nil, fmt.Errorf("journal: create data dir %s: %w", cfg.Dir, err)
 	}
 	lock, err := fs.Lock(filepath.Join(cfg.Dir, "LOCK"))
