@@ -31,7 +31,7 @@ func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 		return nil // a learner: no quorum impact
 	}
 	remaining, reachable := 0, 0
-	now := time.Now()
+	now := j.cfg.Clock.Now()
 	for v := range voters {
 		if v == id {
 			continue

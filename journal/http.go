@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/metatree/metatree/internal/clock"
 )
 
 // HTTPOptions configures the HTTP transport. Zero values mean the defaults
@@ -32,6 +34,9 @@ type HTTPOptions struct {
 	// receiver fetching the image (default 10 minutes). On expiry raft is
 	// told the snapshot failed and tries again later.
 	SnapshotTimeout time.Duration
+	// Clock times the reconnect backoff and the handshake (default: the
+	// real clock).
+	Clock Clock
 }
 
 // HTTPTransport is the default Transport: raft messages travel over one
@@ -92,6 +97,9 @@ func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
 	}
 	if opts.SnapshotTimeout <= 0 {
 		opts.SnapshotTimeout = 10 * time.Minute
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
 	}
 	t := &HTTPTransport{opts: opts, client: opts.Client, log: opts.Logger, peers: map[uint64]*httpPeer{}, draining: map[*httpPeer]struct{}{}}
 	if t.client == nil {

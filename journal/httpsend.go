@@ -226,15 +226,15 @@ func (p *httpPeer) run() {
 		}
 		p.t.log.Debug("stream to peer ended", "to", p.id, "err", err)
 		p.t.recv.ReportUnreachable(p.id)
-		t := time.NewTimer(backoff)
+		tc, stop := p.t.opts.Clock.NewTimer(backoff)
 		for waiting := true; waiting; {
 			select {
 			case <-p.stop:
-				t.Stop()
+				stop()
 				return
 			case b := <-p.q: // peer down: drop
 				p.dequeued(b)
-			case <-t.C:
+			case <-tc:
 				waiting = false
 			}
 		}
@@ -281,17 +281,17 @@ func (p *httpPeer) stream(first []byte) error {
 		}
 		endc <- err
 	})
-	t := time.NewTimer(p.t.opts.HandshakeTimeout)
+	tc, stop := p.t.opts.Clock.NewTimer(p.t.opts.HandshakeTimeout)
 	select {
 	case <-body.accepted:
-		t.Stop()
+		stop()
 	case err := <-endc:
-		t.Stop()
+		stop()
 		return err
-	case <-t.C:
+	case <-tc:
 		return fmt.Errorf("no answer to the stream within %v", p.t.opts.HandshakeTimeout)
 	case <-p.stop:
-		t.Stop()
+		stop()
 		return nil
 	}
 	drain := p.drain
@@ -306,9 +306,9 @@ func (p *httpPeer) stream(first []byte) error {
 			// Removed: the body ends once the queue is written; a peer
 			// that does not take it in time is cut off.
 			drain = nil
-			t := time.NewTimer(p.t.opts.HandshakeTimeout)
-			defer t.Stop()
-			deadline = t.C
+			tc, stop := p.t.opts.Clock.NewTimer(p.t.opts.HandshakeTimeout)
+			defer stop()
+			deadline = tc
 		case <-deadline:
 			return errors.New("removed peer did not take its last messages in time")
 		}

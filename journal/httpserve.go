@@ -81,7 +81,7 @@ func (t *HTTPTransport) serveStream(w http.ResponseWriter, r *http.Request) {
 	}
 	// End the stream when this transport closes: a read deadline in the
 	// past unblocks the body read.
-	stop := context.AfterFunc(t.ctx, func() { _ = rc.SetReadDeadline(time.Now()) })
+	stop := context.AfterFunc(t.ctx, func() { _ = rc.SetReadDeadline(aLongTimeAgo) })
 	defer stop()
 	// The first frame decides the answer: a bad one gets a 4xx; a good one
 	// gets 200 at once (the sender waits for it before it trusts the
@@ -210,3 +210,7 @@ func (t *HTTPTransport) serveJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, resp)
 }
+
+// aLongTimeAgo is a read deadline in the past: the read it is set on fails
+// at once (net/http stops its own reads the same way).
+var aLongTimeAgo = time.Unix(1, 0)

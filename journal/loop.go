@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -301,7 +300,7 @@ func (j *Journal) failBatch(err error) {
 // beyond the log (checkAgainstLog): raft would panic on them.
 func (j *Journal) step(in inbound) {
 	var err error
-	now := time.Now()
+	now := j.cfg.Clock.Now()
 	for _, m := range in.msgs {
 		if e := checkAgainstLog(m, j.logBound); e != nil {
 			j.refuse(e)
