@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/metatree/metatree/internal/clock"
 )
 
 // StateMachine is what the journal replays the log into (the catalog in
@@ -47,22 +48,10 @@ type Snapshots interface {
 	Install(ctx context.Context, index uint64) error
 }
 
-// Clock is the time source (a subset of tailscale's tstime.Clock). Nil in
-// Config means the real clock.
-type Clock interface {
-	Now() time.Time
-	// NewTicker returns a channel that delivers ticks every d, and a stop
-	// function.
-	NewTicker(d time.Duration) (<-chan time.Time, func())
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-func (realClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
-	t := time.NewTicker(d)
-	return t.C, t.Stop
-}
+// Clock is the time source of the raft loop, the proposers' waits and the
+// staleness guard: Now, NewTicker, NewTimer and AfterFunc, as tailscale's
+// tstime.Clock has them. Nil in Config means the real clock.
+type Clock = clock.Clock
 
 // Config configures a Journal. The zero value of every tunable means its
 // documented default; Open copies the Config, fills defaults and validates.
@@ -279,7 +268,7 @@ func (c *Config) fillDefaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = clock.Real{}
 	}
 }
 

@@ -3,6 +3,7 @@ package journal
 import (
 	"errors"
 	"fmt"
+	"github.com/metatree/metatree/internal/durable"
 	"path/filepath"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -94,7 +95,7 @@ func Seed(cfg SeedConfig) error {
 	} else if ok {
 		return fmt.Errorf("journal: seed: %s already holds a VERSION file", cfg.Dir)
 	}
-	if err := raftstore.MkdirAllSynced(cfg.FS, cfg.Dir); err != nil {
+	if err := durable.MkdirAll(cfg.FS, cfg.Dir); err != nil {
 		return fmt.Errorf("journal: seed: create %s: %w", cfg.Dir, err)
 	}
 	store, err := raftstore.Open(raftstore.Options{FS: cfg.FS, Dir: filepath.Join(cfg.Dir, "journal")})

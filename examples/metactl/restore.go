@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/metatree/metatree/internal/durable"
 	"io"
 	"net"
 	"os"
@@ -109,7 +110,7 @@ func restoreDir(ctx context.Context, fs vfs.FS, c restoreConfig, stderr io.Write
 	if err := fs.Rename(tmp, c.Dir); err != nil {
 		return restoreJSON{}, fmt.Errorf("restore: rename %s to %s: %w", tmp, c.Dir, err)
 	}
-	if err := syncDir(fs, fs.PathDir(c.Dir)); err != nil {
+	if err := durable.SyncDir(fs, fs.PathDir(c.Dir)); err != nil {
 		return restoreJSON{}, fmt.Errorf("restore: %w", err)
 	}
 	return restoreJSON{Dir: c.Dir, ClusterID: clusterID, ID: c.ID, Addr: c.Addr, Index: hdr.Index, Term: hdr.Term, Bytes: written}, nil
@@ -159,16 +160,4 @@ func removeTmp(fs vfs.FS, tmp string) error {
 		return fmt.Errorf("restore: remove %s: %w", tmp, err)
 	}
 	return nil
-}
-
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("open dir %s: %w", dir, err)
-	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return fmt.Errorf("sync dir %s: %w", dir, err)
-	}
-	return d.Close()
 }
