@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -27,8 +28,13 @@ type HTTPOptions struct {
 	// Client sends the requests (default: a client of its own, closed with
 	// the transport). Set one with a TLS config for https.
 	Client *http.Client
-	// Scheme is "http" (default) or "https".
+	// Scheme is "http" or "https" (default: "https" with TLS, else
+	// "http").
 	Scheme string
+	// TLS is Config.TLS: with it the transport's own client dials with it,
+	// and the Handler requires of every peer a member certificate naming
+	// the sender.
+	TLS *tls.Config
 	// Logger (default: discard).
 	Logger *slog.Logger
 	// QueueMsgs and QueueBytes bound each peer's send queue (defaults 4096
@@ -72,6 +78,9 @@ type HTTPTransport struct {
 	// draining holds removed peers whose senders still deliver their queue.
 	draining map[*httpPeer]struct{}
 
+	// refused counts the peer requests refused for their identity.
+	refused atomic.Uint64
+
 	// started is set once Start has run; until then the handler answers
 	// 503, so a host may mount Handler before Open returns.
 	started atomic.Bool
@@ -86,6 +95,9 @@ type HTTPTransport struct {
 func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
 	if opts.Scheme == "" {
 		opts.Scheme = "http"
+		if opts.TLS != nil {
+			opts.Scheme = "https"
+		}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -113,6 +125,7 @@ func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
 			MaxIdleConnsPerHost: 256,
 			IdleConnTimeout:     90 * time.Second,
 			DisableCompression:  true,
+			TLSClientConfig:     opts.TLS,
 		}}
 		t.ownCli = true
 	}
@@ -693,6 +706,9 @@ func (t *HTTPTransport) checkPeer(w http.ResponseWriter, r *http.Request) (uint6
 		writeError(w, fmt.Errorf("%w: bad %s header", ErrMalformed, hdrFrom))
 		return 0, false
 	}
+	if !t.checkIdentity(w, r, from) {
+		return 0, false
+	}
 	if to, err := strconv.ParseUint(r.Header.Get(hdrTo), 10, 64); err != nil || to != t.local {
 		writeError(w, fmt.Errorf("%w: request for node %q reached node %d", ErrClusterMismatch, r.Header.Get(hdrTo), t.local))
 		return 0, false
@@ -848,6 +864,9 @@ func (t *HTTPTransport) serveJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: join request: %w", ErrMalformed, err))
 		return
 	}
+	if !t.checkIdentity(w, r, jr.ID) {
+		return
+	}
 	jr.Token = r.Header.Get(hdrToken)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer context.AfterFunc(t.ctx, cancel)()
@@ -876,6 +895,7 @@ var errorCodes = []struct {
 	{"entry_too_large", ErrTooLarge, http.StatusRequestEntityTooLarge},
 	{"malformed", ErrMalformed, http.StatusBadRequest},
 	{"cluster_mismatch", ErrClusterMismatch, http.StatusForbidden},
+	{"peer_identity", ErrPeerIdentity, http.StatusForbidden},
 	{"role_mismatch", ErrRoleMismatch, http.StatusConflict},
 	{"unsafe_removal", ErrUnsafeRemoval, http.StatusConflict},
 	{"unknown_member", ErrUnknownMember, http.StatusGone},
