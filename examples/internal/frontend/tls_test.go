@@ -85,6 +85,7 @@ func TestMTLSCluster(t *testing.T) {
 
 	// Clients of /v1/ need no certificate, only the CA to trust.
 	api := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	defer api.CloseIdleConnections()
 	put := func(f *Frontend, path string) {
 		req, err := http.NewRequest("PUT", "https://"+f.Addr()+"/v1/catalog"+path, strings.NewReader(`{"kind":"table"}`))
 		require.NoError(t, err)
@@ -129,6 +130,7 @@ func TestMTLSCluster(t *testing.T) {
 
 	// Member 2's certificate cannot heartbeat the worker as member 3.
 	as2 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.KeyPair(2)}}}}
+	defer as2.CloseIdleConnections()
 	forged, err := json.Marshal(heartbeat.Request{Leader: 3, Term: 1 << 40, Member: 101, Version: 1 << 40})
 	require.NoError(t, err)
 	resp, err := as2.Post("https://"+w.Addr()+heartbeat.Path, "application/json", bytes.NewReader(forged))
@@ -137,7 +139,9 @@ func TestMTLSCluster(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
 
 	// Plain HTTP on a TLS port is not served.
-	if resp, err := http.Get("http://" + fe1.Addr() + "/v1/status"); err == nil {
+	plain := &http.Client{Transport: &http.Transport{}}
+	defer plain.CloseIdleConnections()
+	if resp, err := plain.Get("http://" + fe1.Addr() + "/v1/status"); err == nil {
 		resp.Body.Close()
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "net/http answers a plain request to a TLS port 400")
 	}
