@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -59,6 +60,12 @@ type Config struct {
 	// FetchIdleTimeout instead, so a large image on a slow link is not cut
 	// off while it makes progress.
 	HTTPClient *http.Client
+	// TLS, when set, is the client side of mutual TLS between members:
+	// fetches go to https://<addr> with it (through the default
+	// HTTPClient), and the Handler refuses (403) a request without a client
+	// certificate the serving host verified against the cluster's CA. The
+	// host serves the Handler over TLS. Default: none.
+	TLS *tls.Config
 	// FetchIdleTimeout aborts a fetch that receives nothing for this long.
 	// The default is 30 s.
 	FetchIdleTimeout time.Duration
@@ -169,6 +176,9 @@ func Open(cfg Config) (*Store, error) {
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{}
+		if cfg.TLS != nil {
+			cfg.HTTPClient.Transport = &http.Transport{TLSClientConfig: cfg.TLS, Proxy: http.ProxyFromEnvironment}
+		}
 	}
 	if cfg.FetchIdleTimeout == 0 {
 		cfg.FetchIdleTimeout = 30 * time.Second

@@ -245,7 +245,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	j.tr = cfg.Transport
 	if j.tr == nil {
 		j.http = NewHTTPTransport(HTTPOptions{
-			Client: cfg.HTTPClient, Scheme: cfg.Scheme, Logger: j.log,
+			Client: cfg.HTTPClient, Scheme: cfg.Scheme, TLS: cfg.TLS, Logger: j.log,
 			QueueMsgs: cfg.SendQueueMsgs, QueueBytes: cfg.SendQueueBytes, MaxBodyBytes: cfg.MaxBodyBytes,
 		})
 		j.tr = j.http
