@@ -63,7 +63,7 @@ func TestScenarios(t *testing.T) {
 // the log during a script (their count would tie applied indexes to the
 // virtual time elapsed).
 const (
-	scenarioTick          = 10 * time.Millisecond
+	scenarioTick           = 10 * time.Millisecond
 	scenarioElectionTicks  = 20
 	scenarioHeartbeatTicks = 2
 )

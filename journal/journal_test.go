@@ -119,7 +119,7 @@ const (
 func testConfig(n *node) Config {
 	cfg := Config{
 		ID: n.id, Dir: n.dir, Addr: n.addr, Token: "secret",
-		StateMachine: n.sm,
+		StateMachine:  n.sm,
 		TickInterval:  testTick,
 		ElectionTicks: testElectionTicks, HeartbeatTicks: 2,
 		StaleAfter: 300 * time.Millisecond,
