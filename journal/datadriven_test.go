@@ -25,9 +25,12 @@ import (
 // testdata/scenarios against a journaltest.Cluster, as etcd-io/raft's
 // interaction tests do. Each script runs inside a synctest bubble, so the
 // clock is virtual and advances only when every node's goroutines are
-// blocked, and raft's election timeouts draw from a seeded crypto/rand: the
-// trace is the same run after run. Regenerate with -rewrite and review the
-// diff.
+// blocked, and every command's output is taken once the cluster is
+// quiescent. Where an election could go to either of two nodes the scripts
+// leave only one eligible (the other's log lags), so the trace does not
+// depend on goroutine order; raft's election timeouts draw from a seeded
+// crypto/rand (testing/cryptotest), so they fire at the same virtual times
+// run after run. Regenerate with -rewrite and review the diff.
 //
 // Commands (node ids are 1-based; "on=N" picks the node that runs a call,
 // the leader by default):
