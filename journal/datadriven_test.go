@@ -44,7 +44,8 @@ import (
 //	tick [n=N]                         let N raft ticks of virtual time pass
 //	wait-leader                        await a leader, print its id
 //	stabilize                          let an election timeout pass, twice
-//	status                             print every running node's view
+//	status                             print every running member's view
+//	applied id=N                       print the entries node N applied
 //	remove id=N [on=N] [force]         remove a member
 //	promote id=N [on=N]                promote an observer to voter
 //	transfer id=N                      hand leadership to node N
@@ -82,6 +83,7 @@ type scenarioEnv struct {
 type extraNode struct {
 	role journal.Role
 	fs   vfs.FS
+	sm   *journaltest.Recorder
 	j    *journal.Journal
 }
 
@@ -207,6 +209,8 @@ func (e *scenarioEnv) run(ctx context.Context, d *datadriven.TestData) (string, 
 		return fmt.Sprintf("leader %d\n", id), nil
 	case "status":
 		return e.status(), nil
+	case "applied":
+		return e.applied(uint64(e.mustInt(d, "id")))
 	case "remove":
 		j, err := e.on(d)
 		if err != nil {
@@ -295,10 +299,11 @@ func (e *scenarioEnv) join(ctx context.Context, id uint64, role journal.Role) er
 		return err
 	}
 	tr := e.c.Net.Transport(addr)
+	sm := &journaltest.Recorder{}
 	j, err := journal.Open(ctx, journal.Config{
 		ID: id, Dir: "/" + addr, Addr: addr, FS: fs,
 		Transport:     tr,
-		StateMachine:  &journaltest.Recorder{},
+		StateMachine:  sm,
 		TickInterval:  scenarioTick,
 		ElectionTicks: scenarioElectionTicks, HeartbeatTicks: scenarioHeartbeatTicks,
 		StaleAfter: time.Hour,
@@ -308,7 +313,7 @@ func (e *scenarioEnv) join(ctx context.Context, id uint64, role journal.Role) er
 		_ = tr.Close()
 		return err
 	}
-	e.extra[id] = &extraNode{role: role, fs: fs, j: j}
+	e.extra[id] = &extraNode{role: role, fs: fs, sm: sm, j: j}
 	return nil
 }
 
@@ -427,6 +432,25 @@ func (e *scenarioEnv) status() string {
 			id, st.Role, state, st.Leader, st.Term, st.Applied, st.Committed, members(st.Members))
 	}
 	return b.String()
+}
+
+// applied prints the entries node id's state machine applied in this run,
+// as "index: data" lines.
+func (e *scenarioEnv) applied(id uint64) (string, error) {
+	var sm *journaltest.Recorder
+	if n := e.c.Node(id); n != nil {
+		sm, _ = n.StateMachine().(*journaltest.Recorder)
+	} else if n := e.extra[id]; n != nil {
+		sm = n.sm
+	}
+	if sm == nil {
+		return "", fmt.Errorf("applied: no node %d", id)
+	}
+	var b strings.Builder
+	for _, a := range sm.Applied() {
+		fmt.Fprintf(&b, "%d: %s\n", a.Index, a.Data)
+	}
+	return b.String(), nil
 }
 
 // members prints a membership as "1v 2v 3o" (v: voter, o: observer).
