@@ -43,7 +43,7 @@ import (
 //	heal                               undo partitions
 //	tick [n=N]                         let N raft ticks of virtual time pass
 //	wait-leader                        await a leader, print its id
-//	stabilize                          let an election timeout pass, twice
+//	stabilize                          let two election timeouts pass, print status
 //	status                             print every running member's view
 //	applied id=N                       print the entries node N applied
 //	remove id=N [on=N] [force]         remove a member
@@ -63,13 +63,14 @@ func TestScenarios(t *testing.T) {
 }
 
 // The scenario cluster's timing: ticks of 10 ms, an election timeout of 20
-// ticks, and a staleness guard long enough that no leader timestamp enters
-// the log during a script (their count would tie applied indexes to the
-// virtual time elapsed).
+// ticks, and a staleness guard long enough that the leader journals its
+// clock only when it takes over, never on the way (periodic timestamps
+// would tie applied indexes to the virtual time a script lets pass).
 const (
 	scenarioTick           = 10 * time.Millisecond
 	scenarioElectionTicks  = 20
 	scenarioHeartbeatTicks = 2
+	scenarioStaleAfter     = time.Hour
 )
 
 type scenarioEnv struct {
@@ -81,10 +82,8 @@ type scenarioEnv struct {
 // extraNode is a node opened by the script's join command on the cluster's
 // network; journaltest.Cluster only knows the nodes it started.
 type extraNode struct {
-	role journal.Role
-	fs   vfs.FS
-	sm   *journaltest.Recorder
-	j    *journal.Journal
+	sm *journaltest.Recorder
+	j  *journal.Journal
 }
 
 func (e *scenarioEnv) closeExtra() {
@@ -111,8 +110,8 @@ func (e *scenarioEnv) handle(t *testing.T, d *datadriven.TestData) string {
 }
 
 func (e *scenarioEnv) run(ctx context.Context, d *datadriven.TestData) (string, error) {
-	if e.c == nil && d.Cmd != "add-nodes" {
-		return "", fmt.Errorf("%s before add-nodes", d.Cmd)
+	if (e.c == nil) != (d.Cmd == "add-nodes") {
+		return "", fmt.Errorf("%s: add-nodes comes first, and once", d.Cmd)
 	}
 	switch d.Cmd {
 	case "add-nodes":
@@ -122,7 +121,7 @@ func (e *scenarioEnv) run(ctx context.Context, d *datadriven.TestData) (string, 
 		e.c = journaltest.NewCluster(e.t, journaltest.Options{
 			Voters: voters, Observers: observers,
 			TickInterval: scenarioTick, ElectionTicks: scenarioElectionTicks, HeartbeatTicks: scenarioHeartbeatTicks,
-			Configure: func(cfg *journal.Config) { cfg.StaleAfter = time.Hour },
+			Configure: func(cfg *journal.Config) { cfg.StaleAfter = scenarioStaleAfter },
 		})
 		if err := e.settle(ctx); err != nil {
 			return "", err
@@ -208,6 +207,7 @@ func (e *scenarioEnv) run(ctx context.Context, d *datadriven.TestData) (string, 
 		}
 		return fmt.Sprintf("leader %d\n", id), nil
 	case "status":
+		synctest.Wait()
 		return e.status(), nil
 	case "applied":
 		return e.applied(uint64(e.mustInt(d, "id")))
@@ -306,14 +306,14 @@ func (e *scenarioEnv) join(ctx context.Context, id uint64, role journal.Role) er
 		StateMachine:  sm,
 		TickInterval:  scenarioTick,
 		ElectionTicks: scenarioElectionTicks, HeartbeatTicks: scenarioHeartbeatTicks,
-		StaleAfter: time.Hour,
+		StaleAfter: scenarioStaleAfter,
 		Join:       "node1", Role: role,
 	})
 	if err != nil {
 		_ = tr.Close()
 		return err
 	}
-	e.extra[id] = &extraNode{role: role, fs: fs, sm: sm, j: j}
+	e.extra[id] = &extraNode{sm: sm, j: j}
 	return nil
 }
 
