@@ -130,10 +130,13 @@ func TestQuorumLoss(t *testing.T) {
 		require.True(t, errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrNoLeader), "node %d: %v", id, err)
 	}
 	// Reads go on locally until the staleness tolerance passes, then fail.
+	// The proposals above waited 4 × 400 ms with no quorum, well past the
+	// 300 ms tolerance since the last timestamp any node could apply, so
+	// every node is stale by now.
 	for id := uint64(1); id <= 4; id++ {
 		n := c.nodes[id]
 		require.True(t, n.sm.has("x"))
-		eventually(t, 5*time.Second, "node stale", func() bool { return errors.Is(n.j.CheckFresh(), ErrStale) })
+		require.ErrorIs(t, n.j.CheckFresh(), ErrStale, "node %d", id)
 		require.True(t, n.j.Status().Stale)
 		require.NotEqual(t, "StateLeader", n.j.Status().State, "node %d stepped down", id)
 	}
@@ -264,7 +267,10 @@ func TestMembership(t *testing.T) {
 
 	// Promote the observer (through a follower), then hand it the leadership.
 	require.NoError(t, c.nodes[up].j.Promote(ctx, 4))
-	eventually(t, 5*time.Second, "ROLE updated", func() bool { return c.nodes[4].j.Status().Role == Follower })
+	// Promote returns once the change is applied on the calling node; the
+	// observer's role changes before its applied index passes the change.
+	require.NoError(t, c.nodes[4].j.WaitApplied(ctx, c.nodes[up].j.Status().Applied))
+	require.Equal(t, Follower, c.nodes[4].j.Status().Role, "ROLE updated")
 	require.NoError(t, lj.TransferLeadership(ctx, 4))
 	require.Equal(t, uint64(4), c.waitLeaderSeen([]uint64{leader, up, 4}, 4))
 	propose(t, c.nodes[up], "after-transfer")
@@ -304,8 +310,14 @@ func TestRemovedNodeLearnsOfItsRemoval(t *testing.T) {
 	propose(t, c.nodes[leader], "x")
 	for id := uint64(4); id <= 6; id++ {
 		require.NoError(t, lj.RemoveMember(ctxT(t, 5*time.Second), id, false))
+		// The leader applied the removal before RemoveMember returned: its
+		// MEMBERS file names the removal's index. The removed node sets
+		// Removed on its raft loop before its applier passes that index.
+		m, err := lj.readMembers()
+		require.NoError(t, err)
 		n := c.nodes[id]
-		eventually(t, 5*time.Second, fmt.Sprintf("node %d learns of its removal", id), func() bool { return n.j.Status().Removed })
+		require.NoError(t, n.j.WaitApplied(ctxT(t, 5*time.Second), m.Index), "node %d applies its removal", id)
+		require.True(t, n.j.Status().Removed, "node %d learns of its removal", id)
 	}
 	// A voter removing itself hears its own change applied, too.
 	var self uint64

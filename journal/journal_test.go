@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -106,14 +107,21 @@ type cluster struct {
 	root  string
 }
 
+// The test clusters' timing: a 200 ms election timeout keeps the tests
+// short, yet elects no leader spuriously on a loaded 2-core machine under
+// -race.
+const (
+	testTick            = 10 * time.Millisecond
+	testElectionTicks   = 20
+	testElectionTimeout = testElectionTicks * testTick
+)
+
 func testConfig(n *node) Config {
 	cfg := Config{
 		ID: n.id, Dir: n.dir, Addr: n.addr, Token: "secret",
-		StateMachine: n.sm,
-		TickInterval: 10 * time.Millisecond,
-		// 200 ms election timeout: short tests, yet no spurious elections
-		// on a loaded 2-core machine under -race.
-		ElectionTicks: 20, HeartbeatTicks: 2,
+		StateMachine:  n.sm,
+		TickInterval:  testTick,
+		ElectionTicks: testElectionTicks, HeartbeatTicks: 2,
 		StaleAfter: 300 * time.Millisecond,
 	}
 	if os.Getenv("JOURNAL_TEST_LOG") != "" {
@@ -256,42 +264,64 @@ func (c *cluster) waitLeader(candidates ...uint64) uint64 {
 }
 
 // waitLeaderSeen is waitLeader where only the nodes in seen (nil: all)
-// must agree.
+// must agree. It re-checks at every leadership change on a running node
+// (Journal.Leadership) rather than polling, and at least once an election
+// timeout for changes that do not notify (a node restarting or learning the
+// leader second-hand).
 func (c *cluster) waitLeaderSeen(seen []uint64, candidates ...uint64) uint64 {
 	c.t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for {
+		// Subscribe before checking, so that no change between them is
+		// missed.
+		cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(deadline.C)}}
+		for _, n := range c.nodes {
+			if n.j != nil {
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(n.j.Leadership())})
+			}
+		}
+		if leader := c.agreedLeader(seen, candidates); leader != 0 {
+			return leader
+		}
+		recheck := time.NewTimer(testElectionTimeout)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(recheck.C)})
+		chosen, _, _ := reflect.Select(cases)
+		recheck.Stop()
+		if chosen == 0 {
+			c.t.Fatalf("timed out waiting for a leader")
+		}
+	}
+}
+
+// agreedLeader returns the leader every running node in seen (nil: all)
+// follows, if it is among the candidates (none: any) and leads in its own
+// view; else 0.
+func (c *cluster) agreedLeader(seen, candidates []uint64) uint64 {
 	var leader uint64
-	eventually(c.t, 10*time.Second, "a leader", func() bool {
-		leader = 0
-		for id, n := range c.nodes {
-			if n.j == nil || (seen != nil && !slices.Contains(seen, id)) {
-				continue
-			}
-			st := n.j.Status()
-			if st.Removed {
-				continue
-			}
-			if st.Leader == 0 || (leader != 0 && st.Leader != leader) {
-				return false
-			}
-			leader = st.Leader
+	for id, n := range c.nodes {
+		if n.j == nil || (seen != nil && !slices.Contains(seen, id)) {
+			continue
 		}
-		if leader == 0 {
-			return false
+		st := n.j.Status()
+		if st.Removed {
+			continue
 		}
-		ln := c.nodes[leader]
-		if ln == nil || ln.j == nil || !ln.j.Status().IsLeader() {
-			return false
+		if st.Leader == 0 || (leader != 0 && st.Leader != leader) {
+			return 0
 		}
-		if len(candidates) == 0 {
-			return true
-		}
-		for _, id := range candidates {
-			if id == leader {
-				return true
-			}
-		}
-		return false
-	})
+		leader = st.Leader
+	}
+	if leader == 0 {
+		return 0
+	}
+	ln := c.nodes[leader]
+	if ln == nil || ln.j == nil || !ln.j.Status().IsLeader() {
+		return 0
+	}
+	if len(candidates) > 0 && !slices.Contains(candidates, leader) {
+		return 0
+	}
 	return leader
 }
 

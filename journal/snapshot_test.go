@@ -333,23 +333,24 @@ func TestApplierFailureFailsWaiters(t *testing.T) {
 		_, _, err := n2.j.Propose(ctxT(t, 30*time.Second), []byte("during"))
 		waiting <- err
 	}()
-	// Keep asking for an image until the leader has one it can send.
-	eventually(t, 10*time.Second, "the observer's applier fails", func() bool {
+	// Answer every image request until the leader has one it can send; the
+	// observer's applier then fails to install it, which fails the waiting
+	// proposer (after the failure is recorded for Status).
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for failed := false; !failed; {
 		select {
 		case <-imgs1.requests:
 			checkpoint(t, n1, imgs1)
-		default:
+		case err := <-waiting:
+			require.ErrorIs(t, err, ErrClosed)
+			require.ErrorContains(t, err, "disk full")
+			failed = true
+		case <-deadline.C:
+			t.Fatal("the waiting proposer was not told of the applier's failure")
 		}
-		return n2.j.Status().Err != nil
-	})
-	require.ErrorContains(t, n2.j.Status().Err, "disk full")
-	select {
-	case err := <-waiting:
-		require.ErrorIs(t, err, ErrClosed)
-		require.ErrorContains(t, err, "disk full")
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiting proposer was not told of the failure")
 	}
+	require.ErrorContains(t, n2.j.Status().Err, "disk full")
 
 	_, _, err := n2.j.Propose(ctxT(t, 10*time.Second), []byte("after"))
 	require.ErrorIs(t, err, ErrClosed)
