@@ -29,7 +29,7 @@ const faultDedupeWindow = 20
 // checkpointers as the examples wire them (examples/internal/frontend),
 // on a journaltest network, each node on a crashable in-memory disk. Nodes
 // join while faults are already injected: a power cut can hit any step of
-// a bootstrap, a join or a restart (crashFS).
+// a bootstrap, a join or a restart (journaltest.CrashFS).
 type faultCluster struct {
 	t      *testing.T
 	net    *journaltest.Network
@@ -168,7 +168,9 @@ func (s snapshots) RequestImage() {
 // cut's state. crashed says whether that happened.
 func (c *faultCluster) start(ctx context.Context, n *faultNode, crashAt int) (crashed bool, err error) {
 	c.net.SetDown(n.id, false)
-	fs := &crashFS{MemFS: n.disk, at: crashAt, onCrash: func() { c.net.SetDown(n.id, true) }}
+	fs := journaltest.WrapCrashFS(n.disk)
+	fs.CrashAt(crashAt)
+	fs.OnCrash(func() { c.net.SetDown(n.id, true) })
 	r := &faultRun{sm: newKVSM(), reqc: make(chan struct{}, 1), stop: make(chan struct{})}
 	dir := "/" + n.addr
 	r.store, err = image.Open(image.Config{Dir: dir, FS: fs, State: r.sm, HTTPClient: c.client})
@@ -234,10 +236,8 @@ func (c *faultCluster) start(ctx context.Context, n *faultNode, crashAt int) (cr
 			}
 		})
 	}
-	fs.mu.Lock()
-	fs.at = -1 // the cut comes during Open or not at all
-	cut := fs.crashed
-	fs.mu.Unlock()
+	fs.Disarm() // the cut comes during Open or not at all
+	cut := fs.Crashed()
 	n.mu.Lock()
 	n.run = r
 	n.mu.Unlock()

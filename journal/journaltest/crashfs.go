@@ -21,6 +21,7 @@ type CrashFS struct {
 	steps   int
 	at      int // 0: never
 	crashed *vfs.MemFS
+	onCrash func()
 }
 
 // NewCrashFS returns an empty, unarmed CrashFS.
@@ -35,6 +36,29 @@ func (fs *CrashFS) CrashAt(n int) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.at = n
+}
+
+// OnCrash sets f to run the moment the power cut is taken (a test takes
+// the node off its network there, so it acknowledges nothing the cut state
+// does not hold). f runs with the CrashFS locked: it must not use it.
+func (fs *CrashFS) OnCrash(f func()) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.onCrash = f
+}
+
+// Armed reports whether a power cut is armed and not yet taken.
+func (fs *CrashFS) Armed() bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.at > 0 && fs.crashed == nil
+}
+
+// Disarm cancels a power cut not yet taken.
+func (fs *CrashFS) Disarm() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.at = -1
 }
 
 // Steps returns the number of steps taken so far.
@@ -57,7 +81,7 @@ func (fs *CrashFS) CutNow() *vfs.MemFS {
 	defer fs.mu.Unlock()
 	fs.at = -1
 	if fs.crashed == nil {
-		fs.crashed = fs.MemFS.CrashClone(vfs.CrashCloneCfg{})
+		fs.take()
 	}
 	return fs.crashed
 }
@@ -67,7 +91,16 @@ func (fs *CrashFS) step() {
 	defer fs.mu.Unlock()
 	fs.steps++
 	if fs.steps == fs.at {
-		fs.crashed = fs.MemFS.CrashClone(vfs.CrashCloneCfg{})
+		fs.take()
+	}
+}
+
+// take keeps the power cut's state and runs the OnCrash hook; fs.mu is
+// held.
+func (fs *CrashFS) take() {
+	fs.crashed = fs.MemFS.CrashClone(vfs.CrashCloneCfg{})
+	if fs.onCrash != nil {
+		fs.onCrash()
 	}
 }
 
