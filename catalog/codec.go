@@ -187,7 +187,7 @@ type decoder struct {
 	data []byte
 	off  int
 	view bool
-	max  int // the newest version read (0: NewestBatchVersion)
+	max  int  // the newest version read (0: NewestBatchVersion)
 	kvs  []kv // backing store for the ops' set slices, reused
 	keys []string
 	err  error
