@@ -32,8 +32,13 @@ func (j *Journal) scanEntries(after, upTo uint64, fn func(index uint64, env enve
 				continue
 			}
 			env, err := decodeEnvelope(e.GetData())
+			if errors.Is(err, ErrUnknownVersion) {
+				// Never skipped: a replay past it would not be what the
+				// replicas that read it hold.
+				return &HaltError{Index: e.GetIndex(), What: "entry", Version: int(e.GetData()[0]), Err: err}
+			}
 			if err != nil {
-				continue
+				continue // skipped by every replica alike
 			}
 			if err := fn(e.GetIndex(), env); err != nil {
 				return err

@@ -386,10 +386,15 @@ func (j *Journal) checkRestart(ver map[string]string) error {
 // join asks the helper to admit this node and learns the cluster id and
 // members from it.
 func (j *Journal) join(ctx context.Context) (*JoinResponse, error) {
-	req := &JoinRequest{ID: j.id, Addr: j.cfg.Addr, Role: Role(j.role.Load()), ClusterID: j.cfg.ClusterID, Token: j.token}
+	req := &JoinRequest{ID: j.id, Addr: j.cfg.Addr, Role: Role(j.role.Load()), ClusterID: j.cfg.ClusterID,
+		MaxVersion: j.cfg.MaxVersion, Token: j.token}
 	resp, err := j.tr.Join(ctx, j.cfg.Join, req)
 	if err != nil {
 		return nil, fmt.Errorf("journal: join through %s: %w", j.cfg.Join, err)
+	}
+	if resp.ClusterVersion > j.cfg.MaxVersion {
+		return nil, fmt.Errorf("journal: join through %s: %w: the cluster is at format version %d and this node reads versions up to %d",
+			j.cfg.Join, ErrVersion, resp.ClusterVersion, j.cfg.MaxVersion)
 	}
 	if j.cfg.ClusterID != "" && resp.ClusterID != j.cfg.ClusterID {
 		return nil, fmt.Errorf("journal: join through %s: %w: cluster is %s, config says %s",
@@ -479,6 +484,9 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 	}
 	j.applied.Store(imageIndex)
 	m.Keys = nil
+	if err := j.checkVersion(m, "start"); err != nil {
+		return nil, err
+	}
 	j.mu.Lock()
 	j.mu.membership = m
 	j.mu.Unlock()
@@ -574,8 +582,13 @@ type Status struct {
 	// Members is the membership as of the applied index.
 	Members []Member
 	// Err is the error that stopped the applier, if any (the node then
-	// stops applying but keeps running; Close it).
+	// stops applying but keeps running; Close it). A *HaltError (ErrHalted)
+	// is an entry this binary cannot read: restart it with one that can.
 	Err error
+	// ClusterVersion is the cluster's format version as of the committed
+	// entries this node has seen: writers write no newer format (see
+	// Config.MaxVersion).
+	ClusterVersion uint32
 }
 
 // IsLeader reports whether the status is of the leader.
@@ -605,6 +618,7 @@ func (j *Journal) Status() Status {
 	}
 	j.mu.Lock()
 	st.Members = j.mu.membership.list()
+	st.ClusterVersion = j.mu.membership.clusterVersion()
 	j.mu.Unlock()
 	return st
 }

@@ -107,6 +107,7 @@ func (j *Journal) run() {
 				if j.rn.Propose(encodeTimestamp(now)) == nil {
 					lastStamp = now
 				}
+				j.maybeRaiseVersion()
 			}
 		} else {
 			lastStamp = 0
@@ -120,6 +121,7 @@ func (j *Journal) run() {
 			if j.rn.Propose(encodeTimestamp(now)) == nil {
 				lastStamp = now
 			}
+			j.maybeRaiseVersion()
 		}
 	}
 	// A persist failure: the node can no longer promise durability. Stop
@@ -745,6 +747,8 @@ func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 	for _, e := range ents {
 		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
 			batch.members = append(batch.members, j.applyConfChange(e))
+		} else if isVersionEntry(e) {
+			batch.members = append(batch.members, j.applyVersionEntry(e))
 		}
 	}
 	if len(ents) > 0 || batch.snapshot > 0 {
@@ -828,6 +832,7 @@ type memberRecord struct {
 	m     *membership
 	key   [16]byte
 	err   error
+	halt  *HaltError // the entry cannot be read here: the applier stops at it
 }
 
 // applyConfChange applies a committed membership change to raft and

@@ -110,6 +110,10 @@ func apiError(err error) error {
 	case errors.Is(err, catalog.ErrInvalid), errors.Is(err, catalog.ErrInvalidName),
 		errors.Is(err, catalog.ErrMalformed), errors.Is(err, heartbeat.ErrInvalid):
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "%v", err)
+	case errors.Is(err, journal.ErrHalted):
+		return httpjson.Errorf(http.StatusServiceUnavailable, "halted", "%v", err)
+	case errors.Is(err, catalog.ErrUnsupportedVersion):
+		return httpjson.Errorf(http.StatusConflict, "unsupported_version", "%v", err)
 	case errors.Is(err, journal.ErrClosed), errors.Is(err, image.ErrClosed):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "closed", "%v", err)
 	}
@@ -238,8 +242,11 @@ func (f *Frontend) getNode(w http.ResponseWriter, r *http.Request) error {
 // commit proposes a batch and returns the catalog's result once it has
 // been applied on this frontend (the journal forwards from a non-leader and
 // waits for the local apply: read-your-writes).
+//
+// The batch is written in the cluster's format version, so that every
+// member can read it.
 func (f *Frontend) commit(ctx context.Context, b catalog.Batch) (*catalog.Result, error) {
-	data, err := b.Encode()
+	data, err := b.EncodeVersion(int(f.journal.ClusterVersion()))
 	if err != nil {
 		return nil, apiError(err)
 	}
