@@ -747,6 +747,7 @@ func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 	for _, e := range ents {
 		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
 			batch.members = append(batch.members, j.applyConfChange(e))
+			j.maybeRaiseVersion() // the change may have removed the last older member
 		} else if isVersionEntry(e) {
 			batch.members = append(batch.members, j.applyVersionEntry(e))
 		}

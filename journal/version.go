@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -145,6 +146,9 @@ func (j *Journal) applyVersionEntry(e *raftpb.Entry) memberRecord {
 // version every member reads once it is above the cluster's. A duplicate
 // proposal (the previous one not yet applied) commits as a no-op.
 func (j *Journal) maybeRaiseVersion() {
+	if j.state.Load() != uint32(raft.StateLeader) {
+		return
+	}
 	j.mu.Lock()
 	m := j.mu.membership
 	j.mu.Unlock()
