@@ -344,6 +344,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	j.wg.Go(j.run)
 	j.wg.Go(j.appendLoop)
 	j.wg.Go(j.applyLoop)
+	j.wg.Go(j.advertiseVersion)
 	if r, ok := cfg.Snapshots.(ImageRequester); ok {
 		j.wg.Go(func() { j.requestImages(r) })
 	}

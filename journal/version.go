@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -187,3 +188,66 @@ func (j *Journal) clusterVersion() uint32 {
 // (Status.ClusterVersion, without building the rest of the status): the
 // newest format a writer may write. It only rises.
 func (j *Journal) ClusterVersion() uint32 { return j.clusterVersion() }
+
+// advertiseVersion records this node's Config.MaxVersion in the membership
+// when the record differs, as after a restart with a newer (or older)
+// binary: a membership change of its own, retried after each applied
+// batch or change of leader until it is applied, the node is no member, or
+// the journal closes. It runs on its own goroutine, which Close waits for.
+func (j *Journal) advertiseVersion() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-j.stopc:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		j.mu.Lock()
+		self, member := j.mu.membership.Members[j.id]
+		applied := j.mu.appliedCh
+		j.mu.Unlock()
+		if !member || self.MaxVersion == j.cfg.MaxVersion || j.failed.Load() != nil {
+			return
+		}
+		leadership := j.Leadership()
+		err := j.confChange(ctx, "advertise format version", raftpb.ConfChangeUpdateNode, j.id, self.Addr, self.Role, j.cfg.MaxVersion, false)
+		if err == nil {
+			j.log.Info("format version advertised", "max_version", j.cfg.MaxVersion)
+			return
+		}
+		j.log.Debug("advertise format version", "err", err)
+		select {
+		case <-applied:
+		case <-leadership:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// WaitClusterVersion waits until the cluster version this node knows is at
+// least v: a host that gates a feature of format v on it (writes of that
+// format) can wait for the raise instead of polling Status.
+func (j *Journal) WaitClusterVersion(ctx context.Context, v uint32) error {
+	for {
+		j.mu.Lock()
+		cv, ch := j.mu.membership.clusterVersion(), j.mu.appliedCh
+		j.mu.Unlock()
+		if cv >= v {
+			return nil
+		}
+		if j.failed.Load() != nil {
+			return j.loopErr()
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("journal: wait for cluster version %d (at %d): %w", v, cv, context.Cause(ctx))
+		case <-j.done:
+			return ErrClosed
+		}
+	}
+}
