@@ -351,6 +351,9 @@ func (mo *monitor) send(ctx context.Context, r Member, term uint64, common []byt
 		return Epoch{}, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	if mo.cfg.Token != "" {
+		hreq.Header.Set(TokenHeader, mo.cfg.Token)
+	}
 	resp, err := mo.cfg.Client.Do(hreq)
 	if err != nil {
 		return Epoch{}, err

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/metatree/metatree/internal/clock"
 )
 
 // StateMachine is what the journal replays the log into (the catalog in
@@ -49,22 +51,10 @@ type Snapshots interface {
 	Install(ctx context.Context, index uint64) error
 }
 
-// Clock is the time source (a subset of tailscale's tstime.Clock). Nil in
-// Config means the real clock.
-type Clock interface {
-	Now() time.Time
-	// NewTicker returns a channel that delivers ticks every d, and a stop
-	// function.
-	NewTicker(d time.Duration) (<-chan time.Time, func())
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-func (realClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
-	t := time.NewTicker(d)
-	return t.C, t.Stop
-}
+// Clock is the time source of the raft loop, the proposers' waits and the
+// staleness guard: Now, NewTicker, NewTimer and AfterFunc, as tailscale's
+// tstime.Clock has them. Nil in Config means the real clock.
+type Clock = clock.Clock
 
 // Config configures a Journal. The zero value of every tunable means its
 // documented default; Open copies the Config, fills defaults and validates.
@@ -95,6 +85,16 @@ type Config struct {
 	// token becomes the cluster's; a joining node must present the same.
 	Token string
 
+	// ForceNewCluster, on a restart, makes this node the only voter of its
+	// cluster, keeping everything its log holds: for a survivor after the
+	// other voters are lost for good (permanent quorum loss), never while
+	// they may come back. Open appends the removal of every other member
+	// to the log and commits the whole log with them, in one synced write;
+	// raft applies them as any membership change (MEMBERS, ROLE and the
+	// removed ids follow) and the node elects itself. A restart without it
+	// afterwards is an ordinary restart; one with it again changes nothing.
+	ForceNewCluster bool
+
 	// StateMachine receives the user entries. Required.
 	StateMachine StateMachine
 	// Snapshots is the image hook (nil = no images, no compaction).
@@ -106,8 +106,17 @@ type Config struct {
 	// HTTPClient is used by the default transport (default: a client with
 	// its own http.Transport; set one with TLS config for https).
 	HTTPClient *http.Client
-	// Scheme is "http" (default) or "https" for the default transport.
+	// Scheme is "http" or "https" for the default transport (default:
+	// "https" with TLS, else "http").
 	Scheme string
+	// TLS, when set, is the client side of mutual TLS for the default
+	// transport: it dials peers with this configuration, and its Handler
+	// refuses (403, ErrPeerIdentity) a peer request that carries no
+	// verified client certificate naming the sender's id (URI SAN
+	// metatree://node/<id>). The host serves the Handler over TLS with a
+	// server configuration that verifies client certificates against the
+	// cluster's CA. Default: none (plain HTTP, the token alone).
+	TLS *tls.Config
 
 	// FS is the filesystem for the data dir (default: the OS, vfs.Default).
 	FS vfs.FS
@@ -274,6 +283,9 @@ func (c *Config) fillDefaults() {
 	def(&c.PromoteMaxLag, 1000)
 	if c.Scheme == "" {
 		c.Scheme = "http"
+		if c.TLS != nil {
+			c.Scheme = "https"
+		}
 	}
 	if c.FS == nil {
 		c.FS = vfs.Default
@@ -282,7 +294,7 @@ func (c *Config) fillDefaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = clock.Real{}
 	}
 }
 
@@ -306,6 +318,9 @@ func (c *Config) validate() error {
 	}
 	if c.Role != RoleUnset && c.Role != Follower && c.Role != Observer {
 		bad("unknown Role %d", c.Role)
+	}
+	if c.ForceNewCluster && (c.Bootstrap || c.Join != "") {
+		bad("ForceNewCluster is for a restart: not with Bootstrap or Join")
 	}
 	if c.Bootstrap && c.Role == Observer {
 		bad("a bootstrap node must be a Follower (voter)")
@@ -342,6 +357,9 @@ func (c *Config) validate() error {
 	}
 	if c.Scheme != "http" && c.Scheme != "https" {
 		bad("Scheme must be http or https")
+	}
+	if c.TLS != nil && c.Scheme != "https" {
+		bad("Scheme must be https with TLS")
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("journal: invalid config: %w", errors.Join(errs...))

@@ -48,8 +48,9 @@ import (
 //     yet) and returns the helper's answer, with the same error rules.
 //
 // Security: the HTTP transport stamps every request with the cluster id and
-// token and rejects requests whose id or token differ; an in-memory
-// transport may skip that.
+// token and rejects requests whose id or token differ; with Config.TLS it
+// also refuses a request whose client certificate does not name its
+// sender. An in-memory transport may skip that.
 type Transport interface {
 	Start(local uint64, r Receiver) error
 	SetPeer(id uint64, addr string)

@@ -5,6 +5,7 @@
 //	metaserver -id N -dir DIR -addr HOST:PORT -bootstrap
 //	metaserver -id N -dir DIR -addr HOST:PORT -join HOST:PORT [-role follower|observer]
 //	metaserver -id N -dir DIR -addr HOST:PORT            # restart from DIR
+//	metaserver -id N -dir DIR -addr HOST:PORT -force-new-cluster
 package main
 
 import (
@@ -36,12 +37,17 @@ func main() {
 	flag.StringVar(&cfg.Join, "join", "", "HOST:PORT of any running member to join the cluster through")
 	flag.StringVar(&cfg.Role, "role", "", "follower (a voter) or observer (a learner); only with -join")
 	flag.StringVar(&cfg.Token, "token", "", "the cluster's join token")
+	flag.StringVar(&cfg.TLSCert, "tls-cert", "", "this member's certificate (PEM; URI SAN metatree://node/<id>): serve HTTPS only, mutual TLS between members")
+	flag.StringVar(&cfg.TLSKey, "tls-key", "", "the key of -tls-cert (PEM)")
+	flag.StringVar(&cfg.TLSCA, "tls-ca", "", "the cluster's CA certificate (PEM), which signs every member's")
+	flag.StringVar(&cfg.AuthFile, "auth-file", "", "client API tokens, one '<token> <role>' a line (role read, write or admin)")
 	flag.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", time.Second, "how often the leader heartbeats every member")
 	flag.IntVar(&cfg.DeadAfter, "dead-after", 3, "missed heartbeats in a row before a member is declared dead")
 	flag.DurationVar(&cfg.StaleAfter, "stale-after", 30*time.Second, "a non-leader this far behind the leader's clock refuses reads")
 	flag.Uint64Var(&cfg.CheckpointEntries, "checkpoint-entries", 100000, "entries after the newest image that trigger a checkpoint")
 	flag.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", 60*time.Second, "how often the checkpoint threshold is checked")
 	flag.Uint64Var(&cfg.CompactMargin, "compact-margin", 0, "entries kept behind an image for slow followers (0: the journal's default)")
+	flag.BoolVar(&cfg.ForceNewCluster, "force-new-cluster", false, "restart from -dir as the only voter, keeping its data: only after the other voters are lost for good")
 	verbose := flag.Bool("v", false, "log at debug level")
 	flag.Parse()
 

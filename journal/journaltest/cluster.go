@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/metatree/metatree/internal/durable"
 
 	"github.com/metatree/metatree/journal"
 )
@@ -162,10 +163,7 @@ func (c *Cluster) newNode(id uint64, role journal.Role) (*Node, error) {
 		n.fs, n.dir = vfs.NewCrashableMem(), "/"+n.Addr
 		// Create the data dir durably, as an installer would: a crash
 		// must not take the directory itself away.
-		if err := n.fs.MkdirAll(n.dir, 0o755); err != nil {
-			return nil, err
-		}
-		if err := syncDir(n.fs, "/"); err != nil {
+		if err := durable.MkdirAll(n.fs, n.dir); err != nil {
 			return nil, err
 		}
 	}
@@ -193,15 +191,6 @@ func (c *Cluster) AddNode(ctx context.Context, role journal.Role) (*Node, error)
 		return n, err
 	}
 	return n, nil
-}
-
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func (c *Cluster) config(n *Node, bootstrap bool) journal.Config {

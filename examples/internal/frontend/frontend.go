@@ -22,6 +22,7 @@ import (
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/internal/demo"
 	"github.com/metatree/metatree/examples/internal/ops"
+	"github.com/metatree/metatree/examples/internal/secure"
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/image"
 	"github.com/metatree/metatree/journal"
@@ -38,6 +39,12 @@ type Config struct {
 	Role      string // "follower" (default) or "observer"
 	Token     string
 
+	// TLSCert, TLSKey and TLSCA name the member's certificate, its key and
+	// the cluster's CA (all three or none): the port then speaks only TLS,
+	// and members talk mutual TLS. AuthFile names the client API tokens.
+	TLSCert, TLSKey, TLSCA string
+	AuthFile               string
+
 	HeartbeatInterval  time.Duration // default 1 s
 	DeadAfter          int           // missed heartbeats; default 3
 	StaleAfter         time.Duration // read refusal; default 30 s
@@ -46,6 +53,9 @@ type Config struct {
 	CompactMargin      uint64        // entries kept behind an image; default the journal's
 	PromoteMaxLag      uint64        // entries an observer may trail and be promoted; default the journal's
 	Pprof              bool          // serve net/http/pprof under /debug/pprof/
+	// ForceNewCluster restarts from Dir as the only voter, keeping its
+	// data (after permanent quorum loss): journal.Config.ForceNewCluster.
+	ForceNewCluster bool
 
 	Logger *slog.Logger
 }
@@ -106,6 +116,10 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	default:
 		return nil, fmt.Errorf("role %q: want follower or observer", cfg.Role)
 	}
+	sec, err := loadSecurity(cfg, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
 	f := &Frontend{
 		cfg:      cfg,
 		logger:   cfg.Logger,
@@ -113,7 +127,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		tree:     catalog.New(),
 		registry: cancel.New(cancel.Config{Logger: cfg.Logger}),
 		runs:     demo.NewRuns(),
-		client:   &http.Client{Timeout: 10 * time.Second},
+		client:   secure.MemberClient(sec.files, cfg.Token, 10*time.Second),
 		served:   make(chan struct{}),
 	}
 	f.bgCtx, f.bgCancel = context.WithCancel(context.Background())
@@ -130,20 +144,22 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", listen, err)
 	}
-	f.srv = &http.Server{Handler: f.routes(), ReadHeaderTimeout: 5 * time.Second}
+	f.ln = secure.Listen(f.ln, sec.files)
+	f.srv = &http.Server{Handler: secure.Authorize(sec.tokens, cfg.Token, f.routes()), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		defer close(f.served)
 		_ = f.srv.Serve(f.ln)
 	}()
 
-	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, Logger: cfg.Logger})
+	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, TLS: secure.ClientTLS(sec.files), Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
 	f.journal, err = journal.Open(ctx, journal.Config{
 		ID: cfg.ID, Dir: cfg.Dir, Addr: cfg.Addr,
-		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: role, Token: cfg.Token,
-		StateMachine: f.tree, Snapshots: snapshots{f.images, f},
+		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: role, Token: cfg.Token, TLS: secure.ClientTLS(sec.files),
+		ForceNewCluster: cfg.ForceNewCluster,
+		StateMachine:    f.tree, Snapshots: snapshots{f.images, f},
 		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
 		// Idempotency keys are remembered no further back than the log
 		// is kept.
@@ -176,7 +192,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		return nil, err
 	}
 	f.members, err = heartbeat.New(heartbeat.Config{
-		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID,
+		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID, Token: cfg.Token, TLS: secure.ClientTLS(sec.files),
 		Tree: f.tree, Journal: proposer{f.journal},
 		Interval: cfg.HeartbeatInterval, DeadAfter: cfg.DeadAfter,
 		OnEvent: func(ev heartbeat.Event) { f.registry.Apply(ev) },
@@ -192,6 +208,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	}
 	f.metrics = ops.MetricsHandler(reg)
 	f.ready.Store(true)
+	f.bg.Go(f.pruneMembers)
 	if err := f.registerSelf(ctx); err != nil {
 		return nil, err
 	}
@@ -255,10 +272,17 @@ func (p proposer) LeaderTerm() (uint64, bool) {
 }
 
 // registerSelf records this frontend in the member list (once: a restart
-// finds its record and only answers heartbeats with its new epoch).
+// finds its record and only answers heartbeats with its new epoch). A
+// record at another address is an old cluster's (the catalog came from a
+// restored image): it is replaced.
 func (f *Frontend) registerSelf(ctx context.Context) error {
-	if _, ok := f.members.Member(f.cfg.ID); ok {
-		return nil
+	if m, ok := f.members.Member(f.cfg.ID); ok {
+		if m.Addr == f.cfg.Addr {
+			return nil
+		}
+		if err := f.members.Remove(ctx, f.cfg.ID); err != nil && !errors.Is(err, heartbeat.ErrNotFound) {
+			return fmt.Errorf("replace frontend %d's record at %s: %w", f.cfg.ID, m.Addr, err)
+		}
 	}
 	role := f.cfg.Role
 	if role == "" {
