@@ -256,3 +256,72 @@ func TestUnreadableBatchHaltsNodeUntilRestart(t *testing.T) {
 	require.True(t, ok)
 	require.True(t, n.Attrs["state"].Equal(catalog.String("done")))
 }
+
+// An upgrade in place: every node restarted, one at a time, on its own
+// data dir with a binary that reads version 2. Each advertises what it now
+// reads; the cluster version rises once the last one has, and not before a
+// rollback of one node (to version 1, while the cluster is still at 1)
+// is undone. After the raise a node cannot be rolled back: it refuses to
+// start.
+func TestInPlaceUpgradeAndRollback(t *testing.T) {
+	vc := newVersionedCluster(t, map[uint64]int{1: catalog.BatchV1, 2: catalog.BatchV1, 3: catalog.BatchV1}, map[uint64]int{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := vc.WaitLeader(ctx)
+	require.NoError(t, err)
+	restart := func(id uint64, v int) error {
+		vc.setMax(id, v)
+		vc.crash(id, false)
+		if err := vc.Restart(ctx, id); err != nil {
+			return err
+		}
+		vc.startCheckpointer(id)
+		return nil
+	}
+	anyJournal := func() *journal.Journal {
+		for _, n := range vc.Running() {
+			return n.Journal()
+		}
+		return nil
+	}
+	var last uint64
+	batches := catalogBatches(t, 40)
+	for _, b := range batches[:20] {
+		last, _, err = anyJournal().Propose(ctx, b)
+		require.NoError(t, err)
+	}
+
+	// Node 3 is upgraded and rolled back while the cluster is at 1.
+	require.NoError(t, restart(3, catalog.BatchV2))
+	require.NoError(t, restart(3, catalog.BatchV1))
+	require.NoError(t, vc.Node(3).Journal().WaitApplied(ctx, last))
+	for _, id := range []uint64{1, 2, 3} {
+		require.NoError(t, restart(id, catalog.BatchV2))
+	}
+	for _, n := range vc.Running() {
+		require.NoError(t, n.Journal().WaitClusterVersion(ctx, 2), "node %d", n.ID)
+	}
+	for _, m := range anyJournal().Status().Members {
+		require.Equal(t, uint32(2), m.MaxVersion, "member %d advertised", m.ID)
+	}
+	for _, b := range batches[20:] {
+		last, err = write(ctx, t, anyJournal(), mustDecode(t, b))
+		var oe *catalog.OpError
+		if err != nil {
+			require.ErrorAs(t, err, &oe, "only the batches made to fail fail") // applied as no-ops
+		}
+	}
+	vc.requireSameCatalogs(ctx, last)
+	require.Equal(t, 20, entryVersions(ctx, t, anyJournal(), last-20, last)[catalog.BatchV2])
+
+	err = restart(1, catalog.BatchV1)
+	require.ErrorIs(t, err, journal.ErrVersion)
+	require.ErrorContains(t, err, "never goes down")
+}
+
+func mustDecode(t *testing.T, data []byte) catalog.Batch {
+	t.Helper()
+	b, err := catalog.DecodeBatch(data)
+	require.NoError(t, err)
+	return b
+}
