@@ -278,7 +278,7 @@ func (m *Membership) applyChange(ev catalog.Event) {
 		m.mu.Unlock()
 		return
 	}
-	if !had && after == nil { // deleted before we ever read it
+	if !had && after == nil { // deleted before it was ever read
 		m.mu.Unlock()
 		return
 	}

@@ -69,7 +69,7 @@ func (s *Store) fetch(ctx context.Context, addr string, index uint64, stage bool
 				continue
 			}
 			if f.err != nil && ctx.Err() == nil && (errors.Is(f.err, context.Canceled) || errors.Is(f.err, context.DeadlineExceeded)) {
-				continue // the runner gave up, we have not
+				continue // the runner gave up, this fetch has not
 			}
 			return f.err
 		}

@@ -521,7 +521,7 @@ func (c *ctxWriter) Write(p []byte) (int, error) {
 		}
 		// A checkpoint is background work: let the goroutines waiting for
 		// a CPU (the apply loop, readers) run now rather than at the next
-		// preemption (up to 10 ms away when every P is busy).
+		// preemption (a scheduler time slice away when every P is busy).
 		runtime.Gosched()
 	}
 	return c.w.Write(p)
