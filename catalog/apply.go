@@ -3,6 +3,7 @@ package catalog
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,9 +20,12 @@ import (
 // The batch is atomic: if an operation fails (a precondition, a missing
 // parent, an existing target, ...) the operations before it are rolled back,
 // Result.Err is an *OpError naming it, and the tree is as before, except
-// that Index advances. Bytes that do not decode are ErrMalformed or
-// ErrUnknownVersion (also advancing Index). An index at or below Index() is
-// ErrApplied and changes nothing.
+// that Index advances. Bytes that do not decode are ErrMalformed (also
+// advancing Index: every replica fails them alike). A batch of a format
+// version this tree does not read is ErrUnknownVersion and changes nothing,
+// not even Index: Result.Halt reports it, and the caller must stop rather
+// than skip it. An index at or below Index() is ErrApplied and changes
+// nothing.
 func (t *Tree) Apply(index uint64, data []byte) any {
 	res := &Result{Index: index}
 	// applyMu serialises Apply and Load (and guards the scratch state), so
@@ -33,10 +37,14 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 		res.Err = fmt.Errorf("%w: index %d, last applied %d", ErrApplied, index, last)
 		return res
 	}
-	// A watcher registering now starts at this index or above (watch.go).
-	t.applying.Store(index)
 	ops, err := t.dec.decode(data, t.ops, true)
 	t.ops = ops
+	if errors.Is(err, ErrUnknownVersion) {
+		t.clearScratch()
+		return unknownVersion(index, err)
+	}
+	// A watcher registering now starts at this index or above (watch.go).
+	t.applying.Store(index)
 	if err == nil {
 		err = validateOps(ops)
 	}
@@ -133,6 +141,12 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 		return 0, conflict("does not exist (want modified %d)", c.Modified)
 	case c.Modified != 0 && r.modified != c.Modified:
 		return 0, conflict("modified at %d (want %d)", r.modified, c.Modified)
+	case len(o.match) > 0 && !exists:
+		return 0, conflict("does not exist (want attributes to match)")
+	case len(o.match) > 0:
+		if err := matchAttrs(s, r, o.match); err != nil {
+			return 0, err
+		}
 	}
 	switch o.typ {
 	case OpCheck:

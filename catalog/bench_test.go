@@ -40,7 +40,7 @@ func buildDorisCPU(tb testing.TB, d benchshape.Doris, tr *Tree, first uint64, ba
 		if len(ops) == 0 {
 			return
 		}
-		buf = appendOps(buf[:0], ops)
+		buf = appendOps(buf[:0], ops, BatchV1)
 		cpu := benchshape.ProcessCPU()
 		start := time.Now()
 		res := tr.Apply(index, buf).(*Result)

@@ -6,8 +6,7 @@ import (
 	"unsafe"
 )
 
-// batchVersion is the format version of encoded batches, their first byte.
-// Version 1:
+// The format versions of encoded batches, their first byte. Version 1:
 //
 //	batch := version:byte count:uvarint op*
 //	op    := type:byte flags:byte path:str kind:str to:str attr:str
@@ -15,22 +14,64 @@ import (
 //	value := type:byte (str | zigzag varint | 0/1 byte | bytes:str)
 //	str   := len:uvarint bytes
 //
-// Set and unset keys are strictly increasing and every varint takes its
-// shortest form (decoding refuses longer ones), so the encoding of a batch
-// is canonical.
-const batchVersion = 1
+// Version 2 adds the flag flagMatch (Cond.Match) and, when it is set, the
+// attributes to match after the modified index:
+//
+//	op    := ... [modified:uvarint if flagModified] [nmatch:uvarint (key:str value)+ if flagMatch] nset:uvarint ...
+//
+// Set, unset and match keys are strictly increasing and every varint takes
+// its shortest form (decoding refuses longer ones), so the encoding of a
+// batch is canonical. A batch that needs no version 2 field still encodes
+// as version 1 unless asked otherwise (EncodeVersion).
+const (
+	BatchV1 = 1
+	BatchV2 = 2
+	// NewestBatchVersion is the newest batch format this code reads and
+	// writes.
+	NewestBatchVersion = BatchV2
+)
 
 const (
 	flagRecursive = 1 << iota
 	flagExists
 	flagAbsent
 	flagModified
-	flagsKnown = flagRecursive | flagExists | flagAbsent | flagModified
+	flagMatch // version 2
+	flagsV1   = flagRecursive | flagExists | flagAbsent | flagModified
+	flagsV2   = flagsV1 | flagMatch
 )
 
 // Encode validates the batch and returns its binary form, the entry that
-// Apply takes. A validation error is an *OpError naming the operation.
+// Apply takes, in the oldest format that carries it (version 1 unless an
+// operation uses Cond.Match). A validation error is an *OpError naming the
+// operation.
 func (b Batch) Encode() ([]byte, error) {
+	ops, err := b.rawOps()
+	if err != nil {
+		return nil, err
+	}
+	return appendOps(nil, ops, neededVersion(ops)), nil
+}
+
+// EncodeVersion is Encode in format version (BatchV1 or BatchV2): a writer
+// passes the cluster's format version, so that every member can read what
+// it writes. A batch that version cannot carry fails with
+// ErrUnsupportedVersion naming the field that needs a newer one.
+func (b Batch) EncodeVersion(version int) ([]byte, error) {
+	if version < BatchV1 || version > NewestBatchVersion {
+		return nil, fmt.Errorf("%w: batch version %d (this code writes %d to %d)", ErrUnsupportedVersion, version, BatchV1, NewestBatchVersion)
+	}
+	ops, err := b.rawOps()
+	if err != nil {
+		return nil, err
+	}
+	if need := neededVersion(ops); need > version {
+		return nil, fmt.Errorf("%w: Cond.Match needs batch version %d, asked for %d", ErrUnsupportedVersion, need, version)
+	}
+	return appendOps(nil, ops, version), nil
+}
+
+func (b Batch) rawOps() ([]rawOp, error) {
 	ops := make([]rawOp, len(b.Ops))
 	for i := range b.Ops {
 		ops[i] = b.Ops[i].raw()
@@ -38,7 +79,17 @@ func (b Batch) Encode() ([]byte, error) {
 	if err := validateOps(ops); err != nil {
 		return nil, err
 	}
-	return appendOps(nil, ops), nil
+	return ops, nil
+}
+
+// neededVersion is the oldest batch version that carries ops.
+func neededVersion(ops []rawOp) int {
+	for i := range ops {
+		if len(ops[i].match) > 0 {
+			return BatchV2
+		}
+	}
+	return BatchV1
 }
 
 func appendStr(dst []byte, s string) []byte {
@@ -61,8 +112,8 @@ func appendValue(dst []byte, v Value) []byte {
 	return dst
 }
 
-func appendOps(dst []byte, ops []rawOp) []byte {
-	dst = append(dst, batchVersion)
+func appendOps(dst []byte, ops []rawOp, version int) []byte {
+	dst = append(dst, byte(version))
 	dst = binary.AppendUvarint(dst, uint64(len(ops)))
 	for i := range ops {
 		o := &ops[i]
@@ -79,6 +130,9 @@ func appendOps(dst []byte, ops []rawOp) []byte {
 		if o.cond.Modified != 0 {
 			flags |= flagModified
 		}
+		if len(o.match) > 0 {
+			flags |= flagMatch
+		}
 		dst = append(dst, byte(o.typ), flags)
 		dst = appendStr(dst, o.path)
 		dst = appendStr(dst, o.kind)
@@ -86,6 +140,13 @@ func appendOps(dst []byte, ops []rawOp) []byte {
 		dst = appendStr(dst, o.attr)
 		if o.cond.Modified != 0 {
 			dst = binary.AppendUvarint(dst, o.cond.Modified)
+		}
+		if len(o.match) > 0 {
+			dst = binary.AppendUvarint(dst, uint64(len(o.match)))
+			for _, e := range o.match {
+				dst = appendStr(dst, e.k)
+				dst = appendValue(dst, e.v)
+			}
 		}
 		dst = binary.AppendUvarint(dst, uint64(len(o.set)))
 		for _, e := range o.set {
@@ -100,12 +161,12 @@ func appendOps(dst []byte, ops []rawOp) []byte {
 	return dst
 }
 
-// DecodeBatch decodes and validates an encoded batch. Unknown versions are
-// ErrUnknownVersion; anything else that is not a valid encoding is
+// DecodeBatch decodes and validates an encoded batch of any version this
+// code reads. Unknown versions are ErrUnknownVersion; anything else that is not a valid encoding is
 // ErrMalformed naming the problem and its byte offset; an invalid operation
 // is an *OpError. It never panics.
 func DecodeBatch(data []byte) (Batch, error) {
-	var d decoder
+	d := decoder{max: NewestBatchVersion}
 	ops, err := d.decode(data, nil, false)
 	if err != nil {
 		return Batch{}, err
@@ -126,6 +187,7 @@ type decoder struct {
 	data []byte
 	off  int
 	view bool
+	max  int  // the newest version read (0: NewestBatchVersion)
 	kvs  []kv // backing store for the ops' set slices, reused
 	keys []string
 	err  error
@@ -260,8 +322,17 @@ func (d *decoder) decode(data []byte, ops []rawOp, view bool) ([]rawOp, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty entry", ErrMalformed)
 	}
-	if data[0] != batchVersion {
-		return nil, fmt.Errorf("%w: batch version %d (this code reads %d)", ErrUnknownVersion, data[0], batchVersion)
+	max := d.max
+	if max == 0 {
+		max = NewestBatchVersion
+	}
+	version := int(data[0])
+	if version < BatchV1 || version > max {
+		return nil, fmt.Errorf("%w: batch version %d (this code reads %d to %d)", ErrUnknownVersion, version, BatchV1, max)
+	}
+	known := byte(flagsV1)
+	if version >= BatchV2 {
+		known = flagsV2
 	}
 	d.off = 1
 	n := d.uvarint("op count")
@@ -274,13 +345,13 @@ func (d *decoder) decode(data []byte, ops []rawOp, view bool) ([]rawOp, error) {
 		return nil, d.err
 	}
 	ops = ops[:0]
-	type span struct{ set0, set1, un0, un1 int }
+	type span struct{ m0, m1, set0, set1, un0, un1 int }
 	spans := make([]span, 0, n)
 	for i := 0; i < int(n) && d.err == nil; i++ {
 		var o rawOp
 		o.typ = OpType(d.byte("op type"))
 		flags := d.byte("flags")
-		if flags&^flagsKnown != 0 {
+		if flags&^known != 0 {
 			d.fail("op %d: unknown flags %#x", i, flags)
 		}
 		o.recursive = flags&flagRecursive != 0
@@ -297,6 +368,19 @@ func (d *decoder) decode(data []byte, ops []rawOp, view bool) ([]rawOp, error) {
 			}
 		}
 		var sp span
+		sp.m0 = len(d.kvs)
+		if flags&flagMatch != 0 {
+			nmatch := d.uvarint("match count")
+			if d.err == nil && (nmatch == 0 || nmatch > uint64(len(data)-d.off)/3) {
+				d.fail("op %d: match count %d impossible", i, nmatch)
+			}
+			for j := 0; j < int(nmatch) && d.err == nil; j++ {
+				k := d.str("match key", MaxNameLen)
+				v := d.value("match value")
+				d.kvs = append(d.kvs, kv{k, v})
+			}
+		}
+		sp.m1 = len(d.kvs)
 		sp.set0 = len(d.kvs)
 		nset := d.uvarint("set count")
 		if nset > uint64(len(data)-d.off)/3 {
@@ -329,6 +413,9 @@ func (d *decoder) decode(data []byte, ops []rawOp, view bool) ([]rawOp, error) {
 	// Slices into kvs/keys are taken only now, after they stopped growing.
 	for i := range ops {
 		sp := spans[i]
+		if sp.m1 > sp.m0 {
+			ops[i].match = d.kvs[sp.m0:sp.m1:sp.m1]
+		}
 		if sp.set1 > sp.set0 {
 			ops[i].set = d.kvs[sp.set0:sp.set1:sp.set1]
 		}

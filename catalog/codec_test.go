@@ -42,7 +42,8 @@ func TestBatchRoundTrip(t *testing.T) {
 	for i := range b.Ops {
 		w, g := b.Ops[i], got.Ops[i]
 		if w.Type != g.Type || w.Path != g.Path || w.Kind != g.Kind || w.To != g.To || w.Attr != g.Attr ||
-			w.Recursive != g.Recursive || w.Cond != g.Cond || len(w.Set) != len(g.Set) {
+			w.Recursive != g.Recursive || w.Cond.Exists != g.Cond.Exists || w.Cond.Absent != g.Cond.Absent ||
+			w.Cond.Modified != g.Cond.Modified || len(w.Cond.Match) != len(g.Cond.Match) || len(w.Set) != len(g.Set) {
 			t.Fatalf("op %d: got %+v, want %+v", i, g, w)
 		}
 		for k, v := range w.Set {
@@ -122,7 +123,9 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 	}{
 		{"empty", nil, ErrMalformed},
 		{"version 0", append([]byte{0}, good[1:]...), ErrUnknownVersion},
-		{"version 2", append([]byte{2}, good[1:]...), ErrUnknownVersion},
+		{"version 3", append([]byte{3}, good[1:]...), ErrUnknownVersion},
+		{"version 255", append([]byte{255}, good[1:]...), ErrUnknownVersion},
+		{"match flag in version 1", func() []byte { b := append([]byte{}, good...); b[3] |= flagMatch; return b }(), ErrMalformed},
 		{"trailing byte", append(append([]byte{}, good...), 0), ErrMalformed},
 		{"huge count", []byte{1, 0xff, 0xff, 0xff, 0xff, 0x0f, 1, 0}, ErrMalformed},
 		{"zero ops", []byte{1, 0}, ErrMalformed},
@@ -147,11 +150,16 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 		if !errors.Is(err, c.want) {
 			t.Fatalf("%s (%d bytes): error %v, want %v", c.name, len(c.data), err, c.want)
 		}
-		// Apply must refuse it the same way and change nothing but the index.
+		// Apply must refuse it the same way and change nothing but the
+		// index; an unknown version not even that: it halts.
 		tr := New()
 		res := tr.Apply(1, c.data).(*Result)
-		if !errors.Is(res.Err, c.want) || tr.Len() != 1 || tr.Index() != 1 {
-			t.Fatalf("%s: Apply error %v, %d nodes, index %d", c.name, res.Err, tr.Len(), tr.Index())
+		wantIndex, halt := uint64(1), false
+		if c.want == ErrUnknownVersion {
+			wantIndex, halt = 0, true
+		}
+		if !errors.Is(res.Err, c.want) || tr.Len() != 1 || tr.Index() != wantIndex || (res.Halt() != nil) != halt {
+			t.Fatalf("%s: Apply error %v (halt %v), %d nodes, index %d", c.name, res.Err, res.Halt(), tr.Len(), tr.Index())
 		}
 	}
 }
@@ -165,10 +173,14 @@ func FuzzDecodeBatch(f *testing.F) {
 	for _, b := range []Batch{
 		{Ops: []Op{{Type: OpCreate, Path: "/a", Kind: "k", Set: map[string]Value{"x": Int(1)}}}},
 		{Ops: []Op{{Type: OpUpdate, Path: "/a/b", Unset: []string{"x", "y"}}}},
+		{Ops: []Op{{Type: OpUpdate, Path: "/a", Cond: Cond{Match: map[string]Value{"x": Int(1), "y": String("z")}}, Set: map[string]Value{"x": Int(2)}}}},
 	} {
 		d, _ := b.Encode()
 		f.Add(d)
+		d, _ = b.EncodeVersion(BatchV2)
+		f.Add(d)
 	}
+	f.Add([]byte{3, 1, 5, 0, 2, '/', 'a', 0, 0, 0, 0, 0})
 	f.Add([]byte{})
 	f.Add([]byte{1})
 	setup, err := Batch{Ops: []Op{{Type: OpCreate, Path: "/a", Kind: "k"}}}.Encode()
@@ -182,6 +194,21 @@ func FuzzDecodeBatch(f *testing.F) {
 			t.Fatal(res.Err)
 		}
 		res := tr.Apply(2, data).(*Result)
+		// A tree limited to version 1 reads the same bytes as version 1
+		// code does: a version-2 batch halts it, changing nothing.
+		old := New()
+		old.LimitFormat(BatchV1)
+		old.Apply(1, setup)
+		oldRes := old.Apply(2, data).(*Result)
+		if len(data) > 0 && data[0] > BatchV1 && (oldRes.Halt() == nil || old.Index() != 1) {
+			t.Fatalf("version %d batch applied by a version 1 tree: %v, index %d", data[0], oldRes.Err, old.Index())
+		}
+		if errors.Is(err, ErrUnknownVersion) != (res.Halt() != nil) {
+			t.Fatalf("DecodeBatch error %v but Apply halt %v", err, res.Halt())
+		}
+		if res.Halt() != nil && tr.Index() != 1 {
+			t.Fatalf("a halted batch moved the index to %d", tr.Index())
+		}
 		if err != nil {
 			var oe *OpError
 			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrUnknownVersion) && !errors.As(err, &oe) {
@@ -192,9 +219,9 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 			return
 		}
-		again, err := b.Encode()
+		again, err := b.EncodeVersion(int(data[0]))
 		if err != nil {
-			t.Fatalf("decoded batch does not encode: %v", err)
+			t.Fatalf("decoded batch does not encode in its version %d: %v", data[0], err)
 		}
 		// Each op must also be valid on its own (validation of a batch
 		// skips what earlier ops proved; that must not let anything in).
@@ -207,6 +234,66 @@ func FuzzDecodeBatch(f *testing.F) {
 			t.Fatalf("decoded batch re-encodes differently")
 		}
 	})
+}
+
+// A version 2 batch carries Cond.Match and round-trips; Encode writes
+// version 1 while no operation needs more, EncodeVersion refuses a version
+// that cannot carry the batch; a tree limited to version 1 halts on a
+// version 2 batch without moving its index, and one that reads it applies
+// the match: a mismatch is a replicated no-op (conflict), not a halt.
+func TestBatchVersion2Match(t *testing.T) {
+	tr := New()
+	mustApply(t, tr, 1, Batch{Ops: []Op{{Type: OpCreate, Path: "/job", Kind: "job", Set: map[string]Value{"state": String("running")}}}})
+	plain := Batch{Ops: []Op{{Type: OpUpdate, Path: "/job", Set: map[string]Value{"n": Int(1)}}}}
+	if b, err := plain.Encode(); err != nil || b[0] != BatchV1 {
+		t.Fatalf("a batch without Match encodes as version %v, %v", b, err)
+	}
+	if b, err := plain.EncodeVersion(BatchV2); err != nil || b[0] != BatchV2 {
+		t.Fatalf("EncodeVersion(2): %v, %v", b, err)
+	}
+	if _, err := plain.EncodeVersion(3); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("EncodeVersion(3): %v", err)
+	}
+	done := Batch{Ops: []Op{{Type: OpUpdate, Path: "/job", Cond: Cond{Match: map[string]Value{"state": String("running")}}, Set: map[string]Value{"state": String("done")}}}}
+	if _, err := done.EncodeVersion(BatchV1); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("Match in version 1: %v", err)
+	}
+	data, err := done.Encode()
+	if err != nil || data[0] != BatchV2 {
+		t.Fatalf("a batch with Match encodes as %v, %v", data, err)
+	}
+	back, err := DecodeBatch(data)
+	if err != nil || !back.Ops[0].Cond.Match["state"].Equal(String("running")) {
+		t.Fatalf("decoded %+v, %v", back, err)
+	}
+
+	old := New()
+	old.LimitFormat(BatchV1)
+	mustApply(t, old, 1, Batch{Ops: []Op{{Type: OpCreate, Path: "/job", Kind: "job", Set: map[string]Value{"state": String("running")}}}})
+	res := old.Apply(2, data).(*Result)
+	if !errors.Is(res.Halt(), ErrUnknownVersion) || old.Index() != 1 || !strings.Contains(res.Err.Error(), "index 2") {
+		t.Fatalf("version 1 tree on a version 2 batch: %v, halt %v, index %d", res.Err, res.Halt(), old.Index())
+	}
+
+	if res := tr.Apply(2, data).(*Result); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if n, _ := tr.Get("/job"); !n.Attrs["state"].Equal(String("done")) {
+		t.Fatalf("state %v after the match", n.Attrs["state"])
+	}
+	res = tr.Apply(3, data).(*Result) // state is "done" now
+	if !errors.Is(res.Err, ErrConflict) || res.Halt() != nil || tr.Index() != 3 {
+		t.Fatalf("mismatch: %v, halt %v, index %d", res.Err, res.Halt(), tr.Index())
+	}
+	for _, bad := range []Op{
+		{Type: OpCreate, Path: "/x", Kind: "k", Cond: Cond{Match: map[string]Value{"a": Int(1)}}},
+		{Type: OpCheck, Path: "/x", Cond: Cond{Absent: true, Match: map[string]Value{"a": Int(1)}}},
+		{Type: OpCheck, Path: "/x", Cond: Cond{Match: map[string]Value{"a/": Int(1)}}},
+	} {
+		if _, err := (Batch{Ops: []Op{bad}}).Encode(); !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrInvalidName) {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
 }
 
 // TestValidationMemo: a bad path, kind or key right after a good one that

@@ -11,6 +11,13 @@
 // operation leaves the tree as it was and returns an [*OpError] naming the
 // operation.
 //
+// Batches carry a format version: [Batch.Encode] writes the oldest that
+// carries the batch, [Batch.EncodeVersion] the cluster's (version 2 adds
+// [Cond.Match]). A batch of a version the tree does not read changes
+// nothing, not even the index, and its [Result.Halt] tells the journal to
+// stop rather than skip it ([Tree.LimitFormat] makes a tree read as an
+// older binary would).
+//
 // Reads ([Tree.Get], [Tree.GetID], [Tree.Children], [Tree.OfKind],
 // [Tree.Find]) run concurrently with the applier and see the tree between
 // batches. [Tree.Read] reads in place without copying or allocating: a

@@ -27,6 +27,9 @@ var (
 	// ErrUnknownVersion: a batch or image has a format version this code
 	// does not know.
 	ErrUnknownVersion = errors.New("catalog: unknown format version")
+	// ErrUnsupportedVersion: a batch was asked to encode in a format version
+	// this code does not write, or that cannot carry one of its fields.
+	ErrUnsupportedVersion = errors.New("catalog: unsupported format version")
 	// ErrCorrupt: an image body is truncated, fails its checksum, or holds
 	// inconsistent content.
 	ErrCorrupt = errors.New("catalog: corrupt image")

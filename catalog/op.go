@@ -66,9 +66,15 @@ type Cond struct {
 	Exists   bool   // the node at Path exists
 	Absent   bool   // the node at Path does not exist
 	Modified uint64 // the node at Path exists and was last changed at this index (0: no check)
+	// Match: the node at Path exists and each of these attributes holds
+	// this value (same type and value; nil: no check). It lets a writer
+	// move a node from one state to the next (a job from "running" to
+	// "done") without knowing the index of its last change. Batches that
+	// use it need batch format version 2 (see EncodeVersion).
+	Match map[string]Value
 }
 
-func (c Cond) zero() bool { return !c.Exists && !c.Absent && c.Modified == 0 }
+func (c Cond) zero() bool { return !c.Exists && !c.Absent && c.Modified == 0 && len(c.Match) == 0 }
 
 // Op is one operation of a batch. Which fields apply depends on Type; a field
 // that does not apply must be left zero (Encode rejects it).
@@ -236,12 +242,21 @@ type rawOp struct {
 	kind      string
 	to        string
 	attr      string
+	match     []kv     // cond.Match sorted by key (cond.Match itself is nil)
 	set       []kv     // sorted by key, no duplicates
 	unset     []string // sorted, no duplicates
 }
 
 func (o *Op) raw() rawOp {
 	r := rawOp{typ: o.Type, recursive: o.Recursive, cond: o.Cond, path: o.Path, kind: o.Kind, to: o.To, attr: o.Attr}
+	r.cond.Match = nil
+	if len(o.Cond.Match) > 0 {
+		r.match = make([]kv, 0, len(o.Cond.Match))
+		for k, v := range o.Cond.Match {
+			r.match = append(r.match, kv{k, v})
+		}
+		slices.SortFunc(r.match, func(a, b kv) int { return strings.Compare(a.k, b.k) })
+	}
 	if len(o.Set) > 0 {
 		r.set = make([]kv, 0, len(o.Set))
 		for k, v := range o.Set {
@@ -259,6 +274,12 @@ func (o *Op) raw() rawOp {
 
 func (r *rawOp) op() Op {
 	o := Op{Type: r.typ, Path: r.path, Kind: r.kind, Recursive: r.recursive, To: r.to, Attr: r.attr, Cond: r.cond}
+	if len(r.match) > 0 {
+		o.Cond.Match = make(map[string]Value, len(r.match))
+		for _, e := range r.match {
+			o.Cond.Match[e.k] = e.v
+		}
+	}
 	if len(r.set) > 0 {
 		o.Set = make(map[string]Value, len(r.set))
 		for _, e := range r.set {
@@ -295,7 +316,7 @@ func (o *rawOp) validate(m *validMemo) error {
 		if err := ValidName(o.attr); err != nil {
 			return fmt.Errorf("attribute: %w", err)
 		}
-		if len(o.set) > 0 || len(o.unset) > 0 || o.recursive || o.to != "" || !o.cond.zero() {
+		if len(o.set) > 0 || len(o.unset) > 0 || o.recursive || o.to != "" || !o.cond.zero() || len(o.match) > 0 {
 			return fmt.Errorf("%w: %s takes only Kind and Attr", ErrInvalid, o.typ)
 		}
 		return nil
@@ -307,6 +328,23 @@ func (o *rawOp) validate(m *validMemo) error {
 	}
 	if o.cond.Absent && o.cond.Modified != 0 {
 		return fmt.Errorf("%w: condition both Absent and Modified", ErrInvalid)
+	}
+	if o.cond.Absent && len(o.match) > 0 {
+		return fmt.Errorf("%w: condition both Absent and Match", ErrInvalid)
+	}
+	if o.typ == OpCreate && len(o.match) > 0 {
+		return fmt.Errorf("%w: condition Match on a create (the node must not exist)", ErrInvalid)
+	}
+	for i, e := range o.match {
+		if err := m.validKey(e.k); err != nil {
+			return fmt.Errorf("match key: %w", err)
+		}
+		if err := validValueOnly(e.k, e.v); err != nil {
+			return err
+		}
+		if i > 0 && o.match[i-1].k >= e.k {
+			return fmt.Errorf("%w: match keys not sorted or duplicated at %q", ErrInvalid, e.k)
+		}
 	}
 	if o.typ != OpCreate && o.typ != OpUpdate && len(o.set) > 0 {
 		return stray("Set")

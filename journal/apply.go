@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -49,7 +50,7 @@ type applyBatch struct {
 	snapMembers *membership // the snapshot's membership (without keys)
 	keys        []appliedKey
 	entries     []*raftpb.Entry
-	members     []memberRecord // one per conf change entry, in order
+	members     []memberRecord // one per conf change or version entry, in order
 	bytes       uint64
 }
 
@@ -197,15 +198,24 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 	for _, e := range b.entries {
 		idx := e.GetIndex()
 		var rec memberRecord
-		if e.GetType() != raftpb.EntryNormal && len(members) > 0 && members[0].index == idx {
+		if len(members) > 0 && members[0].index == idx {
 			rec, members = members[0], members[1:]
 		}
 		if idx <= applied {
 			continue // replayed below the image
 		}
+		halt := rec.halt
+		if halt == nil && rec.m == nil && e.GetType() == raftpb.EntryNormal {
+			halt = j.applyNormal(idx, e.GetData())
+		}
 		switch {
-		case e.GetType() == raftpb.EntryNormal:
-			j.applyNormal(idx, e.GetData())
+		case halt != nil:
+			// Nothing at or after idx is applied or marked applied.
+			if applied > start {
+				j.publishApplied(applied)
+			}
+			return halt
+		case e.GetType() == raftpb.EntryNormal && rec.m == nil:
 		case rec.m != nil:
 			if err := j.persistMembership(idx, rec.m, true); err != nil {
 				return err
@@ -224,15 +234,20 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 	return nil
 }
 
-func (j *Journal) applyNormal(idx uint64, data []byte) {
+// applyNormal applies a normal entry, or returns why this node cannot read
+// it (and then changes nothing).
+func (j *Journal) applyNormal(idx uint64, data []byte) *HaltError {
 	if len(data) == 0 {
-		return // the leader's empty entry of its term
+		return nil // the leader's empty entry of its term
 	}
 	env, err := decodeEnvelope(data)
+	if errors.Is(err, ErrUnknownVersion) {
+		return &HaltError{Index: idx, What: "entry", Version: int(data[0]), Err: err}
+	}
 	if err != nil {
 		// The same bytes are skipped on every replica.
 		j.log.Error("malformed entry skipped", "index", idx, "err", err)
-		return
+		return nil
 	}
 	switch env.kind {
 	case kindTimestamp:
@@ -250,19 +265,25 @@ func (j *Journal) applyNormal(idx uint64, data []byte) {
 			j.dedupe.add(idx, env.key, nil) // the window slides to this copy
 			j.applied.Store(idx)
 			j.resolve(env.key, applyResult{index: prev.applied, value: prev.value})
-			return
+			return nil
 		case copyExpired:
 			j.applied.Store(idx)
 			j.resolve(env.key, applyResult{err: errExpired, since: env.since})
-			return
+			return nil
 		}
 		start := j.cfg.Clock.Now()
 		v := j.cfg.StateMachine.Apply(idx, env.data)
+		if h, ok := v.(Halter); ok {
+			if err := h.Halt(); err != nil {
+				return &HaltError{Index: idx, What: "state machine entry", Err: err}
+			}
+		}
 		j.noteApply(idx, j.cfg.Clock.Now().Sub(start))
 		j.dedupe.add(idx, env.key, v)
 		j.applied.Store(idx)
 		j.resolve(env.key, applyResult{index: idx, value: v})
 	}
+	return nil
 }
 
 // resolve tells the waiters of key how a copy of it ended. An applied copy
@@ -322,6 +343,9 @@ func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 	for _, e := range ents {
 		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
 			batch.members = append(batch.members, j.applyConfChange(e))
+			j.maybeRaiseVersion() // the change may have removed the last older member
+		} else if isVersionEntry(e) {
+			batch.members = append(batch.members, j.applyVersionEntry(e))
 		}
 	}
 	if len(ents) > 0 || batch.snapshot > 0 {

@@ -99,6 +99,7 @@ type memberRecord struct {
 	m     *membership
 	key   [16]byte
 	err   error
+	halt  *HaltError // the entry cannot be read here: the applier stops at it
 }
 
 // applyConfChange applies a committed membership change to raft and

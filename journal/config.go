@@ -24,7 +24,9 @@ import (
 // (Propose, WaitApplied, ReadBarrier), which wait for Apply itself.
 type StateMachine interface {
 	// Apply applies the user entry committed at index; the value goes to
-	// the local proposer waiting on that index.
+	// the local proposer waiting on that index. A value that is a Halter
+	// with a non-nil Halt means the entry could not be read at all (an
+	// unknown format): the applier stops there (see HaltError).
 	Apply(index uint64, data []byte) any
 }
 
@@ -190,6 +192,14 @@ type Config struct {
 	// (default 5).
 	ForwardRetries int
 
+	// MaxVersion is the newest format version this node reads and writes,
+	// advertised when it joins (default NewestVersion; OldestVersion to
+	// NewestVersion). A host whose state machine reads only older formats
+	// sets it to what the state machine reads. The node refuses to start or
+	// join a cluster whose version is above it, and halts its applier on a
+	// version entry above it (see Status.ClusterVersion).
+	MaxVersion uint32
+
 	// SlowSync is the synced log write past which the journal logs a
 	// "slow WAL sync" warning with the figure (default 1s, etcd's slow
 	// fdatasync threshold). SlowApply is the same for one
@@ -260,6 +270,9 @@ func (c *Config) fillDefaults() {
 	def(&c.CompactMargin, 20_000)
 	if c.ForwardRetries == 0 {
 		c.ForwardRetries = 5
+	}
+	if c.MaxVersion == 0 {
+		c.MaxVersion = NewestVersion
 	}
 	if c.SlowSync == 0 {
 		c.SlowSync = time.Second
@@ -338,6 +351,9 @@ func (c *Config) validate() error {
 	}
 	if c.CompactMargin < c.DedupeWindow {
 		bad("CompactMargin (%d) must be >= DedupeWindow (%d)", c.CompactMargin, c.DedupeWindow)
+	}
+	if c.MaxVersion < OldestVersion || c.MaxVersion > NewestVersion {
+		bad("MaxVersion %d outside %d to %d", c.MaxVersion, OldestVersion, NewestVersion)
 	}
 	if c.Scheme != "http" && c.Scheme != "https" {
 		bad("Scheme must be http or https")

@@ -112,7 +112,7 @@ func TestCrashDuringJoin(t *testing.T) {
 			idx, _, err := c.Node(1).Journal().Propose(ctx, []byte("x"))
 			require.NoError(t, err)
 			require.NoError(t, j.WaitApplied(ctx, idx), "the restarted node catches up")
-			require.Contains(t, j.Status().Members, journal.Member{ID: 2, Addr: "node2", Role: journal.Follower})
+			require.Contains(t, j.Status().Members, journal.Member{ID: 2, Addr: "node2", Role: journal.Follower, MaxVersion: journal.NewestVersion})
 		})
 	}
 }

@@ -109,6 +109,21 @@
 // the entries in the window, which travels with images in the membership
 // blob, so replicas, restarts and shadow checkpoints stay identical.
 //
+// # Format versions
+//
+// Each member reads the format versions up to its Config.MaxVersion and
+// advertises it when it joins or restarts with another one; the leader
+// journals the cluster version, the highest version every voter and
+// observer reads, raising it once all of them do and never lowering it
+// ([Status.ClusterVersion], [Journal.WaitClusterVersion]). Writers write no
+// newer format than the cluster version. An entry this node cannot read (an
+// envelope kind, a cluster version above its maximum, a state-machine
+// result whose [Halter.Halt] is non-nil) is never skipped: the applier
+// stops before it with a [*HaltError] ([ErrHalted]), the node serves reads
+// under the staleness guard and refuses writes, and a restart with a binary
+// that reads it resumes there. A restart or join below the cluster version
+// fails with [ErrVersion].
+//
 // # Concurrency
 //
 // A *Journal is safe for concurrent use. StateMachine.Apply is called from

@@ -15,6 +15,7 @@ import (
 //	kindUser:      [1][16-byte idempotency key][user data...]
 //	kindTimestamp: [2][8-byte big-endian unix nanoseconds of the leader's clock]
 //	kindUserSince: [3][16-byte idempotency key][8-byte big-endian since][user data...]
+//	kindVersion:   [4][4-byte big-endian cluster version] (version.go)
 //
 // kindUserSince is a user entry that may apply only within DedupeWindow
 // indexes after since, a commit index its proposer knew before it made the
@@ -90,8 +91,14 @@ func decodeEnvelope(b []byte) (envelope, error) {
 			return envelope{}, fmt.Errorf("%w: timestamp entry of %d bytes", ErrMalformed, len(b))
 		}
 		return envelope{kind: kindTimestamp, ts: int64(binary.BigEndian.Uint64(b[1:]))}, nil
+	case kindVersion:
+		if _, err := decodeVersion(b); err != nil {
+			return envelope{}, err
+		}
+		return envelope{kind: kindVersion}, nil
 	}
-	return envelope{}, fmt.Errorf("%w: unknown entry kind %d", ErrMalformed, b[0])
+	// A kind from a newer format: never skipped (see HaltError).
+	return envelope{}, fmt.Errorf("%w: entry kind %d", ErrUnknownVersion, b[0])
 }
 
 // confContext travels in ConfChange.Context: the peer's address and role
@@ -101,6 +108,9 @@ type confContext struct {
 	Addr string   `json:"addr,omitempty"`
 	Role Role     `json:"role"`
 	Key  [16]byte `json:"key"`
+	// MaxVersion is the newest format version the member reads (0: not
+	// said); the membership records it.
+	MaxVersion uint32 `json:"max_version,omitempty"`
 }
 
 func decodeConfChange(e *raftpb.Entry) (*raftpb.ConfChange, confContext, error) {
@@ -133,6 +143,8 @@ type membership struct {
 	Members map[uint64]Member `json:"members"`
 	Removed []uint64          `json:"removed,omitempty"`
 	Keys    []appliedKey      `json:"keys,omitempty"`
+	// Version is the cluster version as of Index (0: OldestVersion).
+	Version uint32 `json:"version,omitempty"`
 }
 
 type appliedKey struct {
@@ -173,7 +185,7 @@ func decodeMembership(b []byte) (*membership, error) {
 		return nil, fmt.Errorf("%w: membership blob: %w", ErrMalformed, err)
 	}
 	if m.V != membershipVersion {
-		return nil, fmt.Errorf("%w: membership blob version %d (want %d)", ErrMalformed, m.V, membershipVersion)
+		return nil, fmt.Errorf("%w: membership blob version %d (this code reads %d)", ErrUnknownVersion, m.V, membershipVersion)
 	}
 	if m.Members == nil {
 		m.Members = map[uint64]Member{}
@@ -204,6 +216,9 @@ func (m *membership) apply(index uint64, cc *raftpb.ConfChange, ctx confContext,
 		if cc.GetType() == raftpb.ConfChangeAddLearnerNode {
 			mem.Role = Observer
 		}
+		if ctx.MaxVersion != 0 {
+			mem.MaxVersion = ctx.MaxVersion
+		}
 		m.Members[id] = mem
 	case raftpb.ConfChangeRemoveNode:
 		delete(m.Members, id)
@@ -211,8 +226,13 @@ func (m *membership) apply(index uint64, cc *raftpb.ConfChange, ctx confContext,
 			m.Removed = append(m.Removed, id)
 		}
 	case raftpb.ConfChangeUpdateNode:
-		if mem, ok := m.Members[id]; ok && ctx.Addr != "" {
-			mem.Addr = ctx.Addr
+		if mem, ok := m.Members[id]; ok {
+			if ctx.Addr != "" {
+				mem.Addr = ctx.Addr
+			}
+			if ctx.MaxVersion != 0 {
+				mem.MaxVersion = ctx.MaxVersion
+			}
 			m.Members[id] = mem
 		}
 	}

@@ -12,13 +12,19 @@ import (
 // FuzzEntryDecoders feeds arbitrary bytes to the decoders of what a log
 // entry or an image header carries: the envelope of a normal entry, a conf
 // change with its context, and the membership blob. Each either decodes or
-// fails with ErrMalformed, never panics; an envelope that decodes encodes
-// back to the same bytes, and a membership that decodes survives its own
-// encoding.
+// fails with ErrMalformed or, for a version field (an envelope's kind, a
+// membership's "v") this code does not read, ErrUnknownVersion: never a
+// panic, never a silent skip. An envelope that decodes encodes back to the
+// same bytes, and a membership that decodes survives its own encoding.
 func FuzzEntryDecoders(f *testing.F) {
 	f.Add(encodeUser([16]byte{1, 2}, []byte("data")))
 	f.Add(encodeUserSince([16]byte{3}, 41, []byte("data")))
 	f.Add(encodeTimestamp(1_700_000_000_000_000_000))
+	f.Add(encodeVersion(2))
+	f.Add([]byte{})
+	f.Add([]byte{9, 0, 0, 0, 2})
+	f.Add([]byte(`{"v":2,"voters":[1],"members":{}}`))
+	f.Add([]byte(`{"v":1,"voters":[1],"members":{"1":{"id":1,"addr":"a","max_version":2}},"version":2}`))
 	cc, _ := proto.Marshal(&raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(uint64(2)),
 		Context: []byte(`{"addr":"127.0.0.1:1","role":"follower","key":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}`)})
 	f.Add(cc)
@@ -26,8 +32,9 @@ func FuzzEntryDecoders(f *testing.F) {
 	f.Add([]byte(`{"v":1,"voters":[1,2],"members":{"1":{"id":1,"addr":"a"}},"keys":[{"i":3,"k":[1]}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if env, err := decodeEnvelope(b); err != nil {
-			if !errors.Is(err, ErrMalformed) {
-				t.Fatalf("envelope: %v", err)
+			unknown := len(b) > 0 && (b[0] < kindUser || b[0] > kindVersion)
+			if errors.Is(err, ErrUnknownVersion) != unknown || errors.Is(err, ErrMalformed) == unknown {
+				t.Fatalf("envelope %x: %v", b, err)
 			}
 		} else {
 			var again []byte
@@ -40,6 +47,12 @@ func FuzzEntryDecoders(f *testing.F) {
 				}
 			case kindTimestamp:
 				again = encodeTimestamp(env.ts)
+			case kindVersion:
+				v, err := decodeVersion(b)
+				if err != nil {
+					t.Fatalf("version entry decoded as an envelope but not as a version: %v", err)
+				}
+				again = encodeVersion(v)
 			default:
 				t.Fatalf("envelope of kind %d decoded", env.kind)
 			}
@@ -53,7 +66,7 @@ func FuzzEntryDecoders(f *testing.F) {
 		}
 		m, err := decodeMembership(b)
 		if err != nil {
-			if !errors.Is(err, ErrMalformed) {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrUnknownVersion) {
 				t.Fatalf("membership: %v", err)
 			}
 			return

@@ -44,6 +44,17 @@ var (
 	// ErrSnapshotInFlight: compaction is postponed while a snapshot is being
 	// sent to a follower.
 	ErrSnapshotInFlight = errors.New("journal: snapshot in flight")
+	// ErrHalted: the applier stopped at an entry this binary cannot read
+	// (a *HaltError names the index and the version); the node serves
+	// reads, stale by the usual guard, and refuses writes until it is
+	// restarted with a binary that reads it.
+	ErrHalted = errors.New("journal: halted")
+	// ErrUnknownVersion: an entry, membership record or request has a format
+	// version this code does not read.
+	ErrUnknownVersion = errors.New("journal: unknown format version")
+	// ErrVersion: the node cannot take part in the cluster at its cluster
+	// version (it reads only older formats), or a request would lower it.
+	ErrVersion = errors.New("journal: unsupported cluster version")
 	// ErrNotCaughtUp: the observer to promote trails the leader's log by
 	// more than Config.PromoteMaxLag entries; retry once it caught up.
 	ErrNotCaughtUp = errors.New("journal: not caught up")

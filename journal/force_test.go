@@ -106,7 +106,7 @@ func TestForceNewCluster(t *testing.T) {
 	j = openLeader(ctx, t, cfg)
 	requireAllWrites(t, cfg, s.writes)
 	st := j.Status()
-	require.Equal(t, []journal.Member{{ID: 1, Addr: s.addr, Role: journal.Follower}}, st.Members)
+	require.Equal(t, []journal.Member{{ID: 1, Addr: s.addr, Role: journal.Follower, MaxVersion: journal.NewestVersion}}, st.Members)
 	_, _, err = j.Propose(ctx, []byte("after"))
 	require.NoError(t, err)
 	require.ErrorIs(t, j.AddMember(ctx, 2, "node2", journal.Follower), journal.ErrUnknownMember, "a lost voter's id stays removed")

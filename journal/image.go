@@ -32,8 +32,13 @@ func (j *Journal) scanEntries(after, upTo uint64, fn func(index uint64, env enve
 				continue
 			}
 			env, err := decodeEnvelope(e.GetData())
+			if errors.Is(err, ErrUnknownVersion) {
+				// Never skipped: a replay past it would not be what the
+				// replicas that read it hold.
+				return &HaltError{Index: e.GetIndex(), What: "entry", Version: int(e.GetData()[0]), Err: err}
+			}
 			if err != nil {
-				continue
+				continue // skipped by every replica alike
 			}
 			if err := fn(e.GetIndex(), env); err != nil {
 				return err
@@ -47,7 +52,9 @@ func (j *Journal) scanEntries(after, upTo uint64, fn func(index uint64, env enve
 // ReadEntries calls fn for every user entry in (after, upTo], in order, with
 // the same data (and the same duplicate skipping) the StateMachine saw. upTo
 // must not exceed the applied index. It is what an image checkpointer uses
-// to replay the log into a shadow state; fn must not retain data.
+// to replay the log into a shadow state; fn must not retain data. An entry
+// of a kind this code does not read ends it with a *HaltError: a replay
+// never skips what the live applier would have halted on.
 func (j *Journal) ReadEntries(ctx context.Context, after, upTo uint64, fn func(index uint64, data []byte) error) error {
 	if upTo > j.applied.Load() {
 		return fmt.Errorf("journal: read entries up to %d: beyond the applied index %d", upTo, j.applied.Load())

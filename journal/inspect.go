@@ -284,6 +284,7 @@ const (
 	KindUser       = "user"        // a proposal: idempotency key and data
 	KindTimestamp  = "timestamp"   // the leader's clock, for the staleness guard
 	KindConfChange = "conf_change" // a membership change
+	KindVersion    = "version"     // the leader raises the cluster's format version
 	KindMalformed  = "malformed"   // an entry that does not decode (Err says why)
 	KindMissing    = "missing"     // a range absent from the log (Err names it)
 )
@@ -302,6 +303,8 @@ type Entry struct {
 	Data []byte
 	// UnixNano is a timestamp entry's leader clock.
 	UnixNano int64
+	// Version is a version entry's cluster version.
+	Version uint32
 	// Change is a conf change's content.
 	Change *ConfChange
 	// Err says why a malformed entry does not decode.
@@ -342,6 +345,9 @@ func DecodeEntry(e *raftpb.Entry) Entry {
 			out.Kind, out.Key, out.Data = KindUser, env.key, env.data
 		case kindTimestamp:
 			out.Kind, out.UnixNano = KindTimestamp, env.ts
+		case kindVersion:
+			v, _ := decodeVersion(e.GetData()) // decodeEnvelope checked it
+			out.Kind, out.Version = KindVersion, v
 		}
 	case raftpb.EntryConfChange:
 		cc, ctx, err := decodeConfChange(e)

@@ -223,8 +223,13 @@ type Status struct {
 	// Members is the membership as of the applied index.
 	Members []Member
 	// Err is the error that stopped the applier, if any (the node then
-	// stops applying but keeps running; Close it).
+	// stops applying but keeps running; Close it). A *HaltError (ErrHalted)
+	// is an entry this binary cannot read: restart it with one that can.
 	Err error
+	// ClusterVersion is the cluster's format version as of the committed
+	// entries this node has seen: writers write no newer format (see
+	// Config.MaxVersion).
+	ClusterVersion uint32
 }
 
 // IsLeader reports whether the status is of the leader.
@@ -254,6 +259,7 @@ func (j *Journal) Status() Status {
 	}
 	j.mu.Lock()
 	st.Members = j.mu.membership.list()
+	st.ClusterVersion = j.mu.membership.clusterVersion()
 	j.mu.Unlock()
 	return st
 }

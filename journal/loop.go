@@ -104,6 +104,7 @@ func (j *Journal) run() {
 				if j.rn.Propose(encodeTimestamp(now)) == nil {
 					lastStamp = now
 				}
+				j.maybeRaiseVersion()
 			}
 		} else {
 			lastStamp = 0
@@ -117,6 +118,7 @@ func (j *Journal) run() {
 			if j.rn.Propose(encodeTimestamp(now)) == nil {
 				lastStamp = now
 			}
+			j.maybeRaiseVersion()
 		}
 	}
 	// A persist failure: the node can no longer promise durability. Stop

@@ -158,12 +158,16 @@ func TestEnvelopeAndMembershipCodecs(t *testing.T) {
 	env, err = decodeEnvelope(encodeTimestamp(42))
 	require.NoError(t, err)
 	require.Equal(t, int64(42), env.ts)
-	for _, bad := range [][]byte{nil, {9}, {kindUser, 1, 2}, {kindTimestamp, 1}, {kindUserSince, 1}} {
+	for _, bad := range [][]byte{nil, {kindUser, 1, 2}, {kindTimestamp, 1}, {kindUserSince, 1}, {kindVersion, 0, 0, 0, 0}, {kindVersion, 2}} {
 		_, err := decodeEnvelope(bad)
 		require.ErrorIs(t, err, ErrMalformed, "%v", bad)
 	}
+	// A kind or a membership version of a newer format is not malformed: it
+	// halts the applier rather than being skipped.
+	_, err = decodeEnvelope([]byte{9})
+	require.ErrorIs(t, err, ErrUnknownVersion)
 	_, err = decodeMembership([]byte(`{"v":99}`))
-	require.ErrorIs(t, err, ErrMalformed)
+	require.ErrorIs(t, err, ErrUnknownVersion)
 	_, err = decodeMembership([]byte(`nope`))
 	require.ErrorIs(t, err, ErrMalformed)
 

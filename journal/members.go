@@ -17,6 +17,13 @@ import (
 // Removed ids are never reused. Any node can call it: the change goes
 // through the leader.
 func (j *Journal) AddMember(ctx context.Context, id uint64, addr string, role Role) error {
+	return j.addMember(ctx, id, addr, role, 0)
+}
+
+// addMember is AddMember recording the newest format version the member
+// reads (0: unknown). An existing member whose recorded version differs is
+// updated (a membership change of its own, so every replica records it).
+func (j *Journal) addMember(ctx context.Context, id uint64, addr string, role Role, maxVersion uint32) error {
 	if id == 0 || addr == "" {
 		return fmt.Errorf("journal: add member: id and addr are required")
 	}
@@ -34,14 +41,17 @@ func (j *Journal) AddMember(ctx context.Context, id uint64, addr string, role Ro
 			return fmt.Errorf("journal: add member %d: %w: it is a %s, asked for %s", id, ErrRoleMismatch, cur.Role, role)
 		}
 		if cur.Addr == addr {
-			return nil
+			if maxVersion == 0 || cur.MaxVersion == maxVersion {
+				return nil
+			}
+			return j.confChange(ctx, "update member", raftpb.ConfChangeUpdateNode, id, addr, role, maxVersion, false)
 		}
 	}
 	typ := raftpb.ConfChangeAddNode
 	if role == Observer {
 		typ = raftpb.ConfChangeAddLearnerNode
 	}
-	return j.confChange(ctx, "add member", typ, id, addr, role, false)
+	return j.confChange(ctx, "add member", typ, id, addr, role, maxVersion, false)
 }
 
 // RemoveMember removes node id. A removal that would leave fewer reachable
@@ -61,7 +71,7 @@ func (j *Journal) RemoveMember(ctx context.Context, id uint64, force bool) error
 	if err := checkLeavesVoters(cc, voterSet(m.Voters)); err != nil {
 		return fmt.Errorf("journal: remove member %d: %w", id, err)
 	}
-	return j.confChange(ctx, "remove member", raftpb.ConfChangeRemoveNode, id, "", RoleUnset, force)
+	return j.confChange(ctx, "remove member", raftpb.ConfChangeRemoveNode, id, "", RoleUnset, 0, force)
 }
 
 // Promote makes the learner (Observer) id a voter (Follower).
@@ -76,15 +86,15 @@ func (j *Journal) Promote(ctx context.Context, id uint64) error {
 	if cur.Role == Follower {
 		return nil
 	}
-	return j.confChange(ctx, "promote", raftpb.ConfChangeAddNode, id, cur.Addr, Follower, false)
+	return j.confChange(ctx, "promote", raftpb.ConfChangeAddNode, id, cur.Addr, Follower, 0, false)
 }
 
-func (j *Journal) confChange(ctx context.Context, what string, typ raftpb.ConfChangeType, id uint64, addr string, role Role, force bool) error {
+func (j *Journal) confChange(ctx context.Context, what string, typ raftpb.ConfChangeType, id uint64, addr string, role Role, maxVersion uint32, force bool) error {
 	key := uuid.New()
 	cc := &raftpb.ConfChange{
 		Type:    typ.Enum(),
 		NodeId:  new(id),
-		Context: mustJSON(confContext{Addr: addr, Role: role, Key: key}),
+		Context: mustJSON(confContext{Addr: addr, Role: role, Key: key, MaxVersion: maxVersion}),
 	}
 	data, err := proto.Marshal(cc)
 	if err != nil {
@@ -148,13 +158,18 @@ func (j *Journal) HandleJoin(ctx context.Context, req *JoinRequest) (*JoinRespon
 	if role == RoleUnset {
 		role = Follower
 	}
-	if err := j.AddMember(ctx, req.ID, req.Addr, role); err != nil {
+	if cv, v := j.clusterVersion(), max(req.MaxVersion, OldestVersion); v < cv {
+		return nil, fmt.Errorf("%w: node %d reads format versions up to %d, the cluster is at version %d: join it with a binary that reads version %d",
+			ErrVersion, req.ID, v, cv, cv)
+	}
+	if err := j.addMember(ctx, req.ID, req.Addr, role, req.MaxVersion); err != nil {
 		return nil, err
 	}
 	j.mu.Lock()
 	members := j.mu.membership.list()
+	cv := j.mu.membership.clusterVersion()
 	j.mu.Unlock()
-	return &JoinResponse{ClusterID: j.cluster(), Members: members}, nil
+	return &JoinResponse{ClusterID: j.cluster(), Members: members, ClusterVersion: cv}, nil
 }
 
 // checkLeavesVoters refuses a membership change raft could not apply: one of

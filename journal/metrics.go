@@ -65,6 +65,12 @@ var (
 		"Propose calls on this node that returned an error.", nil, nil)
 	descProposalsForwarded = prometheus.NewDesc("metatree_journal_proposals_forwarded_total",
 		"Attempts of Propose calls on this node that went to another node, the leader.", nil, nil)
+	descHalted = prometheus.NewDesc("metatree_journal_halted",
+		"1 when the applier stopped at an entry this binary cannot read (Status.Err names the index and version), 0 otherwise.", nil, nil)
+	descClusterVersion = prometheus.NewDesc("metatree_journal_cluster_version",
+		"The cluster's format version as this node has applied it.", nil, nil)
+	descMaxVersion = prometheus.NewDesc("metatree_journal_max_version",
+		"The newest format version this node reads (Config.MaxVersion).", nil, nil)
 	descWALFsync = prometheus.NewDesc("metatree_journal_wal_fsync_duration_seconds",
 		"WAL fsync latency of the Pebble log (Pebble's own LogWriter histogram, bounds a subset of pebble.FsyncLatencyBuckets).", nil, nil)
 )
@@ -81,7 +87,8 @@ type journalCollector struct{ j *Journal }
 
 func (c journalCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descIsLeader, descLeaderChanges, descTerm, descApplied,
-		descCommitted, descStale, descProposalsApplied, descProposalsFailed, descProposalsForwarded, descWALFsync} {
+		descCommitted, descStale, descProposalsApplied, descProposalsFailed, descProposalsForwarded, descWALFsync,
+		descHalted, descClusterVersion, descMaxVersion} {
 		ch <- d
 	}
 	c.j.metrics.apply.Describe(ch)
@@ -105,6 +112,9 @@ func (c journalCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descProposalsApplied, m.proposalsApplied.Load())
 	counter(descProposalsFailed, m.proposalsFailed.Load())
 	counter(descProposalsForwarded, m.proposalsForwarded.Load())
+	gauge(descHalted, b2f(j.halted() != nil))
+	gauge(descClusterVersion, float64(j.clusterVersion()))
+	gauge(descMaxVersion, float64(j.cfg.MaxVersion))
 	if h := m.walFsyncHistogram(j); h != nil {
 		if cm, err := secondsHistogram(descWALFsync, h); err == nil {
 			ch <- cm

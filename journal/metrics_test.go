@@ -77,6 +77,8 @@ func TestCollectorExactValues(t *testing.T) {
 	require.Equal(t, 3.0, got["metatree_journal_proposals_applied_total"])
 	require.Equal(t, 1.0, got["metatree_journal_proposals_failed_total"], "the oversized one")
 	require.Equal(t, 0.0, got["metatree_journal_proposals_forwarded_total"])
+	require.Equal(t, 0.0, got["metatree_journal_halted"])
+	require.Equal(t, float64(journal.NewestVersion), got["metatree_journal_max_version"])
 	require.Equal(t, 3.0, got["metatree_journal_apply_duration_seconds"], "one observation per applied user entry")
 	require.Equal(t, 1.0, got["metatree_journal_read_barrier_duration_seconds"])
 	require.Greater(t, got["metatree_journal_wal_fsync_duration_seconds"], 0.0, "Pebble's histogram saw the synced appends")

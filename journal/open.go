@@ -280,6 +280,7 @@ func (j *Journal) startGoroutines() {
 	j.wg.Go(j.run)
 	j.wg.Go(j.appendLoop)
 	j.wg.Go(j.applyLoop)
+	j.wg.Go(j.advertiseVersion)
 	if r, ok := j.cfg.Snapshots.(ImageRequester); ok {
 		j.wg.Go(func() { j.requestImages(r) })
 	}
@@ -322,10 +323,15 @@ func (j *Journal) checkRestart(ver map[string]string) error {
 // join asks the helper to admit this node and learns the cluster id and
 // members from it.
 func (j *Journal) join(ctx context.Context) (*JoinResponse, error) {
-	req := &JoinRequest{ID: j.id, Addr: j.cfg.Addr, Role: Role(j.role.Load()), ClusterID: j.cfg.ClusterID, Token: j.token}
+	req := &JoinRequest{ID: j.id, Addr: j.cfg.Addr, Role: Role(j.role.Load()), ClusterID: j.cfg.ClusterID,
+		MaxVersion: j.cfg.MaxVersion, Token: j.token}
 	resp, err := j.tr.Join(ctx, j.cfg.Join, req)
 	if err != nil {
 		return nil, fmt.Errorf("journal: join through %s: %w", j.cfg.Join, err)
+	}
+	if resp.ClusterVersion > j.cfg.MaxVersion {
+		return nil, fmt.Errorf("journal: join through %s: %w: the cluster is at format version %d and this node reads versions up to %d",
+			j.cfg.Join, ErrVersion, resp.ClusterVersion, j.cfg.MaxVersion)
 	}
 	if j.cfg.ClusterID != "" && resp.ClusterID != j.cfg.ClusterID {
 		return nil, fmt.Errorf("journal: join through %s: %w: cluster is %s, config says %s",
@@ -415,6 +421,9 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 	}
 	j.applied.Store(imageIndex)
 	m.Keys = nil
+	if err := j.checkVersion(m, "start"); err != nil {
+		return nil, err
+	}
 	j.mu.Lock()
 	j.mu.membership = m
 	j.mu.Unlock()

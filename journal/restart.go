@@ -73,7 +73,7 @@ func (j *Journal) bootstrapLog() error {
 	cc := &raftpb.ConfChange{
 		Type:    raftpb.ConfChangeAddNode.Enum(),
 		NodeId:  new(j.id),
-		Context: mustJSON(confContext{Addr: j.cfg.Addr, Role: Follower}),
+		Context: mustJSON(confContext{Addr: j.cfg.Addr, Role: Follower, MaxVersion: j.cfg.MaxVersion}),
 	}
 	data, err := proto.Marshal(cc)
 	if err != nil {

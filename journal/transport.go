@@ -118,7 +118,11 @@ type JoinRequest struct {
 	// ClusterID, when set, is the cluster the node expects to join: a
 	// helper in another cluster refuses before admitting it.
 	ClusterID string `json:"cluster_id,omitempty"`
-	Token     string `json:"-"` // carried out of band by the HTTP transport header
+	// MaxVersion is the newest format version the joining node reads (0:
+	// it did not say, counted as OldestVersion); a cluster at a higher
+	// version refuses it with ErrVersion.
+	MaxVersion uint32 `json:"max_version,omitempty"`
+	Token      string `json:"-"` // carried out of band by the HTTP transport header
 }
 
 // JoinResponse tells the joining node which cluster it joined and who is in
@@ -126,6 +130,9 @@ type JoinRequest struct {
 type JoinResponse struct {
 	ClusterID string   `json:"cluster_id"`
 	Members   []Member `json:"members"`
+	// ClusterVersion is the cluster's format version when the node was
+	// admitted (0: the helper did not say).
+	ClusterVersion uint32 `json:"cluster_version,omitempty"`
 }
 
 // Member is one node of the cluster as the membership records it.
@@ -133,6 +140,9 @@ type Member struct {
 	ID   uint64 `json:"id"`
 	Addr string `json:"addr"`
 	Role Role   `json:"role"`
+	// MaxVersion is the newest format version the member advertised when
+	// it joined (0: it did not say, counted as OldestVersion).
+	MaxVersion uint32 `json:"max_version,omitempty"`
 }
 
 // Paths the HTTP transport serves under its Handler. They all start with

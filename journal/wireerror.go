@@ -37,6 +37,8 @@ var errorCodes = []struct {
 	{"no_leader", ErrNoLeader, http.StatusServiceUnavailable},
 	{"busy", ErrBusy, http.StatusServiceUnavailable},
 	{"unreachable", ErrUnreachable, http.StatusServiceUnavailable},
+	{"halted", ErrHalted, http.StatusServiceUnavailable},
+	{"version", ErrVersion, http.StatusConflict},
 	{"closed", ErrClosed, http.StatusServiceUnavailable},
 	{"stale", ErrStale, http.StatusServiceUnavailable},
 }

@@ -127,6 +127,26 @@ func TestCluster(t *testing.T) {
 		if code := call(t, "PUT", fe2.url("/v1/catalog/db1"), map[string]any{"kind": "database", "if_absent": true}, &e); code != http.StatusConflict {
 			t.Fatalf("if_absent on an existing node: status %d", code)
 		}
+		// if_match (batch format 2: the cluster of one binary is at
+		// version 2) moves a node from one attribute value to the next.
+		var st map[string]any
+		if code := call(t, "GET", fe2.url("/v1/status"), nil, &st); code != http.StatusOK || st["cluster_version"] != 2.0 {
+			t.Fatalf("GET /v1/status: %d, cluster_version %v", code, st["cluster_version"])
+		}
+		move := func(match map[string]any, state string) map[string]any {
+			return map[string]any{"ops": []map[string]any{
+				{"op": "update", "path": "/db1/orders/t2", "if_match": match, "attrs": map[string]any{"state": state}},
+			}}
+		}
+		if code := call(t, "POST", fe2.url("/v1/txn"), move(map[string]any{"worker": 102}, "running"), &res); code != http.StatusOK {
+			t.Fatalf("txn if_match worker=102: status %d", code)
+		}
+		if code := call(t, "POST", fe3.url("/v1/txn"), move(map[string]any{"state": "running"}, "done"), &res); code != http.StatusOK {
+			t.Fatalf("txn if_match state=running: status %d", code)
+		}
+		if code := call(t, "POST", fe3.url("/v1/txn"), move(map[string]any{"state": "running"}, "again"), &e); code != http.StatusConflict {
+			t.Fatalf("txn if_match state=running once done: status %d, %+v", code, e)
+		}
 	})
 
 	t.Run("BadRequests", func(t *testing.T) {

@@ -34,6 +34,7 @@ func FuzzDescribeEntry(f *testing.F) {
 	f.Add(int32(raftpb.EntryNormal), []byte{})
 	f.Add(int32(raftpb.EntryNormal), []byte{1, 2, 3})
 	f.Add(int32(raftpb.EntryNormal), []byte{9})
+	f.Add(int32(raftpb.EntryNormal), []byte{4, 0, 0, 0, 2})
 	f.Add(int32(raftpb.EntryConfChange), cc)
 	f.Add(int32(raftpb.EntryConfChange), []byte{0xff, 0xff})
 	f.Add(int32(raftpb.EntryConfChangeV2), cc)

@@ -120,6 +120,7 @@ type entryJSON struct {
 	Bytes     int                 `json:"bytes,omitempty"`
 	Ops       []opJSON            `json:"ops,omitempty"`
 	Timestamp string              `json:"timestamp,omitempty"`
+	Version   uint32              `json:"cluster_version,omitempty"`
 	Change    *journal.ConfChange `json:"change,omitempty"`
 	Error     string              `json:"error,omitempty"`
 }
@@ -137,6 +138,7 @@ type opJSON struct {
 	IfExists  bool                     `json:"if_exists,omitempty"`
 	IfAbsent  bool                     `json:"if_absent,omitempty"`
 	IfMod     uint64                   `json:"if_modified,omitempty"`
+	IfMatch   map[string]catalog.Value `json:"if_match,omitempty"`
 }
 
 // describeEntry decodes an entry for a person: the envelope, the
@@ -159,6 +161,8 @@ func describeEntry(ent journal.Entry) entryJSON {
 		out.Ops = describeOps(b)
 	case journal.KindTimestamp:
 		out.Timestamp = time.Unix(0, ent.UnixNano).UTC().Format(time.RFC3339Nano)
+	case journal.KindVersion:
+		out.Version = ent.Version
 	}
 	return out
 }
@@ -169,7 +173,7 @@ func describeOps(b catalog.Batch) []opJSON {
 		ops = append(ops, opJSON{
 			Op: op.Type.String(), Path: op.Path, Kind: op.Kind, Set: op.Set, Unset: op.Unset,
 			Recursive: op.Recursive, To: op.To, Attr: op.Attr,
-			IfExists: op.Cond.Exists, IfAbsent: op.Cond.Absent, IfMod: op.Cond.Modified,
+			IfExists: op.Cond.Exists, IfAbsent: op.Cond.Absent, IfMod: op.Cond.Modified, IfMatch: op.Cond.Match,
 		})
 	}
 	return ops

@@ -133,23 +133,14 @@ func NewCluster(tb TB, opts Options) *Cluster {
 	total := opts.Voters + opts.Observers
 	for i := 1; i <= total; i++ {
 		id := uint64(i)
-		n := &Node{ID: id, Addr: fmt.Sprintf("node%d", id), Role: journal.Follower}
+		role := journal.Follower
 		if i > opts.Voters {
-			n.Role = journal.Observer
+			role = journal.Observer
 		}
-		if opts.OnDisk {
-			n.fs, n.dir = vfs.Default, filepath.Join(tb.TempDir(), n.Addr)
-		} else {
-			n.fs, n.dir = vfs.NewCrashableMem(), "/"+n.Addr
-			// Create the data dir durably, as an installer would: a crash
-			// must not take the directory itself away.
-			if err := durable.MkdirAll(n.fs, n.dir); err != nil {
-				tb.Fatalf("journaltest: %v", err)
-			}
+		n, err := c.newNode(id, role)
+		if err != nil {
+			tb.Fatalf("journaltest: %v", err)
 		}
-		c.mu.Lock()
-		c.nodes[id] = n
-		c.mu.Unlock()
 		if err := c.open(ctx, n, i == 1); err != nil {
 			tb.Fatalf("journaltest: start node %d: %v", id, err)
 		}
@@ -160,6 +151,46 @@ func NewCluster(tb TB, opts Options) *Cluster {
 		}
 	}
 	return c
+}
+
+// newNode makes node id's empty data dir and adds it to the cluster's
+// nodes (not started).
+func (c *Cluster) newNode(id uint64, role journal.Role) (*Node, error) {
+	n := &Node{ID: id, Addr: fmt.Sprintf("node%d", id), Role: role}
+	if c.opts.OnDisk {
+		n.fs, n.dir = vfs.Default, filepath.Join(c.tb.TempDir(), n.Addr)
+	} else {
+		n.fs, n.dir = vfs.NewCrashableMem(), "/"+n.Addr
+		// Create the data dir durably, as an installer would: a crash
+		// must not take the directory itself away.
+		if err := durable.MkdirAll(n.fs, n.dir); err != nil {
+			return nil, err
+		}
+	}
+	c.mu.Lock()
+	c.nodes[id] = n
+	c.mu.Unlock()
+	return n, nil
+}
+
+// AddNode starts a new node, the next id, that joins the cluster through
+// the lowest-numbered running node, and returns it once Open returned. On
+// an error (the cluster refused it) the node stays in Nodes, not running.
+func (c *Cluster) AddNode(ctx context.Context, role journal.Role) (*Node, error) {
+	c.mu.Lock()
+	var id uint64
+	for nid := range c.nodes {
+		id = max(id, nid)
+	}
+	c.mu.Unlock()
+	n, err := c.newNode(id+1, role)
+	if err != nil {
+		return nil, fmt.Errorf("journaltest: add node %d: %w", id+1, err)
+	}
+	if err := c.open(ctx, n, false); err != nil {
+		return n, err
+	}
+	return n, nil
 }
 
 func (c *Cluster) config(n *Node, bootstrap bool) journal.Config {
@@ -176,6 +207,12 @@ func (c *Cluster) config(n *Node, bootstrap bool) journal.Config {
 		cfg.Bootstrap = true
 	} else {
 		cfg.Join = "node1"
+		for _, r := range c.Running() {
+			if r.ID != n.ID {
+				cfg.Join = r.Addr // the lowest-numbered running node
+				break
+			}
+		}
 		cfg.Role = n.Role
 	}
 	if c.opts.Configure != nil {

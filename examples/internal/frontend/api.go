@@ -110,6 +110,10 @@ func apiError(err error) error {
 	case errors.Is(err, catalog.ErrInvalid), errors.Is(err, catalog.ErrInvalidName),
 		errors.Is(err, catalog.ErrMalformed), errors.Is(err, heartbeat.ErrInvalid):
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "%v", err)
+	case errors.Is(err, journal.ErrHalted):
+		return httpjson.Errorf(http.StatusServiceUnavailable, "halted", "%v", err)
+	case errors.Is(err, catalog.ErrUnsupportedVersion):
+		return httpjson.Errorf(http.StatusConflict, "unsupported_version", "%v", err)
 	case errors.Is(err, journal.ErrClosed), errors.Is(err, image.ErrClosed):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "closed", "%v", err)
 	}
@@ -126,7 +130,8 @@ func (f *Frontend) getStatus(w http.ResponseWriter, _ *http.Request) error {
 		"id": st.ID, "cluster_id": st.ClusterID, "epoch": f.epoch.String(),
 		"role": role, "state": raftState(st), "leader": st.Leader, "term": st.Term,
 		"applied": st.Applied, "committed": st.Committed, "image": st.Image, "stale": st.Stale,
-		"checkpoint": checkpointJSON(f.ckpt.Status()),
+		"cluster_version": st.ClusterVersion,
+		"checkpoint":      checkpointJSON(f.ckpt.Status()),
 	})
 	return nil
 }
@@ -238,8 +243,11 @@ func (f *Frontend) getNode(w http.ResponseWriter, r *http.Request) error {
 // commit proposes a batch and returns the catalog's result once it has
 // been applied on this frontend (the journal forwards from a non-leader and
 // waits for the local apply: read-your-writes).
+//
+// The batch is written in the cluster's format version, so that every
+// member can read it.
 func (f *Frontend) commit(ctx context.Context, b catalog.Batch) (*catalog.Result, error) {
-	data, err := b.Encode()
+	data, err := b.EncodeVersion(int(f.journal.ClusterVersion()))
 	if err != nil {
 		return nil, apiError(err)
 	}
@@ -326,7 +334,11 @@ type txnOp struct {
 	Attrs      map[string]catalog.Value `json:"attrs"`
 	IfModified uint64                   `json:"if_modified"`
 	IfAbsent   bool                     `json:"if_absent"`
-	Recursive  bool                     `json:"recursive"`
+	// IfMatch: the node's attributes hold these values (catalog.Cond.Match;
+	// batch format 2, refused with unsupported_version while the cluster
+	// version is 1).
+	IfMatch   map[string]catalog.Value `json:"if_match"`
+	Recursive bool                     `json:"recursive"`
 }
 
 func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
@@ -341,7 +353,7 @@ func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
 	}
 	var b catalog.Batch
 	for i, o := range body.Ops {
-		op := catalog.Op{Path: o.Path, Cond: catalog.Cond{Modified: o.IfModified, Absent: o.IfAbsent}}
+		op := catalog.Op{Path: o.Path, Cond: catalog.Cond{Modified: o.IfModified, Absent: o.IfAbsent, Match: o.IfMatch}}
 		if o.Op != "check" {
 			if err := writable(path.Clean("/" + o.Path)); err != nil {
 				return httpjson.Errorf(http.StatusBadRequest, "bad_request", "ops[%d]: %v", i, err)
@@ -356,7 +368,7 @@ func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
 			op.Type, op.Recursive = catalog.OpDelete, o.Recursive
 		case "check":
 			op.Type = catalog.OpCheck
-			if !o.IfAbsent && o.IfModified == 0 {
+			if !o.IfAbsent && o.IfModified == 0 && len(o.IfMatch) == 0 {
 				op.Cond.Exists = true
 			}
 		default:

@@ -164,7 +164,9 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		// Idempotency keys are remembered no further back than the log
 		// is kept.
 		DedupeWindow: min(cfg.CompactMargin, 10_000),
-		Logger:       cfg.Logger,
+		// The node advertises the formats its catalog reads.
+		MaxVersion: min(journal.NewestVersion, uint32(f.tree.MaxFormat())),
+		Logger:     cfg.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,70 @@
+package catalog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+)
+
+// LimitFormat makes the tree read batches only up to format version max, as
+// a binary whose newest format is max would: a batch of a newer version is
+// ErrUnknownVersion and halts its applier (see Result.Halt). It is how a
+// test builds an older member, and how a host holds a node at an older
+// format; the default is NewestBatchVersion. Call it before the first
+// Apply.
+func (t *Tree) LimitFormat(max int) {
+	t.applyMu.Lock()
+	defer t.applyMu.Unlock()
+	t.dec.max = max
+}
+
+// MaxFormat is the newest batch format version the tree reads.
+func (t *Tree) MaxFormat() int {
+	t.applyMu.Lock()
+	defer t.applyMu.Unlock()
+	if t.dec.max == 0 {
+		return NewestBatchVersion
+	}
+	return t.dec.max
+}
+
+// Halt reports whether the batch could not be applied at all because this
+// code cannot read it (ErrUnknownVersion): the tree and its index are as
+// before, and the entry must not be skipped, or this replica would diverge
+// from the ones that can read it. The journal stops its applier on it (the
+// journal.Halter contract). A batch that decoded and failed (a
+// precondition, a missing parent) is not a halt: it is the same replicated
+// no-op on every replica.
+func (r *Result) Halt() error {
+	if r != nil && errors.Is(r.Err, ErrUnknownVersion) {
+		return r.Err
+	}
+	return nil
+}
+
+// matchAttrs checks Cond.Match against the node r: every attribute exists
+// with the same encoded value (type and value).
+func matchAttrs(s *state, r *rec, match []kv) error {
+	_, attrs := splitBlob(s.blob(r))
+	var want []byte
+	for _, e := range match {
+		key, ok := s.keyIdx[e.k]
+		var got []byte
+		if ok {
+			got, ok = attrValue(attrs, key)
+		}
+		if !ok {
+			return conflict("attribute %q is not set (want it to match)", e.k)
+		}
+		want = appendValue(want[:0], e.v)
+		if !bytes.Equal(got, want) {
+			return conflict("attribute %q does not match", e.k)
+		}
+	}
+	return nil
+}
+
+// unknownVersion is the Apply result for a batch this code cannot read.
+func unknownVersion(index uint64, err error) *Result {
+	return &Result{Index: index, Err: fmt.Errorf("catalog: batch at index %d: %w", index, err)}
+}

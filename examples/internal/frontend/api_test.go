@@ -1,0 +1,40 @@
+package frontend
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/examples/internal/httpjson"
+	"github.com/metatree/metatree/journal"
+)
+
+// A write on a halted node answers 503 halted, not 503 closed (the error
+// also wraps ErrClosed), naming the index; a write the cluster version
+// cannot carry answers 409 unsupported_version.
+func TestAPIErrorFormatVersions(t *testing.T) {
+	halt := fmt.Errorf("journal: propose: %w: %w", journal.ErrClosed,
+		&journal.HaltError{Index: 42, What: "entry", Version: 3, Err: journal.ErrUnknownVersion})
+	_, encErr := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCheck, Path: "/a",
+		Cond: catalog.Cond{Match: map[string]catalog.Value{"state": catalog.String("x")}}}}}.EncodeVersion(catalog.BatchV1)
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{halt, http.StatusServiceUnavailable, "halted"},
+		{encErr, http.StatusConflict, "unsupported_version"},
+	} {
+		var he *httpjson.Error
+		if !errors.As(apiError(tc.err), &he) || he.Status != tc.status || he.Code != tc.code {
+			t.Errorf("apiError(%v) = %v, want %d %s", tc.err, apiError(tc.err), tc.status, tc.code)
+		}
+	}
+	var he *httpjson.Error
+	if !errors.As(apiError(halt), &he) || !strings.Contains(he.Message, "index 42") || !strings.Contains(he.Message, "version 3") {
+		t.Errorf("halted message %v does not name the index and version", he)
+	}
+}

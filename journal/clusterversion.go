@@ -1,0 +1,253 @@
+package journal
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Format versions and the cluster version.
+//
+// Every member reads and writes the format versions 1 to its
+// Config.MaxVersion, and advertises that maximum when it joins (in the
+// membership change that admits it, so the whole cluster knows it by
+// replay). The leader journals the cluster version: the highest version
+// every voter and observer reads, raised (never lowered) by a kindVersion
+// entry once all of them do. Writers read it from Status.ClusterVersion and
+// write no newer format, so that every member can read every entry.
+//
+// A member that meets an entry it cannot read (a newer envelope kind, a
+// state-machine entry whose Apply result halts, a cluster version above its
+// own) stops its applier there with a *HaltError rather than skip it: a
+// replica that skipped an entry the others applied would diverge for good.
+// It keeps serving what it holds (stale by the usual guard); a restart with
+// a binary that reads the format resumes at that entry.
+
+const (
+	// NewestVersion is the newest format version this code reads and
+	// writes: version 2 carries catalog batches that use catalog.Cond.Match.
+	NewestVersion = 2
+	// OldestVersion is the oldest format version this code reads and writes.
+	OldestVersion = 1
+)
+
+// Halter is implemented by an Apply result that can say the state machine
+// could not apply the entry at all, because this binary cannot read it (a
+// format version it does not know). A non-nil Halt stops the applier before
+// the entry: the journal neither marks it applied nor applies anything
+// after it. A result whose Halt is nil (or that is no Halter) is the
+// entry's outcome, failed or not, the same on every replica.
+type Halter interface {
+	Halt() error
+}
+
+// HaltError is the error that stopped the applier at Index: what it could
+// not read (an "entry", a "batch", a "cluster version"), and in which
+// version. errors.Is(err, ErrHalted) holds, and so does errors.Is for the
+// state machine's own cause (catalog.ErrUnknownVersion).
+type HaltError struct {
+	Index   uint64
+	What    string
+	Version int // 0: the state machine did not say
+	Err     error
+}
+
+func (e *HaltError) Error() string {
+	v := ""
+	if e.Version != 0 {
+		v = fmt.Sprintf(" of version %d", e.Version)
+	}
+	return fmt.Sprintf("journal: applier halted at index %d: cannot read the %s%s: %v; restart with a binary that reads it", e.Index, e.What, v, e.Err)
+}
+
+func (e *HaltError) Unwrap() []error { return []error{ErrHalted, e.Err} }
+
+// kindVersion entries raise the cluster version:
+//
+//	kindVersion: [4][4-byte big-endian cluster version]
+const kindVersion byte = 4
+
+func encodeVersion(v uint32) []byte {
+	b := make([]byte, 5)
+	b[0] = kindVersion
+	binary.BigEndian.PutUint32(b[1:], v)
+	return b
+}
+
+func decodeVersion(b []byte) (uint32, error) {
+	if len(b) != 5 || b[0] != kindVersion {
+		return 0, fmt.Errorf("%w: version entry of %d bytes", ErrMalformed, len(b))
+	}
+	v := binary.BigEndian.Uint32(b[1:])
+	if v < OldestVersion {
+		return 0, fmt.Errorf("%w: cluster version %d", ErrMalformed, v)
+	}
+	return v, nil
+}
+
+func isVersionEntry(e *raftpb.Entry) bool {
+	d := e.GetData()
+	return e.GetType() == raftpb.EntryNormal && len(d) > 0 && d[0] == kindVersion
+}
+
+// clusterVersion is the cluster version m records (version 1 until the
+// leader raised it).
+func (m *membership) clusterVersion() uint32 { return max(m.Version, OldestVersion) }
+
+// supported is the highest version every member reads: the version the
+// leader raises the cluster to. A member that did not advertise its
+// maximum (one added by AddMember before it ever started) counts as
+// reading only the oldest.
+func (m *membership) supported() uint32 {
+	v := uint32(NewestVersion)
+	ids := append(slices.Clone(m.Voters), m.Learner...)
+	for _, id := range ids {
+		v = min(v, max(m.Members[id].MaxVersion, OldestVersion))
+	}
+	return v
+}
+
+// applyVersionEntry handles a committed kindVersion entry on the raft loop,
+// in log order with the membership changes: the membership after it (with
+// the raised version) is published and recorded like a membership change's.
+// A version above this node's maximum halts the applier at that entry.
+func (j *Journal) applyVersionEntry(e *raftpb.Entry) memberRecord {
+	rec := memberRecord{index: e.GetIndex()}
+	v, err := decodeVersion(e.GetData())
+	if err != nil {
+		j.log.Error("malformed version entry ignored", "index", e.GetIndex(), "err", err)
+		return rec
+	}
+	if v > j.cfg.MaxVersion {
+		rec.halt = &HaltError{Index: e.GetIndex(), What: "cluster version", Version: int(v),
+			Err: fmt.Errorf("%w: this node reads versions up to %d", ErrUnknownVersion, j.cfg.MaxVersion)}
+		return rec
+	}
+	j.mu.Lock()
+	cur := j.mu.membership
+	j.mu.Unlock()
+	if v <= cur.clusterVersion() {
+		return rec
+	}
+	m := cur.clone()
+	m.Index = e.GetIndex()
+	m.Version = v
+	j.setMembership(m)
+	rec.m = m
+	j.log.Info("cluster version raised", "index", e.GetIndex(), "version", v)
+	return rec
+}
+
+// maybeRaiseVersion is the leader's part, on the raft loop: propose the
+// version every member reads once it is above the cluster's. A duplicate
+// proposal (the previous one not yet applied) commits as a no-op.
+func (j *Journal) maybeRaiseVersion() {
+	if j.state.Load() != uint32(raft.StateLeader) {
+		return
+	}
+	j.mu.Lock()
+	m := j.mu.membership
+	j.mu.Unlock()
+	if v := min(m.supported(), j.cfg.MaxVersion); v > m.clusterVersion() {
+		_ = j.rn.Propose(encodeVersion(v)) // dropped: retried with the next timestamp
+	}
+}
+
+// checkVersion refuses to run this binary on a cluster whose version it
+// cannot read (a downgrade below the cluster version).
+func (j *Journal) checkVersion(m *membership, where string) error {
+	if cv := m.clusterVersion(); cv > j.cfg.MaxVersion {
+		return fmt.Errorf("journal: %s: %w: the cluster is at format version %d and this node reads versions up to %d; run a binary that reads version %d (a cluster version never goes down)",
+			where, ErrVersion, cv, j.cfg.MaxVersion, cv)
+	}
+	return nil
+}
+
+// halted is the *HaltError that stopped the applier, or nil.
+func (j *Journal) halted() *HaltError {
+	var h *HaltError
+	if e := j.failed.Load(); e != nil && errors.As(*e, &h) {
+		return h
+	}
+	return nil
+}
+
+// clusterVersion is the cluster version of the published membership.
+func (j *Journal) clusterVersion() uint32 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.mu.membership.clusterVersion()
+}
+
+// ClusterVersion is the cluster's format version as this node knows it
+// (Status.ClusterVersion, without building the rest of the status): the
+// newest format a writer may write. It only rises.
+func (j *Journal) ClusterVersion() uint32 { return j.clusterVersion() }
+
+// advertiseVersion records this node's Config.MaxVersion in the membership
+// when the record differs, as after a restart with a newer (or older)
+// binary: a membership change of its own, retried after each applied
+// batch or change of leader until it is applied, the node is no member, or
+// the journal closes. It runs on its own goroutine, which Close waits for.
+func (j *Journal) advertiseVersion() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-j.stopc:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		j.mu.Lock()
+		self, member := j.mu.membership.Members[j.id]
+		applied := j.mu.appliedCh
+		j.mu.Unlock()
+		if !member || self.MaxVersion == j.cfg.MaxVersion || j.failed.Load() != nil {
+			return
+		}
+		leadership := j.Leadership()
+		err := j.confChange(ctx, "advertise format version", raftpb.ConfChangeUpdateNode, j.id, self.Addr, self.Role, j.cfg.MaxVersion, false)
+		if err == nil {
+			j.log.Info("format version advertised", "max_version", j.cfg.MaxVersion)
+			return
+		}
+		j.log.Debug("advertise format version", "err", err)
+		select {
+		case <-applied:
+		case <-leadership:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// WaitClusterVersion waits until the cluster version this node knows is at
+// least v: a host that gates a feature of format v on it (writes of that
+// format) can wait for the raise instead of polling Status.
+func (j *Journal) WaitClusterVersion(ctx context.Context, v uint32) error {
+	for {
+		j.mu.Lock()
+		cv, ch := j.mu.membership.clusterVersion(), j.mu.appliedCh
+		j.mu.Unlock()
+		if cv >= v {
+			return nil
+		}
+		if j.failed.Load() != nil {
+			return j.loopErr()
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("journal: wait for cluster version %d (at %d): %w", v, cv, context.Cause(ctx))
+		case <-j.done:
+			return ErrClosed
+		}
+	}
+}
