@@ -11,6 +11,13 @@ var (
 	ErrNoLeader = errors.New("journal: no leader")
 	// ErrStale: this node's replayed state is older than Config.StaleAfter.
 	ErrStale = errors.New("journal: stale")
+	// ErrHalted: the node stopped writing after a storage failure (a
+	// write or fsync of its journal failed, or Pebble reported a fatal
+	// error); the error names the file and the operation. It accepts no
+	// write until restarted, which recovers from what is durable; reads
+	// go on under the staleness guard (ErrStale once StaleAfter passes).
+	// Errors wrapping it wrap ErrClosed too.
+	ErrHalted = errors.New("journal: halted by a storage failure (restart the node)")
 	// ErrClosed: the journal was closed.
 	ErrClosed = errors.New("journal: closed")
 	// ErrClusterMismatch: a request or a data dir belongs to another cluster

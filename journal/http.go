@@ -884,6 +884,7 @@ var errorCodes = []struct {
 	{"no_leader", ErrNoLeader, http.StatusServiceUnavailable},
 	{"busy", ErrBusy, http.StatusServiceUnavailable},
 	{"unreachable", ErrUnreachable, http.StatusServiceUnavailable},
+	{"halted", ErrHalted, http.StatusServiceUnavailable},
 	{"closed", ErrClosed, http.StatusServiceUnavailable},
 	{"stale", ErrStale, http.StatusServiceUnavailable},
 }

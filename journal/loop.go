@@ -87,6 +87,8 @@ func (j *Journal) run() {
 			err = j.appended(res)
 		case <-j.applyq.room():
 			j.releaseApplyAcks()
+		case <-j.store.HaltedCh():
+			err = j.store.Halted() // a background write failed
 		case <-readyc:
 		}
 		if err != nil {
@@ -182,6 +184,7 @@ func (j *Journal) drain() error {
 // waits for an apply that will now never come is woken with it: proposers
 // (their answer wraps ErrClosed, so they do not retry) and WaitApplied.
 func (j *Journal) fail(err error) {
+	err = haltCause(err)
 	j.log.Error("journal stopped", "err", err)
 	if !j.failed.CompareAndSwap(nil, &err) {
 		return

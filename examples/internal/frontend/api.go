@@ -86,6 +86,8 @@ func apiError(err error) error {
 		return nil
 	case errors.As(err, &he):
 		return he
+	case errors.Is(err, journal.ErrHalted):
+		return httpjson.Errorf(http.StatusServiceUnavailable, "halted", "%v", err)
 	case errors.Is(err, journal.ErrStale):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "stale", "%v", err)
 	case errors.Is(err, journal.ErrNoLeader), errors.Is(err, journal.ErrNotLeader),

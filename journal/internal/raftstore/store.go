@@ -39,6 +39,7 @@ type Options struct {
 type Store struct {
 	db    *pebble.DB
 	log   *slog.Logger
+	halt  *halt // the first storage failure; set, the store refuses writes
 	syncs atomic.Uint64
 
 	// writeMu serialises writers (Append, SetSnapshot, Compact,
@@ -81,13 +82,14 @@ func Open(opts Options) (*Store, error) {
 	if err := MkdirAllSynced(opts.FS, opts.Dir); err != nil {
 		return nil, fmt.Errorf("raftstore: create %s: %w", opts.Dir, err)
 	}
-	popts := pebbleOptions(opts)
+	h := newHalt()
+	popts := pebbleOptions(opts, h)
 	db, err := pebble.Open(opts.Dir, popts)
 	popts.Cache.Unref() // the DB holds its own reference
 	if err != nil {
 		return nil, fmt.Errorf("raftstore: open pebble in %s: %w", opts.Dir, err)
 	}
-	s := &Store{db: db, log: opts.Logger}
+	s := &Store{db: db, log: opts.Logger, halt: h}
 	s.mu.cache.limit = opts.CacheBytes
 	if err := s.load(); err != nil {
 		_ = db.Close()
@@ -124,10 +126,17 @@ func MkdirAllSynced(fs vfs.FS, dir string) error {
 
 // pebbleOptions tunes Pebble for a raft log: sequential appends, reads of
 // recent entries, whole ranges deleted behind images.
-func pebbleOptions(opts Options) *pebble.Options {
+func pebbleOptions(opts Options, h *halt) *pebble.Options {
 	o := &pebble.Options{
-		FS:     opts.FS,
-		Logger: pebbleLogger{opts.Logger},
+		FS:     haltFS{FS: opts.FS, h: h},
+		Logger: pebbleLogger{l: opts.Logger, h: h},
+		EventListener: &pebble.EventListener{
+			// A flush or compaction that failed on the disk has halted the
+			// store already (haltFS); Pebble retries it in the background.
+			BackgroundError: func(err error) {
+				opts.Logger.Error("pebble background error", "component", "pebble", "err", err)
+			},
+		},
 		// Recent entries are served from the entry cache or the memtable;
 		// the block cache only helps replay and slow followers.
 		Cache: pebble.NewCache(8 << 20),
@@ -170,6 +179,9 @@ func (s *Store) load() error {
 			return fmt.Errorf("%w: keys present but no m/fmt (not a raftstore?)", ErrCorrupt)
 		}
 		if err := s.db.Set(keyFormat, []byte{formatVersion}, pebble.Sync); err != nil {
+			return fmt.Errorf("write m/fmt: %w", s.halted(err))
+		}
+		if err := s.halt.check(); err != nil {
 			return fmt.Errorf("write m/fmt: %w", err)
 		}
 		s.syncs.Add(1)
@@ -301,6 +313,22 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// Halted returns the storage failure that halted the store (wrapping
+// ErrHalted), or nil.
+func (s *Store) Halted() error { return s.halt.check() }
+
+// HaltedCh returns a channel closed when the store halts.
+func (s *Store) HaltedCh() <-chan struct{} { return s.halt.done }
+
+// halted returns the halt error if the store halted while the write that
+// returned err ran, and err otherwise.
+func (s *Store) halted(err error) error {
+	if h := s.halt.check(); h != nil {
+		return h
+	}
+	return err
+}
+
 // Syncs returns the number of fsynced commits so far (for syncs/op).
 func (s *Store) Syncs() uint64 { return s.syncs.Load() }
 
@@ -317,7 +345,16 @@ func (s *Store) commit(b *pebble.Batch, sync bool) error {
 	if sync {
 		opts = pebble.Sync
 	}
+	if err := s.halt.check(); err != nil {
+		return err
+	}
 	if err := b.Commit(opts); err != nil {
+		return s.halted(err)
+	}
+	// Pebble returns nil from a commit whose WAL write or fsync failed
+	// (after calling Fatalf, which halted the store): the halt, not the
+	// nil, is the answer.
+	if err := s.halt.check(); err != nil {
 		return err
 	}
 	if sync {
