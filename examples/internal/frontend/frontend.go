@@ -46,6 +46,10 @@ type Config struct {
 	CompactMargin      uint64        // entries kept behind an image; default the journal's
 	PromoteMaxLag      uint64        // entries an observer may trail and be promoted; default the journal's
 	Pprof              bool          // serve net/http/pprof under /debug/pprof/
+	// Quota bounds the catalog (catalog.Quota; zero: none). Every member
+	// must run with the same one: replicas decide each batch alike only
+	// then.
+	Quota catalog.Quota
 
 	Logger *slog.Logger
 }
@@ -110,7 +114,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		cfg:      cfg,
 		logger:   cfg.Logger,
 		epoch:    heartbeat.NewEpoch(),
-		tree:     catalog.New(),
+		tree:     newTree(cfg.Quota),
 		registry: cancel.New(cancel.Config{Logger: cfg.Logger}),
 		runs:     demo.NewRuns(),
 		client:   &http.Client{Timeout: 10 * time.Second},
@@ -160,7 +164,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	f.ckpt, err = image.NewCheckpointer(image.CheckpointerConfig{
 		Store: f.images, Journal: f.journal,
 		Applied:   func() uint64 { return f.journal.Status().Applied },
-		NewState:  func() image.State { return catalog.New() },
+		NewState:  func() image.State { return newTree(cfg.Quota) },
 		Threshold: cfg.CheckpointEntries, Interval: cfg.CheckpointInterval,
 		// The leader need not pay for the shadow copy: followers and
 		// observers checkpoint on their own schedule, and the leader adopts
@@ -347,4 +351,13 @@ func (f *Frontend) Close() error {
 		f.closeErr = errors.Join(errs...)
 	})
 	return f.closeErr
+}
+
+// newTree returns an empty catalog under quota q. The live tree and every
+// copy replayed from the journal (shadow checkpoints, historical watches)
+// carry the same quota, or they would decide batches differently.
+func newTree(q catalog.Quota) *catalog.Tree {
+	t := catalog.New()
+	t.SetQuota(q)
+	return t
 }
