@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/internal/clock"
 )
 
 // Journal is what heartbeat needs of the journal: proposing a catalog batch
@@ -105,7 +106,7 @@ func (c *Config) fill() error {
 		c.SlowRound = c.Timeout
 	}
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = clock.Real{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

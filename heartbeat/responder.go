@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/metatree/metatree/internal/clock"
 )
 
 // ResponderConfig configures a Responder.
@@ -84,7 +86,7 @@ func NewResponder(cfg ResponderConfig) (*Responder, error) {
 	}
 	r := &Responder{cfg: cfg, clock: cfg.Clock, log: cfg.Logger}
 	if r.clock == nil {
-		r.clock = realClock{}
+		r.clock = clock.Real{}
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)

@@ -28,6 +28,9 @@ func (c *manualClock) Advance(d time.Duration) {
 func (c *manualClock) NewTicker(time.Duration) (<-chan time.Time, func()) {
 	panic("manualClock: no tickers")
 }
+func (c *manualClock) NewTimer(time.Duration) (<-chan time.Time, func() bool) {
+	panic("manualClock: no timers")
+}
 func (c *manualClock) AfterFunc(time.Duration, func()) func() bool { panic("manualClock: no timers") }
 
 type responderFixture struct {

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/metatree/metatree/internal/clock"
 )
 
 // Journal is what a Checkpointer needs of the journal; *journal.Journal
@@ -171,7 +173,7 @@ func NewCheckpointer(cfg CheckpointerConfig) (*Checkpointer, error) {
 		cfg.Interval = 60 * time.Second
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
+		cfg.Clock = clock.Real{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -185,8 +187,8 @@ func NewCheckpointer(cfg CheckpointerConfig) (*Checkpointer, error) {
 		done:   make(chan struct{}),
 	}
 	c.metrics = newCheckpointMetrics()
-	ticker := cfg.Clock.NewTicker(cfg.Interval)
-	go c.run(ctx, ticker)
+	tickc, stopTick := cfg.Clock.NewTicker(cfg.Interval)
+	go c.run(ctx, tickc, stopTick)
 	return c, nil
 }
 
@@ -226,14 +228,14 @@ func (c *Checkpointer) Checkpoint(ctx context.Context) (Info, error) {
 	}
 }
 
-func (c *Checkpointer) run(ctx context.Context, ticker Ticker) {
+func (c *Checkpointer) run(ctx context.Context, tickc <-chan time.Time, stopTick func()) {
 	defer close(c.done)
-	defer ticker.Stop()
+	defer stopTick()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C():
+		case <-tickc:
 			ran, info, err := c.tick(ctx)
 			if k := c.cfg.testingKnobs.afterTick; k != nil {
 				k(ran, info, err)

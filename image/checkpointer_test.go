@@ -29,7 +29,13 @@ func (f *fakeClock) Now() time.Time {
 	return f.now
 }
 
-func (f *fakeClock) NewTicker(time.Duration) Ticker { return fakeTicker{f.c} }
+func (f *fakeClock) NewTicker(time.Duration) (<-chan time.Time, func()) { return f.c, func() {} }
+
+func (f *fakeClock) NewTimer(time.Duration) (<-chan time.Time, func() bool) {
+	panic("fakeClock: no timers")
+}
+
+func (f *fakeClock) AfterFunc(time.Duration, func()) func() bool { panic("fakeClock: no timers") }
 
 // tick advances the clock by d and delivers a tick (the loop must be idle).
 func (f *fakeClock) tick(d time.Duration) {
@@ -39,11 +45,6 @@ func (f *fakeClock) tick(d time.Duration) {
 	f.mu.Unlock()
 	f.c <- now
 }
-
-type fakeTicker struct{ c chan time.Time }
-
-func (t fakeTicker) C() <-chan time.Time { return t.c }
-func (fakeTicker) Stop()                 {}
 
 type tickResult struct {
 	ran  bool

@@ -144,6 +144,9 @@ func (s *Store) get(ctx context.Context, addr, path string) (*http.Response, *id
 	if s.cfg.Token != "" {
 		req.Header.Set(headerToken, s.cfg.Token)
 	}
+	for k, v := range s.extraHeader {
+		req.Header[k] = v
+	}
 	resp, err := s.cfg.HTTPClient.Do(req)
 	if err != nil {
 		idle.stop()
@@ -247,45 +250,24 @@ func (s *Store) download(ctx context.Context, addr string, index uint64, stageIt
 	}
 	defer idle.stop()
 	defer resp.Body.Close()
-	size := resp.ContentLength
-	if size < 0 {
-		return Info{}, errors.New("image: peer sent no Content-Length")
-	}
-	if size > s.cfg.MaxImageBytes {
-		return Info{}, fmt.Errorf("image: peer offers %d bytes, over the %d byte limit (Config.MaxImageBytes)", size, s.cfg.MaxImageBytes)
-	}
-	if got := resp.Header.Get(headerIndex); got != strconv.FormatUint(index, 10) {
-		return Info{}, fmt.Errorf("image: asked for index %d, peer sent %q", index, got)
-	}
-	wantCRC, err := strconv.ParseUint(resp.Header.Get(headerCRC), 16, 32)
+	wantCRC, err := s.checkResponse(resp, index)
 	if err != nil {
-		return Info{}, fmt.Errorf("image: peer sent a bad %s header %q", headerCRC, resp.Header.Get(headerCRC))
+		return Info{}, err
 	}
 	tmp := s.path(fetchTmpName)
-	th := &tailHasher{sum: newCRC()}
 	var stage *stager
 	var wrote func(int64)
 	if st, ok := s.cfg.State.(Stager); ok && stageIt {
 		stage = startStager(st, s.fs, tmp)
 		wrote = stage.wrote
 	}
-	_, n, err := s.writeFile(ctx, tmp, wrote, func(w io.Writer) (uint32, int64, error) {
-		// Hash before writing: a vfs.File may modify what it is given.
-		n, err := io.Copy(io.MultiWriter(th, w), io.LimitReader(resp.Body, size+1))
-		if err != nil {
-			return 0, n, fmt.Errorf("receive: %w", err)
-		}
-		if n != size {
-			return 0, n, corruptf("peer sent %d bytes, announced %d", n, size)
-		}
-		return 0, n, nil
-	})
+	th, n, err := s.receive(ctx, resp, tmp, wrote)
 	if stage != nil {
 		// The decoder reads on to the end while the file is checked.
 		stage.end(err)
 	}
 	if err == nil {
-		err = s.checkDownload(tmp, th, n, index, uint32(wantCRC))
+		err = s.checkDownload(tmp, th, n, index, wantCRC)
 		if err != nil {
 			if rerr := s.fs.Remove(tmp); rerr != nil && !isNotExist(rerr) {
 				s.logger.Warn("could not remove a rejected download", "file", tmp, "err", rerr)
@@ -312,6 +294,45 @@ func (s *Store) download(ctx context.Context, addr string, index uint64, stageIt
 		return Info{}, err
 	}
 	return Info{Name: imageName(index) + fetchedSuffix, Size: n}, nil
+}
+
+// checkResponse checks an image response's headers against the request
+// and the size limit, and returns the CRC32C the peer announces.
+func (s *Store) checkResponse(resp *http.Response, index uint64) (uint32, error) {
+	size := resp.ContentLength
+	if size < 0 {
+		return 0, errors.New("image: peer sent no Content-Length")
+	}
+	if size > s.cfg.MaxImageBytes {
+		return 0, fmt.Errorf("image: peer offers %d bytes, over the %d byte limit (Config.MaxImageBytes)", size, s.cfg.MaxImageBytes)
+	}
+	if got := resp.Header.Get(headerIndex); got != strconv.FormatUint(index, 10) {
+		return 0, fmt.Errorf("image: asked for index %d, peer sent %q", index, got)
+	}
+	wantCRC, err := strconv.ParseUint(resp.Header.Get(headerCRC), 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("image: peer sent a bad %s header %q", headerCRC, resp.Header.Get(headerCRC))
+	}
+	return uint32(wantCRC), nil
+}
+
+// receive streams the response body into the new file tmp (fsynced), and
+// hashes it on the way for checkDownload.
+func (s *Store) receive(ctx context.Context, resp *http.Response, tmp string, wrote func(int64)) (*tailHasher, int64, error) {
+	size := resp.ContentLength
+	th := &tailHasher{sum: newCRC()}
+	_, n, err := s.writeFile(ctx, tmp, wrote, func(w io.Writer) (uint32, int64, error) {
+		// Hash before writing: a vfs.File may modify what it is given.
+		n, err := io.Copy(io.MultiWriter(th, w), io.LimitReader(resp.Body, size+1))
+		if err != nil {
+			return 0, n, fmt.Errorf("receive: %w", err)
+		}
+		if n != size {
+			return 0, n, corruptf("peer sent %d bytes, announced %d", n, size)
+		}
+		return 0, n, nil
+	})
+	return th, n, err
 }
 
 // checkDownload verifies a downloaded (and synced) image before it gets its

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/metatree/metatree/internal/durable"
 )
 
 // State is the replicated state an image holds: a *catalog.Tree satisfies
@@ -143,6 +144,9 @@ type Store struct {
 		// trash is what the shredder has still to remove.
 		trash []*trashFile
 	}
+	// extraHeader is sent with every request to a peer (Backup's).
+	extraHeader http.Header
+
 	trashWake    chan struct{} // wakes the shredder
 	shredderDone chan struct{} // closed when the shredder has returned
 }
@@ -373,45 +377,21 @@ func (s *Store) removeTemps() error {
 
 func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }
 
-// mkdirAllDurably creates dir and its missing parents and syncs the parent
-// of each directory it created, so that the directories survive a crash.
+// mkdirAllDurably creates dir and its missing parents durably
+// (durable.MkdirAll).
 func mkdirAllDurably(fs vfs.FS, dir string) error {
-	var created []string
-	for d := dir; ; d = fs.PathDir(d) {
-		if _, err := fs.Stat(d); err == nil || !isNotExist(err) {
-			break
-		}
-		created = append(created, d)
-		if fs.PathDir(d) == d {
-			break
-		}
-	}
-	if len(created) == 0 {
-		return nil
-	}
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("image: create %s: %w", dir, err)
-	}
-	for _, d := range created {
-		if p := fs.PathDir(d); p != d {
-			if err := syncDir(fs, p); err != nil {
-				return err
-			}
-		}
+	if err := durable.MkdirAll(fs, dir); err != nil {
+		return fmt.Errorf("image: %w", err)
 	}
 	return nil
 }
 
+// syncDir fsyncs dir (durable.SyncDir).
 func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("image: open dir %s: %w", dir, err)
+	if err := durable.SyncDir(fs, dir); err != nil {
+		return fmt.Errorf("image: %w", err)
 	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return fmt.Errorf("image: sync dir %s: %w", dir, err)
-	}
-	return d.Close()
+	return nil
 }
 
 // Write writes an image with header h (ClusterID defaults to the Store's)

@@ -300,3 +300,33 @@ func (j *Journal) publishApplied(idx uint64) {
 	j.mu.appliedCh = make(chan struct{})
 	j.mu.Unlock()
 }
+
+// handOff applies the Ready's membership changes to raft (it needs
+// ApplyConfChange before the next Ready) and queues the snapshot and the
+// committed entries for the applier, in order, with the memberships the
+// applier makes durable as it passes their indexes (persistMembership).
+func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
+	var batch applyBatch
+	if snap != nil {
+		idx := snap.GetMetadata().GetIndex()
+		m, err := decodeMembership(snap.GetData())
+		if err != nil {
+			return fmt.Errorf("journal: snapshot %d: %w", idx, err)
+		}
+		m.Index = idx
+		batch.snapshot = idx
+		batch.keys = m.Keys
+		batch.snapMembers = m.clone() // without the keys
+		j.setMembership(batch.snapMembers)
+	}
+	for _, e := range ents {
+		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
+			batch.members = append(batch.members, j.applyConfChange(e))
+		}
+	}
+	if len(ents) > 0 || batch.snapshot > 0 {
+		batch.entries = ents
+		j.applyq.push(batch)
+	}
+	return nil
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/metatree/metatree/internal/clock"
 )
 
 // StateMachine is what the journal replays the log into (the catalog in
@@ -47,22 +48,10 @@ type Snapshots interface {
 	Install(ctx context.Context, index uint64) error
 }
 
-// Clock is the time source (a subset of tailscale's tstime.Clock). Nil in
-// Config means the real clock.
-type Clock interface {
-	Now() time.Time
-	// NewTicker returns a channel that delivers ticks every d, and a stop
-	// function.
-	NewTicker(d time.Duration) (<-chan time.Time, func())
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-func (realClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
-	t := time.NewTicker(d)
-	return t.C, t.Stop
-}
+// Clock is the time source of the raft loop, the proposers' waits and the
+// staleness guard: Now, NewTicker, NewTimer and AfterFunc, as tailscale's
+// tstime.Clock has them. Nil in Config means the real clock.
+type Clock = clock.Clock
 
 // Config configures a Journal. The zero value of every tunable means its
 // documented default; Open copies the Config, fills defaults and validates.
@@ -92,6 +81,16 @@ type Config struct {
 	// Token guards joining and every peer request. The bootstrap node's
 	// token becomes the cluster's; a joining node must present the same.
 	Token string
+
+	// ForceNewCluster, on a restart, makes this node the only voter of its
+	// cluster, keeping everything its log holds: for a survivor after the
+	// other voters are lost for good (permanent quorum loss), never while
+	// they may come back. Open appends the removal of every other member
+	// to the log and commits the whole log with them, in one synced write;
+	// raft applies them as any membership change (MEMBERS, ROLE and the
+	// removed ids follow) and the node elects itself. A restart without it
+	// afterwards is an ordinary restart; one with it again changes nothing.
+	ForceNewCluster bool
 
 	// StateMachine receives the user entries. Required.
 	StateMachine StateMachine
@@ -269,7 +268,7 @@ func (c *Config) fillDefaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = clock.Real{}
 	}
 }
 
@@ -293,6 +292,9 @@ func (c *Config) validate() error {
 	}
 	if c.Role != RoleUnset && c.Role != Follower && c.Role != Observer {
 		bad("unknown Role %d", c.Role)
+	}
+	if c.ForceNewCluster && (c.Bootstrap || c.Join != "") {
+		bad("ForceNewCluster is for a restart: not with Bootstrap or Join")
 	}
 	if c.Bootstrap && c.Role == Observer {
 		bad("a bootstrap node must be a Follower (voter)")

@@ -11,6 +11,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/internal/clock"
 )
 
 // walSyncFault fails every fsync of a WAL file under the journal's Pebble
@@ -27,13 +29,14 @@ func (f *walSyncFault) MaybeError(op errorfs.Op) error {
 	return nil
 }
 
-// offsetClock is the real clock moved forward by a settable offset.
-type offsetClock struct{ offset atomic.Int64 }
-
-func (c *offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *offsetClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
-	return realClock{}.NewTicker(d)
+// offsetClock is the real clock whose Now is moved forward by a settable
+// offset; its timers are the real ones.
+type offsetClock struct {
+	clock.Real
+	offset atomic.Int64
 }
+
+func (c *offsetClock) Now() time.Time { return c.Real.Now().Add(time.Duration(c.offset.Load())) }
 
 // TestFailedWALSyncHaltsTheNode: once a WAL fsync fails, the write that hit
 // it fails with ErrHalted naming the operation and the file, and so does

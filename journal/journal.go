@@ -1,28 +1,24 @@
 package journal
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	iofs "io/fs"
 	"log/slog"
 	"math"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/google/uuid"
+	"github.com/metatree/metatree/internal/durable"
+	"github.com/metatree/metatree/journal/internal/raftstore"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-
-	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
 // Journal is one node of a replicated log. It is safe for concurrent use by
@@ -173,7 +169,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		return nil, err
 	}
 	fs := cfg.FS
-	if err := raftstore.MkdirAllSynced(fs, cfg.Dir); err != nil {
+	if err := durable.MkdirAll(fs, cfg.Dir); err != nil {
 		return nil, fmt.Errorf("journal: create data dir %s: %w", cfg.Dir, err)
 	}
 	lock, err := fs.Lock(filepath.Join(cfg.Dir, "LOCK"))
@@ -264,6 +260,11 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	if err := j.initLog(haveVersion, bootstrap); err != nil {
 		return nil, err
 	}
+	if cfg.ForceNewCluster {
+		if err := j.forceNewCluster(haveVersion); err != nil {
+			return nil, err
+		}
+	}
 	if !haveVersion && !bootstrap {
 		joinResp, err = j.join(ctx)
 		if err != nil {
@@ -285,7 +286,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 		if err := writeKV(fs, cfg.Dir, "ROLE", [][2]string{{"role", Role(j.role.Load()).String()}}); err != nil {
 			return nil, err
 		}
-		if err := writeKV(fs, cfg.Dir, "VERSION", [][2]string{{"cluster_id", j.cluster()}, {"token", j.token}}); err != nil {
+		if err := writeVersion(fs, cfg.Dir, j.cluster(), j.token, j.id); err != nil {
 			return nil, err
 		}
 	}
@@ -364,6 +365,9 @@ func (j *Journal) checkRestart(ver map[string]string) error {
 	}
 	if j.cfg.Token != "" && j.cfg.Token != j.token {
 		return fmt.Errorf("journal: %w: token differs from the data dir's VERSION", ErrClusterMismatch)
+	}
+	if err := checkNodeID(j.cfg.Dir, ver, j.id); err != nil {
+		return err
 	}
 	roleKV, ok, err := readKV(j.cfg.FS, filepath.Join(j.cfg.Dir, "ROLE"))
 	if err != nil {
@@ -636,113 +640,6 @@ func (j *Journal) CheckFresh() error {
 	}
 	return nil
 }
-
-// readKV reads a key=value file (VERSION, ROLE). ok is false when the file
-// does not exist.
-func readKV(fs vfs.FS, path string) (map[string]string, bool, error) {
-	f, err := fs.Open(path)
-	if err != nil {
-		if errors.Is(err, io.EOF) || isNotExist(err) {
-			return nil, false, nil
-		}
-		return nil, false, fmt.Errorf("journal: open %s: %w", path, err)
-	}
-	defer f.Close()
-	kv := map[string]string{}
-	sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			return nil, false, fmt.Errorf("journal: %s: %w: line %q is not key=value", path, ErrMalformed, line)
-		}
-		kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, false, fmt.Errorf("journal: read %s: %w", path, err)
-	}
-	return kv, true, nil
-}
-
-// writeKV writes a key=value file durably.
-func writeKV(fs vfs.FS, dir, name string, kvs [][2]string) error {
-	var sb strings.Builder
-	for _, kv := range kvs {
-		fmt.Fprintf(&sb, "%s=%s\n", kv[0], kv[1])
-	}
-	return writeFileSynced(fs, dir, name, []byte(sb.String()))
-}
-
-// writeFileSynced replaces dir/name durably: temp file, fsync, rename,
-// fsync of the directory.
-func writeFileSynced(fs vfs.FS, dir, name string, data []byte) error {
-	tmp := filepath.Join(dir, name+".tmp")
-	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return fmt.Errorf("journal: create %s: %w", tmp, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("journal: write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("journal: sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("journal: close %s: %w", tmp, err)
-	}
-	if err := fs.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("journal: rename %s: %w", tmp, err)
-	}
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("journal: open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("journal: sync dir %s: %w", dir, err)
-	}
-	return nil
-}
-
-// membersFile is a synced copy of the newest membership (with addresses).
-// The store's membership records are written without fsync (they are
-// rebuilt by replaying the log), but replaying needs the peers' addresses
-// first: a node that joined, or applied a conf change, and lost power
-// before the next synced write must still find its peers.
-const membersFile = "MEMBERS"
-
-func (j *Journal) writeMembers(m *membership) error {
-	c := m.clone()
-	c.Keys = nil
-	return writeFileSynced(j.cfg.FS, j.cfg.Dir, membersFile, c.encode())
-}
-
-func (j *Journal) readMembers() (*membership, error) {
-	f, err := j.cfg.FS.Open(filepath.Join(j.cfg.Dir, membersFile))
-	if err != nil {
-		if isNotExist(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("journal: open %s: %w", membersFile, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 16<<20))
-	if err != nil {
-		return nil, fmt.Errorf("journal: read %s: %w", membersFile, err)
-	}
-	m, err := decodeMembership(b)
-	if err != nil {
-		return nil, fmt.Errorf("journal: %s: %w", membersFile, err)
-	}
-	return m, nil
-}
-
-func isNotExist(err error) bool { return errors.Is(err, iofs.ErrNotExist) }
 
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)

@@ -3,7 +3,6 @@ package journal
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"go.etcd.io/raft/v3"
@@ -121,18 +120,18 @@ func (j *Journal) TransferLeadership(ctx context.Context, to uint64) error {
 		default:
 			return fmt.Errorf("journal: transfer leadership to %d: %w", to, j.notLeaderErr())
 		}
-		t := time.NewTimer(j.electionTimeout())
+		tc, stop := j.cfg.Clock.NewTimer(j.electionTimeout())
 		select {
 		case <-lc:
-		case <-t.C: // raft aborts a transfer after an election timeout: ask again
+		case <-tc: // raft aborts a transfer after an election timeout: ask again
 		case <-ctx.Done():
-			t.Stop()
+			stop()
 			return fmt.Errorf("journal: transfer leadership to %d: %w", to, context.Cause(ctx))
 		case <-j.done:
-			t.Stop()
+			stop()
 			return ErrClosed
 		}
-		t.Stop()
+		stop()
 	}
 }
 

@@ -100,9 +100,9 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uin
 	wait := func(lc <-chan struct{}, d time.Duration, refusedc <-chan error, dead <-chan struct{}) (applyResult, bool, error) {
 		var timeout <-chan time.Time // d == forever: no timer at all
 		if d < forever {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			timeout = t.C
+			tc, stop := j.cfg.Clock.NewTimer(d)
+			defer stop()
+			timeout = tc
 		}
 		refused = nil
 		for {
@@ -156,7 +156,7 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uin
 	// Attempts that reached a leader are bounded by ForwardRetries; waiting
 	// for an election is bounded by 2 × ForwardRetries election timeouts
 	// (and by ctx).
-	noLeaderDeadline := time.Now().Add(2 * time.Duration(j.cfg.ForwardRetries) * j.electionTimeout())
+	noLeaderDeadline := j.cfg.Clock.Now().Add(2 * time.Duration(j.cfg.ForwardRetries) * j.electionTimeout())
 	for attempt := 0; attempt < j.cfg.ForwardRetries; attempt++ {
 		select {
 		case <-j.done:
@@ -180,7 +180,7 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uin
 			err = cmp.Or(perr, ErrNotLeader)
 		case leader == 0 || leader == j.id:
 			err = ErrNoLeader
-			if time.Now().Before(noLeaderDeadline) {
+			if j.cfg.Clock.Now().Before(noLeaderDeadline) {
 				attempt-- // an election is not a failed attempt
 			}
 		case fwd.Kind == ForwardData:
@@ -221,7 +221,7 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uin
 		if !retryable(err) {
 			return applyResult{}, err
 		}
-		if errors.Is(err, ErrBusy) && time.Now().Before(noLeaderDeadline) {
+		if errors.Is(err, ErrBusy) && j.cfg.Clock.Now().Before(noLeaderDeadline) {
 			// Back-pressure (a pending membership change, a full
 			// uncommitted tail) clears as entries apply: retry then,
 			// without spending an attempt.
@@ -229,23 +229,23 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uin
 			j.mu.Lock()
 			ac := j.mu.appliedCh
 			j.mu.Unlock()
-			t := time.NewTimer(j.cfg.TickInterval)
+			tc, stop := j.cfg.Clock.NewTimer(j.cfg.TickInterval)
 			select {
 			case r := <-w:
-				t.Stop()
+				stop()
 				if r.err == nil {
 					return r, nil
 				}
 			case <-ac:
-			case <-t.C:
+			case <-tc:
 			case <-ctx.Done():
-				t.Stop()
+				stop()
 				return applyResult{}, j.ctxErr(ctx, lastErr)
 			case <-j.done:
-				t.Stop()
+				stop()
 				return applyResult{}, ErrClosed
 			}
-			t.Stop()
+			stop()
 			continue
 		}
 		if ctx.Err() != nil {

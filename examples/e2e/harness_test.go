@@ -23,6 +23,7 @@ import (
 var binaries struct {
 	metaserver string
 	worker     string
+	metactl    string
 }
 
 func TestMain(m *testing.M) {
@@ -33,9 +34,11 @@ func TestMain(m *testing.M) {
 	}
 	binaries.metaserver = filepath.Join(dir, "metaserver")
 	binaries.worker = filepath.Join(dir, "worker")
+	binaries.metactl = filepath.Join(dir, "metactl")
 	for out, pkg := range map[string]string{
 		binaries.metaserver: "github.com/metatree/metatree/examples/metaserver",
 		binaries.worker:     "github.com/metatree/metatree/examples/worker",
+		binaries.metactl:    "github.com/metatree/metatree/examples/metactl",
 	} {
 		args := []string{"build", "-o", out}
 		if os.Getenv("METATREE_E2E_RACE") != "" {
@@ -201,8 +204,11 @@ func tail(s string, n int) string {
 var fastFlags = []string{"-heartbeat-interval", "200ms", "-dead-after", "3", "-stale-after", "5s", "-compact-margin", "10"}
 
 func (c *cluster) metaserver(id int, extra ...string) *proc {
-	addr := freeAddr(c.t)
-	dir := filepath.Join(c.base, fmt.Sprintf("fe%d", id))
+	return c.metaserverAt(id, filepath.Join(c.base, fmt.Sprintf("fe%d", id)), freeAddr(c.t), extra...)
+}
+
+// metaserverAt starts metaserver id on the data dir dir, serving addr.
+func (c *cluster) metaserverAt(id int, dir, addr string, extra ...string) *proc {
 	args := append([]string{"-id", fmt.Sprint(id), "-dir", dir, "-addr", addr}, fastFlags...)
 	args = append(args, extra...)
 	p := &proc{t: c.t, name: fmt.Sprintf("metaserver-%d", id), bin: binaries.metaserver, args: args, addr: addr, dir: dir, log: &lockedBuffer{}}
@@ -242,6 +248,12 @@ var client = &http.Client{Timeout: 15 * time.Second}
 // call sends a JSON request and decodes a JSON answer into out (when not
 // nil). It returns the status code.
 func call(t *testing.T, method, url string, body any, out any) int {
+	t.Helper()
+	return callWith(t, client, method, url, body, out)
+}
+
+// callWith is call through the given client.
+func callWith(t *testing.T, client *http.Client, method, url string, body any, out any) int {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {

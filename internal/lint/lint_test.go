@@ -338,3 +338,102 @@ func TestFormatVerbs(t *testing.T) {
 		}
 	}
 }
+
+// clockFuncs are the functions of package time that read or wait on the
+// wall clock: the journal calls them through its injected Clock instead,
+// so that tests drive its time.
+var clockFuncs = map[string]bool{
+	"Now": true, "Since": true, "Until": true, "Sleep": true, "Tick": true,
+	"After": true, "AfterFunc": true, "NewTimer": true, "NewTicker": true,
+}
+
+// TestJournalTimeThroughClock reports every call of a clockFuncs function
+// in the journal's non-test files (journal/ and journal/internal/;
+// journaltest is a test harness).
+func TestJournalTimeThroughClock(t *testing.T) {
+	root := moduleRoot(t)
+	checked := 0
+	for _, f := range goFiles(t, root) {
+		slash := filepath.ToSlash(f)
+		if !strings.HasPrefix(slash, "journal/") || strings.HasSuffix(slash, "_test.go") ||
+			strings.HasPrefix(slash, "journal/journaltest/") || strings.Contains(slash, "/testdata/") {
+			continue
+		}
+		src, err := os.ReadFile(filepath.Join(root, f))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // tracked but deleted in the working tree
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked++
+		for _, finding := range wallClockCalls(t, f, src) {
+			t.Errorf("%s: use the injected Clock (Config.Clock, HTTPOptions.Clock)", finding)
+		}
+	}
+	if checked == 0 {
+		t.Fatal("found no journal files to check")
+	}
+}
+
+// wallClockCalls returns the position and name of each call of a
+// clockFuncs function of package time in the file src.
+func wallClockCalls(t *testing.T, name string, src []byte) []string {
+	t.Helper()
+	fset := token.NewFileSet()
+	file, err := parser.ParseFile(fset, name, src, 0)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	timeNames := map[string]bool{}
+	for _, imp := range file.Imports {
+		if imp.Path.Value == `"time"` {
+			if imp.Name != nil {
+				timeNames[imp.Name.Name] = true
+			} else {
+				timeNames["time"] = true
+			}
+		}
+	}
+	if len(timeNames) == 0 {
+		return nil
+	}
+	var found []string
+	ast.Inspect(file, func(n ast.Node) bool {
+		sel, ok := n.(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		// id.Obj is set for a local name (a variable called time): the
+		// parser resolves those, not package names.
+		if id, ok := sel.X.(*ast.Ident); ok && timeNames[id.Name] && id.Obj == nil && clockFuncs[sel.Sel.Name] {
+			found = append(found, fmt.Sprintf("%s: time.%s", fset.Position(sel.Pos()), sel.Sel.Name))
+		}
+		return true
+	})
+	return found
+}
+
+func TestWallClockCalls(t *testing.T) {
+	src := []byte(`package p
+
+import (
+	"time"
+	tm "time"
+)
+
+func f(c interface{ Now() time.Time }) {
+	_ = time.Now()
+	_ = tm.Since(c.Now())
+	_ = time.Duration(1) * time.Second
+	go func() { <-time.After(time.Second) }()
+	time := c
+	_ = time.Now()
+}
+`)
+	got := wallClockCalls(t, "p.go", src)
+	want := []string{"p.go:9:6: time.Now", "p.go:10:6: time.Since", "p.go:12:16: time.After"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

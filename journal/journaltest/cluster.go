@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/metatree/metatree/internal/durable"
 
 	"github.com/metatree/metatree/journal"
 )
@@ -142,10 +143,7 @@ func NewCluster(tb TB, opts Options) *Cluster {
 			n.fs, n.dir = vfs.NewCrashableMem(), "/"+n.Addr
 			// Create the data dir durably, as an installer would: a crash
 			// must not take the directory itself away.
-			if err := n.fs.MkdirAll(n.dir, 0o755); err != nil {
-				tb.Fatalf("journaltest: %v", err)
-			}
-			if err := syncDir(n.fs, "/"); err != nil {
+			if err := durable.MkdirAll(n.fs, n.dir); err != nil {
 				tb.Fatalf("journaltest: %v", err)
 			}
 		}
@@ -162,15 +160,6 @@ func NewCluster(tb TB, opts Options) *Cluster {
 		}
 	}
 	return c
-}
-
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func (c *Cluster) config(n *Node, bootstrap bool) journal.Config {

@@ -50,6 +50,9 @@ type Config struct {
 	// must run with the same one: replicas decide each batch alike only
 	// then.
 	Quota catalog.Quota
+	// ForceNewCluster restarts from Dir as the only voter, keeping its
+	// data (after permanent quorum loss): journal.Config.ForceNewCluster.
+	ForceNewCluster bool
 
 	Logger *slog.Logger
 }
@@ -147,7 +150,8 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	f.journal, err = journal.Open(ctx, journal.Config{
 		ID: cfg.ID, Dir: cfg.Dir, Addr: cfg.Addr,
 		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: role, Token: cfg.Token,
-		StateMachine: f.tree, Snapshots: snapshots{f.images, f},
+		ForceNewCluster: cfg.ForceNewCluster,
+		StateMachine:    f.tree, Snapshots: snapshots{f.images, f},
 		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
 		// Idempotency keys are remembered no further back than the log
 		// is kept.
@@ -194,6 +198,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	}
 	f.metrics = ops.MetricsHandler(reg)
 	f.ready.Store(true)
+	f.bg.Go(f.pruneMembers)
 	if err := f.registerSelf(ctx); err != nil {
 		return nil, err
 	}
@@ -257,10 +262,17 @@ func (p proposer) LeaderTerm() (uint64, bool) {
 }
 
 // registerSelf records this frontend in the member list (once: a restart
-// finds its record and only answers heartbeats with its new epoch).
+// finds its record and only answers heartbeats with its new epoch). A
+// record at another address is an old cluster's (the catalog came from a
+// restored image): it is replaced.
 func (f *Frontend) registerSelf(ctx context.Context) error {
-	if _, ok := f.members.Member(f.cfg.ID); ok {
-		return nil
+	if m, ok := f.members.Member(f.cfg.ID); ok {
+		if m.Addr == f.cfg.Addr {
+			return nil
+		}
+		if err := f.members.Remove(ctx, f.cfg.ID); err != nil && !errors.Is(err, heartbeat.ErrNotFound) {
+			return fmt.Errorf("replace frontend %d's record at %s: %w", f.cfg.ID, m.Addr, err)
+		}
 	}
 	role := f.cfg.Role
 	if role == "" {

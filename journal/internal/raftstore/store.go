@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/metatree/metatree/internal/durable"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -79,7 +79,7 @@ func Open(opts Options) (*Store, error) {
 	if opts.CacheBytes == 0 {
 		opts.CacheBytes = DefaultCacheBytes
 	}
-	if err := MkdirAllSynced(opts.FS, opts.Dir); err != nil {
+	if err := durable.MkdirAll(opts.FS, opts.Dir); err != nil {
 		return nil, fmt.Errorf("raftstore: create %s: %w", opts.Dir, err)
 	}
 	h := newHalt()
@@ -96,32 +96,6 @@ func Open(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("raftstore: open %s: %w", opts.Dir, err)
 	}
 	return s, nil
-}
-
-// MkdirAllSynced creates dir and any missing parents, fsyncing the parent of
-// each directory it creates: without that, a power cut can forget the new
-// directory and with it every synced write inside (POSIX; the crashable
-// MemFS models it).
-func MkdirAllSynced(fs vfs.FS, dir string) error {
-	dir = filepath.Clean(dir)
-	if _, err := fs.Stat(dir); err == nil {
-		return nil
-	}
-	parent := filepath.Dir(dir)
-	if parent != dir {
-		if err := MkdirAllSynced(fs, parent); err != nil {
-			return err
-		}
-	}
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	d, err := fs.OpenDir(parent)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // pebbleOptions tunes Pebble for a raft log: sequential appends, reads of

@@ -1,0 +1,57 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/metatree/metatree/heartbeat"
+)
+
+// pruneMembers runs while the frontend does: each time this frontend
+// becomes the leader it removes the member records of frontends that are
+// no longer raft members. Every path that adds a frontend makes it a raft
+// member first and removes it from raft first, so in a running cluster no
+// such record lasts; they come from before a forced recovery (the lost
+// voters, removed through the log) or from the old cluster of a restored
+// image. Without this /v1/members would list them and the leader would
+// heartbeat them forever.
+func (f *Frontend) pruneMembers() {
+	for {
+		ch := f.journal.Leadership()
+		if f.journal.Status().IsLeader() {
+			f.pruneOnce()
+		}
+		select {
+		case <-ch:
+		case <-f.bgCtx.Done():
+			return
+		}
+	}
+}
+
+func (f *Frontend) pruneOnce() {
+	// Records first, then the raft membership: a record added meanwhile
+	// follows its raft member's addition in the log, so the membership
+	// read after it includes that member.
+	records := f.members.Members()
+	raft := map[uint64]bool{}
+	for _, m := range f.journal.Status().Members {
+		raft[m.ID] = true
+	}
+	for _, m := range records {
+		if m.Kind != heartbeat.KindFrontend || raft[m.ID] {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(f.bgCtx, 10*time.Second)
+		err := f.members.Remove(ctx, m.ID)
+		cancel()
+		switch {
+		case err == nil:
+			f.logger.Info("removed the record of a frontend that is no longer a raft member", "member", m.ID, "addr", m.Addr)
+		case errors.Is(err, heartbeat.ErrNotFound):
+		default:
+			f.logger.Warn("could not remove the record of a frontend that is no longer a raft member", "member", m.ID, "err", err)
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/metatree/metatree/image"
+	"github.com/metatree/metatree/journal"
+)
+
+// checkJSON is `check`'s output; each problem is also a line on stderr.
+type checkJSON struct {
+	Dir      string   `json:"dir"`
+	OK       bool     `json:"ok"`
+	Problems []string `json:"problems"`
+}
+
+// check verifies every property of a data dir that can be verified
+// offline: the journal's (journal.Inspector.Problems: VERSION, ROLE and
+// MEMBERS agree, the log is contiguous from its truncation point, the
+// HardState commit is within it, …) and the images' (dirProblems).
+func check(args []string, e env) error {
+	pos, err := parse(flag.NewFlagSet("check", flag.ContinueOnError), args, 1, "one DIR")
+	if err != nil {
+		return err
+	}
+	dir := pos[0]
+	problems := checkDir(e.fs, dir)
+	out := checkJSON{Dir: dir, OK: len(problems) == 0, Problems: []string{}}
+	for _, p := range problems {
+		out.Problems = append(out.Problems, p.Error())
+		fmt.Fprintln(e.stderr, p)
+	}
+	if err := writeJSON(e.stdout, out); err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return errProblems
+	}
+	return nil
+}
+
+// checkDir returns every problem found in the data dir.
+func checkDir(fs vfs.FS, dir string) []error {
+	in, err := journal.Inspect(dir, journal.InspectOptions{FS: fs})
+	if err != nil {
+		return []error{err}
+	}
+	defer in.Close()
+	problems := in.Problems()
+	return append(problems, imageProblems(fs, dir, in.Status())...)
+}
+
+// imageProblems checks the image directory against the journal: every
+// image.<index> reads back whole (header, checksum, catalog body), names
+// its own index and the dir's cluster; an image that startup can load
+// covers the log's start and is not past its end; no unfinished file is
+// left.
+func imageProblems(fs vfs.FS, dir string, st journal.DirStatus) []error {
+	l, err := image.ListDir(fs, dir)
+	if err != nil {
+		return []error{err}
+	}
+	var problems []error
+	for _, t := range l.Temps {
+		problems = append(problems, fmt.Errorf("image: leftover temporary file %s (an interrupted checkpoint or download; the next startup removes it)", fs.PathJoin(l.Dir, t)))
+	}
+	var usable []uint64 // valid images startup could load, newest first
+	for _, idx := range l.Images {
+		path := l.Path(fs, idx)
+		out, err := statusOf(fs, path)
+		switch {
+		case err != nil:
+			problems = append(problems, err)
+		case out.Index != idx:
+			problems = append(problems, fmt.Errorf("image: %s holds the image of index %d, not %d", path, out.Index, idx))
+		case st.ClusterID != "" && out.ClusterID != st.ClusterID:
+			problems = append(problems, fmt.Errorf("image: %s belongs to cluster %s, the data dir to %s", path, out.ClusterID, st.ClusterID))
+		default:
+			usable = append(usable, idx)
+		}
+	}
+	minIndex := st.FirstIndex - 1
+	var covering []uint64
+	for _, idx := range usable {
+		if idx >= minIndex {
+			covering = append(covering, idx)
+		}
+	}
+	switch {
+	case minIndex > 0 && len(covering) == 0:
+		problems = append(problems, fmt.Errorf("journal: %s: the log starts at %d but no valid image at or after index %d covers the entries before it (images: %v)",
+			dir, st.FirstIndex, minIndex, l.Images))
+	case len(covering) > 0 && covering[0] > st.LastIndex:
+		problems = append(problems, fmt.Errorf("image: %s is past the log's last entry %d: the log lost entries the image holds",
+			l.Path(fs, covering[0]), st.LastIndex))
+	}
+	return problems
+}

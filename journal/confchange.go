@@ -1,0 +1,159 @@
+package journal
+
+import (
+	"fmt"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Membership changes on the raft loop: the checks before a change is
+// proposed, raft's ApplyConfChange as the change commits, and the
+// transport's peers that follow the membership.
+
+// checkConfChange refuses a change raft could not apply (checkLeavesVoters,
+// whatever force says) and, unless forced, a removal that leaves fewer
+// reachable voters than a quorum of the new configuration.
+func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
+	if err := j.checkPromote(cc); err != nil {
+		return err
+	}
+	st := j.rn.Status()
+	voters := st.Config.Voters.IDs()
+	if err := checkLeavesVoters(cc, voters); err != nil {
+		return err
+	}
+	if cc.GetType() != raftpb.ConfChangeRemoveNode || force {
+		return nil
+	}
+	id := cc.GetNodeId()
+	if _, ok := voters[id]; !ok {
+		return nil // a learner: no quorum impact
+	}
+	remaining, reachable := 0, 0
+	now := j.cfg.Clock.Now()
+	for v := range voters {
+		if v == id {
+			continue
+		}
+		remaining++
+		if v == j.id || j.reachable(v, now) {
+			reachable++
+		}
+	}
+	if reachable < remaining/2+1 {
+		return fmt.Errorf("%w: removing node %d leaves %d reachable of %d voters, below a quorum", ErrUnsafeRemoval, id, reachable, remaining)
+	}
+	return nil
+}
+
+// reachable reports whether a message from peer id arrived within the
+// last election timeout (heartbeats answer ten times as often by default).
+// raft's Progress.RecentActive is not used: the leader clears it for every
+// peer at each check-quorum round, so for up to a heartbeat after one a
+// healthy peer would look unreachable and a safe removal be refused.
+func (j *Journal) reachable(id uint64, now time.Time) bool {
+	t, ok := j.heard[id]
+	return ok && now.Sub(t) <= j.electionTimeout()
+}
+
+// forgetRemovedPeers drops the peers that membership changes removed from
+// the transport, once the messages raft addressed to them in the same
+// Ready were sent (the transport still delivers what it has queued).
+// Dropping them at the change itself lost the append that commits a node's
+// own removal, so a reachable removed node never learned of it.
+func (j *Journal) forgetRemovedPeers() {
+	for _, id := range j.removedPeers {
+		j.tr.RemovePeer(id)
+	}
+	j.removedPeers = j.removedPeers[:0]
+}
+
+// checkConfQueue matches the membership changes this leader proposed with
+// the entries raft appended for them. raft silently replaces a conf change
+// proposed while another one is unapplied with an empty entry; its proposer
+// is told ErrBusy (it retries once entries apply) instead of waiting for an
+// entry that will never come.
+func (j *Journal) checkConfQueue(ents []*raftpb.Entry) {
+	for _, e := range ents {
+		if len(j.confQueue) == 0 {
+			return
+		}
+		switch {
+		case e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2:
+			j.confQueue = j.confQueue[1:]
+		case len(e.GetData()) == 0:
+			key := j.confQueue[0]
+			j.confQueue = j.confQueue[1:]
+			j.resolve(key, applyResult{err: fmt.Errorf("%w: another membership change is pending", ErrBusy)})
+		}
+	}
+}
+
+// memberRecord is what the applier makes durable at a membership change's
+// index: the membership after it, or (m nil) nothing, with err for the
+// change's proposer when the change was refused.
+type memberRecord struct {
+	index uint64
+	m     *membership
+	key   [16]byte
+	err   error
+}
+
+// applyConfChange applies a committed membership change to raft and
+// publishes the membership after it (peer addresses travel in the conf
+// change's context); the record returned is for the applier.
+func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
+	rec := memberRecord{index: e.GetIndex()}
+	cc, ctx, err := decodeConfChange(e)
+	if err != nil {
+		// Deterministic on every replica; raft still needs to hear about
+		// it, as a no-op change.
+		j.log.Error("malformed conf change ignored", "index", e.GetIndex(), "err", err)
+		j.rn.ApplyConfChange(&raftpb.ConfChange{})
+		return rec
+	}
+	rec.key = ctx.Key
+	// A change that leaves no voter is in the log only if it bypassed the
+	// proposal checks (an older version, a forged append): raft would panic
+	// on it, here and at every restart. Every replica refuses it alike, as
+	// a no-op change.
+	if err := checkLeavesVoters(cc, j.rn.Status().Config.Voters.IDs()); err != nil {
+		j.log.Error("membership change refused at apply", "index", e.GetIndex(), "err", err)
+		j.rn.ApplyConfChange(&raftpb.ConfChange{})
+		rec.err = fmt.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)
+		return rec
+	}
+	cs := j.rn.ApplyConfChange(cc)
+	j.mu.Lock()
+	m := j.mu.membership.clone()
+	j.mu.Unlock()
+	m.apply(e.GetIndex(), cc, ctx, cs)
+	j.setMembership(m)
+	rec.m = m
+	return rec
+}
+
+// setMembership publishes m and updates the transport's peers (no disk:
+// the applier makes it durable, persistMembership).
+func (j *Journal) setMembership(m *membership) {
+	j.mu.Lock()
+	old := j.mu.membership
+	j.mu.membership = m
+	j.mu.Unlock()
+	for id := range old.Members {
+		if _, ok := m.Members[id]; !ok && id != j.id {
+			// After this Ready's messages are sent: they include the
+			// append that tells the removed node its removal committed.
+			j.removedPeers = append(j.removedPeers, id)
+		}
+	}
+	for id, mem := range m.Members {
+		if id != j.id && mem.Addr != "" && old.Members[id].Addr != mem.Addr {
+			j.tr.SetPeer(id, mem.Addr)
+		}
+	}
+	if _, ok := m.Members[j.id]; !ok && m.isRemoved(j.id) {
+		j.removed.Store(true)
+	}
+}

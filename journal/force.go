@@ -1,0 +1,141 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/google/uuid"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/metatree/metatree/journal/internal/raftstore"
+)
+
+// forceNewCluster rewrites the membership of a surviving voter's log to
+// itself alone (Config.ForceNewCluster), as etcd's --force-new-cluster
+// does, but keeping the log's uncommitted tail: the others are gone, so
+// nothing can conflict with it, and a write the lost leader acknowledged
+// may be there.
+//
+// One synced Pebble batch appends, at the HardState's term, a
+// ConfChangeRemoveNode for every other node that the membership or any
+// conf change in the log names, and raises the durable commit to the last
+// of them. Before that write the dir is as it was (a crash leaves it to be
+// forced again); after it, everything follows from the log: raft restarts
+// from the loaded image with the membership as of it, the applier replays
+// the committed entries (the removals among them: MEMBERS, ROLE and the
+// removed ids are updated as for any change), and the node, now the only
+// voter, elects itself.
+func (j *Journal) forceNewCluster(haveVersion bool) error {
+	if !haveVersion {
+		return fmt.Errorf("journal: force a new cluster: %s holds no VERSION file: only an existing member's data dir can be forced", j.cfg.Dir)
+	}
+	if Role(j.role.Load()) != Follower {
+		return fmt.Errorf("journal: force a new cluster: %w: node %d is an observer (a learner); only a voter's data dir can be forced", ErrRoleMismatch, j.id)
+	}
+	m, err := j.newestMembership()
+	if err != nil {
+		return fmt.Errorf("journal: force a new cluster: %w", err)
+	}
+	if m.isRemoved(j.id) {
+		return fmt.Errorf("journal: force a new cluster: node %d was removed from the cluster", j.id)
+	}
+	others := map[uint64]bool{}
+	for id := range m.Members {
+		others[id] = true
+	}
+	for _, id := range slices.Concat(m.Voters, m.Learner) {
+		others[id] = true
+	}
+	first, err := j.store.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("journal: force a new cluster: %w", err)
+	}
+	last, err := j.store.LastIndex()
+	if err != nil {
+		return fmt.Errorf("journal: force a new cluster: %w", err)
+	}
+	lastTerm, err := j.store.Term(last)
+	if err != nil {
+		return fmt.Errorf("journal: force a new cluster: term of the last entry %d: %w", last, err)
+	}
+	// Nodes the log adds after the membership record (an uncommitted or
+	// unapplied tail) are removed as well.
+	for lo := max(first, m.Index+1); lo <= last; {
+		ents, err := j.store.Entries(lo, last+1, 4<<20)
+		if err != nil {
+			return fmt.Errorf("journal: force a new cluster: read entries from %d: %w", lo, err)
+		}
+		for _, e := range ents {
+			if e.GetType() != raftpb.EntryConfChange {
+				continue
+			}
+			if cc, _, err := decodeConfChange(e); err == nil && cc.GetType() != raftpb.ConfChangeRemoveNode {
+				others[cc.GetNodeId()] = true
+			}
+		}
+		lo = ents[len(ents)-1].GetIndex() + 1
+	}
+	delete(others, j.id)
+	if len(others) == 0 {
+		j.log.Info("force new cluster: this node is the only member already; nothing to change")
+		return nil
+	}
+	ids := make([]uint64, 0, len(others))
+	for id := range others {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	hs := j.store.HardState()
+	term := max(hs.GetTerm(), lastTerm)
+	ents := make([]*raftpb.Entry, 0, len(ids))
+	for k, id := range ids {
+		data, err := proto.Marshal(&raftpb.ConfChange{
+			Type:    raftpb.ConfChangeRemoveNode.Enum(),
+			NodeId:  new(id),
+			Context: mustJSON(confContext{Key: uuid.New()}),
+		})
+		if err != nil {
+			return fmt.Errorf("journal: force a new cluster: %w", err)
+		}
+		ents = append(ents, &raftpb.Entry{
+			Type: raftpb.EntryConfChange.Enum(), Term: new(term), Index: new(last + 1 + uint64(k)), Data: data,
+		})
+	}
+	newHS := &raftpb.HardState{Term: new(term), Vote: new(hs.GetVote()), Commit: new(last + uint64(len(ents)))}
+	if err := j.store.Append(newHS, ents, nil, true); err != nil {
+		return fmt.Errorf("journal: force a new cluster: write the removals: %w", err)
+	}
+	j.log.Warn("forced a new cluster: every other member is removed through the log; this node is the only voter",
+		"removed", ids, "from_index", last+1, "commit", newHS.GetCommit(), "uncommitted_kept", last-min(last, hs.GetCommit()))
+	return nil
+}
+
+// newestMembership is the membership loadState will start from: the
+// newest of the log's records and the MEMBERS file, else the one raft's
+// snapshot carries.
+func (j *Journal) newestMembership() (*membership, error) {
+	m := newMembership()
+	if blob, err := j.store.MembershipAt(math.MaxUint64); err == nil {
+		if m, err = decodeMembership(blob); err != nil {
+			return nil, fmt.Errorf("stored membership: %w", err)
+		}
+	} else if !errors.Is(err, raftstore.ErrNoMembership) {
+		return nil, fmt.Errorf("stored membership: %w", err)
+	}
+	file, err := j.readMembers()
+	if err != nil {
+		return nil, err
+	}
+	if file != nil && file.Index > m.Index {
+		m = file
+	}
+	if snap, err := j.store.Snapshot(); err == nil && snap.GetMetadata().GetIndex() > m.Index {
+		if sm, err := decodeMembership(snap.GetData()); err == nil {
+			m = sm
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,316 @@
+package journal
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// The sending side of the HTTP transport: one streaming sender a peer,
+// snapshots on a request of their own, and the forward and join calls.
+
+// Send implements Transport: it encodes each message now (raft may reuse
+// its memory) and queues it for its peer's sender.
+func (t *HTTPTransport) Send(msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		to := m.GetTo()
+		p := t.peer(to)
+		if p == nil || t.dropped(t.local, to) {
+			if m.GetType() == raftpb.MsgSnap {
+				// Not from here: Send runs on the raft loop, which is the
+				// one that drains the reports ReportSnapshot waits on.
+				t.wg.Go(func() { t.recv.ReportSnapshot(to, false) })
+			} else {
+				t.recv.ReportUnreachable(to)
+			}
+			continue
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.log.Error("encode raft message", "to", to, "err", err)
+			continue
+		}
+		if m.GetType() == raftpb.MsgSnap {
+			t.wg.Go(func() { t.sendSnapshot(p, b) })
+			continue
+		}
+		if !p.enqueue(b) {
+			t.recv.ReportUnreachable(to)
+		}
+	}
+}
+
+func (t *HTTPTransport) newRequest(ctx context.Context, addr, path string, to uint64, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.opts.Scheme+"://"+addr+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(hdrCluster, t.clusterID())
+	req.Header.Set(hdrToken, t.token)
+	req.Header.Set(hdrFrom, strconv.FormatUint(t.local, 10))
+	if to != 0 {
+		req.Header.Set(hdrTo, strconv.FormatUint(to, 10))
+	}
+	return req, nil
+}
+
+func (t *HTTPTransport) sendSnapshot(p *httpPeer, msg []byte) {
+	ok := false
+	defer func() { t.recv.ReportSnapshot(p.id, ok) }()
+	frame := appendFrame(nil, [][]byte{msg})
+	ctx, cancel := context.WithTimeout(t.ctx, t.opts.SnapshotTimeout)
+	defer cancel()
+	req, err := t.newRequest(ctx, *p.addr.Load(), pathSnapshot, p.id, bytes.NewReader(frame))
+	if err != nil {
+		t.log.Error("snapshot request", "to", p.id, "err", err)
+		return
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		t.log.Warn("send snapshot", "to", p.id, "err", err)
+		return
+	}
+	defer resp.Body.Close()
+	if err := decodeErrorResponse(resp); err != nil {
+		t.log.Warn("snapshot refused", "to", p.id, "err", err)
+		return
+	}
+	ok = true
+}
+
+// Forward implements Transport.
+func (t *HTTPTransport) Forward(ctx context.Context, to uint64, fr *ForwardRequest) (*ForwardResponse, error) {
+	p := t.peer(to)
+	if p == nil || t.dropped(t.local, to) {
+		return nil, fmt.Errorf("%w: node %d", ErrUnreachable, to)
+	}
+	body := make([]byte, 0, 18+len(fr.Data))
+	force := byte(0)
+	if fr.Force {
+		force = 1
+	}
+	body = append(body, byte(fr.Kind), force)
+	body = append(body, fr.Key[:]...)
+	body = append(body, fr.Data...)
+	req, err := t.newRequest(ctx, *p.addr.Load(), pathPropose, to, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	var out ForwardResponse
+	if err := t.do(req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Join implements Transport.
+func (t *HTTPTransport) Join(ctx context.Context, helper string, jr *JoinRequest) (*JoinResponse, error) {
+	b, err := json.Marshal(jr)
+	if err != nil {
+		return nil, err
+	}
+	req, err := t.newRequest(ctx, helper, pathJoin, 0, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(hdrToken, jr.Token)
+	var out JoinResponse
+	if err := t.do(req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// do sends a request and decodes a JSON answer or a typed error.
+func (t *HTTPTransport) do(req *http.Request, out any) error {
+	resp, err := t.client.Do(req)
+	if err != nil {
+		if ctxErr := req.Context().Err(); ctxErr != nil {
+			return fmt.Errorf("%w: %w", ErrUnreachable, context.Cause(req.Context()))
+		}
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	defer resp.Body.Close()
+	if err := decodeErrorResponse(resp); err != nil {
+		return err
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, t.opts.MaxBodyBytes)).Decode(out); err != nil {
+		return fmt.Errorf("%w: response from %s: %w", ErrMalformed, req.URL.Host, err)
+	}
+	return nil
+}
+
+// httpPeer is the sender side of one peer: a bounded queue and one
+// goroutine that keeps a stream open and writes batches onto it.
+type httpPeer struct {
+	t      *HTTPTransport
+	id     uint64
+	addr   atomic.Pointer[string]
+	q      chan []byte
+	qbytes atomic.Int64
+	stop   chan struct{}
+	drain  chan struct{} // closed by RemovePeer: deliver the queue, then stop
+}
+
+// drained reports whether the peer was removed and its queue is empty.
+func (p *httpPeer) drained() bool {
+	select {
+	case <-p.drain:
+		return len(p.q) == 0
+	default:
+		return false
+	}
+}
+
+func (p *httpPeer) enqueue(b []byte) bool {
+	if uint64(p.qbytes.Load())+uint64(len(b)) > p.t.opts.QueueBytes {
+		return false
+	}
+	select {
+	case p.q <- b:
+		p.qbytes.Add(int64(len(b)))
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *httpPeer) dequeued(b []byte) { p.qbytes.Add(-int64(len(b))) }
+
+// run keeps one stream to the peer open while there is traffic, and backs
+// off after failures (dropping what is queued meanwhile: raft resends).
+func (p *httpPeer) run() {
+	defer func() {
+		p.t.mu.Lock()
+		delete(p.t.draining, p)
+		p.t.mu.Unlock()
+	}()
+	backoff := 10 * time.Millisecond
+	for {
+		var first []byte
+		select {
+		case <-p.stop:
+			return
+		case first = <-p.q:
+			p.dequeued(first)
+		case <-p.drain:
+			select {
+			case first = <-p.q:
+				p.dequeued(first)
+			default:
+				return // removed, and nothing left to deliver
+			}
+		}
+		err := p.stream(first)
+		select {
+		case <-p.stop:
+			return
+		case <-p.drain:
+			return // removed: what the stream did not deliver is dropped
+		default:
+		}
+		if err == nil {
+			backoff = 10 * time.Millisecond
+			continue
+		}
+		p.t.log.Debug("stream to peer ended", "to", p.id, "err", err)
+		p.t.recv.ReportUnreachable(p.id)
+		tc, stop := p.t.opts.Clock.NewTimer(backoff)
+		for waiting := true; waiting; {
+			select {
+			case <-p.stop:
+				stop()
+				return
+			case b := <-p.q: // peer down: drop
+				p.dequeued(b)
+			case <-tc:
+				waiting = false
+			}
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// stream opens a streaming POST and writes frames until the stream fails
+// or the peer is stopped. The peer's handler answers 200 as soon as it
+// accepts the stream and then reads frames until the body ends; a peer that
+// does not answer within HandshakeTimeout (a handler that is not ours, a
+// hung process) is treated as unreachable.
+//
+// The body is a streamBody: net/http's connection writer copies it with
+// WriteTo, so frames go from the queue to the socket on that goroutine,
+// with no pipe and no second goroutine handing each frame over.
+func (p *httpPeer) stream(first []byte) error {
+	ctx, cancel := context.WithCancel(p.t.ctx)
+	defer cancel()
+	body := &streamBody{p: p, ctx: ctx, accepted: make(chan struct{})}
+	body.pending = appendFrame(nil, [][]byte{first})
+	req, err := p.t.newRequest(ctx, *p.addr.Load(), pathStream, p.id, body)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = -1
+	endc := make(chan error, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		resp, err := p.t.client.Do(req)
+		if err == nil {
+			err = decodeErrorResponse(resp)
+			if err == nil {
+				close(body.accepted)
+				// The peer ends the stream by ending its answer.
+				_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+				if err == nil {
+					err = errors.New("stream closed by peer")
+				}
+			}
+			resp.Body.Close()
+		}
+		endc <- err
+	})
+	tc, stop := p.t.opts.Clock.NewTimer(p.t.opts.HandshakeTimeout)
+	select {
+	case <-body.accepted:
+		stop()
+	case err := <-endc:
+		stop()
+		return err
+	case <-tc:
+		return fmt.Errorf("no answer to the stream within %v", p.t.opts.HandshakeTimeout)
+	case <-p.stop:
+		stop()
+		return nil
+	}
+	drain := p.drain
+	var deadline <-chan time.Time
+	for {
+		select {
+		case <-p.stop:
+			return nil
+		case err := <-endc:
+			return err
+		case <-drain:
+			// Removed: the body ends once the queue is written; a peer
+			// that does not take it in time is cut off.
+			drain = nil
+			tc, stop := p.t.opts.Clock.NewTimer(p.t.opts.HandshakeTimeout)
+			defer stop()
+			deadline = tc
+		case <-deadline:
+			return errors.New("removed peer did not take its last messages in time")
+		}
+	}
+}

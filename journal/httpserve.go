@@ -1,0 +1,216 @@
+package journal
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// The serving side of the HTTP transport: the handler, the peer and
+// cluster checks every request passes, and one handler a path.
+
+// Handler serves the transport's endpoints (all under /raft/). It may be
+// mounted before the Journal using the transport is open (it answers 503
+// until then), which spares a joining node's peers a retry.
+func (t *HTTPTransport) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+pathStream, t.serveStream)
+	mux.HandleFunc("POST "+pathSnapshot, t.serveSnapshot)
+	mux.HandleFunc("POST "+pathPropose, t.servePropose)
+	mux.HandleFunc("POST "+pathJoin, t.serveJoin)
+	return mux
+}
+
+// checkPeer validates the identity headers of a peer request and returns
+// the sender's id.
+func (t *HTTPTransport) checkPeer(w http.ResponseWriter, r *http.Request) (uint64, bool) {
+	if !t.started.Load() || t.ctx.Err() != nil {
+		writeError(w, ErrClosed)
+		return 0, false
+	}
+	if !t.checkAuth(w, r, true) {
+		return 0, false
+	}
+	from, err := strconv.ParseUint(r.Header.Get(hdrFrom), 10, 64)
+	if err != nil || from == 0 {
+		writeError(w, fmt.Errorf("%w: bad %s header", ErrMalformed, hdrFrom))
+		return 0, false
+	}
+	if to, err := strconv.ParseUint(r.Header.Get(hdrTo), 10, 64); err != nil || to != t.local {
+		writeError(w, fmt.Errorf("%w: request for node %q reached node %d", ErrClusterMismatch, r.Header.Get(hdrTo), t.local))
+		return 0, false
+	}
+	if t.dropped(from, t.local) {
+		writeError(w, fmt.Errorf("%w: partitioned (test)", ErrUnreachable))
+		return 0, false
+	}
+	return from, true
+}
+
+func (t *HTTPTransport) checkAuth(w http.ResponseWriter, r *http.Request, needCluster bool) bool {
+	if needCluster && r.Header.Get(hdrCluster) != t.clusterID() {
+		writeError(w, fmt.Errorf("%w: cluster id %q, this node is in %q", ErrClusterMismatch, r.Header.Get(hdrCluster), t.clusterID()))
+		return false
+	}
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get(hdrToken)), []byte(t.token)) != 1 {
+		writeError(w, fmt.Errorf("%w: bad token", ErrClusterMismatch))
+		return false
+	}
+	return true
+}
+
+func (t *HTTPTransport) serveStream(w http.ResponseWriter, r *http.Request) {
+	// Full duplex: an early answer (a refusal) must not wait for the
+	// server to drain a body that never ends.
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex()
+	// The connection is not reusable after a stream that ended early: the
+	// peer may still be writing its body.
+	w.Header().Set("Connection", "close")
+	from, ok := t.checkPeer(w, r)
+	if !ok {
+		return
+	}
+	// End the stream when this transport closes: a read deadline in the
+	// past unblocks the body read.
+	stop := context.AfterFunc(t.ctx, func() { _ = rc.SetReadDeadline(aLongTimeAgo) })
+	defer stop()
+	// The first frame decides the answer: a bad one gets a 4xx; a good one
+	// gets 200 at once (the sender waits for it before it trusts the
+	// stream). Errors after that end the stream (logged; the sender
+	// reconnects).
+	accepted := false
+	fail := func(err error) {
+		if !accepted {
+			writeError(w, err)
+			return
+		}
+		t.log.Warn("stream from peer ended", "from", from, "err", err)
+		fmt.Fprintf(w, "error: %v\n", err)
+	}
+	var scratch []byte
+	for {
+		var msgs []*raftpb.Message
+		var err error
+		msgs, scratch, err = readFrame(r.Body, t.opts.MaxBodyBytes, scratch)
+		if err != nil {
+			switch {
+			case errors.Is(err, io.EOF) || t.ctx.Err() != nil || r.Context().Err() != nil:
+				if !accepted {
+					w.WriteHeader(http.StatusNoContent)
+				}
+			default:
+				fail(err)
+			}
+			return
+		}
+		if t.dropped(from, t.local) {
+			continue
+		}
+		for _, m := range msgs {
+			if m.GetFrom() != from || m.GetType() == raftpb.MsgSnap {
+				fail(fmt.Errorf("%w: message from %d (type %v) on the stream of node %d", ErrMalformed, m.GetFrom(), m.GetType(), from))
+				return
+			}
+		}
+		if err := t.recv.Receive(r.Context(), msgs); err != nil {
+			fail(err)
+			return
+		}
+		if !accepted {
+			accepted = true
+			w.WriteHeader(http.StatusOK)
+			_ = rc.Flush()
+		}
+	}
+}
+
+func (t *HTTPTransport) serveSnapshot(w http.ResponseWriter, r *http.Request) {
+	from, ok := t.checkPeer(w, r)
+	if !ok {
+		return
+	}
+	msgs, _, err := readFrame(http.MaxBytesReader(w, r.Body, t.opts.MaxBodyBytes+4), t.opts.MaxBodyBytes, nil)
+	if errors.Is(err, io.EOF) {
+		err = fmt.Errorf("%w: empty snapshot request", ErrMalformed)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(msgs) != 1 || msgs[0].GetType() != raftpb.MsgSnap || msgs[0].GetFrom() != from {
+		writeError(w, fmt.Errorf("%w: snapshot request must carry one MsgSnap from the sender", ErrMalformed))
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer context.AfterFunc(t.ctx, cancel)()
+	defer cancel()
+	if err := t.recv.Receive(ctx, msgs); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (t *HTTPTransport) servePropose(w http.ResponseWriter, r *http.Request) {
+	if _, ok := t.checkPeer(w, r); !ok {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, t.opts.MaxBodyBytes))
+	if err != nil {
+		writeError(w, fmt.Errorf("%w: %w", errTooLarge, err))
+		return
+	}
+	if len(body) < 18 {
+		writeError(w, fmt.Errorf("%w: proposal of %d bytes", ErrMalformed, len(body)))
+		return
+	}
+	fr := &ForwardRequest{Kind: ForwardKind(body[0]), Force: body[1] == 1, Data: body[18:]}
+	copy(fr.Key[:], body[2:18])
+	ctx, cancel := context.WithCancel(r.Context())
+	defer context.AfterFunc(t.ctx, cancel)()
+	defer cancel()
+	resp, err := t.recv.HandleForward(ctx, fr)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, resp)
+}
+
+func (t *HTTPTransport) serveJoin(w http.ResponseWriter, r *http.Request) {
+	if !t.started.Load() || t.ctx.Err() != nil {
+		writeError(w, ErrClosed)
+		return
+	}
+	if !t.checkAuth(w, r, false) {
+		return
+	}
+	var jr JoinRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&jr); err != nil {
+		writeError(w, fmt.Errorf("%w: join request: %w", ErrMalformed, err))
+		return
+	}
+	jr.Token = r.Header.Get(hdrToken)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer context.AfterFunc(t.ctx, cancel)()
+	defer cancel()
+	resp, err := t.recv.HandleJoin(ctx, &jr)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, resp)
+}
+
+// aLongTimeAgo is a read deadline in the past: the read it is set on fails
+// at once (net/http stops its own reads the same way).
+var aLongTimeAgo = time.Unix(1, 0)

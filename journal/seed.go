@@ -1,0 +1,133 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"github.com/metatree/metatree/internal/durable"
+	"path/filepath"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal/internal/raftstore"
+)
+
+// A new cluster can start from an image instead of from an empty log (a
+// restore): its log begins right after the image, as a node's does after it
+// installed a snapshot. raft's snapshot and truncation point are the
+// image's (index, term), the durable commit is the image's index, and the
+// membership as of it names the new node alone. Open then restarts the
+// node as it restarts any other: it loads the image, raft starts from its
+// index, and every replica that joins later, every restart and every
+// checkpoint sees the state the image holds followed by the log, exactly as
+// if the log before it had been replayed.
+
+// SeedConfig describes a data dir that Seed prepares.
+type SeedConfig struct {
+	// FS is the filesystem (default: the OS, vfs.Default).
+	FS vfs.FS
+	// Dir is the data dir. It must hold no VERSION file and no journal.
+	Dir string
+	// ID and Addr are the new cluster's first node, its only voter.
+	ID   uint64
+	Addr string
+	// ClusterID is the new cluster's id (the image must carry the same).
+	// Token is its join token (empty: none).
+	ClusterID string
+	Token     string
+	// Index and Term are the image's: its index becomes the log's
+	// truncation point, the first entry is Index+1.
+	Index, Term uint64
+	// Membership is the blob the image carries, from NewClusterMembership.
+	Membership []byte
+}
+
+// NewClusterMembership returns the membership blob of an image that a new
+// cluster starts from: node id at addr is its only voter, as of index. It
+// keeps the idempotency keys of the dedupe window that the old image's
+// blob (oldMembership; nil: none) carries, so that a client retrying a
+// write across the restore is not applied twice.
+func NewClusterMembership(oldMembership []byte, index, id uint64, addr string) ([]byte, error) {
+	if id == 0 || addr == "" || index == 0 {
+		return nil, errors.New("journal: new cluster membership: id, addr and a non-zero index are required")
+	}
+	m := newMembership()
+	if len(oldMembership) > 0 {
+		old, err := decodeMembership(oldMembership)
+		if err != nil {
+			return nil, fmt.Errorf("journal: new cluster membership: the image's: %w", err)
+		}
+		m.Keys = old.Keys
+	}
+	m.Index = index
+	m.Voters = []uint64{id}
+	m.Members[id] = Member{ID: id, Addr: addr, Role: Follower}
+	return m.encode(), nil
+}
+
+// Seed writes the journal part of a data dir from which Open starts node
+// cfg.ID as the only voter of a new cluster whose state is the image at
+// cfg.Index: the Pebble log (raft's snapshot and truncation point at the
+// image, the HardState committing it, the membership record), MEMBERS,
+// ROLE, and VERSION last, each synced. The caller writes the image into
+// Dir/image first; Open refuses to start without it. A crash before VERSION
+// leaves a dir that Open refuses ("a journal but no VERSION"): build the
+// dir aside and rename it into place to make the whole restore atomic.
+func Seed(cfg SeedConfig) error {
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	switch {
+	case cfg.Dir == "" || cfg.ID == 0 || cfg.Addr == "" || cfg.ClusterID == "":
+		return errors.New("journal: seed: Dir, ID, Addr and ClusterID are required")
+	case cfg.Index == 0 || cfg.Term == 0:
+		return fmt.Errorf("journal: seed: the image's index (%d) and term (%d) must be non-zero", cfg.Index, cfg.Term)
+	}
+	m, err := decodeMembership(cfg.Membership)
+	if err != nil {
+		return fmt.Errorf("journal: seed: %w", err)
+	}
+	if m.Index != cfg.Index || len(m.Voters) != 1 || m.Voters[0] != cfg.ID || len(m.Learner) != 0 {
+		return fmt.Errorf("journal: seed: the membership must name node %d alone as of index %d (use NewClusterMembership)", cfg.ID, cfg.Index)
+	}
+	if _, ok, err := readKV(cfg.FS, filepath.Join(cfg.Dir, "VERSION")); err != nil {
+		return err
+	} else if ok {
+		return fmt.Errorf("journal: seed: %s already holds a VERSION file", cfg.Dir)
+	}
+	if err := durable.MkdirAll(cfg.FS, cfg.Dir); err != nil {
+		return fmt.Errorf("journal: seed: create %s: %w", cfg.Dir, err)
+	}
+	store, err := raftstore.Open(raftstore.Options{FS: cfg.FS, Dir: filepath.Join(cfg.Dir, "journal")})
+	if err != nil {
+		return fmt.Errorf("journal: seed: %w", err)
+	}
+	defer store.Close()
+	if last, err := store.LastIndex(); err != nil || last != 0 {
+		return fmt.Errorf("journal: seed: %s already holds a journal (last index %d)", cfg.Dir, last)
+	}
+	// The record first, unsynced: the synced Append after it carries it to
+	// disk (one Pebble WAL, in order).
+	if err := store.SaveMembership(cfg.Index, cfg.Membership); err != nil {
+		return fmt.Errorf("journal: seed: %w", err)
+	}
+	snap := raftpb.EnsureSnapshot(&raftpb.Snapshot{
+		Data:     cfg.Membership,
+		Metadata: &raftpb.SnapshotMetadata{Index: new(cfg.Index), Term: new(cfg.Term), ConfState: m.confState()},
+	})
+	hs := &raftpb.HardState{Term: new(cfg.Term), Commit: new(cfg.Index)}
+	if err := store.Append(hs, nil, snap, true); err != nil {
+		return fmt.Errorf("journal: seed: write the log's start at %d: %w", cfg.Index, err)
+	}
+	if err := store.Close(); err != nil {
+		return fmt.Errorf("journal: seed: %w", err)
+	}
+	c := m.clone()
+	if err := writeFileSynced(cfg.FS, cfg.Dir, membersFile, c.encode()); err != nil {
+		return err
+	}
+	if err := writeKV(cfg.FS, cfg.Dir, "ROLE", [][2]string{{"role", Follower.String()}}); err != nil {
+		return err
+	}
+	return writeVersion(cfg.FS, cfg.Dir, cfg.ClusterID, cfg.Token, cfg.ID)
+}

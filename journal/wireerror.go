@@ -1,0 +1,89 @@
+package journal
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// Wire errors: how the serving side writes an error as JSON with a code,
+// and how the sending side turns that response back into the sentinel.
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Wire error codes: a typed error crosses the wire as a code, and comes
+// back as the same sentinel.
+var errorCodes = []struct {
+	code   string
+	err    error
+	status int
+}{
+	{"too_large", errTooLarge, http.StatusRequestEntityTooLarge},
+	{"entry_too_large", ErrTooLarge, http.StatusRequestEntityTooLarge},
+	{"malformed", ErrMalformed, http.StatusBadRequest},
+	{"cluster_mismatch", ErrClusterMismatch, http.StatusForbidden},
+	{"role_mismatch", ErrRoleMismatch, http.StatusConflict},
+	{"unsafe_removal", ErrUnsafeRemoval, http.StatusConflict},
+	{"not_caught_up", ErrNotCaughtUp, http.StatusConflict},
+	{"unknown_member", ErrUnknownMember, http.StatusGone},
+	{"not_leader", ErrNotLeader, http.StatusMisdirectedRequest},
+	{"no_leader", ErrNoLeader, http.StatusServiceUnavailable},
+	{"busy", ErrBusy, http.StatusServiceUnavailable},
+	{"unreachable", ErrUnreachable, http.StatusServiceUnavailable},
+	{"halted", ErrHalted, http.StatusServiceUnavailable},
+	{"closed", ErrClosed, http.StatusServiceUnavailable},
+	{"stale", ErrStale, http.StatusServiceUnavailable},
+}
+
+type wireError struct {
+	Code  string `json:"code"`
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status, code := http.StatusInternalServerError, "internal"
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		status, code = http.StatusRequestEntityTooLarge, "too_large"
+	} else {
+		for _, c := range errorCodes {
+			if errors.Is(err, c.err) {
+				status, code = c.status, c.code
+				break
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(wireError{Code: code, Error: err.Error()})
+}
+
+// decodeErrorResponse turns a non-2xx answer into an error wrapping the
+// sentinel its code names.
+func decodeErrorResponse(resp *http.Response) error {
+	if resp.StatusCode/100 == 2 {
+		return nil
+	}
+	var we wireError
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&we)
+	for _, c := range errorCodes {
+		if c.code == we.Code {
+			// The remote text usually starts with the sentinel's own.
+			detail := strings.TrimPrefix(strings.TrimPrefix(we.Error, c.err.Error()), ": ")
+			if c.err == ErrClosed {
+				return fmt.Errorf("%w: remote %w: %s", ErrUnreachable, ErrClosed, detail)
+			}
+			if detail == "" {
+				return fmt.Errorf("remote: %w", c.err)
+			}
+			return fmt.Errorf("remote: %w: %s", c.err, detail)
+		}
+	}
+	return fmt.Errorf("remote: HTTP %d: %s", resp.StatusCode, we.Error)
+}
