@@ -18,6 +18,10 @@ var (
 	// go on under the staleness guard (ErrStale once StaleAfter passes).
 	// Errors wrapping it wrap ErrClosed too.
 	ErrHalted = errors.New("journal: halted by a storage failure (restart the node)")
+	// ErrNoSpace: the data dir's disk is nearly full (free space under
+	// Config.ReserveBytes); the write is refused, and writes resume by
+	// themselves once space is freed.
+	ErrNoSpace = errors.New("journal: no space left on the data dir's disk")
 	// ErrClosed: the journal was closed.
 	ErrClosed = errors.New("journal: closed")
 	// ErrClusterMismatch: a request or a data dir belongs to another cluster

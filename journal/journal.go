@@ -26,6 +26,7 @@ import (
 type Journal struct {
 	cfg   Config
 	log   *slog.Logger
+	space *spaceGuard // refuses writes while the disk is nearly full
 	id    uint64
 	cid   atomic.Pointer[string] // cluster id (set once, before or during Open)
 	token string
@@ -198,6 +199,10 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	}
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.commitCh = make(chan struct{})
+	j.space = newSpaceGuard(fs, cfg.Dir, cfg.ReserveBytes, cfg.BallastBytes, j.log)
+	if err := j.space.check(); err != nil {
+		j.log.Warn("free space check failed", "err", err)
+	}
 	j.mu.appliedCh = make(chan struct{})
 	j.mu.waiters = map[[16]byte][]chan applyResult{}
 	j.mu.membership = newMembership()
@@ -343,6 +348,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	j.state.Store(uint32(raft.StateFollower))
 
 	j.wg.Go(j.run)
+	j.wg.Go(j.watchSpace)
 	j.wg.Go(j.appendLoop)
 	j.wg.Go(j.applyLoop)
 	if r, ok := cfg.Snapshots.(ImageRequester); ok {

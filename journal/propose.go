@@ -52,6 +52,10 @@ func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOptio
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, fmt.Errorf("journal: propose: %w", err)
 	}
+	if err := j.space.refuse(); err != nil {
+		j.metrics.proposalsFailed.Add(1)
+		return 0, nil, fmt.Errorf("journal: propose: %w", err)
+	}
 	if !o.hasKey {
 		o.key = uuid.New()
 	}
@@ -382,6 +386,9 @@ func (j *Journal) HandleForward(ctx context.Context, req *ForwardRequest) (*Forw
 	switch req.Kind {
 	case ForwardData:
 		if err := j.checkEntrySize(len(req.Data)); err != nil {
+			return nil, err
+		}
+		if err := j.space.refuse(); err != nil {
 			return nil, err
 		}
 		p = &proposal{data: encodeUser(req.Key, req.Data)}

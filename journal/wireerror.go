@@ -36,6 +36,7 @@ var errorCodes = []struct {
 	{"no_leader", ErrNoLeader, http.StatusServiceUnavailable},
 	{"busy", ErrBusy, http.StatusServiceUnavailable},
 	{"unreachable", ErrUnreachable, http.StatusServiceUnavailable},
+	{"no_space", ErrNoSpace, http.StatusInsufficientStorage},
 	{"halted", ErrHalted, http.StatusServiceUnavailable},
 	{"closed", ErrClosed, http.StatusServiceUnavailable},
 	{"stale", ErrStale, http.StatusServiceUnavailable},

@@ -103,6 +103,8 @@ func apiError(err error) error {
 		return httpjson.Errorf(http.StatusConflict, "unsafe_removal", "%v", err)
 	case errors.Is(err, catalog.ErrNotFound), errors.Is(err, heartbeat.ErrNotFound), errors.Is(err, journal.ErrUnknownMember):
 		return httpjson.Errorf(http.StatusNotFound, "not_found", "%v", err)
+	case errors.Is(err, journal.ErrNoSpace):
+		return httpjson.Errorf(http.StatusInsufficientStorage, "no_space", "%v", err)
 	case errors.Is(err, catalog.ErrQuota):
 		return httpjson.Errorf(http.StatusInsufficientStorage, "quota", "%v", err)
 	case errors.Is(err, catalog.ErrConflict):

@@ -25,6 +25,7 @@ func TestAPIErrorsOfFaults(t *testing.T) {
 		code   string
 	}{
 		{fmt.Errorf("%w: the batch would leave 5 nodes (quota 4)", catalog.ErrQuota), http.StatusInsufficientStorage, "quota"},
+		{fmt.Errorf("journal: propose: %w: 1 bytes free", journal.ErrNoSpace), http.StatusInsufficientStorage, "no_space"},
 		{fmt.Errorf("%w: %w: sync journal/000002.log: io", journal.ErrClosed, fmt.Errorf("%w: x", journal.ErrHalted)), http.StatusServiceUnavailable, "halted"},
 	} {
 		var he *httpjson.Error
