@@ -27,6 +27,9 @@ type Journal struct {
 	cfg   Config
 	log   *slog.Logger
 	space *spaceGuard // refuses writes while the disk is nearly full
+	// stamps is the clock of the staleness guard: wall time at Open,
+	// advanced monotonically.
+	stamps stampClock
 	id    uint64
 	cid   atomic.Pointer[string] // cluster id (set once, before or during Open)
 	token string
@@ -199,6 +202,7 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 	}
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.commitCh = make(chan struct{})
+	j.stamps = newStampClock(cfg.Clock)
 	j.space = newSpaceGuard(fs, cfg.Dir, cfg.ReserveBytes, cfg.BallastBytes, j.log)
 	if err := j.space.check(); err != nil {
 		j.log.Warn("free space check failed", "err", err)
@@ -634,13 +638,15 @@ func (j *Journal) Leadership() <-chan struct{} {
 // otherwise (no timestamp replayed yet counts as stale). It compares the
 // last leader timestamp replayed here with the local clock, so the nodes'
 // clocks must agree to well within StaleAfter (as Doris's
-// meta_delay_toleration_second assumes).
+// meta_delay_toleration_second assumes) when their processes start; both
+// sides then advance by the monotonic clock (stampClock), so a later step
+// of either wall clock changes nothing.
 func (j *Journal) CheckFresh() error {
 	ts := j.lastTS.Load()
 	if ts == 0 {
 		return fmt.Errorf("%w: no leader timestamp replayed yet", ErrStale)
 	}
-	age := j.cfg.Clock.Now().Sub(time.Unix(0, ts))
+	age := j.stamps.now().Sub(time.Unix(0, ts))
 	if age > j.cfg.StaleAfter {
 		return fmt.Errorf("%w: last leader timestamp is %v old (tolerance %v)", ErrStale, age.Round(time.Millisecond), j.cfg.StaleAfter)
 	}

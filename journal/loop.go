@@ -100,7 +100,7 @@ func (j *Journal) run() {
 		// The leader journals its clock every StaleAfter/2, and at once
 		// when it takes over.
 		if j.state.Load() == uint32(raft.StateLeader) {
-			now := j.cfg.Clock.Now().UnixNano()
+			now := j.stamps.now().UnixNano()
 			if now-lastStamp >= int64(staleEvery) {
 				// Dropped (uncommitted limit, transfer): retried next time.
 				if j.rn.Propose(encodeTimestamp(now)) == nil {
@@ -115,7 +115,7 @@ func (j *Journal) run() {
 		}
 		err = j.handleReady(j.rn.Ready())
 		if err == nil && lastStamp == 0 && j.state.Load() == uint32(raft.StateLeader) {
-			now := j.cfg.Clock.Now().UnixNano()
+			now := j.stamps.now().UnixNano()
 			if j.rn.Propose(encodeTimestamp(now)) == nil {
 				lastStamp = now
 			}
