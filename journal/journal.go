@@ -30,10 +30,10 @@ type Journal struct {
 	// stamps is the clock of the staleness guard: wall time at Open,
 	// advanced monotonically.
 	stamps stampClock
-	id    uint64
-	cid   atomic.Pointer[string] // cluster id (set once, before or during Open)
-	token string
-	role  atomic.Uint32 // Role as recorded in ROLE (changes on promotion)
+	id     uint64
+	cid    atomic.Pointer[string] // cluster id (set once, before or during Open)
+	token  string
+	role   atomic.Uint32 // Role as recorded in ROLE (changes on promotion)
 
 	store *raftstore.Store
 	tr    Transport
