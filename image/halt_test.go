@@ -43,7 +43,10 @@ func TestFailedImageSyncHaltsTheStore(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := vfs.NewMem()
 			fault := &syncFault{path: tc.path}
-			s := openStore(t, errorfs.Wrap(mem, fault), "/data", newKV())
+			var halts []error
+			s := openStore(t, errorfs.Wrap(mem, fault), "/data", newKV(), func(c *Config) {
+				c.OnHalt = func(err error) { halts = append(halts, err) }
+			})
 			writeKV(t, s, 10)
 
 			fault.armed.Store(true)
@@ -59,6 +62,8 @@ func TestFailedImageSyncHaltsTheStore(t *testing.T) {
 			fault.armed.Store(false)
 			_, err = s.Write(context.Background(), Header{Index: 30, Term: 1, Membership: []byte("m")}, newKV().Save)
 			require.ErrorIs(t, err, ErrHalted, "no write after the halt, though the disk works again")
+			require.Len(t, halts, 1, "OnHalt is called once")
+			require.ErrorIs(t, halts[0], errorfs.ErrInjected)
 			_, err = s.Verify(10)
 			require.NoError(t, err, "durable images are still served")
 			require.NoError(t, s.Close())

@@ -52,6 +52,11 @@ type Config struct {
 	// Token is the cluster's join token: sent with every fetch and required
 	// of every request to the Handler. Empty means no token.
 	Token string
+	// OnHalt, if set, is called once, on the goroutine whose fsync or
+	// rename failed, when the Store halts (ErrHalted). The images share
+	// the disk with the journal: a host stops the node's writes there too
+	// (journal.Journal.Halt).
+	OnHalt func(err error)
 	// Keep is how many images to keep. The default is 2; at least 1.
 	Keep int
 	// HTTPClient fetches images from peers. The default is a client with no
@@ -495,8 +500,13 @@ func (s *Store) renameDurably(from, to string) error {
 // wins) and returns it marked with ErrHalted.
 func (s *Store) halt(cause error) error {
 	err := fmt.Errorf("%w: %w", ErrHalted, cause)
-	s.halted.CompareAndSwap(nil, &err)
+	if !s.halted.CompareAndSwap(nil, &err) {
+		return err
+	}
 	s.logger.Error("image store halted: restart the node", "err", err)
+	if s.cfg.OnHalt != nil {
+		s.cfg.OnHalt(err)
+	}
 	return err
 }
 

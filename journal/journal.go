@@ -616,6 +616,8 @@ func (j *Journal) Status() Status {
 	}
 	if e := j.failed.Load(); e != nil {
 		st.Err = *e
+	} else if err := j.store.Halted(); err != nil {
+		st.Err = haltCause(err) // the loop is stopping
 	}
 	j.mu.Lock()
 	st.Members = j.mu.membership.list()

@@ -52,7 +52,7 @@ func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOptio
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, fmt.Errorf("journal: propose: %w", err)
 	}
-	if err := j.space.refuse(); err != nil {
+	if err := j.writable(); err != nil {
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, fmt.Errorf("journal: propose: %w", err)
 	}
@@ -388,7 +388,7 @@ func (j *Journal) HandleForward(ctx context.Context, req *ForwardRequest) (*Forw
 		if err := j.checkEntrySize(len(req.Data)); err != nil {
 			return nil, err
 		}
-		if err := j.space.refuse(); err != nil {
+		if err := j.writable(); err != nil {
 			return nil, err
 		}
 		p = &proposal{data: encodeUser(req.Key, req.Data)}

@@ -66,6 +66,9 @@ type Frontend struct {
 	tree     *catalog.Tree
 	images   *image.Store
 	journal  *journal.Journal
+	// halter is the journal once open: an image write whose fsync fails
+	// (on the disk the journal shares) halts it (image.Config.OnHalt).
+	halter atomic.Pointer[journal.Journal]
 	ckpt     *image.Checkpointer
 	registry *cancel.Registry
 	members  *heartbeat.Membership
@@ -143,7 +146,12 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		_ = f.srv.Serve(f.ln)
 	}()
 
-	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, Logger: cfg.Logger})
+	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, Logger: cfg.Logger,
+		OnHalt: func(err error) {
+			if j := f.halter.Load(); j != nil {
+				j.Halt(err)
+			}
+		}})
 	if err != nil {
 		return nil, err
 	}
@@ -160,6 +168,10 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	f.halter.Store(f.journal)
+	if err := f.images.Halted(); err != nil {
+		f.journal.Halt(err) // an image write failed while the journal opened
 	}
 	if err := f.images.SetClusterID(f.journal.Status().ClusterID); err != nil {
 		return nil, err

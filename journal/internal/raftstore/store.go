@@ -291,6 +291,11 @@ func (s *Store) Close() error {
 // ErrHalted), or nil.
 func (s *Store) Halted() error { return s.halt.check() }
 
+// Halt halts the store for a failure the host saw on the same disk (an
+// image write): it refuses every write from then on, as after a failure
+// of its own.
+func (s *Store) Halt(cause error) { s.halt.record(cause) }
+
 // HaltedCh returns a channel closed when the store halts.
 func (s *Store) HaltedCh() <-chan struct{} { return s.halt.done }
 
