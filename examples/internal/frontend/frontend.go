@@ -63,12 +63,12 @@ type Frontend struct {
 	logger *slog.Logger
 	epoch  heartbeat.Epoch
 
-	tree     *catalog.Tree
-	images   *image.Store
-	journal  *journal.Journal
+	tree    *catalog.Tree
+	images  *image.Store
+	journal *journal.Journal
 	// halter is the journal once open: an image write whose fsync fails
 	// (on the disk the journal shares) halts it (image.Config.OnHalt).
-	halter atomic.Pointer[journal.Journal]
+	halter   atomic.Pointer[journal.Journal]
 	ckpt     *image.Checkpointer
 	registry *cancel.Registry
 	members  *heartbeat.Membership
