@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,4 +100,40 @@ func TestFullDiskOnARealFilesystem(t *testing.T) {
 	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
 	require.True(t, n.sm.has("a") && n.sm.has("c"), "acknowledged writes survive: %v", n.sm.values())
 	require.False(t, n.sm.has("b"))
+}
+
+// TestWALMeetsENOSPCOnARealFilesystem: with the guard off, a write that
+// meets a full disk in Pebble's WAL halts the node (no panic, no exit),
+// and once space is freed the restarted node opens with every
+// acknowledged write and takes writes again.
+func TestWALMeetsENOSPCOnARealFilesystem(t *testing.T) {
+	mnt := tmpfs.Mount(t, 48<<20)
+	c := newCluster(t)
+	n := c.listen(1)
+	n.dir = filepath.Join(mnt, "data")
+	noGuard := func(cfg *Config) { cfg.ReserveBytes = -1 }
+	require.NoError(t, c.open(n, func(cfg *Config) { cfg.Bootstrap = true; noGuard(cfg) }))
+	c.waitLeader(1)
+	propose(t, n, "a")
+
+	filler := filepath.Join(mnt, "filler")
+	tmpfs.Fill(t, filler)
+	var err error
+	for i := 0; err == nil && i < 1000; i++ {
+		// Pebble preallocates its WAL: the first writes may still fit.
+		_, _, err = n.j.Propose(ctxT(t, 5*time.Second), make([]byte, 64<<10))
+	}
+	require.ErrorIs(t, err, ErrHalted)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.ErrorIs(t, n.j.Status().Err, ErrHalted)
+
+	j := n.j
+	n.j = nil
+	_ = j.Close() // may repeat the failure; it must return
+	require.NoError(t, os.Remove(filler))
+	n.sm = newMemSM()
+	require.NoError(t, c.open(n, noGuard))
+	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	require.True(t, n.sm.has("a"), "acknowledged writes survive")
+	propose(t, n, "c")
 }
