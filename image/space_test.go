@@ -2,8 +2,12 @@ package image
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -44,4 +48,52 @@ func TestImageWriteOnAFullDisk(t *testing.T) {
 	idx, err := s2.Indexes()
 	require.NoError(t, err)
 	require.Equal(t, []uint64{30, 10}, idx)
+}
+
+// TestFetchOnAFullDisk: a download that meets ENOSPC on a real filesystem
+// fails with it, leaves no partial download, installs nothing and does
+// not halt the Store; once space is freed the same fetch succeeds.
+func TestFetchOnAFullDisk(t *testing.T) {
+	ctx := context.Background()
+	src := newKV()
+	for i := uint64(1); i <= 4000; i++ {
+		src.Apply(i, fmt.Appendf(nil, "k%05d=%s", i, strings.Repeat("x", 1000)))
+	}
+	from := openStore(t, vfs.Default, t.TempDir(), newKV())
+	info, err := from.Write(ctx, Header{Index: 4000, Term: 1, Membership: []byte("m")}, src.Save)
+	require.NoError(t, err)
+	srv := httptest.NewServer(from.Handler())
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	mnt := tmpfs.Mount(t, 8<<20)
+	live := newKV()
+	to := openStore(t, vfs.Default, filepath.Join(mnt, "data"), live)
+	filler := filepath.Join(mnt, "filler")
+	tmpfs.Fill(t, filler)
+	require.NoError(t, os.Truncate(filler, fillerKeep(t, filler, info.Size/2)))
+
+	err = to.Fetch(ctx, addr, 4000)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.NoError(t, to.Halted(), "ENOSPC fails the download, not the Store")
+	names, err := vfs.Default.List(to.Dir())
+	require.NoError(t, err)
+	for _, name := range names {
+		require.False(t, strings.HasPrefix(name, "image."), "no partial download is left: %v", names)
+	}
+	require.Empty(t, live.snapshot(), "nothing installed")
+
+	require.NoError(t, os.Remove(filler))
+	require.NoError(t, to.Fetch(ctx, addr, 4000))
+	require.NoError(t, to.Install(ctx, 4000))
+	require.Equal(t, src.snapshot(), live.snapshot())
+}
+
+// fillerKeep returns the filler's size less free bytes, so that free bytes
+// become available once it is truncated to it.
+func fillerKeep(t *testing.T, filler string, free int64) int64 {
+	t.Helper()
+	st, err := os.Stat(filler)
+	require.NoError(t, err)
+	return max(0, st.Size()-free)
 }
