@@ -152,10 +152,7 @@ func (s *Store) load() error {
 		if !empty {
 			return fmt.Errorf("%w: keys present but no m/fmt (not a raftstore?)", ErrCorrupt)
 		}
-		if err := s.db.Set(keyFormat, []byte{formatVersion}, pebble.Sync); err != nil {
-			return fmt.Errorf("write m/fmt: %w", s.halted(err))
-		}
-		if err := s.halt.check(); err != nil {
+		if err := s.set(keyFormat, []byte{formatVersion}, pebble.Sync); err != nil {
 			return fmt.Errorf("write m/fmt: %w", err)
 		}
 		s.syncs.Add(1)
@@ -316,6 +313,18 @@ func (s *Store) HardState() *raftpb.HardState {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return proto.Clone(s.mu.hs).(*raftpb.HardState)
+}
+
+// set writes one key as commit writes a batch: refused once halted, and
+// failed if the store halted while Pebble wrote it.
+func (s *Store) set(key, value []byte, opts *pebble.WriteOptions) error {
+	if err := s.halt.check(); err != nil {
+		return err
+	}
+	if err := s.db.Set(key, value, opts); err != nil {
+		return s.halted(err)
+	}
+	return s.halt.check()
 }
 
 // commit commits b (syncing if sync) and counts the sync.

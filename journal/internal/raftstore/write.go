@@ -204,14 +204,8 @@ func (s *Store) SetSnapshot(snap *raftpb.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("raftstore: set snapshot %d: encode: %w", idx, err)
 	}
-	if err := s.halt.check(); err != nil {
-		return err
-	}
-	if err := s.db.Set(keySnapshot, v, pebble.Sync); err != nil {
-		return fmt.Errorf("raftstore: set snapshot %d: %w", idx, s.halted(err))
-	}
-	if err := s.halt.check(); err != nil {
-		return err
+	if err := s.set(keySnapshot, v, pebble.Sync); err != nil {
+		return fmt.Errorf("raftstore: set snapshot %d: %w", idx, err)
 	}
 	s.syncs.Add(1)
 	s.mu.Lock()
@@ -293,14 +287,8 @@ func (s *Store) SaveMembership(index uint64, blob []byte) error {
 	if err := s.halt.check(); err != nil {
 		return err
 	}
-	if err := s.halt.check(); err != nil {
-		return err
-	}
-	if err := s.db.Set(confKey(index), blob, pebble.NoSync); err != nil {
-		return fmt.Errorf("raftstore: save membership at %d: %w", index, s.halted(err))
-	}
-	if err := s.halt.check(); err != nil {
-		return err
+	if err := s.set(confKey(index), blob, pebble.NoSync); err != nil {
+		return fmt.Errorf("raftstore: save membership at %d: %w", index, err)
 	}
 	return nil
 }
