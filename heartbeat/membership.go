@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,11 +43,20 @@ type Config struct {
 	Tree *catalog.Tree
 	// Journal proposes transitions and tells leadership. Required.
 	Journal Journal
+	// Token is the cluster's token: sent with every heartbeat (members
+	// started with it refuse heartbeats without it) and required of the
+	// heartbeats this frontend answers. Default: none.
+	Token string
+	// TLS, when set, is the client side of mutual TLS: the default Client
+	// dials members with it, the default Endpoint is https, and this
+	// frontend's responder requires a verified certificate naming the
+	// leader (ResponderConfig.PeerCerts). Default: none.
+	TLS *tls.Config
 	// Client sends heartbeats. Default: a client with keep-alive
 	// connections, no overall timeout (each request has Timeout).
 	Client *http.Client
 	// Endpoint maps a member to its heartbeat URL. Default:
-	// "http://" + Addr + Path.
+	// "http://" + Addr + Path ("https://" with TLS).
 	Endpoint func(Member) string
 	// Interval between heartbeat rounds. Default 1 s.
 	Interval time.Duration
@@ -118,10 +128,15 @@ func (c *Config) fill() error {
 		// redial most of a large cluster.
 		tr.MaxIdleConns = 0
 		tr.MaxIdleConnsPerHost = 2
+		tr.TLSClientConfig = c.TLS
 		c.Client = &http.Client{Transport: tr}
 	}
 	if c.Endpoint == nil {
-		c.Endpoint = func(m Member) string { return "http://" + m.Addr + Path }
+		scheme := "http://"
+		if c.TLS != nil {
+			scheme = "https://"
+		}
+		c.Endpoint = func(m Member) string { return scheme + m.Addr + Path }
 	}
 	return nil
 }
@@ -157,7 +172,7 @@ func New(cfg Config) (*Membership, error) {
 	}
 	m := &Membership{cfg: cfg, log: cfg.Logger, metrics: newMetrics()}
 	var err error
-	m.responder, err = NewResponder(ResponderConfig{ID: cfg.ID, Epoch: cfg.Epoch, Cluster: cfg.Cluster, Version: cfg.Version, Clock: cfg.Clock, Logger: cfg.Logger})
+	m.responder, err = NewResponder(ResponderConfig{ID: cfg.ID, Epoch: cfg.Epoch, Cluster: cfg.Cluster, Version: cfg.Version, Token: cfg.Token, PeerCerts: cfg.TLS != nil, Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +278,7 @@ func (m *Membership) applyChange(ev catalog.Event) {
 		m.mu.Unlock()
 		return
 	}
-	if !had && after == nil { // deleted before we ever read it
+	if !had && after == nil { // deleted before it was ever read
 		m.mu.Unlock()
 		return
 	}

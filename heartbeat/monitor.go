@@ -244,7 +244,7 @@ func (mo *monitor) probe(ctx context.Context, term, pauses uint64, common []byte
 	var typ EventType
 	switch {
 	case errors.Is(err, errLowerTerm):
-		// The member has seen a newer leader: we are deposed. Not a miss.
+		// The member has seen a newer leader: this leader is deposed. Not a miss.
 		mo.m.log.Warn("heartbeat: member saw a higher term", "member", r.ID, "term", term)
 	case err != nil:
 		if mo.mu.pauses != pauses || now.Sub(start) > mo.cfg.Timeout+mo.cfg.Interval/2 {
@@ -314,7 +314,7 @@ func (mo *monitor) journal(ctx context.Context, term uint64, cur Member, next *M
 		mo.stats.transitions.Add(1)
 		mo.m.log.Info("heartbeat: transition journaled", "member", cur.ID, "type", typ.String(), "epoch", next.Epoch.String(), "generation", next.Generation)
 	case errors.As(err, &opErr) && opErr.Op == 0:
-		// A newer leader claimed the monitor: we are fenced. Re-claiming
+		// A newer leader claimed the monitor: this one is fenced. Re-claiming
 		// will see its term and stop.
 		mo.m.log.Warn("heartbeat: transition fenced by a newer leader", "member", cur.ID, "err", err)
 		mo.mu.Lock()
@@ -351,6 +351,9 @@ func (mo *monitor) send(ctx context.Context, r Member, term uint64, common []byt
 		return Epoch{}, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	if mo.cfg.Token != "" {
+		hreq.Header.Set(TokenHeader, mo.cfg.Token)
+	}
 	resp, err := mo.cfg.Client.Do(hreq)
 	if err != nil {
 		return Epoch{}, err

@@ -23,6 +23,14 @@ type ResponderConfig struct {
 	Epoch Epoch
 	// Cluster, when set, refuses heartbeats from another cluster.
 	Cluster string
+	// Token, when set, is required of every heartbeat (header
+	// TokenHeader, compared in constant time): the cluster's token, which
+	// the leader's Config.Token sends. Default: none.
+	Token string
+	// PeerCerts requires every heartbeat to arrive over TLS with a client
+	// certificate, verified by the serving host against the cluster's CA,
+	// that names the heartbeat's leader (URI SAN metatree://node/<id>).
+	PeerCerts bool
 	// OnEvent receives frontend events (Added, Restarted, Dead, Alive,
 	// Removed) derived from the leader's frontend lists, in order, one call
 	// at a time. It runs on the request's goroutine before the response is
@@ -55,6 +63,8 @@ type Responder struct {
 	clock Clock
 	log   *slog.Logger
 	term  atomic.Uint64 // highest term seen
+	// refused counts heartbeats refused for their credential.
+	refused atomic.Uint64
 
 	mu struct {
 		sync.Mutex
@@ -133,9 +143,11 @@ func (r *Responder) Frontends() []FrontendEpoch {
 	return out
 }
 
-// ServeHTTP answers one heartbeat: 200 with a Response; 409 when refused
-// (lower term, other cluster, other member); 400 for a malformed body; 413
-// when it is too large; 405 for a method other than POST.
+// ServeHTTP answers one heartbeat: 200 with a Response; 403 without the
+// credential the config requires (token or certificate), which changes
+// nothing here; 409 when refused (lower term, other cluster, other
+// member); 400 for a malformed body; 413 when it is too large; 405 for a
+// method other than POST.
 func (r *Responder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -150,6 +162,10 @@ func (r *Responder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusBadRequest, rejection{Error: err.Error()})
+		return
+	}
+	if err := r.authenticate(req, &hb); err != nil {
+		writeJSON(w, http.StatusForbidden, rejection{Error: err.Error()})
 		return
 	}
 	status, body := r.handle(&hb)

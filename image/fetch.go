@@ -69,7 +69,7 @@ func (s *Store) fetch(ctx context.Context, addr string, index uint64, stage bool
 				continue
 			}
 			if f.err != nil && ctx.Err() == nil && (errors.Is(f.err, context.Canceled) || errors.Is(f.err, context.DeadlineExceeded)) {
-				continue // the runner gave up, we have not
+				continue // the runner gave up, this fetch has not
 			}
 			return f.err
 		}
@@ -120,9 +120,13 @@ func (s *Store) runFetch(ctx context.Context, addr string, index uint64, stage b
 	return nil
 }
 
-func baseURL(addr string) string {
+// baseURL is addr as a URL: https when the Store dials with TLS.
+func (s *Store) baseURL(addr string) string {
 	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
 		return strings.TrimSuffix(addr, "/")
+	}
+	if s.cfg.TLS != nil {
+		return "https://" + addr
 	}
 	return "http://" + addr
 }
@@ -133,7 +137,7 @@ func (s *Store) get(ctx context.Context, addr, path string) (*http.Response, *id
 	ctx, cancel := context.WithCancelCause(ctx)
 	idle := &idleTimer{d: s.cfg.FetchIdleTimeout, cancel: cancel}
 	idle.start()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL(addr)+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.baseURL(addr)+path, nil)
 	if err != nil {
 		idle.stop()
 		return nil, nil, err

@@ -1,6 +1,7 @@
 package image
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/metatree/metatree/internal/peerid"
 )
 
 // HTTP names shared by Handler and the fetch client.
@@ -40,7 +43,8 @@ type RemoteInfo struct {
 //	                     X-Metatree-Image-Crc32c header
 //
 // A request must carry the join token (X-Metatree-Token) when the Store has
-// one, and a cluster id (X-Metatree-Cluster-Id), when it carries one, must
+// one (compared in constant time), a verified client certificate when the
+// Store has a TLS configuration, and a cluster id (X-Metatree-Cluster-Id), when it carries one, must
 // be this node's: a joining node that does not know the cluster id yet
 // learns it from the image header.
 func (s *Store) Handler() http.Handler {
@@ -51,8 +55,12 @@ func (s *Store) Handler() http.Handler {
 }
 
 func (s *Store) checkRequest(w http.ResponseWriter, r *http.Request) bool {
-	if s.cfg.Token != "" && r.Header.Get(headerToken) != s.cfg.Token {
+	if s.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(headerToken)), []byte(s.cfg.Token)) != 1 {
 		http.Error(w, "image: wrong or missing join token", http.StatusForbidden)
+		return false
+	}
+	if s.cfg.TLS != nil && !peerid.Verified(r.TLS) {
+		http.Error(w, "image: a member certificate from the cluster's CA is required", http.StatusForbidden)
 		return false
 	}
 	if id := r.Header.Get(headerClusterID); id != "" {

@@ -15,13 +15,13 @@ import (
 // A filesystem that discards the blocks of a removed file (ext4 mounted
 // with -o discard, common on cloud VMs, this project's CI machine included)
 // trims them all in its next journal commit, and every fsync on the disk
-// waits for that commit. Measured here (BenchmarkPruneStall): removing a
-// 132 MB image at once stalled a concurrent 256-byte append + fdatasync
-// (the shape of the journal's WAL commit) for 70–74 ms, against a p99 of
-// 0.3–0.4 ms. So Prune renames an old image to image.<index>.trash (out of
-// every listing at once) and a goroutine of the Store shrinks it by
-// truncation, a step at a time at Config.DeleteBytesPerSec, before removing
-// it: the same file then stalled an fdatasync for 6–7 ms at worst.
+// waits for that commit: removing a large image at once stalls a
+// concurrent small append + fdatasync (the shape of the journal's WAL
+// commit) far beyond its usual latency. So Prune renames an old image to
+// image.<index>.trash (out of every listing at once) and a goroutine of the
+// Store shrinks it by truncation, a step at a time at
+// Config.DeleteBytesPerSec, before removing it, which keeps the stall
+// short. BenchmarkPruneStall measures both.
 // RocksDB's DeleteScheduler and Pebble's deletion pacing exist for the same
 // reason.
 //

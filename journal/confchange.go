@@ -59,9 +59,10 @@ func (j *Journal) reachable(id uint64, now time.Time) bool {
 
 // forgetRemovedPeers drops the peers that membership changes removed from
 // the transport, once the messages raft addressed to them in the same
-// Ready were sent (the transport still delivers what it has queued).
-// Dropping them at the change itself lost the append that commits a node's
-// own removal, so a reachable removed node never learned of it.
+// Ready were sent (the transport still delivers what it has queued). Not
+// at the change itself: that Ready carries the append that commits the
+// removed node's own removal, and without it a reachable removed node
+// would never learn of it.
 func (j *Journal) forgetRemovedPeers() {
 	for _, id := range j.removedPeers {
 		j.tr.RemovePeer(id)
@@ -115,7 +116,7 @@ func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
 	}
 	rec.key = ctx.Key
 	// A change that leaves no voter is in the log only if it bypassed the
-	// proposal checks (an older version, a forged append): raft would panic
+	// proposal checks (a forged append, a log written without them): raft would panic
 	// on it, here and at every restart. Every replica refuses it alike, as
 	// a no-op change.
 	if err := checkLeavesVoters(cc, j.rn.Status().Config.Voters.IDs()); err != nil {

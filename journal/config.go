@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -103,8 +104,17 @@ type Config struct {
 	// HTTPClient is used by the default transport (default: a client with
 	// its own http.Transport; set one with TLS config for https).
 	HTTPClient *http.Client
-	// Scheme is "http" (default) or "https" for the default transport.
+	// Scheme is "http" or "https" for the default transport (default:
+	// "https" with TLS, else "http").
 	Scheme string
+	// TLS, when set, is the client side of mutual TLS for the default
+	// transport: it dials peers with this configuration, and its Handler
+	// refuses (403, ErrPeerIdentity) a peer request that carries no
+	// verified client certificate naming the sender's id (URI SAN
+	// metatree://node/<id>). The host serves the Handler over TLS with a
+	// server configuration that verifies client certificates against the
+	// cluster's CA. Default: none (plain HTTP, the token alone).
+	TLS *tls.Config
 
 	// FS is the filesystem for the data dir (default: the OS, vfs.Default).
 	FS vfs.FS
@@ -284,6 +294,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.Scheme == "" {
 		c.Scheme = "http"
+		if c.TLS != nil {
+			c.Scheme = "https"
+		}
 	}
 	if c.FS == nil {
 		c.FS = vfs.Default
@@ -352,6 +365,9 @@ func (c *Config) validate() error {
 	}
 	if c.Scheme != "http" && c.Scheme != "https" {
 		bad("Scheme must be http or https")
+	}
+	if c.TLS != nil && c.Scheme != "https" {
+		bad("Scheme must be https with TLS")
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("journal: invalid config: %w", errors.Join(errs...))

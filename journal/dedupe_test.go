@@ -72,7 +72,7 @@ func (a *applyCounter) Apply(index uint64, data []byte) any {
 // A follower that does not apply its forwarded proposal within two
 // election timeouts proposes it again under the same key. When that copy
 // lands more than DedupeWindow entries after the first, it is still not
-// applied again (on the old code the leader applied it twice).
+// applied again: the leader applies one copy, not two.
 func TestReproposalAWindowLaterAppliesOnce(t *testing.T) {
 	const window = 8
 	c := newCluster(t)

@@ -127,8 +127,8 @@ func (fs *diskFS) OpenDir(name string) (vfs.File, error) {
 
 // A node replaying its log from index 1 after a promotion does not write
 // its past: ROLE never goes back to observer and MEMBERS never to an older
-// membership, so a crash anywhere in the replay leaves files that open
-// (before, a crash between role=observer and role=follower made the next
+// membership, so a crash anywhere in the replay leaves files that open (a
+// crash between role=observer and role=follower must not make the next
 // Open fail with ErrRoleMismatch).
 func TestReplayNeverWritesTheDurableFilesBackwards(t *testing.T) {
 	c := newCluster(t)

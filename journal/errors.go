@@ -48,6 +48,10 @@ var (
 	ErrCompacted = errors.New("journal: entries compacted")
 	// ErrMalformed: an entry, message or request body could not be decoded.
 	ErrMalformed = errors.New("journal: malformed")
+	// ErrPeerIdentity: a peer request without the member certificate the
+	// transport requires, or whose certificate names another member than
+	// the one it speaks for (Config.TLS).
+	ErrPeerIdentity = errors.New("journal: peer identity refused")
 	// ErrSnapshotInFlight: compaction is postponed while a snapshot is being
 	// sent to a follower.
 	ErrSnapshotInFlight = errors.New("journal: snapshot in flight")

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -17,8 +18,13 @@ type HTTPOptions struct {
 	// Client sends the requests (default: a client of its own, closed with
 	// the transport). Set one with a TLS config for https.
 	Client *http.Client
-	// Scheme is "http" (default) or "https".
+	// Scheme is "http" or "https" (default: "https" with TLS, else
+	// "http").
 	Scheme string
+	// TLS is Config.TLS: with it the transport's own client dials with it,
+	// and the Handler requires of every peer a member certificate naming
+	// the sender.
+	TLS *tls.Config
 	// Logger (default: discard).
 	Logger *slog.Logger
 	// QueueMsgs and QueueBytes bound each peer's send queue (defaults 4096
@@ -65,6 +71,9 @@ type HTTPTransport struct {
 	// draining holds removed peers whose senders still deliver their queue.
 	draining map[*httpPeer]struct{}
 
+	// refused counts the peer requests refused for their identity.
+	refused atomic.Uint64
+
 	// started is set once Start has run; until then the handler answers
 	// 503, so a host may mount Handler before Open returns.
 	started atomic.Bool
@@ -79,6 +88,9 @@ type HTTPTransport struct {
 func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
 	if opts.Scheme == "" {
 		opts.Scheme = "http"
+		if opts.TLS != nil {
+			opts.Scheme = "https"
+		}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -109,6 +121,7 @@ func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
 			MaxIdleConnsPerHost: 256,
 			IdleConnTimeout:     90 * time.Second,
 			DisableCompression:  true,
+			TLSClientConfig:     opts.TLS,
 		}}
 		t.ownCli = true
 	}

@@ -44,6 +44,9 @@ func (t *HTTPTransport) checkPeer(w http.ResponseWriter, r *http.Request) (uint6
 		writeError(w, fmt.Errorf("%w: bad %s header", ErrMalformed, hdrFrom))
 		return 0, false
 	}
+	if !t.checkIdentity(w, r, from) {
+		return 0, false
+	}
 	if to, err := strconv.ParseUint(r.Header.Get(hdrTo), 10, 64); err != nil || to != t.local {
 		writeError(w, fmt.Errorf("%w: request for node %q reached node %d", ErrClusterMismatch, r.Header.Get(hdrTo), t.local))
 		return 0, false
@@ -197,6 +200,9 @@ func (t *HTTPTransport) serveJoin(w http.ResponseWriter, r *http.Request) {
 	var jr JoinRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&jr); err != nil {
 		writeError(w, fmt.Errorf("%w: join request: %w", ErrMalformed, err))
+		return
+	}
+	if !t.checkIdentity(w, r, jr.ID) {
 		return
 	}
 	jr.Token = r.Header.Get(hdrToken)

@@ -127,8 +127,9 @@ func (j *Journal) run() {
 }
 
 // gatherRounds bounds how often gather yields again for proposals that
-// keep arriving. 8 against 4: +6% writes/s (4 of 5 interleaved pairs), a
-// lower p99 and CPU per write in all 5; 16 was slower than 8 in 4 of 5.
+// keep arriving: enough rounds to take the stragglers of a burst, few enough
+// that a steady stream of proposals cannot hold the loop back from its
+// Ready (BenchmarkPropose shows the choice).
 const gatherRounds = 8
 
 // gather lets the proposers readied together with the one that woke the
@@ -136,12 +137,11 @@ const gatherRounds = 8
 // proposer handed the loop the rest of its time slice (the runtime runs a
 // goroutine readied by a channel send next, on the sender's P), so the
 // others have not run yet: without yielding, a Ready carries about one
-// proposal (1.4 with 64 proposers). One yield lets them run (~20 per
-// Ready: a tenth of the Readys, appends and messages, +25% writes/s);
-// yielding again while more keep arriving, at most gatherRounds times,
-// takes the stragglers too (~30 per Ready, 0.025–0.030 instead of 0.037
-// leader fsyncs per write, +11% writes/s over 8 interleaved rounds with 4
-// rounds). A lone proposer costs one yield.
+// proposal. One yield lets them run, so one Ready (one append, one fsync,
+// one message a follower) carries many proposals; yielding again while
+// more keep arriving, at most gatherRounds times, takes the stragglers too.
+// A lone proposer costs one yield. BenchmarkPropose shows the effect in
+// its writes a second and its fsyncs a write (syncs/op).
 func (j *Journal) gather() {
 	runtime.Gosched()
 	for range gatherRounds {

@@ -28,7 +28,8 @@ import (
 
 // initLog prepares the log before VERSION is written: a bootstrap makes its
 // first entry durable, a join needs an empty log. On a restart it finishes
-// a bootstrap that an older version interrupted after VERSION.
+// a bootstrap that was interrupted after VERSION but before its first entry
+// was durable.
 func (j *Journal) initLog(haveVersion, bootstrap bool) error {
 	empty := j.logEmpty()
 	switch {

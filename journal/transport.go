@@ -37,10 +37,10 @@ import (
 //     ok) exactly once for it, after the receiving node's
 //     Receiver.Receive returned (ok = it returned nil). Receive does the
 //     image fetch for MsgSnap before it returns, so this can take a while.
-//   - Forward delivers a membership change (or, from older callers, a
-//     data proposal) to the node `to` (the leader as this node knows it)
-//     and returns the leader's answer; data proposals travel inside raft's
-//     messages (MsgProp) instead. Errors the leader returns
+//   - Forward delivers a membership change to the node `to` (the leader
+//     as this node knows it) and returns the leader's answer. The leader
+//     also takes a data proposal this way; the journal sends its own inside
+//     raft's messages (MsgProp). Errors the leader returns
 //     must come back so that errors.Is works against the journal sentinels
 //     (ErrNotLeader, ErrNoLeader, ErrUnsafeRemoval, ErrClosed, ...); a
 //     transport failure is returned wrapped in ErrUnreachable.
@@ -48,8 +48,9 @@ import (
 //     yet) and returns the helper's answer, with the same error rules.
 //
 // Security: the HTTP transport stamps every request with the cluster id and
-// token and rejects requests whose id or token differ; an in-memory
-// transport may skip that.
+// token and rejects requests whose id or token differ; with Config.TLS it
+// also refuses a request whose client certificate does not name its
+// sender. An in-memory transport may skip that.
 type Transport interface {
 	Start(local uint64, r Receiver) error
 	SetPeer(id uint64, addr string)

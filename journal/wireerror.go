@@ -28,6 +28,7 @@ var errorCodes = []struct {
 	{"entry_too_large", ErrTooLarge, http.StatusRequestEntityTooLarge},
 	{"malformed", ErrMalformed, http.StatusBadRequest},
 	{"cluster_mismatch", ErrClusterMismatch, http.StatusForbidden},
+	{"peer_identity", ErrPeerIdentity, http.StatusForbidden},
 	{"role_mismatch", ErrRoleMismatch, http.StatusConflict},
 	{"unsafe_removal", ErrUnsafeRemoval, http.StatusConflict},
 	{"not_caught_up", ErrNotCaughtUp, http.StatusConflict},

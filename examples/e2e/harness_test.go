@@ -235,9 +235,10 @@ func (c *cluster) restart(p *proc) {
 	p.start()
 }
 
-func (c *cluster) worker(id int) *proc {
+func (c *cluster) worker(id int, extra ...string) *proc {
 	addr := freeAddr(c.t)
-	p := &proc{t: c.t, name: fmt.Sprintf("worker-%d", id), bin: binaries.worker, args: []string{"-id", fmt.Sprint(id), "-addr", addr}, addr: addr, log: &lockedBuffer{}}
+	args := append([]string{"-id", fmt.Sprint(id), "-addr", addr}, extra...)
+	p := &proc{t: c.t, name: fmt.Sprintf("worker-%d", id), bin: binaries.worker, args: args, addr: addr, log: &lockedBuffer{}}
 	c.procs = append(c.procs, p)
 	p.start()
 	return p

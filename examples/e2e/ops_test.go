@@ -77,7 +77,7 @@ func readyz(t *testing.T, p *proc) (int, string) {
 }
 
 // frontendSeries are the series every metaserver exports from the start
-// (shared/API.md, "Metrics"); histograms by their _count.
+// (examples/API.md, "Metrics"); histograms by their _count.
 var frontendSeries = []string{
 	"metatree_journal_has_leader", "metatree_journal_is_leader", "metatree_journal_leader_changes_total",
 	"metatree_journal_term", "metatree_journal_applied_index", "metatree_journal_committed_index",

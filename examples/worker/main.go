@@ -26,6 +26,10 @@ func main() {
 	flag.StringVar(&cfg.Listen, "listen", "", "HOST:PORT to bind (default: the value of -addr), for containers and NAT")
 	flag.BoolVar(&cfg.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/")
 	flag.DurationVar(&cfg.StaleAfter, "stale-after", 10*time.Second, "without a leader heartbeat for this long the worker's view of the frontends is stale, and it cancels nothing on its own")
+	flag.StringVar(&cfg.Token, "token", "", "the cluster's token: heartbeats and fragments must carry it (when not over mutual TLS)")
+	flag.StringVar(&cfg.TLSCert, "tls-cert", "", "this worker's certificate (PEM; URI SAN metatree://node/<id>): serve HTTPS only")
+	flag.StringVar(&cfg.TLSKey, "tls-key", "", "the key of -tls-cert (PEM)")
+	flag.StringVar(&cfg.TLSCA, "tls-ca", "", "the cluster's CA certificate (PEM): heartbeats need a frontend certificate it signed")
 	flag.Parse()
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("worker", cfg.ID)
 	if cfg.ID == 0 {

@@ -7,14 +7,11 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/journal"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestAPIErrorsOfFaults: the write refusals of issue 19 reach clients with
 // the statuses and codes examples/API.md names.

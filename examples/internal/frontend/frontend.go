@@ -22,6 +22,7 @@ import (
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/internal/demo"
 	"github.com/metatree/metatree/examples/internal/ops"
+	"github.com/metatree/metatree/examples/internal/secure"
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/image"
 	"github.com/metatree/metatree/journal"
@@ -37,6 +38,12 @@ type Config struct {
 	Join      string // helper's host:port
 	Role      string // "follower" (default) or "observer"
 	Token     string
+
+	// TLSCert, TLSKey and TLSCA name the member's certificate, its key and
+	// the cluster's CA (all three or none): the port then speaks only TLS,
+	// and members talk mutual TLS. AuthFile names the client API tokens.
+	TLSCert, TLSKey, TLSCA string
+	AuthFile               string
 
 	HeartbeatInterval  time.Duration // default 1 s
 	DeadAfter          int           // missed heartbeats; default 3
@@ -116,6 +123,10 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	default:
 		return nil, fmt.Errorf("role %q: want follower or observer", cfg.Role)
 	}
+	sec, err := loadSecurity(cfg, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
 	f := &Frontend{
 		cfg:      cfg,
 		logger:   cfg.Logger,
@@ -123,7 +134,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		tree:     newTree(cfg.Quota),
 		registry: cancel.New(cancel.Config{Logger: cfg.Logger}),
 		runs:     demo.NewRuns(),
-		client:   &http.Client{Timeout: 10 * time.Second},
+		client:   secure.MemberClient(sec.files, cfg.Token, 10*time.Second),
 		served:   make(chan struct{}),
 	}
 	f.bgCtx, f.bgCancel = context.WithCancel(context.Background())
@@ -140,13 +151,14 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", listen, err)
 	}
-	f.srv = &http.Server{Handler: f.routes(), ReadHeaderTimeout: 5 * time.Second}
+	f.ln = secure.Listen(f.ln, sec.files)
+	f.srv = &http.Server{Handler: secure.Authorize(sec.tokens, cfg.Token, f.routes()), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		defer close(f.served)
 		_ = f.srv.Serve(f.ln)
 	}()
 
-	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, Logger: cfg.Logger,
+	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, TLS: secure.ClientTLS(sec.files), Logger: cfg.Logger,
 		OnHalt: func(err error) {
 			if j := f.halter.Load(); j != nil {
 				j.Halt(err)
@@ -157,7 +169,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	}
 	f.journal, err = journal.Open(ctx, journal.Config{
 		ID: cfg.ID, Dir: cfg.Dir, Addr: cfg.Addr,
-		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: role, Token: cfg.Token,
+		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: role, Token: cfg.Token, TLS: secure.ClientTLS(sec.files),
 		ForceNewCluster: cfg.ForceNewCluster,
 		StateMachine:    f.tree, Snapshots: snapshots{f.images, f},
 		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
@@ -194,7 +206,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		return nil, err
 	}
 	f.members, err = heartbeat.New(heartbeat.Config{
-		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID,
+		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID, Token: cfg.Token, TLS: secure.ClientTLS(sec.files),
 		Tree: f.tree, Journal: proposer{f.journal},
 		Interval: cfg.HeartbeatInterval, DeadAfter: cfg.DeadAfter,
 		OnEvent: func(ev heartbeat.Event) { f.registry.Apply(ev) },

@@ -226,6 +226,11 @@ func (f *Frontend) proxyToLeader(w http.ResponseWriter, r *http.Request, body []
 		return false
 	}
 	req.Header.Set(proxiedHeader, strconv.FormatUint(f.cfg.ID, 10))
+	// The caller's own credential travels on: the leader checks it as
+	// this node did (every member reads the same auth file).
+	if a := r.Header.Get("Authorization"); a != "" {
+		req.Header.Set("Authorization", a)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := f.client.Do(req)
 	if err != nil {

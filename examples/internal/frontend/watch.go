@@ -88,7 +88,7 @@ func (f *Frontend) watchHistory() catalog.History {
 	}
 }
 
-// watchLine is one event of a watch stream, as shared/API.md shows it.
+// watchLine is one event of a watch stream, as examples/API.md shows it.
 type watchLine struct {
 	Index uint64                   `json:"index"`
 	Type  string                   `json:"type"`

@@ -19,6 +19,7 @@ import (
 	"github.com/metatree/metatree/examples/internal/demo"
 	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/examples/internal/ops"
+	"github.com/metatree/metatree/examples/internal/secure"
 	"github.com/metatree/metatree/heartbeat"
 )
 
@@ -29,7 +30,14 @@ type Config struct {
 	Listen     string        // host:port to bind; default Addr
 	Pprof      bool          // serve net/http/pprof under /debug/pprof/
 	StaleAfter time.Duration // default 10 s
-	Logger     *slog.Logger
+	// Token, when set, is the cluster's token, required of every heartbeat
+	// and fragment request not made over mutual TLS.
+	Token string
+	// TLSCert, TLSKey and TLSCA: as the frontend's. With them the port
+	// speaks only TLS, and heartbeats and fragments need a member
+	// certificate from the CA (a heartbeat's naming its leader).
+	TLSCert, TLSKey, TLSCA string
+	Logger                 *slog.Logger
 }
 
 // Worker is one running worker: a heartbeat responder feeding a cancel
@@ -51,12 +59,21 @@ func Start(cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	files, err := secure.LoadTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSCA)
+	if err != nil {
+		return nil, fmt.Errorf("TLS: %w", err)
+	}
+	if files == nil && cfg.Token == "" {
+		cfg.Logger.Warn("neither -token nor -tls-*: any process that reaches the port can send heartbeats")
+	}
 	epoch := heartbeat.NewEpoch()
 	registry := cancel.New(cancel.Config{Logger: cfg.Logger})
 	responder, err := heartbeat.NewResponder(heartbeat.ResponderConfig{
 		ID:         cfg.ID,
 		Epoch:      epoch,
 		StaleAfter: cfg.StaleAfter,
+		Token:      cfg.Token,
+		PeerCerts:  files != nil,
 		Logger:     cfg.Logger,
 		OnEvent:    func(ev heartbeat.Event) { registry.Apply(ev) },
 	})
@@ -80,8 +97,8 @@ func Start(cfg Config) (*Worker, error) {
 	mux.Handle(heartbeat.Path, responder)
 	mux.Handle("GET /v1/status", httpjson.Handler(w.status))
 	mux.Handle("GET /v1/fragments", httpjson.Handler(w.fragments))
-	mux.Handle("POST "+demo.FragmentPath, httpjson.Handler(w.startFragment))
-	mux.Handle("DELETE "+demo.FragmentPath+"/{query}", httpjson.Handler(w.withdrawFragment))
+	mux.Handle("POST "+demo.FragmentPath, memberOnly(files, cfg.Token, httpjson.Handler(w.startFragment)))
+	mux.Handle("DELETE "+demo.FragmentPath+"/{query}", memberOnly(files, cfg.Token, httpjson.Handler(w.withdrawFragment)))
 	mux.Handle("/", httpjson.NotFound)
 
 	listen := cmp.Or(cfg.Listen, cfg.Addr)
@@ -91,6 +108,7 @@ func Start(cfg Config) (*Worker, error) {
 		registry.Close()
 		return nil, fmt.Errorf("listen on %s: %w", listen, err)
 	}
+	w.ln = secure.Listen(w.ln, files)
 	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		defer close(w.served)

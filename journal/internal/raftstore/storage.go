@@ -129,7 +129,7 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 		return nil, nil
 	}
 	// Copy the cached part under the lock: a writer may reuse the cache's
-	// backing array once we let go.
+	// backing array once the lock is released.
 	var cached []*raftpb.Entry
 	from := max(lo, c.first)
 	if from < hi {

@@ -1,0 +1,261 @@
+package journal
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/raft/v3"
+)
+
+// submit gets a proposal applied locally: proposed here when this node
+// leads, forwarded otherwise, retried on leader changes. local builds the
+// proposal for the since its copies carry (a data proposal's; the
+// smallest index a copy can land after): since changes only when a copy
+// with the current one expired, and then no copy with the old one can
+// apply any more (a later copy lands later still, an earlier one would
+// have been heard of first).
+func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uint64) *proposal, fwd *ForwardRequest) (applyResult, error) {
+	s := j.startSubmission(ctx, key, local, fwd)
+	defer s.finish()
+	for attempt := 0; attempt < j.cfg.ForwardRetries; attempt++ {
+		if err := j.takesProposals(); err != nil {
+			return applyResult{}, err
+		}
+		lc := j.Leadership()
+		r, out, err := s.try(lc)
+		switch out {
+		case finished:
+			return r, err
+		case retryFree:
+			attempt-- // an election is not a failed attempt
+		}
+		s.lastErr = err
+		if errors.Is(err, errExpired) {
+			s.since = j.sinceNow() // at once: no copy with the old one applies
+			continue
+		}
+		if !retryable(err) {
+			return applyResult{}, err
+		}
+		if errors.Is(err, ErrBusy) && s.beforeDeadline() {
+			// Back-pressure (a pending membership change, a full
+			// uncommitted tail) clears as entries apply: retry then,
+			// without spending an attempt.
+			attempt--
+			if r, done, err := s.awaitRoom(); done {
+				return r, err
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return applyResult{}, j.ctxErr(ctx, s.lastErr)
+		}
+		// Give the cluster time to elect or the new leader time to be heard.
+		if r, ok, err := s.wait(lc, j.electionTimeout(), nil, nil); ok || err != nil {
+			return r, err
+		}
+	}
+	return applyResult{}, fmt.Errorf("gave up after %d attempts: %w", j.cfg.ForwardRetries, s.lastErr)
+}
+
+// takesProposals is nil while the journal can still apply a proposal made
+// here, and otherwise the error a proposer gets.
+func (j *Journal) takesProposals() error {
+	select {
+	case <-j.done:
+		return ErrClosed
+	default:
+	}
+	if j.failed.Load() != nil {
+		return j.loopErr() // nothing applies here any more
+	}
+	return nil
+}
+
+// submission is the state of one submit call across its attempts.
+type submission struct {
+	j     *Journal
+	ctx   context.Context
+	key   [16]byte
+	local func(since uint64) *proposal
+	fwd   *ForwardRequest
+	// w hears the apply of any copy of the proposal (by its key).
+	w chan applyResult
+	// since is the since the copies carry now (see submit).
+	since uint64
+	// lastErr is why the last attempt failed; refused is what the last
+	// wait heard of a refusal (nil when nothing was heard).
+	lastErr, refused error
+	// copies counts the proposals made here.
+	copies int
+	// noLeaderDeadline bounds the attempts that do not count against
+	// ForwardRetries: waiting for an election or for back-pressure to clear
+	// is bounded by 2 × ForwardRetries election timeouts (and by ctx).
+	noLeaderDeadline time.Time
+}
+
+// outcome is what one attempt of a submission leads to.
+type outcome int
+
+const (
+	// finished: the attempt's result and error are the answer.
+	finished outcome = iota
+	// retry: the error is why another attempt is due.
+	retry
+	// retryFree: as retry, without spending an attempt (an election is
+	// under way).
+	retryFree
+)
+
+func (j *Journal) startSubmission(ctx context.Context, key [16]byte, local func(since uint64) *proposal, fwd *ForwardRequest) *submission {
+	return &submission{
+		j: j, ctx: ctx, key: key, local: local, fwd: fwd,
+		w:                j.addWaiter(key),
+		since:            j.sinceNow(),
+		noLeaderDeadline: j.cfg.Clock.Now().Add(2 * time.Duration(j.cfg.ForwardRetries) * j.electionTimeout()),
+	}
+}
+
+// finish stops waiting for the proposal's apply.
+func (s *submission) finish() { s.j.removeWaiter(s.key, s.w) }
+
+func (s *submission) beforeDeadline() bool { return s.j.cfg.Clock.Now().Before(s.noLeaderDeadline) }
+
+// try makes one attempt, by the leader this node knows of (lc is closed
+// when that changes): proposed here when this node leads, left to raft to
+// forward in its message stream for a data proposal, forwarded over the
+// transport otherwise.
+func (s *submission) try(lc <-chan struct{}) (applyResult, outcome, error) {
+	j := s.j
+	leader := j.leader.Load()
+	switch {
+	case leader == j.id && j.state.Load() == uint32(raft.StateLeader):
+		// Wait for the local apply; a leader change means the entry
+		// may be lost: retry (the key makes that safe).
+		r, done, perr := s.proposeHere(lc, false, forever)
+		if done {
+			return r, finished, perr
+		}
+		return applyResult{}, retry, cmp.Or(perr, ErrNotLeader)
+	case leader == 0 || leader == j.id:
+		if s.beforeDeadline() {
+			return applyResult{}, retryFree, ErrNoLeader
+		}
+		return applyResult{}, retry, ErrNoLeader
+	case s.fwd.Kind == ForwardData:
+		// raft forwards it to the leader in its message stream. Nobody
+		// answers for it but the local apply of its key: a leader
+		// change, or no apply within two election timeouts (the leader
+		// may drop a forwarded proposal silently), means another try.
+		j.metrics.proposalsForwarded.Add(1)
+		r, done, perr := s.proposeHere(lc, true, 2*j.electionTimeout())
+		if done {
+			return r, finished, perr
+		}
+		if perr == nil {
+			perr = fmt.Errorf("%w: a proposal forwarded to node %d was not applied in time", ErrUnreachable, leader)
+		}
+		return applyResult{}, retry, perr
+	default:
+		j.metrics.proposalsForwarded.Add(1)
+		if _, err := j.tr.Forward(s.ctx, leader, s.fwd); err != nil {
+			return applyResult{}, retry, err
+		}
+		r, ok, werr := s.wait(nil, forever, nil, nil)
+		if ok || werr != nil {
+			return r, finished, werr
+		}
+		return applyResult{}, retry, cmp.Or(s.refused, ErrNotLeader)
+	}
+}
+
+// proposeHere hands a proposal to the local raft loop (forward: raft
+// sends it on to the leader) and waits up to d for its apply. done
+// means return (r, err); otherwise err is why another attempt is due
+// (nil when nothing was heard: the caller names that).
+func (s *submission) proposeHere(lc <-chan struct{}, forward bool, d time.Duration) (r applyResult, done bool, err error) {
+	j := s.j
+	if s.copies++; s.copies > 1 && j.cfg.knobs != nil && j.cfg.knobs.beforeRepropose != nil {
+		j.cfg.knobs.beforeRepropose(s.key)
+	}
+	p := s.local(s.since)
+	p.done, p.quiet, p.forward = make(chan error, 1), true, forward
+	if err := j.enqueueProposal(s.ctx, p); err != nil {
+		return applyResult{}, false, err
+	}
+	r, ok, werr := s.wait(lc, d, p.done, j.loopDead)
+	if werr != nil || ok {
+		return r, true, werr
+	}
+	return applyResult{}, false, s.refused
+}
+
+// wait waits for the apply, or up to d (forever: no timer), or until lc
+// closes; refusedc (a quiet proposal's done) and dead (the local loop's
+// end) only for a proposal made here. ok means r is the apply; an error
+// means return it; neither means another attempt is due, with s.refused
+// saying what was heard.
+func (s *submission) wait(lc <-chan struct{}, d time.Duration, refusedc <-chan error, dead <-chan struct{}) (r applyResult, ok bool, err error) {
+	j := s.j
+	var timeout <-chan time.Time
+	if d < forever {
+		tc, stop := j.cfg.Clock.NewTimer(d)
+		defer stop()
+		timeout = tc
+	}
+	s.refused = nil
+	for {
+		select {
+		case err := <-refusedc:
+			s.refused = err
+		case <-dead:
+			return applyResult{}, false, j.loopErr()
+		case r := <-s.w:
+			if errors.Is(r.err, errExpired) && r.since != s.since {
+				continue // a copy made with an older since: long dead
+			}
+			if r.err != nil {
+				// The leader refused the proposal after accepting it
+				// (ErrBusy), or its copy expired: the next attempt.
+				s.refused = r.err
+				return applyResult{}, false, nil
+			}
+			return r, true, nil
+		case <-lc:
+		case <-timeout:
+		case <-s.ctx.Done():
+			return applyResult{}, false, j.ctxErr(s.ctx, s.lastErr)
+		case <-j.done:
+			return applyResult{}, false, ErrClosed
+		}
+		return applyResult{}, false, nil
+	}
+}
+
+// awaitRoom waits, after a busy refusal, for the next apply or a tick,
+// whichever is first. done means return (r, err): the proposal applied,
+// ctx ended or the journal closed.
+func (s *submission) awaitRoom() (r applyResult, done bool, err error) {
+	j := s.j
+	j.mu.Lock()
+	ac := j.mu.appliedCh
+	j.mu.Unlock()
+	tc, stop := j.cfg.Clock.NewTimer(j.cfg.TickInterval)
+	defer stop()
+	select {
+	case r := <-s.w:
+		if r.err == nil {
+			return r, true, nil
+		}
+	case <-ac:
+	case <-tc:
+	case <-s.ctx.Done():
+		return applyResult{}, true, j.ctxErr(s.ctx, s.lastErr)
+	case <-j.done:
+		return applyResult{}, true, ErrClosed
+	}
+	return applyResult{}, false, nil
+}
