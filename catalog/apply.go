@@ -66,6 +66,7 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	t.pc.reset()
 	t.beginEvents()
 	ids := make([]uint64, len(ops))
+	q, before := t.quota.get(), s.usage()
 	for i := range ops {
 		id, err := t.applyOp(s, index, &ops[i])
 		if err != nil {
@@ -77,6 +78,14 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 			return res
 		}
 		ids[i] = id
+	}
+	if err := checkQuota(q, before, s.usage()); err != nil {
+		t.rollback(s)
+		s.index = index
+		t.applied.Store(index)
+		res.Err = err
+		t.clearScratch()
+		return res
 	}
 	s.index = index
 	res.IDs = ids

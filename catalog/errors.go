@@ -37,6 +37,9 @@ var (
 	// in-memory layout (the storage of child lists); the batch fails and
 	// changes nothing.
 	ErrCapacity = errors.New("catalog: capacity exceeded")
+	// ErrQuota: the batch would take the tree past its Quota; the batch
+	// fails and changes nothing, alike on every replica.
+	ErrQuota = errors.New("catalog: quota exceeded")
 	// ErrResync: a watcher fell behind (more than its Buffer) or the tree
 	// was replaced by Load; it has ended and its owner must re-read and
 	// watch again.

@@ -55,6 +55,8 @@ type Tree struct {
 	// applied the last one whose events are published. Watchers read them
 	// without taking mu, which would make the applier wake them.
 	applying, applied atomic.Uint64
+
+	quota quotaHolder
 }
 
 // New returns an empty tree holding only the root "/" (id 1) at index 0.

@@ -29,6 +29,12 @@ var (
 	// newest image and at or below its applied index, or none that
 	// downloaded and checked out. The error names each peer and why.
 	ErrNoPeerImage = errors.New("image: no peer image to adopt")
+	// ErrHalted means the Store stopped writing after an fsync or a rename
+	// in its directory failed: the kernel may have dropped the pages that
+	// fsync was to persist, and a retried fsync would report success for
+	// data that is gone. Every later write is refused; reading and serving
+	// the images already durable go on. A restart (a new Store) clears it.
+	ErrHalted = errors.New("image: halted by a storage failure")
 	// ErrClosed is returned by methods called after Close.
 	ErrClosed = errors.New("image: closed")
 )

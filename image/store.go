@@ -53,6 +53,11 @@ type Config struct {
 	// Token is the cluster's join token: sent with every fetch and required
 	// of every request to the Handler. Empty means no token.
 	Token string
+	// OnHalt, if set, is called once, on the goroutine whose fsync or
+	// rename failed, when the Store halts (ErrHalted). The images share
+	// the disk with the journal: a host stops the node's writes there too
+	// (journal.Journal.Halt).
+	OnHalt func(err error)
 	// Keep is how many images to keep. The default is 2; at least 1.
 	Keep int
 	// HTTPClient fetches images from peers. The default is a client with no
@@ -131,6 +136,8 @@ type Store struct {
 	// restores counts images installed from a peer (Install), for
 	// Collector.
 	restores atomic.Uint64
+	// halted is the first failed fsync or rename (see ErrHalted).
+	halted atomic.Pointer[error]
 
 	mu struct {
 		sync.Mutex
@@ -440,6 +447,9 @@ func (s *Store) Write(ctx context.Context, h Header, save func(io.Writer) error)
 // wrote, if not nil, hears how many bytes the file holds after each write
 // to it (before the fsync).
 func (s *Store) writeFile(ctx context.Context, path string, wrote func(int64), fill func(io.Writer) (uint32, int64, error)) (crc uint32, n int64, err error) {
+	if err := s.Halted(); err != nil {
+		return 0, 0, err
+	}
 	f, err := s.fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return 0, 0, fmt.Errorf("image: create %s: %w", path, err)
@@ -473,7 +483,7 @@ func (s *Store) writeFile(ctx context.Context, path string, wrote func(int64), f
 		return 0, 0, fmt.Errorf("image: write %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
-		return 0, 0, fmt.Errorf("image: sync %s: %w", path, err)
+		return 0, 0, s.halt(fmt.Errorf("image: sync %s: %w", path, err))
 	}
 	if err := f.Close(); err != nil {
 		return 0, 0, fmt.Errorf("image: close %s: %w", path, err)
@@ -484,10 +494,39 @@ func (s *Store) writeFile(ctx context.Context, path string, wrote func(int64), f
 func (s *Store) renameDurably(from, to string) error {
 	s.dirMu.Lock()
 	defer s.dirMu.Unlock()
-	if err := s.fs.Rename(from, to); err != nil {
-		return fmt.Errorf("image: rename %s to %s: %w", from, to, err)
+	if err := s.Halted(); err != nil {
+		return err
 	}
-	return syncDir(s.fs, s.dir)
+	if err := s.fs.Rename(from, to); err != nil {
+		return s.halt(fmt.Errorf("image: rename %s to %s: %w", from, to, err))
+	}
+	if err := syncDir(s.fs, s.dir); err != nil {
+		return s.halt(err)
+	}
+	return nil
+}
+
+// halt records cause as the reason the Store stops writing (the first one
+// wins) and returns it marked with ErrHalted.
+func (s *Store) halt(cause error) error {
+	err := fmt.Errorf("%w: %w", ErrHalted, cause)
+	if !s.halted.CompareAndSwap(nil, &err) {
+		return err
+	}
+	s.logger.Error("image store halted: restart the node", "err", err)
+	if s.cfg.OnHalt != nil {
+		s.cfg.OnHalt(err)
+	}
+	return err
+}
+
+// Halted returns the storage failure that halted the Store (wrapping
+// ErrHalted), or nil while it writes.
+func (s *Store) Halted() error {
+	if p := s.halted.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // progressWriter reports the bytes written through it so far.

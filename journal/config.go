@@ -213,6 +213,21 @@ type Config struct {
 	// behind.
 	PromoteMaxLag uint64
 
+	// ReserveBytes is the free space of the data dir's filesystem under
+	// which the node refuses new writes with ErrNoSpace, keeping the rest
+	// for what raft itself must write; it takes writes again once free
+	// space is back above it (default 64 MiB; negative: no guard).
+	// BallastBytes is the size of the emergency ballast file
+	// (EMERGENCY_BALLAST in Dir) that holds space in reserve: the node
+	// releases it when free space falls under half of ReserveBytes, and an
+	// operator may delete it to restart a node whose disk filled (default
+	// ReserveBytes/4; negative: none). SpaceCheckInterval is how often
+	// free space is measured (default 1s). A filesystem that reports no
+	// usage (in memory) has no guard.
+	ReserveBytes       int64
+	BallastBytes       int64
+	SpaceCheckInterval time.Duration
+
 	// knobs are test hooks (nil in production).
 	knobs *testingKnobs
 }
@@ -281,6 +296,15 @@ func (c *Config) fillDefaults() {
 		c.SlowApply = 100 * time.Millisecond
 	}
 	def(&c.PromoteMaxLag, 1000)
+	if c.ReserveBytes == 0 {
+		c.ReserveBytes = 64 << 20
+	}
+	if c.BallastBytes == 0 {
+		c.BallastBytes = c.ReserveBytes / 4
+	}
+	if c.SpaceCheckInterval == 0 {
+		c.SpaceCheckInterval = time.Second
+	}
 	if c.Scheme == "" {
 		c.Scheme = "http"
 		if c.TLS != nil {

@@ -91,8 +91,21 @@
 //	          join and as each membership change applies, so a restarted
 //	          node can reach its peers before it has replayed its log)
 //	LOCK      held while the journal is open
+//	EMERGENCY_BALLAST  space held in reserve (Config.BallastBytes);
+//	          released when the disk is nearly full, written again once
+//	          it has room; safe to delete by hand
 //	journal/  Pebble: entries, HardState, raft snapshot metadata,
 //	          membership records (journal/internal/raftstore)
+//
+// # Storage failures
+//
+// A failed write or fsync of the journal halts the node: every write from
+// then on fails with [ErrHalted] naming the file and the operation, reads
+// go on under the staleness guard, and only a restart (which recovers from
+// what is durable) clears it; a retried fsync could vouch for pages the
+// failed one dropped. Before the disk fills, the node refuses new writes
+// with [ErrNoSpace] (free space under Config.ReserveBytes) and takes them
+// again by itself once space is freed.
 //
 // ROLE and MEMBERS only move forward: replaying the log after a restart
 // rewrites neither with a membership older than the one MEMBERS holds.

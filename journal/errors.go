@@ -11,6 +11,19 @@ var (
 	ErrNoLeader = errors.New("journal: no leader")
 	// ErrStale: this node's replayed state is older than Config.StaleAfter.
 	ErrStale = errors.New("journal: stale")
+	// ErrHalted: the node stopped writing, for one of two reasons. A
+	// storage failure (a write or fsync of its journal failed, or Pebble
+	// reported a fatal error): the error names the file and the operation
+	// and wraps ErrClosed too. Or the applier met an entry this binary
+	// cannot read: a *HaltError names the index and the version. Either
+	// way the node accepts no write until it is restarted (with a binary
+	// that reads the entry, for the second), which resumes from what is
+	// durable; reads go on under the staleness guard.
+	ErrHalted = errors.New("journal: halted (restart the node)")
+	// ErrNoSpace: the data dir's disk is nearly full (free space under
+	// Config.ReserveBytes); the write is refused, and writes resume by
+	// themselves once space is freed.
+	ErrNoSpace = errors.New("journal: no space left on the data dir's disk")
 	// ErrClosed: the journal was closed.
 	ErrClosed = errors.New("journal: closed")
 	// ErrClusterMismatch: a request or a data dir belongs to another cluster
@@ -44,11 +57,6 @@ var (
 	// ErrSnapshotInFlight: compaction is postponed while a snapshot is being
 	// sent to a follower.
 	ErrSnapshotInFlight = errors.New("journal: snapshot in flight")
-	// ErrHalted: the applier stopped at an entry this binary cannot read
-	// (a *HaltError names the index and the version); the node serves
-	// reads, stale by the usual guard, and refuses writes until it is
-	// restarted with a binary that reads it.
-	ErrHalted = errors.New("journal: halted")
 	// ErrUnknownVersion: an entry, membership record or request has a format
 	// version this code does not read.
 	ErrUnknownVersion = errors.New("journal: unknown format version")

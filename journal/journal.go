@@ -21,10 +21,14 @@ import (
 type Journal struct {
 	cfg   Config
 	log   *slog.Logger
-	id    uint64
-	cid   atomic.Pointer[string] // cluster id (set once, before or during Open)
-	token string
-	role  atomic.Uint32 // Role as recorded in ROLE (changes on promotion)
+	space *spaceGuard // refuses writes while the disk is nearly full
+	// stamps is the clock of the staleness guard: wall time at Open,
+	// advanced monotonically.
+	stamps stampClock
+	id     uint64
+	cid    atomic.Pointer[string] // cluster id (set once, before or during Open)
+	token  string
+	role   atomic.Uint32 // Role as recorded in ROLE (changes on promotion)
 
 	store *raftstore.Store
 	tr    Transport
@@ -256,6 +260,8 @@ func (j *Journal) Status() Status {
 	}
 	if e := j.failed.Load(); e != nil {
 		st.Err = *e
+	} else if err := j.store.Halted(); err != nil {
+		st.Err = haltCause(err) // the loop is stopping
 	}
 	j.mu.Lock()
 	st.Members = j.mu.membership.list()
@@ -279,13 +285,15 @@ func (j *Journal) Leadership() <-chan struct{} {
 // otherwise (no timestamp replayed yet counts as stale). It compares the
 // last leader timestamp replayed here with the local clock, so the nodes'
 // clocks must agree to well within StaleAfter (as Doris's
-// meta_delay_toleration_second assumes).
+// meta_delay_toleration_second assumes) when their processes start; both
+// sides then advance by the monotonic clock (stampClock), so a later step
+// of either wall clock changes nothing.
 func (j *Journal) CheckFresh() error {
 	ts := j.lastTS.Load()
 	if ts == 0 {
 		return fmt.Errorf("%w: no leader timestamp replayed yet", ErrStale)
 	}
-	age := j.cfg.Clock.Now().Sub(time.Unix(0, ts))
+	age := j.stamps.now().Sub(time.Unix(0, ts))
 	if age > j.cfg.StaleAfter {
 		return fmt.Errorf("%w: last leader timestamp is %v old (tolerance %v)", ErrStale, age.Round(time.Millisecond), j.cfg.StaleAfter)
 	}

@@ -84,6 +84,8 @@ func (j *Journal) run() {
 			err = j.appended(res)
 		case <-j.applyq.room():
 			j.releaseApplyAcks()
+		case <-j.store.HaltedCh():
+			err = j.store.Halted() // a background write failed
 		case <-readyc:
 		}
 		if err != nil {
@@ -98,7 +100,7 @@ func (j *Journal) run() {
 		// The leader journals its clock every StaleAfter/2, and at once
 		// when it takes over.
 		if j.state.Load() == uint32(raft.StateLeader) {
-			now := j.cfg.Clock.Now().UnixNano()
+			now := j.stamps.now().UnixNano()
 			if now-lastStamp >= int64(staleEvery) {
 				// Dropped (uncommitted limit, transfer): retried next time.
 				if j.rn.Propose(encodeTimestamp(now)) == nil {
@@ -114,7 +116,7 @@ func (j *Journal) run() {
 		}
 		err = j.handleReady(j.rn.Ready())
 		if err == nil && lastStamp == 0 && j.state.Load() == uint32(raft.StateLeader) {
-			now := j.cfg.Clock.Now().UnixNano()
+			now := j.stamps.now().UnixNano()
 			if j.rn.Propose(encodeTimestamp(now)) == nil {
 				lastStamp = now
 			}
@@ -181,6 +183,7 @@ func (j *Journal) drain() error {
 // waits for an apply that will now never come is woken with it: proposers
 // (their answer wraps ErrClosed, so they do not retry) and WaitApplied.
 func (j *Journal) fail(err error) {
+	err = haltCause(err)
 	j.log.Error("journal stopped", "err", err)
 	if !j.failed.CompareAndSwap(nil, &err) {
 		return

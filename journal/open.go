@@ -91,6 +91,11 @@ func newJournal(cfg Config) (*Journal, error) {
 	}
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.commitCh = make(chan struct{})
+	j.stamps = newStampClock(cfg.Clock)
+	j.space = newSpaceGuard(fs, cfg.Dir, cfg.ReserveBytes, cfg.BallastBytes, j.log)
+	if err := j.space.check(); err != nil {
+		j.log.Warn("free space check failed", "err", err)
+	}
 	j.mu.appliedCh = make(chan struct{})
 	j.mu.waiters = map[[16]byte][]chan applyResult{}
 	j.mu.membership = newMembership()
@@ -278,6 +283,7 @@ func (j *Journal) startRaft(ctx context.Context, joinResp *JoinResponse) (*raftp
 // and, when Config.Snapshots can fetch images, the image requester.
 func (j *Journal) startGoroutines() {
 	j.wg.Go(j.run)
+	j.wg.Go(j.watchSpace)
 	j.wg.Go(j.appendLoop)
 	j.wg.Go(j.applyLoop)
 	j.wg.Go(j.advertiseVersion)

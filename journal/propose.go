@@ -51,6 +51,10 @@ func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOptio
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, fmt.Errorf("journal: propose: %w", err)
 	}
+	if err := j.writable(); err != nil {
+		j.metrics.proposalsFailed.Add(1)
+		return 0, nil, fmt.Errorf("journal: propose: %w", err)
+	}
 	if !o.hasKey {
 		o.key = uuid.New()
 	}
@@ -205,6 +209,9 @@ func (j *Journal) HandleForward(ctx context.Context, req *ForwardRequest) (*Forw
 	switch req.Kind {
 	case ForwardData:
 		if err := j.checkEntrySize(len(req.Data)); err != nil {
+			return nil, err
+		}
+		if err := j.writable(); err != nil {
 			return nil, err
 		}
 		p = &proposal{data: encodeUser(req.Key, req.Data)}

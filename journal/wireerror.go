@@ -39,6 +39,7 @@ var errorCodes = []struct {
 	{"unreachable", ErrUnreachable, http.StatusServiceUnavailable},
 	{"halted", ErrHalted, http.StatusServiceUnavailable},
 	{"version", ErrVersion, http.StatusConflict},
+	{"no_space", ErrNoSpace, http.StatusInsufficientStorage},
 	{"closed", ErrClosed, http.StatusServiceUnavailable},
 	{"stale", ErrStale, http.StatusServiceUnavailable},
 }

@@ -47,6 +47,8 @@ func main() {
 	flag.Uint64Var(&cfg.CheckpointEntries, "checkpoint-entries", 100000, "entries after the newest image that trigger a checkpoint")
 	flag.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", 60*time.Second, "how often the checkpoint threshold is checked")
 	flag.Uint64Var(&cfg.CompactMargin, "compact-margin", 0, "entries kept behind an image for slow followers (0: the journal's default)")
+	flag.IntVar(&cfg.Quota.MaxNodes, "quota-nodes", 0, "most catalog nodes; a write past it is refused with 507 quota (0: no bound; the same on every member)")
+	flag.Int64Var(&cfg.Quota.MaxBytes, "quota-bytes", 0, "most approximate catalog bytes; a write past it is refused with 507 quota (0: no bound; the same on every member)")
 	flag.BoolVar(&cfg.ForceNewCluster, "force-new-cluster", false, "restart from -dir as the only voter, keeping its data: only after the other voters are lost for good")
 	verbose := flag.Bool("v", false, "log at debug level")
 	flag.Parse()

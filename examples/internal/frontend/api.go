@@ -86,6 +86,8 @@ func apiError(err error) error {
 		return nil
 	case errors.As(err, &he):
 		return he
+	case errors.Is(err, journal.ErrHalted):
+		return httpjson.Errorf(http.StatusServiceUnavailable, "halted", "%v", err)
 	case errors.Is(err, journal.ErrStale):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "stale", "%v", err)
 	case errors.Is(err, journal.ErrNoLeader), errors.Is(err, journal.ErrNotLeader),
@@ -101,6 +103,10 @@ func apiError(err error) error {
 		return httpjson.Errorf(http.StatusConflict, "unsafe_removal", "%v", err)
 	case errors.Is(err, catalog.ErrNotFound), errors.Is(err, heartbeat.ErrNotFound), errors.Is(err, journal.ErrUnknownMember):
 		return httpjson.Errorf(http.StatusNotFound, "not_found", "%v", err)
+	case errors.Is(err, journal.ErrNoSpace):
+		return httpjson.Errorf(http.StatusInsufficientStorage, "no_space", "%v", err)
+	case errors.Is(err, catalog.ErrQuota):
+		return httpjson.Errorf(http.StatusInsufficientStorage, "quota", "%v", err)
 	case errors.Is(err, catalog.ErrConflict):
 		return httpjson.Errorf(http.StatusConflict, "conflict", "%v", err)
 	case errors.Is(err, catalog.ErrExists), errors.Is(err, heartbeat.ErrExists):

@@ -53,6 +53,10 @@ type Config struct {
 	CompactMargin      uint64        // entries kept behind an image; default the journal's
 	PromoteMaxLag      uint64        // entries an observer may trail and be promoted; default the journal's
 	Pprof              bool          // serve net/http/pprof under /debug/pprof/
+	// Quota bounds the catalog (catalog.Quota; zero: none). Every member
+	// must run with the same one: replicas decide each batch alike only
+	// then.
+	Quota catalog.Quota
 	// ForceNewCluster restarts from Dir as the only voter, keeping its
 	// data (after permanent quorum loss): journal.Config.ForceNewCluster.
 	ForceNewCluster bool
@@ -66,9 +70,12 @@ type Frontend struct {
 	logger *slog.Logger
 	epoch  heartbeat.Epoch
 
-	tree     *catalog.Tree
-	images   *image.Store
-	journal  *journal.Journal
+	tree    *catalog.Tree
+	images  *image.Store
+	journal *journal.Journal
+	// halter is the journal once open: an image write whose fsync fails
+	// (on the disk the journal shares) halts it (image.Config.OnHalt).
+	halter   atomic.Pointer[journal.Journal]
 	ckpt     *image.Checkpointer
 	registry *cancel.Registry
 	members  *heartbeat.Membership
@@ -124,7 +131,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		cfg:      cfg,
 		logger:   cfg.Logger,
 		epoch:    heartbeat.NewEpoch(),
-		tree:     catalog.New(),
+		tree:     newTree(cfg.Quota),
 		registry: cancel.New(cancel.Config{Logger: cfg.Logger}),
 		runs:     demo.NewRuns(),
 		client:   secure.MemberClient(sec.files, cfg.Token, 10*time.Second),
@@ -151,7 +158,12 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		_ = f.srv.Serve(f.ln)
 	}()
 
-	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, TLS: secure.ClientTLS(sec.files), Logger: cfg.Logger})
+	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, TLS: secure.ClientTLS(sec.files), Logger: cfg.Logger,
+		OnHalt: func(err error) {
+			if j := f.halter.Load(); j != nil {
+				j.Halt(err)
+			}
+		}})
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +183,10 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	if err != nil {
 		return nil, err
 	}
+	f.halter.Store(f.journal)
+	if err := f.images.Halted(); err != nil {
+		f.journal.Halt(err) // an image write failed while the journal opened
+	}
 	if err := f.images.SetClusterID(f.journal.Status().ClusterID); err != nil {
 		return nil, err
 	}
@@ -178,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	f.ckpt, err = image.NewCheckpointer(image.CheckpointerConfig{
 		Store: f.images, Journal: f.journal,
 		Applied:   func() uint64 { return f.journal.Status().Applied },
-		NewState:  func() image.State { return catalog.New() },
+		NewState:  func() image.State { return newTree(cfg.Quota) },
 		Threshold: cfg.CheckpointEntries, Interval: cfg.CheckpointInterval,
 		// The leader need not pay for the shadow copy: followers and
 		// observers checkpoint on their own schedule, and the leader adopts
@@ -373,4 +389,13 @@ func (f *Frontend) Close() error {
 		f.closeErr = errors.Join(errs...)
 	})
 	return f.closeErr
+}
+
+// newTree returns an empty catalog under quota q. The live tree and every
+// copy replayed from the journal (shadow checkpoints, historical watches)
+// carry the same quota, or they would decide batches differently.
+func newTree(q catalog.Quota) *catalog.Tree {
+	t := catalog.New()
+	t.SetQuota(q)
+	return t
 }

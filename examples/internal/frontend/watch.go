@@ -71,7 +71,7 @@ func (f *Frontend) watchHistory() catalog.History {
 			if _, err := f.journal.TermAt(base); err != nil {
 				return nil, compacted(err)
 			}
-			t := catalog.New()
+			t := newTree(f.cfg.Quota)
 			if _, err := f.images.LoadAtOrBefore(ctx, t, at); err != nil {
 				return nil, err
 			}

@@ -153,7 +153,7 @@ var discard = slog.New(slog.DiscardHandler)
 
 func writeRaw(t *testing.T, fs vfs.FS, kvs map[string][]byte, dels ...[2][]byte) {
 	t.Helper()
-	db, err := pebble.Open("journal", &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest, Logger: pebbleLogger{discard}})
+	db, err := pebble.Open("journal", &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest, Logger: pebbleLogger{l: discard, h: newHalt()}})
 	require.NoError(t, err)
 	for k, v := range kvs {
 		require.NoError(t, db.Set([]byte(k), v, pebble.Sync))

@@ -40,7 +40,7 @@ func Inspect(fs vfs.FS, dir string) (*Inspection, error) {
 	if fs == nil {
 		fs = vfs.Default
 	}
-	popts := pebbleOptions(Options{FS: fs, Dir: dir, Logger: slog.New(slog.DiscardHandler)})
+	popts := pebbleOptions(Options{FS: fs, Dir: dir, Logger: slog.New(slog.DiscardHandler)}, newHalt())
 	popts.ReadOnly = true
 	popts.ErrorIfNotExists = true
 	db, err := pebble.Open(dir, popts)
@@ -49,7 +49,7 @@ func Inspect(fs vfs.FS, dir string) (*Inspection, error) {
 		return nil, fmt.Errorf("raftstore: open %s read-only: %w", dir, err)
 	}
 	in := &Inspection{db: db, HardState: &raftpb.HardState{}, Snapshot: &raftpb.Snapshot{}}
-	s := &Store{db: db}
+	s := &Store{db: db, halt: newHalt()}
 	if in.Format, err = s.get(keyFormat); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("raftstore: %s: %w", dir, err)

@@ -8,11 +8,18 @@ import (
 	"go.etcd.io/raft/v3"
 )
 
-// pebbleLogger routes Pebble's log lines to slog. Pebble documents Fatalf as
-// not returning; it is used only for Pebble's internal invariant violations,
-// so it logs and panics (as raft.Logger's Panicf does) instead of exiting
-// the host process.
-type pebbleLogger struct{ l *slog.Logger }
+// pebbleLogger routes Pebble's log lines to slog. Pebble calls Fatalf for
+// errors it cannot recover from (a failed WAL write or fsync in the commit
+// pipeline, a failed MANIFEST write, a broken internal invariant) and
+// expects it not to return; neither exiting nor panicking is acceptable
+// inside a host's process. Fatalf halts the store instead (see ErrHalted)
+// and returns: every store write checks the halt after Pebble returns, so a
+// commit Pebble lets through after a fatal error is never acknowledged, and
+// no write reaches Pebble after it.
+type pebbleLogger struct {
+	l *slog.Logger
+	h *halt
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	p.l.Info(fmt.Sprintf(format, args...), "component", "pebble")
@@ -25,7 +32,26 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	p.l.Error(msg, "component", "pebble", "fatal", true)
-	panic("pebble: " + msg)
+	p.h.record(pebbleFatal{msg: msg, err: firstError(args)})
+}
+
+// pebbleFatal is a Pebble fatal error: its message, and the error among
+// its arguments (if any) for errors.Is.
+type pebbleFatal struct {
+	msg string
+	err error
+}
+
+func (e pebbleFatal) Error() string { return "pebble: " + e.msg }
+func (e pebbleFatal) Unwrap() error { return e.err }
+
+func firstError(args []any) error {
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			return err
+		}
+	}
+	return nil
 }
 
 // NewRaftLogger adapts l to raft.Logger, so a RawNode logs through the

@@ -39,6 +39,7 @@ type Options struct {
 type Store struct {
 	db    *pebble.DB
 	log   *slog.Logger
+	halt  *halt // the first storage failure; set, the store refuses writes
 	syncs atomic.Uint64
 
 	// writeMu serialises writers (Append, SetSnapshot, Compact,
@@ -81,13 +82,14 @@ func Open(opts Options) (*Store, error) {
 	if err := durable.MkdirAll(opts.FS, opts.Dir); err != nil {
 		return nil, fmt.Errorf("raftstore: create %s: %w", opts.Dir, err)
 	}
-	popts := pebbleOptions(opts)
+	h := newHalt()
+	popts := pebbleOptions(opts, h)
 	db, err := pebble.Open(opts.Dir, popts)
 	popts.Cache.Unref() // the DB holds its own reference
 	if err != nil {
 		return nil, fmt.Errorf("raftstore: open pebble in %s: %w", opts.Dir, err)
 	}
-	s := &Store{db: db, log: opts.Logger}
+	s := &Store{db: db, log: opts.Logger, halt: h}
 	s.mu.cache.limit = opts.CacheBytes
 	if err := s.load(); err != nil {
 		_ = db.Close()
@@ -98,10 +100,17 @@ func Open(opts Options) (*Store, error) {
 
 // pebbleOptions tunes Pebble for a raft log: sequential appends, reads of
 // recent entries, whole ranges deleted behind images.
-func pebbleOptions(opts Options) *pebble.Options {
+func pebbleOptions(opts Options, h *halt) *pebble.Options {
 	o := &pebble.Options{
-		FS:     opts.FS,
-		Logger: pebbleLogger{opts.Logger},
+		FS:     haltFS{FS: opts.FS, h: h},
+		Logger: pebbleLogger{l: opts.Logger, h: h},
+		EventListener: &pebble.EventListener{
+			// A flush or compaction that failed on the disk has halted the
+			// store already (haltFS); Pebble retries it in the background.
+			BackgroundError: func(err error) {
+				opts.Logger.Error("pebble background error", "component", "pebble", "err", err)
+			},
+		},
 		// Recent entries are served from the entry cache or the memtable;
 		// the block cache only helps replay and slow followers.
 		Cache: pebble.NewCache(8 << 20),
@@ -143,7 +152,7 @@ func (s *Store) load() error {
 		if !empty {
 			return fmt.Errorf("%w: keys present but no m/fmt (not a raftstore?)", ErrCorrupt)
 		}
-		if err := s.db.Set(keyFormat, []byte{formatVersion}, pebble.Sync); err != nil {
+		if err := s.set(keyFormat, []byte{formatVersion}, pebble.Sync); err != nil {
 			return fmt.Errorf("write m/fmt: %w", err)
 		}
 		s.syncs.Add(1)
@@ -275,6 +284,27 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// Halted returns the storage failure that halted the store (wrapping
+// ErrHalted), or nil.
+func (s *Store) Halted() error { return s.halt.check() }
+
+// Halt halts the store for a failure the host saw on the same disk (an
+// image write): it refuses every write from then on, as after a failure
+// of its own.
+func (s *Store) Halt(cause error) { s.halt.record(cause) }
+
+// HaltedCh returns a channel closed when the store halts.
+func (s *Store) HaltedCh() <-chan struct{} { return s.halt.done }
+
+// halted returns the halt error if the store halted while the write that
+// returned err ran, and err otherwise.
+func (s *Store) halted(err error) error {
+	if h := s.halt.check(); h != nil {
+		return h
+	}
+	return err
+}
+
 // Syncs returns the number of fsynced commits so far (for syncs/op).
 func (s *Store) Syncs() uint64 { return s.syncs.Load() }
 
@@ -285,13 +315,34 @@ func (s *Store) HardState() *raftpb.HardState {
 	return proto.Clone(s.mu.hs).(*raftpb.HardState)
 }
 
+// set writes one key as commit writes a batch: refused once halted, and
+// failed if the store halted while Pebble wrote it.
+func (s *Store) set(key, value []byte, opts *pebble.WriteOptions) error {
+	if err := s.halt.check(); err != nil {
+		return err
+	}
+	if err := s.db.Set(key, value, opts); err != nil {
+		return s.halted(err)
+	}
+	return s.halt.check()
+}
+
 // commit commits b (syncing if sync) and counts the sync.
 func (s *Store) commit(b *pebble.Batch, sync bool) error {
 	opts := pebble.NoSync
 	if sync {
 		opts = pebble.Sync
 	}
+	if err := s.halt.check(); err != nil {
+		return err
+	}
 	if err := b.Commit(opts); err != nil {
+		return s.halted(err)
+	}
+	// Pebble returns nil from a commit whose WAL write or fsync failed
+	// (after calling Fatalf, which halted the store): the halt, not the
+	// nil, is the answer.
+	if err := s.halt.check(); err != nil {
 		return err
 	}
 	if sync {

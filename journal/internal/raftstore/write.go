@@ -40,6 +40,9 @@ func (s *Store) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.
 	if closed {
 		return ErrClosed
 	}
+	if err := s.halt.check(); err != nil {
+		return err
+	}
 
 	b := s.db.NewBatch()
 	defer b.Close()
@@ -175,6 +178,9 @@ func (s *Store) SetSnapshot(snap *raftpb.Snapshot) error {
 	if closed {
 		return ErrClosed
 	}
+	if err := s.halt.check(); err != nil {
+		return err
+	}
 	md := snap.GetMetadata()
 	idx := md.GetIndex()
 	switch {
@@ -198,7 +204,7 @@ func (s *Store) SetSnapshot(snap *raftpb.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("raftstore: set snapshot %d: encode: %w", idx, err)
 	}
-	if err := s.db.Set(keySnapshot, v, pebble.Sync); err != nil {
+	if err := s.set(keySnapshot, v, pebble.Sync); err != nil {
 		return fmt.Errorf("raftstore: set snapshot %d: %w", idx, err)
 	}
 	s.syncs.Add(1)
@@ -223,6 +229,9 @@ func (s *Store) Compact(index uint64) error {
 	s.mu.RUnlock()
 	if closed {
 		return ErrClosed
+	}
+	if err := s.halt.check(); err != nil {
+		return err
 	}
 	if index <= trunc.index {
 		return raft.ErrCompacted
@@ -275,7 +284,10 @@ func (s *Store) SaveMembership(index uint64, blob []byte) error {
 	if closed {
 		return ErrClosed
 	}
-	if err := s.db.Set(confKey(index), blob, pebble.NoSync); err != nil {
+	if err := s.halt.check(); err != nil {
+		return err
+	}
+	if err := s.set(confKey(index), blob, pebble.NoSync); err != nil {
 		return fmt.Errorf("raftstore: save membership at %d: %w", index, err)
 	}
 	return nil

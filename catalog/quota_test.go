@@ -1,0 +1,114 @@
+package catalog_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metatree/metatree/catalog"
+)
+
+// TestQuotaRefusesBatchesAlikeOnEveryReplica: a batch that would take the
+// tree past its node or byte quota fails whole with ErrQuota and changes
+// nothing but Index; a replica that loaded the same state from an image
+// decides every batch the same way; a delete passes even over the quota;
+// the collector shows the headroom.
+func TestQuotaRefusesBatchesAlikeOnEveryReplica(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		quota catalog.Quota
+	}{
+		{"nodes", catalog.Quota{MaxNodes: 4}},
+		{"bytes", catalog.Quota{MaxBytes: 400}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := catalog.New()
+			a.SetQuota(tc.quota)
+			if res := apply(a, 1, catalog.Op{Type: catalog.OpCreate, Path: "/db", Kind: "database"}); res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			// A replica that starts from an image of a.
+			var img bytes.Buffer
+			if err := a.Save(&img); err != nil {
+				t.Fatal(err)
+			}
+			b := catalog.New()
+			if err := b.Load(&img); err != nil {
+				t.Fatal(err)
+			}
+			b.SetQuota(tc.quota)
+			if a.Usage() != b.Usage() {
+				t.Fatalf("usage after load %+v, want %+v", b.Usage(), a.Usage())
+			}
+
+			var refused uint64
+			for i := uint64(2); i < 12; i++ {
+				ops := []catalog.Op{{Type: catalog.OpCreate, Path: fmt.Sprintf("/db/t%d", i), Kind: "table",
+					Set: map[string]catalog.Value{"comment": catalog.String(strings.Repeat("x", 40))}}}
+				before := a.Usage()
+				ra, rb := apply(a, i, ops...), apply(b, i, ops...)
+				if errors.Is(ra.Err, catalog.ErrQuota) != errors.Is(rb.Err, catalog.ErrQuota) {
+					t.Fatalf("batch %d: replicas disagree: %v vs %v", i, ra.Err, rb.Err)
+				}
+				if ra.Err == nil {
+					continue
+				}
+				if !errors.Is(ra.Err, catalog.ErrQuota) {
+					t.Fatalf("batch %d: %v, want ErrQuota", i, ra.Err)
+				}
+				if refused == 0 {
+					refused = i
+				}
+				if _, ok := a.Get(fmt.Sprintf("/db/t%d", i)); ok || a.Usage() != before || a.Index() != i {
+					t.Fatalf("refused batch %d changed the tree (usage %+v, was %+v; index %d)", i, a.Usage(), before, a.Index())
+				}
+			}
+			if refused == 0 {
+				t.Fatal("the quota never refused a batch")
+			}
+			if a.Usage() != b.Usage() {
+				t.Fatalf("replicas diverged: %+v vs %+v", a.Usage(), b.Usage())
+			}
+			q, u := a.Quota(), a.Usage()
+			name, headroom := "metatree_catalog_quota_nodes_headroom", q.MaxNodes-u.Nodes
+			if q.MaxBytes > 0 {
+				name, headroom = "metatree_catalog_quota_bytes_headroom", int(q.MaxBytes-u.Bytes)
+			}
+			if headroom < 0 {
+				t.Fatalf("usage %+v over quota %+v", u, q)
+			}
+			if got := gauge(t, a, name); got != float64(headroom) {
+				t.Fatalf("%s = %v, want %d", name, got, headroom)
+			}
+
+			// Shrinking always passes, even with the quota lowered under
+			// the current size.
+			a.SetQuota(catalog.Quota{MaxNodes: 1, MaxBytes: 1})
+			if res := apply(a, 20, catalog.Op{Type: catalog.OpDelete, Path: "/db/t2"}); res.Err != nil {
+				t.Fatalf("a delete over the quota: %v", res.Err)
+			}
+		})
+	}
+}
+
+// gauge returns the value of the tree's gauge name, failing if absent.
+func gauge(t *testing.T, tree *catalog.Tree, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(tree.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no series %s", name)
+	return 0
+}

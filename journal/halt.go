@@ -1,0 +1,36 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/metatree/metatree/journal/internal/raftstore"
+)
+
+// Halt stops the node's writes for a storage failure the host saw outside
+// the journal, on the same disk (an image write whose fsync failed): the
+// raft loop stops as after a failure of the journal's own, calls fail
+// with an error wrapping ErrHalted and cause, reads go on under the
+// staleness guard, and a restart recovers. It does not block.
+func (j *Journal) Halt(cause error) { j.store.Halt(cause) }
+
+// writable returns why this node refuses new writes at once, before they
+// reach raft: its storage halted (the loop may not have stopped yet), or
+// its disk is nearly full.
+func (j *Journal) writable() error {
+	if err := j.store.Halted(); err != nil {
+		return fmt.Errorf("%w: %w", ErrClosed, haltCause(err))
+	}
+	return j.space.refuse()
+}
+
+// haltCause marks err with ErrHalted when a storage failure caused it: the
+// store halted (raftstore.ErrHalted), so no write can be trusted until a
+// restart, and the callers the failure answers must learn that a retry on
+// this node is futile.
+func haltCause(err error) error {
+	if errors.Is(err, raftstore.ErrHalted) && !errors.Is(err, ErrHalted) {
+		return fmt.Errorf("%w: %w", ErrHalted, err)
+	}
+	return err
+}

@@ -1,0 +1,123 @@
+package journal
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/internal/clock"
+)
+
+// walSyncFault fails every fsync of a WAL file under the journal's Pebble
+// dir once armed.
+type walSyncFault struct{ armed atomic.Bool }
+
+func (f *walSyncFault) String() string { return "walSyncFault" }
+
+func (f *walSyncFault) MaybeError(op errorfs.Op) error {
+	sync := op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo
+	if f.armed.Load() && sync && strings.Contains(op.Path, "/journal/") && strings.HasSuffix(op.Path, ".log") {
+		return errorfs.ErrInjected
+	}
+	return nil
+}
+
+// offsetClock is the real clock whose Now is moved forward by a settable
+// offset; its timers are the real ones.
+type offsetClock struct {
+	clock.Real
+	offset atomic.Int64
+}
+
+func (c *offsetClock) Now() time.Time { return c.Real.Now().Add(time.Duration(c.offset.Load())) }
+
+// TestFailedWALSyncHaltsTheNode: once a WAL fsync fails, the write that hit
+// it fails with ErrHalted naming the operation and the file, and so does
+// every later write although the disk works again; reads go on under the
+// staleness guard; Close returns; the restarted node has every
+// acknowledged write and takes writes again.
+func TestFailedWALSyncHaltsTheNode(t *testing.T) {
+	c := newCluster(t)
+	n := c.listen(1)
+	fault := &walSyncFault{}
+	clock := &offsetClock{}
+	faulty := func(cfg *Config) {
+		cfg.FS = errorfs.Wrap(vfs.Default, fault)
+		cfg.Clock = clock
+		cfg.StaleAfter = 10 * time.Second // fresh throughout, until the clock is moved
+	}
+	require.NoError(t, c.open(n, func(cfg *Config) { cfg.Bootstrap = true; faulty(cfg) }))
+	c.waitLeader(1)
+	propose(t, n, "a")
+	propose(t, n, "b")
+
+	fault.armed.Store(true)
+	_, _, err := n.j.Propose(ctxT(t, 5*time.Second), []byte("c"))
+	require.ErrorIs(t, err, ErrHalted)
+	require.ErrorIs(t, err, ErrClosed, "a halted node is not worth retrying")
+	require.ErrorIs(t, err, errorfs.ErrInjected)
+	require.Regexp(t, `sync \S+/journal/\d+\.log`, err.Error())
+
+	fault.armed.Store(false)
+	_, _, err = n.j.Propose(ctxT(t, 5*time.Second), []byte("d"))
+	require.ErrorIs(t, err, ErrHalted, "the disk works again, but the node needs a restart")
+	require.ErrorIs(t, n.j.Status().Err, ErrHalted)
+	rec := httptest.NewRecorder()
+	writeError(rec, err)
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	require.Contains(t, rec.Body.String(), `"halted"`)
+
+	// Reads go on while the replayed state is fresh, and stop being fresh
+	// once StaleAfter passes without the leader's clock.
+	require.NoError(t, n.j.CheckFresh())
+	require.True(t, n.sm.has("a") && n.sm.has("b"))
+	clock.offset.Store(int64(time.Minute))
+	require.ErrorIs(t, n.j.CheckFresh(), ErrStale)
+
+	j := n.j
+	n.j = nil
+	_ = j.Close() // may repeat the failure; it must return
+	require.NoError(t, j.Close(), "Close is idempotent")
+
+	n.sm = newMemSM()
+	require.NoError(t, c.open(n, nil))
+	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	require.True(t, n.sm.has("a") && n.sm.has("b"), "acknowledged writes survive: %v", n.sm.values())
+	require.False(t, n.sm.has("d"), "a write refused after the halt never applies")
+	propose(t, n, "e")
+}
+
+// TestHostHaltStopsWrites: a host that saw a storage failure of its own on
+// the same disk (an image fsync) halts the journal: writes fail with
+// ErrHalted and the cause, reads go on, Close returns, a restart takes
+// writes again.
+func TestHostHaltStopsWrites(t *testing.T) {
+	c := newCluster(t)
+	n := c.listen(1)
+	require.NoError(t, c.open(n, func(cfg *Config) { cfg.Bootstrap = true; cfg.StaleAfter = 10 * time.Second }))
+	c.waitLeader(1)
+	propose(t, n, "a")
+
+	cause := errors.New("image: sync /data/image/image.ckpt: input/output error")
+	n.j.Halt(cause)
+	_, _, err := n.j.Propose(ctxT(t, 5*time.Second), []byte("b"))
+	require.ErrorIs(t, err, ErrHalted)
+	require.ErrorIs(t, err, cause)
+	require.ErrorIs(t, n.j.Status().Err, ErrHalted)
+	require.NoError(t, n.j.CheckFresh())
+
+	n.closeJournal()
+	n.sm = newMemSM()
+	require.NoError(t, c.open(n, nil))
+	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	require.True(t, n.sm.has("a"))
+	propose(t, n, "c")
+}
