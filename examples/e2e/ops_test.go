@@ -123,6 +123,9 @@ func TestMetricsFollowTheCluster(t *testing.T) {
 			}
 		}
 	}
+	// The worker process may still be starting: its port answers once it
+	// serves.
+	eventually(t, 10*time.Second, "worker serving /metrics", func() bool { _, ok := scrapeMetrics(t, w); return ok })
 	if m, ok := scrapeMetrics(t, w); !ok || m[`metatree_cancel_cancelled_total{reason="restarted"}`] != 0 || m["metatree_cancel_live_queries"] != 0 {
 		t.Fatalf("worker /metrics: %v (ok %v)", m, ok)
 	}
