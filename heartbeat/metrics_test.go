@@ -2,7 +2,7 @@ package heartbeat_test
 
 import (
 	"context"
-	"fmt"
+	"github.com/metatree/metatree/internal/metricstest"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/heartbeat"
@@ -21,28 +20,7 @@ import (
 // labels (a histogram's sample count).
 func scrape(t *testing.T, c prometheus.Collector) map[string]float64 {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	require.NoError(t, reg.Register(c))
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			name := mf.GetName()
-			for _, l := range m.GetLabel() {
-				name += fmt.Sprintf("{%s=%s}", l.GetName(), l.GetValue())
-			}
-			switch mf.GetType() {
-			case dto.MetricType_GAUGE:
-				out[name] = m.GetGauge().GetValue()
-			case dto.MetricType_COUNTER:
-				out[name] = m.GetCounter().GetValue()
-			case dto.MetricType_HISTOGRAM:
-				out[name] = float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return out
+	return metricstest.Scrape(t, c)
 }
 
 func TestCollectorExactValues(t *testing.T) {

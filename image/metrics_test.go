@@ -3,12 +3,11 @@ package image
 import (
 	"context"
 	"errors"
-	"fmt"
+	"github.com/metatree/metatree/internal/metricstest"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,30 +15,7 @@ import (
 // labels (a histogram's sample count).
 func scrape(t *testing.T, cs ...prometheus.Collector) map[string]float64 {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	for _, c := range cs {
-		require.NoError(t, reg.Register(c))
-	}
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			name := mf.GetName()
-			for _, l := range m.GetLabel() {
-				name += fmt.Sprintf("{%s=%s}", l.GetName(), l.GetValue())
-			}
-			switch mf.GetType() {
-			case dto.MetricType_GAUGE:
-				out[name] = m.GetGauge().GetValue()
-			case dto.MetricType_COUNTER:
-				out[name] = m.GetCounter().GetValue()
-			case dto.MetricType_HISTOGRAM:
-				out[name] = float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return out
+	return metricstest.Scrape(t, cs...)
 }
 
 func TestCollectorsExactValues(t *testing.T) {
