@@ -1,7 +1,7 @@
 package heartbeat
 
 import (
-	"sync"
+	"github.com/metatree/metatree/internal/ratelimit"
 	"sync/atomic"
 	"time"
 
@@ -17,7 +17,7 @@ type metrics struct {
 	// events counts the transitions delivered on this frontend, by type.
 	events [Removed + 1]atomic.Uint64
 
-	slowRound slowLog
+	slowRound ratelimit.Log
 }
 
 func newMetrics() *metrics {
@@ -72,36 +72,13 @@ func (c membershipCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- c.m.metrics.rtt
 }
 
-// slowLogEvery bounds how often the slow-round warning is logged.
-const slowLogEvery = 10 * time.Second
-
-// slowLog rate-limits a warning: at most one line per slowLogEvery,
-// counting the ones it left out.
-type slowLog struct {
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-func (s *slowLog) allow(now time.Time) (bool, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.last.IsZero() && now.Sub(s.last) < slowLogEvery {
-		s.suppressed++
-		return false, 0
-	}
-	n := s.suppressed
-	s.last, s.suppressed = now, 0
-	return true, n
-}
-
 // noteRound warns when a heartbeat round (every member probed in
 // parallel) took longer than Config.SlowRound.
 func (m *Membership) noteRound(took time.Duration) {
 	if took < m.cfg.SlowRound {
 		return
 	}
-	if ok, n := m.metrics.slowRound.allow(m.cfg.Clock.Now()); ok {
+	if ok, n := m.metrics.slowRound.Allow(m.cfg.Clock.Now()); ok {
 		m.log.Warn("heartbeat: slow round", "took", took, "threshold", m.cfg.SlowRound, "suppressed", n)
 	}
 }

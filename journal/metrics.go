@@ -1,7 +1,7 @@
 package journal
 
 import (
-	"sync"
+	"github.com/metatree/metatree/internal/ratelimit"
 	"sync/atomic"
 	"time"
 
@@ -27,8 +27,8 @@ type metrics struct {
 	// at the first scrape.
 	walFsync atomic.Pointer[prometheus.Histogram]
 
-	slowSync  slowLog
-	slowApply slowLog
+	slowSync  ratelimit.Log
+	slowApply ratelimit.Log
 }
 
 func newMetrics() *metrics {
@@ -177,40 +177,13 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// slowLogEvery bounds how often one kind of slow-operation warning is
-// logged; the warning says how many it stood for.
-const slowLogEvery = 10 * time.Second
-
-// slowLog rate-limits one kind of warning (a slow WAL sync, a slow apply),
-// as etcd's "slow fdatasync" and "apply request took too long" are: at
-// most one line per slowLogEvery, counting the ones it left out.
-type slowLog struct {
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-// allow reports whether a warning may be logged at now, and how many were
-// suppressed since the last one.
-func (s *slowLog) allow(now time.Time) (bool, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.last.IsZero() && now.Sub(s.last) < slowLogEvery {
-		s.suppressed++
-		return false, 0
-	}
-	n := s.suppressed
-	s.last, s.suppressed = now, 0
-	return true, n
-}
-
 // noteSync records how long a synced append took and warns when it took
 // longer than Config.SlowSync.
 func (j *Journal) noteSync(took time.Duration, entries int) {
 	if took < j.cfg.SlowSync {
 		return
 	}
-	if ok, n := j.metrics.slowSync.allow(j.cfg.Clock.Now()); ok {
+	if ok, n := j.metrics.slowSync.Allow(j.cfg.Clock.Now()); ok {
 		j.log.Warn("slow WAL sync", "took", took, "threshold", j.cfg.SlowSync, "entries", entries, "suppressed", n)
 	}
 }
@@ -223,7 +196,7 @@ func (j *Journal) noteApply(index uint64, took time.Duration) {
 	if took < j.cfg.SlowApply {
 		return
 	}
-	if ok, n := j.metrics.slowApply.allow(j.cfg.Clock.Now()); ok {
+	if ok, n := j.metrics.slowApply.Allow(j.cfg.Clock.Now()); ok {
 		j.log.Warn("apply took too long", "index", index, "took", took, "threshold", j.cfg.SlowApply, "suppressed", n)
 	}
 }
