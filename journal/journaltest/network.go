@@ -18,6 +18,11 @@ import (
 // dropped (and reported unreachable), as a full socket buffer would.
 const queueLen = 1024
 
+// drainTimeout bounds how long a removed peer's queue is still delivered
+// (what was queued before RemovePeer), like the HTTP transport's default
+// HandshakeTimeout.
+const drainTimeout = 3 * time.Second
+
 // Network is an in-memory network between journal nodes. All methods are
 // safe for concurrent use. Faults apply to raft messages, forwarded
 // proposals and joins alike; a forwarded proposal can also lose its answer
@@ -203,10 +208,15 @@ var _ journal.Transport = (*Transport)(nil)
 // queue is one sending direction: batches delivered in order by one
 // goroutine.
 type queue struct {
-	to    uint64
-	c     chan batch
-	last  time.Time // latest due time handed out, to keep order under jitter
-	close chan struct{}
+	to   uint64
+	c    chan batch
+	last time.Time // latest due time handed out, to keep order under jitter
+	// drain is closed by RemovePeer: the goroutine delivers what is
+	// queued, due before drainBy, to addr (the peer's address then), and
+	// stops. Both are set before drain is closed.
+	drain   chan struct{}
+	addr    string
+	drainBy time.Time
 }
 
 type batch struct {
@@ -239,15 +249,20 @@ func (t *Transport) SetPeer(id uint64, addr string) {
 	t.peers[id] = addr
 }
 
-// RemovePeer implements journal.Transport.
+// RemovePeer implements journal.Transport. As over HTTP, the peer's queue
+// still delivers what it holds (the append that tells a removed node its
+// removal committed, sent just before), for at most drainTimeout, and
+// then stops; nothing sent afterwards reaches the peer.
 func (t *Transport) RemovePeer(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.peers, id)
 	if q := t.queues[id]; q != nil {
-		close(q.close)
+		q.addr = t.peers[id]
+		q.drainBy = time.Now().Add(drainTimeout)
+		close(q.drain)
 		delete(t.queues, id)
 	}
+	delete(t.peers, id)
 }
 
 // Send implements journal.Transport: it copies the messages (raft owns the
@@ -284,7 +299,7 @@ func (t *Transport) enqueue(to uint64, msgs []*raftpb.Message) {
 	}
 	q := t.queues[to]
 	if q == nil {
-		q = &queue{to: to, c: make(chan batch, queueLen), close: make(chan struct{})}
+		q = &queue{to: to, c: make(chan batch, queueLen), drain: make(chan struct{})}
 		t.queues[to] = q
 		t.wg.Go(func() { t.deliverLoop(q) })
 	}
@@ -310,12 +325,8 @@ func (t *Transport) deliverLoop(q *queue) {
 		}
 	}()
 	for {
-		var b batch
-		select {
-		case b = <-q.c:
-		case <-q.close:
-			return
-		case <-t.ctx.Done():
+		b, ok := t.next(q)
+		if !ok {
 			return
 		}
 		if wait := time.Until(b.due); wait > 0 {
@@ -326,8 +337,6 @@ func (t *Transport) deliverLoop(q *queue) {
 			}
 			select {
 			case <-timer.C:
-			case <-q.close:
-				return
 			case <-t.ctx.Done():
 				return
 			}
@@ -337,9 +346,60 @@ func (t *Transport) deliverLoop(q *queue) {
 			t.unreachable(q.to)
 			continue
 		}
-		if err := t.deliver(q.to, b.msgs); err != nil {
+		if err := t.deliverQueued(q, b.msgs); err != nil {
 			t.unreachable(q.to)
 		}
+	}
+}
+
+// next returns the next batch of q to deliver, waiting for one; false once
+// the transport is closed, or once q is removed and holds nothing more due
+// before its drain deadline.
+func (t *Transport) next(q *queue) (batch, bool) {
+	if t.ctx.Err() != nil {
+		return batch{}, false
+	}
+	select {
+	case b := <-q.c:
+		return b, t.deliverable(q, b)
+	case <-q.drain:
+		select {
+		case b := <-q.c:
+			return b, t.deliverable(q, b)
+		default:
+			return batch{}, false
+		}
+	case <-t.ctx.Done():
+		return batch{}, false
+	}
+}
+
+// deliverable reports whether b, taken from q, is still to be delivered:
+// on a removed peer's queue only what is due before the drain deadline is
+// (drainBy is set before drain is closed, and read only after it is).
+func (t *Transport) deliverable(q *queue, b batch) bool {
+	select {
+	case <-q.drain:
+		return !b.due.After(q.drainBy)
+	default:
+		return true
+	}
+}
+
+// deliverQueued delivers a batch of q: to the peer's current address, or,
+// once the peer is removed, to the one it had when RemovePeer ran.
+func (t *Transport) deliverQueued(q *queue, msgs []*raftpb.Message) error {
+	select {
+	case <-q.drain:
+		dst := t.net.lookup(q.addr)
+		if dst == nil {
+			return fmt.Errorf("%w: removed node %d at %s is down", journal.ErrUnreachable, q.to, q.addr)
+		}
+		return dst.call(func(ctx context.Context, r journal.Receiver) error {
+			return r.Receive(ctx, msgs)
+		})
+	default:
+		return t.deliver(q.to, msgs)
 	}
 }
 
@@ -524,11 +584,8 @@ func (t *Transport) Close() error {
 	t.closed = true
 	started := t.started
 	if started {
-		t.cancel()
-		for id, q := range t.queues {
-			close(q.close)
-			delete(t.queues, id)
-		}
+		t.cancel() // stops every queue's goroutine, removed peers' too
+		clear(t.queues)
 	}
 	t.mu.Unlock()
 	if !started {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -214,4 +215,27 @@ func TestClosedNodeIsUnreachableAndAddressReusable(t *testing.T) {
 	waitN(t, f2.got, 1)
 	require.NoError(t, t1.Close())
 	require.NoError(t, t2b.Close())
+}
+
+// TestRemovePeerDeliversWhatWasQueued: RemovePeer lets the queue deliver
+// what it held when due within drainTimeout, drops what is due later, and
+// nothing sent after it reaches the removed peer (as over HTTP).
+func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := NewNetwork(1)
+		t1, _, f1, f2 := pair(t, n)
+		n.Delay(1, 2, time.Second, 0)
+		t1.Send([]*raftpb.Message{msg(1, 2, 1, raftpb.MsgApp)})
+		n.Delay(1, 2, 2*drainTimeout, 0)
+		t1.Send([]*raftpb.Message{msg(1, 2, 2, raftpb.MsgApp)})
+		t1.RemovePeer(2)
+		t1.Send([]*raftpb.Message{msg(1, 2, 3, raftpb.MsgApp)})
+
+		time.Sleep(3 * drainTimeout)
+		synctest.Wait()
+		got := f2.received()
+		require.Len(t, got, 1, "only the batch due within drainTimeout is delivered")
+		require.Equal(t, uint64(1), got[0].GetIndex())
+		require.Positive(t, f1.unreachableCount(2), "the send after RemovePeer is reported unreachable")
+	})
 }
