@@ -77,6 +77,7 @@ func (j *Journal) run() {
 				}
 				j.rn.ReportSnapshot(r.id, st)
 				j.snapsOut.Add(-1)
+				j.notifyChanged()
 			} else {
 				j.rn.ReportUnreachable(r.id)
 			}
@@ -313,6 +314,7 @@ func (j *Journal) step(in inbound) {
 			continue
 		}
 		j.heard[m.GetFrom()] = now
+		j.notifyChanged()
 		if e := j.rn.Step(m); e != nil && !errors.Is(e, raft.ErrStepPeerNotFound) && !errors.Is(e, raft.ErrStepLocalMsg) {
 			err = e
 		}
@@ -443,6 +445,9 @@ func (j *Journal) send(msgs []*raftpb.Message) {
 		j.campaigns.Add(1)
 	}
 	j.tr.Send(msgs)
+	if voted {
+		j.notifyChanged()
+	}
 }
 
 func (j *Journal) setSoftState(lead uint64, st raft.StateType) {
