@@ -249,14 +249,16 @@ func TestRemovalCheckSeesHealthyPeers(t *testing.T) {
 			await(t, 5*time.Second, "leader heard from its followers", c.nodes[leader].changed, func() bool { return reachable(t, lj, id) })
 		}
 	}
-	// Five election timeouts hold five check-quorum rounds.
-	start := time.Now()
-	deadline := start.Add(5 * lj.electionTimeout())
+	// The leader runs a check-quorum round every ElectionTicks of its
+	// ticks: check until it has ticked through five rounds.
+	ticks := &c.nodes[leader].ticks
+	start := ticks.Load()
+	end := start + 5*uint64(testElectionTicks)
 	checks := 0
-	for ; time.Now().Before(deadline); checks++ {
+	for ; ticks.Load() < end; checks++ {
 		var err error
 		require.NoError(t, lj.do(ctxT(t, time.Second), func() { err = lj.checkConfChange(cc, false) }))
-		require.NoError(t, err, "check %d, %v after the start", checks, time.Since(start))
+		require.NoError(t, err, "check %d, %d ticks after the start", checks, ticks.Load()-start)
 	}
 	require.Greater(t, checks, 100)
 }

@@ -245,6 +245,8 @@ type testingKnobs struct {
 	// reported (snapsOut). It runs on the loop or the applier and must
 	// not block.
 	changed func()
+	// ticked runs on the loop after each raft tick. It must not block.
+	ticked func()
 }
 
 // notifyChanged calls the changed knob, if set.

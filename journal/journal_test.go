@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,6 +80,8 @@ type node struct {
 	// changed receives a token when the journal's changed knob fires
 	// (coalesced: one pending token stands for any number of changes).
 	changed chan struct{}
+	// ticks counts the raft ticks of the journal's loop.
+	ticks atomic.Uint64
 }
 
 // signal is the journal's changed knob: it leaves a token without blocking.
@@ -195,7 +198,7 @@ func (c *cluster) open(n *node, mod func(*Config)) error {
 	drop := c.dropFn
 	n.tr.drop.Store(&drop)
 	cfg.Transport = n.tr
-	cfg.knobs = &testingKnobs{changed: n.signal}
+	cfg.knobs = &testingKnobs{changed: n.signal, ticked: func() { n.ticks.Add(1) }}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -62,6 +62,9 @@ func (j *Journal) run() {
 			return
 		case <-tickc:
 			j.rn.Tick()
+			if k := j.cfg.knobs; k != nil && k.ticked != nil {
+				k.ticked()
+			}
 		case p := <-j.propc:
 			j.propose(p)
 			j.gather()
