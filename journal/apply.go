@@ -252,6 +252,7 @@ func (j *Journal) applyNormal(idx uint64, data []byte) *HaltError {
 	switch env.kind {
 	case kindTimestamp:
 		j.lastTS.Store(env.ts)
+		j.notifyChanged()
 	case kindUser:
 		// The applied index moves before the proposer hears: once Propose
 		// returns, Status and WaitApplied on this node cover the entry too

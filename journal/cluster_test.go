@@ -148,7 +148,7 @@ func TestQuorumLoss(t *testing.T) {
 	c.waitLeader()
 	for id := uint64(1); id <= 4; id++ {
 		n := c.nodes[id]
-		eventually(t, 5*time.Second, "node fresh", func() bool { return n.j.CheckFresh() == nil })
+		await(t, 5*time.Second, "node fresh", n.changed, func() bool { return n.j.CheckFresh() == nil })
 	}
 	propose(t, c.nodes[leader], "back")
 }
@@ -211,6 +211,27 @@ func reachable(t *testing.T, j *Journal, id uint64) bool {
 	return ok
 }
 
+// awaitUnreachable waits until j counts peer id as unreachable: no message
+// from it arrives, so it is unreachable once an election timeout has passed
+// since the last one. It waits for exactly that moment, re-reading the last
+// arrival each time in case a message still in flight was recorded since.
+func awaitUnreachable(t *testing.T, j *Journal, id uint64) {
+	t.Helper()
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for reachable(t, j, id) {
+		var heard time.Time
+		require.NoError(t, j.do(ctxT(t, time.Second), func() { heard = j.heard[id] }))
+		timeout := time.NewTimer(time.Until(heard.Add(j.electionTimeout())) + time.Millisecond)
+		select {
+		case <-timeout.C:
+		case <-deadline.C:
+			timeout.Stop()
+			t.Fatalf("node %d still reachable after 5s", id)
+		}
+	}
+}
+
 // A healthy voter counts as reachable for the removal check at every
 // moment, including just after one of raft's check-quorum rounds (which
 // clear Progress.RecentActive for every peer until its next heartbeat
@@ -225,17 +246,19 @@ func TestRemovalCheckSeesHealthyPeers(t *testing.T) {
 	// need yet: the check is conservative until the first heartbeat answer.
 	for id := uint64(1); id <= 3; id++ {
 		if id != leader {
-			eventually(t, 5*time.Second, "leader heard from its followers", func() bool { return reachable(t, lj, id) })
+			await(t, 5*time.Second, "leader heard from its followers", c.nodes[leader].changed, func() bool { return reachable(t, lj, id) })
 		}
 	}
-	// Five election timeouts hold five check-quorum rounds.
-	start := time.Now()
-	deadline := start.Add(5 * lj.electionTimeout())
+	// The leader runs a check-quorum round every ElectionTicks of its
+	// ticks: check until it has ticked through five rounds.
+	ticks := &c.nodes[leader].ticks
+	start := ticks.Load()
+	end := start + 5*uint64(testElectionTicks)
 	checks := 0
-	for ; time.Now().Before(deadline); checks++ {
+	for ; ticks.Load() < end; checks++ {
 		var err error
 		require.NoError(t, lj.do(ctxT(t, time.Second), func() { err = lj.checkConfChange(cc, false) }))
-		require.NoError(t, err, "check %d, %v after the start", checks, time.Since(start))
+		require.NoError(t, err, "check %d, %d ticks after the start", checks, ticks.Load()-start)
 	}
 	require.Greater(t, checks, 100)
 }
@@ -257,7 +280,7 @@ func TestMembership(t *testing.T) {
 	// With one of three voters unreachable, removing another reachable one
 	// would leave a configuration without a live quorum: refused.
 	c.partition(down)
-	eventually(t, 5*time.Second, "leader sees the partitioned node unreachable", func() bool { return !reachable(t, lj, down) })
+	awaitUnreachable(t, lj, down)
 	err := c.nodes[4].j.RemoveMember(ctx, up, false) // through the observer
 	require.ErrorIs(t, err, ErrUnsafeRemoval)
 	require.Equal(t, 1, strings.Count(err.Error(), ErrUnsafeRemoval.Error()), "the leader's reason, said once: %v", err)
@@ -281,7 +304,7 @@ func TestMembership(t *testing.T) {
 	c.heal()
 	n3 := c.nodes[down]
 	camp := n3.j.campaigns.Load()
-	eventually(t, 10*time.Second, "removed node campaigns", func() bool { return n3.j.campaigns.Load() > camp+1 })
+	await(t, 10*time.Second, "removed node campaigns", n3.changed, func() bool { return n3.j.campaigns.Load() > camp+1 })
 	propose(t, c.nodes[up], "after-removal")
 	st := c.nodes[4].j.Status()
 	require.NotEqual(t, down, st.Leader, "the removed node never leads")

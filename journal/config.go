@@ -239,6 +239,21 @@ type testingKnobs struct {
 	beforeRepropose func(key [16]byte)
 	// judged runs on the applier for every copy of a user entry it skips.
 	judged func(index uint64, key [16]byte, v copyVerdict)
+	// changed runs after a state a test awaits may have changed: a message
+	// from a peer was recorded (reachable), a leader timestamp applied
+	// (CheckFresh), a vote request sent (campaigns) or a snapshot transfer
+	// reported (snapsOut). It runs on the loop or the applier and must
+	// not block.
+	changed func()
+	// ticked runs on the loop after each raft tick. It must not block.
+	ticked func()
+}
+
+// notifyChanged calls the changed knob, if set.
+func (j *Journal) notifyChanged() {
+	if k := j.cfg.knobs; k != nil && k.changed != nil {
+		k.changed()
+	}
 }
 
 func (c *Config) fillDefaults() {

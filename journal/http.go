@@ -81,6 +81,9 @@ type HTTPTransport struct {
 	// drop is a test knob: traffic between from and to is dropped (both
 	// directions are checked by each side) when it returns true.
 	drop atomic.Pointer[func(from, to uint64) bool]
+	// senderStopped is a test knob: it runs after a peer's sender left the
+	// transport's maps. It must not block.
+	senderStopped atomic.Pointer[func()]
 }
 
 // NewHTTPTransport returns an HTTP transport; pass it as Config.Transport

@@ -195,6 +195,9 @@ func (p *httpPeer) run() {
 		p.t.mu.Lock()
 		delete(p.t.draining, p)
 		p.t.mu.Unlock()
+		if f := p.t.senderStopped.Load(); f != nil {
+			(*f)()
+		}
 	}()
 	backoff := 10 * time.Millisecond
 	for {

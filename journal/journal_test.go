@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,6 +77,19 @@ type node struct {
 	tr    *HTTPTransport
 	mux   *switchHandler
 	srvWG sync.WaitGroup
+	// changed receives a token when the journal's changed knob fires
+	// (coalesced: one pending token stands for any number of changes).
+	changed chan struct{}
+	// ticks counts the raft ticks of the journal's loop.
+	ticks atomic.Uint64
+}
+
+// signal is the journal's changed knob: it leaves a token without blocking.
+func (n *node) signal() {
+	select {
+	case n.changed <- struct{}{}:
+	default:
+	}
 }
 
 // switchHandler lets a restarted journal take over the same listener.
@@ -170,7 +184,7 @@ func (c *cluster) listen(id uint64) *node {
 	require.NoError(c.t, err)
 	dir, err := os.MkdirTemp(c.root, fmt.Sprintf("n%d-", id))
 	require.NoError(c.t, err)
-	n := &node{t: c.t, id: id, dir: dir, addr: ln.Addr().String(), ln: ln, sm: newMemSM(), mux: &switchHandler{}}
+	n := &node{t: c.t, id: id, dir: dir, addr: ln.Addr().String(), ln: ln, sm: newMemSM(), mux: &switchHandler{}, changed: make(chan struct{}, 1)}
 	n.srv = &http.Server{Handler: n.mux}
 	n.srvWG.Go(func() { _ = n.srv.Serve(ln) })
 	c.nodes[id] = n
@@ -184,6 +198,7 @@ func (c *cluster) open(n *node, mod func(*Config)) error {
 	drop := c.dropFn
 	n.tr.drop.Store(&drop)
 	cfg.Transport = n.tr
+	cfg.knobs = &testingKnobs{changed: n.signal, ticked: func() { n.ticks.Add(1) }}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -244,15 +259,19 @@ func (c *cluster) start(voters int, observers int) {
 	}
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+// await waits until cond holds, re-checking it each time changed delivers
+// a token, and fails the test if it does not hold within d. A change
+// between a check and the wait leaves a token, so none is missed.
+func await(t *testing.T, d time.Duration, what string, changed <-chan struct{}, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-changed:
+		case <-deadline.C:
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

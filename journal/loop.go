@@ -62,6 +62,9 @@ func (j *Journal) run() {
 			return
 		case <-tickc:
 			j.rn.Tick()
+			if k := j.cfg.knobs; k != nil && k.ticked != nil {
+				k.ticked()
+			}
 		case p := <-j.propc:
 			j.propose(p)
 			j.gather()
@@ -77,6 +80,7 @@ func (j *Journal) run() {
 				}
 				j.rn.ReportSnapshot(r.id, st)
 				j.snapsOut.Add(-1)
+				j.notifyChanged()
 			} else {
 				j.rn.ReportUnreachable(r.id)
 			}
@@ -313,6 +317,7 @@ func (j *Journal) step(in inbound) {
 			continue
 		}
 		j.heard[m.GetFrom()] = now
+		j.notifyChanged()
 		if e := j.rn.Step(m); e != nil && !errors.Is(e, raft.ErrStepPeerNotFound) && !errors.Is(e, raft.ErrStepLocalMsg) {
 			err = e
 		}
@@ -443,6 +448,9 @@ func (j *Journal) send(msgs []*raftpb.Message) {
 		j.campaigns.Add(1)
 	}
 	j.tr.Send(msgs)
+	if voted {
+		j.notifyChanged()
+	}
 }
 
 func (j *Journal) setSoftState(lead uint64, st raft.StateType) {

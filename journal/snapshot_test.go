@@ -195,7 +195,7 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 	require.Equal(t, 1, imgs[3].installs)
 	// raft heard how the transfer ended (ReportSnapshot), so compaction is
 	// allowed again.
-	eventually(t, 5*time.Second, "no snapshot in flight", func() bool { return n1.j.snapsOut.Load() == 0 })
+	await(t, 5*time.Second, "no snapshot in flight", n1.changed, func() bool { return n1.j.snapsOut.Load() == 0 })
 	require.Equal(t, n1.sm.values(), n3.sm.values())
 	// The dedupe window came with the image: a retry of the keyed write
 	// right after it is skipped on the new node too.

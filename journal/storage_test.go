@@ -4,10 +4,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3"
+
+	"github.com/metatree/metatree/internal/durable"
 )
 
 // blockingRequester is an image hook whose RequestImage takes a while.
@@ -26,31 +31,58 @@ func (b *blockingRequester) RequestImage() {
 }
 
 // raft asking for an image that predates a member calls the hook on a
-// goroutine the journal owns: Close waits for it to return.
+// goroutine the journal owns: Close waits for it to return. The node runs
+// in a synctest bubble on an in-memory filesystem, so synctest.Wait shows
+// Close blocked while the hook still runs, rather than a delay making it
+// likely.
 func TestImageRequestIsOwnedByTheJournal(t *testing.T) {
-	c := newCluster(t)
-	n1 := c.listen(1)
-	req := &blockingRequester{
-		fakeImages: &fakeImages{sm: func() *memSM { return n1.sm }, images: map[uint64]fakeImage{}, registry: &sync.Map{}},
-		entered:    make(chan struct{}),
-		release:    make(chan struct{}),
-	}
-	require.NoError(t, c.open(n1, func(cfg *Config) { cfg.Snapshots = req; cfg.Bootstrap = true }))
-	c.waitLeader(1)
-	propose(t, n1, "a")
-	checkpoint(t, n1, req.fakeImages)
-	j := n1.j
-	// A member the image does not know: raft cannot send that image.
-	j.mu.Lock()
-	m := j.mu.membership.clone()
-	m.Members[99] = Member{ID: 99, Addr: "nowhere:1", Role: Observer}
-	j.mu.membership = m
-	j.mu.Unlock()
-	_, err := raftStorage{Store: j.store, j: j}.Snapshot()
-	require.ErrorIs(t, err, raft.ErrSnapshotTemporarilyUnavailable)
-	<-req.entered
-	// The hook returns a moment after Close began; Close must wait.
-	time.AfterFunc(100*time.Millisecond, func() { close(req.release) })
-	n1.closeJournal()
-	require.True(t, req.returned.Load(), "Close returned while RequestImage was still running")
+	synctest.Test(t, func(t *testing.T) {
+		fs := vfs.NewMem()
+		require.NoError(t, durable.MkdirAll(fs, "/n1"))
+		n1 := &node{t: t, id: 1, sm: newMemSM()}
+		req := &blockingRequester{
+			fakeImages: &fakeImages{sm: func() *memSM { return n1.sm }, images: map[uint64]fakeImage{}, registry: &sync.Map{}},
+			entered:    make(chan struct{}),
+			release:    make(chan struct{}),
+		}
+		cfg := Config{
+			ID: 1, Dir: "/n1", Addr: "n1", FS: fs, Token: "secret",
+			StateMachine: n1.sm, Snapshots: req, Bootstrap: true,
+			TickInterval: testTick, ElectionTicks: testElectionTicks, HeartbeatTicks: 2,
+			StaleAfter: 300 * time.Millisecond,
+		}
+		j, err := Open(t.Context(), cfg)
+		require.NoError(t, err)
+		n1.j = j
+		for {
+			changed := j.Leadership() // subscribe before checking
+			if j.Status().IsLeader() {
+				break
+			}
+			<-changed
+		}
+		propose(t, n1, "a")
+		checkpoint(t, n1, req.fakeImages)
+		// A member the image does not know: raft cannot send that image.
+		j.mu.Lock()
+		m := j.mu.membership.clone()
+		m.Members[99] = Member{ID: 99, Addr: "nowhere:1", Role: Observer}
+		j.mu.membership = m
+		j.mu.Unlock()
+		_, err = raftStorage{Store: j.store, j: j}.Snapshot()
+		require.ErrorIs(t, err, raft.ErrSnapshotTemporarilyUnavailable)
+		<-req.entered
+
+		closed := make(chan error, 1)
+		go func() { closed <- j.Close() }()
+		synctest.Wait() // every goroutine of the bubble is blocked
+		select {
+		case <-closed:
+			t.Fatal("Close returned while RequestImage was still running")
+		default:
+		}
+		close(req.release)
+		require.NoError(t, <-closed)
+		require.True(t, req.returned.Load(), "Close returned while RequestImage was still running")
+	})
 }

@@ -189,6 +189,14 @@ func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
 	defer recv.Close()
 
 	send := NewHTTPTransport(HTTPOptions{HandshakeTimeout: 200 * time.Millisecond})
+	stopped := make(chan struct{}, 1)
+	onStop := func() {
+		select {
+		case stopped <- struct{}{}:
+		default:
+		}
+	}
+	send.senderStopped.Store(&onStop)
 	require.NoError(t, send.Start(1, &stubReceiver{}))
 	send.SetPeer(2, strings.TrimPrefix(srv.URL, "http://"))
 	const n = 500
@@ -204,7 +212,7 @@ func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
 			t.Fatalf("%d of %d queued messages delivered after RemovePeer", i, n)
 		}
 	}
-	eventually(t, 5*time.Second, "the removed peer's sender stopped", func() bool {
+	await(t, 5*time.Second, "the removed peer's sender stopped", stopped, func() bool {
 		send.mu.Lock()
 		defer send.mu.Unlock()
 		return len(send.draining) == 0
@@ -226,7 +234,7 @@ func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
 		send.Send([]*raftpb.Message{big})
 	}
 	send.RemovePeer(3)
-	eventually(t, 5*time.Second, "the stuck removed peer's sender cut off", func() bool {
+	await(t, 5*time.Second, "the stuck removed peer's sender cut off", stopped, func() bool {
 		send.mu.Lock()
 		defer send.mu.Unlock()
 		return len(send.draining) == 0
