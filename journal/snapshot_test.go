@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -216,7 +217,18 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 		return nil
 	}))
 	require.NotEmpty(t, replayed)
-	require.NotContains(t, replayed, "keyed")
+	// The retry lands within the window of the first copy unless leader
+	// timestamps pushed it out (a loaded machine); either way the replay
+	// decides as the live applier did.
+	keyed := 0
+	for _, v := range n3.sm.values() {
+		if v == "keyed" {
+			keyed++
+		}
+	}
+	appliedAgain := keyed > 1
+	require.Equal(t, appliedAgain, slices.Contains(replayed, "keyed"),
+		"the replay after the image %v decides the retry unlike the live applier (applied again: %v)", replayed, appliedAgain)
 
 	// Restarts load the newest image and replay the log after it.
 	for _, n := range []*node{n1, n3} {
