@@ -5,7 +5,7 @@
 // process with fsync on; -clients goroutines on the leader each write
 // 256-byte values (or, with -mode read, make linearizable reads on a
 // follower) until -ops operations are done. The systems take turns in
-// -rounds interleaved rounds, each round on fresh data dirs under -dir,
+// -rounds rounds, one after another, each round on fresh data dirs under -dir,
 // so that a drift of the machine's speed hits all of them alike; the
 // disk's fsync p50 is measured before every round.
 //

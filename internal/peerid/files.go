@@ -125,8 +125,8 @@ func (f *Files) ServerConfig() *tls.Config {
 
 // ClientConfig returns the configuration to dial members with: it presents
 // the current certificate and verifies the server's against the current
-// CA and the dialed host name. Sessions are resumed (a session cache), so a
-// reconnection skips the full handshake.
+// CA and the dialed host name. TLS resumption (a ClientSessionCache) lets a
+// reconnection skip the full handshake.
 func (f *Files) ClientConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,

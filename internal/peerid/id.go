@@ -25,7 +25,7 @@ var (
 	// ErrNotMember is a verified certificate that names no member, or names
 	// more than one.
 	ErrNotMember = errors.New("peerid: certificate names no member")
-	// ErrWrongMember is a verified member certificate used to speak for
+	// ErrWrongMember: a verified member certificate that speaks for
 	// another member.
 	ErrWrongMember = errors.New("peerid: certificate of another member")
 )
