@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/metatree/metatree/internal/linearize"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -96,49 +97,6 @@ func (s *kvSM) history() ([]string, []uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.applied...), append([]uint64(nil), s.at...)
-}
-
-type kvInput struct {
-	put        bool
-	key, value string
-}
-
-// kvModel is porcupine's key/value register model, partitioned by key. A put
-// whose outcome is unknown (an error: it may still commit) is recorded with
-// an infinite return time, so it may take effect at any point after its
-// call, or never within the history.
-var kvModel = porcupine.Model{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range history {
-			k := op.Input.(kvInput).key
-			if _, ok := byKey[k]; !ok {
-				keys = append(keys, k)
-			}
-			byKey[k] = append(byKey[k], op)
-		}
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, byKey[k])
-		}
-		return out
-	},
-	Init: func() any { return "" },
-	Step: func(state, input, output any) (bool, any) {
-		in := input.(kvInput)
-		if in.put {
-			return true, in.value
-		}
-		return output.(string) == state.(string), state
-	},
-	DescribeOperation: func(input, output any) string {
-		in := input.(kvInput)
-		if in.put {
-			return fmt.Sprintf("put(%s, %s)", in.key, in.value)
-		}
-		return fmt.Sprintf("get(%s) -> %q", in.key, output)
-	},
 }
 
 func envInt(name string, def int) int {
@@ -248,7 +206,7 @@ func TestFaultLinearizable(t *testing.T) {
 				opCtx, opCancel := context.WithTimeout(ctx, time.Second)
 				if rng.IntN(10) < 6 {
 					value := fmt.Sprintf("c%d-%d", cl, n)
-					in := kvInput{put: true, key: key, value: value}
+					in := linearize.KV{Put: true, Key: key, Value: value}
 					call := now()
 					_, _, err := j.Propose(opCtx, []byte(key+"="+value))
 					ret := now()
@@ -271,7 +229,7 @@ func TestFaultLinearizable(t *testing.T) {
 					}
 					ret := now()
 					if err == nil {
-						record(porcupine.Operation{ClientId: cl, Input: kvInput{key: key}, Call: call, Output: out, Return: ret}, "get ok")
+						record(porcupine.Operation{ClientId: cl, Input: linearize.KV{Key: key}, Call: call, Output: out, Return: ret}, "get ok")
 					} else { // a failed read observed nothing: not in the history
 						histMu.Lock()
 						stats["get failed"]++
@@ -366,12 +324,12 @@ func TestFaultLinearizable(t *testing.T) {
 	require.NotZero(t, written, "images were written during the run")
 	require.NotZero(t, c.installs.Load(), "lagging nodes caught up through snapshots")
 
-	res, info := porcupine.CheckOperationsVerbose(kvModel, history, 30*time.Second)
+	res, info := porcupine.CheckOperationsVerbose(linearize.KVModel, history, 30*time.Second)
 	if res != porcupine.Ok {
 		// Outside t.TempDir, so it outlives the test for inspection.
 		path := fmt.Sprintf("%s/porcupine-seed%d.html", os.TempDir(), seed)
 		if f, err := os.Create(path); err == nil {
-			_ = porcupine.Visualize(kvModel, info, f)
+			_ = porcupine.Visualize(linearize.KVModel, info, f)
 			_ = f.Close()
 		}
 		t.Fatalf("history of %d operations is %s (seed %d; visualisation %s)", len(history), res, seed, path)

@@ -3,6 +3,7 @@ package journal_test
 import (
 	"context"
 	"fmt"
+	"github.com/metatree/metatree/internal/linearize"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -96,7 +97,7 @@ func TestFaultLinearizableCoalescedReads(t *testing.T) {
 				if err != nil {
 					ret, outcome = math.MaxInt64, "put unknown" // may still commit
 				}
-				record(&porcupine.Operation{ClientId: cl, Input: kvInput{put: true, key: key, value: value}, Call: call, Return: ret}, outcome)
+				record(&porcupine.Operation{ClientId: cl, Input: linearize.KV{Put: true, Key: key, Value: value}, Call: call, Return: ret}, outcome)
 			}
 		})
 	}
@@ -125,7 +126,7 @@ func TestFaultLinearizableCoalescedReads(t *testing.T) {
 					continue
 				}
 				out := smOf(n.ID).get(key)
-				record(&porcupine.Operation{ClientId: cl, Input: kvInput{key: key}, Call: call, Output: out, Return: now()}, "get ok")
+				record(&porcupine.Operation{ClientId: cl, Input: linearize.KV{Key: key}, Call: call, Output: out, Return: now()}, "get ok")
 			}
 		})
 	}
@@ -164,11 +165,11 @@ func TestFaultLinearizableCoalescedReads(t *testing.T) {
 	require.NotZero(t, stats["get ok"])
 	require.NotZero(t, stats["put ok"])
 
-	res, info := porcupine.CheckOperationsVerbose(kvModel, history, 60*time.Second)
+	res, info := porcupine.CheckOperationsVerbose(linearize.KVModel, history, 60*time.Second)
 	if res != porcupine.Ok {
 		path := fmt.Sprintf("%s/porcupine-reads-seed%d.html", os.TempDir(), seed)
 		if f, err := os.Create(path); err == nil {
-			_ = porcupine.Visualize(kvModel, info, f)
+			_ = porcupine.Visualize(linearize.KVModel, info, f)
 			_ = f.Close()
 		}
 		t.Fatalf("history of %d operations is %s (seed %d; visualisation %s)", len(history), res, seed, path)

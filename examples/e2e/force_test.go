@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/metatree/metatree/internal/linearize"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -15,49 +16,6 @@ import (
 
 	"github.com/anishathalye/porcupine"
 )
-
-// kvOp is a porcupine input: a put of value, or a get, of one key.
-type kvOp struct {
-	put        bool
-	key, value string
-}
-
-// registerModel is a register per key; a get of a key never written reads
-// "". A put whose outcome is unknown is recorded with an infinite return:
-// it may take effect any time after its call, or never.
-var registerModel = porcupine.Model{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range history {
-			k := op.Input.(kvOp).key
-			if _, ok := byKey[k]; !ok {
-				keys = append(keys, k)
-			}
-			byKey[k] = append(byKey[k], op)
-		}
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, byKey[k])
-		}
-		return out
-	},
-	Init: func() any { return "" },
-	Step: func(state, input, output any) (bool, any) {
-		in := input.(kvOp)
-		if in.put {
-			return true, in.value
-		}
-		return output.(string) == state.(string), state
-	},
-	DescribeOperation: func(input, output any) string {
-		in := input.(kvOp)
-		if in.put {
-			return fmt.Sprintf("put(%s, %s)", in.key, in.value)
-		}
-		return fmt.Sprintf("get(%s) -> %q", in.key, output)
-	},
-}
 
 // opClient has a short timeout: a write that cannot commit fails fast and
 // is recorded as of unknown outcome.
@@ -106,7 +64,7 @@ func (k *kvClients) run(clients int) {
 						// put is one more op of unknown outcome to place.
 						time.Sleep(20 * time.Millisecond)
 					}
-					k.record(porcupine.Operation{ClientId: cl, Input: kvOp{put: true, key: key, value: value}, Call: call, Return: ret})
+					k.record(porcupine.Operation{ClientId: cl, Input: linearize.KV{Put: true, Key: key, Value: value}, Call: call, Return: ret})
 					continue
 				}
 				call := k.now()
@@ -116,9 +74,9 @@ func (k *kvClients) run(clients int) {
 				switch code {
 				case http.StatusOK:
 					v, _ := n.Attrs["v"].(string)
-					k.record(porcupine.Operation{ClientId: cl, Input: kvOp{key: key}, Call: call, Output: v, Return: ret})
+					k.record(porcupine.Operation{ClientId: cl, Input: linearize.KV{Key: key}, Call: call, Output: v, Return: ret})
 				case http.StatusNotFound:
-					k.record(porcupine.Operation{ClientId: cl, Input: kvOp{key: key}, Call: call, Output: "", Return: ret})
+					k.record(porcupine.Operation{ClientId: cl, Input: linearize.KV{Key: key}, Call: call, Output: "", Return: ret})
 				default:
 					time.Sleep(20 * time.Millisecond) // pace, as above
 				}
@@ -227,11 +185,11 @@ func TestForceNewClusterAfterQuorumLoss(t *testing.T) {
 	k.mu.Lock()
 	history := slices.Clone(k.history)
 	k.mu.Unlock()
-	res, info := porcupine.CheckOperationsVerbose(registerModel, history, 120*time.Second)
+	res, info := porcupine.CheckOperationsVerbose(linearize.KVModel, history, 120*time.Second)
 	if res != porcupine.Ok {
 		f, err := os.CreateTemp("", "force-new-cluster-*.html")
 		if err == nil {
-			_ = porcupine.Visualize(registerModel, info, f)
+			_ = porcupine.Visualize(linearize.KVModel, info, f)
 			f.Close()
 		}
 		t.Fatalf("history of %d operations (%d puts acknowledged) is %v; visualization in %s", len(history), k.acked.Load(), res, f.Name())
