@@ -38,23 +38,8 @@ func (c *jumpClock) Now() time.Time {
 // says.
 func TestClockJumpsNeitherStaleNorHide(t *testing.T) {
 	const staleAfter = 3 * time.Second
-	c := newCluster(t)
 	clocks := map[uint64]*jumpClock{1: newJumpClock(), 2: newJumpClock(), 3: newJumpClock()}
-	n1 := c.listen(1)
-	require.NoError(t, c.open(n1, func(cfg *Config) {
-		cfg.Bootstrap = true
-		cfg.Clock = clocks[1]
-		cfg.StaleAfter = staleAfter
-	}))
-	c.waitLeader(1)
-	for id := uint64(2); id <= 3; id++ {
-		n := c.listen(id)
-		require.NoError(t, c.open(n, func(cfg *Config) {
-			cfg.Join = n1.addr
-			cfg.Clock = clocks[id]
-			cfg.StaleAfter = staleAfter
-		}))
-	}
+	c := clockCluster(t, clocks, staleAfter)
 	leader := c.nodes[c.waitLeader(1)]
 	caughtUp := func(what string) {
 		t.Helper()
@@ -84,4 +69,27 @@ func TestClockJumpsNeitherStaleNorHide(t *testing.T) {
 	clocks[1].jump.Store(int64(10 * time.Minute))
 	clocks[3].advance.Add(int64(2 * staleAfter))
 	require.ErrorIs(t, c.nodes[3].j.CheckFresh(), ErrStale, "a cut-off follower is stale whatever its wall clock says")
+}
+
+// clockCluster starts three voters, node i on clocks[i], node 1 the
+// bootstrap node.
+func clockCluster(t *testing.T, clocks map[uint64]*jumpClock, staleAfter time.Duration) *cluster {
+	t.Helper()
+	c := newCluster(t)
+	n1 := c.listen(1)
+	require.NoError(t, c.open(n1, func(cfg *Config) {
+		cfg.Bootstrap = true
+		cfg.Clock = clocks[1]
+		cfg.StaleAfter = staleAfter
+	}))
+	c.waitLeader(1)
+	for id := uint64(2); id <= 3; id++ {
+		n := c.listen(id)
+		require.NoError(t, c.open(n, func(cfg *Config) {
+			cfg.Join = n1.addr
+			cfg.Clock = clocks[id]
+			cfg.StaleAfter = staleAfter
+		}))
+	}
+	return c
 }

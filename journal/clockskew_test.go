@@ -16,25 +16,10 @@ import (
 func TestClockSkewWithinToleranceIsHarmless(t *testing.T) {
 	const staleAfter = 6 * time.Second
 	const skew = staleAfter / 3
-	c := newCluster(t)
 	clocks := map[uint64]*jumpClock{1: newJumpClock(), 2: newJumpClock(), 3: newJumpClock()}
 	clocks[2].jump.Store(int64(skew))
 	clocks[3].jump.Store(int64(-skew))
-	n1 := c.listen(1)
-	require.NoError(t, c.open(n1, func(cfg *Config) {
-		cfg.Bootstrap = true
-		cfg.Clock = clocks[1]
-		cfg.StaleAfter = staleAfter
-	}))
-	c.waitLeader(1)
-	for id := uint64(2); id <= 3; id++ {
-		n := c.listen(id)
-		require.NoError(t, c.open(n, func(cfg *Config) {
-			cfg.Join = n1.addr
-			cfg.Clock = clocks[id]
-			cfg.StaleAfter = staleAfter
-		}))
-	}
+	c := clockCluster(t, clocks, staleAfter)
 	leader := c.nodes[c.waitLeader(1)]
 	require.Equal(t, uint64(1), leader.id, "the leader is the node whose clock the skews are measured from")
 	for _, what := range []string{"first write", "second write"} {
