@@ -1,11 +1,9 @@
 package heartbeat_test
 
 import (
-	"context"
+	"github.com/metatree/metatree/internal/logtest"
 	"github.com/metatree/metatree/internal/metricstest"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -62,47 +60,17 @@ func TestCollectorExactValues(t *testing.T) {
 	})
 }
 
-// warnings collects the messages of warnings logged through it.
-type warnings struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (w *warnings) Enabled(context.Context, slog.Level) bool { return true }
-func (w *warnings) Handle(_ context.Context, r slog.Record) error {
-	if r.Level >= slog.LevelWarn {
-		w.mu.Lock()
-		w.msgs = append(w.msgs, r.Message)
-		w.mu.Unlock()
-	}
-	return nil
-}
-func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
-func (w *warnings) WithGroup(string) slog.Handler      { return w }
-
-func (w *warnings) count(msg string) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for _, m := range w.msgs {
-		if strings.Contains(m, msg) {
-			n++
-		}
-	}
-	return n
-}
-
 // TestSlowRoundWarnsRateLimited: a member that never answers makes every
 // round last the request timeout; the leader warns once per 10 s.
 func TestSlowRoundWarnsRateLimited(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := &warnings{}
+		w := &logtest.Warnings{}
 		c := newClusterWith(t, 1, 1, slog.New(w))
-		require.Zero(t, w.count("slow round"), "answered rounds are fast")
+		require.Zero(t, w.Count("slow round"), "answered rounds are fast")
 		c.net.slow(addrOf(10), interval) // answers after the timeout
 		c.advance(5 * interval)
-		require.Equal(t, 1, w.count("slow round"))
+		require.Equal(t, 1, w.Count("slow round"))
 		c.advance(10 * interval)
-		require.Equal(t, 2, w.count("slow round"))
+		require.Equal(t, 2, w.Count("slow round"))
 	})
 }

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/metatree/metatree/internal/logtest"
 	"github.com/metatree/metatree/internal/metricstest"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -96,38 +95,8 @@ func TestCollectorTwoJournalsTwoRegistries(t *testing.T) {
 	require.Equal(t, 1.0, fg["metatree_journal_proposals_applied_total"])
 }
 
-// warnings collects the messages of the warnings logged through it.
-type warnings struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (w *warnings) Enabled(context.Context, slog.Level) bool { return true }
-func (w *warnings) Handle(_ context.Context, r slog.Record) error {
-	if r.Level >= slog.LevelWarn {
-		w.mu.Lock()
-		w.msgs = append(w.msgs, r.Message)
-		w.mu.Unlock()
-	}
-	return nil
-}
-func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
-func (w *warnings) WithGroup(string) slog.Handler      { return w }
-
-func (w *warnings) count(msg string) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for _, m := range w.msgs {
-		if strings.Contains(m, msg) {
-			n++
-		}
-	}
-	return n
-}
-
 func TestSlowOperationsWarnRateLimited(t *testing.T) {
-	w := &warnings{}
+	w := &logtest.Warnings{}
 	c := journaltest.NewCluster(t, journaltest.Options{Voters: 1, Logger: slog.New(w), Configure: func(cfg *journal.Config) {
 		cfg.SlowSync, cfg.SlowApply = time.Nanosecond, time.Nanosecond // everything is slow
 	}})
@@ -138,6 +107,6 @@ func TestSlowOperationsWarnRateLimited(t *testing.T) {
 	}
 	// Five slow applies and at least as many slow syncs, within one
 	// rate-limit window: one line each.
-	require.Equal(t, 1, w.count("apply took too long"))
-	require.Equal(t, 1, w.count("slow WAL sync"))
+	require.Equal(t, 1, w.Count("apply took too long"))
+	require.Equal(t, 1, w.Count("slow WAL sync"))
 }
