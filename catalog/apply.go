@@ -363,12 +363,7 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	*s.at(slot) = rec{id: id, blob: blob, blen: blen, created: index, modified: index, parent: ps, kind: kind}
 	s.setSlotOf(id, slot)
 	if miss {
-		pr := s.at(ps)
-		h, err := s.kids.insert(pr.kids, pos, slot, kidRollback)
-		if err != nil {
-			panic(fmt.Sprintf("catalog: linking a child: %v", err)) // internal invariant: roomForKid made room
-		}
-		pr.kids = h
+		s.linkKidAt(ps, pos, slot, unsafeBytes(name))
 	} else {
 		s.insertKid(ps, slot)
 	}

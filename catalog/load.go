@@ -524,6 +524,7 @@ func (ld *loader) add(id, parent uint64, kind uint32, created, modified, ref uin
 // a blob once written is never written again.
 type linker struct {
 	s        *state
+	count    uint64 // the header's node count
 	slab     [][]rec
 	chunks   [][]byte
 	kindSets []*idset.Set
@@ -574,8 +575,9 @@ type linkBatch struct {
 
 func (ld *loader) startLinker() {
 	lk := &linker{
-		s:    ld.s,
-		todo: make(chan *linkBatch, 4),
+		s:     ld.s,
+		count: ld.count,
+		todo:  make(chan *linkBatch, 4),
 		free: make(chan *linkBatch, 8),
 		done: make(chan struct{}),
 	}
@@ -658,6 +660,15 @@ func (lk *linker) name(slot uint32) []byte {
 // link indexes and links the slots of a batch.
 func (lk *linker) link(b *linkBatch) error {
 	s := lk.s
+	// The path index is sized for the nodes decoded so far, or for the
+	// header's count once a sixteenth of them is in: a count the records
+	// do not bear out costs at most sixteen times their own index.
+	have := uint64(b.first) + uint64(len(b.parents))
+	want := have
+	if lk.count <= 16*have {
+		want = max(have, lk.count)
+	}
+	s.paths.reserve(lk, b.first, int(want))
 	vi := 0
 	for i, parent := range b.parents {
 		slot := b.first + uint32(i)
@@ -686,6 +697,7 @@ func (lk *linker) link(b *linkBatch) error {
 			}
 		}
 		if parent >= r.id {
+			r.parent = noParent
 			lk.late = append(lk.late, lateParent{slot, parent})
 			continue
 		}
@@ -733,6 +745,7 @@ func (lk *linker) link(b *linkBatch) error {
 				pr.kids = h
 			}
 		}
+		s.paths.add(lk, slot+1, slot, ps, name)
 		lk.lastParentID, lk.lastParent, lk.lastName = parent, ps, name
 	}
 	return nil
@@ -866,6 +879,7 @@ func (ld *loader) link() error {
 			return err
 		}
 		pr.kids = h
+		s.paths.add(s, s.nslots, l.slot, ps, s.name(l.slot))
 		lk.unsorted = append(lk.unsorted, ps)
 	}
 	slices.Sort(lk.unsorted)

@@ -159,6 +159,9 @@ type state struct {
 	arena arena
 
 	kids kidPool
+	// paths finds a child by name (pathindex.go): the lists find it by
+	// binary search, for the applier, which needs the position too.
+	paths pathIndex
 
 	kinds    []string // [0] is "", the root's kind
 	kindIdx  map[string]uint32
@@ -191,6 +194,7 @@ func emptyState(index, nextID uint64) *state {
 		keyIdx:      map[string]uint32{},
 		indexes:     map[[2]uint32]*secIndex{},
 		kindIndexes: map[uint32][]*secIndex{},
+		paths:       newPathIndex(),
 	}
 	s.lr.init()
 	return s
@@ -383,24 +387,10 @@ func (s *state) child(parent uint32, name []byte) (uint32, bool) {
 	return s.kidsOf(parent)[pos], true
 }
 
-// lookupKid finds the child named name, for readers: a plain binary search,
-// since the applier's append check in kidPos costs readers one more
-// comparison (two cache misses on a cold list) per level.
+// lookupKid finds the child named name, for readers, through the path
+// index.
 func (s *state) lookupKid(parent uint32, name []byte) (uint32, bool) {
-	kids := s.kidsOf(parent)
-	lo, hi := 0, len(kids)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if bytes.Compare(s.name(kids[m]), name) < 0 {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	if lo < len(kids) && bytes.Equal(s.name(kids[lo]), name) {
-		return kids[lo], true
-	}
-	return 0, false
+	return s.paths.find(s, parent, name)
 }
 
 // roomForKid makes room in parent's child list for one more child, so
@@ -413,27 +403,38 @@ func (s *state) roomForKid(parent uint32) error {
 	return err
 }
 
-// insertKid links slot under parent; the caller checked the name is free
-// and, in a batch, made room (roomForKid). Undoing a batch relinks what it
-// unlinked, within the chunks kept in reserve for it.
+// insertKid links slot under parent (its rec says so already, name
+// included), in the child list and the path index; the caller checked the
+// name is free and, in a batch, made room (roomForKid). Undoing a batch
+// relinks what it unlinked, within the chunks kept in reserve for it.
 func (s *state) insertKid(parent, slot uint32) {
-	pos, _ := s.kidPos(parent, s.name(slot))
+	name := s.name(slot)
+	pos, _ := s.kidPos(parent, name)
+	s.linkKidAt(parent, pos, slot, name)
+}
+
+// linkKidAt is insertKid with the position in the child list known.
+func (s *state) linkKidAt(parent uint32, pos int, slot uint32, name []byte) {
 	pr := s.at(parent)
 	h, err := s.kids.insert(pr.kids, pos, slot, kidRollback)
 	if err != nil {
-		panic(fmt.Sprintf("catalog: relinking a child: %v", err)) // internal invariant: room or the reserve
+		panic(fmt.Sprintf("catalog: linking a child: %v", err)) // internal invariant: room or the reserve
 	}
 	pr.kids = h
+	s.paths.add(s, s.nslots, slot, parent, name)
 }
 
-// removeKid unlinks slot from parent, freeing an emptied child list.
+// removeKid unlinks slot from parent (before its rec changes), freeing an
+// emptied child list.
 func (s *state) removeKid(parent, slot uint32) {
-	pos, ok := s.kidPos(parent, s.name(slot))
+	name := s.name(slot)
+	pos, ok := s.kidPos(parent, name)
 	if !ok {
 		panic("catalog: removeKid of a node not linked") // internal invariant
 	}
 	pr := s.at(parent)
 	pr.kids = s.kids.remove(pr.kids, pos)
+	s.paths.remove(slot, parent, name)
 }
 
 func (s *state) internKind(k string) uint32 {

@@ -1,0 +1,237 @@
+package catalog
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/maphash"
+	"math/bits"
+)
+
+// pathIndex finds a node's child by name in a constant number of cache
+// misses, so that a Get by path costs about one bucket, one rec and one
+// name a level, whatever the catalog's size: the sorted child lists
+// (kids.go) would take a binary search, each probe a rec and a name blob.
+//
+// It is a hash table from (parent slot, name) to the child's slot, open
+// addressing over one pointer-free array of 64-byte buckets (one cache
+// line each): 12 slots and a one-byte tag of the hash for each, so that a
+// probe reads the rec of a candidate only when its tag matches. The hash
+// only picks candidates: a candidate is the child when its rec's parent and
+// name are the ones asked for, so the answer is exact whatever collides.
+// A bucket counts the entries that found it full and settled in a later
+// one (its overflow); a lookup stops at the first bucket without any,
+// which lets an entry be removed by clearing it, with no tombstones.
+//
+// The index is local, like the slots it holds: its hash seed is random per
+// process and nothing observable depends on its layout. It mirrors the
+// child lists: insertKid and removeKid keep it, and so do create (which
+// links a child itself) and Load (whose linker links the nodes as they
+// arrive). It changes only under the tree's write lock (or inside Load,
+// before the state is published), so readers see it whole, at the same
+// batch as the rest of the state. A failed batch's rollback relinks and
+// unlinks through the same functions, leaving the index holding exactly
+// the tree's nodes again (if not in the same buckets).
+type pathIndex struct {
+	buckets []pathBucket // a power of two of them
+	n       int          // entries
+	seed    maphash.Seed
+	// mask is ANDed into every hash; tests narrow it so that names
+	// collide.
+	mask uint64
+}
+
+// pathHashMask is the mask of new indexes (see pathIndex.mask).
+var pathHashMask = ^uint64(0)
+
+const (
+	bucketSlots = 12
+	// The table doubles before its entries fill more than 7/8 of its
+	// slots: with 12 slots a bucket, few lookups go past their first.
+	pathLoadNum, pathLoadDen = 7, 8
+	// noParent marks, in Load, a rec whose parent is not linked yet: the
+	// index has no entry for it.
+	noParent = ^uint32(0)
+
+	tagLSB = 0x0101010101010101
+	tagLow = 0x7f7f7f7f7f7f7f7f
+)
+
+type pathBucket struct {
+	tags     [bucketSlots]uint8 // a byte of the entry's hash, never 0; 0: empty
+	overflow uint32             // entries that passed this bucket full
+	slots    [bucketSlots]uint32
+}
+
+func newPathIndex() pathIndex {
+	return pathIndex{buckets: make([]pathBucket, 1), seed: maphash.MakeSeed(), mask: pathHashMask}
+}
+
+// slotSource reads recs and names: the state, or Load's linker (which
+// reads the state's storage through views of its own).
+type slotSource interface {
+	at(slot uint32) *rec
+	name(slot uint32) []byte
+}
+
+func (x *pathIndex) hash(parent uint32, name []byte) uint64 {
+	h := maphash.Bytes(x.seed, name) ^ uint64(parent)*0x9e3779b97f4a7c15
+	h ^= h >> 32
+	h *= 0xd6e8feb86659fd93
+	h ^= h >> 32
+	return h & x.mask
+}
+
+// tagOf is the tag of hash h: its top byte, 0 taken as 1 (0 marks an
+// empty entry). The bucket comes from the low bits.
+func tagOf(h uint64) uint8 {
+	t := uint8(h >> 56)
+	if t == 0 {
+		t = 1
+	}
+	return t
+}
+
+// matchTags returns the entries of b whose tag is t, as the high bit of
+// byte i for entry i (entries 8 to 11 in the second word).
+func matchTags(b *pathBucket, t uint8) (lo, hi uint64) {
+	return matchBytes(binary.LittleEndian.Uint64(b.tags[:8]), t),
+		matchBytes(uint64(binary.LittleEndian.Uint32(b.tags[8:])), t) & 0x80808080
+}
+
+// matchBytes sets the high bit of each byte of w equal to t, and only of
+// those.
+func matchBytes(w uint64, t uint8) uint64 {
+	x := w ^ tagLSB*uint64(t)
+	return ^((x&tagLow + tagLow) | x | tagLow)
+}
+
+// find returns the child of parent named name.
+func (x *pathIndex) find(s *state, parent uint32, name []byte) (uint32, bool) {
+	h := x.hash(parent, name)
+	t := tagOf(h)
+	m := uint64(len(x.buckets) - 1)
+	for i := h & m; ; i = (i + 1) & m {
+		b := &x.buckets[i]
+		lo, hi := matchTags(b, t)
+		for ; lo != 0; lo &= lo - 1 {
+			if c := b.slots[bits.TrailingZeros64(lo)>>3]; s.isKid(c, parent, name) {
+				return c, true
+			}
+		}
+		for ; hi != 0; hi &= hi - 1 {
+			if c := b.slots[8+bits.TrailingZeros64(hi)>>3]; s.isKid(c, parent, name) {
+				return c, true
+			}
+		}
+		if b.overflow == 0 {
+			return 0, false
+		}
+	}
+}
+
+// isKid reports whether the node at slot (an indexed, live one) is the
+// child of parent named name.
+func (s *state) isKid(slot, parent uint32, name []byte) bool {
+	r := s.at(slot)
+	return r.parent == parent && bytes.Equal(s.name(slot), name)
+}
+
+// put adds an entry; the table has room (see add).
+func (x *pathIndex) put(h uint64, slot uint32) {
+	t := tagOf(h)
+	m := uint64(len(x.buckets) - 1)
+	for i := h & m; ; i = (i + 1) & m {
+		b := &x.buckets[i]
+		lo, hi := matchTags(b, 0)
+		j := -1
+		if lo != 0 {
+			j = bits.TrailingZeros64(lo) >> 3
+		} else if hi != 0 {
+			j = 8 + bits.TrailingZeros64(hi)>>3
+		}
+		if j >= 0 {
+			b.tags[j], b.slots[j] = t, slot
+			x.n++
+			return
+		}
+		b.overflow++
+	}
+}
+
+// limit is the number of entries the table takes before it doubles.
+func (x *pathIndex) limit() int {
+	return len(x.buckets) * bucketSlots * pathLoadNum / pathLoadDen
+}
+
+// bucketsFor returns the number of buckets for n entries.
+func bucketsFor(n int) int {
+	per := bucketSlots * pathLoadNum / pathLoadDen
+	nb := 1
+	for nb*per < n {
+		nb <<= 1
+	}
+	return nb
+}
+
+// add indexes slot as the child of parent named name; its rec says so
+// already. When the table is full it is rebuilt twice as large from the
+// recs of src below upTo (slot included), which must all be indexed or
+// marked free or noParent.
+func (x *pathIndex) add(src slotSource, upTo, slot, parent uint32, name []byte) {
+	if x.n >= x.limit() {
+		x.rebuild(src, upTo, 2*(x.n+1))
+		return
+	}
+	x.put(x.hash(parent, name), slot)
+}
+
+// reserve makes room for n entries, rebuilding the table from the recs of
+// src below upTo when it has too few buckets.
+func (x *pathIndex) reserve(src slotSource, upTo uint32, n int) {
+	if bucketsFor(n) > len(x.buckets) {
+		x.rebuild(src, upTo, n)
+	}
+}
+
+// rebuild makes a table of room for n entries (at least) and indexes the
+// live, linked recs of src below upTo in it.
+func (x *pathIndex) rebuild(src slotSource, upTo uint32, n int) {
+	x.buckets = nil // the old table goes before the new one is made
+	x.buckets = make([]pathBucket, bucketsFor(n))
+	x.n = 0
+	for slot := range upTo {
+		r := src.at(slot)
+		if r.id == 0 || r.id == rootID || r.parent == noParent {
+			continue
+		}
+		if x.n >= x.limit() { // more than n: start over, larger
+			x.rebuild(src, upTo, 2*x.n)
+			return
+		}
+		x.put(x.hash(r.parent, src.name(slot)), slot)
+	}
+}
+
+// remove drops the entry of slot, the child of parent named name.
+func (x *pathIndex) remove(slot, parent uint32, name []byte) {
+	h := x.hash(parent, name)
+	t := tagOf(h)
+	m := uint64(len(x.buckets) - 1)
+	home := h & m
+	for i := home; ; i = (i + 1) & m {
+		b := &x.buckets[i]
+		for j := range bucketSlots {
+			if b.tags[j] == t && b.slots[j] == slot {
+				b.tags[j], b.slots[j] = 0, 0
+				for k := home; k != i; k = (k + 1) & m {
+					x.buckets[k].overflow--
+				}
+				x.n--
+				return
+			}
+		}
+		if b.overflow == 0 {
+			panic("catalog: removing a child the path index does not hold") // internal invariant
+		}
+	}
+}
