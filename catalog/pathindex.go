@@ -129,6 +129,77 @@ func (x *pathIndex) find(s *state, parent uint32, name []byte) (uint32, bool) {
 	}
 }
 
+// guessDepth is the deepest path find takes in two passes: its
+// candidates are on the stack.
+const guessDepth = 16
+
+// resolve finds the slot at a valid path other than "/" in two passes: the
+// first takes, level by level, the first entry whose tag matches without
+// reading its rec, and the second checks every candidate's parent and
+// name. Only the buckets are read one after another (a level's bucket
+// depends on the slot found at the level above); the candidates' recs and
+// names are read together, so that their cache misses overlap instead of
+// adding up. From the first candidate that is not the child (a tag shared
+// by another entry), and for paths deeper than guessDepth, it walks level
+// by level, each child checked before the next level.
+func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
+	var cands [guessDepth]uint32
+	var ends [guessDepth]int
+	m := uint64(len(x.buckets) - 1)
+	parent := uint32(rootSlot)
+	depth := 0
+	missing := false // the last level has no entry with its tag
+	for start := 1; depth < guessDepth; {
+		end := start
+		for end < len(path) && path[end] != '/' {
+			end++
+		}
+		h := x.hash(parent, unsafeBytes(path[start:end]))
+		t := tagOf(h)
+		for i := h & m; ; i = (i + 1) & m {
+			b := &x.buckets[i]
+			lo, hi := matchTags(b, t)
+			if lo != 0 {
+				parent = b.slots[bits.TrailingZeros64(lo)>>3]
+				break
+			}
+			if hi != 0 {
+				parent = b.slots[8+bits.TrailingZeros64(hi)>>3]
+				break
+			}
+			if b.overflow == 0 {
+				missing = true
+				break
+			}
+		}
+		if missing {
+			break
+		}
+		cands[depth], ends[depth] = parent, end
+		depth++
+		if end == len(path) {
+			break
+		}
+		start = end + 1
+	}
+	parent = rootSlot
+	start := 1
+	for d := range depth {
+		c := cands[d]
+		if !s.isKid(c, parent, unsafeBytes(path[start:ends[d]])) {
+			return s.walk(parent, path[start:])
+		}
+		parent, start = c, ends[d]+1
+	}
+	if missing {
+		return 0, false // the levels above are right: this child does not exist
+	}
+	if start <= len(path) { // deeper than guessDepth
+		return s.walk(parent, path[start:])
+	}
+	return parent, true
+}
+
 // isKid reports whether the node at slot (an indexed, live one) is the
 // child of parent named name.
 func (s *state) isKid(slot, parent uint32, name []byte) bool {

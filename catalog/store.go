@@ -491,15 +491,19 @@ func (s *state) internKey(k string) uint32 {
 
 // resolve returns the slot at path (a valid path).
 func (s *state) resolve(path string) (uint32, bool) {
-	slot := uint32(rootSlot)
 	if path == "/" {
-		return slot, true
+		return rootSlot, true
 	}
-	rest := path[1:]
+	return s.paths.resolve(s, path)
+}
+
+// walk resolves the relative path rest (names joined by '/') below slot
+// level by level, each child checked before the next level is looked up.
+func (s *state) walk(slot uint32, rest string) (uint32, bool) {
 	for {
-		i := 0
-		for i < len(rest) && rest[i] != '/' {
-			i++
+		i := strings.IndexByte(rest, '/')
+		if i < 0 {
+			i = len(rest)
 		}
 		c, ok := s.lookupKid(slot, unsafeBytes(rest[:i]))
 		if !ok {
