@@ -578,8 +578,8 @@ func (ld *loader) startLinker() {
 		s:     ld.s,
 		count: ld.count,
 		todo:  make(chan *linkBatch, 4),
-		free: make(chan *linkBatch, 8),
-		done: make(chan struct{}),
+		free:  make(chan *linkBatch, 8),
+		done:  make(chan struct{}),
 	}
 	ld.lk = lk
 	ld.cur = &linkBatch{first: ld.s.nslots}
