@@ -51,6 +51,7 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.s
+	defer s.paths.flush() // before readers can see the index
 	if err != nil {
 		s.index = index
 		t.applied.Store(index)

@@ -896,6 +896,7 @@ func (ld *loader) link() error {
 			}
 		}
 	}
+	s.paths.flush()
 	if len(lk.late) == 0 {
 		// Every parent came before its children, starting from the root
 		// (the first record): all are reachable, no cycle is possible.

@@ -33,8 +33,15 @@ import (
 // the tree's nodes again (if not in the same buckets).
 type pathIndex struct {
 	buckets []pathBucket // a power of two of them
-	n       int          // entries
+	n       int          // entries, pending ones included
 	seed    maphash.Seed
+	// pending are entries added but not yet in a bucket. An insert is a
+	// cache miss in a table the size of the catalog; put one by one
+	// between the applier's other work, those misses add up, while
+	// flush puts them in a tight loop where they overlap. The table is
+	// flushed before anything reads it or removes from it: readers only
+	// ever see it flushed (Apply and Load flush before they return).
+	pending []pendingEntry
 	// mask is ANDed into every hash; tests narrow it so that names
 	// collide.
 	mask uint64
@@ -55,6 +62,14 @@ const (
 	tagLSB = 0x0101010101010101
 	tagLow = 0x7f7f7f7f7f7f7f7f
 )
+
+// pendingFlush is the number of pending entries that makes add flush.
+const pendingFlush = 256
+
+type pendingEntry struct {
+	h    uint64
+	slot uint32
+}
 
 type pathBucket struct {
 	tags     [bucketSlots]uint8 // a byte of the entry's hash, never 0; 0: empty
@@ -105,7 +120,7 @@ func matchBytes(w uint64, t uint8) uint64 {
 	return ^((x&tagLow + tagLow) | x | tagLow)
 }
 
-// find returns the child of parent named name.
+// find returns the child of parent named name (the table flushed).
 func (x *pathIndex) find(s *state, parent uint32, name []byte) (uint32, bool) {
 	h := x.hash(parent, name)
 	t := tagOf(h)
@@ -207,7 +222,8 @@ func (s *state) isKid(slot, parent uint32, name []byte) bool {
 	return r.parent == parent && bytes.Equal(s.name(slot), name)
 }
 
-// put adds an entry; the table has room (see add).
+// put puts an entry counted in n in a bucket; the table has room (see
+// add).
 func (x *pathIndex) put(h uint64, slot uint32) {
 	t := tagOf(h)
 	m := uint64(len(x.buckets) - 1)
@@ -222,11 +238,18 @@ func (x *pathIndex) put(h uint64, slot uint32) {
 		}
 		if j >= 0 {
 			b.tags[j], b.slots[j] = t, slot
-			x.n++
 			return
 		}
 		b.overflow++
 	}
+}
+
+// flush puts the pending entries in their buckets.
+func (x *pathIndex) flush() {
+	for _, e := range x.pending {
+		x.put(e.h, e.slot)
+	}
+	x.pending = x.pending[:0]
 }
 
 // limit is the number of entries the table takes before it doubles.
@@ -244,47 +267,54 @@ func bucketsFor(n int) int {
 	return nb
 }
 
-// add indexes slot as the child of parent named name; its rec says so
-// already. When the table is full it is rebuilt twice as large from the
-// recs of src below upTo (slot included), which must all be indexed or
-// marked free or noParent.
+// add indexes slot as the child of parent named name (pending, see
+// flush); its rec says so already. When the table is full it is rebuilt
+// twice as large from the recs of src below upTo (slot included), which
+// must all be indexed (pending ones included) or marked free or noParent.
 func (x *pathIndex) add(src slotSource, upTo, slot, parent uint32, name []byte) {
 	if x.n >= x.limit() {
-		x.rebuild(src, upTo, 2*(x.n+1))
+		x.rebuild(src, upTo, 2*len(x.buckets))
 		return
 	}
-	x.put(x.hash(parent, name), slot)
+	x.pending = append(x.pending, pendingEntry{x.hash(parent, name), slot})
+	x.n++
+	if len(x.pending) >= pendingFlush {
+		x.flush()
+	}
 }
 
 // reserve makes room for n entries, rebuilding the table from the recs of
 // src below upTo when it has too few buckets.
 func (x *pathIndex) reserve(src slotSource, upTo uint32, n int) {
-	if bucketsFor(n) > len(x.buckets) {
-		x.rebuild(src, upTo, n)
+	if nb := bucketsFor(n); nb > len(x.buckets) {
+		x.rebuild(src, upTo, nb)
 	}
 }
 
-// rebuild makes a table of room for n entries (at least) and indexes the
+// rebuild makes a table of nb buckets (a power of two) and indexes the
 // live, linked recs of src below upTo in it.
-func (x *pathIndex) rebuild(src slotSource, upTo uint32, n int) {
+func (x *pathIndex) rebuild(src slotSource, upTo uint32, nb int) {
 	x.buckets = nil // the old table goes before the new one is made
-	x.buckets = make([]pathBucket, bucketsFor(n))
+	x.buckets = make([]pathBucket, nb)
 	x.n = 0
+	x.pending = x.pending[:0]
 	for slot := range upTo {
 		r := src.at(slot)
 		if r.id == 0 || r.id == rootID || r.parent == noParent {
 			continue
 		}
-		if x.n >= x.limit() { // more than n: start over, larger
-			x.rebuild(src, upTo, 2*x.n)
+		if x.n >= x.limit() { // more than nb take: start over, larger
+			x.rebuild(src, upTo, 2*nb)
 			return
 		}
 		x.put(x.hash(r.parent, src.name(slot)), slot)
+		x.n++
 	}
 }
 
 // remove drops the entry of slot, the child of parent named name.
 func (x *pathIndex) remove(slot, parent uint32, name []byte) {
+	x.flush()
 	h := x.hash(parent, name)
 	t := tagOf(h)
 	m := uint64(len(x.buckets) - 1)
