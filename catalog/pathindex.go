@@ -42,6 +42,9 @@ type pathIndex struct {
 	// flushed before anything reads it or removes from it: readers only
 	// ever see it flushed (Apply and Load flush before they return).
 	pending []pendingEntry
+	// touched keeps flush's loads that bring the buckets into the cache:
+	// the compiler drops loads whose values go nowhere.
+	touched uint32
 	// mask is ANDed into every hash; tests narrow it so that names
 	// collide.
 	mask uint64
@@ -244,8 +247,16 @@ func (x *pathIndex) put(h uint64, slot uint32) {
 	}
 }
 
-// flush puts the pending entries in their buckets.
+// flush puts the pending entries in their buckets. It reads their home
+// buckets first, in a loop of independent loads whose cache misses
+// overlap, and then puts the entries in buckets that are in the cache.
 func (x *pathIndex) flush() {
+	m := uint64(len(x.buckets) - 1)
+	var sum uint32
+	for _, e := range x.pending {
+		sum += x.buckets[e.h&m].overflow
+	}
+	x.touched = sum
 	for _, e := range x.pending {
 		x.put(e.h, e.slot)
 	}
@@ -307,9 +318,13 @@ func (x *pathIndex) rebuild(src slotSource, upTo uint32, nb int) {
 			x.rebuild(src, upTo, 2*nb)
 			return
 		}
-		x.put(x.hash(r.parent, src.name(slot)), slot)
+		x.pending = append(x.pending, pendingEntry{x.hash(r.parent, src.name(slot)), slot})
 		x.n++
+		if len(x.pending) >= pendingFlush {
+			x.flush()
+		}
 	}
+	x.flush()
 }
 
 // remove drops the entry of slot, the child of parent named name.
