@@ -354,6 +354,7 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	if err := s.roomForKid(ps); err != nil {
 		return 0, err
 	}
+	s.paths.reserve(s, s.paths.n+1)
 	kind := s.internKind(o.kind)
 	fromFree := len(s.free) > 0
 	slot := s.allocSlot()
@@ -579,6 +580,7 @@ func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, fro
 		before = t.noteNode(s, r, s.parentID(r), t.notePath(from))
 	}
 	old := *r
+	s.rekeyBelow(slot, false) // the descendants' paths change too
 	s.removeKid(old.parent, slot)
 	s.preWrite(slot)
 	name, attrs := splitBlob(s.blob(r))
@@ -596,6 +598,7 @@ func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, fro
 	r.parent = newParent
 	r.modified = index
 	s.insertKid(newParent, slot)
+	s.rekeyBelow(slot, true)
 	t.pushUndoOld(uMove, slot, old)
 	if wantEv {
 		after := t.noteNode(s, r, s.at(newParent).id, t.notePath(to))
@@ -739,6 +742,7 @@ func (t *Tree) rollback(s *state) {
 			s.secAdd(u.slot)
 		case uMove:
 			r := s.at(u.slot)
+			s.rekeyBelow(u.slot, false)
 			s.removeKid(r.parent, u.slot)
 			s.preWrite(u.slot)
 			r = s.at(u.slot)
@@ -748,6 +752,7 @@ func (t *Tree) rollback(s *state) {
 			}
 			r.blob, r.blen, r.parent, r.modified = old.blob, old.blen, old.parent, old.modified
 			s.insertKid(old.parent, u.slot)
+			s.rekeyBelow(u.slot, true)
 		case uCreateIndex:
 			s.removeIndex(idx)
 		case uDropIndex:

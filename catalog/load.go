@@ -547,6 +547,12 @@ type linker struct {
 	lastParentID uint64
 	lastParent   uint32
 	lastName     []byte
+	// The sum of the path index's terms of that parent's path, and its
+	// depth; ok false if it hangs from a node whose parent comes later
+	// (link indexes those).
+	lastSum   uint64
+	lastDepth int
+	lastSumOK bool
 
 	// By state kind: the kind's secondary indexes and their caches.
 	xs  [][]*secIndex
@@ -652,6 +658,8 @@ func (lk *linker) blob(r *rec) []byte {
 	return lk.chunks[r.blob>>32][off : off+r.blen : off+r.blen]
 }
 
+func (lk *linker) kidsOf(slot uint32) []uint32 { return lk.s.kids.list(lk.at(slot).kids) }
+
 func (lk *linker) name(slot uint32) []byte {
 	name, _ := splitBlob(lk.blob(lk.at(slot)))
 	return name
@@ -668,7 +676,7 @@ func (lk *linker) link(b *linkBatch) error {
 	if lk.count <= 16*have {
 		want = max(have, lk.count)
 	}
-	s.paths.reserve(lk, b.first, int(want))
+	s.paths.reserve(lk, int(want))
 	vi := 0
 	for i, parent := range b.parents {
 		slot := b.first + uint32(i)
@@ -709,6 +717,7 @@ func (lk *linker) link(b *linkBatch) error {
 			if ps, ok = s.slotOf(parent); !ok {
 				return fmt.Errorf("%w: block %d (byte %d): node %d: parent %d does not exist", ErrCorrupt, b.blocks, b.off, r.id, parent)
 			}
+			lk.lastSum, lk.lastDepth, lk.lastSumOK = s.paths.pathSum(lk, ps)
 		}
 		r.parent = ps
 		pr := lk.at(ps)
@@ -745,7 +754,9 @@ func (lk *linker) link(b *linkBatch) error {
 				pr.kids = h
 			}
 		}
-		s.paths.add(lk, slot+1, slot, ps, name)
+		if lk.lastSumOK {
+			s.paths.add(s.paths.key(lk.lastSum+s.paths.level(lk.lastDepth+1, name)), slot)
+		}
 		lk.lastParentID, lk.lastParent, lk.lastName = parent, ps, name
 	}
 	return nil
@@ -879,7 +890,6 @@ func (ld *loader) link() error {
 			return err
 		}
 		pr.kids = h
-		s.paths.add(s, s.nslots, l.slot, ps, s.name(l.slot))
 		lk.unsorted = append(lk.unsorted, ps)
 	}
 	slices.Sort(lk.unsorted)
@@ -896,8 +906,8 @@ func (ld *loader) link() error {
 			}
 		}
 	}
-	s.paths.flush()
 	if len(lk.late) == 0 {
+		s.paths.flush()
 		// Every parent came before its children, starting from the root
 		// (the first record): all are reachable, no cycle is possible.
 		return nil
@@ -915,6 +925,8 @@ func (ld *loader) link() error {
 	if seen != int(s.nslots) {
 		return ld.br.corrupt("%d of %d nodes are not reachable from the root (a parent cycle)", int(s.nslots)-seen, s.nslots)
 	}
+	// The linker left out the nodes below those linked late.
+	s.paths.rebuild(s, bucketsFor(seen-1))
 	return nil
 }
 

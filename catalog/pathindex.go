@@ -5,32 +5,39 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
+	"strings"
 )
 
-// pathIndex finds a node's child by name in a constant number of cache
-// misses, so that a Get by path costs about one bucket, one rec and one
-// name a level, whatever the catalog's size: the sorted child lists
-// (kids.go) would take a binary search, each probe a rec and a name blob.
+// pathIndex finds the node at a path in a constant number of cache
+// misses, whatever the catalog's size and mostly whatever the path's depth:
+// the sorted child lists (kids.go) would take a binary search a level,
+// each probe a rec and a name blob, each level waiting for the one above.
 //
-// It is a hash table from (parent slot, name) to the child's slot, open
-// addressing over one pointer-free array of 64-byte buckets (one cache
-// line each): 12 slots and a one-byte tag of the hash for each, so that a
-// probe reads the rec of a candidate only when its tag matches. The hash
-// only picks candidates: a candidate is the child when its rec's parent and
-// name are the ones asked for, so the answer is exact whatever collides.
-// A bucket counts the entries that found it full and settled in a later
-// one (its overflow); a lookup stops at the first bucket without any,
-// which lets an entry be removed by clearing it, with no tombstones.
+// It is a hash table from the hash of a node's whole path to its slot,
+// open addressing over one pointer-free array of 64-byte buckets (one
+// cache line each): 12 slots and a one-byte tag of the hash for each, so
+// that a probe reads the rec of a candidate only when its tag matches. The
+// path's hash is a sum of one term a level (the level's depth and name,
+// hashed), so that a lookup has every level's hash before reading memory
+// and probes all the levels' buckets at once; it then checks every
+// level's candidate (its rec's parent is the level above's, its name the
+// path's) with the recs and names read together too. The hash only picks
+// candidates: the answer is exact whatever collides. A bucket counts the
+// entries that found it full and settled in a later one (its overflow); a
+// lookup stops at the first bucket without any, which lets an entry be
+// removed by clearing it, with no tombstones.
 //
 // The index is local, like the slots it holds: its hash seed is random per
 // process and nothing observable depends on its layout. It mirrors the
-// child lists: insertKid and removeKid keep it, and so do create (which
-// links a child itself) and Load (whose linker links the nodes as they
-// arrive). It changes only under the tree's write lock (or inside Load,
-// before the state is published), so readers see it whole, at the same
-// batch as the rest of the state. A failed batch's rollback relinks and
-// unlinks through the same functions, leaving the index holding exactly
-// the tree's nodes again (if not in the same buckets).
+// child lists: linkKidAt and removeKid keep it for the node they link or
+// unlink, a move re-keys the moved node's descendants (their paths
+// change), Load indexes the nodes as its linker links them, and a table
+// that grows is rebuilt from the child lists. It changes only under the
+// tree's write lock (or inside Load, before the state is published), so
+// readers see it whole, at the same batch as the rest of the state. A
+// failed batch's rollback relinks and unlinks through the same functions,
+// leaving the index holding exactly the tree's nodes again (if not in the
+// same buckets).
 type pathIndex struct {
 	buckets []pathBucket // a power of two of them
 	n       int          // entries, pending ones included
@@ -58,8 +65,7 @@ const (
 	// The table doubles before its entries fill more than 7/8 of its
 	// slots: with 12 slots a bucket, few lookups go past their first.
 	pathLoadNum, pathLoadDen = 7, 8
-	// noParent marks, in Load, a rec whose parent is not linked yet: the
-	// index has no entry for it.
+	// noParent marks, in Load, a rec whose parent is not linked yet.
 	noParent = ^uint32(0)
 
 	tagLSB = 0x0101010101010101
@@ -84,19 +90,52 @@ func newPathIndex() pathIndex {
 	return pathIndex{buckets: make([]pathBucket, 1), seed: maphash.MakeSeed(), mask: pathHashMask}
 }
 
-// slotSource reads recs and names: the state, or Load's linker (which
-// reads the state's storage through views of its own).
+// slotSource reads recs, names and child lists: the state, or Load's
+// linker (which reads the state's storage through views of its own).
 type slotSource interface {
 	at(slot uint32) *rec
 	name(slot uint32) []byte
+	kidsOf(slot uint32) []uint32
 }
 
-func (x *pathIndex) hash(parent uint32, name []byte) uint64 {
-	h := maphash.Bytes(x.seed, name) ^ uint64(parent)*0x9e3779b97f4a7c15
+// level is the term of a path's hash for the name at depth (1 for the
+// root's children).
+func (x *pathIndex) level(depth int, name []byte) uint64 {
+	h := maphash.Bytes(x.seed, name) + uint64(depth)*0x9e3779b97f4a7c15
 	h ^= h >> 32
 	h *= 0xd6e8feb86659fd93
-	h ^= h >> 32
+	return h ^ h>>32
+}
+
+// key is the table's hash of a path whose levels' terms sum to sum.
+func (x *pathIndex) key(sum uint64) uint64 {
+	h := sum ^ sum>>31
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 29
 	return h & x.mask
+}
+
+// pathSum returns the sum of the level terms of the path of slot, and its
+// depth (0 for the root), from its ancestors' recs.
+func (x *pathIndex) pathSum(src slotSource, slot uint32) (sum uint64, depth int, ok bool) {
+	for c := slot; c != rootSlot; c = src.at(c).parent {
+		if c == noParent {
+			return 0, 0, false
+		}
+		depth++
+	}
+	d := depth
+	for c := slot; c != rootSlot; c = src.at(c).parent {
+		sum += x.level(d, src.name(c))
+		d--
+	}
+	return sum, depth, true
+}
+
+// childKey is the key of the child of parent named name.
+func (x *pathIndex) childKey(s *state, parent uint32, name []byte) uint64 {
+	sum, depth, _ := x.pathSum(s, parent)
+	return x.key(sum + x.level(depth+1, name))
 }
 
 // tagOf is the tag of hash h: its top byte, 0 taken as 1 (0 marks an
@@ -123,9 +162,9 @@ func matchBytes(w uint64, t uint8) uint64 {
 	return ^((x&tagLow + tagLow) | x | tagLow)
 }
 
-// find returns the child of parent named name (the table flushed).
-func (x *pathIndex) find(s *state, parent uint32, name []byte) (uint32, bool) {
-	h := x.hash(parent, name)
+// find returns the child of parent named name, whose key is h (the
+// table flushed).
+func (x *pathIndex) find(s *state, h uint64, parent uint32, name []byte) (uint32, bool) {
 	t := tagOf(h)
 	m := uint64(len(x.buckets) - 1)
 	for i := h & m; ; i = (i + 1) & m {
@@ -147,75 +186,99 @@ func (x *pathIndex) find(s *state, parent uint32, name []byte) (uint32, bool) {
 	}
 }
 
-// guessDepth is the deepest path find takes in two passes: its
+// guessDepth is the deepest path resolve takes in two passes: its
 // candidates are on the stack.
 const guessDepth = 16
 
-// resolve finds the slot at a valid path other than "/" in two passes: the
-// first takes, level by level, the first entry whose tag matches without
-// reading its rec, and the second checks every candidate's parent and
-// name. Only the buckets are read one after another (a level's bucket
-// depends on the slot found at the level above); the candidates' recs and
-// names are read together, so that their cache misses overlap instead of
-// adding up. From the first candidate that is not the child (a tag shared
-// by another entry), and for paths deeper than guessDepth, it walks level
-// by level, each child checked before the next level.
+// resolve finds the slot at a valid path other than "/" (the table
+// flushed) in two passes. The first takes, for every level, the first
+// entry whose tag matches without reading its rec: the levels' buckets
+// are read together. The second checks each candidate's parent and name,
+// their recs and names read together too; a candidate that is not the
+// node (a tag shared by another entry) is replaced by the one find checks
+// entry by entry. Paths deeper than guessDepth are found level by level
+// with find.
 func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 	var cands [guessDepth]uint32
+	var keys [guessDepth]uint64
 	var ends [guessDepth]int
 	m := uint64(len(x.buckets) - 1)
-	parent := uint32(rootSlot)
+	var sum uint64
 	depth := 0
-	missing := false // the last level has no entry with its tag
-	for start := 1; depth < guessDepth; {
+	for start := 1; ; {
+		if depth == guessDepth {
+			return x.walk(s, path)
+		}
 		end := start
 		for end < len(path) && path[end] != '/' {
 			end++
 		}
-		h := x.hash(parent, unsafeBytes(path[start:end]))
+		sum += x.level(depth+1, unsafeBytes(path[start:end]))
+		h := x.key(sum)
 		t := tagOf(h)
 		for i := h & m; ; i = (i + 1) & m {
 			b := &x.buckets[i]
 			lo, hi := matchTags(b, t)
 			if lo != 0 {
-				parent = b.slots[bits.TrailingZeros64(lo)>>3]
+				cands[depth] = b.slots[bits.TrailingZeros64(lo)>>3]
 				break
 			}
 			if hi != 0 {
-				parent = b.slots[8+bits.TrailingZeros64(hi)>>3]
+				cands[depth] = b.slots[8+bits.TrailingZeros64(hi)>>3]
 				break
 			}
 			if b.overflow == 0 {
-				missing = true
-				break
+				// No entry has the tag: nothing is at this level's path.
+				return 0, false
 			}
 		}
-		if missing {
-			break
-		}
-		cands[depth], ends[depth] = parent, end
+		keys[depth], ends[depth] = h, end
 		depth++
 		if end == len(path) {
 			break
 		}
 		start = end + 1
 	}
-	parent = rootSlot
+	parent := uint32(rootSlot)
 	start := 1
 	for d := range depth {
 		c := cands[d]
-		if !s.isKid(c, parent, unsafeBytes(path[start:ends[d]])) {
-			return s.walk(parent, path[start:])
+		name := unsafeBytes(path[start:ends[d]])
+		if !s.isKid(c, parent, name) {
+			var ok bool
+			if c, ok = x.find(s, keys[d], parent, name); !ok {
+				return 0, false
+			}
 		}
 		parent, start = c, ends[d]+1
 	}
-	if missing {
-		return 0, false // the levels above are right: this child does not exist
-	}
-	if start <= len(path) { // deeper than guessDepth
-		return s.walk(parent, path[start:])
-	}
 	return parent, true
+}
+
+// walk is resolve level by level, each level's node found by find.
+func (x *pathIndex) walk(s *state, path string) (uint32, bool) {
+	slot := uint32(rootSlot)
+	var sum uint64
+	depth := 0
+	rest := path[1:]
+	for {
+		i := strings.IndexByte(rest, '/')
+		if i < 0 {
+			i = len(rest)
+		}
+		name := unsafeBytes(rest[:i])
+		depth++
+		sum += x.level(depth, name)
+		c, ok := x.find(s, x.key(sum), slot, name)
+		if !ok {
+			return 0, false
+		}
+		slot = c
+		if i == len(rest) {
+			return slot, true
+		}
+		rest = rest[i+1:]
+	}
 }
 
 // isKid reports whether the node at slot (an indexed, live one) is the
@@ -278,59 +341,85 @@ func bucketsFor(n int) int {
 	return nb
 }
 
-// add indexes slot as the child of parent named name (pending, see
-// flush); its rec says so already. When the table is full it is rebuilt
-// twice as large from the recs of src below upTo (slot included), which
-// must all be indexed (pending ones included) or marked free or noParent.
-func (x *pathIndex) add(src slotSource, upTo, slot, parent uint32, name []byte) {
-	if x.n >= x.limit() {
-		x.rebuild(src, upTo, 2*len(x.buckets))
-		return
-	}
-	x.pending = append(x.pending, pendingEntry{x.hash(parent, name), slot})
+// add indexes slot under key h (pending, see flush). The table has room
+// for it: create reserves room first, and the other callers put back as
+// many entries as they removed in the same batch or op.
+func (x *pathIndex) add(h uint64, slot uint32) {
+	x.pending = append(x.pending, pendingEntry{h, slot})
 	x.n++
 	if len(x.pending) >= pendingFlush {
 		x.flush()
 	}
 }
 
-// reserve makes room for n entries, rebuilding the table from the recs of
-// src below upTo when it has too few buckets.
-func (x *pathIndex) reserve(src slotSource, upTo uint32, n int) {
+// reserve makes room for n entries, rebuilding the table from the child
+// lists of src (every node linked below the root is indexed) when it has
+// too few buckets.
+func (x *pathIndex) reserve(src slotSource, n int) {
 	if nb := bucketsFor(n); nb > len(x.buckets) {
-		x.rebuild(src, upTo, nb)
+		x.rebuild(src, nb)
 	}
 }
 
 // rebuild makes a table of nb buckets (a power of two) and indexes the
-// live, linked recs of src below upTo in it.
-func (x *pathIndex) rebuild(src slotSource, upTo uint32, nb int) {
+// nodes linked below the root in the child lists of src.
+func (x *pathIndex) rebuild(src slotSource, nb int) {
 	x.buckets = nil // the old table goes before the new one is made
 	x.buckets = make([]pathBucket, nb)
 	x.n = 0
 	x.pending = x.pending[:0]
-	for slot := range upTo {
-		r := src.at(slot)
-		if r.id == 0 || r.id == rootID || r.parent == noParent {
-			continue
-		}
-		if x.n >= x.limit() { // more than nb take: start over, larger
-			x.rebuild(src, upTo, 2*nb)
-			return
-		}
-		x.pending = append(x.pending, pendingEntry{x.hash(r.parent, src.name(slot)), slot})
-		x.n++
-		if len(x.pending) >= pendingFlush {
-			x.flush()
+	if !x.addBelow(src, rootSlot, 0, 0, true) {
+		x.rebuild(src, 2*nb) // more nodes than nb buckets take
+	}
+}
+
+// addBelow indexes the descendants of slot, whose path's terms sum to sum
+// at depth, or removes their entries (add false). Adding stops, with
+// false, if the table fills.
+func (x *pathIndex) addBelow(src slotSource, slot uint32, sum uint64, depth int, add bool) bool {
+	type frame struct {
+		slot  uint32
+		depth int
+		sum   uint64
+	}
+	stack := []frame{{slot, depth, sum}}
+	for len(stack) > 0 {
+		f := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, c := range src.kidsOf(f.slot) {
+			cs := f.sum + x.level(f.depth+1, src.name(c))
+			if add {
+				if x.n >= x.limit() {
+					return false
+				}
+				x.add(x.key(cs), c)
+			} else {
+				x.remove(x.key(cs), c)
+			}
+			if src.at(c).kids != 0 {
+				stack = append(stack, frame{c, f.depth + 1, cs})
+			}
 		}
 	}
 	x.flush()
+	return true
 }
 
-// remove drops the entry of slot, the child of parent named name.
-func (x *pathIndex) remove(slot, parent uint32, name []byte) {
+// rekeyBelow removes (add false) or adds the entries of the descendants of
+// slot: a move changes their paths. It is called with the node where it is
+// (removing) and where it went (adding).
+func (s *state) rekeyBelow(slot uint32, add bool) {
+	if s.at(slot).kids == 0 {
+		return
+	}
+	x := &s.paths
+	sum, depth, _ := x.pathSum(s, slot)
+	x.addBelow(s, slot, sum, depth, add)
+}
+
+// remove drops the entry of slot, whose key is h.
+func (x *pathIndex) remove(h uint64, slot uint32) {
 	x.flush()
-	h := x.hash(parent, name)
 	t := tagOf(h)
 	m := uint64(len(x.buckets) - 1)
 	home := h & m

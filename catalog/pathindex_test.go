@@ -41,7 +41,7 @@ func checkPathIndex(t testing.TB, tr *Tree) {
 			continue
 		}
 		live++
-		if got, ok := x.find(s, r.parent, s.name(slot)); !ok || got != slot {
+		if got, ok := x.find(s, x.childKey(s, r.parent, s.name(slot)), r.parent, s.name(slot)); !ok || got != slot {
 			t.Fatalf("path index: child %q of slot %d is slot %d, %v; want %d", s.name(slot), r.parent, got, ok, slot)
 		}
 	}
@@ -63,7 +63,7 @@ func checkPathIndex(t testing.TB, tr *Tree) {
 			if r.id == 0 || r.id == rootID {
 				t.Fatalf("path index holds slot %d, which is free or the root", slot)
 			}
-			h := x.hash(r.parent, s.name(slot))
+			h := x.childKey(s, r.parent, s.name(slot))
 			if tagOf(h) != tag {
 				t.Fatalf("slot %d has tag %d, its hash says %d", slot, tag, tagOf(h))
 			}
