@@ -547,16 +547,41 @@ type linker struct {
 	lastParentID uint64
 	lastParent   uint32
 	lastName     []byte
-	// The sum of the path index's terms of that parent's path, and its
-	// depth; ok false if it hangs from a node whose parent comes later
-	// (link indexes those).
-	lastSum   uint64
-	lastDepth int
-	lastSumOK bool
+	// chain is the path of the node last linked, each node with its sum
+	// of path index terms: an image lists a parent's children together
+	// and mostly right after the parent, so the next node's parent is
+	// nearly always on it.
+	chain []chainLink
 
 	// By state kind: the kind's secondary indexes and their caches.
 	xs  [][]*secIndex
 	pcs [][]*postCache
+}
+
+type chainLink struct {
+	slot  uint32
+	depth int
+	sum   uint64
+}
+
+// parentSum returns the sum of the path index terms of ps's path and its
+// depth (see linker.chain); ok is false if ps hangs from a node linked
+// late.
+func (lk *linker) parentSum(ps uint32) (sum uint64, depth int, ok bool) {
+	c := lk.chain
+	for len(c) > 0 && c[len(c)-1].slot != ps {
+		c = c[:len(c)-1]
+	}
+	if len(c) > 0 {
+		lk.chain = c
+		l := c[len(c)-1]
+		return l.sum, l.depth, true
+	}
+	sum, depth, ok = lk.s.paths.pathSum(lk, ps)
+	if ok {
+		lk.chain = append(c, chainLink{ps, depth, sum})
+	}
+	return sum, depth, ok
 }
 
 // findValue in linkBatch.vals: the linker finds the value in the blob.
@@ -717,7 +742,6 @@ func (lk *linker) link(b *linkBatch) error {
 			if ps, ok = s.slotOf(parent); !ok {
 				return fmt.Errorf("%w: block %d (byte %d): node %d: parent %d does not exist", ErrCorrupt, b.blocks, b.off, r.id, parent)
 			}
-			lk.lastSum, lk.lastDepth, lk.lastSumOK = s.paths.pathSum(lk, ps)
 		}
 		r.parent = ps
 		pr := lk.at(ps)
@@ -754,8 +778,11 @@ func (lk *linker) link(b *linkBatch) error {
 				pr.kids = h
 			}
 		}
-		if lk.lastSumOK {
-			s.paths.add(s.paths.key(lk.lastSum+s.paths.level(lk.lastDepth+1, name)), slot)
+		// The node goes in the path index, and on the chain.
+		if sum, depth, ok := lk.parentSum(ps); ok {
+			sum += s.paths.level(depth+1, name)
+			s.paths.add(s.paths.key(sum), slot)
+			lk.chain = append(lk.chain, chainLink{slot, depth + 1, sum})
 		}
 		lk.lastParentID, lk.lastParent, lk.lastName = parent, ps, name
 	}

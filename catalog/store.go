@@ -425,18 +425,19 @@ func (s *state) roomForKid(parent uint32) error {
 func (s *state) insertKid(parent, slot uint32) {
 	name := s.name(slot)
 	pos, _ := s.kidPos(parent, name)
-	s.linkKidAt(parent, pos, slot, name)
+	s.linkKidAt(parent, pos, slot, s.paths.childKey(s, parent, name))
 }
 
-// linkKidAt is insertKid with the position in the child list known.
-func (s *state) linkKidAt(parent uint32, pos int, slot uint32, name []byte) {
+// linkKidAt is insertKid with the position in the child list and the path
+// index key known.
+func (s *state) linkKidAt(parent uint32, pos int, slot uint32, key uint64) {
 	pr := s.at(parent)
 	h, err := s.kids.insert(pr.kids, pos, slot, kidRollback)
 	if err != nil {
 		panic(fmt.Sprintf("catalog: linking a child: %v", err)) // internal invariant: room or the reserve
 	}
 	pr.kids = h
-	s.paths.add(s.paths.childKey(s, parent, name), slot)
+	s.paths.add(key, slot)
 }
 
 // removeKid unlinks slot from parent (before its rec changes), freeing an
