@@ -693,12 +693,14 @@ func (lk *linker) name(slot uint32) []byte {
 // link indexes and links the slots of a batch.
 func (lk *linker) link(b *linkBatch) error {
 	s := lk.s
-	// The path index is sized for the nodes decoded so far, or for the
-	// header's count once a sixteenth of them is in: a count the records
-	// do not bear out costs at most sixteen times their own index.
+	// The path index is sized for the header's count once the records
+	// decoded are a thousandth of it, and for those records until then:
+	// the first block is usually enough, so that the table is built once,
+	// and a count the records do not bear out costs at most a thousand
+	// times their own index (a few KiB a record).
 	have := uint64(b.first) + uint64(len(b.parents))
 	want := have
-	if lk.count <= 16*have {
+	if lk.count <= 1024*have {
 		want = max(have, lk.count)
 	}
 	s.paths.reserve(lk, int(want))
