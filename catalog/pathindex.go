@@ -414,7 +414,10 @@ func (s *state) rekeyBelow(slot uint32, add bool) {
 	}
 	x := &s.paths
 	sum, depth, _ := x.pathSum(s, slot)
-	x.addBelow(s, slot, sum, depth, add)
+	if !x.addBelow(s, slot, sum, depth, add) {
+		// The entries put back are those just removed.
+		panic("catalog: the path index filled while re-keying a move") // internal invariant
+	}
 }
 
 // remove drops the entry of slot, whose key is h.

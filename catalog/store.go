@@ -16,8 +16,9 @@ import (
 // and attributes live in one blob in an append-only byte arena (compacted
 // when mostly garbage); kinds and attribute keys are interned, values are
 // varint-packed. Children are sorted lists of slots in a pooled array
-// (kids.go); ids map to slots through pages of a direct table (ids are
-// dense, from a counter); kind sets and index postings are chunked sorted
+// (kids.go); a path maps to its slot through a hash table of whole-path
+// hashes (pathindex.go), a local index like the slots; ids map to slots
+// through pages of a direct table (ids are dense, from a counter); kind sets and index postings are chunked sorted
 // slot sets (internal/idset). The GC sees a few thousand large pointer-free
 // arrays instead of millions of small objects. BenchmarkDorisScale reports
 // the bytes a node this costs, and BenchmarkNaiveTreeMemory compares it with
@@ -25,7 +26,9 @@ import (
 //
 // Limits of the layout: a sorted child list is moved on insert, so a node
 // with millions of children inserted in random name order is slow to build
-// (appends in name order are fast); slots are uint32 (4 billion live
+// (appends in name order are fast); a move re-keys the moved node's
+// descendants in the path index (their paths change), so it costs in
+// proportion to the subtree; slots are uint32 (4 billion live
 // nodes); one node's name and attributes are at most about 4 MiB; child
 // lists live in at most 4,096 chunks (kids.go), of 1 Mi slots each or one
 // list too big for the size classes, and a batch that would need more
