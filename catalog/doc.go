@@ -25,8 +25,9 @@
 // attributes by name), all at one index. Watches ([Tree.Watch]) deliver
 // the changes of a subtree or a kind in log order through [Watcher.Next]:
 // Apply records each batch's events once in a ring shared by all watchers
-// and wakes them once per batch (see watchring.go), so its cost does not
-// grow with the number of watchers; a watcher that falls behind is cut off
+// and kicks one notifier goroutine, which wakes the watchers off the
+// applier's goroutine (see notify.go), so its cost does not grow with the
+// number of watchers; a watcher that falls behind is cut off
 // and told to resync rather than slowing the applier. [Tree.WatchFrom] resumes a watch after a
 // past index by replaying the retained log ([History]) and then going live,
 // with no gap and no duplicate, or fails with [ErrCompacted];
@@ -38,6 +39,8 @@
 // fixed-size pointer-free records in a slab, names and attributes packed in
 // a byte arena, child lists and index postings in pooled arrays (see
 // store.go). Reads that return many nodes, and Save, read at one index
-// without holding the lock throughout (see longread.go). Tree owns no
-// goroutines (Load uses a second one while it runs; see load.go).
+// without holding the lock throughout (see longread.go). Tree owns one
+// goroutine, the watch notifier, from its first watcher to its last (the
+// last Close waits for it); Load uses a second one while it runs (see
+// load.go).
 package catalog

@@ -221,8 +221,8 @@ func TestWatchFromCompacted(t *testing.T) {
 	}
 	tr.hub.mu.Lock()
 	defer tr.hub.mu.Unlock()
-	if tr.hub.n != 0 || len(tr.hub.groups) != 0 {
-		t.Fatalf("%d watchers (%d filters) left registered after failed and closed watches", tr.hub.n, len(tr.hub.groups))
+	if len(tr.hub.groups) != 0 || tr.hub.notify != nil {
+		t.Fatalf("%d groups (notifier %v) left registered after failed and closed watches", len(tr.hub.groups), tr.hub.notify != nil)
 	}
 }
 

@@ -17,8 +17,10 @@ import (
 // never inside one. Point reads (Get, GetID, Children) hold a read lock for
 // their own duration, and Read for its callback's; long reads (OfKind, Find, Save) read at one index but
 // take the lock for a bounded chunk at a time, so they never stall Apply for
-// long. A Tree owns no goroutines: Load decodes on the caller's goroutine
-// and links on a second one, which has exited when Load returns.
+// long. A Tree owns one goroutine while it has watchers, the watch
+// notifier (the last Watcher.Close stops it and waits); Load decodes on the
+// caller's goroutine and links on a second one, which has exited when Load
+// returns.
 type Tree struct {
 	// applyMu serialises Apply and Load; it guards the applier scratch
 	// below and makes t.s and its counters safe to read for the holder.

@@ -356,31 +356,70 @@ func (f watchFilter) wants(path, kind, to string) bool {
 
 func (f watchFilter) wantsEvent(e *watchEvent) bool { return f.wants(e.path, e.kind, e.to) }
 
-// watchGroup is the watchers of one filter: the applier evaluates each
-// filter once per event and wakes a group once per batch it matched.
+// watchGroup is the watchers of one filter and Buffer: the applier
+// evaluates each filter once per event, and the notifier wakes a group
+// once per batch it matched.
 type watchGroup struct {
-	f    watchFilter
+	// The applier's, read at every batch.
+	key groupKey
+	hit uint64 // the last batch (hitMark) that matched it
+	_   cacheLinePad
+	// The watchers'.
 	wake atomic.Pointer[wakeup]
-	n    int    // watchers; guarded by watchHub.mu
-	hit  uint64 // the applier's: the last batch (hitMark) that matched it
+	// n counts its watchers; -1 once the hub has dropped it (a watcher
+	// that finds it so registers through the hub's lock).
+	n atomic.Int64
+	_ cacheLinePad
+}
+
+type groupKey struct {
+	f      watchFilter
+	buffer int
+}
+
+// acquire counts one more watcher, unless the group is being dropped.
+func (g *watchGroup) acquire() bool {
+	for {
+		c := g.n.Load()
+		if c <= 0 {
+			return false
+		}
+		if g.n.CompareAndSwap(c, c+1) {
+			return true
+		}
+	}
 }
 
 // watchHub registers watchers and tells the applier, through view, which
-// filters to record events for and how many events the ring keeps.
+// filters to record events for and how many events the ring keeps. A
+// watcher of a filter and Buffer already watched comes and goes without
+// its lock (counted in its group): watchers cut off together would
+// otherwise queue on it by the thousand.
 type watchHub struct {
-	mu      sync.Mutex
-	groups  map[watchFilter]*watchGroup
-	buffers map[int]int // watchers by Buffer
-	n       int
-	gen     uint64 // bumped when Load drops every watcher
-	view    atomic.Pointer[hubView]
+	// view is read by the applier at every batch and changes only when a
+	// group or the ring's bound does: a line of its own, away from what
+	// watchers write as they come and go.
+	view atomic.Pointer[hubView]
+	_    cacheLinePad
+
+	gen    atomic.Uint64 // bumped when Load drops every watcher
+	mu     sync.Mutex    // guards groups and notify, and changes view
+	groups map[groupKey]*watchGroup
+	notify *notifier // runs while there are groups
+	_      cacheLinePad
 }
+
+// cacheLinePad keeps what the applier writes at every batch and what
+// watchers write off each other's cache lines (a line written by the one
+// and read by the other costs the applier a miss per batch).
+type cacheLinePad struct{ _ [128]byte }
 
 // hubView is the hub as the applier reads it at the start of a batch.
 type hubView struct {
-	groups []*watchGroup
-	hold   int // events the ring keeps: twice the largest Buffer
-	n      int // watchers reading the ring
+	groups []*watchGroup // none without watchers
+	byKey  map[groupKey]*watchGroup
+	hold   int       // events the ring keeps: twice the largest Buffer
+	notify *notifier // wakes the watchers; nil without watchers
 }
 
 var emptyHubView = &hubView{}
@@ -395,66 +434,80 @@ func (h *watchHub) load() *hubView {
 // register adds w and returns the ring position it reads from: the head
 // as of its registration, which Load's resync mark cannot slip between.
 func (h *watchHub) register(w *Watcher, r *watchRing) ringPos {
+	key := groupKey{w.f, w.buffer}
+	// Load bumps gen before it publishes its mark: with gen unchanged
+	// around reading the head, the mark comes after the position, and w
+	// reads it.
+	gen := h.gen.Load()
+	if g := h.load().byKey[key]; g != nil && g.acquire() {
+		pos := ringPos{seq: r.head.Load(), n: r.total.Load()}
+		if h.gen.Load() == gen {
+			w.g, w.gen = g, gen
+			return pos
+		}
+		g.n.Add(-1) // dropped by Load meanwhile
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.groups == nil {
-		h.groups, h.buffers = map[watchFilter]*watchGroup{}, map[int]int{}
+		h.groups = map[groupKey]*watchGroup{}
 	}
-	g := h.groups[w.f]
-	newGroup := g == nil
-	if newGroup {
-		g = &watchGroup{f: w.f}
-		h.groups[w.f] = g
+	g := h.groups[key]
+	changed := g == nil
+	switch {
+	case changed:
+		g = &watchGroup{key: key}
+		g.n.Store(1)
+		h.groups[key] = g
+	case !g.acquire():
+		g.n.Store(1) // its last watcher left and waits for the lock to drop it
 	}
-	g.n++
-	w.g, w.gen = g, h.gen
-	h.buffers[w.buffer]++
-	h.n++
-	h.publishLocked(newGroup)
+	w.g, w.gen = g, h.gen.Load()
+	if h.notify == nil {
+		h.notify = startNotifier(h, r)
+	}
+	if changed {
+		h.publishLocked()
+	}
 	return ringPos{seq: r.head.Load(), n: r.total.Load()}
 }
 
+// unregister removes w; the last watcher of its group drops the group,
+// and the last group's stops the notifier and waits for it to return.
 func (h *watchHub) unregister(w *Watcher) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if w.gen != h.gen {
-		return // dropped by Load already
-	}
-	w.gen = ^uint64(0)
 	g := w.g
-	g.n--
-	changed := g.n == 0
-	if changed {
-		delete(h.groups, g.f)
+	if w.gen != h.gen.Load() || g.n.Add(-1) != 0 {
+		return // dropped by Load already, or others remain
 	}
-	if h.buffers[w.buffer]--; h.buffers[w.buffer] == 0 {
-		delete(h.buffers, w.buffer)
+	h.mu.Lock()
+	var stop *notifier
+	if g.n.CompareAndSwap(0, -1) { // no watcher came back meanwhile
+		delete(h.groups, g.key)
+		stop = h.takeNotifierLocked()
+		h.publishLocked()
 	}
-	h.n--
-	h.publishLocked(changed)
+	h.mu.Unlock()
+	if stop != nil {
+		stop.close()
+	}
 }
 
-// dropAllLocked forgets every watcher and wakes them (Load replaced the
-// tree and published the resync mark).
-func (h *watchHub) dropAllLocked() {
-	for _, g := range h.groups {
-		wake(&g.wake)
+// takeNotifierLocked returns the notifier once no group is left, for the
+// caller to stop after releasing h.mu.
+func (h *watchHub) takeNotifierLocked() *notifier {
+	if len(h.groups) > 0 || h.notify == nil {
+		return nil
 	}
-	clear(h.groups)
-	clear(h.buffers)
-	h.n = 0
-	h.gen++
-	h.publishLocked(true)
+	n := h.notify
+	h.notify = nil
+	return n
 }
 
-func (h *watchHub) publishLocked(groupsChanged bool) {
-	old := h.load()
-	v := &hubView{groups: old.groups, n: h.n}
-	if groupsChanged {
-		v.groups = slices.Collect(maps.Values(h.groups))
-	}
-	for b := range h.buffers {
-		v.hold = max(v.hold, 2*min(b, 1<<40))
+// publishLocked replaces the applier's view after the groups changed.
+func (h *watchHub) publishLocked() {
+	v := &hubView{groups: slices.Collect(maps.Values(h.groups)), byKey: maps.Clone(h.groups), notify: h.notify}
+	for k := range h.groups {
+		v.hold = max(v.hold, 2*min(k.buffer, 1<<40))
 	}
 	h.view.Store(v)
 }
@@ -472,7 +525,7 @@ func (t *Tree) beginEvents() {
 	t.wv = t.hub.load()
 	t.wOn = t.tap != nil || len(t.wv.groups) > 0
 	t.hitMark++
-	if t.wv.n == 0 && t.ring.held > 0 {
+	if len(t.wv.groups) == 0 && t.ring.held > 0 {
 		t.ring.reset() // nobody is left to read what it holds
 	}
 }
@@ -483,7 +536,7 @@ func (t *Tree) beginEvents() {
 func (t *Tree) wanted(path, kind, to string) bool {
 	hit := t.tap != nil && t.tap.f.wants(path, kind, to)
 	for _, g := range t.wv.groups {
-		if g.f.wants(path, kind, to) {
+		if g.key.f.wants(path, kind, to) {
 			hit = true
 			if g.hit != t.hitMark {
 				g.hit = t.hitMark
@@ -498,10 +551,23 @@ func (t *Tree) wanted(path, kind, to string) bool {
 // resync mark after the events before it, then ErrResync. Tree.mu is held
 // for writing.
 func (t *Tree) resyncAll(index uint64) {
-	t.hub.mu.Lock() // a watcher registers before the mark and is dropped, or after
-	defer t.hub.mu.Unlock()
-	if v := t.hub.load(); v.n > 0 {
+	h := &t.hub
+	h.mu.Lock() // a watcher registers before the mark and is dropped, or after
+	h.gen.Add(1)
+	for _, g := range h.groups {
+		g.n.Store(-1)
+	}
+	if v := h.load(); len(v.groups) > 0 {
 		t.ring.publish(&watchBatch{index: index, resync: true}, v.hold)
 	}
-	t.hub.dropAllLocked()
+	for _, g := range h.groups {
+		wake(&g.wake, relayWidth())
+	}
+	clear(h.groups)
+	stop := h.takeNotifierLocked()
+	h.publishLocked()
+	h.mu.Unlock()
+	if stop != nil {
+		stop.close()
+	}
 }

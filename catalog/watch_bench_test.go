@@ -115,6 +115,7 @@ func benchWatchFanout(b *testing.B, watchers int) {
 	b.ResetTimer()
 	index := uint64(1)
 	start, cpu0 := time.Now(), benchshape.ThreadCPU()
+	vol0, invol0 := benchshape.ThreadSwitches()
 	i := 0
 	for b.Loop() {
 		index++
@@ -124,11 +125,16 @@ func benchWatchFanout(b *testing.B, watchers int) {
 	}
 	applyTime := time.Since(start)
 	applyCPU := benchshape.ThreadCPU() - cpu0
+	vol, invol := benchshape.ThreadSwitches()
 	b.StopTimer()
 	cancel()
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.ReportMetric(float64(i)/applyTime.Seconds()/baseRate, "applier-ratio")
+	// Why the applier was off its CPU: parked by the Go scheduler (its
+	// thread sleeps) or preempted by the kernel for another thread.
+	b.ReportMetric(float64(vol-vol0)/applyTime.Seconds(), "applier-parks/s")
+	b.ReportMetric(float64(invol-invol0)/applyTime.Seconds(), "applier-kernel-preempts/s")
 	if baseCPU > 0 && applyCPU > 0 {
 		// The applier's own cost: its CPU time per batch, against none.
 		b.ReportMetric(float64(baseCPU)/(float64(applyCPU)/float64(i)), "applier-cpu-ratio")

@@ -1,18 +1,19 @@
 package catalog
 
 import (
-	"sync"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 )
 
 // The watch ring. Apply records each batch's events once, as an immutable
-// watchBatch, in a ring shared by every watcher of the tree, and wakes the
-// watchers whose filters the batch matched by closing one channel per
-// distinct filter (watchGroup). Watchers read the ring at their own pace,
-// filtering as they go, without locks: the applier's cost does not depend
-// on how many watchers there are, and it never waits for one. A watcher
-// the ring has moved past is cut off (ErrResync).
+// watchBatch, in a ring shared by every watcher of the tree, with the
+// distinct filters (watchGroup) the batch matched, and kicks the tree's
+// notifier (notify.go), which wakes the waiting watchers off the applier's
+// goroutine. Watchers read the ring at their own pace, filtering
+// as they go, without locks: the applier's cost does not depend on how
+// many watchers there are, and it never waits for one. A watcher the ring
+// has moved past is cut off (ErrResync).
 //
 // Events are recorded raw: the fields watchers filter on and copies of the
 // nodes' records and encoded names and attributes. The first watcher to
@@ -27,8 +28,10 @@ type watchBatch struct {
 	index  uint64
 	resync bool
 	events []watchEvent
-	keys   []string // the tree's attribute key names, for building nodes
+	keys   []string      // the tree's attribute key names, for building nodes
+	groups []*watchGroup // the groups whose filters its events matched
 	one    [1]watchEvent
+	group1 [1]*watchGroup
 }
 
 // weight is what the batch counts against the ring's bound.
@@ -85,91 +88,6 @@ type pendEvent struct {
 	index         uint64
 	kind          string // interned: the state keeps it alive
 	before, after pendNode
-}
-
-// wakeup is one generation of a group's waiters, ended by the next batch
-// that matches the group's filter. The applier wakes only the first live
-// waiter, and every waiter woken wakes two more before it reads, so the
-// applier's cost is the same for one waiter or ten thousand and the
-// wake-ups spread over the watchers' goroutines.
-type wakeup struct {
-	mu      sync.Mutex
-	waiters []*waiter // appended until fired; read-only after
-	fired   bool
-	next    atomic.Int64 // the next waiter to wake, once fired
-}
-
-// waiter is one Next waiting in a generation.
-type waiter struct {
-	ch    chan struct{} // receives the wake-up
-	state atomic.Int32  // waiterWaiting, waiterWoken or waiterGone
-}
-
-const (
-	waiterWaiting = iota
-	waiterWoken
-	waiterGone
-)
-
-// current returns the generation a waiter joins now.
-func current(p *atomic.Pointer[wakeup]) *wakeup {
-	for {
-		if u := p.Load(); u != nil {
-			return u
-		}
-		u := new(wakeup)
-		if p.CompareAndSwap(nil, u) {
-			return u
-		}
-	}
-}
-
-// join adds a waiter; false when the generation has fired already (the
-// caller reads again).
-func (u *wakeup) join() (*waiter, bool) {
-	w := &waiter{ch: make(chan struct{}, 1)}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.fired {
-		return nil, false
-	}
-	u.waiters = append(u.waiters, w)
-	return w, true
-}
-
-// leave takes w out; a waiter woken meanwhile passes the wake-up on.
-func (u *wakeup) leave(w *waiter) {
-	if !w.state.CompareAndSwap(waiterWaiting, waiterGone) {
-		u.relay(2)
-	}
-}
-
-// relay wakes up to n waiters still waiting.
-func (u *wakeup) relay(n int) {
-	for n > 0 {
-		i := u.next.Add(1) - 1
-		if i >= int64(len(u.waiters)) {
-			return
-		}
-		w := u.waiters[i]
-		if w.state.CompareAndSwap(waiterWaiting, waiterWoken) {
-			w.ch <- struct{}{}
-			n--
-		}
-	}
-}
-
-// wake ends the current generation of p: its first waiter wakes, then the
-// rest from one another.
-func wake(p *atomic.Pointer[wakeup]) {
-	u := p.Swap(nil)
-	if u == nil {
-		return
-	}
-	u.mu.Lock()
-	u.fired = true
-	u.mu.Unlock()
-	u.relay(1)
 }
 
 // watchRing holds the recently published batches, by sequence number, in
@@ -325,10 +243,18 @@ func (t *Tree) publishEvents(s *state, index uint64) {
 			}
 		}
 	}
-	if t.wv.n > 0 {
+	if len(t.wv.groups) > 0 {
+		switch len(t.hits) {
+		case 0:
+		case 1:
+			b.group1[0] = t.hits[0]
+			b.groups = b.group1[:]
+		default:
+			b.groups = slices.Clone(t.hits)
+		}
 		t.ring.publish(b, t.wv.hold)
-		for _, g := range t.hits {
-			wake(&g.wake)
+		if t.wv.notify != nil {
+			t.wv.notify.kick()
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,29 +56,43 @@ func TestWatchWakesEveryWaiter(t *testing.T) {
 	})
 }
 
-// TestWakeupRelayOnLeave: a waiter woken just as it leaves (its context
-// ended) passes the wake-up on, so the waiters after it still wake.
+// TestWakeupRelayOnLeave: the wake-up reaches the first width waiters,
+// and each waiter woken passes it on to the next one, also one woken just
+// as it leaves (its context ended), so the waiters after it still wake.
 func TestWakeupRelayOnLeave(t *testing.T) {
 	var p atomic.Pointer[wakeup]
 	u := current(&p)
 	var ws []*waiter
-	for range 3 {
+	for range 4 {
 		w, ok := u.join()
 		if !ok {
 			t.Fatal("join failed before the wake")
 		}
 		ws = append(ws, w)
 	}
-	wake(&p)
+	woken := func() []int {
+		var n []int
+		for _, w := range ws {
+			n = append(n, len(w.ch))
+		}
+		return n
+	}
+	wake(&p, 1)
 	if _, ok := u.join(); ok {
 		t.Fatal("joined a generation that has fired")
 	}
-	if len(ws[0].ch) != 1 || len(ws[1].ch) != 0 || len(ws[2].ch) != 0 {
-		t.Fatalf("the applier woke %d %d %d, want only the first", len(ws[0].ch), len(ws[1].ch), len(ws[2].ch))
+	if got := woken(); !slices.Equal(got, []int{1, 0, 0, 0}) {
+		t.Fatalf("the wake reached %v, want only the first", got)
 	}
-	u.leave(ws[0]) // woken, leaving without reading: relays
-	if len(ws[1].ch) != 1 || len(ws[2].ch) != 1 {
-		t.Fatal("the waiters after one that left woken were not woken")
+	<-ws[0].ch
+	u.leave(ws[0]) // woken: passes it on to one more
+	if got := woken(); !slices.Equal(got, []int{0, 1, 0, 0}) {
+		t.Fatalf("after the first passed it on: %v, want only the second", got)
+	}
+	ws[2].state.Store(waiterGone) // left before the wake reached it
+	u.leave(ws[1])                // woken, leaving without reading
+	if got := woken(); !slices.Equal(got, []int{0, 1, 0, 1}) {
+		t.Fatalf("after the second passed it on: %v, want the fourth (the third left)", got)
 	}
 }
 
@@ -198,7 +213,7 @@ func TestWatchRingBounded(t *testing.T) {
 	b := tr.Watch(WatchOptions{Prefix: "/a"})
 	defer a.Close()
 	defer b.Close()
-	if g := tr.hub.load().groups; len(g) != 1 || g[0].n != 2 {
+	if g := tr.hub.load().groups; len(g) != 1 || g[0].n.Load() != 2 {
 		t.Fatalf("%d groups for two watchers of one filter", len(g))
 	}
 	tr.Apply(102, encode(t, Op{Type: OpCreate, Path: "/y", Kind: "k"}))
