@@ -32,8 +32,17 @@ type kvClients struct {
 	failed  atomic.Int64 // puts of unknown outcome
 	stop    chan struct{}
 	wg      sync.WaitGroup
-	server  atomic.Pointer[proc]
+	server  atomic.Pointer[proc] // every client's server, unless servers is set
+	servers []*proc              // client cl talks to servers[cl%len(servers)]
 	keys    int
+}
+
+// target is the server client cl talks to now.
+func (k *kvClients) target(cl int) *proc {
+	if len(k.servers) > 0 {
+		return k.servers[cl%len(k.servers)]
+	}
+	return k.server.Load()
 }
 
 func (k *kvClients) now() int64 { return int64(time.Since(k.start)) }
@@ -48,7 +57,7 @@ func (k *kvClients) run(clients int) {
 					return
 				default:
 				}
-				p := k.server.Load()
+				p := k.target(cl)
 				key := fmt.Sprintf("k%d", rng.IntN(k.keys))
 				if rng.IntN(10) < 6 {
 					value := fmt.Sprintf("c%d-%d", cl, n)

@@ -1,0 +1,433 @@
+package e2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/metatree/metatree/internal/linearize"
+)
+
+// nemesisFlags follow fastFlags (the last value of a flag wins): a member
+// is declared dead after 25 missed heartbeats of 200ms, 5 s, longer than
+// any partition the nemesis holds, so a death it declares is news; and it
+// is declared dead at all only through the member records, which the
+// checks read.
+var nemesisFlags = []string{"-dead-after", "25"}
+
+// nemesisHold is how long a scenario keeps its partition: past raft's
+// election timeout (1 s), under the death threshold.
+const nemesisHold = 2500 * time.Millisecond
+
+// nemesisWorker is the worker's member id.
+const nemesisWorker = 101
+
+// nemesis is a cluster of three voters, an observer and a worker, each
+// behind its own proxy, with clients writing and reading through every
+// frontend.
+type nemesis struct {
+	t         *testing.T
+	c         *cluster
+	net       *netem
+	rng       *rand.Rand
+	voters    []*proc
+	frontends []*proc // the voters, then the observer
+	worker    *proc
+	k         *kvClients
+}
+
+// member starts a metaserver (or, with id nemesisWorker, the worker) on
+// loopback IP index i behind its proxy; the proc's addr is the advertised
+// one, the proxy's, where the clients reach it too.
+func (n *nemesis) member(i, id int, extra ...string) *proc {
+	ip := memberIP(i)
+	listen := freeAddrOn(n.t, ip)
+	name := fmt.Sprintf("metaserver-%d", id)
+	if id == nemesisWorker {
+		name = fmt.Sprintf("worker-%d", id)
+	}
+	adv := n.net.front(name, ip, listen)
+	if id == nemesisWorker {
+		return n.c.workerAt(id, adv, append([]string{"-listen", listen}, extra...)...)
+	}
+	args := append([]string{"-listen", listen}, nemesisFlags...)
+	return n.c.metaserverAt(id, filepath.Join(n.c.base, fmt.Sprintf("fe%d", id)), adv, append(args, extra...)...)
+}
+
+func (n *nemesis) all() []*proc { return append(slices.Clone(n.frontends), n.worker) }
+
+// except is every member but ps.
+func (n *nemesis) except(ps ...*proc) []*proc {
+	return slices.DeleteFunc(n.all(), func(p *proc) bool { return slices.Contains(ps, p) })
+}
+
+// follower is the first voter that does not lead.
+func (n *nemesis) follower(leader *proc) *proc {
+	for _, p := range n.voters {
+		if p != leader {
+			return p
+		}
+	}
+	n.t.Fatal("no follower")
+	return nil
+}
+
+func names(ps ...*proc) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.name
+	}
+	return out
+}
+
+// hold keeps the partition in place: the nemesis's schedule is time, as a
+// Jepsen nemesis's is; what the cluster does meanwhile is observed through
+// the checks.
+func (n *nemesis) hold(d time.Duration) { time.Sleep(d) }
+
+// healAndRecover heals the network and waits for an agreed leader and for
+// the clients' writes to be acknowledged again.
+func (n *nemesis) healAndRecover(what string) *proc {
+	n.net.heal()
+	leader := n.c.waitLeader(30*time.Second, n.frontends...)
+	acked := n.k.acked.Load()
+	eventually(n.t, 30*time.Second, "writes acknowledged after healing "+what, func() bool { return n.k.acked.Load() >= acked+20 })
+	return leader
+}
+
+// memberRecord is a member's epoch and generation in the catalog's member
+// records: the generation moves on every transition (a death, a return, a
+// restart), so an unchanged pair means the member was never declared dead
+// and never restarted.
+type memberRecord struct {
+	Epoch      string
+	Generation float64
+}
+
+func (n *nemesis) records(through *proc) map[uint64]memberRecord {
+	out := map[uint64]memberRecord{}
+	for _, p := range n.all() {
+		id := procID(p)
+		var nv nodeView
+		require200(n.t, call(n.t, "GET", through.url(fmt.Sprintf("/v1/catalog/_cluster/members/%d?consistency=linearizable", id)), nil, &nv), "member record of "+p.name)
+		epoch, _ := nv.Attrs["epoch"].(string)
+		gen, _ := nv.Attrs["generation"].(float64)
+		out[id] = memberRecord{Epoch: epoch, Generation: gen}
+	}
+	return out
+}
+
+// procID is the member id in a proc's name ("metaserver-3", "worker-101").
+func procID(p *proc) uint64 {
+	id, err := strconv.ParseUint(p.name[strings.LastIndex(p.name, "-")+1:], 10, 64)
+	if err != nil {
+		panic(err)
+	}
+	return id
+}
+
+// catalogView is what one frontend's API shows of the clients' keys and
+// the member records, read locally.
+func catalogView(t *testing.T, p *proc) (string, bool) {
+	var b strings.Builder
+	for _, dir := range []string{"/kv", "/_cluster/members"} {
+		var d nodeView
+		if call(t, "GET", p.url("/v1/catalog"+dir), nil, &d) != http.StatusOK {
+			return "", false
+		}
+		slices.Sort(d.Children)
+		for _, child := range d.Children {
+			var nv nodeView
+			if call(t, "GET", p.url("/v1/catalog"+dir+"/"+child), nil, &nv) != http.StatusOK {
+				return "", false
+			}
+			fmt.Fprintf(&b, "%s/%s %s %d %v\n", dir, child, nv.Kind, nv.Modified, nv.Attrs)
+		}
+	}
+	return b.String(), true
+}
+
+// deathCause matches a cancel.CanceledError for a death.
+var deathCause = regexp.MustCompile(`node (\d+) declared dead`)
+
+// TestPartitionNemesis: a cluster of real processes, each behind a proxy
+// of the test's own, meets symmetric partitions (a follower isolated; the
+// leader and the worker split from the majority), the leader cut off from
+// its followers but reachable by clients, one-way partitions (out of the
+// leader, into it, from the leader to one follower), the worker cut off
+// from the leader until its view is stale, and a flapping link over
+// delayed links, healed after each. Clients write and read linearizably
+// through every frontend all along. Then: the history is linearizable,
+// final reads through every member included (no acknowledged write lost);
+// every frontend reaches the same applied index and shows the same
+// catalog; no process exited; and no query or fragment was cancelled but
+// for a death the member records show, the queries of members never
+// declared dead still running on their coordinator and on the worker.
+func TestPartitionNemesis(t *testing.T) {
+	began := time.Now()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("METATREE_NEMESIS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("METATREE_NEMESIS_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	t.Logf("nemesis seed %d (set METATREE_NEMESIS_SEED to replay the flapping schedule)", seed)
+	n := &nemesis{t: t, c: newCluster(t), net: newNetem(t), rng: rand.New(rand.NewPCG(seed, 19))}
+
+	m1 := n.member(1, 1, "-bootstrap")
+	n.c.waitLeader(30*time.Second, m1)
+	m2 := n.member(2, 2, "-join", m1.addr)
+	m3 := n.member(3, 3, "-join", m1.addr)
+	n.voters = []*proc{m1, m2, m3}
+	obs := n.member(4, 4, "-join", m1.addr, "-role", "observer")
+	n.frontends = []*proc{m1, m2, m3, obs}
+	n.c.waitLeader(30*time.Second, n.frontends...)
+	n.worker = n.member(5, nemesisWorker, "-stale-after", "1s")
+	require200(t, call(t, "POST", m2.url("/v1/members"), map[string]any{"id": nemesisWorker, "addr": n.worker.addr, "kind": "worker"}, nil), "add the worker")
+	eventually(t, 20*time.Second, "every member alive with its epoch", func() bool {
+		var ms []memberView
+		if call(t, "GET", obs.url("/v1/members"), nil, &ms) != http.StatusOK {
+			return false
+		}
+		alive := 0
+		for _, m := range ms {
+			if m.Status == "alive" && m.Epoch != "" {
+				alive++
+			}
+		}
+		return alive == len(n.all())
+	})
+
+	// One query coordinated by each frontend, its fragment on the worker.
+	for _, p := range n.frontends {
+		body := map[string]any{"id": "q-" + p.name, "workers": []int{nemesisWorker}, "duration_ms": 600_000}
+		eventually(t, 20*time.Second, "a query started on "+p.name, func() bool {
+			return call(t, "POST", p.url("/v1/queries"), body, nil) == http.StatusOK
+		})
+		eventually(t, 10*time.Second, "the fragment of q-"+p.name+" running", func() bool {
+			return fragmentState(t, n.worker, "q-"+p.name) == "running"
+		})
+	}
+	before := n.records(m1)
+
+	require200(t, call(t, "PUT", m1.url("/v1/catalog/kv"), map[string]any{"kind": "dir"}, nil), "create /kv")
+	n.k = &kvClients{t: t, start: time.Now(), stop: make(chan struct{}), keys: 32, servers: n.frontends}
+	n.k.run(8)
+	stopClients := func() {
+		select {
+		case <-n.k.stop:
+		default:
+			close(n.k.stop)
+		}
+		n.k.wg.Wait()
+	}
+	defer stopClients()
+	eventually(t, 30*time.Second, "writes acknowledged before the nemesis", func() bool { return n.k.acked.Load() >= 50 })
+	t.Logf("cluster up and writing after %v", time.Since(began).Round(time.Millisecond))
+
+	scenarios := []struct {
+		name string
+		run  func(leader *proc)
+	}{
+		{"a follower isolated", func(leader *proc) {
+			f := n.follower(leader)
+			n.net.cut(names(f), names(n.except(f)...))
+			n.hold(nemesisHold)
+		}},
+		{"the leader and the worker split from the majority", func(leader *proc) {
+			minority := []*proc{leader, n.worker}
+			n.net.cut(names(minority...), names(n.except(minority...)...))
+			n.hold(nemesisHold)
+		}},
+		{"the leader cut off from its followers, reachable by clients", func(leader *proc) {
+			n.net.cut(names(leader), names(n.except(leader)...))
+			n.hold(nemesisHold)
+		}},
+		{"the leader's traffic dropped one way, out", func(leader *proc) {
+			n.net.drop(names(leader), names(n.except(leader)...))
+			n.hold(nemesisHold)
+		}},
+		{"the traffic to the leader dropped one way, in", func(leader *proc) {
+			n.net.drop(names(n.except(leader)...), names(leader))
+			n.hold(nemesisHold)
+		}},
+		{"the leader's traffic to one follower dropped one way", func(leader *proc) {
+			n.net.drop(names(leader), names(n.follower(leader)))
+			n.hold(nemesisHold)
+		}},
+		{"the worker cut off from the leader until its view is stale", func(leader *proc) {
+			n.net.cut(names(leader), names(n.worker))
+			eventually(t, 10*time.Second, "the worker's view stale", func() bool {
+				var st struct {
+					Stale bool `json:"stale"`
+				}
+				return call(t, "GET", n.worker.url("/v1/status"), nil, &st) == http.StatusOK && st.Stale
+			})
+		}},
+		{"the link between the leader and a follower flapping, every link delayed", func(leader *proc) {
+			const delay = 20 * time.Millisecond
+			everyone := names(n.all()...)
+			n.net.delay(everyone, everyone, delay)
+			flapping := append(cross(names(leader), names(n.follower(leader))), cross(names(n.follower(leader)), names(leader))...)
+			for end, up := time.Now().Add(nemesisHold), false; time.Now().Before(end); up = !up {
+				if up {
+					n.net.set(linkRule{delay: delay}, flapping...)
+				} else {
+					n.net.set(linkRule{hold: true}, flapping...)
+				}
+				n.hold(time.Duration(100+n.rng.IntN(300)) * time.Millisecond)
+			}
+		}},
+	}
+	for _, sc := range scenarios {
+		leader := n.c.waitLeader(30*time.Second, n.frontends...)
+		start := time.Now()
+		sc.run(leader)
+		n.healAndRecover(sc.name)
+		t.Logf("%s (leader %s): healed and writing again after %v", sc.name, leader.name, time.Since(start).Round(time.Millisecond))
+	}
+
+	leader := n.c.waitLeader(30*time.Second, n.frontends...)
+	stopClients()
+
+	// No process exited under the partitions.
+	for _, p := range n.c.procs {
+		p.mu.Lock()
+		done := p.done
+		p.mu.Unlock()
+		select {
+		case <-done:
+			t.Fatalf("%s exited during the nemesis: %v", p.name, p.err)
+		default:
+		}
+	}
+
+	// Final linearizable reads of every key through every frontend join
+	// the history: a lost acknowledged write shows as a read that no order
+	// of the writes explains.
+	for key := range n.k.keys {
+		for i, p := range n.frontends {
+			var nv nodeView
+			call0 := n.k.now()
+			code := call(t, "GET", p.url(fmt.Sprintf("/v1/catalog/kv/k%d?consistency=linearizable", key)), nil, &nv)
+			ret := n.k.now()
+			if code != http.StatusOK && code != http.StatusNotFound {
+				t.Fatalf("final read of k%d through %s: status %d", key, p.name, code)
+			}
+			v, _ := nv.Attrs["v"].(string)
+			n.k.record(porcupine.Operation{ClientId: 100 + i, Input: linearize.KV{Key: fmt.Sprintf("k%d", key)}, Call: call0, Output: v, Return: ret})
+		}
+	}
+
+	// Convergence: one applied index, one catalog.
+	eventually(t, 30*time.Second, "every frontend at one applied index", func() bool {
+		var applied []uint64
+		for _, p := range n.frontends {
+			st, ok := getStatus(t, p)
+			if !ok {
+				return false
+			}
+			applied = append(applied, st.Applied)
+		}
+		return slices.Min(applied) == slices.Max(applied)
+	})
+	var views []string
+	eventually(t, 30*time.Second, "every frontend showing the same catalog", func() bool {
+		views = views[:0]
+		for _, p := range n.frontends {
+			v, ok := catalogView(t, p)
+			if !ok {
+				return false
+			}
+			views = append(views, v)
+		}
+		return slices.Equal(slices.Compact(slices.Clone(views)), views[:1])
+	})
+
+	// Cancellation: only for a death the member records show.
+	after := n.records(leader)
+	declared := map[uint64]bool{}
+	for id, r := range before {
+		if after[id] != r {
+			declared[id] = true
+			t.Logf("member %d's record moved from %+v to %+v: declared dead (or restarted) under the nemesis", id, r, after[id])
+		}
+		if after[id].Epoch != r.Epoch {
+			t.Errorf("member %d's epoch changed from %s to %s, yet no process restarted", id, r.Epoch, after[id].Epoch)
+		}
+	}
+	checkCause := func(where, cause string) {
+		m := deathCause.FindStringSubmatch(cause)
+		if m == nil {
+			t.Errorf("%s cancelled with cause %q, which names no death", where, cause)
+			return
+		}
+		id, _ := strconv.ParseUint(m[1], 10, 64)
+		if !declared[id] {
+			t.Errorf("%s cancelled for the death of member %d (%q), which the member records never show", where, id, cause)
+		}
+	}
+	running := 0
+	for _, p := range n.frontends {
+		id := "q-" + p.name
+		var q queryView
+		require200(t, call(t, "GET", p.url("/v1/queries/"+url.PathEscape(id)), nil, &q), "query "+id)
+		var frag fragmentView
+		for _, f := range fragments(t, n.worker) {
+			if f.Query == id {
+				frag = f
+			}
+		}
+		if q.State == "cancelled" {
+			checkCause("query "+id+" on its coordinator", q.Cause)
+		}
+		if frag.State == "cancelled" {
+			checkCause("the fragment of "+id+" on the worker", frag.Cause)
+		}
+		if !declared[procID(p)] && !declared[nemesisWorker] {
+			if q.State != "running" || frag.State != "running" {
+				t.Errorf("query %s: %s on its coordinator (%q), %s on the worker (%q); want both running: neither was declared dead nor restarted",
+					id, q.State, q.Cause, frag.State, frag.Cause)
+			}
+		}
+		if q.State == "running" && frag.State == "running" {
+			running++
+		}
+	}
+	if running == 0 {
+		t.Errorf("no query survived the nemesis; deaths declared: %v", declared)
+	}
+
+	n.k.mu.Lock()
+	history := slices.Clone(n.k.history)
+	n.k.mu.Unlock()
+	res, info := porcupine.CheckOperationsVerbose(linearize.KVModel, history, 60*time.Second)
+	if res != porcupine.Ok {
+		f, err := os.CreateTemp("", "partition-nemesis-*.html")
+		if err == nil {
+			_ = porcupine.Visualize(linearize.KVModel, info, f)
+			f.Close()
+		}
+		t.Fatalf("history of %d operations (%d puts acknowledged) is %v; visualization in %s", len(history), n.k.acked.Load(), res, f.Name())
+	}
+	t.Logf("linearizable: %d operations, %d puts acknowledged, %d of unknown outcome; %d of %d queries running; nemesis took %v",
+		len(history), n.k.acked.Load(), n.k.failed.Load(), running, len(n.frontends), time.Since(began).Round(time.Millisecond))
+}
+
+func fragments(t *testing.T, w *proc) []fragmentView {
+	var frags []fragmentView
+	require200(t, call(t, "GET", w.url("/v1/fragments"), nil, &frags), "fragments of "+w.name)
+	return frags
+}
