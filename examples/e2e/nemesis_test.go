@@ -237,6 +237,7 @@ func TestPartitionNemesis(t *testing.T) {
 	eventually(t, 30*time.Second, "writes acknowledged before the nemesis", func() bool { return n.k.acked.Load() >= 50 })
 	t.Logf("cluster up and writing after %v", time.Since(began).Round(time.Millisecond))
 
+	var dead *proc // the member the last scenario has declared dead
 	scenarios := []struct {
 		name string
 		run  func(leader *proc)
@@ -290,6 +291,15 @@ func TestPartitionNemesis(t *testing.T) {
 				n.hold(time.Duration(100+n.rng.IntN(300)) * time.Millisecond)
 			}
 		}},
+		// Last, as it changes a member record: a death is declared, and
+		// cancels what it must.
+		{"a follower isolated past the death threshold", func(leader *proc) {
+			dead = n.follower(leader)
+			n.net.cut(names(dead), names(n.except(dead)...))
+			eventually(t, 30*time.Second, dead.name+" declared dead", func() bool {
+				return memberStatus(t, leader, procID(dead)) == "dead"
+			})
+		}},
 	}
 	for _, sc := range scenarios {
 		leader := n.c.waitLeader(30*time.Second, n.frontends...)
@@ -300,6 +310,30 @@ func TestPartitionNemesis(t *testing.T) {
 	}
 
 	leader := n.c.waitLeader(30*time.Second, n.frontends...)
+	// Back from its death with the same epoch, the member coordinates
+	// queries again.
+	eventually(t, 30*time.Second, dead.name+" alive again", func() bool {
+		return memberStatus(t, leader, procID(dead)) == "alive"
+	})
+	afterDeath := map[string]any{"id": "q-after-death", "workers": []int{nemesisWorker}, "duration_ms": 600_000}
+	// The worker refuses it until a heartbeat tells it the coordinator is
+	// back: the coordinator withdraws it and answers 503, and the client
+	// sends it again under the same id.
+	var refused apiError
+	eventually(t, 20*time.Second, "a query started on "+dead.name+" after its death", func() bool {
+		var e apiError
+		if code := call(t, "POST", dead.url("/v1/queries"), afterDeath, &e); code != http.StatusOK {
+			if e != refused {
+				t.Logf("POST /v1/queries on %s: %d %+v", dead.name, code, e)
+				refused = e
+			}
+			return false
+		}
+		return true
+	})
+	eventually(t, 10*time.Second, "the fragment of q-after-death running", func() bool {
+		return fragmentState(t, n.worker, "q-after-death") == "running"
+	})
 	stopClients()
 
 	// No process exited under the partitions.
@@ -409,6 +443,19 @@ func TestPartitionNemesis(t *testing.T) {
 	if running == 0 {
 		t.Errorf("no query survived the nemesis; deaths declared: %v", declared)
 	}
+	if !declared[procID(dead)] {
+		t.Errorf("%s was declared dead, yet its member record did not move", dead.name)
+	}
+	var q queryView
+	require200(t, call(t, "GET", dead.url("/v1/queries/q-"+dead.name), nil, &q), "the dead member's query")
+	if q.State != "cancelled" || fragmentState(t, n.worker, "q-"+dead.name) != "cancelled" {
+		t.Errorf("the query of %s, declared dead: %s on it (%q), %s on the worker; want cancelled on both",
+			dead.name, q.State, q.Cause, fragmentState(t, n.worker, "q-"+dead.name))
+	}
+	require200(t, call(t, "GET", dead.url("/v1/queries/q-after-death"), nil, &q), "the query started after the death")
+	if q.State != "running" || fragmentState(t, n.worker, "q-after-death") != "running" {
+		t.Errorf("q-after-death: %s on %s (%q), %s on the worker; want running", q.State, dead.name, q.Cause, fragmentState(t, n.worker, "q-after-death"))
+	}
 
 	n.k.mu.Lock()
 	history := slices.Clone(n.k.history)
@@ -424,6 +471,21 @@ func TestPartitionNemesis(t *testing.T) {
 	}
 	t.Logf("linearizable: %d operations, %d puts acknowledged, %d of unknown outcome; %d of %d queries running; nemesis took %v",
 		len(history), n.k.acked.Load(), n.k.failed.Load(), running, len(n.frontends), time.Since(began).Round(time.Millisecond))
+}
+
+// memberStatus is member id's status in through's member list ("" when
+// unknown).
+func memberStatus(t *testing.T, through *proc, id uint64) string {
+	var ms []memberView
+	if call(t, "GET", through.url("/v1/members"), nil, &ms) != http.StatusOK {
+		return ""
+	}
+	for _, m := range ms {
+		if m.ID == id {
+			return m.Status
+		}
+	}
+	return ""
 }
 
 func fragments(t *testing.T, w *proc) []fragmentView {
