@@ -275,10 +275,11 @@ func TestPartitionNemesis(t *testing.T) {
 			n.awaitMajorityLeader(leader)
 			n.hold(nemesisHold)
 		}},
-		{"the leader cut off from its followers, reachable by clients", false, func(leader *proc) {
+		{"the leader cut off from its followers, reachable by clients, its connections reset", false, func(leader *proc) {
 			n.net.cut(names(leader), names(n.except(leader)...))
 			n.awaitMajorityLeader(leader)
 			n.hold(nemesisHold)
+			n.net.reset(leader.name)
 		}},
 		{"the leader's traffic dropped one way, out", false, func(leader *proc) {
 			n.net.drop(names(leader), names(n.except(leader)...))

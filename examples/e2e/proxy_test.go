@@ -28,7 +28,8 @@ import (
 // retransmissions deliver it after a partition shorter than their timeout;
 // nothing is closed on heal (a side that gave up has closed its
 // connection, and the proxy closes the other side once forwarding to it
-// fails).
+// fails). reset closes a member's connections, for a partition that
+// outlived them.
 type netem struct {
 	t      *testing.T
 	closed chan struct{}
@@ -39,7 +40,7 @@ type netem struct {
 	rules   map[netLink]linkRule // absent: forward at once
 	changed chan struct{}        // closed and replaced on every rule change
 	lns     []net.Listener
-	conns   map[net.Conn]struct{}
+	conns   map[net.Conn]netLink // dialer → member of each proxied connection
 }
 
 // netLink is one direction between two members.
@@ -56,7 +57,7 @@ const clientName = "client"
 
 func newNetem(t *testing.T) *netem {
 	n := &netem{t: t, closed: make(chan struct{}), names: map[string]string{}, rules: map[netLink]linkRule{},
-		changed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+		changed: make(chan struct{}), conns: map[net.Conn]netLink{}}
 	t.Cleanup(n.close)
 	return n
 }
@@ -117,7 +118,7 @@ func (n *netem) forward(c net.Conn, to, target string) {
 		c.Close()
 		return
 	}
-	if !n.track(c, up) {
+	if !n.track(netLink{from, to}, c, up) {
 		return
 	}
 	defer n.untrack(c, up)
@@ -192,7 +193,7 @@ func (n *netem) await(l netLink, readAt time.Time, done <-chan struct{}) bool {
 	}
 }
 
-func (n *netem) track(conns ...net.Conn) bool {
+func (n *netem) track(l netLink, conns ...net.Conn) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	select {
@@ -204,7 +205,7 @@ func (n *netem) track(conns ...net.Conn) bool {
 	default:
 	}
 	for _, c := range conns {
-		n.conns[c] = struct{}{}
+		n.conns[c] = l
 	}
 	return true
 }
@@ -246,6 +247,19 @@ func (n *netem) cut(a, b []string) {
 // delay adds d to the traffic between each of a and each of b, both ways.
 func (n *netem) delay(a, b []string, d time.Duration) {
 	n.set(linkRule{delay: d}, append(cross(a, b), cross(b, a)...)...)
+}
+
+// reset closes every connection between name and another member, as a
+// connection a partition outlived its timeouts ends; clients' connections
+// stay.
+func (n *netem) reset(name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for c, l := range n.conns {
+		if (l.from == name || l.to == name) && l.from != clientName {
+			c.Close()
+		}
+	}
 }
 
 // heal forwards everything at once again, held bytes first.
@@ -294,7 +308,7 @@ func (n *netem) close() {
 // TestNetemHoldsOneDirection: with a→b dropped, a's bytes to b stall on
 // the connection a dialed and b's answers flow; on the connection b
 // dialed to a, b's bytes flow and a's answers stall; healing delivers what
-// was held; a delay delays.
+// was held; a delay delays; a reset ends the members' connections only.
 func TestNetemHoldsOneDirection(t *testing.T) {
 	n := newNetem(t)
 	ipA, ipB := memberIP(1), memberIP(2)
@@ -348,8 +362,7 @@ func TestNetemHoldsOneDirection(t *testing.T) {
 	if roundTrip(bToA, 300*time.Millisecond) {
 		t.Fatal("a's answer reached b with a→b dropped")
 	}
-	// The other direction flows: b's bytes reach a's echo on b's own
-	// connection, and a's echo on a connection the client made returns.
+	// A client is no member: no rule between members holds its bytes.
 	client := dialFrom("127.0.0.1", addrA)
 	if !roundTrip(client, 5*time.Second) {
 		t.Fatal("a client is cut by a rule between members")
@@ -371,5 +384,18 @@ func TestNetemHoldsOneDirection(t *testing.T) {
 	}
 	if took := time.Since(start); took < 300*time.Millisecond {
 		t.Fatalf("round trip over a link delayed 150ms each way took %v", took)
+	}
+
+	// A reset ends the members' connections, not the clients'.
+	n.heal()
+	n.reset("a")
+	for _, c := range []net.Conn{aToB, bToA} {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(b[:]); !errors.Is(err, io.EOF) {
+			t.Fatalf("read on a reset connection: %v, want EOF", err)
+		}
+	}
+	if !roundTrip(client, 5*time.Second) {
+		t.Fatal("a reset of a member's connections ended a client's")
 	}
 }
