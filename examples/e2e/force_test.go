@@ -28,6 +28,7 @@ type kvClients struct {
 	start   time.Time
 	mu      sync.Mutex
 	history []porcupine.Operation
+	codes   map[int]int  // answers by status (0: no answer)
 	acked   atomic.Int64 // puts answered 200
 	failed  atomic.Int64 // puts of unknown outcome
 	stop    chan struct{}
@@ -64,6 +65,7 @@ func (k *kvClients) run(clients int) {
 					call := k.now()
 					code := do(k.t, "PUT", p.url("/v1/catalog/kv/"+key), map[string]any{"kind": "key", "attrs": map[string]any{"v": value}}, nil)
 					ret := k.now()
+					k.count(code)
 					if code == http.StatusOK {
 						k.acked.Add(1)
 					} else {
@@ -80,6 +82,7 @@ func (k *kvClients) run(clients int) {
 				var n nodeView
 				code := do(k.t, "GET", p.url("/v1/catalog/kv/"+key+"?consistency=linearizable"), nil, &n)
 				ret := k.now()
+				k.count(code)
 				switch code {
 				case http.StatusOK:
 					v, _ := n.Attrs["v"].(string)
@@ -98,6 +101,15 @@ func (k *kvClients) record(op porcupine.Operation) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.history = append(k.history, op)
+}
+
+func (k *kvClients) count(code int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.codes == nil {
+		k.codes = map[int]int{}
+	}
+	k.codes[code]++
 }
 
 // do is call with opClient.

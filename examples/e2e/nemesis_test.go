@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -490,7 +491,16 @@ func TestPartitionNemesis(t *testing.T) {
 
 	n.k.mu.Lock()
 	history := slices.Clone(n.k.history)
+	codes := maps.Clone(n.k.codes)
 	n.k.mu.Unlock()
+	t.Logf("client answers by status (0: none in time): %v", codes)
+	for code, count := range codes {
+		// A partition makes a request fail for want of a leader or a
+		// quorum (503), or time out; nothing else.
+		if code != 0 && code != http.StatusOK && code != http.StatusNotFound && code != http.StatusServiceUnavailable {
+			t.Errorf("%d client requests answered %d under the nemesis", count, code)
+		}
+	}
 	res, info := porcupine.CheckOperationsVerbose(linearize.KVModel, history, 60*time.Second)
 	if res != porcupine.Ok {
 		f, err := os.CreateTemp("", "partition-nemesis-*.html")
