@@ -185,8 +185,10 @@ var deathCause = regexp.MustCompile(`node (\d+) declared dead`)
 // leader and the worker split from the majority), the leader cut off from
 // its followers but reachable by clients, one-way partitions (out of the
 // leader, into it, from the leader to one follower), the worker cut off
-// from the leader until its view is stale, and a flapping link over
-// delayed links, healed after each. Clients write and read linearizably
+// from the leader until its view is stale, a flapping link over delayed
+// links, a follower isolated while the log is compacted past it (it
+// catches up from an image), and a follower isolated until it is declared
+// dead, healed after each. Clients write and read linearizably
 // through every frontend all along. Then: the history is linearizable,
 // final reads through every member included (no acknowledged write lost);
 // every frontend reaches the same applied index and shows the same
@@ -318,6 +320,38 @@ func TestPartitionNemesis(t *testing.T) {
 				}
 				n.hold(time.Duration(100+n.rng.IntN(300)) * time.Millisecond)
 			}
+		}},
+		{"a follower isolated while the log is compacted past it, its connections reset", false, func(leader *proc) {
+			f := n.follower(leader)
+			before, _ := getStatus(t, f)
+			n.net.cut(names(f), names(n.except(f)...))
+			acked := n.k.acked.Load()
+			eventually(t, 10*time.Second, "writes acknowledged without "+f.name, func() bool { return n.k.acked.Load() >= acked+100 })
+			var index uint64
+			for _, p := range n.frontends {
+				var res struct {
+					Index uint64 `json:"index"`
+				}
+				if p != f {
+					require200(t, call(t, "POST", p.url("/v1/checkpoint"), nil, &res), "checkpoint on "+p.name)
+				}
+				if p == leader {
+					index = res.Index // the leader compacts its log behind it
+				}
+			}
+			if index <= before.Applied+10 {
+				t.Fatalf("the leader's checkpoint at %d, not past the compaction margin beyond %s's %d", index, f.name, before.Applied)
+			}
+			// Its connections end (the raft messages they held, which
+			// carry the entries it misses, are lost); healed, the follower
+			// catches up from an image it fetches through the proxies,
+			// from its own IP.
+			n.net.reset(f.name)
+			n.net.heal()
+			eventually(t, 30*time.Second, f.name+" restored from an image", func() bool {
+				st, ok := getStatus(t, f)
+				return ok && st.Image >= index
+			})
 		}},
 		// Last, as it changes a member record: a death is declared, and
 		// cancels what it must.
