@@ -28,12 +28,22 @@ type kvClients struct {
 	start   time.Time
 	mu      sync.Mutex
 	history []porcupine.Operation
+	codes   map[int]int  // answers by status (0: no answer)
 	acked   atomic.Int64 // puts answered 200
 	failed  atomic.Int64 // puts of unknown outcome
 	stop    chan struct{}
 	wg      sync.WaitGroup
-	server  atomic.Pointer[proc]
+	server  atomic.Pointer[proc] // every client's server, unless servers is set
+	servers []*proc              // client cl talks to servers[cl%len(servers)]
 	keys    int
+}
+
+// target is the server client cl talks to now.
+func (k *kvClients) target(cl int) *proc {
+	if len(k.servers) > 0 {
+		return k.servers[cl%len(k.servers)]
+	}
+	return k.server.Load()
 }
 
 func (k *kvClients) now() int64 { return int64(time.Since(k.start)) }
@@ -48,13 +58,14 @@ func (k *kvClients) run(clients int) {
 					return
 				default:
 				}
-				p := k.server.Load()
+				p := k.target(cl)
 				key := fmt.Sprintf("k%d", rng.IntN(k.keys))
 				if rng.IntN(10) < 6 {
 					value := fmt.Sprintf("c%d-%d", cl, n)
 					call := k.now()
 					code := do(k.t, "PUT", p.url("/v1/catalog/kv/"+key), map[string]any{"kind": "key", "attrs": map[string]any{"v": value}}, nil)
 					ret := k.now()
+					k.count(code)
 					if code == http.StatusOK {
 						k.acked.Add(1)
 					} else {
@@ -71,6 +82,7 @@ func (k *kvClients) run(clients int) {
 				var n nodeView
 				code := do(k.t, "GET", p.url("/v1/catalog/kv/"+key+"?consistency=linearizable"), nil, &n)
 				ret := k.now()
+				k.count(code)
 				switch code {
 				case http.StatusOK:
 					v, _ := n.Attrs["v"].(string)
@@ -89,6 +101,15 @@ func (k *kvClients) record(op porcupine.Operation) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.history = append(k.history, op)
+}
+
+func (k *kvClients) count(code int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.codes == nil {
+		k.codes = map[int]int{}
+	}
+	k.codes[code]++
 }
 
 // do is call with opClient.

@@ -236,7 +236,11 @@ func (c *cluster) restart(p *proc) {
 }
 
 func (c *cluster) worker(id int, extra ...string) *proc {
-	addr := freeAddr(c.t)
+	return c.workerAt(id, freeAddr(c.t), extra...)
+}
+
+// workerAt starts worker id serving addr.
+func (c *cluster) workerAt(id int, addr string, extra ...string) *proc {
 	args := append([]string{"-id", fmt.Sprint(id), "-addr", addr}, extra...)
 	p := &proc{t: c.t, name: fmt.Sprintf("worker-%d", id), bin: binaries.worker, args: args, addr: addr, log: &lockedBuffer{}}
 	c.procs = append(c.procs, p)

@@ -30,7 +30,7 @@ func main() {
 	flag.Uint64Var(&cfg.ID, "id", 0, "this frontend's raft and member id (non-zero, never reused)")
 	flag.StringVar(&cfg.Dir, "dir", "", "data dir: VERSION, ROLE, journal/, image/")
 	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:9000", "HOST:PORT peers and clients reach this server at")
-	flag.StringVar(&cfg.Listen, "listen", "", "HOST:PORT to bind (default: the value of -addr), for containers and NAT")
+	flag.StringVar(&cfg.Listen, "listen", "", "HOST:PORT to bind (default: the value of -addr), for containers and NAT; a specific IP is also the source of connections to other members")
 	flag.BoolVar(&cfg.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/")
 	flag.Uint64Var(&cfg.PromoteMaxLag, "promote-max-lag", 0, "entries an observer may trail the leader and still be promoted (0: the journal's default, 1000)")
 	flag.BoolVar(&cfg.Bootstrap, "bootstrap", false, "start a new cluster with this node as its first member")

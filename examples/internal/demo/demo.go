@@ -7,6 +7,7 @@ package demo
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -76,7 +77,11 @@ func NewRuns() *Runs { return &Runs{runs: make(map[string]*run)} }
 
 // Start runs q for d: the run finishes after d unless q's context is
 // cancelled first, in which case its cause is recorded. onDone, if not nil,
-// is called once with the final view.
+// is called once with the final view. An id in use by a running run is
+// refused with ErrExists; one whose run ended (finished, cancelled, or
+// recorded as never started) is run again: a coordinator whose dispatch
+// failed on one worker withdraws the query and may send it again under the
+// same id, to the worker that refused it and to those that withdrew it.
 func (rs *Runs) Start(id string, view RunView, q *cancel.Query, d time.Duration, onDone func(RunView)) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -84,9 +89,12 @@ func (rs *Runs) Start(id string, view RunView, q *cancel.Query, d time.Duration,
 		q.Finish()
 		return errors.New("demo: shutting down")
 	}
-	if _, ok := rs.runs[id]; ok {
-		q.Finish()
-		return ErrExists
+	if r, ok := rs.runs[id]; ok {
+		if r.stop != nil {
+			q.Finish()
+			return ErrExists
+		}
+		rs.done = slices.DeleteFunc(rs.done, func(done string) bool { return done == id })
 	}
 	ctx, stop := context.WithCancelCause(q.Context())
 	view.State = Running
@@ -115,8 +123,11 @@ func (rs *Runs) Start(id string, view RunView, q *cancel.Query, d time.Duration,
 func (rs *Runs) Record(id string, view RunView) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if _, ok := rs.runs[id]; ok {
-		return
+	if r, ok := rs.runs[id]; ok {
+		if r.stop != nil {
+			return
+		}
+		rs.done = slices.DeleteFunc(rs.done, func(done string) bool { return done == id })
 	}
 	rs.runs[id] = &run{view: view}
 	rs.forgetLocked(id)

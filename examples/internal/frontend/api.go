@@ -302,6 +302,13 @@ func (f *Frontend) putNode(w http.ResponseWriter, r *http.Request) error {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "creating %s needs a kind", p)
 	}
 	res, err := f.commit(r.Context(), catalog.Batch{Ops: []catalog.Op{op}})
+	if op.Type == catalog.OpCreate && !body.IfAbsent && res != nil && errors.Is(res.Err, catalog.ErrExists) {
+		// The node was created after this frontend looked: by another
+		// client, or before this frontend (a follower that lags) applied
+		// it. The PUT updates it, as it would have.
+		op.Type = catalog.OpUpdate
+		res, err = f.commit(r.Context(), catalog.Batch{Ops: []catalog.Op{op}})
+	}
 	if err != nil {
 		return err
 	}

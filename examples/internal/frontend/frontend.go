@@ -81,6 +81,9 @@ type Frontend struct {
 	members  *heartbeat.Membership
 	runs     *demo.Runs
 	client   *http.Client
+	// peers carries the library parts' member traffic when -listen names
+	// an IP (secure.SourceTransport); nil otherwise.
+	peers *http.Transport
 
 	ln     net.Listener
 	srv    *http.Server
@@ -127,6 +130,9 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// With -listen on a specific IP, every connection to another member
+	// leaves from it (secure.SourceDialer).
+	dial := secure.SourceDialer(cfg.Listen)
 	f := &Frontend{
 		cfg:      cfg,
 		logger:   cfg.Logger,
@@ -134,8 +140,13 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		tree:     newTree(cfg.Quota),
 		registry: cancel.New(cancel.Config{Logger: cfg.Logger}),
 		runs:     demo.NewRuns(),
-		client:   secure.MemberClient(sec.files, cfg.Token, 10*time.Second),
+		client:   secure.MemberClient(sec.files, cfg.Token, 10*time.Second, dial),
+		peers:    secure.SourceTransport(dial, sec.files),
 		served:   make(chan struct{}),
+	}
+	var peerClient *http.Client // nil: each part's default client
+	if f.peers != nil {
+		peerClient = &http.Client{Transport: f.peers}
 	}
 	f.bgCtx, f.bgCancel = context.WithCancel(context.Background())
 	defer func() {
@@ -158,7 +169,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		_ = f.srv.Serve(f.ln)
 	}()
 
-	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, TLS: secure.ClientTLS(sec.files), Logger: cfg.Logger,
+	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, TLS: secure.ClientTLS(sec.files), HTTPClient: peerClient, Logger: cfg.Logger,
 		OnHalt: func(err error) {
 			if j := f.halter.Load(); j != nil {
 				j.Halt(err)
@@ -169,7 +180,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	}
 	f.journal, err = journal.Open(ctx, journal.Config{
 		ID: cfg.ID, Dir: cfg.Dir, Addr: cfg.Addr,
-		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: role, Token: cfg.Token, TLS: secure.ClientTLS(sec.files),
+		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: role, Token: cfg.Token, TLS: secure.ClientTLS(sec.files), HTTPClient: peerClient,
 		ForceNewCluster: cfg.ForceNewCluster,
 		StateMachine:    f.tree, Snapshots: snapshots{f.images, f},
 		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
@@ -208,7 +219,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		return nil, err
 	}
 	f.members, err = heartbeat.New(heartbeat.Config{
-		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID, Token: cfg.Token, TLS: secure.ClientTLS(sec.files),
+		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID, Token: cfg.Token, TLS: secure.ClientTLS(sec.files), Client: peerClient,
 		Tree: f.tree, Journal: proposer{f.journal},
 		Interval: cfg.HeartbeatInterval, DeadAfter: cfg.DeadAfter,
 		OnEvent: func(ev heartbeat.Event) { f.registry.Apply(ev) },
@@ -378,6 +389,10 @@ func (f *Frontend) Close() error {
 			errs = append(errs, f.images.Close())
 		}
 		errs = append(errs, f.registry.Close())
+		if f.peers != nil {
+			f.peers.CloseIdleConnections()
+		}
+		f.client.CloseIdleConnections()
 		if f.srv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			if err := f.srv.Shutdown(ctx); err != nil {

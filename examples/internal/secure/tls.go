@@ -43,10 +43,14 @@ func ClientTLS(files *peerid.Files) *tls.Config {
 // MemberClient returns the client a binary sends its own member traffic
 // with (demo fragments to workers): over TLS with its certificate when
 // files is set, an http:// URL upgraded to https://, and the cluster's
-// token on every request when token is set.
-func MemberClient(files *peerid.Files, token string, timeout time.Duration) *http.Client {
+// token on every request when token is set; from dial's source address
+// when dial is set (SourceDialer).
+func MemberClient(files *peerid.Files, token string, timeout time.Duration, dial *net.Dialer) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = ClientTLS(files)
+	if dial != nil {
+		tr.DialContext = dial.DialContext
+	}
 	return &http.Client{Timeout: timeout, Transport: memberTransport{next: tr, https: files != nil, token: token}}
 }
 
