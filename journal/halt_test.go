@@ -2,6 +2,7 @@ package journal
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -120,4 +121,90 @@ func TestHostHaltStopsWrites(t *testing.T) {
 	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
 	require.True(t, n.sm.has("a"))
 	propose(t, n, "c")
+}
+
+// pebbleFault fails the operations match selects on the journal's Pebble
+// dir once armed.
+type pebbleFault struct {
+	armed atomic.Bool
+	match func(errorfs.Op) bool
+}
+
+func (f *pebbleFault) String() string { return "pebbleFault" }
+
+func (f *pebbleFault) MaybeError(op errorfs.Op) error {
+	if f.armed.Load() && strings.Contains(op.Path, "/journal/") && f.match(op) {
+		return errorfs.ErrInjected
+	}
+	return nil
+}
+
+// TestPebbleFailureHaltsTheNode: an I/O error in Pebble past the WAL
+// fsync, where Pebble itself would panic (creating the next WAL when the
+// memtable fills) or fail in the background (the MANIFEST write of the
+// flush that follows), halts the node: writes fail with ErrHalted naming
+// the operation and the file, reads go on under the staleness guard,
+// Close returns, and the restarted node has every acknowledged write and
+// takes writes again.
+func TestPebbleFailureHaltsTheNode(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		match func(errorfs.Op) bool
+		re    string
+	}{
+		{"next WAL", func(op errorfs.Op) bool { return op.Kind == errorfs.OpCreate && strings.HasSuffix(op.Path, ".log") },
+			`create \S+/journal/\d+\.log`},
+		{"MANIFEST", func(op errorfs.Op) bool {
+			return strings.Contains(op.Path, "MANIFEST-") && (op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileSync)
+		}, `(write|sync) \S+/journal/MANIFEST-\d+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			n := c.listen(1)
+			fault := &pebbleFault{match: tc.match}
+			require.NoError(t, c.open(n, func(cfg *Config) {
+				cfg.Bootstrap = true
+				cfg.FS = errorfs.Wrap(vfs.Default, fault)
+				cfg.StaleAfter = 10 * time.Second // fresh throughout
+			}))
+			c.waitLeader(1)
+			propose(t, n, "a")
+
+			// Entries of the largest size fill Pebble's memtable: it rotates
+			// the WAL on the journal's append goroutine and flushes the old
+			// memtable in the background.
+			fault.armed.Store(true)
+			var acked []string
+			var err error
+			for i := 0; err == nil && i < 100; i++ {
+				v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n.j.cfg.MaxEntryBytes)-3)
+				if _, _, err = n.j.Propose(ctxT(t, 10*time.Second), []byte(v)); err == nil {
+					acked = append(acked, v)
+				}
+			}
+			fault.armed.Store(false)
+			require.ErrorIs(t, err, ErrHalted)
+			require.ErrorIs(t, err, errorfs.ErrInjected)
+			require.Regexp(t, tc.re, err.Error())
+			require.ErrorIs(t, n.j.Status().Err, ErrHalted)
+			_, _, err = n.j.Propose(ctxT(t, 5*time.Second), []byte("late"))
+			require.ErrorIs(t, err, ErrHalted)
+			require.NoError(t, n.j.CheckFresh(), "reads go on")
+			require.True(t, n.sm.has("a"))
+
+			j := n.j
+			n.j = nil
+			_ = j.Close() // may repeat the failure; it must return
+
+			n.sm = newMemSM()
+			require.NoError(t, c.open(n, nil))
+			require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+			require.True(t, n.sm.has("a"))
+			for _, v := range acked {
+				require.True(t, n.sm.has(v), "acknowledged write %s survives", v[:3])
+			}
+			require.False(t, n.sm.has("late"))
+			propose(t, n, "b")
+		})
+	}
 }
