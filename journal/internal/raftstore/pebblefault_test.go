@@ -227,3 +227,32 @@ func TestFailedCompactionHaltsTheStore(t *testing.T) {
 	armed.Store(false)
 	requireHaltedAndRecovers(t, s, mem, acked, "create", ".sst")
 }
+
+// TestFailedReadHaltsTheStore: a read of the log that fails on the disk
+// (an sstable block) fails with the cause and halts the store: raft cannot
+// take the error (it panics on it), and the halt tells the journal why.
+func TestFailedReadHaltsTheStore(t *testing.T) {
+	mem := vfs.NewMem()
+	fault := &faultAfterArm{match: func(op errorfs.Op) bool {
+		return strings.HasSuffix(op.Path, ".sst") && opIs(errorfs.OpFileRead, errorfs.OpFileReadAt)(op)
+	}}
+	s, err := Open(Options{FS: errorfs.Wrap(mem, fault), Dir: "journal", CacheBytes: -1})
+	require.NoError(t, err)
+	require.NoError(t, s.Append(hardState(1, 1, 5), ents(1, 5, 1), nil, true))
+	require.NoError(t, s.db.Flush())
+
+	fault.armed.Store(true)
+	_, err = s.Entries(1, 6, math.MaxUint64)
+	require.ErrorIs(t, err, errorfs.ErrInjected)
+	require.ErrorIs(t, s.Halted(), ErrHalted)
+	require.ErrorIs(t, s.Halted(), errorfs.ErrInjected)
+	require.ErrorContains(t, s.Halted(), "read journal")
+	fault.armed.Store(false)
+	require.ErrorIs(t, s.Append(hardState(1, 1, 5), ents(6, 6, 1), nil, true), ErrHalted)
+	require.NoError(t, s.Close())
+
+	s2 := openMem(t, mem, -1)
+	got, err := s2.Entries(1, 6, math.MaxUint64)
+	require.NoError(t, err)
+	requireEntries(t, ents(1, 5, 1), got)
+}

@@ -38,6 +38,7 @@ type Options struct {
 // with each other and with writes.
 type Store struct {
 	db    *pebble.DB
+	dir   string
 	log   *slog.Logger
 	halt  *halt // the first storage failure; set, the store refuses writes
 	syncs atomic.Uint64
@@ -94,7 +95,7 @@ func Open(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("raftstore: open pebble in %s: %w", opts.Dir, err)
 	}
 	h.live.Store(true)
-	s := &Store{db: db, log: opts.Logger, halt: h}
+	s := &Store{db: db, dir: opts.Dir, log: opts.Logger, halt: h}
 	s.mu.cache.limit = opts.CacheBytes
 	if err := s.load(); err != nil {
 		_ = db.Close()
