@@ -107,7 +107,9 @@
 // rotation, a flush, a compaction, the MANIFEST): Pebble would panic on a
 // failed WAL rotation, so the store reports such a failure to Pebble as a
 // success, halts, and changes nothing on disk after it (see raftstore's
-// haltFS). Before the disk fills, the node refuses new writes with
+// haltFS). A read of the log that fails halts the node too: raft panics on
+// it, and the journal recovers that panic and stops its loop. Before the
+// disk fills, the node refuses new writes with
 // [ErrNoSpace] (free space under Config.ReserveBytes) and takes them again
 // by itself once space is freed.
 //

@@ -8,11 +8,11 @@ import (
 )
 
 // ErrHalted marks the error of a store that stopped writing after a storage
-// failure: a write, fsync, create or rename under its directory failed, or
-// Pebble reported a fatal error. A failed fsync may have dropped the dirty
-// pages it was meant to persist, so nothing written since the last
-// successful one can be trusted, and retrying the fsync would report
-// success for data that is gone. The store refuses every write from then
+// failure: a write, fsync, create or rename under its directory failed, a
+// read of the log failed, or Pebble reported a fatal error. A failed fsync
+// may have dropped the dirty pages it was meant to persist, so nothing
+// written since the last successful one can be trusted, and retrying the
+// fsync would report success for data that is gone. The store refuses every write from then
 // on; reads of what it acknowledged before go on. Only a restart, which
 // recovers from what is durable, clears it. Check with errors.Is.
 var ErrHalted = errors.New("raftstore: halted by a storage failure")
