@@ -103,9 +103,22 @@
 // then on fails with [ErrHalted] naming the file and the operation, reads
 // go on under the staleness guard, and only a restart (which recovers from
 // what is durable) clears it; a retried fsync could vouch for pages the
-// failed one dropped. Before the disk fills, the node refuses new writes
-// with [ErrNoSpace] (free space under Config.ReserveBytes) and takes them
-// again by itself once space is freed.
+// failed one dropped. This holds wherever Pebble writes (the WAL, its
+// rotation, a flush, a compaction, the MANIFEST): Pebble would panic on a
+// failed WAL rotation, so the store reports such a failure to Pebble as a
+// success, halts, and changes nothing on disk after it (see raftstore's
+// haltFS). A read of the log that fails halts the node too: raft panics on
+// it, and the journal recovers that panic and stops its loop. Before the
+// disk fills, the node refuses new writes with
+// [ErrNoSpace] (free space under Config.ReserveBytes) and takes them again
+// by itself once space is freed.
+//
+// A follower whose disk fills still receives appends, so a member under
+// its reserve also raises its no-space alarm ([Member.NoSpace], a
+// membership update replicated to every node, as etcd's NOSPACE alarm):
+// while a voter's alarm is raised every node refuses new writes with
+// [ErrNoSpace] naming that member, raft's own traffic goes on, and the
+// member clears the alarm by itself once it has space.
 //
 // ROLE and MEMBERS only move forward: replaying the log after a restart
 // rewrites neither with a membership older than the one MEMBERS holds.

@@ -111,6 +111,9 @@ type confContext struct {
 	// MaxVersion is the newest format version the member reads (0: not
 	// said); the membership records it.
 	MaxVersion uint32 `json:"max_version,omitempty"`
+	// NoSpace raises (true) or clears (false) the member's no-space alarm
+	// (nil: not said).
+	NoSpace *bool `json:"no_space,omitempty"`
 }
 
 func decodeConfChange(e *raftpb.Entry) (*raftpb.ConfChange, confContext, error) {
@@ -232,6 +235,9 @@ func (m *membership) apply(index uint64, cc *raftpb.ConfChange, ctx confContext,
 			}
 			if ctx.MaxVersion != 0 {
 				mem.MaxVersion = ctx.MaxVersion
+			}
+			if ctx.NoSpace != nil {
+				mem.NoSpace = *ctx.NoSpace
 			}
 			m.Members[id] = mem
 		}

@@ -15,13 +15,16 @@ import (
 func (j *Journal) Halt(cause error) { j.store.Halt(cause) }
 
 // writable returns why this node refuses new writes at once, before they
-// reach raft: its storage halted (the loop may not have stopped yet), or
-// its disk is nearly full.
+// reach raft: its storage halted (the loop may not have stopped yet), its
+// disk is nearly full, or a voter's is (its no-space alarm).
 func (j *Journal) writable() error {
 	if err := j.store.Halted(); err != nil {
 		return fmt.Errorf("%w: %w", ErrClosed, haltCause(err))
 	}
-	return j.space.refuse()
+	if err := j.space.refuse(); err != nil {
+		return err
+	}
+	return j.noSpaceAlarm()
 }
 
 // haltCause marks err with ErrHalted when a storage failure caused it: the

@@ -2,9 +2,12 @@ package journal
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/internal/clock"
+	"github.com/metatree/metatree/internal/logtest"
 )
 
 // walSyncFault fails every fsync of a WAL file under the journal's Pebble
@@ -120,4 +124,184 @@ func TestHostHaltStopsWrites(t *testing.T) {
 	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
 	require.True(t, n.sm.has("a"))
 	propose(t, n, "c")
+}
+
+// pebbleFault fails the operations match selects on the journal's Pebble
+// dir once armed.
+type pebbleFault struct {
+	armed atomic.Bool
+	match func(errorfs.Op) bool
+}
+
+func (f *pebbleFault) String() string { return "pebbleFault" }
+
+func (f *pebbleFault) MaybeError(op errorfs.Op) error {
+	if f.armed.Load() && strings.Contains(op.Path, "/journal/") && f.match(op) {
+		return errorfs.ErrInjected
+	}
+	return nil
+}
+
+// TestPebbleFailureHaltsTheNode: an I/O error in Pebble past the WAL
+// fsync, where Pebble itself would panic (creating the next WAL when the
+// memtable fills) or fail in the background (the MANIFEST write of the
+// flush that follows), halts the node: writes fail with ErrHalted naming
+// the operation and the file, reads go on under the staleness guard,
+// Close returns, and the restarted node has every acknowledged write and
+// takes writes again.
+func TestPebbleFailureHaltsTheNode(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		match func(errorfs.Op) bool
+		re    string
+	}{
+		{"next WAL", func(op errorfs.Op) bool { return op.Kind == errorfs.OpCreate && strings.HasSuffix(op.Path, ".log") },
+			`create \S+/journal/\d+\.log`},
+		{"MANIFEST", func(op errorfs.Op) bool {
+			return strings.Contains(op.Path, "MANIFEST-") && (op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileSync)
+		}, `(write|sync) \S+/journal/MANIFEST-\d+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			n := c.listen(1)
+			fault := &pebbleFault{match: tc.match}
+			require.NoError(t, c.open(n, func(cfg *Config) {
+				cfg.Bootstrap = true
+				cfg.FS = errorfs.Wrap(vfs.Default, fault)
+				cfg.StaleAfter = 10 * time.Second // fresh throughout
+			}))
+			c.waitLeader(1)
+			propose(t, n, "a")
+
+			// Entries of the largest size fill Pebble's memtable: it rotates
+			// the WAL on the journal's append goroutine and flushes the old
+			// memtable in the background.
+			fault.armed.Store(true)
+			var acked []string
+			var err error
+			for i := 0; err == nil && i < 100; i++ {
+				v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n.j.cfg.MaxEntryBytes)-3)
+				if _, _, err = n.j.Propose(ctxT(t, 10*time.Second), []byte(v)); err == nil {
+					acked = append(acked, v)
+				}
+			}
+			fault.armed.Store(false)
+			require.ErrorIs(t, err, ErrHalted)
+			require.ErrorIs(t, err, errorfs.ErrInjected)
+			require.Regexp(t, tc.re, err.Error())
+			require.ErrorIs(t, n.j.Status().Err, ErrHalted)
+			_, _, err = n.j.Propose(ctxT(t, 5*time.Second), []byte("late"))
+			require.ErrorIs(t, err, ErrHalted)
+			require.NoError(t, n.j.CheckFresh(), "reads go on")
+			require.True(t, n.sm.has("a"))
+
+			j := n.j
+			n.j = nil
+			_ = j.Close() // may repeat the failure; it must return
+
+			n.sm = newMemSM()
+			require.NoError(t, c.open(n, nil))
+			require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+			require.True(t, n.sm.has("a"))
+			for _, v := range acked {
+				require.True(t, n.sm.has(v), "acknowledged write %s survives", v[:3])
+			}
+			require.False(t, n.sm.has("late"))
+			propose(t, n, "b")
+		})
+	}
+}
+
+// flushWatch fails reads of the journal's sstables once armed, and closes
+// flushed when Pebble first syncs its MANIFEST after creating an sstable
+// (a flush was installed).
+type flushWatch struct {
+	armed   atomic.Bool
+	created atomic.Bool
+	once    sync.Once
+	flushed chan struct{}
+}
+
+func (f *flushWatch) String() string { return "flushWatch" }
+
+func (f *flushWatch) MaybeError(op errorfs.Op) error {
+	if !strings.Contains(op.Path, "/journal/") {
+		return nil
+	}
+	switch {
+	case op.Kind == errorfs.OpCreate && strings.HasSuffix(op.Path, ".sst"):
+		f.created.Store(true)
+	case op.Kind == errorfs.OpFileSync && strings.Contains(op.Path, "MANIFEST-") && f.created.Load():
+		f.once.Do(func() { close(f.flushed) })
+	case f.armed.Load() && strings.HasSuffix(op.Path, ".sst") && (op.Kind == errorfs.OpFileRead || op.Kind == errorfs.OpFileReadAt):
+		return errorfs.ErrInjected
+	}
+	return nil
+}
+
+// TestFailedLogReadHaltsTheLeader: the leader reads old entries from its
+// sstables to catch a returning follower up, and the read fails on the
+// disk. Raft panics on a storage error; the journal recovers that panic,
+// since the store halted, and stops the node as after a failed write:
+// the process lives, writes fail with ErrHalted, Close returns, and the
+// restarted node has every acknowledged write.
+func TestFailedLogReadHaltsTheLeader(t *testing.T) {
+	c := newCluster(t)
+	logs := &logtest.Warnings{}
+	watch := &flushWatch{flushed: make(chan struct{})}
+	n1 := c.listen(1)
+	require.NoError(t, c.open(n1, func(cfg *Config) {
+		cfg.Bootstrap = true
+		cfg.FS = errorfs.Wrap(vfs.Default, watch)
+		cfg.Logger = slog.New(logs)
+	}))
+	c.waitLeader(1)
+	for id := uint64(2); id <= 3; id++ {
+		require.NoError(t, c.open(c.listen(id), func(cfg *Config) { cfg.Join = n1.addr }))
+	}
+	n3 := c.nodes[3]
+	propose(t, n1, "a")
+	require.NoError(t, n3.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	n3.closeJournal()
+
+	// More than the leader's entry cache and memtable hold: the oldest
+	// entries are read back from an sstable once flushed.
+	var acked []string
+	for i := 0; i < 30; i++ {
+		v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n1.j.cfg.MaxEntryBytes)-3)
+		_, _, err := n1.j.Propose(ctxT(t, 10*time.Second), []byte(v))
+		require.NoError(t, err)
+		acked = append(acked, v)
+	}
+	select {
+	case <-watch.flushed:
+	case <-t.Context().Done():
+		t.Fatal("no flush")
+	}
+	watch.armed.Store(true)
+	n3.sm = newMemSM()
+	require.NoError(t, c.open(n3, nil))
+	select {
+	case <-n1.j.store.HaltedCh():
+	case <-t.Context().Done():
+		t.Fatal("the failed read did not halt the leader")
+	}
+	watch.armed.Store(false)
+	_, _, err := n1.j.Propose(ctxT(t, 5*time.Second), []byte("late"))
+	require.ErrorIs(t, err, ErrHalted)
+	require.ErrorIs(t, err, errorfs.ErrInjected)
+
+	j := n1.j
+	n1.j = nil
+	_ = j.Close() // the loop stopped; Close returns
+	require.Equal(t, 1, logs.Count("raft stopped on a storage failure"), "raft's panic was recovered")
+
+	n1.sm = newMemSM()
+	require.NoError(t, c.open(n1, nil))
+	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 10*time.Second)))
+	require.True(t, n1.sm.has("a"))
+	for _, v := range acked {
+		require.True(t, n1.sm.has(v), "acknowledged write %s survives", v[:3])
+	}
+	require.False(t, n1.sm.has("late"))
 }

@@ -33,6 +33,7 @@ type proposal struct {
 // the committed entries (releaseApplyAcks).
 func (j *Journal) run() {
 	defer close(j.loopDead)
+	defer j.recoverStorageFailure()
 	tickc, stopTick := j.cfg.Clock.NewTicker(j.cfg.TickInterval)
 	defer stopTick()
 	staleEvery := j.cfg.StaleAfter / 2
@@ -130,6 +131,26 @@ func (j *Journal) run() {
 	// A persist failure: the node can no longer promise durability. Stop
 	// the loop (raft must not advance) but keep the process alive.
 	j.fail(err)
+}
+
+// recoverStorageFailure stops the loop, as a failed persist does, when
+// raft panicked on a read the store failed: raft has no answer for a
+// storage error but to panic (raftLog.term and slice), and the store
+// halted before returning it (raftstore.Store.readFailed). Raft holds no
+// lock, but its state is whatever the panic left, so the loop never calls
+// into it again; Close closes the store as after any halt. Any other panic
+// is a bug and goes on.
+func (j *Journal) recoverStorageFailure() {
+	r := recover()
+	if r == nil {
+		return
+	}
+	cause := j.store.Halted()
+	if cause == nil {
+		panic(r)
+	}
+	j.log.Error("raft stopped on a storage failure", "panic", fmt.Sprint(r), "err", cause)
+	j.fail(cause)
 }
 
 // gatherRounds bounds how often gather yields again for proposals that

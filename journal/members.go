@@ -90,11 +90,18 @@ func (j *Journal) Promote(ctx context.Context, id uint64) error {
 }
 
 func (j *Journal) confChange(ctx context.Context, what string, typ raftpb.ConfChangeType, id uint64, addr string, role Role, maxVersion uint32, force bool) error {
+	return j.confChangeWith(ctx, what, typ, id, confContext{Addr: addr, Role: role, MaxVersion: maxVersion}, force)
+}
+
+// confChangeWith proposes a membership change of node id carrying cctx
+// (its Key is set here) and waits until it is applied.
+func (j *Journal) confChangeWith(ctx context.Context, what string, typ raftpb.ConfChangeType, id uint64, cctx confContext, force bool) error {
 	key := uuid.New()
+	cctx.Key = key
 	cc := &raftpb.ConfChange{
 		Type:    typ.Enum(),
 		NodeId:  new(id),
-		Context: mustJSON(confContext{Addr: addr, Role: role, Key: key, MaxVersion: maxVersion}),
+		Context: mustJSON(cctx),
 	}
 	data, err := proto.Marshal(cc)
 	if err != nil {

@@ -172,9 +172,7 @@ func (j *Journal) watchSpace() {
 		case <-j.stopc:
 			return
 		case <-tick:
-			if err := j.space.check(); err != nil {
-				j.log.Warn("free space check failed", "err", err)
-			}
+			j.checkSpace()
 		}
 	}
 }

@@ -143,6 +143,10 @@ type Member struct {
 	// MaxVersion is the newest format version the member advertised when
 	// it joined (0: it did not say, counted as OldestVersion).
 	MaxVersion uint32 `json:"max_version,omitempty"`
+	// NoSpace is the member's no-space alarm: its data dir's disk is under
+	// Config.ReserveBytes. While a voter's is raised, the cluster refuses
+	// new writes (ErrNoSpace); the member clears it once it has space.
+	NoSpace bool `json:"no_space,omitempty"`
 }
 
 // Paths the HTTP transport serves under its Handler. They all start with

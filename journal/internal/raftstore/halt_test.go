@@ -31,7 +31,7 @@ func isSync(op errorfs.Op) bool {
 	return op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo
 }
 
-func isWAL(op errorfs.Op) bool { return strings.HasSuffix(op.Path, ".log") }
+func isWALOp(op errorfs.Op) bool { return isWAL(op.Path) }
 
 // TestFailedWALSyncHaltsTheStore: a WAL fsync that fails is never taken
 // for a success. The Append that hit it fails with an error naming the
@@ -41,7 +41,7 @@ func isWAL(op errorfs.Op) bool { return strings.HasSuffix(op.Path, ".log") }
 // reopened store holds everything acknowledged.
 func TestFailedWALSyncHaltsTheStore(t *testing.T) {
 	mem := vfs.NewMem()
-	fault := &faultAfterArm{match: func(op errorfs.Op) bool { return isSync(op) && isWAL(op) }}
+	fault := &faultAfterArm{match: func(op errorfs.Op) bool { return isSync(op) && isWALOp(op) }}
 	s, err := Open(Options{FS: errorfs.Wrap(mem, fault), Dir: "journal"})
 	require.NoError(t, err)
 

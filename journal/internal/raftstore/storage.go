@@ -96,12 +96,12 @@ func (s *Store) Term(i uint64) (uint64, error) {
 	defer s.mu.RUnlock()
 	v, closer, err := s.db.Get(entryKey(i))
 	if err != nil {
-		return 0, fmt.Errorf("raftstore: term of %d (log %d..%d): %w", i, trunc.index+1, last, err)
+		return 0, s.readFailed(fmt.Errorf("raftstore: term of %d (log %d..%d): %w", i, trunc.index+1, last, err))
 	}
 	defer closer.Close()
 	t, err := decodeEntryTerm(v)
 	if err != nil {
-		return 0, fmt.Errorf("raftstore: term of %d: %w", i, err)
+		return 0, s.readFailed(fmt.Errorf("raftstore: term of %d: %w", i, err))
 	}
 	return t, nil
 }
@@ -147,7 +147,7 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(lo), UpperBound: entryKey(diskHi)})
 	if err != nil {
 		s.mu.RUnlock()
-		return nil, fmt.Errorf("raftstore: entries [%d,%d): %w", lo, hi, err)
+		return nil, s.readFailed(fmt.Errorf("raftstore: entries [%d,%d): %w", lo, hi, err))
 	}
 	s.readers.Add(1)
 	s.mu.RUnlock()
@@ -158,7 +158,7 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 		err = cerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("raftstore: entries [%d,%d) (log %d..%d): %w", lo, hi, trunc.index+1, last, err)
+		return nil, s.readFailed(fmt.Errorf("raftstore: entries [%d,%d) (log %d..%d): %w", lo, hi, trunc.index+1, last, err))
 	}
 	if uint64(len(out)) < diskHi-lo {
 		return out, nil // maxSize reached
@@ -231,4 +231,14 @@ func limitSize(ents []*raftpb.Entry, maxSize uint64) []*raftpb.Entry {
 		}
 	}
 	return ents
+}
+
+// readFailed halts the store on a read of the log that failed (the disk
+// returned an error, or the entry does not decode) and returns err. Raft
+// has no answer for such a read but to panic (raftLog.term and slice
+// panic on any error but ErrCompacted); the halt lets the journal tell
+// that panic, which it recovers, from a bug.
+func (s *Store) readFailed(err error) error {
+	s.halt.record(&IOError{Op: "read", Path: s.dir, Err: err})
+	return err
 }

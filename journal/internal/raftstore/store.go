@@ -38,6 +38,7 @@ type Options struct {
 // with each other and with writes.
 type Store struct {
 	db    *pebble.DB
+	dir   string
 	log   *slog.Logger
 	halt  *halt // the first storage failure; set, the store refuses writes
 	syncs atomic.Uint64
@@ -87,9 +88,14 @@ func Open(opts Options) (*Store, error) {
 	db, err := pebble.Open(opts.Dir, popts)
 	popts.Cache.Unref() // the DB holds its own reference
 	if err != nil {
+		var ioErr *IOError
+		if errors.As(h.check(), &ioErr) && errors.Is(err, ioErr.Err) {
+			err = ioErr // names the operation and the file
+		}
 		return nil, fmt.Errorf("raftstore: open pebble in %s: %w", opts.Dir, err)
 	}
-	s := &Store{db: db, log: opts.Logger, halt: h}
+	h.live.Store(true)
+	s := &Store{db: db, dir: opts.Dir, log: opts.Logger, halt: h}
 	s.mu.cache.limit = opts.CacheBytes
 	if err := s.load(); err != nil {
 		_ = db.Close()
@@ -109,6 +115,13 @@ func pebbleOptions(opts Options, h *halt) *pebble.Options {
 			// store already (haltFS); Pebble retries it in the background.
 			BackgroundError: func(err error) {
 				opts.Logger.Error("pebble background error", "component", "pebble", "err", err)
+			},
+			// Once halted, haltFS parks Pebble's calls that would change
+			// the disk, which the disk-health check reports as slowness.
+			DiskSlow: func(info pebble.DiskSlowInfo) {
+				if h.check() == nil {
+					opts.Logger.Warn("pebble: disk slow", "component", "pebble", "info", info.String())
+				}
 			},
 		},
 		// Recent entries are served from the entry cache or the memtable;
@@ -278,6 +291,7 @@ func (s *Store) Close() error {
 	s.mu.cache.reset(0)
 	s.mu.Unlock()
 	s.readers.Wait()
+	s.halt.close() // Pebble's calls parked by a halt fail, so its Close can finish
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("raftstore: close: %w", err)
 	}

@@ -1,0 +1,144 @@
+package journal
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/internal/tmpfs"
+)
+
+// noSpaceOf reports whether j's applied membership records member id's
+// no-space alarm.
+func noSpaceOf(j *Journal, id uint64) bool {
+	for _, m := range j.Status().Members {
+		if m.ID == id {
+			return m.NoSpace
+		}
+	}
+	return false
+}
+
+// requireNoSpace checks that a write on n is refused for member id's disk,
+// as HTTP 507 no_space.
+func requireNoSpace(t *testing.T, n *node, id uint64) {
+	t.Helper()
+	_, _, err := n.j.Propose(ctxT(t, 5*time.Second), []byte("refused"))
+	require.ErrorIs(t, err, ErrNoSpace, "node %d", n.id)
+	require.ErrorContains(t, err, fmt.Sprintf("member %d's disk is nearly full", id))
+	rec := httptest.NewRecorder()
+	writeError(rec, err)
+	require.Equal(t, http.StatusInsufficientStorage, rec.Code)
+	require.Contains(t, rec.Body.String(), `"no_space"`)
+}
+
+// lowDiskCluster starts node 1 (leader) and 3 on the real disk and node 2,
+// a follower, with its free space set by the test through fs.
+func lowDiskCluster(t *testing.T, fs vfs.FS, dir2 string, reserve int64) *cluster {
+	t.Helper()
+	c := newCluster(t)
+	n1 := c.listen(1)
+	require.NoError(t, c.open(n1, func(cfg *Config) { cfg.Bootstrap = true }))
+	c.waitLeader(1)
+	n2 := c.listen(2)
+	if dir2 != "" {
+		n2.dir = dir2
+	}
+	require.NoError(t, c.open(n2, func(cfg *Config) {
+		cfg.Join = n1.addr
+		cfg.FS = fs
+		cfg.ReserveBytes = reserve
+		cfg.BallastBytes = -1
+		cfg.SpaceCheckInterval = time.Hour // the test runs the checks
+	}))
+	n3 := c.listen(3)
+	require.NoError(t, c.open(n3, func(cfg *Config) { cfg.Join = n1.addr }))
+	return c
+}
+
+// TestFollowerLowDiskRaisesTheNoSpaceAlarm: a follower whose free space
+// falls under its reserve raises its no-space alarm, and the whole
+// cluster refuses writes (ErrNoSpace naming it, 507 no_space) on every
+// node, leader included, while raft's own traffic goes on; the alarm
+// survives a restart; once the follower has space it clears the alarm by
+// itself and writes resume.
+func TestFollowerLowDiskRaisesTheNoSpaceAlarm(t *testing.T) {
+	mem := vfs.NewMem()
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
+	c := lowDiskCluster(t, mem, "", 64<<20)
+	n1, n2, n3 := c.nodes[1], c.nodes[2], c.nodes[3]
+	propose(t, n1, "a")
+	n2.j.checkSpace()
+	require.False(t, noSpaceOf(n1.j, 2), "a disk with room raises no alarm")
+
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 48 << 20, TotalBytes: 2 << 30})
+	n2.j.checkSpace() // returns once the alarm is applied on node 2
+	require.True(t, noSpaceOf(n2.j, 2))
+	for _, n := range []*node{n1, n3} {
+		require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)), "raft's traffic goes on")
+		require.True(t, noSpaceOf(n.j, 2), "node %d applied the alarm", n.id)
+	}
+	for _, n := range []*node{n1, n3} {
+		requireNoSpace(t, n, 2)
+	}
+	_, _, err := n2.j.Propose(ctxT(t, 5*time.Second), []byte("refused"))
+	require.ErrorIs(t, err, ErrNoSpace, "the low follower refuses by its own guard too")
+	require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)), "the low follower still follows")
+	require.NoError(t, n2.j.Status().Err)
+
+	// The alarm is in the membership: a restarted node still refuses.
+	n3.closeJournal()
+	n3.sm = newMemSM()
+	require.NoError(t, c.open(n3, nil))
+	require.NoError(t, n3.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	requireNoSpace(t, n3, 2)
+
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
+	n2.j.checkSpace()
+	require.False(t, noSpaceOf(n2.j, 2))
+	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	propose(t, n1, "b")
+	propose(t, n3, "c")
+	require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	require.True(t, n2.sm.has("a") && n2.sm.has("b") && n2.sm.has("c"), "%v", n2.sm.values())
+	require.False(t, n2.sm.has("refused"))
+}
+
+// TestFollowerFullDiskOnARealFilesystem: the follower's data dir is on a
+// small tmpfs that a filler nearly fills. The follower raises its alarm,
+// the leader refuses writes, and the follower's WAL never meets ENOSPC
+// (it keeps following, not halted); once the filler is removed the alarm
+// clears, writes resume, and the follower's data dir reopens with every
+// acknowledged write.
+func TestFollowerFullDiskOnARealFilesystem(t *testing.T) {
+	mnt := tmpfs.Mount(t, 48<<20)
+	c := lowDiskCluster(t, vfs.Default, filepath.Join(mnt, "data"), 8<<20)
+	n1, n2 := c.nodes[1], c.nodes[2]
+	propose(t, n1, "a")
+
+	filler := filepath.Join(mnt, "filler")
+	tmpfs.Fill(t, filler)
+	n2.j.checkSpace()
+	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	requireNoSpace(t, n1, 2)
+	require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)), "the full follower still follows")
+	require.NoError(t, n2.j.Status().Err, "the follower is up, not halted")
+
+	require.NoError(t, os.Remove(filler))
+	n2.j.checkSpace()
+	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	propose(t, n1, "b")
+
+	n2.closeJournal()
+	n2.sm = newMemSM()
+	require.NoError(t, c.open(n2, func(cfg *Config) { cfg.ReserveBytes = 8 << 20; cfg.SpaceCheckInterval = time.Hour }))
+	require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	require.True(t, n2.sm.has("a") && n2.sm.has("b"), "acknowledged writes survive: %v", n2.sm.values())
+}
