@@ -111,6 +111,7 @@ func (p *proc) start() {
 	defer p.mu.Unlock()
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = p.log, p.log
+	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		p.t.Fatalf("start %s: %v", p.name, err)
 	}
