@@ -1,6 +1,8 @@
 package raftstore
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"math"
 	"slices"
@@ -191,9 +193,11 @@ func (f compactionFault) Create(name string, c vfs.DiskWriteCategory) (vfs.File,
 }
 
 // TestFailedCompactionHaltsTheStore: a compaction whose output cannot be
-// created halts the store like any other failed write. Each flush adds an
-// L0 sstable until Pebble compacts them. The compaction runs in the
-// background, so an Append racing it may be the one refused.
+// created halts the store like any other failed write. Two flushes leave
+// two overlapping L0 sstables (both hold the hard state), and a manual
+// compaction of the whole key space must write their merge, so the test
+// does not depend on when Pebble compacts by itself; a background
+// compaction that fails first halts the store just the same.
 func TestFailedCompactionHaltsTheStore(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	var armed atomic.Bool
@@ -201,28 +205,43 @@ func TestFailedCompactionHaltsTheStore(t *testing.T) {
 	s, err := Open(Options{FS: compactionFault{FS: mem, armed: &armed}, Dir: "journal"})
 	require.NoError(t, err)
 	var acked uint64
-	for halted := false; !halted; {
-		err := s.Append(hardState(1, 1, acked+1), ents(acked+1, acked+1, 1), nil, true)
-		if errors.Is(err, ErrHalted) {
-			break // a compaction failed meanwhile
-		}
-		require.NoError(t, err)
-		acked++
+	flush := func() bool {
 		// Not Flush: once halted, a flush waits for Close (haltFS parks it).
 		flushed, err := s.db.AsyncFlush()
 		require.NoError(t, err)
 		select {
 		case <-flushed:
-			select {
-			case <-s.HaltedCh():
-				halted = true
-			default:
-			}
+			return s.Halted() != nil
 		case <-s.HaltedCh():
-			halted = true
-		case <-t.Context().Done():
-			t.Fatal("no compaction halted the store")
+			return true
 		}
+	}
+	halted := false
+	for range 2 {
+		err := s.Append(hardState(1, 1, acked+1), ents(acked+1, acked+1, 1), nil, true)
+		if errors.Is(err, ErrHalted) {
+			halted = true // a background compaction failed meanwhile
+			break
+		}
+		require.NoError(t, err)
+		acked++
+		if halted = flush(); halted {
+			break
+		}
+	}
+	if !halted {
+		// Pebble retries a failed compaction rather than report it to a
+		// manual Compact, so the halt is awaited and the call cancelled.
+		ctx, cancel := context.WithCancel(t.Context())
+		compacted := make(chan error, 1)
+		go func() { compacted <- s.db.Compact(ctx, []byte{0}, bytes.Repeat([]byte{0xff}, 64), false) }()
+		select {
+		case <-s.HaltedCh():
+		case err := <-compacted:
+			t.Fatalf("the compaction returned %v without halting the store", err)
+		}
+		cancel()
+		<-compacted
 	}
 	armed.Store(false)
 	requireHaltedAndRecovers(t, s, mem, acked, "create", ".sst")
