@@ -45,9 +45,11 @@
 //     [Journal.TransferLeadership]. Watch [Journal.Status] and
 //     [Journal.Leadership] for leader changes.
 //  7. The image package calls [Journal.ReadEntries], [Journal.MembershipAt],
-//     [Journal.TermAt] and [Journal.ImageWritten]; the latter makes the image
-//     raft's snapshot and compacts the log behind it (keeping
-//     Config.CompactMargin entries; never while a snapshot is being sent).
+//     [Journal.TermAt], [Journal.FirstIndex] and [Journal.ImageWritten]; the
+//     latter makes the image raft's snapshot and compacts the log behind it,
+//     up to an earlier image (keeping at least Config.CompactMargin entries;
+//     never while a snapshot is being sent), so that the log always starts
+//     right after an image the image store keeps.
 //  8. Call [Journal.Close]. It is idempotent and returns when every
 //     goroutine the journal started has exited.
 //
