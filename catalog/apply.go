@@ -51,6 +51,7 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.s
+	defer s.paths.flush() // before readers can see the index
 	if err != nil {
 		s.index = index
 		t.applied.Store(index)
@@ -220,6 +221,7 @@ type pathCache struct {
 	path  string
 	ends  []int    // ends[i]: end of component i in path
 	slots []uint32 // slots[i]: the node at path[:ends[i]]
+	sums  []uint64 // sums[i]: its path's sum of path index terms
 }
 
 func (c *pathCache) reset() {
@@ -227,6 +229,7 @@ func (c *pathCache) reset() {
 	c.path = ""
 	c.ends = c.ends[:0]
 	c.slots = c.slots[:0]
+	c.sums = c.sums[:0]
 }
 
 // resolveW is resolve for the applier, through the path cache.
@@ -252,9 +255,11 @@ func (t *Tree) resolveW(s *state, path string) (uint32, bool) {
 		start = c.ends[d] + 1
 		c.ends = c.ends[:d+1]
 		c.slots = c.slots[:d+1]
+		c.sums = c.sums[:d+1]
 	} else {
 		c.ends = c.ends[:0]
 		c.slots = c.slots[:0]
+		c.sums = c.sums[:0]
 	}
 	c.path = path
 	for start <= len(path) {
@@ -272,11 +277,29 @@ func (t *Tree) resolveW(s *state, path string) (uint32, bool) {
 			return 0, false
 		}
 		slot = s.kidsOf(slot)[pos]
+		var sum uint64
+		if n := len(c.sums); n > 0 {
+			sum = c.sums[n-1]
+		}
 		c.ends = append(c.ends, end)
 		c.slots = append(c.slots, slot)
+		c.sums = append(c.sums, sum+s.paths.level(len(c.sums)+1, unsafeBytes(path[start:end])))
 		start = end + 1
 	}
 	return slot, true
+}
+
+// childKey is the path index key of the child of parent named name,
+// from the sums of the path last resolved when parent is its end.
+func (c *pathCache) childKey(s *state, parent uint32, name []byte) uint64 {
+	x := &s.paths
+	if parent == rootSlot {
+		return x.key(x.level(1, name))
+	}
+	if n := len(c.slots); n > 0 && c.slots[n-1] == parent {
+		return x.key(c.sums[n-1] + x.level(n+1, name))
+	}
+	return x.childKey(s, parent, name)
 }
 
 // splitPath splits a valid non-root path into its parent path and name.
@@ -353,6 +376,7 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	if err := s.roomForKid(ps); err != nil {
 		return 0, err
 	}
+	s.paths.reserve(s, s.paths.n+1)
 	kind := s.internKind(o.kind)
 	fromFree := len(s.free) > 0
 	slot := s.allocSlot()
@@ -362,16 +386,11 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	blob, blen := s.arena.put(b)
 	*s.at(slot) = rec{id: id, blob: blob, blen: blen, created: index, modified: index, parent: ps, kind: kind}
 	s.setSlotOf(id, slot)
-	if miss {
-		pr := s.at(ps)
-		h, err := s.kids.insert(pr.kids, pos, slot, kidRollback)
-		if err != nil {
-			panic(fmt.Sprintf("catalog: linking a child: %v", err)) // internal invariant: roomForKid made room
-		}
-		pr.kids = h
-	} else {
-		s.insertKid(ps, slot)
+	key := t.pc.childKey(s, ps, unsafeBytes(name))
+	if !miss {
+		pos, _ = s.kidPos(ps, unsafeBytes(name))
 	}
+	s.linkKidAt(ps, pos, slot, key)
 	s.kindSets[kind].Add(slot)
 	for _, x := range s.kindIndexes[kind] {
 		for _, a := range t.cattrs {
@@ -583,6 +602,7 @@ func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, fro
 		before = t.noteNode(s, r, s.parentID(r), t.notePath(from))
 	}
 	old := *r
+	s.rekeyBelow(slot, false) // the descendants' paths change too
 	s.removeKid(old.parent, slot)
 	s.preWrite(slot)
 	name, attrs := splitBlob(s.blob(r))
@@ -600,6 +620,7 @@ func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, fro
 	r.parent = newParent
 	r.modified = index
 	s.insertKid(newParent, slot)
+	s.rekeyBelow(slot, true)
 	t.pushUndoOld(uMove, slot, old)
 	if wantEv {
 		after := t.noteNode(s, r, s.at(newParent).id, t.notePath(to))
@@ -743,6 +764,7 @@ func (t *Tree) rollback(s *state) {
 			s.secAdd(u.slot)
 		case uMove:
 			r := s.at(u.slot)
+			s.rekeyBelow(u.slot, false)
 			s.removeKid(r.parent, u.slot)
 			s.preWrite(u.slot)
 			r = s.at(u.slot)
@@ -752,6 +774,7 @@ func (t *Tree) rollback(s *state) {
 			}
 			r.blob, r.blen, r.parent, r.modified = old.blob, old.blen, old.parent, old.modified
 			s.insertKid(old.parent, u.slot)
+			s.rekeyBelow(u.slot, true)
 		case uCreateIndex:
 			s.removeIndex(idx)
 		case uDropIndex:

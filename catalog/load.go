@@ -524,6 +524,7 @@ func (ld *loader) add(id, parent uint64, kind uint32, created, modified, ref uin
 // a blob once written is never written again.
 type linker struct {
 	s        *state
+	count    uint64 // the header's node count
 	slab     [][]rec
 	chunks   [][]byte
 	kindSets []*idset.Set
@@ -546,10 +547,41 @@ type linker struct {
 	lastParentID uint64
 	lastParent   uint32
 	lastName     []byte
+	// chain is the path of the node last linked, each node with its sum
+	// of path index terms: an image lists a parent's children together
+	// and mostly right after the parent, so the next node's parent is
+	// nearly always on it.
+	chain []chainLink
 
 	// By state kind: the kind's secondary indexes and their caches.
 	xs  [][]*secIndex
 	pcs [][]*postCache
+}
+
+type chainLink struct {
+	slot  uint32
+	depth int
+	sum   uint64
+}
+
+// parentSum returns the sum of the path index terms of ps's path and its
+// depth (see linker.chain); ok is false if ps hangs from a node linked
+// late.
+func (lk *linker) parentSum(ps uint32) (sum uint64, depth int, ok bool) {
+	c := lk.chain
+	for len(c) > 0 && c[len(c)-1].slot != ps {
+		c = c[:len(c)-1]
+	}
+	if len(c) > 0 {
+		lk.chain = c
+		l := c[len(c)-1]
+		return l.sum, l.depth, true
+	}
+	sum, depth, ok = lk.s.paths.pathSum(lk, ps)
+	if ok {
+		lk.chain = append(c, chainLink{ps, depth, sum})
+	}
+	return sum, depth, ok
 }
 
 // findValue in linkBatch.vals: the linker finds the value in the blob.
@@ -574,10 +606,11 @@ type linkBatch struct {
 
 func (ld *loader) startLinker() {
 	lk := &linker{
-		s:    ld.s,
-		todo: make(chan *linkBatch, 4),
-		free: make(chan *linkBatch, 8),
-		done: make(chan struct{}),
+		s:     ld.s,
+		count: ld.count,
+		todo:  make(chan *linkBatch, 4),
+		free:  make(chan *linkBatch, 8),
+		done:  make(chan struct{}),
 	}
 	ld.lk = lk
 	ld.cur = &linkBatch{first: ld.s.nslots}
@@ -650,6 +683,8 @@ func (lk *linker) blob(r *rec) []byte {
 	return lk.chunks[r.blob>>32][off : off+r.blen : off+r.blen]
 }
 
+func (lk *linker) kidsOf(slot uint32) []uint32 { return lk.s.kids.list(lk.at(slot).kids) }
+
 func (lk *linker) name(slot uint32) []byte {
 	name, _ := splitBlob(lk.blob(lk.at(slot)))
 	return name
@@ -658,6 +693,17 @@ func (lk *linker) name(slot uint32) []byte {
 // link indexes and links the slots of a batch.
 func (lk *linker) link(b *linkBatch) error {
 	s := lk.s
+	// The path index is sized for the header's count once the records
+	// decoded are a thousandth of it, and for those records until then:
+	// the first block is usually enough, so that the table is built once,
+	// and a count the records do not bear out costs at most a thousand
+	// times their own index (a few KiB a record).
+	have := uint64(b.first) + uint64(len(b.parents))
+	want := have
+	if lk.count <= 1024*have {
+		want = max(have, lk.count)
+	}
+	s.paths.reserve(lk, int(want))
 	vi := 0
 	for i, parent := range b.parents {
 		slot := b.first + uint32(i)
@@ -686,6 +732,7 @@ func (lk *linker) link(b *linkBatch) error {
 			}
 		}
 		if parent >= r.id {
+			r.parent = noParent
 			lk.late = append(lk.late, lateParent{slot, parent})
 			continue
 		}
@@ -732,6 +779,12 @@ func (lk *linker) link(b *linkBatch) error {
 				}
 				pr.kids = h
 			}
+		}
+		// The node goes in the path index, and on the chain.
+		if sum, depth, ok := lk.parentSum(ps); ok {
+			sum += s.paths.level(depth+1, name)
+			s.paths.add(s.paths.key(sum), slot)
+			lk.chain = append(lk.chain, chainLink{slot, depth + 1, sum})
 		}
 		lk.lastParentID, lk.lastParent, lk.lastName = parent, ps, name
 	}
@@ -883,6 +936,7 @@ func (ld *loader) link() error {
 		}
 	}
 	if len(lk.late) == 0 {
+		s.paths.flush()
 		// Every parent came before its children, starting from the root
 		// (the first record): all are reachable, no cycle is possible.
 		return nil
@@ -900,6 +954,8 @@ func (ld *loader) link() error {
 	if seen != int(s.nslots) {
 		return ld.br.corrupt("%d of %d nodes are not reachable from the root (a parent cycle)", int(s.nslots)-seen, s.nslots)
 	}
+	// The linker left out the nodes below those linked late.
+	s.paths.rebuild(s, bucketsFor(seen-1))
 	return nil
 }
 

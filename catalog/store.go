@@ -16,8 +16,9 @@ import (
 // and attributes live in one blob in an append-only byte arena (compacted
 // when mostly garbage); kinds and attribute keys are interned, values are
 // varint-packed. Children are sorted lists of slots in a pooled array
-// (kids.go); ids map to slots through pages of a direct table (ids are
-// dense, from a counter); kind sets and index postings are chunked sorted
+// (kids.go); a path maps to its slot through a hash table of whole-path
+// hashes (pathindex.go), a local index like the slots; ids map to slots
+// through pages of a direct table (ids are dense, from a counter); kind sets and index postings are chunked sorted
 // slot sets (internal/idset). The GC sees a few thousand large pointer-free
 // arrays instead of millions of small objects. BenchmarkDorisScale reports
 // the bytes a node this costs, and BenchmarkNaiveTreeMemory compares it with
@@ -25,7 +26,9 @@ import (
 //
 // Limits of the layout: a sorted child list is moved on insert, so a node
 // with millions of children inserted in random name order is slow to build
-// (appends in name order are fast); slots are uint32 (4 billion live
+// (appends in name order are fast); a move re-keys the moved node's
+// descendants in the path index (their paths change), so it costs in
+// proportion to the subtree; slots are uint32 (4 billion live
 // nodes); one node's name and attributes are at most about 4 MiB; child
 // lists live in at most 4,096 chunks (kids.go), of 1 Mi slots each or one
 // list too big for the size classes, and a batch that would need more
@@ -159,6 +162,9 @@ type state struct {
 	arena arena
 
 	kids kidPool
+	// paths finds a child by name (pathindex.go): the lists find it by
+	// binary search, for the applier, which needs the position too.
+	paths pathIndex
 
 	kinds    []string // [0] is "", the root's kind
 	kindIdx  map[string]uint32
@@ -191,6 +197,7 @@ func emptyState(index, nextID uint64) *state {
 		keyIdx:      map[string]uint32{},
 		indexes:     map[[2]uint32]*secIndex{},
 		kindIndexes: map[uint32][]*secIndex{},
+		paths:       newPathIndex(),
 	}
 	s.lr.init()
 	return s
@@ -385,7 +392,8 @@ func (s *state) child(parent uint32, name []byte) (uint32, bool) {
 
 // lookupKid finds the child named name, for readers: a plain binary search,
 // since the applier's append check in kidPos costs readers one more
-// comparison (two cache misses on a cold list) per level.
+// comparison (two cache misses on a cold list) per level. (A lookup by
+// path goes through the path index instead.)
 func (s *state) lookupKid(parent uint32, name []byte) (uint32, bool) {
 	kids := s.kidsOf(parent)
 	lo, hi := 0, len(kids)
@@ -413,27 +421,39 @@ func (s *state) roomForKid(parent uint32) error {
 	return err
 }
 
-// insertKid links slot under parent; the caller checked the name is free
-// and, in a batch, made room (roomForKid). Undoing a batch relinks what it
-// unlinked, within the chunks kept in reserve for it.
+// insertKid links slot under parent (its rec says so already, name
+// included), in the child list and the path index; the caller checked the
+// name is free and, in a batch, made room (roomForKid). Undoing a batch
+// relinks what it unlinked, within the chunks kept in reserve for it.
 func (s *state) insertKid(parent, slot uint32) {
-	pos, _ := s.kidPos(parent, s.name(slot))
+	name := s.name(slot)
+	pos, _ := s.kidPos(parent, name)
+	s.linkKidAt(parent, pos, slot, s.paths.childKey(s, parent, name))
+}
+
+// linkKidAt is insertKid with the position in the child list and the path
+// index key known.
+func (s *state) linkKidAt(parent uint32, pos int, slot uint32, key uint64) {
 	pr := s.at(parent)
 	h, err := s.kids.insert(pr.kids, pos, slot, kidRollback)
 	if err != nil {
-		panic(fmt.Sprintf("catalog: relinking a child: %v", err)) // internal invariant: room or the reserve
+		panic(fmt.Sprintf("catalog: linking a child: %v", err)) // internal invariant: room or the reserve
 	}
 	pr.kids = h
+	s.paths.add(key, slot)
 }
 
-// removeKid unlinks slot from parent, freeing an emptied child list.
+// removeKid unlinks slot from parent (before its rec changes), freeing an
+// emptied child list.
 func (s *state) removeKid(parent, slot uint32) {
-	pos, ok := s.kidPos(parent, s.name(slot))
+	name := s.name(slot)
+	pos, ok := s.kidPos(parent, name)
 	if !ok {
 		panic("catalog: removeKid of a node not linked") // internal invariant
 	}
 	pr := s.at(parent)
 	pr.kids = s.kids.remove(pr.kids, pos)
+	s.paths.remove(s.paths.childKey(s, parent, name), slot)
 }
 
 func (s *state) internKind(k string) uint32 {
@@ -490,26 +510,10 @@ func (s *state) internKey(k string) uint32 {
 
 // resolve returns the slot at path (a valid path).
 func (s *state) resolve(path string) (uint32, bool) {
-	slot := uint32(rootSlot)
 	if path == "/" {
-		return slot, true
+		return rootSlot, true
 	}
-	rest := path[1:]
-	for {
-		i := 0
-		for i < len(rest) && rest[i] != '/' {
-			i++
-		}
-		c, ok := s.lookupKid(slot, unsafeBytes(rest[:i]))
-		if !ok {
-			return 0, false
-		}
-		slot = c
-		if i == len(rest) {
-			return slot, true
-		}
-		rest = rest[i+1:]
-	}
+	return s.paths.resolve(s, path)
 }
 
 // pathOf builds the path of slot from its ancestors' names.

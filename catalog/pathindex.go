@@ -1,0 +1,445 @@
+package catalog
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/maphash"
+	"math/bits"
+	"strings"
+)
+
+// pathIndex finds the node at a path in a constant number of cache
+// misses, whatever the catalog's size and mostly whatever the path's depth:
+// the sorted child lists (kids.go) would take a binary search a level,
+// each probe a rec and a name blob, each level waiting for the one above.
+//
+// It is a hash table from the hash of a node's whole path to its slot,
+// open addressing over one pointer-free array of 64-byte buckets (one
+// cache line each): 12 slots and a one-byte tag of the hash for each, so
+// that a probe reads the rec of a candidate only when its tag matches. The
+// path's hash is a sum of one term a level (the level's depth and name,
+// hashed), so that a lookup has every level's hash before reading memory
+// and probes all the levels' buckets at once; it then checks every
+// level's candidate (its rec's parent is the level above's, its name the
+// path's) with the recs and names read together too. The hash only picks
+// candidates: the answer is exact whatever collides. A bucket counts the
+// entries that found it full and settled in a later one (its overflow); a
+// lookup stops at the first bucket without any, which lets an entry be
+// removed by clearing it, with no tombstones.
+//
+// The index is local, like the slots it holds: its hash seed is random per
+// process and nothing observable depends on its layout. It mirrors the
+// child lists: linkKidAt and removeKid keep it for the node they link or
+// unlink, a move re-keys the moved node's descendants (their paths
+// change), Load indexes the nodes as its linker links them, and a table
+// that grows is rebuilt from the child lists. It changes only under the
+// tree's write lock (or inside Load, before the state is published), so
+// readers see it whole, at the same batch as the rest of the state. A
+// failed batch's rollback relinks and unlinks through the same functions,
+// leaving the index holding exactly the tree's nodes again (if not in the
+// same buckets).
+type pathIndex struct {
+	buckets []pathBucket // a power of two of them
+	n       int          // entries, pending ones included
+	seed    maphash.Seed
+	// pending are entries added but not yet in a bucket. An insert is a
+	// cache miss in a table the size of the catalog; put one by one
+	// between the applier's other work, those misses add up, while
+	// flush puts them in a tight loop where they overlap. The table is
+	// flushed before anything reads it or removes from it: readers only
+	// ever see it flushed (Apply and Load flush before they return).
+	pending []pendingEntry
+	// touched keeps flush's loads that bring the buckets into the cache:
+	// the compiler drops loads whose values go nowhere.
+	touched uint32
+	// mask is ANDed into every hash; tests narrow it so that names
+	// collide.
+	mask uint64
+}
+
+// pathHashMask is the mask of new indexes (see pathIndex.mask).
+var pathHashMask = ^uint64(0)
+
+const (
+	bucketSlots = 12
+	// The table doubles before its entries fill more than 7/8 of its
+	// slots: with 12 slots a bucket, few lookups go past their first.
+	pathLoadNum, pathLoadDen = 7, 8
+	// noParent marks, in Load, a rec whose parent is not linked yet.
+	noParent = ^uint32(0)
+
+	tagLSB = 0x0101010101010101
+	tagLow = 0x7f7f7f7f7f7f7f7f
+)
+
+// pendingFlush is the number of pending entries that makes add flush.
+const pendingFlush = 256
+
+type pendingEntry struct {
+	h    uint64
+	slot uint32
+}
+
+type pathBucket struct {
+	tags     [bucketSlots]uint8 // a byte of the entry's hash, never 0; 0: empty
+	overflow uint32             // entries that passed this bucket full
+	slots    [bucketSlots]uint32
+}
+
+func newPathIndex() pathIndex {
+	return pathIndex{buckets: make([]pathBucket, 1), seed: maphash.MakeSeed(), mask: pathHashMask}
+}
+
+// slotSource reads recs, names and child lists: the state, or Load's
+// linker (which reads the state's storage through views of its own).
+type slotSource interface {
+	at(slot uint32) *rec
+	name(slot uint32) []byte
+	kidsOf(slot uint32) []uint32
+}
+
+// level is the term of a path's hash for the name at depth (1 for the
+// root's children).
+func (x *pathIndex) level(depth int, name []byte) uint64 {
+	h := maphash.Bytes(x.seed, name) + uint64(depth)*0x9e3779b97f4a7c15
+	h ^= h >> 32
+	h *= 0xd6e8feb86659fd93
+	return h ^ h>>32
+}
+
+// key is the table's hash of a path whose levels' terms sum to sum.
+func (x *pathIndex) key(sum uint64) uint64 {
+	h := sum ^ sum>>31
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 29
+	return h & x.mask
+}
+
+// pathSum returns the sum of the level terms of the path of slot, and its
+// depth (0 for the root), from its ancestors' recs.
+func (x *pathIndex) pathSum(src slotSource, slot uint32) (sum uint64, depth int, ok bool) {
+	for c := slot; c != rootSlot; c = src.at(c).parent {
+		if c == noParent {
+			return 0, 0, false
+		}
+		depth++
+	}
+	d := depth
+	for c := slot; c != rootSlot; c = src.at(c).parent {
+		sum += x.level(d, src.name(c))
+		d--
+	}
+	return sum, depth, true
+}
+
+// childKey is the key of the child of parent named name.
+func (x *pathIndex) childKey(s *state, parent uint32, name []byte) uint64 {
+	sum, depth, _ := x.pathSum(s, parent)
+	return x.key(sum + x.level(depth+1, name))
+}
+
+// tagOf is the tag of hash h: its top byte, 0 taken as 1 (0 marks an
+// empty entry). The bucket comes from the low bits.
+func tagOf(h uint64) uint8 {
+	t := uint8(h >> 56)
+	if t == 0 {
+		t = 1
+	}
+	return t
+}
+
+// matchTags returns the entries of b whose tag is t, as the high bit of
+// byte i for entry i (entries 8 to 11 in the second word).
+func matchTags(b *pathBucket, t uint8) (lo, hi uint64) {
+	return matchBytes(binary.LittleEndian.Uint64(b.tags[:8]), t),
+		matchBytes(uint64(binary.LittleEndian.Uint32(b.tags[8:])), t) & 0x80808080
+}
+
+// matchBytes sets the high bit of each byte of w equal to t, and only of
+// those.
+func matchBytes(w uint64, t uint8) uint64 {
+	x := w ^ tagLSB*uint64(t)
+	return ^((x&tagLow + tagLow) | x | tagLow)
+}
+
+// find returns the child of parent named name, whose key is h (the
+// table flushed).
+func (x *pathIndex) find(s *state, h uint64, parent uint32, name []byte) (uint32, bool) {
+	t := tagOf(h)
+	m := uint64(len(x.buckets) - 1)
+	for i := h & m; ; i = (i + 1) & m {
+		b := &x.buckets[i]
+		lo, hi := matchTags(b, t)
+		for ; lo != 0; lo &= lo - 1 {
+			if c := b.slots[bits.TrailingZeros64(lo)>>3]; s.isKid(c, parent, name) {
+				return c, true
+			}
+		}
+		for ; hi != 0; hi &= hi - 1 {
+			if c := b.slots[8+bits.TrailingZeros64(hi)>>3]; s.isKid(c, parent, name) {
+				return c, true
+			}
+		}
+		if b.overflow == 0 {
+			return 0, false
+		}
+	}
+}
+
+// guessDepth is the deepest path resolve takes in two passes: its
+// candidates are on the stack.
+const guessDepth = 16
+
+// resolve finds the slot at a valid path other than "/" (the table
+// flushed) in two passes. The first takes, for every level, the first
+// entry whose tag matches without reading its rec: the levels' buckets
+// are read together. The second checks each candidate's parent and name,
+// their recs and names read together too; a candidate that is not the
+// node (a tag shared by another entry) is replaced by the one find checks
+// entry by entry. Paths deeper than guessDepth are found level by level
+// with find.
+func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
+	var cands [guessDepth]uint32
+	var keys [guessDepth]uint64
+	var ends [guessDepth]int
+	m := uint64(len(x.buckets) - 1)
+	var sum uint64
+	depth := 0
+	for start := 1; ; {
+		if depth == guessDepth {
+			return x.walk(s, path)
+		}
+		end := start
+		for end < len(path) && path[end] != '/' {
+			end++
+		}
+		sum += x.level(depth+1, unsafeBytes(path[start:end]))
+		h := x.key(sum)
+		t := tagOf(h)
+		for i := h & m; ; i = (i + 1) & m {
+			b := &x.buckets[i]
+			lo, hi := matchTags(b, t)
+			if lo != 0 {
+				cands[depth] = b.slots[bits.TrailingZeros64(lo)>>3]
+				break
+			}
+			if hi != 0 {
+				cands[depth] = b.slots[8+bits.TrailingZeros64(hi)>>3]
+				break
+			}
+			if b.overflow == 0 {
+				// No entry has the tag: nothing is at this level's path.
+				return 0, false
+			}
+		}
+		keys[depth], ends[depth] = h, end
+		depth++
+		if end == len(path) {
+			break
+		}
+		start = end + 1
+	}
+	parent := uint32(rootSlot)
+	start := 1
+	for d := range depth {
+		c := cands[d]
+		name := unsafeBytes(path[start:ends[d]])
+		if !s.isKid(c, parent, name) {
+			var ok bool
+			if c, ok = x.find(s, keys[d], parent, name); !ok {
+				return 0, false
+			}
+		}
+		parent, start = c, ends[d]+1
+	}
+	return parent, true
+}
+
+// walk is resolve level by level, each level's node found by find.
+func (x *pathIndex) walk(s *state, path string) (uint32, bool) {
+	slot := uint32(rootSlot)
+	var sum uint64
+	depth := 0
+	rest := path[1:]
+	for {
+		i := strings.IndexByte(rest, '/')
+		if i < 0 {
+			i = len(rest)
+		}
+		name := unsafeBytes(rest[:i])
+		depth++
+		sum += x.level(depth, name)
+		c, ok := x.find(s, x.key(sum), slot, name)
+		if !ok {
+			return 0, false
+		}
+		slot = c
+		if i == len(rest) {
+			return slot, true
+		}
+		rest = rest[i+1:]
+	}
+}
+
+// isKid reports whether the node at slot (an indexed, live one) is the
+// child of parent named name.
+func (s *state) isKid(slot, parent uint32, name []byte) bool {
+	r := s.at(slot)
+	return r.parent == parent && bytes.Equal(s.name(slot), name)
+}
+
+// put puts an entry counted in n in a bucket; the table has room (see
+// add).
+func (x *pathIndex) put(h uint64, slot uint32) {
+	t := tagOf(h)
+	m := uint64(len(x.buckets) - 1)
+	for i := h & m; ; i = (i + 1) & m {
+		b := &x.buckets[i]
+		lo, hi := matchTags(b, 0)
+		j := -1
+		if lo != 0 {
+			j = bits.TrailingZeros64(lo) >> 3
+		} else if hi != 0 {
+			j = 8 + bits.TrailingZeros64(hi)>>3
+		}
+		if j >= 0 {
+			b.tags[j], b.slots[j] = t, slot
+			return
+		}
+		b.overflow++
+	}
+}
+
+// flush puts the pending entries in their buckets. It reads their home
+// buckets first, in a loop of independent loads whose cache misses
+// overlap, and then puts the entries in buckets that are in the cache.
+func (x *pathIndex) flush() {
+	m := uint64(len(x.buckets) - 1)
+	var sum uint32
+	for _, e := range x.pending {
+		sum += x.buckets[e.h&m].overflow
+	}
+	x.touched = sum
+	for _, e := range x.pending {
+		x.put(e.h, e.slot)
+	}
+	x.pending = x.pending[:0]
+}
+
+// limit is the number of entries the table takes before it doubles.
+func (x *pathIndex) limit() int {
+	return len(x.buckets) * bucketSlots * pathLoadNum / pathLoadDen
+}
+
+// bucketsFor returns the number of buckets for n entries.
+func bucketsFor(n int) int {
+	per := bucketSlots * pathLoadNum / pathLoadDen
+	nb := 1
+	for nb*per < n {
+		nb <<= 1
+	}
+	return nb
+}
+
+// add indexes slot under key h (pending, see flush). The table has room
+// for it: create reserves room first, and the other callers put back as
+// many entries as they removed in the same batch or op.
+func (x *pathIndex) add(h uint64, slot uint32) {
+	x.pending = append(x.pending, pendingEntry{h, slot})
+	x.n++
+	if len(x.pending) >= pendingFlush {
+		x.flush()
+	}
+}
+
+// reserve makes room for n entries, rebuilding the table from the child
+// lists of src (every node linked below the root is indexed) when it has
+// too few buckets.
+func (x *pathIndex) reserve(src slotSource, n int) {
+	if nb := bucketsFor(n); nb > len(x.buckets) {
+		x.rebuild(src, nb)
+	}
+}
+
+// rebuild makes a table of nb buckets (a power of two) and indexes the
+// nodes linked below the root in the child lists of src.
+func (x *pathIndex) rebuild(src slotSource, nb int) {
+	x.buckets = nil // the old table goes before the new one is made
+	x.buckets = make([]pathBucket, nb)
+	x.n = 0
+	x.pending = x.pending[:0]
+	if !x.addBelow(src, rootSlot, 0, 0, true) {
+		x.rebuild(src, 2*nb) // more nodes than nb buckets take
+	}
+}
+
+// addBelow indexes the descendants of slot, whose path's terms sum to sum
+// at depth, or removes their entries (add false). Adding stops, with
+// false, if the table fills.
+func (x *pathIndex) addBelow(src slotSource, slot uint32, sum uint64, depth int, add bool) bool {
+	type frame struct {
+		slot  uint32
+		depth int
+		sum   uint64
+	}
+	stack := []frame{{slot, depth, sum}}
+	for len(stack) > 0 {
+		f := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, c := range src.kidsOf(f.slot) {
+			cs := f.sum + x.level(f.depth+1, src.name(c))
+			if add {
+				if x.n >= x.limit() {
+					return false
+				}
+				x.add(x.key(cs), c)
+			} else {
+				x.remove(x.key(cs), c)
+			}
+			if src.at(c).kids != 0 {
+				stack = append(stack, frame{c, f.depth + 1, cs})
+			}
+		}
+	}
+	x.flush()
+	return true
+}
+
+// rekeyBelow removes (add false) or adds the entries of the descendants of
+// slot: a move changes their paths. It is called with the node where it is
+// (removing) and where it went (adding).
+func (s *state) rekeyBelow(slot uint32, add bool) {
+	if s.at(slot).kids == 0 {
+		return
+	}
+	x := &s.paths
+	sum, depth, _ := x.pathSum(s, slot)
+	if !x.addBelow(s, slot, sum, depth, add) {
+		// The entries put back are those just removed.
+		panic("catalog: the path index filled while re-keying a move") // internal invariant
+	}
+}
+
+// remove drops the entry of slot, whose key is h.
+func (x *pathIndex) remove(h uint64, slot uint32) {
+	x.flush()
+	t := tagOf(h)
+	m := uint64(len(x.buckets) - 1)
+	home := h & m
+	for i := home; ; i = (i + 1) & m {
+		b := &x.buckets[i]
+		for j := range bucketSlots {
+			if b.tags[j] == t && b.slots[j] == slot {
+				b.tags[j], b.slots[j] = 0, 0
+				for k := home; k != i; k = (k + 1) & m {
+					x.buckets[k].overflow--
+				}
+				x.n--
+				return
+			}
+		}
+		if b.overflow == 0 {
+			panic("catalog: removing a child the path index does not hold") // internal invariant
+		}
+	}
+}

@@ -1,0 +1,382 @@
+package catalog
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// slowResolve is resolve through the sorted child lists alone, the
+// reference the path index must agree with.
+func slowResolve(s *state, path string) (uint32, bool) {
+	if path == "/" {
+		return rootSlot, true
+	}
+	slot := uint32(rootSlot)
+	for _, name := range strings.Split(path[1:], "/") {
+		c, ok := s.child(slot, []byte(name))
+		if !ok {
+			return 0, false
+		}
+		slot = c
+	}
+	return slot, true
+}
+
+// checkPathIndex checks that the path index of tr holds exactly its nodes
+// (each found under its parent and name, nothing else held) and that every
+// bucket's overflow counts the entries that passed it.
+func checkPathIndex(t testing.TB, tr *Tree) {
+	t.Helper()
+	tr.mu.RLock()
+	defer tr.mu.RUnlock()
+	s := tr.s
+	x := &s.paths
+	live := 0
+	for slot := uint32(0); slot < s.nslots; slot++ {
+		r := s.at(slot)
+		if r.id == 0 || r.id == rootID {
+			continue
+		}
+		live++
+		if got, ok := x.find(s, x.childKey(s, r.parent, s.name(slot)), r.parent, s.name(slot)); !ok || got != slot {
+			t.Fatalf("path index: child %q of slot %d is slot %d, %v; want %d", s.name(slot), r.parent, got, ok, slot)
+		}
+	}
+	if x.n != live {
+		t.Fatalf("path index holds %d entries, the tree %d nodes below the root", x.n, live)
+	}
+	m := uint64(len(x.buckets) - 1)
+	want := make([]uint32, len(x.buckets))
+	held := 0
+	for i := range x.buckets {
+		b := &x.buckets[i]
+		for j, tag := range b.tags {
+			if tag == 0 {
+				continue
+			}
+			held++
+			slot := b.slots[j]
+			r := s.at(slot)
+			if r.id == 0 || r.id == rootID {
+				t.Fatalf("path index holds slot %d, which is free or the root", slot)
+			}
+			h := x.childKey(s, r.parent, s.name(slot))
+			if tagOf(h) != tag {
+				t.Fatalf("slot %d has tag %d, its hash says %d", slot, tag, tagOf(h))
+			}
+			for k := h & m; k != uint64(i); k = (k + 1) & m {
+				want[k]++
+			}
+		}
+	}
+	if held != x.n {
+		t.Fatalf("path index counts %d entries and holds %d", x.n, held)
+	}
+	for i := range x.buckets {
+		if x.buckets[i].overflow != want[i] {
+			t.Fatalf("bucket %d: overflow %d, %d entries passed it", i, x.buckets[i].overflow, want[i])
+		}
+	}
+}
+
+// checkResolve checks resolve against slowResolve for every node's path
+// and for paths that do not exist (a missing last level, a missing middle
+// level, a name of another level).
+func checkResolve(t testing.TB, tr *Tree) {
+	t.Helper()
+	tr.mu.RLock()
+	defer tr.mu.RUnlock()
+	s := tr.s
+	var paths []string
+	for slot := uint32(0); slot < s.nslots; slot++ {
+		if r := s.at(slot); r.id != 0 {
+			p := s.pathOf(slot)
+			paths = append(paths, p)
+			if p != "/" {
+				paths = append(paths, p+"x", p+"/nope", p+"/nope/deeper", "/nope"+p)
+			}
+		}
+	}
+	for _, p := range paths {
+		got, ok := s.resolve(p)
+		want, wok := slowResolve(s, p)
+		if ok != wok || got != want {
+			t.Fatalf("resolve(%q) = %d, %v; the child lists say %d, %v", p, got, ok, want, wok)
+		}
+	}
+}
+
+// withHashMask runs fn with new path indexes masking their hashes with
+// mask: 0 puts every entry in one probe chain with one tag, a few bits
+// make names collide in buckets and tags.
+func withHashMask(mask uint64, fn func()) {
+	defer func(m uint64) { pathHashMask = m }(pathHashMask)
+	pathHashMask = mask
+	fn()
+}
+
+var hashMasks = []struct {
+	name string
+	mask uint64
+}{
+	{"mask=all", ^uint64(0)},
+	{"mask=3-bits", 0x7},
+	{"mask=tag-and-2-bits", 0xff00000000000003},
+	{"mask=none", 0},
+}
+
+// TestPathIndexCollisions builds, moves, deletes and rolls back under
+// hashes that collide (down to all of them equal): every answer must still
+// be exact.
+func TestPathIndexCollisions(t *testing.T) {
+	for _, hm := range hashMasks {
+		t.Run(hm.name, func(t *testing.T) {
+			withHashMask(hm.mask, func() {
+				tr := New()
+				var ops []Op
+				for d := range 3 {
+					ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%d", d), Kind: "dir"})
+					for f := range 40 {
+						ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%d/f%d", d, f), Kind: "file"})
+						// The same names under other parents.
+						ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%d/f%d/d%d", d, f, d), Kind: "file"})
+					}
+				}
+				mustApply(t, tr, 1, Batch{Ops: ops})
+				checkPathIndex(t, tr)
+				checkResolve(t, tr)
+
+				mustApply(t, tr, 2, Batch{Ops: []Op{
+					{Type: OpMove, Path: "/d0/f3", To: "/d1/f3x"},
+					{Type: OpMove, Path: "/d2", To: "/d1/f3x/d2"},
+					{Type: OpDelete, Path: "/d1/f7", Recursive: true},
+				}})
+				checkPathIndex(t, tr)
+				checkResolve(t, tr)
+				if _, ok := tr.Get("/d1/f3x/d2/f39/d2"); !ok {
+					t.Fatal("a node moved with its parent's parent is not found at its new path")
+				}
+				for _, p := range []string{"/d2", "/d0/f3", "/d1/f7", "/d1/f7/d1"} {
+					if _, ok := tr.Get(p); ok {
+						t.Fatalf("%s is found after it was moved or deleted", p)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestPathIndexRollback fails batches that created (enough to grow the
+// table), moved, renamed and deleted nodes: the index must hold the tree's
+// nodes exactly as before.
+func TestPathIndexRollback(t *testing.T) {
+	for _, hm := range hashMasks[:3] {
+		t.Run(hm.name, func(t *testing.T) {
+			withHashMask(hm.mask, func() {
+				tr := New()
+				mustApply(t, tr, 1, Batch{Ops: []Op{
+					{Type: OpCreate, Path: "/a", Kind: "dir"},
+					{Type: OpCreate, Path: "/a/b", Kind: "dir"},
+					{Type: OpCreate, Path: "/a/b/c", Kind: "dir"},
+					{Type: OpCreate, Path: "/z", Kind: "dir"},
+				}})
+				before := len(tr.s.paths.buckets)
+				var ops []Op
+				for i := range 2000 {
+					ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/a/n%d", i), Kind: "file"})
+				}
+				ops = append(ops,
+					Op{Type: OpMove, Path: "/a/b", To: "/z/b2"},
+					Op{Type: OpDelete, Path: "/a", Recursive: true},
+					Op{Type: OpCreate, Path: "/a", Kind: "dir"},
+					Op{Type: OpCreate, Path: "/a", Kind: "dir"}, // fails: exists
+				)
+				res := tr.Apply(2, encode(t, ops...)).(*Result)
+				if res.Err == nil {
+					t.Fatal("the batch did not fail")
+				}
+				if len(tr.s.paths.buckets) <= before {
+					t.Fatalf("the table did not grow inside the batch (%d buckets)", before)
+				}
+				checkPathIndex(t, tr)
+				checkResolve(t, tr)
+				if _, ok := tr.Get("/a/b/c"); !ok {
+					t.Fatal("/a/b/c is missing after the rollback")
+				}
+				for _, p := range []string{"/a/n0", "/a/n1999", "/z/b2", "/z/b2/c"} {
+					if _, ok := tr.Get(p); ok {
+						t.Fatalf("%s survives the rollback", p)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestPathIndexDeleteSubtree deletes a subtree of thousands of nodes: none
+// of them may stay in the index.
+func TestPathIndexDeleteSubtree(t *testing.T) {
+	tr := New()
+	var ops []Op
+	ops = append(ops, Op{Type: OpCreate, Path: "/keep", Kind: "dir"}, Op{Type: OpCreate, Path: "/big", Kind: "dir"})
+	for i := range 100 {
+		ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/big/t%d", i), Kind: "dir"})
+		for j := range 30 {
+			ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/big/t%d/r%d", i, j), Kind: "file"})
+		}
+	}
+	mustApply(t, tr, 1, Batch{Ops: ops})
+	mustApply(t, tr, 2, Batch{Ops: []Op{{Type: OpDelete, Path: "/big", Recursive: true}}})
+	checkPathIndex(t, tr)
+	if n := tr.s.paths.n; n != 1 {
+		t.Fatalf("the index holds %d entries, want 1 (/keep)", n)
+	}
+	if _, ok := tr.Get("/big/t5/r7"); ok {
+		t.Fatal("a deleted node is found")
+	}
+	// The freed slots are reused under the same names.
+	mustApply(t, tr, 3, Batch{Ops: []Op{{Type: OpCreate, Path: "/big", Kind: "dir"}, {Type: OpCreate, Path: "/big/t5", Kind: "dir"}}})
+	checkPathIndex(t, tr)
+	checkResolve(t, tr)
+}
+
+// TestPathIndexLoad loads images whose nodes come after nodes moved under
+// them (their parents are linked last) and images large enough for the
+// loader to size the table from the header's count.
+func TestPathIndexLoad(t *testing.T) {
+	for _, hm := range hashMasks[:3] {
+		t.Run(hm.name, func(t *testing.T) {
+			withHashMask(hm.mask, func() {
+				for _, src := range []*Tree{sampleTree(t), wideTree(t)} {
+					loadBothWays(t, saveBytes(t, src), func(careful bool, c *Tree) {
+						checkPathIndex(t, c)
+						checkResolve(t, c)
+					})
+				}
+				big := New()
+				var ops []Op
+				for i := range 50 {
+					ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/p%d", i), Kind: "dir"})
+					for j := range 400 {
+						ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/p%d/c%d", i, j), Kind: "file"})
+					}
+				}
+				mustApply(t, big, 1, Batch{Ops: ops})
+				c := New()
+				if err := c.Load(bytes.NewReader(saveBytes(t, big))); err != nil {
+					t.Fatal(err)
+				}
+				checkPathIndex(t, c)
+				checkResolve(t, c)
+			})
+		})
+	}
+}
+
+// TestPathIndexDeep resolves paths deeper than the two-pass lookup takes.
+func TestPathIndexDeep(t *testing.T) {
+	tr := New()
+	var ops []Op
+	p := ""
+	for i := range 3 * guessDepth {
+		p += fmt.Sprintf("/l%d", i%3)
+		ops = append(ops, Op{Type: OpCreate, Path: p, Kind: "dir"})
+	}
+	mustApply(t, tr, 1, Batch{Ops: ops})
+	checkResolve(t, tr)
+	if _, ok := tr.Get(p); !ok {
+		t.Fatalf("%d levels deep: not found", 3*guessDepth)
+	}
+}
+
+// TestPathIndexAgainstLists applies random batches (creates, moves,
+// renames, deletes; many fail) under colliding hashes and checks the index
+// against the child lists after each.
+func TestPathIndexAgainstLists(t *testing.T) {
+	for _, hm := range hashMasks[1:3] {
+		t.Run(hm.name, func(t *testing.T) {
+			withHashMask(hm.mask, func() {
+				r := rand.New(rand.NewPCG(7, 11))
+				m := newModel()
+				tr := New()
+				for i := uint64(1); i <= 400; i++ {
+					b := randBatch(r, m)
+					data, err := b.Encode()
+					if err != nil {
+						t.Fatal(err)
+					}
+					applyChecked(t, tr, m, i, b, data)
+					checkPathIndex(t, tr)
+					checkResolve(t, tr)
+				}
+				m.check(t, tr)
+			})
+		})
+	}
+}
+
+// FuzzPathIndex applies batches made from the fuzzer's bytes with hashes
+// narrowed to a few bits, and checks the index against the child lists.
+func FuzzPathIndex(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte("create move delete rollback"))
+	f.Fuzz(func(t *testing.T, seed []byte) {
+		withHashMask(0xf, func() {
+			var s1, s2 uint64
+			for i, c := range seed {
+				if i%2 == 0 {
+					s1 = s1*131 + uint64(c)
+				} else {
+					s2 = s2*131 + uint64(c)
+				}
+			}
+			r := rand.New(rand.NewPCG(s1, s2))
+			m := newModel()
+			tr := New()
+			for i := uint64(1); i <= 60; i++ {
+				b := randBatch(r, m)
+				data, err := b.Encode()
+				if err != nil {
+					t.Fatal(err)
+				}
+				applyChecked(t, tr, m, i, b, data)
+			}
+			checkPathIndex(t, tr)
+			checkResolve(t, tr)
+		})
+	})
+}
+
+// TestGetPathAllocs pins Get by path at zero allocations: found, missing,
+// past a tag shared by another entry, and deeper than the two-pass lookup.
+func TestGetPathAllocs(t *testing.T) {
+	withHashMask(0x3, func() {
+		tr := New()
+		var ops []Op
+		for i := range 50 {
+			ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/n%d", i), Kind: "dir"})
+		}
+		deep := ""
+		for i := range guessDepth + 2 {
+			deep += fmt.Sprintf("/n%d", i)
+			ops = append(ops, Op{Type: OpCreate, Path: "/n0" + deep, Kind: "dir"})
+		}
+		mustApply(t, tr, 1, Batch{Ops: ops})
+		for _, c := range []struct {
+			path string
+			ok   bool
+		}{{"/n49", true}, {"/n7", true}, {"/n0" + deep, true}, {"/n50", false}, {"/n3/x", false}} {
+			found := false
+			read := func(r Reader) { _, found = r.Get(c.path) }
+			if a := testing.AllocsPerRun(100, func() { tr.Read(read) }); a != 0 {
+				t.Errorf("Get(%q): %v allocations, want 0", c.path, a)
+			}
+			if found != c.ok {
+				t.Errorf("Get(%q) found %v, want %v", c.path, found, c.ok)
+			}
+		}
+	})
+}
