@@ -598,9 +598,10 @@ func (s *Store) Retain(index uint64) {
 	s.mu.logBase = index
 }
 
-// Prune deletes all but the newest Keep images (and the one Retain names), fetched images older than
-// the newest image, and quarantined (corrupt) files older than the oldest
-// image kept. Images fetched and not yet installed are kept.
+// Prune deletes all but the newest Keep images and the one Retain names,
+// fetched images older than the newest image, and quarantined (corrupt)
+// files older than the oldest of the newest Keep images. Images fetched
+// and not yet installed are kept.
 func (s *Store) Prune() error {
 	s.dirMu.Lock()
 	defer s.dirMu.Unlock()
@@ -614,7 +615,9 @@ func (s *Store) Prune() error {
 	s.mu.Unlock()
 	var victims []string
 	if len(l.installed) > s.cfg.Keep {
-		base := true // the newest image at or below logBase is yet to be met
+		// The newest image at or below logBase stays; it may be among the
+		// newest Keep already (installed is newest first).
+		base := !slices.ContainsFunc(l.installed[:s.cfg.Keep], func(i uint64) bool { return i <= logBase })
 		for _, i := range l.installed[s.cfg.Keep:] {
 			if base && i <= logBase {
 				base = false
