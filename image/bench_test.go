@@ -242,6 +242,13 @@ func (j *benchJournal) ImageWritten(context.Context, uint64, uint64, []byte) err
 	return nil
 }
 
+// FirstIndex: the benchmark's log is never compacted.
+func (j *benchJournal) FirstIndex() (uint64, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.base + 1, nil
+}
+
 // copyDir copies the fixture's data dir (the images) to a fresh one.
 func copyDir(b *testing.B, from string) string {
 	to := b.TempDir()

@@ -23,9 +23,13 @@ type Journal interface {
 	// TermAt returns the term of the entry at index.
 	TermAt(index uint64) (uint64, error)
 	// ImageWritten records a durable image as raft's snapshot and lets the
-	// journal compact its log behind it (keeping a margin for slow
-	// followers).
+	// journal compact its log behind it, up to an earlier image (keeping a
+	// margin for slow followers).
 	ImageWritten(ctx context.Context, index, term uint64, membership []byte) error
+	// FirstIndex returns the first index the log still holds; the log
+	// starts right after an image at FirstIndex()-1 (or at 1), which Prune
+	// then keeps.
+	FirstIndex() (uint64, error)
 }
 
 // CheckpointerConfig configures a Checkpointer. Zero fields take the
@@ -438,6 +442,12 @@ func (c *Checkpointer) record(ctx context.Context, info Info) error {
 		return fmt.Errorf("image: checkpoint at %d written, but the journal did not record it: %w", info.Index, err)
 	}
 	c.pending = nil
+	first, err := c.cfg.Journal.FirstIndex()
+	if err != nil {
+		c.logger.Warn("pruning skipped: the journal's first index is unknown", "err", err)
+		return nil
+	}
+	c.cfg.Store.Retain(first - 1)
 	if err := c.cfg.Store.Prune(); err != nil {
 		c.logger.Warn("pruning old images failed", "err", err)
 	}

@@ -91,7 +91,7 @@ func TestCheckpointShadowReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(250), info.Index)
 	require.Equal(t, []uint64{250}, n.j.images, "the journal was told")
-	require.Equal(t, uint64(240), n.j.minIndex(), "and compacted behind the image, keeping its margin")
+	require.Zero(t, n.j.minIndex(), "the first image compacts nothing: the log starts after an image or at 1")
 
 	shadow := newKV()
 	_, err = n.store.loadInto(shadow, info.Name, true)
@@ -107,6 +107,7 @@ func TestCheckpointShadowReplay(t *testing.T) {
 	_, err = n.store.loadInto(shadow, info.Name, true)
 	require.NoError(t, err)
 	require.Equal(t, expectedKV(350), shadow.snapshot())
+	require.Equal(t, uint64(250), n.j.minIndex(), "compacted up to the image before, at least the margin behind")
 
 	// Nothing new: the newest image is returned, nothing written.
 	again, err := n.cp.Checkpoint(ctx)
@@ -119,6 +120,7 @@ func TestCheckpointShadowReplay(t *testing.T) {
 	require.NoError(t, err)
 	ids, _ := n.store.Indexes()
 	require.Equal(t, []uint64{360, 350}, ids, "older images pruned after the journal recorded the new one")
+	require.Equal(t, uint64(350), n.j.minIndex(), "the log starts after an image the store keeps")
 }
 
 func TestCheckpointThreshold(t *testing.T) {
@@ -276,12 +278,17 @@ func TestCheckpointBaseCorruptFallsBackToJournal(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, expectedKV(200), shadow.snapshot())
 
-	// Without the log behind it, a corrupt base fails loudly.
+	// Without the log behind them, corrupt bases fail loudly. The second
+	// image compacts the log up to the first; both are corrupt.
 	n2 := newNode(t, vfs.NewMem())
-	n2.j.append(300)
-	_, err = n2.cp.Checkpoint(context.Background())
-	require.NoError(t, err)
+	for range 2 {
+		n2.j.append(300)
+		_, err = n2.cp.Checkpoint(context.Background())
+		require.NoError(t, err)
+	}
+	require.Equal(t, uint64(300), n2.j.minIndex(), "the log starts after the first image")
 	corruptFile(t, n2.fs, "/data/image/image.300")
+	corruptFile(t, n2.fs, "/data/image/image.600")
 	n2.j.append(10)
 	_, err = n2.cp.Checkpoint(context.Background())
 	require.ErrorIs(t, err, errCompacted)

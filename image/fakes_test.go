@@ -206,6 +206,12 @@ func (j *fakeJournal) MembershipAt(index uint64) ([]byte, error) {
 
 func (j *fakeJournal) TermAt(index uint64) (uint64, error) { return 1 + index/1000, nil }
 
+func (j *fakeJournal) FirstIndex() (uint64, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.first, nil
+}
+
 func (j *fakeJournal) ImageWritten(ctx context.Context, index, term uint64, membership []byte) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -214,11 +220,18 @@ func (j *fakeJournal) ImageWritten(ctx context.Context, index, term uint64, memb
 	}
 	j.images = append(j.images, index)
 	j.recorded = append(j.recorded, Header{Index: index, Term: term, Membership: membership})
-	if index > j.margin && index-j.margin+1 > j.first {
-		for i := j.first; i <= index-j.margin; i++ {
+	// As the journal does: up to the newest image the margin behind.
+	var cut uint64
+	for _, i := range j.images {
+		if i+j.margin <= index {
+			cut = max(cut, i)
+		}
+	}
+	if cut+1 > j.first {
+		for i := j.first; i <= cut; i++ {
 			delete(j.entries, i)
 		}
-		j.first = index - j.margin + 1
+		j.first = cut + 1
 	}
 	return nil
 }

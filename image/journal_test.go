@@ -190,19 +190,22 @@ func TestPartitionedFollowerCatchesUpThroughImage(t *testing.T) {
 	}
 	require.NoError(t, c.WaitApplied(ctx, last))
 
+	// Two checkpoints: the second compacts the log up to the first.
 	c.Net.Isolate(lagger)
-	for _, b := range batches[50:] {
-		last, _, err = leader.Propose(ctx, b)
-		require.NoError(t, err)
-	}
-	for _, n := range c.Nodes() {
-		if n.ID == lagger {
-			continue
+	for _, part := range [][][]byte{batches[50:150], batches[150:]} {
+		for _, b := range part {
+			last, _, err = leader.Propose(ctx, b)
+			require.NoError(t, err)
 		}
-		require.NoError(t, n.Journal().WaitApplied(ctx, last))
-		info, err := c.cps[n.ID].Checkpoint(ctx)
-		require.NoError(t, err)
-		require.GreaterOrEqual(t, info.Index, last)
+		for _, n := range c.Nodes() {
+			if n.ID == lagger {
+				continue
+			}
+			require.NoError(t, n.Journal().WaitApplied(ctx, last))
+			info, err := c.cps[n.ID].Checkpoint(ctx)
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, info.Index, last)
+		}
 	}
 	behind := c.Node(lagger).Journal().Status().Applied
 	require.Less(t, behind+10, last, "the follower is further behind than the compaction margin")
@@ -238,25 +241,36 @@ func TestNodeWithoutItsImageRefusesToStart(t *testing.T) {
 	leaderID, err := c.WaitLeader(ctx)
 	require.NoError(t, err)
 	leader := c.Node(leaderID).Journal()
-	var last uint64
-	for _, b := range catalogBatches(t, 100) {
-		last, _, err = leader.Propose(ctx, b)
-		require.NoError(t, err)
-	}
+	// Two checkpoints: the second compacts the log up to the first.
+	batches := catalogBatches(t, 120)
 	var victim uint64 = 1
 	if victim == leaderID {
 		victim = 2
 	}
-	require.NoError(t, c.Node(victim).Journal().WaitApplied(ctx, last))
-	info, err := c.cps[victim].Checkpoint(ctx)
+	var last uint64
+	var names []string
+	for _, part := range [][][]byte{batches[:100], batches[100:]} {
+		for _, b := range part {
+			last, _, err = leader.Propose(ctx, b)
+			require.NoError(t, err)
+		}
+		require.NoError(t, c.Node(victim).Journal().WaitApplied(ctx, last))
+		info, err := c.cps[victim].Checkpoint(ctx)
+		require.NoError(t, err)
+		names = append(names, info.Name)
+	}
+	first, err := c.Node(victim).Journal().FirstIndex()
 	require.NoError(t, err)
+	require.Greater(t, first, uint64(1), "the log was compacted behind the first image")
 	err = c.Node(victim).Journal().ReadEntries(ctx, 0, last, func(uint64, []byte) error { return nil })
-	require.Error(t, err, "the log was compacted behind the image")
+	require.ErrorIs(t, err, journal.ErrCompacted)
 
 	c.crash(victim, false)
 	fs := c.lastFS[victim]
 	dir := c.store(victim).Dir()
-	require.NoError(t, fs.Remove(fs.PathJoin(dir, info.Name)))
+	for _, name := range names {
+		require.NoError(t, fs.Remove(fs.PathJoin(dir, name)))
+	}
 	err = c.Restart(ctx, victim)
 	require.ErrorIs(t, err, ErrNoUsableImage)
 	require.Contains(t, err.Error(), dir)
@@ -266,7 +280,8 @@ func TestNodeWithoutItsImageRefusesToStart(t *testing.T) {
 // The leader, which may not checkpoint by shadow replay, adopts a
 // follower's image through the real journal: peers found from the journal's
 // members (as the frontend wires it), the image recorded as raft's snapshot
-// and the leader's log compacted behind it; after a power loss the leader
+// and, once a second one is adopted, the leader's log compacted up to the
+// first; after a power loss the leader
 // starts from the adopted image.
 func TestLeaderAdoptsFollowerImage(t *testing.T) {
 	c := newImageCluster(t)
@@ -297,36 +312,45 @@ func TestLeaderAdoptsFollowerImage(t *testing.T) {
 		cfg.testingKnobs.afterTick = func(ran bool, info Info, err error) { ticks <- tickResult{ran, info, err} }
 	})
 
-	var last uint64
-	for _, b := range catalogBatches(t, 120) {
-		last, _, err = lj.Propose(ctx, b)
-		require.NoError(t, err)
-	}
-	require.NoError(t, c.WaitApplied(ctx, last))
+	// Two rounds: the second adopted image compacts the leader's log up to
+	// the first.
 	var follower uint64
-	var fi Info
 	for _, n := range c.Nodes() {
-		if n.ID == leaderID {
-			continue
+		if n.ID != leaderID {
+			follower = n.ID // one follower's images are enough
+			break
 		}
-		follower = n.ID
-		fi, err = c.cps[n.ID].Checkpoint(ctx)
-		require.NoError(t, err)
-		break // one follower's image is enough
 	}
-	require.NoError(t, lj.WaitApplied(ctx, fi.Index))
+	batches := catalogBatches(t, 200)
+	var last uint64
+	var fis []Info
+	for round, part := range [][][]byte{batches[:120], batches[120:]} {
+		for _, b := range part {
+			last, _, err = lj.Propose(ctx, b)
+			require.NoError(t, err)
+		}
+		require.NoError(t, c.WaitApplied(ctx, last))
+		fi, err := c.cps[follower].Checkpoint(ctx)
+		require.NoError(t, err)
+		fis = append(fis, fi)
+		require.NoError(t, lj.WaitApplied(ctx, fi.Index))
 
-	clock.tick(time.Minute)
-	r := <-ticks
-	require.NoError(t, r.err)
-	require.True(t, r.ran)
-	require.Equal(t, fi.Index, r.info.Index)
-	st := c.cps[leaderID].Status()
-	require.Equal(t, 1, st.Adopted)
-	require.Equal(t, c.Node(follower).Addr, st.LastSource)
-	require.Equal(t, fi.Index, lj.Status().Image, "the journal recorded the adopted image")
-	err = lj.ReadEntries(ctx, 0, fi.Index, func(uint64, []byte) error { return nil })
-	require.ErrorIs(t, err, journal.ErrCompacted, "and compacted the leader's log behind it")
+		clock.tick(time.Minute)
+		r := <-ticks
+		require.NoError(t, r.err)
+		require.True(t, r.ran)
+		require.Equal(t, fi.Index, r.info.Index)
+		st := c.cps[leaderID].Status()
+		require.Equal(t, round+1, st.Adopted)
+		require.Equal(t, c.Node(follower).Addr, st.LastSource)
+		require.Equal(t, fi.Index, lj.Status().Image, "the journal recorded the adopted image")
+	}
+	first, err := lj.FirstIndex()
+	require.NoError(t, err)
+	require.Equal(t, fis[0].Index+1, first, "the leader's log starts after the first adopted image")
+	err = lj.ReadEntries(ctx, 0, fis[0].Index, func(uint64, []byte) error { return nil })
+	require.ErrorIs(t, err, journal.ErrCompacted, "and is compacted behind it")
+	fi := fis[1]
 	leaderFS, followerFS := c.lastFS[leaderID], c.lastFS[follower]
 	require.Equal(t,
 		readAll(t, followerFS, followerFS.PathJoin(c.store(follower).Dir(), fi.Name)),

@@ -147,6 +147,9 @@ type Store struct {
 		flight *flight
 		// pinned images are fetched and not yet installed: never pruned.
 		pinned map[uint64]bool
+		// logBase is the index the journal's log starts after (Retain):
+		// Prune keeps the newest image at or below it.
+		logBase uint64
 		// staged is the last fetched image, decoded while it downloaded
 		// (when State is a Stager), until Install makes it live.
 		staged *staged
@@ -585,9 +588,20 @@ func (y *yieldReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Prune deletes all but the newest Keep images, fetched images older than
-// the newest image, and quarantined (corrupt) files older than the oldest
-// image kept. Images fetched and not yet installed are kept.
+// Retain tells Prune where the journal's log starts (after index, its
+// FirstIndex - 1): the newest image at or below index stays, whatever
+// Keep says, since the log can be replayed only from it. The checkpointer
+// calls it after each compaction.
+func (s *Store) Retain(index uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.logBase = index
+}
+
+// Prune deletes all but the newest Keep images and the one Retain names,
+// fetched images older than the newest image, and quarantined (corrupt)
+// files older than the oldest of the newest Keep images. Images fetched
+// and not yet installed are kept.
 func (s *Store) Prune() error {
 	s.dirMu.Lock()
 	defer s.dirMu.Unlock()
@@ -597,10 +611,18 @@ func (s *Store) Prune() error {
 	}
 	s.mu.Lock()
 	pinned := maps.Clone(s.mu.pinned)
+	logBase := s.mu.logBase
 	s.mu.Unlock()
 	var victims []string
 	if len(l.installed) > s.cfg.Keep {
+		// The newest image at or below logBase stays; it may be among the
+		// newest Keep already (installed is newest first).
+		base := !slices.ContainsFunc(l.installed[:s.cfg.Keep], func(i uint64) bool { return i <= logBase })
 		for _, i := range l.installed[s.cfg.Keep:] {
+			if base && i <= logBase {
+				base = false
+				continue
+			}
 			if !pinned[i] {
 				victims = append(victims, imageName(i))
 			}

@@ -190,6 +190,7 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 		}
 		j.dedupe.reset(b.keys)
 		j.lastImage.Store(b.snapshot)
+		j.images.reset(b.snapshot)
 		j.publishApplied(b.snapshot)
 	}
 	start := j.applied.Load()

@@ -185,8 +185,10 @@ type Config struct {
 	// before it is not applied again, and the window slides to it (default
 	// 10,000).
 	DedupeWindow uint64
-	// CompactMargin is the number of entries kept behind an image for slow
-	// followers (default 20,000; at least DedupeWindow).
+	// CompactMargin is the least number of entries kept behind the newest
+	// image for slow followers (default 20,000; at least DedupeWindow). The
+	// log is compacted only up to an earlier image, so it holds up to the
+	// distance between two images more.
 	CompactMargin uint64
 	// ForwardRetries bounds the attempts of a proposal made on a non-leader
 	// (default 5).

@@ -45,9 +45,17 @@
 //     [Journal.TransferLeadership]. Watch [Journal.Status] and
 //     [Journal.Leadership] for leader changes.
 //  7. The image package calls [Journal.ReadEntries], [Journal.MembershipAt],
-//     [Journal.TermAt] and [Journal.ImageWritten]; the latter makes the image
-//     raft's snapshot and compacts the log behind it (keeping
-//     Config.CompactMargin entries; never while a snapshot is being sent).
+//     [Journal.TermAt], [Journal.FirstIndex] and [Journal.ImageWritten]; the
+//     latter makes the image raft's snapshot and compacts the log behind it,
+//     up to an earlier image (keeping at least Config.CompactMargin entries;
+//     never while a snapshot is being sent), so that the log always starts
+//     right after an image the image store keeps: a resumed watch can
+//     rebuild the state at any index the log holds from that image and the
+//     entries after it. How much the log holds: with an image every T
+//     entries and T at least the margin, the cut is the image before the
+//     newest, so the log holds up to 2T entries (plus those applied between
+//     two checks of the checkpointer); with the defaults (the image
+//     checkpointer's Threshold of 100,000 entries) about 200,000 entries.
 //  8. Call [Journal.Close]. It is idempotent and returns when every
 //     goroutine the journal started has exited.
 //

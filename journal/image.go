@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -125,9 +127,13 @@ func (j *Journal) TermAt(index uint64) (uint64, error) {
 // ImageWritten tells the journal that a durable image of the state at
 // index (term, membership from MembershipAt) exists locally. It becomes
 // raft's snapshot (synced), so a follower that needs compacted entries is
-// sent that image, and the log is compacted up to index -
-// Config.CompactMargin, unless a snapshot is being sent to a follower
-// (then compaction waits for the next image).
+// sent that image, and the log is compacted up to the newest image this
+// journal recorded at or below index - Config.CompactMargin, unless a
+// snapshot is being sent to a follower (then compaction waits for the next
+// image). The log so always starts right after an image (or at index 1):
+// every index it still holds can be rebuilt from that image and the
+// entries after it, as a resumed watch does, and the caller keeps that
+// image (FirstIndex tells which).
 func (j *Journal) ImageWritten(ctx context.Context, index, term uint64, membership []byte) error {
 	m, err := decodeMembership(membership)
 	if err != nil {
@@ -166,14 +172,16 @@ func (j *Journal) ImageWritten(ctx context.Context, index, term uint64, membersh
 }
 
 // recordImage makes snap raft's snapshot (synced) and compacts the log up
-// to its index - Config.CompactMargin, unless a snapshot is being sent to a
-// follower. It runs on the append goroutine.
+// to the newest image recorded at or below its index -
+// Config.CompactMargin, unless a snapshot is being sent to a follower. It
+// runs on the append goroutine.
 func (j *Journal) recordImage(snap *raftpb.Snapshot) error {
 	index := snap.GetMetadata().GetIndex()
 	if err := j.store.SetSnapshot(snap); err != nil {
 		return fmt.Errorf("journal: record image %d: %w", index, err)
 	}
 	j.lastImage.Store(index)
+	j.images.add(index)
 	if j.snapsOut.Load() > 0 {
 		j.log.Info("compaction postponed: snapshot in flight", "image", index)
 		return nil
@@ -181,13 +189,71 @@ func (j *Journal) recordImage(snap *raftpb.Snapshot) error {
 	if index <= j.cfg.CompactMargin {
 		return nil
 	}
-	cut := index - j.cfg.CompactMargin
+	cut := j.images.atOrBelow(index - j.cfg.CompactMargin)
 	if first, err := j.store.FirstIndex(); err == nil && cut >= first {
 		if err := j.store.Compact(cut); err != nil {
 			return fmt.Errorf("journal: compact to %d: %w", cut, err)
 		}
+		j.images.dropBelow(cut)
 	}
 	return nil
+}
+
+// FirstIndex returns the first index the log still holds: entries after
+// FirstIndex()-1 can be read (ReadEntries, TermAt), and the log starts
+// right after an image at that index (or at 1), which the image store must
+// keep for the log to be replayable from it.
+func (j *Journal) FirstIndex() (uint64, error) {
+	first, err := j.store.FirstIndex()
+	if err != nil {
+		return 0, fmt.Errorf("journal: first index: %w", err)
+	}
+	return first, nil
+}
+
+// imageIndexes is the indexes of the images this journal recorded (or
+// started from) that the log may still be compacted to, ascending.
+type imageIndexes struct {
+	mu  sync.Mutex
+	idx []uint64
+}
+
+func (m *imageIndexes) add(index uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := len(m.idx); n == 0 || m.idx[n-1] < index {
+		m.idx = append(m.idx, index)
+	}
+}
+
+// reset forgets every image but index (an image installed from the leader:
+// the log starts after it).
+func (m *imageIndexes) reset(index uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.idx = append(m.idx[:0], index)
+}
+
+// atOrBelow returns the newest image at or below index, 0 if none.
+func (m *imageIndexes) atOrBelow(index uint64) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i, found := slices.BinarySearch(m.idx, index)
+	if found {
+		return m.idx[i]
+	}
+	if i == 0 {
+		return 0
+	}
+	return m.idx[i-1]
+}
+
+// dropBelow forgets the images older than index (the log starts after it).
+func (m *imageIndexes) dropBelow(index uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i, _ := slices.BinarySearch(m.idx, index)
+	m.idx = slices.Delete(m.idx, 0, i)
 }
 
 // waitDurableCommit waits until the durable commit index reaches index.

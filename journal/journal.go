@@ -90,6 +90,7 @@ type Journal struct {
 	state     atomic.Uint32 // raft.StateType
 	committed atomic.Uint64
 	lastImage atomic.Uint64
+	images    imageIndexes  // the images the log may be compacted to
 	snapsOut  atomic.Int64  // snapshot transfers in flight (no compaction meanwhile)
 	removed   atomic.Bool   // this node was removed from the cluster
 	campaigns atomic.Uint64 // Readys in which this node asked for (pre-)votes

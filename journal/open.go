@@ -399,6 +399,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 			}
 			imageIndex = idx
 			j.lastImage.Store(idx)
+			j.images.add(idx)
 			if len(blob) > 0 {
 				im, err := decodeMembership(blob)
 				if err != nil {

@@ -171,9 +171,21 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 	n1.j.snapsOut.Add(-1)
 	img = checkpoint(t, n1, imgs[1]) // the same index, or later (leader timestamps)
 	require.Equal(t, img, n1.j.Status().Image)
+	// The log is compacted only up to an image: with none at least the
+	// margin behind the newest, it is kept whole.
 	first, err = n1.j.store.FirstIndex()
 	require.NoError(t, err)
-	require.Equal(t, img-4+1, first, "log compacted behind the image, keeping the margin")
+	require.Equal(t, uint64(1), first, "log compacted with no image the margin behind the newest")
+	for i := range 5 {
+		propose(t, n1, fmt.Sprintf("w%d", i))
+	}
+	newest := checkpoint(t, n1, imgs[1])
+	first, err = n1.j.store.FirstIndex()
+	require.NoError(t, err)
+	require.Equal(t, img+1, first, "log compacted up to the image the margin behind the newest %d", newest)
+	got, err := n1.j.FirstIndex()
+	require.NoError(t, err)
+	require.Equal(t, first, got)
 	_, err = n1.j.TermAt(first - 2)
 	require.ErrorIs(t, err, ErrCompacted)
 
@@ -332,7 +344,11 @@ func TestApplierFailureFailsWaiters(t *testing.T) {
 	for i := range 20 {
 		propose(t, n1, fmt.Sprintf("v%d", i))
 	}
-	checkpoint(t, n1, imgs1) // compacts: a new node needs the image
+	checkpoint(t, n1, imgs1)
+	for i := range 5 {
+		propose(t, n1, fmt.Sprintf("w%d", i))
+	}
+	checkpoint(t, n1, imgs1) // compacts up to the first: a new node needs an image
 
 	n2 := c.listen(2)
 	imgs2, opt2 := withImages(n2)

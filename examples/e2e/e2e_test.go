@@ -277,17 +277,20 @@ func TestCluster(t *testing.T) {
 
 	t.Run("JoinAfterCompactionRestoresImage", func(t *testing.T) {
 		leader := c.waitLeader(10*time.Second, all...)
-		for i := 0; i < 50; i++ {
-			if code := call(t, "PUT", leader.url(fmt.Sprintf("/v1/catalog/db1/c%d", i)), map[string]any{"kind": "table"}, nil); code != http.StatusOK {
-				t.Fatalf("PUT: status %d", code)
+		// Two checkpoints: the second compacts the log up to the first.
+		for round := range 2 {
+			for i := range 50 {
+				if code := call(t, "PUT", leader.url(fmt.Sprintf("/v1/catalog/db1/c%d", round*50+i)), map[string]any{"kind": "table"}, nil); code != http.StatusOK {
+					t.Fatalf("PUT: status %d", code)
+				}
 			}
-		}
-		for _, p := range all {
-			var res struct {
-				Index uint64 `json:"index"`
-			}
-			if code := call(t, "POST", p.url("/v1/checkpoint"), nil, &res); code != http.StatusOK || res.Index == 0 {
-				t.Fatalf("checkpoint on %s: status %d index %d", p.name, code, res.Index)
+			for _, p := range all {
+				var res struct {
+					Index uint64 `json:"index"`
+				}
+				if code := call(t, "POST", p.url("/v1/checkpoint"), nil, &res); code != http.StatusOK || res.Index == 0 {
+					t.Fatalf("checkpoint on %s: status %d index %d", p.name, code, res.Index)
+				}
 			}
 		}
 		st, _ := getStatus(t, leader)
@@ -303,8 +306,8 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("late observer status %+v: no image, want a restore from one", s)
 		}
 		var got nodeView
-		if code := call(t, "GET", late.url("/v1/catalog/db1/c49"), nil, &got); code != http.StatusOK || got.Kind != "table" {
-			t.Fatalf("late observer GET /db1/c49: status %d %+v", code, got)
+		if code := call(t, "GET", late.url("/v1/catalog/db1/c99"), nil, &got); code != http.StatusOK || got.Kind != "table" {
+			t.Fatalf("late observer GET /db1/c99: status %d %+v", code, got)
 		}
 	})
 

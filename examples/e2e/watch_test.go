@@ -162,17 +162,9 @@ func TestWatchCompacted(t *testing.T) {
 	if follower == leader {
 		follower = all[1]
 	}
-	for i := range 40 {
-		if code := call(t, "PUT", leader.url(fmt.Sprintf("/v1/catalog/k%d", i)), map[string]any{"kind": "key"}, nil); code != http.StatusOK {
-			t.Fatalf("PUT: %d", code)
-		}
-	}
-	var ck struct {
-		Index uint64 `json:"index"`
-	}
-	if code := call(t, "POST", follower.url("/v1/checkpoint"), nil, &ck); code != http.StatusOK || ck.Index == 0 {
-		t.Fatalf("checkpoint on %s: %d, index %d", follower.name, code, ck.Index)
-	}
+	// The second checkpoint compacts the log up to the first image.
+	images := twoCheckpoints(t, leader, follower, nil)
+	ck := struct{ Index uint64 }{images[0]}
 	var put struct {
 		Index uint64 `json:"index"`
 	}
@@ -208,6 +200,109 @@ func TestWatchCompacted(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// twoCheckpoints writes 40 keys through leader, checkpoints follower, and
+// does it again; the second image compacts follower's log up to the first.
+// It returns the images' indexes; written, when set, gets each key's path
+// by the index of its batch.
+func twoCheckpoints(t *testing.T, leader, follower *proc, written map[uint64]string) [2]uint64 {
+	t.Helper()
+	var images [2]uint64
+	for round := range images {
+		for i := range 40 {
+			path := fmt.Sprintf("/k%d-%d", round, i)
+			var put struct {
+				Index uint64 `json:"index"`
+			}
+			if code := call(t, "PUT", leader.url("/v1/catalog"+path), map[string]any{"kind": "key"}, &put); code != http.StatusOK {
+				t.Fatalf("PUT %s: %d", path, code)
+			}
+			if written != nil {
+				written[put.Index] = path
+			}
+		}
+		var ck struct {
+			Index uint64 `json:"index"`
+		}
+		if code := call(t, "POST", follower.url("/v1/checkpoint"), nil, &ck); code != http.StatusOK || ck.Index == 0 {
+			t.Fatalf("checkpoint %d on %s: %d, index %d", round, follower.name, code, ck.Index)
+		}
+		images[round] = ck.Index
+	}
+	return images
+}
+
+// TestWatchResumeBetweenCutAndImage: after two checkpoints, a watch
+// resumed from an index past the first image and the compaction margin
+// behind the second (still in the log, older than the newest image) is
+// served, not 410: every write after it exactly once, in log order, then
+// live ones.
+func TestWatchResumeBetweenCutAndImage(t *testing.T) {
+	_, leader, all := threeFrontends(t, "-checkpoint-entries", "1000000")
+	follower := all[0]
+	if follower == leader {
+		follower = all[1]
+	}
+	written := map[uint64]string{}
+	images := twoCheckpoints(t, leader, follower, written)
+	from := images[1] - 5 // the margin is 10: a cut at the margin would drop it
+	if from <= images[0] {
+		t.Fatalf("images at %d and %d: no index between the cut and the newest", images[0], images[1])
+	}
+	var put struct {
+		Index uint64 `json:"index"`
+	}
+	if code := call(t, "PUT", leader.url("/v1/catalog/after"), map[string]any{"kind": "key"}, &put); code != http.StatusOK {
+		t.Fatalf("PUT /after: %d", code)
+	}
+	written[put.Index] = "/after"
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	resp, sc := openWatch(t, ctx, streamClient, follower, fmt.Sprintf("from_index=%d", from))
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch from %d (images %v): status %d", from, images, resp.StatusCode)
+	}
+	var want, got []string
+	for i := from + 1; i <= put.Index; i++ {
+		if p, ok := written[i]; ok {
+			want = append(want, fmt.Sprintf("%d %s", i, p))
+		}
+	}
+	for len(got) < len(want) {
+		l, ok := nextLine(t, sc)
+		if !ok || l.Error != "" {
+			t.Fatalf("watch from %d ended (%+v, %v) after %v", from, l, sc.Err(), got)
+		}
+		if l.Progress != 0 {
+			continue
+		}
+		if l.Type != "create" {
+			t.Fatalf("event %+v: want only the creates written", l)
+		}
+		got = append(got, fmt.Sprintf("%d %s", l.Index, l.Path))
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("watch from %d:\n got %v\nwant %v", from, got, want)
+	}
+	if code := call(t, "PUT", leader.url("/v1/catalog/live"), map[string]any{"kind": "key"}, &put); code != http.StatusOK {
+		t.Fatalf("PUT /live: %d", code)
+	}
+	for {
+		l, ok := nextLine(t, sc)
+		if !ok || l.Error != "" {
+			t.Fatalf("watch from %d ended (%+v, %v) before /live", from, l, sc.Err())
+		}
+		if l.Progress != 0 {
+			continue
+		}
+		if l.Path != "/live" || l.Index != put.Index {
+			t.Fatalf("after the replay %+v, want /live at %d, nothing between", l, put.Index)
+		}
+		return
 	}
 }
 

@@ -94,12 +94,15 @@ func TestMTLSCluster(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode, "PUT %s", path)
 	}
-	for i := range 30 {
-		put(fe2, fmt.Sprintf("/t%d", i)) // through whichever leads: fe2 forwards when it follows
-	}
-	for _, f := range fronts {
-		_, err := f.Checkpointer().Checkpoint(t.Context())
-		require.NoError(t, err)
+	// Two checkpoints: the second compacts the log up to the first.
+	for round := range 2 {
+		for i := range 30 {
+			put(fe2, fmt.Sprintf("/t%d", round*30+i)) // through whichever leads: fe2 forwards when it follows
+		}
+		for _, f := range fronts {
+			_, err := f.Checkpointer().Checkpoint(t.Context())
+			require.NoError(t, err)
+		}
 	}
 	applied := fe2.Journal().Status().Applied
 
@@ -109,7 +112,7 @@ func TestMTLSCluster(t *testing.T) {
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, "the late joiner caught up", func() bool { return fe3.Journal().Status().Applied >= applied })
 	require.NotZero(t, fe3.Journal().Status().Image, "the late joiner restored from an image")
-	_, ok := fe3.Tree().Get("/t29")
+	_, ok := fe3.Tree().Get("/t59")
 	require.True(t, ok, "the late joiner holds the replicated catalog")
 
 	// A worker over mutual TLS: the leader's heartbeats reach it.
