@@ -364,3 +364,100 @@ func TestLeaderAdoptsFollowerImage(t *testing.T) {
 	require.NoError(t, c.Node(leaderID).Journal().WaitApplied(ctx, last))
 	require.Equal(t, saveBytes(t, c.tree(follower)), saveBytes(t, c.tree(leaderID)))
 }
+
+// A follower isolated while the leader checkpoints and compacts past it,
+// healed onto lossy links while the leader keeps writing and the follower
+// keeps checkpointing, installs the leader's image and applies past it.
+func TestIsolatedFollowerInstallsImageUnderWrites(t *testing.T) {
+	c := newImageCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	leaderID, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	leader := c.Node(leaderID).Journal()
+	var lagger uint64 = 1
+	for lagger == leaderID {
+		lagger++
+	}
+	batches := catalogBatches(t, 2000)
+	next := 0
+	prop := func() uint64 {
+		idx, _, err := leader.Propose(ctx, batches[next%len(batches)])
+		require.NoError(t, err)
+		next++
+		return idx
+	}
+	for range 50 {
+		prop()
+	}
+	c.Net.Isolate(lagger)
+	var last uint64
+	for range 200 {
+		last = prop()
+	}
+	var image uint64
+	for _, n := range c.Nodes() {
+		if n.ID == lagger {
+			continue
+		}
+		require.NoError(t, n.Journal().WaitApplied(ctx, last))
+		info, err := c.cps[n.ID].Checkpoint(ctx)
+		require.NoError(t, err)
+		if n.ID == leaderID {
+			image = info.Index
+		}
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+			_, _, _ = leader.Propose(pctx, batches[next%len(batches)])
+			pcancel()
+			next++
+		}
+	}()
+	c.Net.Heal()
+	c.Net.Drop(leaderID, lagger, 0.3)
+	c.Net.Drop(lagger, leaderID, 0.3)
+	c.Net.Delay(leaderID, lagger, time.Millisecond, 5*time.Millisecond)
+	cpDone := make(chan struct{})
+	go func() {
+		defer close(cpDone)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+			_, _ = c.cps[lagger].Checkpoint(cctx)
+			ccancel()
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	lj := c.Node(lagger).Journal()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := lj.Status()
+		if st.Image >= image && st.Applied >= image {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(stop)
+			<-done
+			<-cpDone
+			t.Fatalf("follower stuck: %+v (image %d)", st, image)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	<-done
+	<-cpDone
+}

@@ -159,6 +159,24 @@ func (p *proc) signal(sig syscall.Signal) {
 	p.mu.Unlock()
 }
 
+// dump asks a running process for its goroutine stacks (SIGQUIT: the Go
+// runtime writes them to its output and exits) and waits for it to exit,
+// so the stacks are in its log.
+func (p *proc) dump() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-done:
+		return // exited already
+	default:
+	}
+	p.signal(syscall.SIGQUIT)
+}
+
 func (p *proc) url(path string) string { return "http://" + p.addr + path }
 
 // cluster is a set of processes that one test owns.
@@ -171,6 +189,13 @@ type cluster struct {
 func newCluster(t *testing.T) *cluster {
 	c := &cluster{t: t, base: t.TempDir()}
 	t.Cleanup(func() {
+		if t.Failed() {
+			// A member stuck in a wait shows where: the Go runtime answers
+			// SIGQUIT with every goroutine's stack, then exits.
+			for _, p := range c.procs {
+				p.dump()
+			}
+		}
 		for _, p := range c.procs {
 			p.kill()
 		}
@@ -183,8 +208,18 @@ func newCluster(t *testing.T) *cluster {
 			}
 		}
 		if t.Failed() {
+			dir := t.ArtifactDir()
 			for _, p := range c.procs {
-				t.Logf("---- log of %s ----\n%s", p.name, tail(p.log.String(), 4000))
+				out := p.log.String()
+				// The stacks go to the file: the log shown ends where they begin.
+				logged, _, _ := strings.Cut(out, "SIGQUIT: quit")
+				t.Logf("---- log of %s ----\n%s", p.name, tail(logged, 4000))
+				path := filepath.Join(dir, p.name+".log")
+				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+					t.Logf("save the log of %s: %v", p.name, err)
+					continue
+				}
+				t.Logf("full log of %s (goroutine dump included) in %s (kept with go test -artifacts)", p.name, path)
 			}
 		}
 	})
