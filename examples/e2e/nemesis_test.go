@@ -272,6 +272,50 @@ func TestPartitionNemesis(t *testing.T) {
 			n.net.cut(names(f), names(n.except(f)...))
 			n.hold(nemesisHold)
 		}},
+		{"a follower isolated while the log is compacted past it, its connections reset", false, func(leader *proc) {
+			f := n.follower(leader)
+			before, _ := getStatus(t, f)
+			n.net.cut(names(f), names(n.except(f)...))
+			// The log is compacted up to the image before the newest, so
+			// it takes two checkpoints past the follower to cut it off.
+			var first, index uint64
+			for round := range 2 {
+				acked := n.k.acked.Load()
+				eventually(t, 10*time.Second, "writes acknowledged without "+f.name, func() bool { return n.k.acked.Load() >= acked+100 })
+				for _, p := range n.frontends {
+					var res struct {
+						Index uint64 `json:"index"`
+					}
+					if p != f {
+						require200(t, call(t, "POST", p.url("/v1/checkpoint"), nil, &res), "checkpoint on "+p.name)
+					}
+					if p == leader {
+						index = res.Index
+					}
+				}
+				if round == 0 {
+					first = index
+				}
+			}
+			if first <= before.Applied {
+				t.Fatalf("the leader's first checkpoint at %d, not past %s's %d", first, f.name, before.Applied)
+			}
+			if index < first+10 {
+				t.Fatalf("the leader's second checkpoint at %d, within the compaction margin of its first at %d", index, first)
+			}
+			// Its connections end (the raft messages they held, which
+			// carry the entries it misses, are lost); healed, the follower
+			// catches up from an image it fetches through the proxies,
+			// from its own IP.
+			n.net.reset(f.name)
+			n.net.heal()
+			eventually(t, 30*time.Second, f.name+" restored from an image", func() bool {
+				st, ok := getStatus(t, f)
+				return ok && st.Image >= index
+			})
+		}},
+		// Last, as it changes a member record: a death is declared, and
+		// cancels what it must.
 		{"the leader and the worker split from the majority", false, func(leader *proc) {
 			minority := []*proc{leader, n.worker}
 			n.net.cut(names(minority...), names(n.except(minority...)...))
@@ -321,40 +365,6 @@ func TestPartitionNemesis(t *testing.T) {
 				n.hold(time.Duration(100+n.rng.IntN(300)) * time.Millisecond)
 			}
 		}},
-		{"a follower isolated while the log is compacted past it, its connections reset", false, func(leader *proc) {
-			f := n.follower(leader)
-			before, _ := getStatus(t, f)
-			n.net.cut(names(f), names(n.except(f)...))
-			acked := n.k.acked.Load()
-			eventually(t, 10*time.Second, "writes acknowledged without "+f.name, func() bool { return n.k.acked.Load() >= acked+100 })
-			var index uint64
-			for _, p := range n.frontends {
-				var res struct {
-					Index uint64 `json:"index"`
-				}
-				if p != f {
-					require200(t, call(t, "POST", p.url("/v1/checkpoint"), nil, &res), "checkpoint on "+p.name)
-				}
-				if p == leader {
-					index = res.Index // the leader compacts its log behind it
-				}
-			}
-			if index <= before.Applied+10 {
-				t.Fatalf("the leader's checkpoint at %d, not past the compaction margin beyond %s's %d", index, f.name, before.Applied)
-			}
-			// Its connections end (the raft messages they held, which
-			// carry the entries it misses, are lost); healed, the follower
-			// catches up from an image it fetches through the proxies,
-			// from its own IP.
-			n.net.reset(f.name)
-			n.net.heal()
-			eventually(t, 30*time.Second, f.name+" restored from an image", func() bool {
-				st, ok := getStatus(t, f)
-				return ok && st.Image >= index
-			})
-		}},
-		// Last, as it changes a member record: a death is declared, and
-		// cancels what it must.
 		{"a follower isolated past the death threshold", true, func(leader *proc) {
 			dead = n.follower(leader)
 			n.net.cut(names(dead), names(n.except(dead)...))
