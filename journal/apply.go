@@ -151,15 +151,8 @@ func (j *Journal) applyLoop() {
 	} else if m != nil {
 		j.membersIndex = m.Index
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := j.untilStop(context.Background(), 0)
 	defer cancel()
-	go func() {
-		select {
-		case <-j.stopc:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	for {
 		items, ok := j.applyq.pop()
 		if !ok {

@@ -195,15 +195,8 @@ func (j *Journal) ClusterVersion() uint32 { return j.clusterVersion() }
 // batch or change of leader until it is applied, the node is no member, or
 // the journal closes. It runs on its own goroutine, which Close waits for.
 func (j *Journal) advertiseVersion() {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := j.untilStop(context.Background(), 0)
 	defer cancel()
-	go func() {
-		select {
-		case <-j.stopc:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	for {
 		j.mu.Lock()
 		self, member := j.mu.membership.Members[j.id]

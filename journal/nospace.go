@@ -51,15 +51,8 @@ func (j *Journal) reportSpace() {
 	if !low {
 		what = "clear the no-space alarm"
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*j.electionTimeout())
+	ctx, cancel := j.untilStop(context.Background(), 5*j.electionTimeout())
 	defer cancel()
-	go func() {
-		select {
-		case <-j.stopc:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	err := j.confChangeWith(ctx, what, raftpb.ConfChangeUpdateNode, j.id,
 		confContext{Addr: self.Addr, Role: self.Role, NoSpace: &low}, false)
 	if err != nil {
