@@ -10,8 +10,8 @@ import (
 // TestPutThroughALaggingFollowerUpdates: a PUT creates the node or updates
 // it, whatever the frontend it reaches has applied yet. A follower whose
 // traffic from the leader is delayed has not seen a node the leader just
-// created; a PUT of that node through it is an update (200, its value
-// wins), never a 409 for the create it first tried.
+// created; a PUT of that node through it updates the node (200, its
+// value wins) rather than answering 409 exists.
 func TestPutThroughALaggingFollowerUpdates(t *testing.T) {
 	n := &nemesis{t: t, c: newCluster(t), net: newNetem(t)}
 	m1 := n.member(1, 1, "-bootstrap")
