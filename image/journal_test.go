@@ -167,20 +167,27 @@ func (c *imageCluster) tree(id uint64) *catalog.Tree {
 	return c.trees[id]
 }
 
+// leaderAndFollower waits for c's leader and picks a follower of it, under
+// a context that bounds the test to a minute.
+func (c *imageCluster) leaderAndFollower() (ctx context.Context, leaderID uint64, leader *journal.Journal, follower uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	c.t.Cleanup(cancel)
+	leaderID, err := c.WaitLeader(ctx)
+	require.NoError(c.t, err)
+	follower = 1
+	for follower == leaderID {
+		follower++
+	}
+	return ctx, leaderID, c.Node(leaderID).Journal(), follower
+}
+
 // A follower partitioned while the leader writes, checkpoints and compacts
 // past it catches up through an image once the partition heals, and its
 // catalog saves byte-identical to the leader's.
 func TestPartitionedFollowerCatchesUpThroughImage(t *testing.T) {
 	c := newImageCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	leaderID, err := c.WaitLeader(ctx)
-	require.NoError(t, err)
-	leader := c.Node(leaderID).Journal()
-	var lagger uint64 = 1
-	for lagger == leaderID {
-		lagger++
-	}
+	ctx, leaderID, leader, lagger := c.leaderAndFollower()
+	var err error
 
 	batches := catalogBatches(t, 300)
 	var last uint64
@@ -370,15 +377,7 @@ func TestLeaderAdoptsFollowerImage(t *testing.T) {
 // keeps checkpointing, installs the leader's image and applies past it.
 func TestIsolatedFollowerInstallsImageUnderWrites(t *testing.T) {
 	c := newImageCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	leaderID, err := c.WaitLeader(ctx)
-	require.NoError(t, err)
-	leader := c.Node(leaderID).Journal()
-	var lagger uint64 = 1
-	for lagger == leaderID {
-		lagger++
-	}
+	ctx, leaderID, leader, lagger := c.leaderAndFollower()
 	batches := catalogBatches(t, 2000)
 	next := 0
 	prop := func() uint64 {
