@@ -71,6 +71,10 @@ var (
 		"The cluster's format version as this node has applied it.", nil, nil)
 	descMaxVersion = prometheus.NewDesc("metatree_journal_max_version",
 		"The newest format version this node reads (Config.MaxVersion).", nil, nil)
+	descNoSpaceAlarm = prometheus.NewDesc("metatree_journal_no_space_alarm",
+		"1 while a voter's no-space alarm is raised and the cluster refuses writes (ErrNoSpace), 0 otherwise.", nil, nil)
+	descDiskFree = prometheus.NewDesc("metatree_journal_disk_free_bytes",
+		"Free bytes on the data dir's disk at the last check (absent while the guard is off: Config.ReserveBytes negative, or a filesystem that reports no usage).", nil, nil)
 	descWALFsync = prometheus.NewDesc("metatree_journal_wal_fsync_duration_seconds",
 		"WAL fsync latency of the Pebble log (Pebble's own LogWriter histogram, bounds a subset of pebble.FsyncLatencyBuckets).", nil, nil)
 )
@@ -88,7 +92,7 @@ type journalCollector struct{ j *Journal }
 func (c journalCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descIsLeader, descLeaderChanges, descTerm, descApplied,
 		descCommitted, descStale, descProposalsApplied, descProposalsFailed, descProposalsForwarded, descWALFsync,
-		descHalted, descClusterVersion, descMaxVersion} {
+		descHalted, descClusterVersion, descMaxVersion, descNoSpaceAlarm, descDiskFree} {
 		ch <- d
 	}
 	c.j.metrics.apply.Describe(ch)
@@ -115,6 +119,10 @@ func (c journalCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descHalted, b2f(j.halted() != nil))
 	gauge(descClusterVersion, float64(j.clusterVersion()))
 	gauge(descMaxVersion, float64(j.cfg.MaxVersion))
+	gauge(descNoSpaceAlarm, b2f(j.noSpaceAlarm() != nil))
+	if free, ok := j.space.free(); ok {
+		gauge(descDiskFree, float64(free))
+	}
 	if h := m.walFsyncHistogram(j); h != nil {
 		if cm, err := secondsHistogram(descWALFsync, h); err == nil {
 			ch <- cm

@@ -12,8 +12,21 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/internal/metricstest"
 	"github.com/metatree/metatree/internal/tmpfs"
 )
+
+// spaceSeries scrapes j's collector for its no-space alarm and, when the
+// series is there, its disk's free bytes (-1 when absent).
+func spaceSeries(t *testing.T, j *Journal) (alarm, free float64) {
+	t.Helper()
+	got := metricstest.Scrape(t, j.Collector())
+	free, ok := got["metatree_journal_disk_free_bytes"]
+	if !ok {
+		free = -1
+	}
+	return got["metatree_journal_no_space_alarm"], free
+}
 
 // noSpaceOf reports whether j's applied membership records member id's
 // no-space alarm.
@@ -77,6 +90,10 @@ func TestFollowerLowDiskRaisesTheNoSpaceAlarm(t *testing.T) {
 	propose(t, n1, "a")
 	n2.j.checkSpace()
 	require.False(t, noSpaceOf(n1.j, 2), "a disk with room raises no alarm")
+	alarm, free := spaceSeries(t, n2.j)
+	require.Equal(t, [2]float64{0, 1 << 30}, [2]float64{alarm, free}, "no alarm; the free bytes of the last check")
+	_, free = spaceSeries(t, n1.j)
+	require.Greater(t, free, 0.0, "node 1 measures its real disk")
 
 	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 48 << 20, TotalBytes: 2 << 30})
 	n2.j.checkSpace() // returns once the alarm is applied on node 2
@@ -87,7 +104,11 @@ func TestFollowerLowDiskRaisesTheNoSpaceAlarm(t *testing.T) {
 	}
 	for _, n := range []*node{n1, n3} {
 		requireNoSpace(t, n, 2)
+		alarm, _ := spaceSeries(t, n.j)
+		require.Equal(t, 1.0, alarm, "node %d reports the cluster's alarm", n.id)
 	}
+	_, free = spaceSeries(t, n2.j)
+	require.Equal(t, float64(48<<20), free)
 	_, _, err := n2.j.Propose(ctxT(t, 5*time.Second), []byte("refused"))
 	require.ErrorIs(t, err, ErrNoSpace, "the low follower refuses by its own guard too")
 	require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)), "the low follower still follows")
@@ -104,6 +125,8 @@ func TestFollowerLowDiskRaisesTheNoSpaceAlarm(t *testing.T) {
 	n2.j.checkSpace()
 	require.False(t, noSpaceOf(n2.j, 2))
 	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	alarm, _ = spaceSeries(t, n1.j)
+	require.Equal(t, 0.0, alarm, "the alarm cleared")
 	propose(t, n1, "b")
 	propose(t, n3, "c")
 	require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)))

@@ -67,6 +67,15 @@ func (g *spaceGuard) refuse() error {
 		ErrNoSpace, g.avail.Load(), g.dir, g.reserve)
 }
 
+// free returns the free bytes at the last check; ok is false while the
+// guard is off (no reserve, or a filesystem without usage).
+func (g *spaceGuard) free() (bytes uint64, ok bool) {
+	if g == nil || g.off.Load() {
+		return 0, false
+	}
+	return g.avail.Load(), true
+}
+
 // check measures free space, sets or clears the refusal, and releases or
 // restores the ballast. A filesystem that cannot report its usage (an
 // in-memory one) turns the guard off.

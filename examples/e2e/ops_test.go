@@ -84,6 +84,7 @@ var frontendSeries = []string{
 	"metatree_journal_stale", "metatree_journal_proposals_applied_total", "metatree_journal_proposals_failed_total",
 	"metatree_journal_proposals_forwarded_total", "metatree_journal_wal_fsync_duration_seconds_count",
 	"metatree_journal_apply_duration_seconds_count", "metatree_journal_read_barrier_duration_seconds_count",
+	"metatree_journal_no_space_alarm", "metatree_journal_disk_free_bytes",
 	"metatree_image_last_index", `metatree_image_checkpoints_total{result="ok"}`,
 	`metatree_image_checkpoints_total{result="failed"}`, "metatree_image_checkpoint_duration_seconds_count",
 	"metatree_image_restores_total",
