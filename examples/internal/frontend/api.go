@@ -132,14 +132,25 @@ func (f *Frontend) getStatus(w http.ResponseWriter, _ *http.Request) error {
 	if st.Role == journal.Observer {
 		role = "observer"
 	}
-	httpjson.Write(w, http.StatusOK, map[string]any{
+	out := map[string]any{
 		"id": st.ID, "cluster_id": st.ClusterID, "epoch": f.epoch.String(),
 		"role": role, "state": raftState(st), "leader": st.Leader, "term": st.Term,
 		"applied": st.Applied, "committed": st.Committed, "image": st.Image, "stale": st.Stale,
 		"cluster_version": st.ClusterVersion,
 		"checkpoint":      checkpointJSON(f.ckpt.Status()),
-	})
+	}
+	addStatusError(out, st)
+	httpjson.Write(w, http.StatusOK, out)
 	return nil
+}
+
+// addStatusError adds, while the applier is stopped (Status.Err: halted
+// at an entry this binary cannot read, or a failed store), the reason as
+// "error", so that an operator sees why applied stopped moving.
+func addStatusError(out map[string]any, st journal.Status) {
+	if st.Err != nil {
+		out["error"] = st.Err.Error()
+	}
 }
 
 // checkpointJSON is the checkpointer's state in the status answer.

@@ -59,3 +59,19 @@ func TestAPIErrorsOfFaults(t *testing.T) {
 		require.Equal(t, tc.code, he.Code, "%v", tc.err)
 	}
 }
+
+// A stopped applier's reason is in the status answer as "error"; a
+// running one's answer has no such key.
+func TestStatusNamesTheStoppedApplier(t *testing.T) {
+	running := map[string]any{}
+	addStatusError(running, journal.Status{})
+	if _, ok := running["error"]; ok {
+		t.Fatalf("running applier: %v", running)
+	}
+	halt := &journal.HaltError{Index: 42, What: "entry", Version: 3, Err: journal.ErrUnknownVersion}
+	stopped := map[string]any{}
+	addStatusError(stopped, journal.Status{Err: halt})
+	if stopped["error"] != halt.Error() {
+		t.Fatalf("halted applier: error %q, want %q", stopped["error"], halt.Error())
+	}
+}
