@@ -158,6 +158,7 @@ type state struct {
 	free   []uint32
 
 	pages []*idPage
+	hints []idHint // one a page of pages (idhint.go)
 
 	arena arena
 
@@ -251,6 +252,7 @@ func (s *state) setSlotOf(id uint64, slot uint32) {
 		pg = new(idPage)
 		s.pages[p] = pg
 	}
+	s.hintPlaced(p, id, slot, pg.live == 0)
 	pg.slot[id&(pageSize-1)] = slot + 1
 	pg.live++
 }
@@ -262,6 +264,7 @@ func (s *state) clearSlotOf(id uint64) {
 	pg.live--
 	if pg.live == 0 {
 		s.pages[p] = nil
+		s.hintEmptied(p)
 	}
 }
 

@@ -99,7 +99,7 @@ func (t *Tree) Get(path string) (Node, bool) {
 func (t *Tree) GetID(id uint64) (Node, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	slot, ok := t.s.slotOf(id)
+	slot, ok := t.s.lookupID(id)
 	if !ok {
 		return Node{}, false
 	}

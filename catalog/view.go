@@ -64,7 +64,7 @@ func (r Reader) Get(path string) (v View, ok bool) {
 
 // GetID returns the node with the given id.
 func (r Reader) GetID(id uint64) (v View, ok bool) {
-	slot, ok := r.s.slotOf(id)
+	slot, ok := r.s.lookupID(id)
 	if !ok {
 		return View{}, false
 	}
