@@ -5,7 +5,8 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
-	"strings"
+	"math/rand/v2"
+	"unicode/utf8"
 )
 
 // pathIndex finds the node at a path in a constant number of cache
@@ -41,7 +42,10 @@ import (
 type pathIndex struct {
 	buckets []pathBucket // a power of two of them
 	n       int          // entries, pending ones included
-	seed    maphash.Seed
+	// seed keys the hash of names up to 16 bytes long (level), long
+	// the hash of longer ones.
+	seed [4]uint64
+	long maphash.Seed
 	// pending are entries added but not yet in a bucket. An insert is a
 	// cache miss in a table the size of the catalog; put one by one
 	// between the applier's other work, those misses add up, while
@@ -87,7 +91,12 @@ type pathBucket struct {
 }
 
 func newPathIndex() pathIndex {
-	return pathIndex{buckets: make([]pathBucket, 1), seed: maphash.MakeSeed(), mask: pathHashMask}
+	return pathIndex{
+		buckets: make([]pathBucket, 1),
+		seed:    [4]uint64{rand.Uint64(), rand.Uint64(), rand.Uint64(), rand.Uint64()},
+		long:    maphash.MakeSeed(),
+		mask:    pathHashMask,
+	}
 }
 
 // slotSource reads recs, names and child lists: the state, or Load's
@@ -99,12 +108,31 @@ type slotSource interface {
 }
 
 // level is the term of a path's hash for the name at depth (1 for the
-// root's children).
+// root's children). A name of up to 16 bytes (most are) is hashed inline,
+// as wyhash hashes short keys: two words that together hold all its bytes
+// (its first and last eight, four or one), then two 128-bit products
+// folded, with the seed and the name's length and depth mixed in. A
+// longer name is hashed by maphash first.
 func (x *pathIndex) level(depth int, name []byte) uint64 {
-	h := maphash.Bytes(x.seed, name) + uint64(depth)*0x9e3779b97f4a7c15
-	h ^= h >> 32
-	h *= 0xd6e8feb86659fd93
-	return h ^ h>>32
+	n := len(name)
+	var a, b uint64
+	switch {
+	case n > 16:
+		a = maphash.Bytes(x.long, name)
+	case n >= 8:
+		a, b = binary.LittleEndian.Uint64(name), binary.LittleEndian.Uint64(name[n-8:])
+	case n >= 4:
+		a, b = uint64(binary.LittleEndian.Uint32(name)), uint64(binary.LittleEndian.Uint32(name[n-4:]))
+	case n > 0:
+		a = uint64(name[0])<<16 | uint64(name[n>>1])<<8 | uint64(name[n-1])
+	}
+	return mum(mum(a^x.seed[0], b^x.seed[1])^x.seed[2], uint64(n)<<32^uint64(depth)^x.seed[3])
+}
+
+// mum folds the 128-bit product of a and b into 64 bits.
+func mum(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
 }
 
 // key is the table's hash of a path whose levels' terms sum to sum.
@@ -190,18 +218,71 @@ func (x *pathIndex) find(s *state, h uint64, parent uint32, name []byte) (uint32
 // candidates are on the stack.
 const guessDepth = 16
 
-// resolve finds the slot at a valid path other than "/" (the table
-// flushed) in two passes. The first takes, for every level, the first
-// entry whose tag matches without reading its rec: the levels' buckets
-// are read together. The second checks each candidate's parent and name,
-// their recs and names read together too; a candidate that is not the
-// node (a tag shared by another entry) is replaced by the one find checks
-// entry by entry. Paths deeper than guessDepth are found level by level
-// with find.
+// Bytes of a path, for nameEnd.
+const (
+	pathPlain    = iota // part of a name
+	pathSlash           // '/'
+	pathControl         // a control byte or DEL: never in a name
+	pathNonASCII        // part of a name if the name is valid UTF-8
+)
+
+var pathBytes = func() (t [256]uint8) {
+	for c := range t {
+		switch {
+		case c == '/':
+			t[c] = pathSlash
+		case c < 0x20 || c == 0x7f:
+			t[c] = pathControl
+		case c >= 0x80:
+			t[c] = pathNonASCII
+		}
+	}
+	return t
+}()
+
+// nameEnd returns the end of the name of path that starts at start (the
+// next '/' or the path's end); ok is false if that name is not a valid one
+// (ValidName), and so is no node's. Checking each name as resolve reaches
+// it makes a lookup one pass over the path instead of ValidPath's and
+// then its own.
+func nameEnd(path string, start int) (end int, ok bool) {
+	nonASCII := false
+	for end = start; end < len(path); end++ {
+		switch pathBytes[path[end]] {
+		case pathPlain:
+			continue
+		case pathSlash:
+		case pathControl:
+			return end, false
+		default:
+			nonASCII = true
+			continue
+		}
+		break
+	}
+	n := end - start
+	if n == 0 || n > MaxNameLen || n <= 2 && path[start] == '.' && path[end-1] == '.' {
+		return end, false // empty, too long, "." or ".."
+	}
+	return end, !nonASCII || utf8.ValidString(path[start:end])
+}
+
+// resolve finds the slot at path (the table flushed), which is valid or
+// not: a path that ValidPath rejects is found nowhere. It checks the path
+// as it reads it (nameEnd) and finds the node in two passes. The first
+// takes, for every level, the first entry whose tag matches without
+// reading its rec: the levels' buckets are read together. The second
+// checks each candidate's parent and name, their recs and names read
+// together too; a candidate that is not the node (a tag shared by another
+// entry) is replaced by the one find checks entry by entry. Paths deeper
+// than guessDepth are found level by level with find.
 func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
+	if len(path) < 2 || path[0] != '/' || len(path) > MaxPathLen {
+		return rootSlot, path == "/"
+	}
 	var cands [guessDepth]uint32
+	var ends [guessDepth]int32
 	var keys [guessDepth]uint64
-	var ends [guessDepth]int
 	m := uint64(len(x.buckets) - 1)
 	var sum uint64
 	depth := 0
@@ -209,9 +290,9 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 		if depth == guessDepth {
 			return x.walk(s, path)
 		}
-		end := start
-		for end < len(path) && path[end] != '/' {
-			end++
+		end, ok := nameEnd(path, start)
+		if !ok {
+			return 0, false
 		}
 		sum += x.level(depth+1, unsafeBytes(path[start:end]))
 		h := x.key(sum)
@@ -232,7 +313,7 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 				return 0, false
 			}
 		}
-		keys[depth], ends[depth] = h, end
+		keys[depth], ends[depth] = h, int32(end)
 		depth++
 		if end == len(path) {
 			break
@@ -250,7 +331,7 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 				return 0, false
 			}
 		}
-		parent, start = c, ends[d]+1
+		parent, start = c, int(ends[d])+1
 	}
 	return parent, true
 }
@@ -260,32 +341,37 @@ func (x *pathIndex) walk(s *state, path string) (uint32, bool) {
 	slot := uint32(rootSlot)
 	var sum uint64
 	depth := 0
-	rest := path[1:]
-	for {
-		i := strings.IndexByte(rest, '/')
-		if i < 0 {
-			i = len(rest)
-		}
-		name := unsafeBytes(rest[:i])
-		depth++
-		sum += x.level(depth, name)
-		c, ok := x.find(s, x.key(sum), slot, name)
+	for start := 1; ; {
+		end, ok := nameEnd(path, start)
 		if !ok {
 			return 0, false
 		}
-		slot = c
-		if i == len(rest) {
+		name := unsafeBytes(path[start:end])
+		depth++
+		sum += x.level(depth, name)
+		if slot, ok = x.find(s, x.key(sum), slot, name); !ok {
+			return 0, false
+		}
+		if end == len(path) {
 			return slot, true
 		}
-		rest = rest[i+1:]
+		start = end + 1
 	}
 }
 
 // isKid reports whether the node at slot (an indexed, live one) is the
-// child of parent named name.
+// child of parent named name. A name shorter than 128 bytes (most are) is
+// compared in place: its blob starts with its length in one byte.
 func (s *state) isKid(slot, parent uint32, name []byte) bool {
 	r := s.at(slot)
-	return r.parent == parent && bytes.Equal(s.name(slot), name)
+	if r.parent != parent {
+		return false
+	}
+	if n := len(name); n < 0x80 {
+		b := s.arena.chunks[r.blob>>32][uint32(r.blob):]
+		return len(b) > n && b[0] == byte(n) && string(b[1:1+n]) == string(name)
+	}
+	return bytes.Equal(s.name(slot), name)
 }
 
 // put puts an entry counted in n in a bucket; the table has room (see

@@ -508,11 +508,9 @@ func (s *state) internKey(k string) uint32 {
 	return i
 }
 
-// resolve returns the slot at path (a valid path).
+// resolve returns the slot at path; ok is false if there is none or path
+// is not valid (ValidPath), which resolve checks as it goes.
 func (s *state) resolve(path string) (uint32, bool) {
-	if path == "/" {
-		return rootSlot, true
-	}
 	return s.paths.resolve(s, path)
 }
 
