@@ -109,24 +109,37 @@ type slotSource interface {
 
 // level is the term of a path's hash for the name at depth (1 for the
 // root's children). A name of up to 16 bytes (most are) is hashed inline,
-// as wyhash hashes short keys: two words that together hold all its bytes
-// (its first and last eight, four or one), then two 128-bit products
-// folded, with the seed and the name's length and depth mixed in. A
-// longer name is hashed by maphash first.
+// as wyhash hashes short keys: its two words (nameWords), then two 128-bit
+// products folded, with the seed and the name's length and depth mixed in
+// (term). A longer name is hashed by maphash first.
 func (x *pathIndex) level(depth int, name []byte) uint64 {
-	n := len(name)
-	var a, b uint64
-	switch {
-	case n > 16:
-		a = maphash.Bytes(x.long, name)
-	case n >= 8:
-		a, b = binary.LittleEndian.Uint64(name), binary.LittleEndian.Uint64(name[n-8:])
-	case n >= 4:
-		a, b = uint64(binary.LittleEndian.Uint32(name)), uint64(binary.LittleEndian.Uint32(name[n-4:]))
-	case n > 0:
-		a = uint64(name[0])<<16 | uint64(name[n>>1])<<8 | uint64(name[n-1])
+	if len(name) > 16 {
+		return x.term(depth, len(name), maphash.Bytes(x.long, name), 0)
 	}
+	a, b := nameWords(name)
+	return x.term(depth, len(name), a, b)
+}
+
+// term is the level term of a name of n bytes at depth whose words are a
+// and b.
+func (x *pathIndex) term(depth, n int, a, b uint64) uint64 {
 	return mum(mum(a^x.seed[0], b^x.seed[1])^x.seed[2], uint64(n)<<32^uint64(depth)^x.seed[3])
+}
+
+// nameWords returns two words that together hold every byte of a name of
+// at most 16 bytes: its first and last eight, or four, or its first, middle
+// and last byte in one word (1 to 3 bytes). Two names of one length are
+// equal if and only if their words are.
+func nameWords(name []byte) (a, b uint64) {
+	switch n := len(name); {
+	case n >= 8:
+		return binary.LittleEndian.Uint64(name), binary.LittleEndian.Uint64(name[n-8:])
+	case n >= 4:
+		return uint64(binary.LittleEndian.Uint32(name)), uint64(binary.LittleEndian.Uint32(name[n-4:]))
+	case n > 0:
+		return uint64(name[0])<<16 | uint64(name[n>>1])<<8 | uint64(name[n-1]), 0
+	}
+	return 0, 0
 }
 
 // mum folds the 128-bit product of a and b into 64 bits.
@@ -218,53 +231,45 @@ func (x *pathIndex) find(s *state, h uint64, parent uint32, name []byte) (uint32
 // candidates are on the stack.
 const guessDepth = 16
 
-// Bytes of a path, for nameEnd.
-const (
-	pathPlain    = iota // part of a name
-	pathSlash           // '/'
-	pathControl         // a control byte or DEL: never in a name
-	pathNonASCII        // part of a name if the name is valid UTF-8
-)
-
-var pathBytes = func() (t [256]uint8) {
-	for c := range t {
-		switch {
-		case c == '/':
-			t[c] = pathSlash
-		case c < 0x20 || c == 0x7f:
-			t[c] = pathControl
-		case c >= 0x80:
-			t[c] = pathNonASCII
-		}
-	}
-	return t
-}()
-
 // nameEnd returns the end of the name of path that starts at start (the
 // next '/' or the path's end); ok is false if that name is not a valid one
 // (ValidName), and so is no node's. Checking each name as resolve reaches
 // it makes a lookup one pass over the path instead of ValidPath's and
 // then its own.
 func nameEnd(path string, start int) (end int, ok bool) {
-	nonASCII := false
-	for end = start; end < len(path); end++ {
-		switch pathBytes[path[end]] {
-		case pathPlain:
-			continue
-		case pathSlash:
-		case pathControl:
-			return end, false
-		default:
-			nonASCII = true
-			continue
+	end, odd := scanName(path, start)
+	name := path[start:end]
+	return end, validLength(name) && (!odd || validOddName(name))
+}
+
+// scanName returns the end of the name of path that starts at start, and
+// whether it holds a byte outside printable ASCII (a control byte, DEL or
+// a byte of a multi-byte character).
+func scanName(path string, start int) (end int, odd bool) {
+	for end = start; end < len(path) && path[end] != '/'; end++ {
+		if path[end]-0x20 >= 0x7f-0x20 {
+			odd = true
 		}
-		break
 	}
-	n := end - start
-	if n == 0 || n > MaxNameLen || n <= 2 && path[start] == '.' && path[end-1] == '.' {
-		return end, false // empty, too long, "." or ".."
+	return end, odd
+}
+
+// validLength reports whether name is not empty, "." or "..", nor longer
+// than MaxNameLen bytes.
+func validLength(name string) bool {
+	n := len(name)
+	return uint(n-1) < MaxNameLen && (n > 2 || name[0] != '.' || name[n-1] != '.')
+}
+
+// validOddName reports whether name, holding a byte outside printable
+// ASCII, is valid: no control byte or DEL, and valid UTF-8.
+func validOddName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c == 0x7f {
+			return false
+		}
 	}
-	return end, !nonASCII || utf8.ValidString(path[start:end])
+	return utf8.ValidString(name)
 }
 
 // resolve finds the slot at path (the table flushed), which is valid or
@@ -290,11 +295,17 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 		if depth == guessDepth {
 			return x.walk(s, path)
 		}
-		end, ok := nameEnd(path, start)
-		if !ok {
-			return 0, false
+		end, odd := scanName(path, start)
+		name := path[start:end]
+		if !validLength(name) || odd && !validOddName(name) {
+			return 0, false // see nameEnd
 		}
-		sum += x.level(depth+1, unsafeBytes(path[start:end]))
+		if n := len(name); n <= 16 {
+			a, b := nameWords(unsafeBytes(name))
+			sum += x.term(depth+1, n, a, b)
+		} else {
+			sum += x.level(depth+1, unsafeBytes(name))
+		}
 		h := x.key(sum)
 		t := tagOf(h)
 		for i := h & m; ; i = (i + 1) & m {
@@ -360,18 +371,25 @@ func (x *pathIndex) walk(s *state, path string) (uint32, bool) {
 }
 
 // isKid reports whether the node at slot (an indexed, live one) is the
-// child of parent named name. A name shorter than 128 bytes (most are) is
-// compared in place: its blob starts with its length in one byte.
+// child of parent named name. A name of up to 16 bytes (most are) is
+// compared in place, by its words (nameWords): its blob starts with its
+// length in one byte.
 func (s *state) isKid(slot, parent uint32, name []byte) bool {
 	r := s.at(slot)
 	if r.parent != parent {
 		return false
 	}
-	if n := len(name); n < 0x80 {
-		b := s.arena.chunks[r.blob>>32][uint32(r.blob):]
-		return len(b) > n && b[0] == byte(n) && string(b[1:1+n]) == string(name)
+	n := len(name)
+	if n > 16 {
+		return bytes.Equal(s.name(slot), name)
 	}
-	return bytes.Equal(s.name(slot), name)
+	b := s.arena.chunks[r.blob>>32][uint32(r.blob):]
+	if len(b) <= n || b[0] != byte(n) {
+		return false
+	}
+	pa, pb := nameWords(name)
+	ba, bb := nameWords(b[1 : 1+n])
+	return pa == ba && pb == bb
 }
 
 // put puts an entry counted in n in a bucket; the table has room (see

@@ -514,3 +514,19 @@ func TestLevelHash(t *testing.T) {
 		}
 	}
 }
+
+// TestNameWords checks that the words of names (nameWords) hold every byte:
+// names of one length that differ in any one byte have different words.
+func TestNameWords(t *testing.T) {
+	for n := 1; n <= 16; n++ {
+		name := bytes.Repeat([]byte{'a'}, n)
+		a0, b0 := nameWords(name)
+		for i := range n {
+			v := bytes.Clone(name)
+			v[i] = 'b'
+			if a, b := nameWords(v); a == a0 && b == b0 {
+				t.Fatalf("%q and %q have the same words", name, v)
+			}
+		}
+	}
+}

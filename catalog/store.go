@@ -153,7 +153,7 @@ type state struct {
 	index  uint64 // last applied log index
 	nextID uint64
 
-	slab   [][]rec
+	slab   []*[slabSize]rec
 	nslots uint32
 	free   []uint32
 
@@ -226,7 +226,7 @@ func (s *state) allocSlot() uint32 {
 	}
 	slot := s.nslots
 	if int(slot>>slabBits) == len(s.slab) {
-		s.slab = append(s.slab, make([]rec, slabSize))
+		s.slab = append(s.slab, new([slabSize]rec))
 	}
 	s.nslots++
 	return slot

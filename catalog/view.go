@@ -273,9 +273,10 @@ const childrenAhead = 16
 
 // touchRecs reads the recs of slots.
 func (s *state) touchRecs(slots []uint32) {
+	slab := s.slab
 	var sum uint32
 	for _, slot := range slots {
-		sum |= s.at(slot).blen
+		sum |= slab[slot>>slabBits][slot&(slabSize-1)].blen
 	}
 	// A blob holds at least a name's length and an attribute count; the
 	// check also keeps the loads, which the compiler would drop if their
@@ -288,12 +289,17 @@ func (s *state) touchRecs(slots []uint32) {
 // touchKids reads the first byte of the names of slots, whose recs are in
 // the cache, and the recs of next.
 func (s *state) touchKids(slots, next []uint32) {
+	// Few instructions a load: the loads that miss wait to retire, and
+	// the fewer instructions stand between them, the more of them the
+	// processor issues before it waits.
+	slab, chunks := s.slab, s.arena.chunks
 	var sum uint32
 	for i, slot := range slots {
-		r := s.at(slot)
-		sum += uint32(s.arena.chunks[r.blob>>32][uint32(r.blob)])
+		r := &slab[slot>>slabBits][slot&(slabSize-1)]
+		sum += uint32(chunks[r.blob>>32][uint32(r.blob)])
 		if i < len(next) {
-			sum |= s.at(next[i]).blen << 8
+			n := next[i]
+			sum |= slab[n>>slabBits][n&(slabSize-1)].blen << 8
 		}
 	}
 	// A child's blob starts with its name's length, never 0 (see
