@@ -241,6 +241,13 @@ func (v View) Children() iter.Seq[View] {
 	return func(yield func(View) bool) { v.children(yield) }
 }
 
+// children reads the children ahead in groups: siblings' recs and names
+// lie apart (among their descendants'), so that each is a cache miss, and
+// read in a loop of independent loads their misses overlap instead of
+// adding up. A name is found through its rec, so a group's names can be
+// read only once its recs are in: the names of one group are read together
+// with the recs of the next (touchKids), so that each group waits for one
+// round of misses, not two. What the yield then reads is in the cache.
 func (v View) children(yield func(View) bool) {
 	s := v.s
 	kids := s.kids.list(v.r.kids)
@@ -263,14 +270,6 @@ func (v View) children(yield func(View) bool) {
 // Children reads ahead of yielding them.
 const childrenAhead = 16
 
-// Children reads its children ahead in groups: siblings' recs and names lie
-// apart (among their descendants'), so that each is a cache miss, and read
-// in a loop of independent loads their misses overlap instead of adding up.
-// A name is found through its rec, so a group's names can be read only
-// once its recs are in: the names of one group are read together with the
-// recs of the next, so that each group waits for one round of misses, not
-// two. What the yield then reads is in the cache.
-
 // touchRecs reads the recs of slots.
 func (s *state) touchRecs(slots []uint32) {
 	slab := s.slab
@@ -289,9 +288,6 @@ func (s *state) touchRecs(slots []uint32) {
 // touchKids reads the first byte of the names of slots, whose recs are in
 // the cache, and the recs of next.
 func (s *state) touchKids(slots, next []uint32) {
-	// Few instructions a load: the loads that miss wait to retire, and
-	// the fewer instructions stand between them, the more of them the
-	// processor issues before it waits.
 	slab, chunks := s.slab, s.arena.chunks
 	var sum uint32
 	for i, slot := range slots {
