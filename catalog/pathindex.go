@@ -333,10 +333,26 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 	}
 	parent := uint32(rootSlot)
 	start := 1
+	slab, chunks := s.slab, s.arena.chunks
 	for d := range depth {
 		c := cands[d]
 		name := unsafeBytes(path[start:ends[d]])
-		if !s.isKid(c, parent, name) {
+		// isKid, inline for names of up to 16 bytes (a call a level
+		// costs the loop a good part of its time).
+		r := &slab[c>>slabBits][c&(slabSize-1)]
+		kid := r.parent == parent
+		if n := len(name); kid && n <= 16 {
+			b := chunks[r.blob>>32][uint32(r.blob):]
+			pa, pb := nameWords(name)
+			kid = len(b) > n && b[0] == byte(n)
+			if kid {
+				ba, bb := nameWords(b[1 : 1+n])
+				kid = pa == ba && pb == bb
+			}
+		} else if kid {
+			kid = s.isKid(c, parent, name)
+		}
+		if !kid {
 			var ok bool
 			if c, ok = x.find(s, keys[d], parent, name); !ok {
 				return 0, false
