@@ -525,7 +525,7 @@ func (ld *loader) add(id, parent uint64, kind uint32, created, modified, ref uin
 type linker struct {
 	s        *state
 	count    uint64 // the header's node count
-	slab     [][]rec
+	slab     []*[slabSize]rec
 	chunks   [][]byte
 	kindSets []*idset.Set
 
@@ -596,7 +596,7 @@ type linkBatch struct {
 	// no such attribute, findValue if the linker must look).
 	vals []uint64
 	// New copies of the state's outer slices (nil if unchanged).
-	slab     [][]rec
+	slab     []*[slabSize]rec
 	chunks   [][]byte
 	kindSets []*idset.Set
 	// The block reader's position after the block, for errors.

@@ -5,7 +5,8 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
-	"strings"
+	"math/rand/v2"
+	"unicode/utf8"
 )
 
 // pathIndex finds the node at a path in a constant number of cache
@@ -41,7 +42,10 @@ import (
 type pathIndex struct {
 	buckets []pathBucket // a power of two of them
 	n       int          // entries, pending ones included
-	seed    maphash.Seed
+	// seed keys the hash of names up to 16 bytes long (level), long
+	// the hash of longer ones.
+	seed [4]uint64
+	long maphash.Seed
 	// pending are entries added but not yet in a bucket. An insert is a
 	// cache miss in a table the size of the catalog; put one by one
 	// between the applier's other work, those misses add up, while
@@ -87,7 +91,12 @@ type pathBucket struct {
 }
 
 func newPathIndex() pathIndex {
-	return pathIndex{buckets: make([]pathBucket, 1), seed: maphash.MakeSeed(), mask: pathHashMask}
+	return pathIndex{
+		buckets: make([]pathBucket, 1),
+		seed:    [4]uint64{rand.Uint64(), rand.Uint64(), rand.Uint64(), rand.Uint64()},
+		long:    maphash.MakeSeed(),
+		mask:    pathHashMask,
+	}
 }
 
 // slotSource reads recs, names and child lists: the state, or Load's
@@ -99,12 +108,44 @@ type slotSource interface {
 }
 
 // level is the term of a path's hash for the name at depth (1 for the
-// root's children).
+// root's children). A name of up to 16 bytes (most are) is hashed inline,
+// as wyhash hashes short keys: its two words (nameWords), then two 128-bit
+// products folded, with the seed and the name's length and depth mixed in
+// (term). A longer name is hashed by maphash first.
 func (x *pathIndex) level(depth int, name []byte) uint64 {
-	h := maphash.Bytes(x.seed, name) + uint64(depth)*0x9e3779b97f4a7c15
-	h ^= h >> 32
-	h *= 0xd6e8feb86659fd93
-	return h ^ h>>32
+	if len(name) > 16 {
+		return x.term(depth, len(name), maphash.Bytes(x.long, name), 0)
+	}
+	a, b := nameWords(name)
+	return x.term(depth, len(name), a, b)
+}
+
+// term is the level term of a name of n bytes at depth whose words are a
+// and b.
+func (x *pathIndex) term(depth, n int, a, b uint64) uint64 {
+	return mum(mum(a^x.seed[0], b^x.seed[1])^x.seed[2], uint64(n)<<32^uint64(depth)^x.seed[3])
+}
+
+// nameWords returns two words that together hold every byte of a name of
+// at most 16 bytes: its first and last eight, or four, or its first, middle
+// and last byte in one word (1 to 3 bytes). Two names of one length are
+// equal if and only if their words are.
+func nameWords(name []byte) (a, b uint64) {
+	switch n := len(name); {
+	case n >= 8:
+		return binary.LittleEndian.Uint64(name), binary.LittleEndian.Uint64(name[n-8:])
+	case n >= 4:
+		return uint64(binary.LittleEndian.Uint32(name)), uint64(binary.LittleEndian.Uint32(name[n-4:]))
+	case n > 0:
+		return uint64(name[0])<<16 | uint64(name[n>>1])<<8 | uint64(name[n-1]), 0
+	}
+	return 0, 0
+}
+
+// mum folds the 128-bit product of a and b into 64 bits.
+func mum(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
 }
 
 // key is the table's hash of a path whose levels' terms sum to sum.
@@ -190,18 +231,63 @@ func (x *pathIndex) find(s *state, h uint64, parent uint32, name []byte) (uint32
 // candidates are on the stack.
 const guessDepth = 16
 
-// resolve finds the slot at a valid path other than "/" (the table
-// flushed) in two passes. The first takes, for every level, the first
-// entry whose tag matches without reading its rec: the levels' buckets
-// are read together. The second checks each candidate's parent and name,
-// their recs and names read together too; a candidate that is not the
-// node (a tag shared by another entry) is replaced by the one find checks
-// entry by entry. Paths deeper than guessDepth are found level by level
-// with find.
+// nameEnd returns the end of the name of path that starts at start (the
+// next '/' or the path's end); ok is false if that name is not a valid one
+// (ValidName), and so is no node's. Checking each name as resolve reaches
+// it makes a lookup one pass over the path instead of ValidPath's and
+// then its own.
+func nameEnd(path string, start int) (end int, ok bool) {
+	end, odd := scanName(path, start)
+	name := path[start:end]
+	return end, validLength(name) && (!odd || validOddName(name))
+}
+
+// scanName returns the end of the name of path that starts at start, and
+// whether it holds a byte outside printable ASCII (a control byte, DEL or
+// a byte of a multi-byte character).
+func scanName(path string, start int) (end int, odd bool) {
+	for end = start; end < len(path) && path[end] != '/'; end++ {
+		if path[end]-0x20 >= 0x7f-0x20 {
+			odd = true
+		}
+	}
+	return end, odd
+}
+
+// validLength reports whether name is not empty, "." or "..", nor longer
+// than MaxNameLen bytes.
+func validLength(name string) bool {
+	n := len(name)
+	return uint(n-1) < MaxNameLen && (n > 2 || name[0] != '.' || name[n-1] != '.')
+}
+
+// validOddName reports whether name, holding a byte outside printable
+// ASCII, is valid: no control byte or DEL, and valid UTF-8.
+func validOddName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return utf8.ValidString(name)
+}
+
+// resolve finds the slot at path (the table flushed), which is valid or
+// not: a path that ValidPath rejects is found nowhere. It checks the path
+// as it reads it (nameEnd) and finds the node in two passes. The first
+// takes, for every level, the first entry whose tag matches without
+// reading its rec: the levels' buckets are read together. The second
+// checks each candidate's parent and name, their recs and names read
+// together too; a candidate that is not the node (a tag shared by another
+// entry) is replaced by the one find checks entry by entry. Paths deeper
+// than guessDepth are found level by level with find.
 func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
+	if len(path) < 2 || path[0] != '/' || len(path) > MaxPathLen {
+		return rootSlot, path == "/"
+	}
 	var cands [guessDepth]uint32
+	var ends [guessDepth]int32
 	var keys [guessDepth]uint64
-	var ends [guessDepth]int
 	m := uint64(len(x.buckets) - 1)
 	var sum uint64
 	depth := 0
@@ -209,11 +295,17 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 		if depth == guessDepth {
 			return x.walk(s, path)
 		}
-		end := start
-		for end < len(path) && path[end] != '/' {
-			end++
+		end, odd := scanName(path, start)
+		name := path[start:end]
+		if !validLength(name) || odd && !validOddName(name) {
+			return 0, false // see nameEnd
 		}
-		sum += x.level(depth+1, unsafeBytes(path[start:end]))
+		if n := len(name); n <= 16 {
+			a, b := nameWords(unsafeBytes(name))
+			sum += x.term(depth+1, n, a, b)
+		} else {
+			sum += x.level(depth+1, unsafeBytes(name))
+		}
 		h := x.key(sum)
 		t := tagOf(h)
 		for i := h & m; ; i = (i + 1) & m {
@@ -232,7 +324,7 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 				return 0, false
 			}
 		}
-		keys[depth], ends[depth] = h, end
+		keys[depth], ends[depth] = h, int32(end)
 		depth++
 		if end == len(path) {
 			break
@@ -241,16 +333,32 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 	}
 	parent := uint32(rootSlot)
 	start := 1
+	slab, chunks := s.slab, s.arena.chunks
 	for d := range depth {
 		c := cands[d]
 		name := unsafeBytes(path[start:ends[d]])
-		if !s.isKid(c, parent, name) {
+		// isKid, inline for names of up to 16 bytes (a call a level
+		// costs the loop a good part of its time).
+		r := &slab[c>>slabBits][c&(slabSize-1)]
+		kid := r.parent == parent
+		if n := len(name); kid && n <= 16 {
+			b := chunks[r.blob>>32][uint32(r.blob):]
+			pa, pb := nameWords(name)
+			kid = len(b) > n && b[0] == byte(n)
+			if kid {
+				ba, bb := nameWords(b[1 : 1+n])
+				kid = pa == ba && pb == bb
+			}
+		} else if kid {
+			kid = s.isKid(c, parent, name)
+		}
+		if !kid {
 			var ok bool
 			if c, ok = x.find(s, keys[d], parent, name); !ok {
 				return 0, false
 			}
 		}
-		parent, start = c, ends[d]+1
+		parent, start = c, int(ends[d])+1
 	}
 	return parent, true
 }
@@ -260,32 +368,44 @@ func (x *pathIndex) walk(s *state, path string) (uint32, bool) {
 	slot := uint32(rootSlot)
 	var sum uint64
 	depth := 0
-	rest := path[1:]
-	for {
-		i := strings.IndexByte(rest, '/')
-		if i < 0 {
-			i = len(rest)
-		}
-		name := unsafeBytes(rest[:i])
-		depth++
-		sum += x.level(depth, name)
-		c, ok := x.find(s, x.key(sum), slot, name)
+	for start := 1; ; {
+		end, ok := nameEnd(path, start)
 		if !ok {
 			return 0, false
 		}
-		slot = c
-		if i == len(rest) {
+		name := unsafeBytes(path[start:end])
+		depth++
+		sum += x.level(depth, name)
+		if slot, ok = x.find(s, x.key(sum), slot, name); !ok {
+			return 0, false
+		}
+		if end == len(path) {
 			return slot, true
 		}
-		rest = rest[i+1:]
+		start = end + 1
 	}
 }
 
 // isKid reports whether the node at slot (an indexed, live one) is the
-// child of parent named name.
+// child of parent named name. A name of up to 16 bytes (most are) is
+// compared in place, by its words (nameWords): its blob starts with its
+// length in one byte.
 func (s *state) isKid(slot, parent uint32, name []byte) bool {
 	r := s.at(slot)
-	return r.parent == parent && bytes.Equal(s.name(slot), name)
+	if r.parent != parent {
+		return false
+	}
+	n := len(name)
+	if n > 16 {
+		return bytes.Equal(s.name(slot), name)
+	}
+	b := s.arena.chunks[r.blob>>32][uint32(r.blob):]
+	if len(b) <= n || b[0] != byte(n) {
+		return false
+	}
+	pa, pb := nameWords(name)
+	ba, bb := nameWords(b[1 : 1+n])
+	return pa == ba && pb == bb
 }
 
 // put puts an entry counted in n in a bucket; the table has room (see

@@ -351,7 +351,8 @@ func FuzzPathIndex(f *testing.F) {
 }
 
 // TestGetPathAllocs pins Get by path at zero allocations: found, missing,
-// past a tag shared by another entry, and deeper than the two-pass lookup.
+// past a tag shared by another entry, deeper than the two-pass lookup, and
+// invalid (rejected as the path is read).
 func TestGetPathAllocs(t *testing.T) {
 	withHashMask(0x3, func() {
 		tr := New()
@@ -368,7 +369,8 @@ func TestGetPathAllocs(t *testing.T) {
 		for _, c := range []struct {
 			path string
 			ok   bool
-		}{{"/n49", true}, {"/n7", true}, {"/n0" + deep, true}, {"/n50", false}, {"/n3/x", false}} {
+		}{{"/n49", true}, {"/n7", true}, {"/n0" + deep, true}, {"/n50", false}, {"/n3/x", false},
+			{"/n3//n1", false}, {"/n3/", false}, {"/n\xff", false}, {"/n0" + deep + "/\x00", false}, {"n3", false}} {
 			found := false
 			read := func(r Reader) { _, found = r.Get(c.path) }
 			if a := testing.AllocsPerRun(100, func() { tr.Read(read) }); a != 0 {
@@ -379,4 +381,152 @@ func TestGetPathAllocs(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestResolveInvalidPaths checks that resolve, which validates a path as
+// it reads it, agrees with ValidPath and the child lists: found exactly
+// when the path is valid and the lists hold a node there. The paths are
+// random strings of names, slashes and the bytes ValidName rejects, over
+// a tree whose names hold the bytes it accepts ('.', UTF-8); the tree is
+// deep enough for the level-by-level walk.
+func TestResolveInvalidPaths(t *testing.T) {
+	names := []string{"a", ".a", "a.", "...", "é", "aé", "a.b", strings.Repeat("n", MaxNameLen), "tablet1234567", "a-long-name-past-sixteen-bytes"}
+	tr := New()
+	var ops []Op
+	var add func(prefix string, depth int)
+	add = func(prefix string, depth int) {
+		for i, n := range names {
+			if depth > 1 && i%3 != depth%3 {
+				continue
+			}
+			p := prefix + "/" + n
+			ops = append(ops, Op{Type: OpCreate, Path: p, Kind: "dir"})
+			if depth < 3 {
+				add(p, depth+1)
+			}
+		}
+	}
+	add("", 1)
+	deep := ""
+	for i := range guessDepth + 3 {
+		deep += "/" + names[i%3]
+		ops = append(ops, Op{Type: OpCreate, Path: "/a" + deep, Kind: "dir"})
+	}
+	mustApply(t, tr, 1, Batch{Ops: ops})
+	tokens := append([]string{"/", "/", "//", ".", "..", "", "\x00", "\x1f", "\x7f", "\xff", "\xc3", "\xa9", "a\x00"}, names...)
+	r := rand.New(rand.NewPCG(1, 2))
+	paths := []string{"", "/", "a", "a/", "/a/", "//a", "/a//a", "/./a", "/a/..", "/a/../a", "/a/.", "/" + strings.Repeat("n", MaxNameLen+1),
+		"/a" + deep, "/a" + deep + "/", "/a" + deep + "/.", "/a" + deep[:len(deep)-2] + "\xff", "/a" + deep + "/a\x00",
+		"/" + strings.Repeat("a/", MaxPathLen/2) + "a"}
+	for range 20000 {
+		p := "/a/a"[:r.IntN(5)]
+		for range 1 + r.IntN(6) {
+			p += tokens[r.IntN(len(tokens))]
+		}
+		paths = append(paths, p)
+	}
+	found := 0
+	tr.mu.RLock()
+	defer tr.mu.RUnlock()
+	s := tr.s
+	for _, p := range paths {
+		got, ok := s.resolve(p)
+		want, wok := uint32(0), false
+		if ValidPath(p) == nil {
+			want, wok = slowResolve(s, p)
+		}
+		if ok != wok || got != want {
+			t.Fatalf("resolve(%q) = %d, %v; ValidPath says %v, the child lists %d, %v", p, got, ok, ValidPath(p), want, wok)
+		}
+		if ok {
+			found++
+		}
+	}
+	if found < len(paths)/50 {
+		t.Fatalf("only %d of %d paths found: the test reads too few nodes", found, len(paths))
+	}
+}
+
+// TestResolvePathTooLong moves a chain of nodes below another, so that the
+// deepest paths get longer than MaxPathLen: a Get of those is not found,
+// as ValidPath rejects them, though the nodes exist.
+func TestResolvePathTooLong(t *testing.T) {
+	long := strings.Repeat("n", MaxNameLen)
+	tr := New()
+	var ops []Op
+	for _, top := range []string{"/a", "/b"} {
+		p := top
+		ops = append(ops, Op{Type: OpCreate, Path: p, Kind: "dir"})
+		for range 150 {
+			p += "/" + long
+			ops = append(ops, Op{Type: OpCreate, Path: p, Kind: "dir"})
+		}
+	}
+	mustApply(t, tr, 1, Batch{Ops: ops})
+	under := "/a" + strings.Repeat("/"+long, 150)
+	mustApply(t, tr, 2, Batch{Ops: []Op{{Type: OpMove, Path: "/b", To: under + "/b"}}})
+	fits := under + "/b" + strings.Repeat("/"+long, 1)
+	tooLong := under + "/b" + strings.Repeat("/"+long, 150)
+	if _, ok := tr.Get(fits); !ok {
+		t.Fatalf("a path of %d bytes is not found", len(fits))
+	}
+	tr.Read(func(r Reader) {
+		if _, ok := r.Get(tooLong); ok {
+			t.Fatalf("a path of %d bytes (more than MaxPathLen) is found", len(tooLong))
+		}
+	})
+	if _, ok := tr.Get(tooLong); ok {
+		t.Fatalf("Tree.Get of a path of %d bytes (more than MaxPathLen) finds it", len(tooLong))
+	}
+	tr.mu.RLock()
+	defer tr.mu.RUnlock()
+	if _, ok := slowResolve(tr.s, tooLong); !ok {
+		t.Fatal("the child lists do not hold the node either: the test proves nothing")
+	}
+}
+
+// TestLevelHash checks that the term of a level depends on every byte of
+// its name and on its depth: names that differ in one byte, or only in
+// length, and one name at different depths all get different terms.
+func TestLevelHash(t *testing.T) {
+	x := newPathIndex()
+	seen := map[uint64]string{}
+	note := func(depth int, name []byte) {
+		key := fmt.Sprintf("%d:%q", depth, name)
+		h := x.level(depth, name)
+		if prev, dup := seen[h]; dup && prev != key {
+			t.Fatalf("level %s and %s hash alike", prev, key)
+		}
+		seen[h] = key
+	}
+	for n := range 40 {
+		name := bytes.Repeat([]byte{'a'}, n)
+		note(1, name)
+		for i := range n {
+			for _, c := range []byte{'b', 0x80, 0} {
+				v := bytes.Clone(name)
+				v[i] = c
+				note(1, v)
+			}
+		}
+		for d := 2; d < 40; d++ {
+			note(d, name)
+		}
+	}
+}
+
+// TestNameWords checks that the words of names (nameWords) hold every byte:
+// names of one length that differ in any one byte have different words.
+func TestNameWords(t *testing.T) {
+	for n := 1; n <= 16; n++ {
+		name := bytes.Repeat([]byte{'a'}, n)
+		a0, b0 := nameWords(name)
+		for i := range n {
+			v := bytes.Clone(name)
+			v[i] = 'b'
+			if a, b := nameWords(v); a == a0 && b == b0 {
+				t.Fatalf("%q and %q have the same words", name, v)
+			}
+		}
+	}
 }

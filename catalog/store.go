@@ -153,7 +153,7 @@ type state struct {
 	index  uint64 // last applied log index
 	nextID uint64
 
-	slab   [][]rec
+	slab   []*[slabSize]rec
 	nslots uint32
 	free   []uint32
 
@@ -227,7 +227,7 @@ func (s *state) allocSlot() uint32 {
 	}
 	slot := s.nslots
 	if int(slot>>slabBits) == len(s.slab) {
-		s.slab = append(s.slab, make([]rec, slabSize))
+		s.slab = append(s.slab, new([slabSize]rec))
 	}
 	s.nslots++
 	return slot
@@ -511,11 +511,9 @@ func (s *state) internKey(k string) uint32 {
 	return i
 }
 
-// resolve returns the slot at path (a valid path).
+// resolve returns the slot at path; ok is false if there is none or path
+// is not valid (ValidPath), which resolve checks as it goes.
 func (s *state) resolve(path string) (uint32, bool) {
-	if path == "/" {
-		return rootSlot, true
-	}
 	return s.paths.resolve(s, path)
 }
 

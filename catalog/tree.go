@@ -82,9 +82,6 @@ func (t *Tree) Len() int {
 
 // Get returns a copy of the node at path.
 func (t *Tree) Get(path string) (Node, bool) {
-	if ValidPath(path) != nil {
-		return Node{}, false
-	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	slot, ok := t.s.resolve(path)
@@ -109,9 +106,6 @@ func (t *Tree) GetID(id uint64) (Node, bool) {
 // Children returns the names of the children of the node at path, in
 // increasing byte order (nil if it has none or does not exist).
 func (t *Tree) Children(path string) []string {
-	if ValidPath(path) != nil {
-		return nil
-	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	slot, ok := t.s.resolve(path)
@@ -131,9 +125,6 @@ func (t *Tree) Children(path string) []string {
 
 // ChildCount returns the number of children of the node at path.
 func (t *Tree) ChildCount(path string) int {
-	if ValidPath(path) != nil {
-		return 0
-	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	slot, ok := t.s.resolve(path)

@@ -394,3 +394,56 @@ func TestReadSeesWholeBatches(t *testing.T) {
 		t.Fatal("the reader never ran")
 	}
 }
+
+// TestChildrenGroups iterates child lists around the sizes of Children's
+// read-ahead groups (childrenAhead), whole and broken off after each
+// child: every child is yielded once, in name order, without allocating.
+func TestChildrenGroups(t *testing.T) {
+	sizes := []int{0, 1, childrenAhead - 1, childrenAhead, childrenAhead + 1, 2 * childrenAhead, 3*childrenAhead + 5}
+	tr := New()
+	var ops []Op
+	for _, n := range sizes {
+		p := fmt.Sprintf("/p%d", n)
+		ops = append(ops, Op{Type: OpCreate, Path: p, Kind: "dir"})
+		for i := range n {
+			// Created out of name order, so that slots do not follow names.
+			ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("%s/c%03d", p, (i*7)%n), Kind: "file"})
+		}
+	}
+	mustApply(t, tr, 1, Batch{Ops: ops})
+	for _, n := range sizes {
+		p := fmt.Sprintf("/p%d", n)
+		want := tr.Children(p)
+		if len(want) != n {
+			t.Fatalf("%s has %d children, want %d", p, len(want), n)
+		}
+		for stop := 1; stop <= n+1; stop++ {
+			var got []string
+			tr.Read(func(r Reader) {
+				v, _ := r.Get(p)
+				for c := range v.Children() {
+					got = append(got, c.Name())
+					if len(got) == stop {
+						break
+					}
+				}
+			})
+			if k := min(stop, n); !slices.Equal(got, want[:k]) {
+				t.Fatalf("%s, stopping after %d: Children yields %q, want %q", p, stop, got, want[:k])
+			}
+		}
+		count := 0
+		read := func(r Reader) {
+			v, _ := r.Get(p)
+			for c := range v.Children() {
+				count += min(len(c.Name()), 1)
+			}
+		}
+		if a := testing.AllocsPerRun(20, func() { tr.Read(read) }); a != 0 {
+			t.Errorf("%s: Children makes %v allocations, want 0", p, a)
+		}
+		if count != 21*n {
+			t.Errorf("%s: Children yielded %d nodes in 21 reads, want %d", p, count, 21*n)
+		}
+	}
+}
