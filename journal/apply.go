@@ -182,6 +182,7 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 			return err
 		}
 		j.dedupe.reset(b.keys)
+		j.installs.Add(1)
 		j.lastImage.Store(b.snapshot)
 		j.images.reset(b.snapshot)
 		j.publishApplied(b.snapshot)
@@ -259,7 +260,7 @@ func (j *Journal) applyNormal(idx uint64, data []byte) *HaltError {
 		case copyDuplicate:
 			j.dedupe.add(idx, env.key, nil) // the window slides to this copy
 			j.applied.Store(idx)
-			j.resolve(env.key, applyResult{index: prev.applied, value: prev.value})
+			j.resolve(env.key, applyResult{index: prev.applied, value: prev.value, imaged: prev.imaged})
 			return nil
 		case copyExpired:
 			j.applied.Store(idx)

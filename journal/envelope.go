@@ -294,6 +294,7 @@ type dedupeRec struct {
 	index   uint64 // the key's latest copy: the window runs from it
 	applied uint64 // the copy that was applied (or the oldest one known)
 	value   any    // the local Apply result, when this process applied it
+	imaged  bool   // known from an image's window only: value is unknown
 }
 
 func newDedupe(window uint64) *dedupe {
@@ -382,7 +383,7 @@ func (d *dedupe) reset(keys []appliedKey) {
 		if ok {
 			r.index = k.Index
 		} else {
-			r = dedupeRec{index: k.Index, applied: k.Index}
+			r = dedupeRec{index: k.Index, applied: k.Index, imaged: true}
 		}
 		d.byKey[k.Key] = r
 		d.order = append(d.order, k)

@@ -90,6 +90,10 @@ type Journal struct {
 	state     atomic.Uint32 // raft.StateType
 	committed atomic.Uint64
 	lastImage atomic.Uint64
+	// installs counts the images installed from the leader since Open: a
+	// proposal waiting across one may have applied inside it (see
+	// ErrOutcomeUnknown).
+	installs  atomic.Uint64
 	images    imageIndexes  // the images the log may be compacted to
 	snapsOut  atomic.Int64  // snapshot transfers in flight (no compaction meanwhile)
 	removed   atomic.Bool   // this node was removed from the cluster
@@ -138,6 +142,9 @@ type applyResult struct {
 	value any
 	err   error
 	since uint64 // of the expired copy, with errExpired
+	// imaged: the copy applied before an image this node installed, so
+	// its Apply result (value) is not known here.
+	imaged bool
 }
 
 type inbound struct {

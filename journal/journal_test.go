@@ -118,7 +118,9 @@ type cluster struct {
 	drop  func(from, to uint64) bool
 	mu    sync.Mutex
 	cut   map[[2]uint64]bool
-	root  string
+	// oneWay drops the messages of one direction only (from, to).
+	oneWay map[[2]uint64]bool
+	root   string
 }
 
 // The test clusters' timing: a 200 ms election timeout keeps the tests
@@ -159,7 +161,7 @@ func newCluster(t *testing.T) *cluster {
 func (c *cluster) dropFn(from, to uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.cut[[2]uint64{from, to}] || c.cut[[2]uint64{to, from}]
+	return c.cut[[2]uint64{from, to}] || c.cut[[2]uint64{to, from}] || c.oneWay[[2]uint64{from, to}]
 }
 
 // partition isolates id from every other node; heal undoes all cuts.
@@ -177,6 +179,7 @@ func (c *cluster) heal() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.cut = map[[2]uint64]bool{}
+	c.oneWay = nil
 }
 
 func (c *cluster) listen(id uint64) *node {

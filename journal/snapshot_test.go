@@ -388,3 +388,10 @@ func TestApplierFailureFailsWaiters(t *testing.T) {
 	// The leader is unaffected.
 	propose(t, n1, "still")
 }
+
+// installCount is how many images the node installed.
+func (f *fakeImages) installCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.installs
+}

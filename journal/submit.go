@@ -34,6 +34,12 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uin
 		}
 		s.lastErr = err
 		if errors.Is(err, errExpired) {
+			if j.installs.Load() != s.installs {
+				// An earlier copy may have applied inside the image:
+				// proposing again under a newer since could apply the
+				// proposal twice.
+				return applyResult{}, fmt.Errorf("%w: a copy of the proposal expired after this node installed an image, which may hold an earlier copy", ErrOutcomeUnknown)
+			}
 			s.since = j.sinceNow() // at once: no copy with the old one applies
 			continue
 		}
@@ -86,6 +92,8 @@ type submission struct {
 	w chan applyResult
 	// since is the since the copies carry now (see submit).
 	since uint64
+	// installs is Journal.installs when the submission began.
+	installs uint64
 	// lastErr is why the last attempt failed; refused is what the last
 	// wait heard of a refusal (nil when nothing was heard).
 	lastErr, refused error
@@ -115,6 +123,7 @@ func (j *Journal) startSubmission(ctx context.Context, key [16]byte, local func(
 		j: j, ctx: ctx, key: key, local: local, fwd: fwd,
 		w:                j.addWaiter(key),
 		since:            j.sinceNow(),
+		installs:         j.installs.Load(),
 		noLeaderDeadline: j.cfg.Clock.Now().Add(2 * time.Duration(j.cfg.ForwardRetries) * j.electionTimeout()),
 	}
 }
@@ -222,6 +231,9 @@ func (s *submission) wait(lc <-chan struct{}, d time.Duration, refusedc <-chan e
 				// (ErrBusy), or its copy expired: the next attempt.
 				s.refused = r.err
 				return applyResult{}, false, nil
+			}
+			if r.imaged {
+				return applyResult{}, false, fmt.Errorf("%w: applied at index %d, inside an image this node installed, with a result not known here", ErrOutcomeUnknown, r.index)
 			}
 			return r, true, nil
 		case <-lc:

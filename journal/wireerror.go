@@ -42,6 +42,7 @@ var errorCodes = []struct {
 	{"no_space", ErrNoSpace, http.StatusInsufficientStorage},
 	{"closed", ErrClosed, http.StatusServiceUnavailable},
 	{"stale", ErrStale, http.StatusServiceUnavailable},
+	{"outcome_unknown", ErrOutcomeUnknown, http.StatusServiceUnavailable},
 }
 
 type wireError struct {

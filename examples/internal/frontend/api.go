@@ -95,6 +95,8 @@ func apiError(err error) error {
 		return httpjson.Errorf(http.StatusServiceUnavailable, "no_leader", "%v", err)
 	case errors.Is(err, journal.ErrTooLarge):
 		return httpjson.Errorf(http.StatusRequestEntityTooLarge, "too_large", "%v", err)
+	case errors.Is(err, journal.ErrOutcomeUnknown):
+		return httpjson.Errorf(http.StatusServiceUnavailable, "outcome_unknown", "%v", err)
 	case errors.Is(err, journal.ErrBusy):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "busy", "%v", err)
 	case errors.Is(err, journal.ErrNotCaughtUp):
