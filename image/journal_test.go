@@ -407,40 +407,22 @@ func TestIsolatedFollowerInstallsImageUnderWrites(t *testing.T) {
 		}
 	}
 	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-			_, _, _ = leader.Propose(pctx, batches[next%len(batches)])
-			pcancel()
-			next++
-		}
-	}()
+	done := repeatUntil(stop, func() {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, _, _ = leader.Propose(pctx, batches[next%len(batches)])
+		pcancel()
+		next++
+	})
 	c.Net.Heal()
 	c.Net.Drop(leaderID, lagger, 0.3)
 	c.Net.Drop(lagger, leaderID, 0.3)
 	c.Net.Delay(leaderID, lagger, time.Millisecond, 5*time.Millisecond)
-	cpDone := make(chan struct{})
-	go func() {
-		defer close(cpDone)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-			_, _ = c.cps[lagger].Checkpoint(cctx)
-			ccancel()
-			time.Sleep(time.Millisecond)
-		}
-	}()
+	cpDone := repeatUntil(stop, func() {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		_, _ = c.cps[lagger].Checkpoint(cctx)
+		ccancel()
+		time.Sleep(time.Millisecond)
+	})
 	lj := c.Node(lagger).Journal()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -459,4 +441,22 @@ func TestIsolatedFollowerInstallsImageUnderWrites(t *testing.T) {
 	close(stop)
 	<-done
 	<-cpDone
+}
+
+// repeatUntil calls fn on a goroutine of its own, again and again, until
+// stop closes; the channel it returns closes once that goroutine returned.
+func repeatUntil(stop <-chan struct{}, fn func()) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			fn()
+		}
+	}()
+	return done
 }

@@ -141,15 +141,22 @@ func TestReproposalAWindowLaterAppliesOnce(t *testing.T) {
 	gate.open()
 	r := <-proposed
 	require.NoError(t, r.err)
-	propose(t, n1, "barrier")
+	requireAppliedOnce(t, c, n1, "dup-me")
+}
+
+// requireAppliedOnce proposes a barrier on leader and checks that every
+// node of c, caught up to it, holds value exactly once.
+func requireAppliedOnce(t *testing.T, c *cluster, leader *node, value string) {
+	t.Helper()
+	propose(t, leader, "barrier")
 	for _, n := range c.nodes {
 		require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
 		count := 0
 		for _, v := range n.sm.values() {
-			if v == "dup-me" {
+			if v == value {
 				count++
 			}
 		}
-		require.Equal(t, 1, count, "node %d applied the proposal once", n.id)
+		require.Equal(t, 1, count, "node %d holds %q once", n.id, value)
 	}
 }

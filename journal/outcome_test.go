@@ -2,7 +2,6 @@ package journal
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,16 +18,8 @@ import (
 func TestExpiredCopyAfterAnImageIsUnknownNotReapplied(t *testing.T) {
 	const window = 4
 	c := newCluster(t)
-	registry := &sync.Map{}
 	imgs := map[uint64]*fakeImages{}
-	withImages := func(n *node) func(*Config) {
-		f := &fakeImages{sm: func() *memSM { return n.sm }, images: map[uint64]fakeImage{}, registry: registry, requests: make(chan struct{}, 1)}
-		imgs[n.id] = f
-		registry.Store(n.addr, f)
-		return func(cfg *Config) {
-			cfg.Snapshots, cfg.CompactMargin, cfg.DedupeWindow = f, window, window
-		}
-	}
+	withImages := imagesFor(imgs, window)
 	leaderSM := &applyCounter{memSM: newMemSM(), value: "once", c: make(chan int, 4)}
 	n1 := c.listen(1)
 	n1.sm = leaderSM.memSM
@@ -81,17 +72,7 @@ func TestExpiredCopyAfterAnImageIsUnknownNotReapplied(t *testing.T) {
 		t.Fatal("the proposal on node 2 did not end")
 	}
 	require.Positive(t, imgs[2].installCount(), "node 2 caught up from an image")
-	propose(t, n1, "barrier")
-	for _, n := range c.nodes {
-		require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
-		count := 0
-		for _, v := range n.sm.values() {
-			if v == "once" {
-				count++
-			}
-		}
-		require.Equal(t, 1, count, "node %d holds the write once", n.id)
-	}
+	requireAppliedOnce(t, c, n1, "once")
 	select {
 	case n := <-leaderSM.c:
 		t.Fatalf("the leader applied the write %d times", n)

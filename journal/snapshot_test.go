@@ -134,20 +134,25 @@ func checkpoint(t *testing.T, n *node, imgs *fakeImages) uint64 {
 	return idx
 }
 
-func TestSnapshotCatchUpAndRestart(t *testing.T) {
-	c := newCluster(t)
+// imagesFor returns a function that gives a node its fakeImages (kept in
+// imgs by id, found by peers through one registry) and the options using
+// them, with CompactMargin and DedupeWindow set to window.
+func imagesFor(imgs map[uint64]*fakeImages, window uint64) func(n *node) func(*Config) {
 	registry := &sync.Map{}
-	imgs := map[uint64]*fakeImages{}
-	withImages := func(n *node) func(*Config) {
+	return func(n *node) func(*Config) {
 		f := &fakeImages{sm: func() *memSM { return n.sm }, images: map[uint64]fakeImage{}, registry: registry, requests: make(chan struct{}, 1)}
 		imgs[n.id] = f
 		registry.Store(n.addr, f)
 		return func(cfg *Config) {
-			cfg.Snapshots = f
-			cfg.CompactMargin = 4
-			cfg.DedupeWindow = 4
+			cfg.Snapshots, cfg.CompactMargin, cfg.DedupeWindow = f, window, window
 		}
 	}
+}
+
+func TestSnapshotCatchUpAndRestart(t *testing.T) {
+	c := newCluster(t)
+	imgs := map[uint64]*fakeImages{}
+	withImages := imagesFor(imgs, 4)
 	n1 := c.listen(1)
 	opt1 := withImages(n1)
 	require.NoError(t, c.open(n1, func(cfg *Config) { opt1(cfg); cfg.Bootstrap = true }))
