@@ -9,8 +9,8 @@ import (
 // BenchmarkMemoryLatency measures the machine, not metatree: the time of
 // one load from memory at a random cache line of a buffer, each load's
 // address coming from the one before (a pointer chase, so that nothing
-// overlaps), and (ns/op with chains=4) of one round of four such chases run side by side
-// (what a lookup gains by issuing its loads together). A catalog read that
+// overlaps), and with chains=4 the time of one round of four such chases
+// run side by side (what a lookup gains by issuing its loads together). A catalog read that
 // misses the cache costs at least its dependent rounds times this figure;
 // the catalog's read benchmarks are quoted against it, taken in the same
 // sitting. size=32MiB is about this machine's last-level cache, 512MiB
