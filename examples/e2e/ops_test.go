@@ -298,6 +298,9 @@ func TestRollingRestart(t *testing.T) {
 			case <-tick.C:
 			}
 			p := target.Load()
+			if p == nil {
+				continue // the first phase has not picked its follower yet
+			}
 			var e apiError
 			t0 := time.Now()
 			code := call(t, "PUT", p.url(fmt.Sprintf("/v1/catalog/r%d", i)), map[string]any{"kind": "x"}, &e)
