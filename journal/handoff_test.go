@@ -106,6 +106,12 @@ func TestPromoteRefusedWhileLagging(t *testing.T) {
 
 	c.Net.Heal()
 	require.NoError(t, c.Node(4).Journal().WaitApplied(ctx, last))
+	// The observer applies before the leader hears its acknowledgement:
+	// promotion is judged by the leader's view of its progress.
+	require.Eventually(t, func() bool {
+		prog, err := lj.Progress(ctx)
+		return err == nil && len(prog) == 4 && prog[3].Lag <= 5
+	}, 10*time.Second, time.Millisecond, "the leader learns the observer caught up")
 	require.NoError(t, lj.Promote(ctx, 4))
 	var role journal.Role
 	for _, m := range lj.Status().Members {
