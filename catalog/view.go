@@ -241,67 +241,17 @@ func (v View) Children() iter.Seq[View] {
 	return func(yield func(View) bool) { v.children(yield) }
 }
 
-// children reads the children ahead in groups: siblings' recs and names
-// lie apart (among their descendants'), so that each is a cache miss, and
-// read in a loop of independent loads their misses overlap instead of
-// adding up. A name is found through its rec, so a group's names can be
-// read only once its recs are in: the names of one group are read together
-// with the recs of the next (touchKids), so that each group waits for one
-// round of misses, not two. What the yield then reads is in the cache.
+// children yields the children in list order. Siblings' recs and names
+// lie apart (among their descendants'), so each child is a cache miss; the
+// loop's iterations are independent, so the processor's out-of-order
+// execution overlaps their misses without explicit read-ahead
+// (BenchmarkChildren).
 func (v View) children(yield func(View) bool) {
 	s := v.s
-	kids := s.kids.list(v.r.kids)
-	next := kids[:min(len(kids), childrenAhead)]
-	s.touchRecs(next)
-	for len(next) > 0 {
-		group := next
-		kids = kids[len(group):]
-		next = kids[:min(len(kids), childrenAhead)]
-		s.touchKids(group, next)
-		for _, slot := range group {
-			if !yield(s.view(slot)) {
-				return
-			}
+	for _, slot := range s.kids.list(v.r.kids) {
+		if !yield(s.view(slot)) {
+			return
 		}
-	}
-}
-
-// childrenAhead is the number of children in a group whose recs and names
-// Children reads ahead of yielding them.
-const childrenAhead = 16
-
-// touchRecs reads the recs of slots.
-func (s *state) touchRecs(slots []uint32) {
-	slab := s.slab
-	var sum uint32
-	for _, slot := range slots {
-		sum |= slab[slot>>slabBits][slot&(slabSize-1)].blen
-	}
-	// A blob holds at least a name's length and an attribute count; the
-	// check also keeps the loads, which the compiler would drop if their
-	// values went nowhere.
-	if len(slots) > 0 && sum == 0 {
-		panic("catalog: children without blobs") // internal invariant
-	}
-}
-
-// touchKids reads the first byte of the names of slots, whose recs are in
-// the cache, and the recs of next.
-func (s *state) touchKids(slots, next []uint32) {
-	slab, chunks := s.slab, s.arena.chunks
-	var sum uint32
-	for i, slot := range slots {
-		r := &slab[slot>>slabBits][slot&(slabSize-1)]
-		sum += uint32(chunks[r.blob>>32][uint32(r.blob)])
-		if i < len(next) {
-			n := next[i]
-			sum |= slab[n>>slabBits][n&(slabSize-1)].blen << 8
-		}
-	}
-	// A child's blob starts with its name's length, never 0 (see
-	// touchRecs).
-	if sum == 0 {
-		panic("catalog: children without names") // internal invariant
 	}
 }
 

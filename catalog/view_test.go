@@ -395,11 +395,11 @@ func TestReadSeesWholeBatches(t *testing.T) {
 	}
 }
 
-// TestChildrenGroups iterates child lists around the sizes of Children's
-// read-ahead groups (childrenAhead), whole and broken off after each
-// child: every child is yielded once, in name order, without allocating.
+// TestChildrenGroups iterates child lists of several sizes, whole and
+// broken off after each child: every child is yielded once, in name order,
+// without allocating.
 func TestChildrenGroups(t *testing.T) {
-	sizes := []int{0, 1, childrenAhead - 1, childrenAhead, childrenAhead + 1, 2 * childrenAhead, 3*childrenAhead + 5}
+	sizes := []int{0, 1, 15, 16, 17, 32, 53}
 	tr := New()
 	var ops []Op
 	for _, n := range sizes {
