@@ -43,7 +43,9 @@
 //     (refuses to leave no reachable quorum unless forced:
 //     [ErrUnsafeRemoval]), [Journal.Promote] and
 //     [Journal.TransferLeadership]. Watch [Journal.Status] and
-//     [Journal.Leadership] for leader changes.
+//     [Journal.Leadership] for leader changes. A removed node reports
+//     Status().Removed once it applies its removal or once a member
+//     refuses its messages with [ErrRemoved].
 //  7. The image package calls [Journal.ReadEntries], [Journal.MembershipAt],
 //     [Journal.TermAt], [Journal.FirstIndex] and [Journal.ImageWritten]; the
 //     latter makes the image raft's snapshot and compacts the log behind it,

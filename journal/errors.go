@@ -46,6 +46,10 @@ var (
 	ErrUnreachable = errors.New("journal: peer unreachable")
 	// ErrUnknownMember: no member with that id.
 	ErrUnknownMember = errors.New("journal: unknown member")
+	// ErrRemoved: the sender was removed from the cluster. A member refuses
+	// a removed node's messages with it, and the removed node, told so by
+	// its transport (Receiver.ReportRemoved), reports Status().Removed.
+	ErrRemoved = errors.New("journal: removed from the cluster")
 	// ErrCompacted: the requested entries were compacted away.
 	ErrCompacted = errors.New("journal: entries compacted")
 	// ErrMalformed: an entry, message or request body could not be decoded.

@@ -227,6 +227,9 @@ func (p *httpPeer) run() {
 			backoff = 10 * time.Millisecond
 			continue
 		}
+		if errors.Is(err, ErrRemoved) {
+			p.t.recv.ReportRemoved(p.id)
+		}
 		p.t.log.Debug("stream to peer ended", "to", p.id, "err", err)
 		p.t.recv.ReportUnreachable(p.id)
 		tc, stop := p.t.opts.Clock.NewTimer(backoff)
@@ -242,6 +245,21 @@ func (p *httpPeer) run() {
 			}
 		}
 		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// streamEnd reads an accepted stream's answer to its end: the peer writes
+// the error that ended the stream, if one did, as a wire error.
+func streamEnd(body io.Reader) error {
+	var we wireError
+	err := json.NewDecoder(io.LimitReader(body, 64<<10)).Decode(&we)
+	switch {
+	case err == nil && we.Code != "":
+		return we.err(0)
+	case err == nil || errors.Is(err, io.EOF):
+		return errors.New("stream closed by peer")
+	default:
+		return fmt.Errorf("stream answer: %w", err)
 	}
 }
 
@@ -274,11 +292,9 @@ func (p *httpPeer) stream(first []byte) error {
 			err = decodeErrorResponse(resp)
 			if err == nil {
 				close(body.accepted)
-				// The peer ends the stream by ending its answer.
-				_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-				if err == nil {
-					err = errors.New("stream closed by peer")
-				}
+				// The peer ends the stream by ending its answer, with the
+				// error that ended it when one did.
+				err = streamEnd(resp.Body)
 			}
 			resp.Body.Close()
 		}

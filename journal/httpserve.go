@@ -97,7 +97,8 @@ func (t *HTTPTransport) serveStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		t.log.Warn("stream from peer ended", "from", from, "err", err)
-		fmt.Fprintf(w, "error: %v\n", err)
+		_, we := wireErrorOf(err)
+		_ = json.NewEncoder(w).Encode(we) // the sender reads it as the stream's end
 	}
 	var scratch []byte
 	for {

@@ -226,7 +226,10 @@ type Status struct {
 	Stale bool
 	// LastTimestamp is the leader clock last replayed (zero: none yet).
 	LastTimestamp time.Time
-	// Removed is true once this node applied its own removal.
+	// Removed is true once this node applied its own removal, or once a
+	// member refused its messages because that member applied it
+	// (ErrRemoved: a node removed while its progress lagged never receives
+	// the append that commits its removal).
 	Removed bool
 	// RefusedMessages counts the raft messages from the network refused as
 	// invalid (ones raft would crash on or no correct peer sends); each is

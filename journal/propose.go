@@ -317,7 +317,7 @@ func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 		}
 		if m.isRemoved(msg.GetFrom()) {
 			j.refusedRemoved.Add(1)
-			return fmt.Errorf("%w: node %d was removed from the cluster", ErrUnknownMember, msg.GetFrom())
+			return fmt.Errorf("%w: node %d is no longer a member (node %d applied its removal)", ErrRemoved, msg.GetFrom(), j.id)
 		}
 		err := checkMessage(msg, j.id)
 		if err == nil {
@@ -398,6 +398,16 @@ func (j *Journal) ReportUnreachable(id uint64) {
 	select {
 	case j.reportc <- report{id: id}:
 	default: // a hint; raft probes again anyway
+	}
+}
+
+// ReportRemoved implements Receiver. A peer says so only once it applied
+// the committed change that removed this node, so the node counts itself
+// removed from then on.
+func (j *Journal) ReportRemoved(id uint64) {
+	if !j.removed.Swap(true) {
+		j.log.Warn("a member refused this node's messages: this node was removed from the cluster", "by", id)
+		j.notifyChanged()
 	}
 }
 

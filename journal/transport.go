@@ -31,6 +31,8 @@ import (
 //     bytes and counts) and returns. A message that cannot be queued or
 //     delivered is dropped and the journal is told via
 //     Receiver.ReportUnreachable (raft retransmits; drops are normal).
+//     A delivery the peer refuses with ErrRemoved is reported through
+//     Receiver.ReportRemoved.
 //     Messages to one peer should be delivered in order when delivered.
 //   - A message of type MsgSnap must be delivered on its own (not behind
 //     bulk traffic) and the transport MUST call Receiver.ReportSnapshot(to,
@@ -78,6 +80,10 @@ type Receiver interface {
 	HandleJoin(ctx context.Context, req *JoinRequest) (*JoinResponse, error)
 	// ReportUnreachable and ReportSnapshot feed raft's flow control.
 	ReportUnreachable(id uint64)
+	// ReportRemoved tells the local node that peer id refused its
+	// messages with ErrRemoved: the peer applied the local node's removal.
+	// A transport calls it whenever a delivery fails with that error.
+	ReportRemoved(id uint64)
 	ReportSnapshot(id uint64, ok bool)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -32,6 +33,7 @@ func (s *stubReceiver) HandleJoin(context.Context, *JoinRequest) (*JoinResponse,
 }
 func (s *stubReceiver) ReportUnreachable(uint64)    {}
 func (s *stubReceiver) ReportSnapshot(uint64, bool) {}
+func (s *stubReceiver) ReportRemoved(uint64)        {}
 
 func frameOf(t testing.TB, msgs ...*raftpb.Message) []byte {
 	var enc [][]byte
@@ -240,4 +242,62 @@ func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
 		return len(send.draining) == 0
 	})
 	require.NoError(t, send.Close())
+}
+
+// removedReceiver refuses every batch after the first accept ones as a
+// removed sender's, and hands each ReportRemoved to a channel.
+type removedReceiver struct {
+	stubReceiver
+	accept  int
+	got     chan struct{}
+	removed chan uint64
+}
+
+func (r *removedReceiver) Receive(_ context.Context, msgs []*raftpb.Message) error {
+	if r.accept == 0 {
+		return fmt.Errorf("%w: node %d", ErrRemoved, msgs[0].GetFrom())
+	}
+	r.accept--
+	r.got <- struct{}{}
+	return nil
+}
+
+func (r *removedReceiver) ReportRemoved(id uint64) { r.removed <- id }
+
+// A peer that refuses this node's messages as a removed node's, on the
+// stream's first frame (410 removed) or later in it (the wire error that
+// ends the stream), is reported through ReportRemoved: that is how a node
+// removed while it lagged learns of its removal.
+func TestRefusalAsRemovedIsReported(t *testing.T) {
+	for _, accept := range []int{0, 1} {
+		t.Run(fmt.Sprintf("after=%d", accept), func(t *testing.T) {
+			recv := NewHTTPTransport(HTTPOptions{})
+			peer := &removedReceiver{accept: accept, got: make(chan struct{}, 1)}
+			require.NoError(t, recv.Start(2, peer))
+			srv := httptest.NewServer(recv.Handler())
+			defer srv.Close()
+			defer recv.Close()
+
+			send := NewHTTPTransport(HTTPOptions{})
+			local := &removedReceiver{removed: make(chan uint64, 10)}
+			require.NoError(t, send.Start(1, local))
+			defer send.Close()
+			send.SetPeer(2, strings.TrimPrefix(srv.URL, "http://"))
+			for range accept {
+				send.Send([]*raftpb.Message{heartbeat(1, 2)})
+				select {
+				case <-peer.got:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the peer never received the accepted batch")
+				}
+			}
+			send.Send([]*raftpb.Message{heartbeat(1, 2)})
+			select {
+			case id := <-local.removed:
+				require.Equal(t, uint64(2), id, "the refusing peer is named")
+			case <-time.After(5 * time.Second):
+				t.Fatal("the refusal as removed was not reported")
+			}
+		})
+	}
 }

@@ -32,6 +32,7 @@ var errorCodes = []struct {
 	{"role_mismatch", ErrRoleMismatch, http.StatusConflict},
 	{"unsafe_removal", ErrUnsafeRemoval, http.StatusConflict},
 	{"not_caught_up", ErrNotCaughtUp, http.StatusConflict},
+	{"removed", ErrRemoved, http.StatusGone},
 	{"unknown_member", ErrUnknownMember, http.StatusGone},
 	{"not_leader", ErrNotLeader, http.StatusMisdirectedRequest},
 	{"no_leader", ErrNoLeader, http.StatusServiceUnavailable},
@@ -50,7 +51,8 @@ type wireError struct {
 	Error string `json:"error"`
 }
 
-func writeError(w http.ResponseWriter, err error) {
+// wireErrorOf returns err's HTTP status and wire form.
+func wireErrorOf(err error) (int, wireError) {
 	status, code := http.StatusInternalServerError, "internal"
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
@@ -63,9 +65,14 @@ func writeError(w http.ResponseWriter, err error) {
 			}
 		}
 	}
+	return status, wireError{Code: code, Error: err.Error()}
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status, we := wireErrorOf(err)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(wireError{Code: code, Error: err.Error()})
+	_ = json.NewEncoder(w).Encode(we)
 }
 
 // decodeErrorResponse turns a non-2xx answer into an error wrapping the
@@ -76,6 +83,12 @@ func decodeErrorResponse(resp *http.Response) error {
 	}
 	var we wireError
 	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&we)
+	return we.err(resp.StatusCode)
+}
+
+// err turns a wire error back into an error wrapping the sentinel its code
+// names; status is the HTTP status it came with (0: inside a stream).
+func (we wireError) err(status int) error {
 	for _, c := range errorCodes {
 		if c.code == we.Code {
 			// The remote text usually starts with the sentinel's own.
@@ -89,5 +102,8 @@ func decodeErrorResponse(resp *http.Response) error {
 			return fmt.Errorf("remote: %w: %s", c.err, detail)
 		}
 	}
-	return fmt.Errorf("remote: HTTP %d: %s", resp.StatusCode, we.Error)
+	if status == 0 {
+		return fmt.Errorf("remote: %s: %s", we.Code, we.Error)
+	}
+	return fmt.Errorf("remote: HTTP %d: %s", status, we.Error)
 }

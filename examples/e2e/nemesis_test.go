@@ -395,8 +395,16 @@ func TestPartitionNemesis(t *testing.T) {
 	// queries again, once it has replayed its death and return itself (a
 	// query it registers before it replays its death is cancelled by it:
 	// the registry applies the member events in log order).
-	eventually(t, 30*time.Second, dead.name+" alive again in its own view", func() bool {
+	eventually(t, 30*time.Second, dead.name+" alive again", func() bool {
 		return memberStatus(t, leader, procID(dead)) == "alive" && memberStatus(t, dead, procID(dead)) == "alive"
+	})
+	// GET /v1/members answers with the leader's view; that the member
+	// replayed its own death shows in its registry, which cancelled the
+	// query it coordinated then. Until it replays its return too, it refuses
+	// new queries (the loop below sends again).
+	eventually(t, 30*time.Second, dead.name+" replayed its own death", func() bool {
+		var q queryView
+		return call(t, "GET", dead.url("/v1/queries/q-"+dead.name), nil, &q) == http.StatusOK && q.State == "cancelled"
 	})
 	afterDeath := map[string]any{"id": "q-after-death", "workers": []int{nemesisWorker}, "duration_ms": 600_000}
 	// The worker refuses it until a heartbeat tells it the coordinator is

@@ -347,7 +347,7 @@ func (t *Transport) deliverLoop(q *queue) {
 			continue
 		}
 		if err := t.deliverQueued(q, b.msgs); err != nil {
-			t.unreachable(q.to)
+			t.undelivered(q.to, err)
 		}
 	}
 }
@@ -440,6 +440,20 @@ func (t *Transport) sendSnapshot(m *raftpb.Message) {
 		recv.ReportSnapshot(to, ok)
 	})
 	t.mu.Unlock()
+}
+
+// undelivered reports a delivery to node to that failed with err.
+func (t *Transport) undelivered(to uint64, err error) {
+	if !errors.Is(err, journal.ErrRemoved) {
+		t.unreachable(to)
+		return
+	}
+	t.mu.Lock()
+	recv, live := t.recv, t.started && !t.closed
+	t.mu.Unlock()
+	if live {
+		recv.ReportRemoved(to)
+	}
 }
 
 func (t *Transport) unreachable(to uint64) {

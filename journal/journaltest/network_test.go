@@ -3,6 +3,7 @@ package journaltest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -25,18 +26,21 @@ type fakeReceiver struct {
 	snaps       map[uint64][]bool
 	got         chan struct{} // one token per Receive call
 	forwardErr  error
+	receiveErr  error       // returned by every Receive when set
+	removed     chan uint64 // the peers ReportRemoved named
 }
 
 func newFake() *fakeReceiver {
-	return &fakeReceiver{unreachable: map[uint64]int{}, snaps: map[uint64][]bool{}, got: make(chan struct{}, 1024)}
+	return &fakeReceiver{unreachable: map[uint64]int{}, snaps: map[uint64][]bool{}, got: make(chan struct{}, 1024), removed: make(chan uint64, 16)}
 }
 
 func (f *fakeReceiver) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 	f.mu.Lock()
 	f.msgs = append(f.msgs, msgs...)
+	err := f.receiveErr
 	f.mu.Unlock()
 	f.got <- struct{}{}
-	return nil
+	return err
 }
 
 func (f *fakeReceiver) HandleForward(ctx context.Context, req *journal.ForwardRequest) (*journal.ForwardResponse, error) {
@@ -55,6 +59,8 @@ func (f *fakeReceiver) ReportUnreachable(id uint64) {
 	defer f.mu.Unlock()
 	f.unreachable[id]++
 }
+
+func (f *fakeReceiver) ReportRemoved(id uint64) { f.removed <- id }
 
 func (f *fakeReceiver) ReportSnapshot(id uint64, ok bool) {
 	f.mu.Lock()
@@ -238,4 +244,22 @@ func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
 		require.Equal(t, uint64(1), got[0].GetIndex())
 		require.Positive(t, f1.unreachableCount(2), "the send after RemovePeer is reported unreachable")
 	})
+}
+
+// A delivery the peer refuses with ErrRemoved is reported to the sender
+// through ReportRemoved, naming the peer, as the HTTP transport does.
+func TestRefusalAsRemovedIsReported(t *testing.T) {
+	n := NewNetwork(1)
+	t1, _, f1, f2 := pair(t, n)
+	f2.mu.Lock()
+	f2.receiveErr = fmt.Errorf("%w: node 1", journal.ErrRemoved)
+	f2.mu.Unlock()
+	t1.Send([]*raftpb.Message{msg(1, 2, 1, raftpb.MsgApp)})
+	waitN(t, f2.got, 1)
+	select {
+	case id := <-f1.removed:
+		require.Equal(t, uint64(2), id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refusal as removed was not reported")
+	}
 }
