@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -148,6 +150,34 @@ func FuzzDecodeFrame(f *testing.F) {
 		again, _, err := readFrame(bytes.NewReader(appendFrame(nil, enc)), 1<<20, nil)
 		require.NoError(t, err)
 		require.Len(t, again, len(msgs))
+	})
+}
+
+// FuzzStreamEnd feeds arbitrary answers to the reader of a stream's end:
+// it always returns an error (a stream never ends cleanly), never panics,
+// and the error of a well-formed wire error wraps the sentinel its code
+// names, as the serving side wrote it.
+func FuzzStreamEnd(f *testing.F) {
+	for _, err := range []error{ErrRemoved, ErrMalformed, errors.New("other")} {
+		_, we := wireErrorOf(err)
+		b, _ := json.Marshal(we)
+		f.Add(b)
+	}
+	f.Add([]byte(`{"code":"removed"`))
+	f.Add([]byte(`error: text`))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		err := streamEnd(bytes.NewReader(data))
+		require.Error(t, err)
+		var we wireError
+		if len(data) > 64<<10 || json.Unmarshal(data, &we) != nil {
+			return
+		}
+		for _, c := range errorCodes {
+			if c.code == we.Code {
+				require.ErrorIs(t, err, c.err, "code %q", we.Code)
+			}
+		}
 	})
 }
 
