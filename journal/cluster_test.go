@@ -316,6 +316,7 @@ func TestMembership(t *testing.T) {
 	require.False(t, n3.sm.has("after-removal"))
 	require.False(t, c.nodes[4].j.Status().Removed)
 	await(t, 10*time.Second, "the removed node learns of its removal from the refusals", n3.changed, func() bool { return n3.j.Status().Removed })
+	require.ErrorIs(t, n3.j.ReadBarrier(ctx), ErrRemoved)
 	// Removed ids cannot come back.
 	require.ErrorIs(t, c.nodes[1].j.AddMember(ctx, down, n3.addr, Follower), ErrUnknownMember)
 	for _, m := range st.Members {
@@ -340,6 +341,10 @@ func TestRemovedNodeLearnsOfItsRemoval(t *testing.T) {
 		require.NoError(t, lj.RemoveMember(ctxT(t, 5*time.Second), id, false))
 		n := c.nodes[id]
 		await(t, 5*time.Second, fmt.Sprintf("node %d learns of its removal", id), n.changed, func() bool { return n.j.Status().Removed })
+		// No member answers it any more: it says so at once.
+		_, _, err := n.j.Propose(ctxT(t, 5*time.Second), []byte("from-removed"))
+		require.ErrorIs(t, err, ErrRemoved)
+		require.ErrorIs(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)), ErrRemoved)
 	}
 	// A voter removing itself hears its own change applied, too.
 	var self uint64

@@ -16,15 +16,28 @@ func (j *Journal) Halt(cause error) { j.store.Halt(cause) }
 
 // writable returns why this node refuses new writes at once, before they
 // reach raft: its storage halted (the loop may not have stopped yet), its
-// disk is nearly full, or a voter's is (its no-space alarm).
+// disk is nearly full, or a voter's is (its no-space alarm), or it knows
+// it was removed from the cluster.
 func (j *Journal) writable() error {
 	if err := j.store.Halted(); err != nil {
 		return fmt.Errorf("%w: %w", ErrClosed, haltCause(err))
+	}
+	if err := j.removedErr(); err != nil {
+		return err
 	}
 	if err := j.space.refuse(); err != nil {
 		return err
 	}
 	return j.noSpaceAlarm()
+}
+
+// removedErr returns an error wrapping ErrRemoved once this node knows it
+// was removed (Status().Removed), and nil before.
+func (j *Journal) removedErr() error {
+	if j.removed.Load() {
+		return fmt.Errorf("%w: node %d is no longer a member", ErrRemoved, j.id)
+	}
+	return nil
 }
 
 // haltCause marks err with ErrHalted when a storage failure caused it: the

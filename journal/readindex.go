@@ -109,9 +109,13 @@ func (rr *readRounds) stalled(seen uint64) (*readRound, uint64) {
 // (raft ReadIndex; works on followers and observers), shared with the
 // concurrent callers, and waits until this node has applied it. Without a
 // leader the round is sent again every election timeout until ctx ends
-// (the error then wraps ErrNoLeader).
+// (the error then wraps ErrNoLeader). A node that knows it was removed
+// fails with ErrRemoved: no member answers it any more.
 func (j *Journal) ReadBarrier(ctx context.Context) error {
 	defer j.observeReadBarrier(j.cfg.Clock.Now())
+	if err := j.removedErr(); err != nil {
+		return fmt.Errorf("journal: read barrier: %w", err)
+	}
 	r, send, seen := j.rounds.join()
 	if send {
 		if err := j.sendRound(ctx, r); err != nil {
@@ -125,6 +129,9 @@ func (j *Journal) ReadBarrier(ctx context.Context) error {
 		case <-r.done:
 			return j.WaitApplied(ctx, r.index)
 		case <-retry:
+			if err := j.removedErr(); err != nil {
+				return fmt.Errorf("journal: read barrier: %w", err)
+			}
 			var again *readRound
 			if again, seen = j.rounds.stalled(seen); again != nil {
 				if err := j.sendRound(ctx, again); err != nil {

@@ -88,6 +88,8 @@ func apiError(err error) error {
 		return he
 	case errors.Is(err, journal.ErrHalted):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "halted", "%v", err)
+	case errors.Is(err, journal.ErrRemoved):
+		return httpjson.Errorf(http.StatusGone, "removed", "%v", err)
 	case errors.Is(err, journal.ErrStale):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "stale", "%v", err)
 	case errors.Is(err, journal.ErrNoLeader), errors.Is(err, journal.ErrNotLeader),
