@@ -357,6 +357,26 @@ func TestRemovedNodeLearnsOfItsRemoval(t *testing.T) {
 	require.True(t, c.nodes[self].j.Status().Removed)
 }
 
+// An observer removed while cut off hears nothing after the heal and, as
+// a learner, sends nothing by itself; a linearizable read on it sends a
+// ReadIndex to the member it takes for the leader, which refuses it, and
+// the read fails with ErrRemoved.
+func TestObserverRemovedWhileCutOffLearnsOnARead(t *testing.T) {
+	c := newCluster(t)
+	c.start(3, 1)
+	leader := c.waitLeader()
+	lj := c.nodes[leader].j
+	propose(t, c.nodes[leader], "x")
+	obs := c.nodes[4]
+	require.NoError(t, obs.j.WaitApplied(ctxT(t, 5*time.Second), lj.Status().Applied))
+	c.partition(4)
+	require.NoError(t, lj.RemoveMember(ctxT(t, 5*time.Second), 4, false))
+	c.heal()
+	require.False(t, obs.j.Status().Removed, "nothing reached it")
+	require.ErrorIs(t, obs.j.ReadBarrier(ctxT(t, 10*time.Second)), ErrRemoved)
+	require.True(t, obs.j.Status().Removed)
+}
+
 // A proposal of Config.MaxEntryBytes commits over real HTTP through the
 // leader and through a follower (the default frame limit carries it); one
 // byte more fails at once with ErrTooLarge instead of an append the
