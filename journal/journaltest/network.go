@@ -442,27 +442,34 @@ func (t *Transport) sendSnapshot(m *raftpb.Message) {
 	t.mu.Unlock()
 }
 
-// undelivered reports a delivery to node to that failed with err.
+// undelivered reports a delivery to node to that failed with err: a
+// refusal as a removed node's through ReportRemoved, anything else as
+// unreachable.
 func (t *Transport) undelivered(to uint64, err error) {
 	if !errors.Is(err, journal.ErrRemoved) {
 		t.unreachable(to)
 		return
 	}
-	t.mu.Lock()
-	recv, live := t.recv, t.started && !t.closed
-	t.mu.Unlock()
-	if live {
+	if recv := t.liveReceiver(); recv != nil {
 		recv.ReportRemoved(to)
 	}
 }
 
 func (t *Transport) unreachable(to uint64) {
-	t.mu.Lock()
-	recv, live := t.recv, t.started && !t.closed
-	t.mu.Unlock()
-	if live {
+	if recv := t.liveReceiver(); recv != nil {
 		recv.ReportUnreachable(to)
 	}
+}
+
+// liveReceiver returns the local Receiver while the transport is started
+// and not closed (after Close it must not be called), and nil otherwise.
+func (t *Transport) liveReceiver() journal.Receiver {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.started || t.closed {
+		return nil
+	}
+	return t.recv
 }
 
 // peer finds the running transport of node id.
