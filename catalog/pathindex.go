@@ -7,6 +7,8 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"unicode/utf8"
+
+	"github.com/metatree/metatree/catalog/internal/hugepage"
 )
 
 // pathIndex finds the node at a path in a constant number of cache
@@ -485,7 +487,7 @@ func (x *pathIndex) reserve(src slotSource, n int) {
 // nodes linked below the root in the child lists of src.
 func (x *pathIndex) rebuild(src slotSource, nb int) {
 	x.buckets = nil // the old table goes before the new one is made
-	x.buckets = make([]pathBucket, nb)
+	x.buckets = hugepage.Make[pathBucket](nb)
 	x.n = 0
 	x.pending = x.pending[:0]
 	if !x.addBelow(src, rootSlot, 0, 0, true) {

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package hugepage
+
+// advise does nothing: only Linux takes the advice.
+func advise([]byte) {}
