@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/stretchr/testify/require"
 )
 
 // requireLookupAgrees checks lookupID against the id table for every id
@@ -107,33 +105,5 @@ func TestLookupIDAgreesWithTheTable(t *testing.T) {
 	}
 	if affine, off := requireLookupAgrees(t, loaded); affine == 0 || off == 0 {
 		t.Fatalf("after a Load: %d affine pages (dense ones), %d others (with gaps)", affine, off)
-	}
-}
-
-// TestEmptiedIDPagesAreReused: an id page that empties is kept, all zero,
-// and serves the next page that is needed, so that the groups the pages
-// are carved from do not grow with the ids a tree has ever used.
-func TestEmptiedIDPagesAreReused(t *testing.T) {
-	s := newState()
-	first := uint64(3 * pageSize)
-	for id := first; id < first+10; id++ {
-		s.setSlotOf(id, uint32(id))
-	}
-	pg := s.pages[first>>pageBits]
-	for id := first; id < first+10; id++ {
-		s.clearSlotOf(id)
-	}
-	require.Nil(t, s.pages[first>>pageBits])
-	next := uint64(7*pageSize + 5)
-	s.setSlotOf(next, 42)
-	require.Same(t, pg, s.pages[next>>pageBits], "the emptied page serves the next one")
-	for id := next &^ (pageSize - 1); id < next|(pageSize-1); id++ {
-		slot, ok := s.slotOf(id)
-		if id == next {
-			require.True(t, ok)
-			require.Equal(t, uint32(42), slot)
-		} else {
-			require.False(t, ok, "id %d has slot %d", id, slot)
-		}
 	}
 }

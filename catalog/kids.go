@@ -1,10 +1,6 @@
 package catalog
 
-import (
-	"fmt"
-
-	"github.com/metatree/metatree/catalog/internal/hugepage"
-)
+import "fmt"
 
 // kidPool holds every child list in a few large pointer-free arrays instead
 // of one Go slice per parent (24 bytes of header plus an allocation each,
@@ -25,13 +21,7 @@ type kidPool struct {
 	spare []uint32
 	// maxChunks overrides kidMaxChunks in tests (0: kidMaxChunks).
 	maxChunks int
-	// carver makes the chunks after the first (which a small tree's lists
-	// fit in): in huge pages, as a large tree's are (hugepage.Carver).
-	carver hugepage.Carver[uint32]
 }
-
-// kidGroup is the most chunks carver makes at once.
-const kidGroup = 4
 
 const (
 	kidOffBits   = 20
@@ -144,7 +134,7 @@ func (p *kidPool) alloc(n uint32, b kidBudget) (uint32, bool) {
 	capn := kidClasses[ci]
 	c := p.chunks[p.cur]
 	if cap(c) < kidChunk || uint32(cap(c)-len(c)) < 2+capn {
-		c = p.carver.Next(kidChunk, kidGroup)[:0]
+		c = make([]uint32, 0, kidChunk)
 		i, ok := p.newChunk(c, b)
 		if !ok {
 			return 0, false

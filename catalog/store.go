@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/metatree/metatree/catalog/internal/hugepage"
 	"github.com/metatree/metatree/catalog/internal/idset"
 )
 
@@ -43,11 +42,6 @@ const (
 	pageBits = 12
 	pageSize = 1 << pageBits
 
-	// slabGroup and pageGroup are the most slabs (of 192 KiB) and id pages
-	// (of 16 KiB) made at once: groups of 12 and 4 MiB.
-	slabGroup = 64
-	pageGroup = 256
-
 	rootSlot = 0
 	rootID   = 1
 )
@@ -75,16 +69,11 @@ type idPage struct {
 // may read any blob a rec refers to.
 type arena struct {
 	chunks  [][]byte
-	carver  hugepage.Carver[byte] // the chunks of arenaChunk bytes
-	live    int64                 // bytes referenced by recs (including prefixes)
-	garbage int64                 // bytes no longer referenced
+	live    int64 // bytes referenced by recs (including prefixes)
+	garbage int64 // bytes no longer referenced
 }
 
-const (
-	arenaChunk = 1 << 20
-	// arenaGroup is the most chunks the arena's carver makes at once.
-	arenaGroup = 16
-)
+const arenaChunk = 1 << 20
 
 func (a *arena) put(b []byte) (uint64, uint32) {
 	ref, dst := a.alloc(len(b))
@@ -97,13 +86,11 @@ func (a *arena) put(b []byte) (uint64, uint32) {
 func (a *arena) alloc(need int) (uint64, []byte) {
 	n := len(a.chunks)
 	if n == 0 || cap(a.chunks[n-1])-len(a.chunks[n-1]) < need {
-		var c []byte
-		if need > arenaChunk {
-			c = make([]byte, 0, need) // a chunk of its own
-		} else {
-			c = a.carver.Next(arenaChunk, arenaGroup)[:0]
+		c := arenaChunk
+		if need > c {
+			c = need
 		}
-		a.chunks = append(a.chunks, c)
+		a.chunks = append(a.chunks, make([]byte, 0, c))
 		n++
 	}
 	c := a.chunks[n-1]
@@ -169,17 +156,9 @@ type state struct {
 	slab   []*[slabSize]rec
 	nslots uint32
 	free   []uint32
-	// slabs makes the slabs, side by side in huge pages once the tree is
-	// large (hugepage.Carver).
-	slabs hugepage.Carver[rec]
 
 	pages []*idPage
-	// idPages makes the id pages, as slabs the slabs; emptied keeps the
-	// pages that emptied, all zero, for reuse: a page shares its memory
-	// with its group, which lives until every page of it is gone.
-	idPages hugepage.Carver[idPage]
-	emptied []*idPage
-	hints   []idHint // one a page of pages (idhint.go)
+	hints []idHint // one a page of pages (idhint.go)
 
 	arena arena
 
@@ -248,7 +227,7 @@ func (s *state) allocSlot() uint32 {
 	}
 	slot := s.nslots
 	if int(slot>>slabBits) == len(s.slab) {
-		s.slab = append(s.slab, (*[slabSize]rec)(s.slabs.Next(slabSize, slabGroup)))
+		s.slab = append(s.slab, new([slabSize]rec))
 	}
 	s.nslots++
 	return slot
@@ -270,7 +249,7 @@ func (s *state) setSlotOf(id uint64, slot uint32) {
 	}
 	pg := s.pages[p]
 	if pg == nil {
-		pg = s.newPage()
+		pg = new(idPage)
 		s.pages[p] = pg
 	}
 	s.hintPlaced(p, id, slot, pg.live == 0)
@@ -285,19 +264,8 @@ func (s *state) clearSlotOf(id uint64) {
 	pg.live--
 	if pg.live == 0 {
 		s.pages[p] = nil
-		s.emptied = append(s.emptied, pg)
 		s.hintEmptied(p)
 	}
-}
-
-// newPage returns a zero id page: one that emptied, or a new one.
-func (s *state) newPage() *idPage {
-	if n := len(s.emptied); n > 0 {
-		pg := s.emptied[n-1]
-		s.emptied = s.emptied[:n-1]
-		return pg
-	}
-	return &s.idPages.Next(1, pageGroup)[0]
 }
 
 // blob returns the name and attribute bytes of a rec.

@@ -1,6 +1,5 @@
-// Package hugepage makes the catalog's large pointer-free arrays (its node
-// slabs, id pages, name arena, child lists and path index) in memory that
-// Linux backs with transparent huge pages.
+// Package hugepage makes the catalog's large pointer-free arrays (its path
+// index) in memory that Linux backs with transparent huge pages.
 //
 // A lookup in a catalog of millions of nodes is a chain of cache misses in
 // tables of hundreds of megabytes. With 4 KiB pages each miss also misses
@@ -9,8 +8,7 @@
 // distributions set transparent huge pages to "madvise", so that a program
 // gets them only for the memory it asks them for: Make asks, with
 // madvise(MADV_HUGEPAGE), for the whole 2 MiB pages inside each array it
-// makes, and Carver makes arrays large enough that those are most of
-// them. Arrays smaller than MinBytes are made as make makes them: a huge
+// makes. Arrays smaller than MinBytes are made as make makes them: a huge
 // page is 2 MiB of resident memory as soon as one byte of it is touched,
 // too much for a small catalog.
 //

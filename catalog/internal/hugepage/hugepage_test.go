@@ -105,21 +105,3 @@ func rangeOf(line string) (lo, hi uintptr, ok bool) {
 	}
 	return uintptr(x), uintptr(y), true
 }
-
-func TestCarverGroupsDouble(t *testing.T) {
-	var c Carver[uint32]
-	const size = 1 << 16 // 256 KiB
-	var sizes []int
-	for i := range 64 {
-		if len(c.spare) < size {
-			sizes = append(sizes, 0)
-		}
-		a := c.Next(size, 16)
-		sizes[len(sizes)-1]++
-		require.Len(t, a, size)
-		require.Equal(t, size, cap(a), "an array must not reach into the next")
-		require.Equal(t, -1, slices.IndexFunc(a, func(v uint32) bool { return v != 0 }), "array %d is not zero", i)
-		a[0], a[size-1] = uint32(i), uint32(i)
-	}
-	require.Equal(t, []int{1, 1, 2, 4, 8, 16, 16, 16}, sizes, "arrays a group")
-}
