@@ -263,6 +263,18 @@ func TestRemovalCheckSeesHealthyPeers(t *testing.T) {
 	require.Greater(t, checks, 100)
 }
 
+// awaitTicks waits until n's loop has ticked n more times.
+func awaitTicks(t *testing.T, n *node, ticks int) {
+	t.Helper()
+	end := n.ticks.Load() + uint64(ticks)
+	deadline := time.Now().Add(10 * time.Second)
+	for n.ticks.Load() < end {
+		require.True(t, time.Now().Before(deadline), "node %d ticked %d of %d times in 10s", n.id, ticks-int(end-n.ticks.Load()), ticks)
+		tick := time.NewTimer(testTick)
+		<-tick.C
+	}
+}
+
 func TestMembership(t *testing.T) {
 	c := newCluster(t)
 	c.start(3, 1)
@@ -304,7 +316,7 @@ func TestMembership(t *testing.T) {
 	c.heal()
 	n3 := c.nodes[down]
 	camp := n3.j.campaigns.Load()
-	await(t, 10*time.Second, "removed node campaigns", n3.changed, func() bool { return n3.j.campaigns.Load() > camp+1 })
+	await(t, 10*time.Second, "removed node campaigns", n3.changed, func() bool { return n3.j.campaigns.Load() > camp })
 	propose(t, c.nodes[up], "after-removal")
 	st := c.nodes[4].j.Status()
 	require.NotEqual(t, down, st.Leader, "the removed node never leads")
@@ -317,6 +329,12 @@ func TestMembership(t *testing.T) {
 	require.False(t, c.nodes[4].j.Status().Removed)
 	await(t, 10*time.Second, "the removed node learns of its removal from the refusals", n3.changed, func() bool { return n3.j.Status().Removed })
 	require.ErrorIs(t, n3.j.ReadBarrier(ctx), ErrRemoved)
+	// Knowing it, it stops its raft clock, and so campaigning: three
+	// election timeouts of its loop's ticks later, it has not campaigned.
+	camp, term := n3.j.campaigns.Load(), n3.j.Status().Term
+	awaitTicks(t, n3, 3*testElectionTicks)
+	require.Equal(t, camp, n3.j.campaigns.Load(), "campaigns after it learned of its removal")
+	require.Equal(t, term, n3.j.Status().Term)
 	// Removed ids cannot come back.
 	require.ErrorIs(t, c.nodes[1].j.AddMember(ctx, down, n3.addr, Follower), ErrUnknownMember)
 	for _, m := range st.Members {
@@ -372,9 +390,34 @@ func TestObserverRemovedWhileCutOffLearnsOnARead(t *testing.T) {
 	c.partition(4)
 	require.NoError(t, lj.RemoveMember(ctxT(t, 5*time.Second), 4, false))
 	c.heal()
-	require.False(t, obs.j.Status().Removed, "nothing reached it")
 	require.ErrorIs(t, obs.j.ReadBarrier(ctxT(t, 10*time.Second)), ErrRemoved)
 	require.True(t, obs.j.Status().Removed)
+}
+
+// The same observer, asked nothing after the heal, learns of its removal
+// from its own removal probe once its view goes stale (removalprobe.go):
+// the member it takes for the leader refuses the probe.
+func TestIdleObserverRemovedWhileCutOffLearnsFromItsProbe(t *testing.T) {
+	c := newCluster(t)
+	c.start(3, 1)
+	leader := c.waitLeader()
+	lj := c.nodes[leader].j
+	propose(t, c.nodes[leader], "x")
+	obs := c.nodes[4]
+	require.NoError(t, obs.j.WaitApplied(ctxT(t, 5*time.Second), lj.Status().Applied))
+	refusedBy := func() (n uint64) {
+		for id := uint64(1); id <= 3; id++ {
+			n += c.nodes[id].j.refusedRemoved.Load()
+		}
+		return n
+	}
+	refused := refusedBy()
+	c.partition(4)
+	require.NoError(t, lj.RemoveMember(ctxT(t, 5*time.Second), 4, false))
+	c.heal()
+	await(t, 20*time.Second, "the idle observer learns of its removal", obs.changed, func() bool { return obs.j.Status().Removed })
+	require.Greater(t, refusedBy(), refused, "a member refused the probe")
+	require.ErrorIs(t, obs.j.ReadBarrier(ctxT(t, 5*time.Second)), ErrRemoved)
 }
 
 // A proposal of Config.MaxEntryBytes commits over real HTTP through the

@@ -177,7 +177,9 @@ type Config struct {
 
 	// StaleAfter is the staleness tolerance: the leader journals its clock
 	// every StaleAfter/2, and a non-leader whose last replayed timestamp is
-	// older than StaleAfter reports itself stale (default 30s).
+	// older than StaleAfter reports itself stale (default 30s). A stale
+	// observer probes the member it takes for the leader every
+	// StaleAfter/2, to learn whether it was removed (removalprobe.go).
 	StaleAfter time.Duration
 
 	// DedupeWindow is how many log indexes back an idempotency key is

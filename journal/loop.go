@@ -62,7 +62,12 @@ func (j *Journal) run() {
 			j.failProposals()
 			return
 		case <-tickc:
-			j.rn.Tick()
+			// A node that knows it was removed stops its raft clock: as a
+			// voter it would campaign every election timeout, and every
+			// member would refuse each vote request.
+			if !j.removed.Load() {
+				j.rn.Tick()
+			}
 			if k := j.cfg.knobs; k != nil && k.ticked != nil {
 				k.ticked()
 			}

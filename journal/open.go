@@ -287,6 +287,7 @@ func (j *Journal) startGoroutines() {
 	j.wg.Go(j.appendLoop)
 	j.wg.Go(j.applyLoop)
 	j.wg.Go(j.advertiseVersion)
+	j.wg.Go(j.probeRemoval)
 	if r, ok := j.cfg.Snapshots.(ImageRequester); ok {
 		j.wg.Go(func() { j.requestImages(r) })
 	}

@@ -1,0 +1,45 @@
+package journal
+
+import "context"
+
+// An observer removed while it was cut off from the leader hears nothing
+// after the cut heals (the members have dropped it) and, as a learner,
+// sends nothing by itself, so no member refuses it and it never learns of
+// its removal. etcd's members learn of theirs from the pull streams they
+// keep dialling; this transport only pushes. So an observer whose view is
+// stale (no leader timestamp within Config.StaleAfter) sends, every
+// StaleAfter/2, a ReadIndex that nobody waits for to the member it takes
+// for the leader. A member refuses a removed node's messages with
+// ErrRemoved, and the transport's report sets Status().Removed; a leader
+// that still counts the observer answers it, and the answer matches no
+// read round (round ids start at 1) and is dropped.
+
+// probeRemoval runs the probes until the journal stops.
+func (j *Journal) probeRemoval() {
+	tick, stop := j.cfg.Clock.NewTicker(j.cfg.StaleAfter / 2)
+	defer stop()
+	for {
+		select {
+		case <-j.stopc:
+			return
+		case <-tick:
+			if Role(j.role.Load()) == Observer && !j.removed.Load() && j.CheckFresh() != nil {
+				j.sendRemovalProbe()
+			}
+		}
+	}
+}
+
+// sendRemovalProbe hands one unanswered ReadIndex to the raft loop,
+// waiting at most an election timeout for the loop to take it.
+func (j *Journal) sendRemovalProbe() {
+	ctx, cancel := j.untilStop(context.Background(), j.electionTimeout())
+	defer cancel()
+	if err := j.do(ctx, func() { j.rn.ReadIndex(encodeReadCtx(removalProbeRound)) }); err != nil {
+		j.log.Debug("removal probe not sent", "err", err)
+	}
+}
+
+// removalProbeRound is the request context of a removal probe: no read
+// round has it.
+const removalProbeRound = 0
