@@ -298,7 +298,10 @@ func TestFailedLogReadHaltsTheLeader(t *testing.T) {
 
 	n1.sm = newMemSM()
 	require.NoError(t, c.open(n1, nil))
-	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 10*time.Second)))
+	// The restarted leader replays some 45 MB of entries, and the node it
+	// left catches up on as much: under -race on a loaded machine that
+	// takes more than the usual 10 s.
+	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 30*time.Second)))
 	require.True(t, n1.sm.has("a"))
 	for _, v := range acked {
 		require.True(t, n1.sm.has(v), "acknowledged write %s survives", v[:3])
