@@ -155,7 +155,8 @@ func (j *Journal) setMembership(m *membership) {
 			j.tr.SetPeer(id, mem.Addr)
 		}
 	}
-	if _, ok := m.Members[j.id]; !ok && m.isRemoved(j.id) {
-		j.removed.Store(true)
+	if _, ok := m.Members[j.id]; !ok && m.isRemoved(j.id) && !j.removed.Swap(true) {
+		j.log.Warn("this node applied its removal from the cluster", "index", m.Index)
+		j.notifyChanged()
 	}
 }
