@@ -158,9 +158,22 @@ func (j *Journal) sendRound(ctx context.Context, r *readRound) error {
 
 // readStates releases the rounds raft answered in a Ready and sends the
 // next round, on the raft loop.
+//
+// A leader that is the only voter answers a ReadIndex at once with its
+// commit index, even before it has committed an entry in its term; after
+// a restart that index can be below entries applied and acknowledged
+// before it (the commit index on disk may lag the log). Every entry in
+// such a leader's log commits, so its rounds wait for its last index too.
 func (j *Journal) readStates(states []raft.ReadState) {
+	if len(states) == 0 {
+		return
+	}
+	var floor uint64
+	if st := j.rn.Status(); st.RaftState == raft.StateLeader && len(st.Config.Voters.IDs()) == 1 {
+		floor = j.lastIndex
+	}
 	for _, rs := range states {
-		if next := j.rounds.answered(decodeReadCtx(rs.RequestCtx), rs.Index); next != nil {
+		if next := j.rounds.answered(decodeReadCtx(rs.RequestCtx), max(rs.Index, floor)); next != nil {
 			j.rn.ReadIndex(encodeReadCtx(next.id))
 		}
 	}
