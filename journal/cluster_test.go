@@ -375,11 +375,11 @@ func TestRemovedNodeLearnsOfItsRemoval(t *testing.T) {
 	require.True(t, c.nodes[self].j.Status().Removed)
 }
 
-// An observer removed while cut off hears nothing after the heal and, as
-// a learner, sends nothing by itself; a linearizable read on it sends a
-// ReadIndex to the member it takes for the leader, which refuses it, and
-// the read fails with ErrRemoved.
-func TestObserverRemovedWhileCutOffLearnsOnARead(t *testing.T) {
+// removeObserverWhileCutOff starts three voters and observer 4, cuts the
+// observer off, removes it and heals the cut. It returns the cluster, the
+// observer and the voters' count of refused messages from removed nodes
+// before the cut.
+func removeObserverWhileCutOff(t *testing.T) (*cluster, *node, uint64) {
 	c := newCluster(t)
 	c.start(3, 1)
 	leader := c.waitLeader()
@@ -387,9 +387,28 @@ func TestObserverRemovedWhileCutOffLearnsOnARead(t *testing.T) {
 	propose(t, c.nodes[leader], "x")
 	obs := c.nodes[4]
 	require.NoError(t, obs.j.WaitApplied(ctxT(t, 5*time.Second), lj.Status().Applied))
+	refused := c.refusedRemoved()
 	c.partition(4)
 	require.NoError(t, lj.RemoveMember(ctxT(t, 5*time.Second), 4, false))
 	c.heal()
+	return c, obs, refused
+}
+
+// refusedRemoved sums the messages from removed nodes that voters 1 to 3
+// refused.
+func (c *cluster) refusedRemoved() (n uint64) {
+	for id := uint64(1); id <= 3; id++ {
+		n += c.nodes[id].j.refusedRemoved.Load()
+	}
+	return n
+}
+
+// An observer removed while cut off hears nothing after the heal and, as
+// a learner, sends nothing by itself; a linearizable read on it sends a
+// ReadIndex to the member it takes for the leader, which refuses it, and
+// the read fails with ErrRemoved.
+func TestObserverRemovedWhileCutOffLearnsOnARead(t *testing.T) {
+	_, obs, _ := removeObserverWhileCutOff(t)
 	require.ErrorIs(t, obs.j.ReadBarrier(ctxT(t, 10*time.Second)), ErrRemoved)
 	require.True(t, obs.j.Status().Removed)
 }
@@ -398,25 +417,9 @@ func TestObserverRemovedWhileCutOffLearnsOnARead(t *testing.T) {
 // from its own removal probe once its view goes stale (removalprobe.go):
 // the member it takes for the leader refuses the probe.
 func TestIdleObserverRemovedWhileCutOffLearnsFromItsProbe(t *testing.T) {
-	c := newCluster(t)
-	c.start(3, 1)
-	leader := c.waitLeader()
-	lj := c.nodes[leader].j
-	propose(t, c.nodes[leader], "x")
-	obs := c.nodes[4]
-	require.NoError(t, obs.j.WaitApplied(ctxT(t, 5*time.Second), lj.Status().Applied))
-	refusedBy := func() (n uint64) {
-		for id := uint64(1); id <= 3; id++ {
-			n += c.nodes[id].j.refusedRemoved.Load()
-		}
-		return n
-	}
-	refused := refusedBy()
-	c.partition(4)
-	require.NoError(t, lj.RemoveMember(ctxT(t, 5*time.Second), 4, false))
-	c.heal()
+	c, obs, refused := removeObserverWhileCutOff(t)
 	await(t, 20*time.Second, "the idle observer learns of its removal", obs.changed, func() bool { return obs.j.Status().Removed })
-	require.Greater(t, refusedBy(), refused, "a member refused the probe")
+	require.Greater(t, c.refusedRemoved(), refused, "a member refused the probe")
 	require.ErrorIs(t, obs.j.ReadBarrier(ctxT(t, 5*time.Second)), ErrRemoved)
 }
 

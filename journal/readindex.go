@@ -169,7 +169,7 @@ func (j *Journal) readStates(states []raft.ReadState) {
 		return
 	}
 	var floor uint64
-	if st := j.rn.Status(); st.RaftState == raft.StateLeader && len(st.Config.Voters.IDs()) == 1 {
+	if j.state.Load() == uint32(raft.StateLeader) && len(j.rn.Status().Config.Voters.IDs()) == 1 {
 		floor = j.lastIndex
 	}
 	for _, rs := range states {

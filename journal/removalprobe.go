@@ -16,18 +16,11 @@ import "context"
 
 // probeRemoval runs the probes until the journal stops.
 func (j *Journal) probeRemoval() {
-	tick, stop := j.cfg.Clock.NewTicker(j.cfg.StaleAfter / 2)
-	defer stop()
-	for {
-		select {
-		case <-j.stopc:
-			return
-		case <-tick:
-			if Role(j.role.Load()) == Observer && !j.removed.Load() && j.CheckFresh() != nil {
-				j.sendRemovalProbe()
-			}
+	j.every(j.cfg.StaleAfter/2, func() {
+		if Role(j.role.Load()) == Observer && !j.removed.Load() && j.CheckFresh() != nil {
+			j.sendRemovalProbe()
 		}
-	}
+	})
 }
 
 // sendRemovalProbe hands one unanswered ReadIndex to the raft loop,

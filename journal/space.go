@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -173,15 +174,18 @@ func fill(f vfs.File, size uint64) error {
 }
 
 // watchSpace runs the guard every Config.SpaceCheckInterval until Close.
-func (j *Journal) watchSpace() {
-	tick, stop := j.cfg.Clock.NewTicker(j.cfg.SpaceCheckInterval)
+func (j *Journal) watchSpace() { j.every(j.cfg.SpaceCheckInterval, j.checkSpace) }
+
+// every calls f every d on the journal's clock until the journal stops.
+func (j *Journal) every(d time.Duration, f func()) {
+	tick, stop := j.cfg.Clock.NewTicker(d)
 	defer stop()
 	for {
 		select {
 		case <-j.stopc:
 			return
 		case <-tick:
-			j.checkSpace()
+			f()
 		}
 	}
 }
