@@ -8,6 +8,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // The image body, version 1:
@@ -60,7 +62,7 @@ func (bw *blockWriter) flush() error {
 	bw.payload = bw.payload[:0]
 	bw.blocks++
 	if _, err := bw.w.Write(bw.out); err != nil {
-		return fmt.Errorf("catalog: save: %w", err)
+		return operr.Errorf("catalog: save: %w", err)
 	}
 	return nil
 }
@@ -96,7 +98,7 @@ func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 	})
 
 	if _, err := io.WriteString(w, imageMagic+string([]byte{imageVersion})); err != nil {
-		return fmt.Errorf("catalog: save: %w", err)
+		return operr.Errorf("catalog: save: %w", err)
 	}
 	bw := &blockWriter{w: w, payload: make([]byte, 0, imageBlockBytes+4096)}
 	p := append(bw.payload, 'H')
@@ -240,7 +242,7 @@ func (br *blockReader) readFull(b []byte, what string) error {
 		return br.corrupt("truncated in %s", what)
 	}
 	if err != nil {
-		return fmt.Errorf("catalog: load: block %d (byte %d): %w", br.blocks, br.off, err)
+		return operr.Errorf("catalog: load: block %d (byte %d): %w", br.blocks, br.off, err)
 	}
 	return nil
 }

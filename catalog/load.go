@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/metatree/metatree/catalog/internal/idset"
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // readImage builds a state from an image body. verify=false skips the
@@ -26,7 +27,7 @@ func readImageWith(r io.Reader, verify, careful bool) (*state, error) {
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			return nil, fmt.Errorf("%w: truncated header (%d bytes)", ErrCorrupt, n)
 		}
-		return nil, fmt.Errorf("catalog: load: %w", err)
+		return nil, operr.Errorf("catalog: load: %w", err)
 	}
 	if string(head[:len(imageMagic)]) != imageMagic {
 		return nil, fmt.Errorf("%w: not a catalog image (magic %q)", ErrCorrupt, head[:len(imageMagic)])

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // History is where a watch resumed from a past index finds the batches it
@@ -57,7 +59,7 @@ func (t *Tree) WatchFrom(ctx context.Context, from uint64, opts WatchOptions, h 
 func replay(ctx context.Context, from, to uint64, opts WatchOptions, h History, emit func(Event) error) error {
 	base, err := h.Base(ctx, from)
 	if err != nil {
-		return fmt.Errorf("catalog: watch from %d: base state: %w", from, err)
+		return operr.Errorf("catalog: watch from %d: base state: %w", from, err)
 	}
 	if at := base.Index(); at > from {
 		return fmt.Errorf("catalog: watch from %d: the base state is at %d, past it", from, at)
@@ -66,12 +68,12 @@ func replay(ctx context.Context, from, to uint64, opts WatchOptions, h History, 
 		// A batch that fails its preconditions fails here as it did live;
 		// only an index out of order means the log and base disagree.
 		if res := base.Apply(index, data).(*Result); errors.Is(res.Err, ErrApplied) {
-			return fmt.Errorf("catalog: watch from %d: replay batch %d: %w", from, index, res.Err)
+			return operr.Errorf("catalog: watch from %d: replay batch %d: %w", from, index, res.Err)
 		}
 		return nil
 	}
 	if err := h.Entries(ctx, base.Index(), from, apply); err != nil {
-		return fmt.Errorf("catalog: watch from %d: %w", from, err)
+		return operr.Errorf("catalog: watch from %d: %w", from, err)
 	}
 	tap := &watchTap{f: newFilter(opts)}
 	base.tap = tap
@@ -89,7 +91,7 @@ func replay(ctx context.Context, from, to uint64, opts WatchOptions, h History, 
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("catalog: watch from %d: %w", from, err)
+		return operr.Errorf("catalog: watch from %d: %w", from, err)
 	}
 	if at := base.Index(); at != to {
 		return fmt.Errorf("catalog: watch from %d: the replay reached %d, not the live index %d", from, at, to)

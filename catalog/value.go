@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // ValueType is the type of an attribute value.
@@ -140,13 +142,13 @@ func (v *Value) UnmarshalJSON(data []byte) error {
 	case '"':
 		var s string
 		if err := json.Unmarshal(data, &s); err != nil {
-			return fmt.Errorf("catalog: value: %w", err)
+			return operr.Errorf("catalog: value: %w", err)
 		}
 		*v = String(s)
 	case 't', 'f':
 		var b bool
 		if err := json.Unmarshal(data, &b); err != nil {
-			return fmt.Errorf("catalog: value: %w", err)
+			return operr.Errorf("catalog: value: %w", err)
 		}
 		*v = Bool(b)
 	case '{':
@@ -154,14 +156,14 @@ func (v *Value) UnmarshalJSON(data []byte) error {
 			Bytes *string `json:"bytes"`
 		}
 		if err := json.Unmarshal(data, &o); err != nil {
-			return fmt.Errorf("catalog: value: %w", err)
+			return operr.Errorf("catalog: value: %w", err)
 		}
 		if o.Bytes == nil {
 			return errors.New(`catalog: value: object must be {"bytes":"<base64>"}`)
 		}
 		b, err := base64.StdEncoding.DecodeString(*o.Bytes)
 		if err != nil {
-			return fmt.Errorf("catalog: value: bytes: %w", err)
+			return operr.Errorf("catalog: value: bytes: %w", err)
 		}
 		*v = Bytes(b)
 	default:

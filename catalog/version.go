@@ -3,7 +3,8 @@ package catalog
 import (
 	"bytes"
 	"errors"
-	"fmt"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // LimitFormat makes the tree read batches only up to format version max, as
@@ -66,5 +67,5 @@ func matchAttrs(s *state, r *rec, match []kv) error {
 
 // unknownVersion is the Apply result for a batch this code cannot read.
 func unknownVersion(index uint64, err error) *Result {
-	return &Result{Index: index, Err: fmt.Errorf("catalog: batch at index %d: %w", index, err)}
+	return &Result{Index: index, Err: operr.Errorf("catalog: batch at index %d: %w", index, err)}
 }

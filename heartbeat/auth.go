@@ -3,9 +3,9 @@ package heartbeat
 import (
 	"crypto/subtle"
 	"errors"
-	"fmt"
 	"net/http"
 
+	"github.com/metatree/metatree/internal/operr"
 	"github.com/metatree/metatree/internal/peerid"
 )
 
@@ -24,7 +24,7 @@ func (r *Responder) authenticate(req *http.Request, hb *Request) error {
 	if r.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(req.Header.Get(TokenHeader)), []byte(r.cfg.Token)) != 1 {
 		err = errBadToken
 	} else if cerr := peerid.Check(req, hb.Leader, r.cfg.PeerCerts); cerr != nil {
-		err = fmt.Errorf("heartbeat: from leader %d: %w", hb.Leader, cerr)
+		err = operr.Errorf("heartbeat: from leader %d: %w", hb.Leader, cerr)
 	}
 	if err != nil {
 		r.refused.Add(1)

@@ -3,9 +3,10 @@ package heartbeat
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"fmt"
 
 	"github.com/google/uuid"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // Epoch identifies one start of one process: a random UUID drawn when the
@@ -32,7 +33,7 @@ func ParseEpoch(s string) (Epoch, error) {
 	}
 	u, err := uuid.Parse(s)
 	if err != nil {
-		return Epoch{}, fmt.Errorf("heartbeat: bad epoch %q: %w", s, err)
+		return Epoch{}, operr.Errorf("heartbeat: bad epoch %q: %w", s, err)
 	}
 	return Epoch(u), nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/internal/clock"
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // Journal is what heartbeat needs of the journal: proposing a catalog batch
@@ -402,18 +403,18 @@ func (m *Membership) propose(ctx context.Context, ops ...catalog.Op) (*catalog.R
 	}
 	data, err := catalog.Batch{Ops: ops}.Encode()
 	if err != nil {
-		return nil, fmt.Errorf("heartbeat: encode batch: %w", err)
+		return nil, operr.Errorf("heartbeat: encode batch: %w", err)
 	}
 	_, v, err := m.cfg.Journal.Propose(ctx, data)
 	if err != nil {
-		return nil, fmt.Errorf("heartbeat: propose: %w", err)
+		return nil, operr.Errorf("heartbeat: propose: %w", err)
 	}
 	res, ok := v.(*catalog.Result)
 	if !ok {
 		return nil, fmt.Errorf("heartbeat: propose returned %T, want *catalog.Result", v)
 	}
 	if res.Err != nil {
-		return res, fmt.Errorf("heartbeat: %w", res.Err)
+		return res, operr.Errorf("heartbeat: %w", res.Err)
 	}
 	return res, nil
 }

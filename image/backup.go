@@ -3,13 +3,14 @@ package image
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // BackupConfig configures Backup.
@@ -72,25 +73,25 @@ func Backup(ctx context.Context, cfg BackupConfig) (Info, error) {
 	}
 	ri, err := s.RemoteLatest(ctx, cfg.Addr)
 	if err != nil {
-		return Info{}, fmt.Errorf("image: backup: %w", err)
+		return Info{}, operr.Errorf("image: backup: %w", err)
 	}
 	resp, idle, err := s.get(ctx, cfg.Addr, PathPrefix+strconv.FormatUint(ri.Index, 10))
 	if err != nil {
-		return Info{}, fmt.Errorf("image: backup: download image %d from %s: %w", ri.Index, cfg.Addr, err)
+		return Info{}, operr.Errorf("image: backup: download image %d from %s: %w", ri.Index, cfg.Addr, err)
 	}
 	defer idle.stop()
 	defer resp.Body.Close()
 	wantCRC, err := s.checkResponse(resp, ri.Index)
 	if err != nil {
-		return Info{}, fmt.Errorf("image: backup: %w", err)
+		return Info{}, operr.Errorf("image: backup: %w", err)
 	}
 	tmp := cfg.Out + ".tmp"
 	th, n, err := s.receive(ctx, resp, tmp, nil)
 	if err == nil {
 		if err = s.checkDownload(tmp, th, n, ri.Index, wantCRC); err != nil {
-			err = fmt.Errorf("image: backup: image %d from %s: %w", ri.Index, cfg.Addr, err)
+			err = operr.Errorf("image: backup: image %d from %s: %w", ri.Index, cfg.Addr, err)
 			if rerr := fs.Remove(tmp); rerr != nil && !isNotExist(rerr) {
-				err = errors.Join(err, fmt.Errorf("image: remove %s: %w", tmp, rerr))
+				err = errors.Join(err, operr.Errorf("image: remove %s: %w", tmp, rerr))
 			}
 		}
 	}
@@ -98,11 +99,11 @@ func Backup(ctx context.Context, cfg BackupConfig) (Info, error) {
 		return Info{}, err
 	}
 	if err := s.renameDurably(tmp, cfg.Out); err != nil {
-		return Info{}, fmt.Errorf("image: backup: %w", err)
+		return Info{}, operr.Errorf("image: backup: %w", err)
 	}
 	info, err := ReadHeader(fs, cfg.Out)
 	if err != nil {
-		return Info{}, fmt.Errorf("image: backup: %w", err)
+		return Info{}, operr.Errorf("image: backup: %w", err)
 	}
 	return info, nil
 }

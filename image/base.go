@@ -3,7 +3,8 @@ package image
 import (
 	"context"
 	"errors"
-	"fmt"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // LoadAtOrBefore loads the newest image whose index is at most index into
@@ -31,14 +32,14 @@ func (s *Store) LoadAtOrBefore(ctx context.Context, st State, index uint64) (Inf
 			return info, nil
 		}
 		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnknownVersion) && !errors.Is(err, ErrNotFound) {
-			return Info{}, fmt.Errorf("image: load the newest image at or before %d: %w", index, err)
+			return Info{}, operr.Errorf("image: load the newest image at or before %d: %w", index, err)
 		}
 		failures = append(failures, err)
 	}
 	if len(failures) > 0 {
 		// st may hold a body whose checksum failed: it is not the empty
 		// state.
-		return Info{}, fmt.Errorf("image: no usable image at or before %d: %w", index, errors.Join(failures...))
+		return Info{}, operr.Errorf("image: no usable image at or before %d: %w", index, errors.Join(failures...))
 	}
 	return Info{}, nil
 }

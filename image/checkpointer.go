@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/internal/clock"
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // Journal is what a Checkpointer needs of the journal; *journal.Journal
@@ -405,11 +406,11 @@ func (c *Checkpointer) replayAndWrite(ctx context.Context, s *Store, idx []uint6
 	phase = c.cfg.Clock.Now()
 	term, err := c.cfg.Journal.TermAt(target)
 	if err != nil {
-		return Info{}, fmt.Errorf("image: checkpoint: term at %d: %w", target, err)
+		return Info{}, operr.Errorf("image: checkpoint: term at %d: %w", target, err)
 	}
 	membership, err := c.cfg.Journal.MembershipAt(target)
 	if err != nil {
-		return Info{}, fmt.Errorf("image: checkpoint: membership at %d: %w", target, err)
+		return Info{}, operr.Errorf("image: checkpoint: membership at %d: %w", target, err)
 	}
 	n := 0
 	err = c.cfg.Journal.ReadEntries(ctx, from, target, func(index uint64, data []byte) error {
@@ -420,12 +421,12 @@ func (c *Checkpointer) replayAndWrite(ctx context.Context, s *Store, idx []uint6
 		return nil
 	})
 	if err != nil {
-		return Info{}, fmt.Errorf("image: checkpoint: replay (%d, %d]: %w", from, target, err)
+		return Info{}, operr.Errorf("image: checkpoint: replay (%d, %d]: %w", from, target, err)
 	}
 	c.logger.Debug("checkpoint: replayed", "from", from, "to", target, "took", c.cfg.Clock.Now().Sub(phase))
 	info, err := s.Write(ctx, Header{Index: target, Term: term, Membership: membership}, shadow.Save)
 	if err != nil {
-		return Info{}, fmt.Errorf("image: checkpoint at %d: %w", target, err)
+		return Info{}, operr.Errorf("image: checkpoint at %d: %w", target, err)
 	}
 	shadow = nil // let the shadow copy go before the journal compacts
 	if err := c.record(ctx, info); err != nil {
@@ -439,7 +440,7 @@ func (c *Checkpointer) replayAndWrite(ctx context.Context, s *Store, idx []uint6
 // go only once the new one is durable and raft's snapshot.
 func (c *Checkpointer) record(ctx context.Context, info Info) error {
 	if err := c.cfg.Journal.ImageWritten(ctx, info.Index, info.Term, info.Membership); err != nil {
-		return fmt.Errorf("image: checkpoint at %d written, but the journal did not record it: %w", info.Index, err)
+		return operr.Errorf("image: checkpoint at %d written, but the journal did not record it: %w", info.Index, err)
 	}
 	c.pending = nil
 	first, err := c.cfg.Journal.FirstIndex()
@@ -476,7 +477,7 @@ func (c *Checkpointer) loadBase(ctx context.Context, idx []uint64, target uint64
 			return shadow, i, nil
 		}
 		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnknownVersion) {
-			return nil, 0, fmt.Errorf("image: checkpoint: load base: %w", err)
+			return nil, 0, operr.Errorf("image: checkpoint: load base: %w", err)
 		}
 		failures = append(failures, err)
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // flight is one restore in progress; callers that arrive meanwhile wait on
@@ -114,7 +116,7 @@ func (s *Store) runFetch(ctx context.Context, addr string, index uint64, stage b
 	info, err := s.download(ctx, addr, index, stage)
 	if err != nil {
 		s.logger.Error("fetching an image failed", "peer", addr, "index", index, "err", err)
-		return fmt.Errorf("image: fetch index %d from %s: %w", index, addr, err)
+		return operr.Errorf("image: fetch index %d from %s: %w", index, addr, err)
 	}
 	s.logger.Info("fetched image", "peer", addr, "index", index, "bytes", info.Size, "took", time.Since(start))
 	return nil
@@ -234,13 +236,13 @@ func (r *idleReader) Close() error { return r.r.Close() }
 func (s *Store) RemoteLatest(ctx context.Context, addr string) (RemoteInfo, error) {
 	resp, idle, err := s.get(ctx, addr, PathPrefix+"latest")
 	if err != nil {
-		return RemoteInfo{}, fmt.Errorf("image: ask %s for its newest image: %w", addr, err)
+		return RemoteInfo{}, operr.Errorf("image: ask %s for its newest image: %w", addr, err)
 	}
 	defer idle.stop()
 	defer resp.Body.Close()
 	var ri RemoteInfo
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&ri); err != nil {
-		return RemoteInfo{}, fmt.Errorf("image: %s sent bad image metadata: %w", addr, err)
+		return RemoteInfo{}, operr.Errorf("image: %s sent bad image metadata: %w", addr, err)
 	}
 	return ri, nil
 }
@@ -345,7 +347,7 @@ func (s *Store) receive(ctx context.Context, resp *http.Response, tmp string, wr
 func (s *Store) checkDownload(tmp string, th *tailHasher, n int64, index uint64, wantCRC uint32) error {
 	f, err := s.fs.Open(tmp)
 	if err != nil {
-		return fmt.Errorf("image: open %s: %w", tmp, err)
+		return operr.Errorf("image: open %s: %w", tmp, err)
 	}
 	defer f.Close()
 	h, raw, err := decodeHeader(bufio.NewReader(io.NewSectionReader(f, 0, n)))
@@ -424,17 +426,17 @@ func (s *Store) adopt(ctx context.Context, addr string, index uint64, check func
 			return Info{}, err
 		}
 		if err := check(info.Header); err != nil {
-			return Info{}, fmt.Errorf("image: %s: %w", s.path(name), err)
+			return Info{}, operr.Errorf("image: %s: %w", s.path(name), err)
 		}
 		return info, nil
 	} else if !isNotExist(err) {
-		return Info{}, fmt.Errorf("image: stat %s: %w", s.path(name), err)
+		return Info{}, operr.Errorf("image: stat %s: %w", s.path(name), err)
 	}
 	fetched := name + fetchedSuffix
 	info, err := s.readHeader(fetched)
 	if err == nil {
 		if err = check(info.Header); err != nil {
-			err = fmt.Errorf("image: image %d from %s: %w", index, addr, err)
+			err = operr.Errorf("image: image %d from %s: %w", index, addr, err)
 		}
 	}
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // FormatVersion is the image format version this build writes. Readers
@@ -192,7 +194,7 @@ func readErr(what string, err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return corruptf("truncated %s", what)
 	}
-	return fmt.Errorf("image: read %s: %w", what, err)
+	return operr.Errorf("image: read %s: %w", what, err)
 }
 
 // readImage reads a whole image of size bytes from r, checking header,
@@ -276,7 +278,7 @@ func WriteTo(w io.Writer, h Header, save func(io.Writer) error) (crc uint32, n i
 	}
 	start := cw.n
 	if err := save(cw); err != nil {
-		return 0, cw.n, fmt.Errorf("image: save body: %w", err)
+		return 0, cw.n, operr.Errorf("image: save body: %w", err)
 	}
 	t := encodeTrailer(sum, uint64(cw.n-start))
 	crc = binary.BigEndian.Uint32(t[16:])

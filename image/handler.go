@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/metatree/metatree/internal/operr"
 	"github.com/metatree/metatree/internal/peerid"
 )
 
@@ -105,7 +106,7 @@ func (s *Store) serveImage(w http.ResponseWriter, r *http.Request) {
 	f, err := s.fs.Open(s.path(name), vfs.SequentialReadsOption)
 	if err != nil {
 		if isNotExist(err) {
-			err = fmt.Errorf("image: no %s here: %w", name, ErrNotFound)
+			err = operr.Errorf("image: no %s here: %w", name, ErrNotFound)
 		}
 		s.serveErr(w, err)
 		return

@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // ReadFile reads the image file at path and checks it whole: header,
@@ -29,7 +31,7 @@ func ReadFile(fs vfs.FS, path string, body func(io.Reader) error) (Info, error) 
 	defer f.Close()
 	info, err := readImage(f, size, body)
 	if err != nil {
-		return Info{}, fmt.Errorf("image: %s: %w", path, err)
+		return Info{}, operr.Errorf("image: %s: %w", path, err)
 	}
 	info.Name = fs.PathBase(path)
 	return info, nil
@@ -48,14 +50,14 @@ func ReadHeader(fs vfs.FS, path string) (Info, error) {
 	defer f.Close()
 	h, raw, err := decodeHeader(bufio.NewReader(io.NewSectionReader(f, 0, size)))
 	if err != nil {
-		return Info{}, fmt.Errorf("image: %s: %w", path, err)
+		return Info{}, operr.Errorf("image: %s: %w", path, err)
 	}
 	if size < int64(len(raw))+trailerLen {
-		return Info{}, fmt.Errorf("image: %s: %w", path, corruptf("truncated: %d bytes", size))
+		return Info{}, operr.Errorf("image: %s: %w", path, corruptf("truncated: %d bytes", size))
 	}
 	var crc [4]byte
 	if _, err := f.ReadAt(crc[:], size-4); err != nil {
-		return Info{}, fmt.Errorf("image: %s: %w", path, readErr("trailer", err))
+		return Info{}, operr.Errorf("image: %s: %w", path, readErr("trailer", err))
 	}
 	return Info{Header: h, Name: fs.PathBase(path), Size: size, CRC: binary.BigEndian.Uint32(crc[:])}, nil
 }
@@ -64,14 +66,14 @@ func openFile(fs vfs.FS, path string) (vfs.File, int64, error) {
 	f, err := fs.Open(path, vfs.SequentialReadsOption)
 	if err != nil {
 		if isNotExist(err) {
-			return nil, 0, fmt.Errorf("image: %s: %w", path, ErrNotFound)
+			return nil, 0, operr.Errorf("image: %s: %w", path, ErrNotFound)
 		}
-		return nil, 0, fmt.Errorf("image: open %s: %w", path, err)
+		return nil, 0, operr.Errorf("image: open %s: %w", path, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, 0, fmt.Errorf("image: stat %s: %w", path, err)
+		return nil, 0, operr.Errorf("image: stat %s: %w", path, err)
 	}
 	if st.IsDir() {
 		f.Close()

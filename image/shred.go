@@ -2,12 +2,13 @@ package image
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // Removing old images at a pace.
@@ -69,7 +70,7 @@ func (s *Store) removeFiles(names ...string) error {
 		t, err := s.discard(n)
 		if err != nil {
 			closeAll()
-			return fmt.Errorf("image: remove %s: %w", s.path(n), err)
+			return operr.Errorf("image: remove %s: %w", s.path(n), err)
 		}
 		if t != nil {
 			trash = append(trash, t)

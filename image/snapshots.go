@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // Snapshots is the journal's hook for images, declared here as the journal
@@ -123,10 +125,10 @@ func (s *Store) Install(ctx context.Context, index uint64) error {
 	name := imageName(index)
 	if _, err := s.fs.Stat(s.path(name)); err != nil {
 		if !isNotExist(err) {
-			return fmt.Errorf("image: stat %s: %w", s.path(name), err)
+			return operr.Errorf("image: stat %s: %w", s.path(name), err)
 		}
 		if _, ferr := s.fs.Stat(s.path(name + fetchedSuffix)); ferr != nil {
-			return fmt.Errorf("image: install index %d: no %s in %s: %w", index, name, s.dir, ErrNotFound)
+			return operr.Errorf("image: install index %d: no %s in %s: %w", index, name, s.dir, ErrNotFound)
 		}
 		if err := s.promote(index); err != nil {
 			return err
@@ -142,11 +144,11 @@ func (s *Store) Install(ctx context.Context, index uint64) error {
 		// Decoded from the very bytes that were verified and made
 		// durable: no need to read the file again.
 		if info, err = s.readHeader(name); err != nil {
-			return fmt.Errorf("image: install: %w", err)
+			return operr.Errorf("image: install: %w", err)
 		}
 		st.commit()
 	} else if info, err = s.loadInto(s.cfg.State, name, true); err != nil {
-		return fmt.Errorf("image: install: %w", err)
+		return operr.Errorf("image: install: %w", err)
 	}
 	s.unpin(index) // older fetched images raft never applied go too
 	s.restores.Add(1)

@@ -22,7 +22,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/metatree/metatree/internal/durable"
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // State is the replicated state an image holds: a *catalog.Tree satisfies
@@ -222,7 +224,7 @@ func Open(cfg Config) (*Store, error) {
 	lock, err := s.fs.Lock(s.fs.PathJoin(s.dir, lockName))
 	if err != nil {
 		s.cancelClose()
-		return nil, fmt.Errorf("image: lock %s (another Store has this data dir open?): %w", s.dir, err)
+		return nil, operr.Errorf("image: lock %s (another Store has this data dir open?): %w", s.dir, err)
 	}
 	s.lock = lock
 	if err := s.removeTemps(); err != nil {
@@ -233,7 +235,7 @@ func Open(cfg Config) (*Store, error) {
 	go s.shredder()
 	if err := s.queueLeftoverTrash(); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("image: old images left to remove in %s: %w", s.dir, err)
+		return nil, operr.Errorf("image: old images left to remove in %s: %w", s.dir, err)
 	}
 	return s, nil
 }
@@ -347,7 +349,7 @@ type listing struct {
 func (s *Store) list() (listing, error) {
 	names, err := s.fs.List(s.dir)
 	if err != nil {
-		return listing{}, fmt.Errorf("image: list %s: %w", s.dir, err)
+		return listing{}, operr.Errorf("image: list %s: %w", s.dir, err)
 	}
 	var l listing
 	for _, n := range names {
@@ -384,7 +386,7 @@ func (s *Store) removeTemps() error {
 			removed = true
 			s.logger.Info("removed an unfinished image file left by a crash", "file", s.path(n))
 		case !isNotExist(err):
-			return fmt.Errorf("image: remove %s: %w", s.path(n), err)
+			return operr.Errorf("image: remove %s: %w", s.path(n), err)
 		}
 	}
 	if removed {
@@ -399,7 +401,7 @@ func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }
 // (durable.MkdirAll).
 func mkdirAllDurably(fs vfs.FS, dir string) error {
 	if err := durable.MkdirAll(fs, dir); err != nil {
-		return fmt.Errorf("image: %w", err)
+		return operr.Errorf("image: %w", err)
 	}
 	return nil
 }
@@ -407,7 +409,7 @@ func mkdirAllDurably(fs vfs.FS, dir string) error {
 // syncDir fsyncs dir (durable.SyncDir).
 func syncDir(fs vfs.FS, dir string) error {
 	if err := durable.SyncDir(fs, dir); err != nil {
-		return fmt.Errorf("image: %w", err)
+		return operr.Errorf("image: %w", err)
 	}
 	return nil
 }
@@ -455,7 +457,7 @@ func (s *Store) writeFile(ctx context.Context, path string, wrote func(int64), f
 	}
 	f, err := s.fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
-		return 0, 0, fmt.Errorf("image: create %s: %w", path, err)
+		return 0, 0, operr.Errorf("image: create %s: %w", path, err)
 	}
 	defer func() {
 		if err != nil {
@@ -480,16 +482,16 @@ func (s *Store) writeFile(ctx context.Context, path string, wrote func(int64), f
 	bw := bufio.NewWriterSize(fw, 1<<20)
 	crc, n, err = fill(&ctxWriter{ctx: ctx, w: bw})
 	if err != nil {
-		return 0, 0, fmt.Errorf("image: write %s: %w", path, err)
+		return 0, 0, operr.Errorf("image: write %s: %w", path, err)
 	}
 	if err := bw.Flush(); err != nil {
-		return 0, 0, fmt.Errorf("image: write %s: %w", path, err)
+		return 0, 0, operr.Errorf("image: write %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
-		return 0, 0, s.halt(fmt.Errorf("image: sync %s: %w", path, err))
+		return 0, 0, s.halt(operr.Errorf("image: sync %s: %w", path, err))
 	}
 	if err := f.Close(); err != nil {
-		return 0, 0, fmt.Errorf("image: close %s: %w", path, err)
+		return 0, 0, operr.Errorf("image: close %s: %w", path, err)
 	}
 	return crc, n, nil
 }
@@ -501,7 +503,7 @@ func (s *Store) renameDurably(from, to string) error {
 		return err
 	}
 	if err := s.fs.Rename(from, to); err != nil {
-		return s.halt(fmt.Errorf("image: rename %s to %s: %w", from, to, err))
+		return s.halt(operr.Errorf("image: rename %s to %s: %w", from, to, err))
 	}
 	if err := syncDir(s.fs, s.dir); err != nil {
 		return s.halt(err)
@@ -667,15 +669,15 @@ func (s *Store) openImage(name string, opts ...vfs.OpenOption) (string, vfs.File
 	if err != nil {
 		done()
 		if isNotExist(err) {
-			return path, nil, 0, fmt.Errorf("image: %s: %w", path, ErrNotFound)
+			return path, nil, 0, operr.Errorf("image: %s: %w", path, ErrNotFound)
 		}
-		return path, nil, 0, fmt.Errorf("image: open %s: %w", path, err)
+		return path, nil, 0, operr.Errorf("image: open %s: %w", path, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
 		done()
-		return path, nil, 0, fmt.Errorf("image: stat %s: %w", path, err)
+		return path, nil, 0, operr.Errorf("image: stat %s: %w", path, err)
 	}
 	return path, readingFile{f, done}, st.Size(), nil
 }
@@ -702,7 +704,7 @@ func (s *Store) readFile(name string, body func(io.Reader) error) (Info, error) 
 	defer f.Close()
 	info, err := readImage(f, size, body)
 	if err != nil {
-		return Info{}, fmt.Errorf("image: %s: %w", path, err)
+		return Info{}, operr.Errorf("image: %s: %w", path, err)
 	}
 	info.Name = name
 	return info, nil
@@ -718,14 +720,14 @@ func (s *Store) readHeader(name string) (Info, error) {
 	defer f.Close()
 	h, raw, err := decodeHeader(bufio.NewReader(f))
 	if err != nil {
-		return Info{}, fmt.Errorf("image: %s: %w", path, err)
+		return Info{}, operr.Errorf("image: %s: %w", path, err)
 	}
 	if size < int64(len(raw))+trailerLen {
-		return Info{}, fmt.Errorf("image: %s: %w", path, corruptf("truncated: %d bytes", size))
+		return Info{}, operr.Errorf("image: %s: %w", path, corruptf("truncated: %d bytes", size))
 	}
 	var crc [4]byte
 	if _, err := f.ReadAt(crc[:], size-4); err != nil {
-		return Info{}, fmt.Errorf("image: %s: %w", path, readErr("trailer", err))
+		return Info{}, operr.Errorf("image: %s: %w", path, readErr("trailer", err))
 	}
 	return Info{Header: h, Name: name, Size: size, CRC: binary.BigEndian.Uint32(crc[:])}, nil
 }
@@ -738,7 +740,7 @@ func (s *Store) Latest() (Info, error) {
 		return Info{}, err
 	}
 	if len(l.installed) == 0 {
-		return Info{}, fmt.Errorf("image: no image in %s: %w", s.dir, ErrNotFound)
+		return Info{}, operr.Errorf("image: no image in %s: %w", s.dir, ErrNotFound)
 	}
 	return s.readHeader(imageName(l.installed[0]))
 }

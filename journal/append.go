@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // The append path: the goroutine that writes raft's MsgStorageAppend to the
@@ -27,7 +29,7 @@ type appendResult struct {
 // acknowledgements, a follower's MsgAppResp, votes) are stepped or sent.
 func (j *Journal) appended(res appendResult) error {
 	if res.err != nil {
-		return fmt.Errorf("journal: persist: %w", res.err)
+		return operr.Errorf("journal: persist: %w", res.err)
 	}
 	var out, local []*raftpb.Message
 	for _, m := range res.msgs {

@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // The applier: the goroutine that applies committed entries to the state
@@ -23,7 +25,7 @@ import (
 func (j *Journal) persistMembership(index uint64, m *membership, record bool) error {
 	if record {
 		if err := j.store.SaveMembership(index, m.encode()); err != nil {
-			return fmt.Errorf("journal: save membership at %d: %w", index, err)
+			return operr.Errorf("journal: save membership at %d: %w", index, err)
 		}
 	}
 	if index <= j.membersIndex {
@@ -175,7 +177,7 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 			return fmt.Errorf("journal: raft snapshot %d received but Config.Snapshots is nil", b.snapshot)
 		}
 		if err := j.cfg.Snapshots.Install(ctx, b.snapshot); err != nil {
-			return fmt.Errorf("journal: install image %d: %w", b.snapshot, err)
+			return operr.Errorf("journal: install image %d: %w", b.snapshot, err)
 		}
 		// The store's record was written with the snapshot.
 		if err := j.persistMembership(b.snapshot, b.snapMembers, false); err != nil {
@@ -328,7 +330,7 @@ func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 		idx := snap.GetMetadata().GetIndex()
 		m, err := decodeMembership(snap.GetData())
 		if err != nil {
-			return fmt.Errorf("journal: snapshot %d: %w", idx, err)
+			return operr.Errorf("journal: snapshot %d: %w", idx, err)
 		}
 		m.Index = idx
 		batch.snapshot = idx

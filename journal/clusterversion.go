@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // Format versions and the cluster version.
@@ -162,7 +164,7 @@ func (j *Journal) maybeRaiseVersion() {
 // cannot read (a downgrade below the cluster version).
 func (j *Journal) checkVersion(m *membership, where string) error {
 	if cv := m.clusterVersion(); cv > j.cfg.MaxVersion {
-		return fmt.Errorf("journal: %s: %w: the cluster is at format version %d and this node reads versions up to %d; run a binary that reads version %d (a cluster version never goes down)",
+		return operr.Errorf("journal: %s: %w: the cluster is at format version %d and this node reads versions up to %d; run a binary that reads version %d (a cluster version never goes down)",
 			where, ErrVersion, cv, j.cfg.MaxVersion, cv)
 	}
 	return nil
@@ -238,7 +240,7 @@ func (j *Journal) WaitClusterVersion(ctx context.Context, v uint32) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("journal: wait for cluster version %d (at %d): %w", v, cv, context.Cause(ctx))
+			return operr.Errorf("journal: wait for cluster version %d (at %d): %w", v, cv, context.Cause(ctx))
 		case <-j.done:
 			return ErrClosed
 		}

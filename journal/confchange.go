@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // Membership changes on the raft loop: the checks before a change is
@@ -123,7 +125,7 @@ func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
 	if err := checkLeavesVoters(cc, j.rn.Status().Config.Voters.IDs()); err != nil {
 		j.log.Error("membership change refused at apply", "index", e.GetIndex(), "err", err)
 		j.rn.ApplyConfChange(&raftpb.ConfChange{})
-		rec.err = fmt.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)
+		rec.err = operr.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)
 		return rec
 	}
 	cs := j.rn.ApplyConfChange(cc)

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/metatree/metatree/internal/clock"
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // StateMachine is what the journal replays the log into (the catalog in
@@ -405,7 +407,7 @@ func (c *Config) validate() error {
 		bad("Scheme must be https with TLS")
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("journal: invalid config: %w", errors.Join(errs...))
+		return operr.Errorf("journal: invalid config: %w", errors.Join(errs...))
 	}
 	return nil
 }

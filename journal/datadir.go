@@ -10,7 +10,9 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/metatree/metatree/internal/durable"
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // The data dir's files beside the raft store: VERSION and ROLE (key=value
@@ -24,7 +26,7 @@ func readKV(fs vfs.FS, path string) (map[string]string, bool, error) {
 		if errors.Is(err, io.EOF) || isNotExist(err) {
 			return nil, false, nil
 		}
-		return nil, false, fmt.Errorf("journal: open %s: %w", path, err)
+		return nil, false, operr.Errorf("journal: open %s: %w", path, err)
 	}
 	defer f.Close()
 	kv := map[string]string{}
@@ -36,12 +38,12 @@ func readKV(fs vfs.FS, path string) (map[string]string, bool, error) {
 		}
 		k, v, ok := strings.Cut(line, "=")
 		if !ok {
-			return nil, false, fmt.Errorf("journal: %s: %w: line %q is not key=value", path, ErrMalformed, line)
+			return nil, false, operr.Errorf("journal: %s: %w: line %q is not key=value", path, ErrMalformed, line)
 		}
 		kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, false, fmt.Errorf("journal: read %s: %w", path, err)
+		return nil, false, operr.Errorf("journal: read %s: %w", path, err)
 	}
 	return kv, true, nil
 }
@@ -58,7 +60,7 @@ func writeKV(fs vfs.FS, dir, name string, kvs [][2]string) error {
 // writeFileSynced replaces dir/name durably (durable.WriteFile).
 func writeFileSynced(fs vfs.FS, dir, name string, data []byte) error {
 	if err := durable.WriteFile(fs, dir, name, data); err != nil {
-		return fmt.Errorf("journal: %w", err)
+		return operr.Errorf("journal: %w", err)
 	}
 	return nil
 }
@@ -86,16 +88,16 @@ func readMembersFile(fs vfs.FS, dir string) (*membership, error) {
 		if isNotExist(err) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("journal: open %s: %w", path, err)
+		return nil, operr.Errorf("journal: open %s: %w", path, err)
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, 16<<20))
 	if err != nil {
-		return nil, fmt.Errorf("journal: read %s: %w", path, err)
+		return nil, operr.Errorf("journal: read %s: %w", path, err)
 	}
 	m, err := decodeMembership(b)
 	if err != nil {
-		return nil, fmt.Errorf("journal: %s: %w", path, err)
+		return nil, operr.Errorf("journal: %s: %w", path, err)
 	}
 	return m, nil
 }

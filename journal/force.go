@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/metatree/metatree/internal/operr"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -33,11 +34,11 @@ func (j *Journal) forceNewCluster(haveVersion bool) error {
 		return fmt.Errorf("journal: force a new cluster: %s holds no VERSION file: only an existing member's data dir can be forced", j.cfg.Dir)
 	}
 	if Role(j.role.Load()) != Follower {
-		return fmt.Errorf("journal: force a new cluster: %w: node %d is an observer (a learner); only a voter's data dir can be forced", ErrRoleMismatch, j.id)
+		return operr.Errorf("journal: force a new cluster: %w: node %d is an observer (a learner); only a voter's data dir can be forced", ErrRoleMismatch, j.id)
 	}
 	m, err := j.newestMembership()
 	if err != nil {
-		return fmt.Errorf("journal: force a new cluster: %w", err)
+		return operr.Errorf("journal: force a new cluster: %w", err)
 	}
 	if m.isRemoved(j.id) {
 		return fmt.Errorf("journal: force a new cluster: node %d was removed from the cluster", j.id)
@@ -51,22 +52,22 @@ func (j *Journal) forceNewCluster(haveVersion bool) error {
 	}
 	first, err := j.store.FirstIndex()
 	if err != nil {
-		return fmt.Errorf("journal: force a new cluster: %w", err)
+		return operr.Errorf("journal: force a new cluster: %w", err)
 	}
 	last, err := j.store.LastIndex()
 	if err != nil {
-		return fmt.Errorf("journal: force a new cluster: %w", err)
+		return operr.Errorf("journal: force a new cluster: %w", err)
 	}
 	lastTerm, err := j.store.Term(last)
 	if err != nil {
-		return fmt.Errorf("journal: force a new cluster: term of the last entry %d: %w", last, err)
+		return operr.Errorf("journal: force a new cluster: term of the last entry %d: %w", last, err)
 	}
 	// Nodes the log adds after the membership record (an uncommitted or
 	// unapplied tail) are removed as well.
 	for lo := max(first, m.Index+1); lo <= last; {
 		ents, err := j.store.Entries(lo, last+1, 4<<20)
 		if err != nil {
-			return fmt.Errorf("journal: force a new cluster: read entries from %d: %w", lo, err)
+			return operr.Errorf("journal: force a new cluster: read entries from %d: %w", lo, err)
 		}
 		for _, e := range ents {
 			if e.GetType() != raftpb.EntryConfChange {
@@ -98,7 +99,7 @@ func (j *Journal) forceNewCluster(haveVersion bool) error {
 			Context: mustJSON(confContext{Key: uuid.New()}),
 		})
 		if err != nil {
-			return fmt.Errorf("journal: force a new cluster: %w", err)
+			return operr.Errorf("journal: force a new cluster: %w", err)
 		}
 		ents = append(ents, &raftpb.Entry{
 			Type: raftpb.EntryConfChange.Enum(), Term: new(term), Index: new(last + 1 + uint64(k)), Data: data,
@@ -106,7 +107,7 @@ func (j *Journal) forceNewCluster(haveVersion bool) error {
 	}
 	newHS := &raftpb.HardState{Term: new(term), Vote: new(hs.GetVote()), Commit: new(last + uint64(len(ents)))}
 	if err := j.store.Append(newHS, ents, nil, true); err != nil {
-		return fmt.Errorf("journal: force a new cluster: write the removals: %w", err)
+		return operr.Errorf("journal: force a new cluster: write the removals: %w", err)
 	}
 	j.log.Warn("forced a new cluster: every other member is removed through the log; this node is the only voter",
 		"removed", ids, "from_index", last+1, "commit", newHS.GetCommit(), "uncommitted_kept", last-min(last, hs.GetCommit()))

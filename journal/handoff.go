@@ -2,9 +2,10 @@ package journal
 
 import (
 	"context"
-	"fmt"
 
 	"go.etcd.io/raft/v3"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // Handoff is the step a host takes before Close on a planned stop: on the
@@ -26,7 +27,7 @@ func (j *Journal) Handoff(ctx context.Context) error {
 	}
 	var to uint64
 	if err := j.do(ctx, func() { to = successor(j.rn.Status()) }); err != nil {
-		return fmt.Errorf("journal: handoff: %w", err)
+		return operr.Errorf("journal: handoff: %w", err)
 	}
 	if to == 0 {
 		j.log.Info("handoff: no other voter to hand leadership to")
@@ -36,7 +37,7 @@ func (j *Journal) Handoff(ctx context.Context) error {
 	defer cancel()
 	start := j.cfg.Clock.Now()
 	if err := j.TransferLeadership(ctx, to); err != nil {
-		return fmt.Errorf("journal: handoff: %w", err)
+		return operr.Errorf("journal: handoff: %w", err)
 	}
 	j.log.Info("handoff: leadership transferred", "to", to, "took", j.cfg.Clock.Now().Sub(start))
 	return nil

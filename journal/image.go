@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/metatree/metatree/internal/operr"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -24,7 +25,7 @@ func (j *Journal) scanEntries(after, upTo uint64, fn func(index uint64, env enve
 			if errors.Is(err, raft.ErrCompacted) {
 				return fmt.Errorf("%w: entries from %d: %w", ErrCompacted, lo, err)
 			}
-			return fmt.Errorf("journal: read entries [%d, %d]: %w", lo, upTo, err)
+			return operr.Errorf("journal: read entries [%d, %d]: %w", lo, upTo, err)
 		}
 		if len(ents) == 0 {
 			return fmt.Errorf("journal: read entries [%d, %d]: none returned", lo, upTo)
@@ -67,7 +68,7 @@ func (j *Journal) ReadEntries(ctx context.Context, after, upTo uint64, fn func(i
 	// The dedupe decisions at the entries need the window before `after`.
 	d, err := j.dedupeAt(after)
 	if err != nil {
-		return fmt.Errorf("journal: read entries: %w", err)
+		return operr.Errorf("journal: read entries: %w", err)
 	}
 	return j.scanEntries(after, upTo, func(index uint64, env envelope) error {
 		if err := ctx.Err(); err != nil {
@@ -95,18 +96,18 @@ func (j *Journal) ReadEntries(ctx context.Context, after, upTo uint64, fn func(i
 func (j *Journal) MembershipAt(index uint64) ([]byte, error) {
 	blob, err := j.store.MembershipAt(index)
 	if err != nil && !errors.Is(err, raftstore.ErrNoMembership) {
-		return nil, fmt.Errorf("journal: membership at %d: %w", index, err)
+		return nil, operr.Errorf("journal: membership at %d: %w", index, err)
 	}
 	m := newMembership()
 	if len(blob) > 0 {
 		if m, err = decodeMembership(blob); err != nil {
-			return nil, fmt.Errorf("journal: membership at %d: %w", index, err)
+			return nil, operr.Errorf("journal: membership at %d: %w", index, err)
 		}
 	}
 	m.Index = index
 	d, err := j.dedupeAt(index)
 	if err != nil {
-		return nil, fmt.Errorf("journal: membership at %d: %w", index, err)
+		return nil, operr.Errorf("journal: membership at %d: %w", index, err)
 	}
 	m.Keys = append([]appliedKey(nil), d.live()...)
 	return m.encode(), nil
@@ -117,9 +118,9 @@ func (j *Journal) TermAt(index uint64) (uint64, error) {
 	t, err := j.store.Term(index)
 	if err != nil {
 		if errors.Is(err, raft.ErrCompacted) {
-			return 0, fmt.Errorf("journal: term at %d: %w", index, ErrCompacted)
+			return 0, operr.Errorf("journal: term at %d: %w", index, ErrCompacted)
 		}
-		return 0, fmt.Errorf("journal: term at %d: %w", index, err)
+		return 0, operr.Errorf("journal: term at %d: %w", index, err)
 	}
 	return t, nil
 }
@@ -137,7 +138,7 @@ func (j *Journal) TermAt(index uint64) (uint64, error) {
 func (j *Journal) ImageWritten(ctx context.Context, index, term uint64, membership []byte) error {
 	m, err := decodeMembership(membership)
 	if err != nil {
-		return fmt.Errorf("journal: image %d: %w", index, err)
+		return operr.Errorf("journal: image %d: %w", index, err)
 	}
 	if index > j.applied.Load() {
 		return fmt.Errorf("journal: image %d is beyond the applied index %d", index, j.applied.Load())
@@ -147,7 +148,7 @@ func (j *Journal) ImageWritten(ctx context.Context, index, term uint64, membersh
 	// written. Raft's snapshot must not pass the durable commit (a restart
 	// would find commit < snapshot, etcd#10219): wait for that write.
 	if err := j.waitDurableCommit(ctx, index); err != nil {
-		return fmt.Errorf("journal: image %d: %w", index, err)
+		return operr.Errorf("journal: image %d: %w", index, err)
 	}
 	snap := raftpb.EnsureSnapshot(&raftpb.Snapshot{
 		Data: membership,
@@ -163,7 +164,7 @@ func (j *Journal) ImageWritten(ctx context.Context, index, term uint64, membersh
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("journal: image %d: %w", index, context.Cause(ctx))
+		return operr.Errorf("journal: image %d: %w", index, context.Cause(ctx))
 	case <-j.done:
 		return ErrClosed
 	case <-j.loopDead:
@@ -178,7 +179,7 @@ func (j *Journal) ImageWritten(ctx context.Context, index, term uint64, membersh
 func (j *Journal) recordImage(snap *raftpb.Snapshot) error {
 	index := snap.GetMetadata().GetIndex()
 	if err := j.store.SetSnapshot(snap); err != nil {
-		return fmt.Errorf("journal: record image %d: %w", index, err)
+		return operr.Errorf("journal: record image %d: %w", index, err)
 	}
 	j.lastImage.Store(index)
 	j.images.add(index)
@@ -192,7 +193,7 @@ func (j *Journal) recordImage(snap *raftpb.Snapshot) error {
 	cut := j.images.atOrBelow(index - j.cfg.CompactMargin)
 	if first, err := j.store.FirstIndex(); err == nil && cut >= first {
 		if err := j.store.Compact(cut); err != nil {
-			return fmt.Errorf("journal: compact to %d: %w", cut, err)
+			return operr.Errorf("journal: compact to %d: %w", cut, err)
 		}
 		j.images.dropBelow(cut)
 	}
@@ -206,7 +207,7 @@ func (j *Journal) recordImage(snap *raftpb.Snapshot) error {
 func (j *Journal) FirstIndex() (uint64, error) {
 	first, err := j.store.FirstIndex()
 	if err != nil {
-		return 0, fmt.Errorf("journal: first index: %w", err)
+		return 0, operr.Errorf("journal: first index: %w", err)
 	}
 	return first, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/metatree/metatree/internal/operr"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -48,7 +49,7 @@ func Inspect(dir string, opts InspectOptions) (_ *Inspector, err error) {
 	}
 	in := &Inspector{fs: fs, dir: dir}
 	if _, err := fs.Stat(dir); err != nil {
-		return nil, fmt.Errorf("journal: data dir %s: %w", dir, err)
+		return nil, operr.Errorf("journal: data dir %s: %w", dir, err)
 	}
 	// Lock the dir as a node does, but only when a node has run on it (a
 	// missing LOCK file is not created: nothing is written).
@@ -56,7 +57,7 @@ func Inspect(dir string, opts InspectOptions) (_ *Inspector, err error) {
 	if _, err := fs.Stat(lockPath); err == nil {
 		in.lock, err = fs.Lock(lockPath)
 		if err != nil {
-			return nil, fmt.Errorf("journal: %s: %w: a running node holds %s; stop it first (a running member can be backed up over HTTP): %w",
+			return nil, operr.Errorf("journal: %s: %w: a running node holds %s; stop it first (a running member can be backed up over HTTP): %w",
 				dir, ErrLocked, lockPath, err)
 		}
 	}
@@ -67,7 +68,7 @@ func Inspect(dir string, opts InspectOptions) (_ *Inspector, err error) {
 	}()
 	in.store, err = raftstore.Inspect(fs, filepath.Join(dir, "journal"))
 	if err != nil {
-		return nil, fmt.Errorf("journal: %s: %w", dir, err)
+		return nil, operr.Errorf("journal: %s: %w", dir, err)
 	}
 	in.readFiles()
 	return in, nil
@@ -97,7 +98,7 @@ func (in *Inspector) readFiles() {
 		}
 	default:
 		if _, err := ParseRole(role["role"]); err != nil {
-			in.problems = append(in.problems, fmt.Errorf("journal: %s: %w", filepath.Join(in.dir, "ROLE"), err))
+			in.problems = append(in.problems, operr.Errorf("journal: %s: %w", filepath.Join(in.dir, "ROLE"), err))
 		}
 	}
 	in.role = role
@@ -161,10 +162,10 @@ func (in *Inspector) membership() (*membership, []error) {
 	var m *membership
 	if blob, err := in.store.MembershipAt(math.MaxUint64); err == nil {
 		if m, err = decodeMembership(blob); err != nil {
-			problems = append(problems, fmt.Errorf("journal: %s: newest membership record: %w", in.dir, err))
+			problems = append(problems, operr.Errorf("journal: %s: newest membership record: %w", in.dir, err))
 		}
 	} else if !errors.Is(err, raftstore.ErrNoMembership) {
-		problems = append(problems, fmt.Errorf("journal: %s: %w", in.dir, err))
+		problems = append(problems, operr.Errorf("journal: %s: %w", in.dir, err))
 	}
 	file, err := readMembersFile(in.fs, in.dir)
 	if err != nil {
@@ -204,7 +205,7 @@ func sorted(ids []uint64) []uint64 {
 func (in *Inspector) Problems() []error {
 	out := slices.Clone(in.problems)
 	for _, err := range in.store.Problems() {
-		out = append(out, fmt.Errorf("journal: %s: %w", filepath.Join(in.dir, "journal"), err))
+		out = append(out, operr.Errorf("journal: %s: %w", filepath.Join(in.dir, "journal"), err))
 	}
 	m, problems := in.membership()
 	out = append(out, problems...)

@@ -11,9 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/metatree/metatree/journal/internal/raftstore"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
 // Journal is one node of a replicated log. It is safe for concurrent use by
@@ -181,13 +183,13 @@ func (j *Journal) Close() error {
 	j.wg.Wait()
 	var errs []error
 	if err := j.tr.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("journal: close transport: %w", err))
+		errs = append(errs, operr.Errorf("journal: close transport: %w", err))
 	}
 	if err := j.store.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("journal: close log: %w", err))
+		errs = append(errs, operr.Errorf("journal: close log: %w", err))
 	}
 	if err := j.lock.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("journal: unlock: %w", err))
+		errs = append(errs, operr.Errorf("journal: unlock: %w", err))
 	}
 	j.log.Info("journal closed")
 	return errors.Join(errs...)

@@ -8,6 +8,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // proposal is a request to the raft loop.
@@ -40,7 +42,7 @@ func (j *Journal) run() {
 	var lastStamp int64
 	var err error
 	if j.lastIndex, err = j.store.LastIndex(); err != nil {
-		j.fail(fmt.Errorf("journal: last index: %w", err))
+		j.fail(operr.Errorf("journal: last index: %w", err))
 		return
 	}
 	j.lastIndexPub.Store(j.lastIndex)

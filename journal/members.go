@@ -8,6 +8,8 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // AddMember adds node id, reachable at addr, as a voter (Follower) or a
@@ -34,11 +36,11 @@ func (j *Journal) addMember(ctx context.Context, id uint64, addr string, role Ro
 	m := j.mu.membership
 	j.mu.Unlock()
 	if m.isRemoved(id) {
-		return fmt.Errorf("journal: add member %d: %w: the id was removed and cannot be reused", id, ErrUnknownMember)
+		return operr.Errorf("journal: add member %d: %w: the id was removed and cannot be reused", id, ErrUnknownMember)
 	}
 	if cur, ok := m.Members[id]; ok {
 		if cur.Role != role {
-			return fmt.Errorf("journal: add member %d: %w: it is a %s, asked for %s", id, ErrRoleMismatch, cur.Role, role)
+			return operr.Errorf("journal: add member %d: %w: it is a %s, asked for %s", id, ErrRoleMismatch, cur.Role, role)
 		}
 		if cur.Addr == addr {
 			if maxVersion == 0 || cur.MaxVersion == maxVersion {
@@ -63,13 +65,13 @@ func (j *Journal) RemoveMember(ctx context.Context, id uint64, force bool) error
 	m := j.mu.membership
 	j.mu.Unlock()
 	if _, ok := m.Members[id]; !ok {
-		return fmt.Errorf("journal: remove member %d: %w", id, ErrUnknownMember)
+		return operr.Errorf("journal: remove member %d: %w", id, ErrUnknownMember)
 	}
 	// Checked here too, so the change is not even forwarded; the leader
 	// checks it again against raft's configuration.
 	cc := &raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(id)}
 	if err := checkLeavesVoters(cc, voterSet(m.Voters)); err != nil {
-		return fmt.Errorf("journal: remove member %d: %w", id, err)
+		return operr.Errorf("journal: remove member %d: %w", id, err)
 	}
 	return j.confChange(ctx, "remove member", raftpb.ConfChangeRemoveNode, id, "", RoleUnset, 0, force)
 }
@@ -81,7 +83,7 @@ func (j *Journal) Promote(ctx context.Context, id uint64) error {
 	j.mu.Unlock()
 	cur, ok := m.Members[id]
 	if !ok {
-		return fmt.Errorf("journal: promote %d: %w", id, ErrUnknownMember)
+		return operr.Errorf("journal: promote %d: %w", id, ErrUnknownMember)
 	}
 	if cur.Role == Follower {
 		return nil
@@ -105,13 +107,13 @@ func (j *Journal) confChangeWith(ctx context.Context, what string, typ raftpb.Co
 	}
 	data, err := proto.Marshal(cc)
 	if err != nil {
-		return fmt.Errorf("journal: %s %d: %w", what, id, err)
+		return operr.Errorf("journal: %s %d: %w", what, id, err)
 	}
 	_, err = j.submit(ctx, key,
 		func(uint64) *proposal { return &proposal{cc: proto.Clone(cc).(*raftpb.ConfChange), force: force} },
 		&ForwardRequest{Kind: ForwardConfChange, Key: key, Force: force, Data: data})
 	if err != nil {
-		return fmt.Errorf("journal: %s %d: %w", what, id, err)
+		return operr.Errorf("journal: %s %d: %w", what, id, err)
 	}
 	return nil
 }
@@ -129,13 +131,13 @@ func (j *Journal) TransferLeadership(ctx context.Context, to uint64) error {
 			return nil
 		case j.state.Load() == uint32(raft.StateLeader):
 			if err := j.do(ctx, func() { j.rn.TransferLeader(to) }); err != nil {
-				return fmt.Errorf("journal: transfer leadership to %d: %w", to, err)
+				return operr.Errorf("journal: transfer leadership to %d: %w", to, err)
 			}
 			requested = true
 		case requested && leader == 0:
 			// The election the transfer started is under way.
 		default:
-			return fmt.Errorf("journal: transfer leadership to %d: %w", to, j.notLeaderErr())
+			return operr.Errorf("journal: transfer leadership to %d: %w", to, j.notLeaderErr())
 		}
 		tc, stop := j.cfg.Clock.NewTimer(j.electionTimeout())
 		select {
@@ -143,7 +145,7 @@ func (j *Journal) TransferLeadership(ctx context.Context, to uint64) error {
 		case <-tc: // raft aborts a transfer after an election timeout: ask again
 		case <-ctx.Done():
 			stop()
-			return fmt.Errorf("journal: transfer leadership to %d: %w", to, context.Cause(ctx))
+			return operr.Errorf("journal: transfer leadership to %d: %w", to, context.Cause(ctx))
 		case <-j.done:
 			stop()
 			return ErrClosed

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/metatree/metatree/internal/durable"
-	"github.com/metatree/metatree/journal/internal/raftstore"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/internal/durable"
+	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
 // Open starts a journal node: it locks and reads (or creates) the data dir,
@@ -63,11 +65,11 @@ func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
 func newJournal(cfg Config) (*Journal, error) {
 	fs := cfg.FS
 	if err := durable.MkdirAll(fs, cfg.Dir); err != nil {
-		return nil, fmt.Errorf("journal: create data dir %s: %w", cfg.Dir, err)
+		return nil, operr.Errorf("journal: create data dir %s: %w", cfg.Dir, err)
 	}
 	lock, err := fs.Lock(filepath.Join(cfg.Dir, "LOCK"))
 	if err != nil {
-		return nil, fmt.Errorf("journal: lock %s: %w: %w", cfg.Dir, ErrLocked, err)
+		return nil, operr.Errorf("journal: lock %s: %w: %w", cfg.Dir, ErrLocked, err)
 	}
 	j := &Journal{
 		cfg:        cfg,
@@ -152,7 +154,7 @@ func (j *Journal) readStartMode() (startMode, error) {
 func (j *Journal) openStore() error {
 	store, err := raftstore.Open(raftstore.Options{FS: j.cfg.FS, Dir: filepath.Join(j.cfg.Dir, "journal"), Logger: j.cfg.Logger})
 	if err != nil {
-		return fmt.Errorf("journal: %w", err)
+		return operr.Errorf("journal: %w", err)
 	}
 	j.store = store
 	return nil
@@ -174,7 +176,7 @@ func (j *Journal) startTransport() error {
 	}
 	if err := j.tr.Start(j.id, j); err != nil {
 		j.tr = nil
-		return fmt.Errorf("journal: start transport: %w", err)
+		return operr.Errorf("journal: start transport: %w", err)
 	}
 	return nil
 }
@@ -236,7 +238,7 @@ func (j *Journal) startRaft(ctx context.Context, joinResp *JoinResponse) (*raftp
 	}
 	hs, _, err := j.store.InitialState()
 	if err != nil {
-		return nil, fmt.Errorf("journal: initial state: %w", err)
+		return nil, operr.Errorf("journal: initial state: %w", err)
 	}
 	rc := &raft.Config{
 		ID:            j.id,
@@ -270,7 +272,7 @@ func (j *Journal) startRaft(ctx context.Context, joinResp *JoinResponse) (*raftp
 	}
 	j.rn, err = raft.NewRawNode(rc)
 	if err != nil {
-		return nil, fmt.Errorf("journal: start raft: %w", err)
+		return nil, operr.Errorf("journal: start raft: %w", err)
 	}
 	j.persistedTerm, j.persistedVote = hs.GetTerm(), hs.GetVote()
 	j.committed.Store(hs.GetCommit())
@@ -301,10 +303,10 @@ func (j *Journal) checkRestart(ver map[string]string) error {
 		return fmt.Errorf("journal: %s: VERSION has no cluster_id", j.cfg.Dir)
 	}
 	if j.cfg.ClusterID != "" && j.cfg.ClusterID != j.cluster() {
-		return fmt.Errorf("journal: %w: data dir belongs to cluster %s, config says %s", ErrClusterMismatch, j.cluster(), j.cfg.ClusterID)
+		return operr.Errorf("journal: %w: data dir belongs to cluster %s, config says %s", ErrClusterMismatch, j.cluster(), j.cfg.ClusterID)
 	}
 	if j.cfg.Token != "" && j.cfg.Token != j.token {
-		return fmt.Errorf("journal: %w: token differs from the data dir's VERSION", ErrClusterMismatch)
+		return operr.Errorf("journal: %w: token differs from the data dir's VERSION", ErrClusterMismatch)
 	}
 	if err := checkNodeID(j.cfg.Dir, ver, j.id); err != nil {
 		return err
@@ -318,10 +320,10 @@ func (j *Journal) checkRestart(ver map[string]string) error {
 	}
 	role, err := ParseRole(roleKV["role"])
 	if err != nil {
-		return fmt.Errorf("journal: %s: ROLE: %w", j.cfg.Dir, err)
+		return operr.Errorf("journal: %s: ROLE: %w", j.cfg.Dir, err)
 	}
 	if j.cfg.Role != RoleUnset && j.cfg.Role != role {
-		return fmt.Errorf("journal: %w: configured %s, data dir says %s", ErrRoleMismatch, j.cfg.Role, role)
+		return operr.Errorf("journal: %w: configured %s, data dir says %s", ErrRoleMismatch, j.cfg.Role, role)
 	}
 	j.role.Store(uint32(role))
 	return nil
@@ -334,19 +336,19 @@ func (j *Journal) join(ctx context.Context) (*JoinResponse, error) {
 		MaxVersion: j.cfg.MaxVersion, Token: j.token}
 	resp, err := j.tr.Join(ctx, j.cfg.Join, req)
 	if err != nil {
-		return nil, fmt.Errorf("journal: join through %s: %w", j.cfg.Join, err)
+		return nil, operr.Errorf("journal: join through %s: %w", j.cfg.Join, err)
 	}
 	if resp.ClusterVersion > j.cfg.MaxVersion {
-		return nil, fmt.Errorf("journal: join through %s: %w: the cluster is at format version %d and this node reads versions up to %d",
+		return nil, operr.Errorf("journal: join through %s: %w: the cluster is at format version %d and this node reads versions up to %d",
 			j.cfg.Join, ErrVersion, resp.ClusterVersion, j.cfg.MaxVersion)
 	}
 	if j.cfg.ClusterID != "" && resp.ClusterID != j.cfg.ClusterID {
-		return nil, fmt.Errorf("journal: join through %s: %w: cluster is %s, config says %s",
+		return nil, operr.Errorf("journal: join through %s: %w: cluster is %s, config says %s",
 			j.cfg.Join, ErrClusterMismatch, resp.ClusterID, j.cfg.ClusterID)
 	}
 	for _, m := range resp.Members {
 		if m.ID == j.id && m.Role != req.Role {
-			return nil, fmt.Errorf("journal: join: %w: cluster has node %d as %s, config says %s", ErrRoleMismatch, j.id, m.Role, req.Role)
+			return nil, operr.Errorf("journal: join: %w: cluster has node %d as %s, config says %s", ErrRoleMismatch, j.id, m.Role, req.Role)
 		}
 	}
 	j.setCluster(resp.ClusterID)
@@ -359,10 +361,10 @@ func (j *Journal) join(ctx context.Context) (*JoinResponse, error) {
 func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membership, error) {
 	m := newMembership()
 	if blob, err := j.store.MembershipAt(math.MaxUint64); err != nil && !errors.Is(err, raftstore.ErrNoMembership) {
-		return nil, fmt.Errorf("journal: load membership: %w", err)
+		return nil, operr.Errorf("journal: load membership: %w", err)
 	} else if len(blob) > 0 {
 		if m, err = decodeMembership(blob); err != nil {
-			return nil, fmt.Errorf("journal: stored membership: %w", err)
+			return nil, operr.Errorf("journal: stored membership: %w", err)
 		}
 	}
 	file, err := j.readMembers()
@@ -385,14 +387,14 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 	}
 	first, err := j.store.FirstIndex()
 	if err != nil {
-		return nil, fmt.Errorf("journal: first index: %w", err)
+		return nil, operr.Errorf("journal: first index: %w", err)
 	}
 	var imageIndex uint64
 	var image *membership // the membership stored with the image
 	if j.cfg.Snapshots != nil {
 		idx, blob, err := j.cfg.Snapshots.LoadLatest(ctx, first-1)
 		if err != nil {
-			return nil, fmt.Errorf("journal: load image: %w", err)
+			return nil, operr.Errorf("journal: load image: %w", err)
 		}
 		if idx > 0 {
 			if idx < first-1 {
@@ -404,7 +406,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 			if len(blob) > 0 {
 				im, err := decodeMembership(blob)
 				if err != nil {
-					return nil, fmt.Errorf("journal: image %d: %w", idx, err)
+					return nil, operr.Errorf("journal: image %d: %w", idx, err)
 				}
 				j.dedupe.reset(im.Keys)
 				image = im
@@ -423,7 +425,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 	if imageIndex > 0 && image == nil {
 		d, err := j.dedupeAt(imageIndex)
 		if err != nil {
-			return nil, fmt.Errorf("journal: rebuild dedupe window: %w", err)
+			return nil, operr.Errorf("journal: rebuild dedupe window: %w", err)
 		}
 		j.dedupe = d
 	}

@@ -9,6 +9,8 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // Progress is the leader's view of one member's replication: how much of
@@ -41,10 +43,10 @@ func (j *Journal) Progress(ctx context.Context) ([]Progress, error) {
 		out = progressOf(st)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("journal: progress: %w", err)
+		return nil, operr.Errorf("journal: progress: %w", err)
 	}
 	if out == nil {
-		return nil, fmt.Errorf("journal: progress: %w", j.notLeaderErr())
+		return nil, operr.Errorf("journal: progress: %w", j.notLeaderErr())
 	}
 	return out, nil
 }

@@ -10,6 +10,8 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // ProposeOption is an optional argument of Propose.
@@ -49,11 +51,11 @@ func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOptio
 	}
 	if err := j.checkEntrySize(len(data)); err != nil {
 		j.metrics.proposalsFailed.Add(1)
-		return 0, nil, fmt.Errorf("journal: propose: %w", err)
+		return 0, nil, operr.Errorf("journal: propose: %w", err)
 	}
 	if err := j.writable(); err != nil {
 		j.metrics.proposalsFailed.Add(1)
-		return 0, nil, fmt.Errorf("journal: propose: %w", err)
+		return 0, nil, operr.Errorf("journal: propose: %w", err)
 	}
 	if !o.hasKey {
 		o.key = uuid.New()
@@ -72,7 +74,7 @@ func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOptio
 		&ForwardRequest{Kind: ForwardData, Key: o.key, Data: data})
 	if err != nil {
 		j.metrics.proposalsFailed.Add(1)
-		return 0, nil, fmt.Errorf("journal: propose: %w", err)
+		return 0, nil, operr.Errorf("journal: propose: %w", err)
 	}
 	return r.index, r.value, nil
 }
@@ -270,7 +272,7 @@ func (j *Journal) WaitApplied(ctx context.Context, index uint64) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("journal: wait for index %d (applied %d): %w", index, j.applied.Load(), context.Cause(ctx))
+			return operr.Errorf("journal: wait for index %d (applied %d): %w", index, j.applied.Load(), context.Cause(ctx))
 		case <-j.done:
 			return ErrClosed
 		}
@@ -347,7 +349,7 @@ func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 		}
 		idx := msg.GetSnapshot().GetMetadata().GetIndex()
 		if err := j.cfg.Snapshots.Fetch(ctx, addr, idx); err != nil {
-			return fmt.Errorf("journal: fetch image %d from %s: %w", idx, addr, err)
+			return operr.Errorf("journal: fetch image %d from %s: %w", idx, addr, err)
 		}
 		in.done = make(chan error, 1)
 	} else {

@@ -3,11 +3,12 @@ package journal
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"go.etcd.io/raft/v3"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // Linearizable reads share ReadIndex rounds, as etcd's server does in its
@@ -114,12 +115,12 @@ func (rr *readRounds) stalled(seen uint64) (*readRound, uint64) {
 func (j *Journal) ReadBarrier(ctx context.Context) error {
 	defer j.observeReadBarrier(j.cfg.Clock.Now())
 	if err := j.removedErr(); err != nil {
-		return fmt.Errorf("journal: read barrier: %w", err)
+		return operr.Errorf("journal: read barrier: %w", err)
 	}
 	r, send, seen := j.rounds.join()
 	if send {
 		if err := j.sendRound(ctx, r); err != nil {
-			return fmt.Errorf("journal: read barrier: %w", err)
+			return operr.Errorf("journal: read barrier: %w", err)
 		}
 	}
 	retry, stop := j.cfg.Clock.NewTicker(j.electionTimeout())
@@ -130,16 +131,16 @@ func (j *Journal) ReadBarrier(ctx context.Context) error {
 			return j.WaitApplied(ctx, r.index)
 		case <-retry:
 			if err := j.removedErr(); err != nil {
-				return fmt.Errorf("journal: read barrier: %w", err)
+				return operr.Errorf("journal: read barrier: %w", err)
 			}
 			var again *readRound
 			if again, seen = j.rounds.stalled(seen); again != nil {
 				if err := j.sendRound(ctx, again); err != nil {
-					return fmt.Errorf("journal: read barrier: %w", err)
+					return operr.Errorf("journal: read barrier: %w", err)
 				}
 			}
 		case <-ctx.Done():
-			return fmt.Errorf("journal: read barrier: %w", j.ctxErr(ctx, nil))
+			return operr.Errorf("journal: read barrier: %w", j.ctxErr(ctx, nil))
 		case <-j.done:
 			return ErrClosed
 		case <-j.loopDead:

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/metatree/metatree/internal/operr"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -53,7 +54,7 @@ func (j *Journal) initLog(haveVersion, bootstrap bool) error {
 	if _, err := j.cfg.FS.Stat(filepath.Join(j.cfg.Dir, membersFile)); err == nil {
 		return nil
 	} else if !isNotExist(err) {
-		return fmt.Errorf("journal: stat %s: %w", membersFile, err)
+		return operr.Errorf("journal: stat %s: %w", membersFile, err)
 	}
 	if !j.cfg.Bootstrap {
 		return fmt.Errorf("journal: %s has a VERSION file but an empty journal and no %s: a bootstrap that did not finish; open it with Config.Bootstrap", j.cfg.Dir, membersFile)
@@ -77,12 +78,12 @@ func (j *Journal) bootstrapLog() error {
 	}
 	data, err := proto.Marshal(cc)
 	if err != nil {
-		return fmt.Errorf("journal: bootstrap: %w", err)
+		return operr.Errorf("journal: bootstrap: %w", err)
 	}
 	ent := &raftpb.Entry{Type: raftpb.EntryConfChange.Enum(), Term: new(uint64(1)), Index: new(uint64(1)), Data: data}
 	hs := &raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(1))}
 	if err := j.store.Append(hs, []*raftpb.Entry{ent}, nil, true); err != nil {
-		return fmt.Errorf("journal: bootstrap: write the first entry: %w", err)
+		return operr.Errorf("journal: bootstrap: write the first entry: %w", err)
 	}
 	return nil
 }
@@ -110,14 +111,14 @@ func (j *Journal) restartPoint(image *membership) (*raftpb.ConfState, error) {
 	index := j.applied.Load()
 	first, err := j.store.FirstIndex()
 	if err != nil {
-		return nil, fmt.Errorf("journal: first index: %w", err)
+		return nil, operr.Errorf("journal: first index: %w", err)
 	}
 	last, err := j.store.LastIndex()
 	if err != nil {
-		return nil, fmt.Errorf("journal: last index: %w", err)
+		return nil, operr.Errorf("journal: last index: %w", err)
 	}
 	if index+1 < first {
-		return nil, fmt.Errorf("journal: %w: the state was loaded at index %d, but the log starts at %d", ErrCompacted, index, first)
+		return nil, operr.Errorf("journal: %w: the state was loaded at index %d, but the log starts at %d", ErrCompacted, index, first)
 	}
 	if index > last {
 		return nil, fmt.Errorf("journal: the state was loaded at index %d, past the log's last entry %d: the log lost entries the state holds", index, last)
@@ -125,12 +126,12 @@ func (j *Journal) restartPoint(image *membership) (*raftpb.ConfState, error) {
 	if hs := j.store.HardState(); index > hs.GetCommit() {
 		hs.Commit = new(index)
 		if err := j.store.Append(hs, nil, nil, true); err != nil {
-			return nil, fmt.Errorf("journal: raise the durable commit to the image %d: %w", index, err)
+			return nil, operr.Errorf("journal: raise the durable commit to the image %d: %w", index, err)
 		}
 	}
 	conf, err := j.confStateAt(index, image)
 	if err != nil {
-		return nil, fmt.Errorf("journal: configuration as of the loaded index %d: %w", index, err)
+		return nil, operr.Errorf("journal: configuration as of the loaded index %d: %w", index, err)
 	}
 	return conf, nil
 }

@@ -3,8 +3,10 @@ package journal
 import (
 	"errors"
 	"fmt"
-	"github.com/metatree/metatree/internal/durable"
 	"path/filepath"
+
+	"github.com/metatree/metatree/internal/durable"
+	"github.com/metatree/metatree/internal/operr"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3/raftpb"
@@ -55,7 +57,7 @@ func NewClusterMembership(oldMembership []byte, index, id uint64, addr string) (
 	if len(oldMembership) > 0 {
 		old, err := decodeMembership(oldMembership)
 		if err != nil {
-			return nil, fmt.Errorf("journal: new cluster membership: the image's: %w", err)
+			return nil, operr.Errorf("journal: new cluster membership: the image's: %w", err)
 		}
 		m.Keys = old.Keys
 	}
@@ -85,7 +87,7 @@ func Seed(cfg SeedConfig) error {
 	}
 	m, err := decodeMembership(cfg.Membership)
 	if err != nil {
-		return fmt.Errorf("journal: seed: %w", err)
+		return operr.Errorf("journal: seed: %w", err)
 	}
 	if m.Index != cfg.Index || len(m.Voters) != 1 || m.Voters[0] != cfg.ID || len(m.Learner) != 0 {
 		return fmt.Errorf("journal: seed: the membership must name node %d alone as of index %d (use NewClusterMembership)", cfg.ID, cfg.Index)
@@ -96,11 +98,11 @@ func Seed(cfg SeedConfig) error {
 		return fmt.Errorf("journal: seed: %s already holds a VERSION file", cfg.Dir)
 	}
 	if err := durable.MkdirAll(cfg.FS, cfg.Dir); err != nil {
-		return fmt.Errorf("journal: seed: create %s: %w", cfg.Dir, err)
+		return operr.Errorf("journal: seed: create %s: %w", cfg.Dir, err)
 	}
 	store, err := raftstore.Open(raftstore.Options{FS: cfg.FS, Dir: filepath.Join(cfg.Dir, "journal")})
 	if err != nil {
-		return fmt.Errorf("journal: seed: %w", err)
+		return operr.Errorf("journal: seed: %w", err)
 	}
 	defer store.Close()
 	if last, err := store.LastIndex(); err != nil || last != 0 {
@@ -109,7 +111,7 @@ func Seed(cfg SeedConfig) error {
 	// The record first, unsynced: the synced Append after it carries it to
 	// disk (one Pebble WAL, in order).
 	if err := store.SaveMembership(cfg.Index, cfg.Membership); err != nil {
-		return fmt.Errorf("journal: seed: %w", err)
+		return operr.Errorf("journal: seed: %w", err)
 	}
 	snap := raftpb.EnsureSnapshot(&raftpb.Snapshot{
 		Data:     cfg.Membership,
@@ -117,10 +119,10 @@ func Seed(cfg SeedConfig) error {
 	})
 	hs := &raftpb.HardState{Term: new(cfg.Term), Commit: new(cfg.Index)}
 	if err := store.Append(hs, nil, snap, true); err != nil {
-		return fmt.Errorf("journal: seed: write the log's start at %d: %w", cfg.Index, err)
+		return operr.Errorf("journal: seed: write the log's start at %d: %w", cfg.Index, err)
 	}
 	if err := store.Close(); err != nil {
-		return fmt.Errorf("journal: seed: %w", err)
+		return operr.Errorf("journal: seed: %w", err)
 	}
 	c := m.clone()
 	if err := writeFileSynced(cfg.FS, cfg.Dir, membersFile, c.encode()); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/metatree/metatree/internal/durable"
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // ballastName is the emergency ballast file in the data dir.
@@ -90,7 +91,7 @@ func (g *spaceGuard) check() error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("journal: disk usage of %s: %w", g.dir, err)
+		return operr.Errorf("journal: disk usage of %s: %w", g.dir, err)
 	}
 	avail := u.AvailBytes
 	if avail < g.reserve/2 && g.hasBallast() {

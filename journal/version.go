@@ -1,10 +1,11 @@
 package journal
 
 import (
-	"fmt"
 	"strconv"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // The VERSION file names the cluster the data dir belongs to, its join
@@ -33,7 +34,7 @@ func versionNodeID(dir string, ver map[string]string) (uint64, error) {
 	}
 	id, err := strconv.ParseUint(v, 10, 64)
 	if err != nil || id == 0 {
-		return 0, fmt.Errorf("journal: %s: %w: VERSION node_id %q is not a positive integer", dir, ErrMalformed, v)
+		return 0, operr.Errorf("journal: %s: %w: VERSION node_id %q is not a positive integer", dir, ErrMalformed, v)
 	}
 	return id, nil
 }
@@ -45,7 +46,7 @@ func checkNodeID(dir string, ver map[string]string, id uint64) error {
 		return err
 	}
 	if have != 0 && have != id {
-		return fmt.Errorf("journal: %w: %s is the data dir of node %d, not of node %d", ErrClusterMismatch, dir, have, id)
+		return operr.Errorf("journal: %w: %s is the data dir of node %d, not of node %d", ErrClusterMismatch, dir, have, id)
 	}
 	return nil
 }

@@ -189,7 +189,7 @@ func TestCheckBroken(t *testing.T) {
 			require.NoError(t, err)
 			b[len(b)-30] ^= 1
 			require.NoError(t, os.WriteFile(d.imagePath(), b, 0o644))
-		}, "image." + "%d: image: corrupt"},
+		}, "image." + "%d: corrupt: checksum mismatch"},
 		{"missing log range", func(t *testing.T, d dataDir) {
 			deleteEntries(t, d.dir, 5, 8)
 		}, "entries [5, 7] are missing from the log"},

@@ -1,0 +1,43 @@
+package operr
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	errNoLeader = errors.New("journal: no leader")
+	errUnknown  = errors.New("journal: unknown member")
+)
+
+type haltError struct{ index int }
+
+func (e *haltError) Error() string { return fmt.Sprintf("journal: halted at %d", e.index) }
+
+func TestErrorfNamesThePackageOnce(t *testing.T) {
+	err := Errorf("journal: propose: %w", fmt.Errorf("%w: node 2 unreachable", errNoLeader))
+	require.Equal(t, "journal: propose: no leader: node 2 unreachable", err.Error())
+	require.ErrorIs(t, err, errNoLeader)
+
+	err = Errorf("journal: add member %d: %w: the id was removed", 5, errUnknown)
+	require.Equal(t, "journal: add member 5: unknown member: the id was removed", err.Error())
+	require.ErrorIs(t, err, errUnknown)
+
+	err = Errorf("journal: %w", errNoLeader)
+	require.Equal(t, "journal: no leader", err.Error())
+
+	var halt *haltError
+	err = Errorf("journal: read barrier: %w", Errorf("journal: wait: %w", &haltError{index: 7}))
+	require.ErrorAs(t, err, &halt)
+	require.Equal(t, 7, halt.index)
+	require.Equal(t, "journal: read barrier: wait: halted at 7", err.Error())
+}
+
+func TestErrorfKeepsOtherPackagesNames(t *testing.T) {
+	require.Equal(t, "journal: close log: pebble: closed", Errorf("journal: close log: %w", errors.New("pebble: closed")).Error())
+	require.Equal(t, "image: backup: journal: closed", Errorf("image: backup: %w", errors.New("journal: closed")).Error())
+	require.Equal(t, "no package here: journal: closed", Errorf("no package here: %w", errors.New("journal: closed")).Error())
+}
