@@ -102,9 +102,12 @@ type watchRing struct {
 	total atomic.Uint64 // events published, all batches together
 
 	// The applier's: first is the oldest batch kept, held what the kept
-	// batches weigh. Changed with Tree.mu held for writing.
-	first uint64
-	held  int
+	// batches weigh, weights what each weighs (by seq, as slots), so that
+	// dropping a batch never reads it: its lines are the watchers' by then.
+	// Changed with Tree.mu held for writing.
+	first   uint64
+	held    int
+	weights []int
 }
 
 const ringMinSlots = 64
@@ -139,17 +142,17 @@ func (r *watchRing) publish(b *watchBatch, hold int) {
 	}
 	sl := *sp
 	sl[seq&uint64(len(sl)-1)].Store(b)
+	r.weights[seq&uint64(len(sl)-1)] = b.weight()
 	r.total.Store(b.end)
 	r.head.Store(seq + 1)
 }
 
 func (r *watchRing) dropFirst() {
 	sl := *r.slots.Load()
-	slot := &sl[r.first&uint64(len(sl)-1)]
-	if b := slot.Load(); b != nil && b.seq == r.first {
-		r.held -= b.weight()
-		slot.Store(nil)
-	}
+	i := r.first & uint64(len(sl)-1)
+	r.held -= r.weights[i]
+	r.weights[i] = 0
+	sl[i].Store(nil)
 	r.first++
 }
 
@@ -161,12 +164,15 @@ func (r *watchRing) grow(old *[]atomic.Pointer[watchBatch], seq uint64) *[]atomi
 		n *= 2
 	}
 	sl := make([]atomic.Pointer[watchBatch], n)
+	weights := make([]int, n)
 	if old != nil {
 		o := *old
 		for s := r.first; s < seq; s++ {
 			sl[s&uint64(n-1)].Store(o[s&uint64(len(o)-1)].Load())
+			weights[s&uint64(n-1)] = r.weights[s&uint64(len(o)-1)]
 		}
 	}
+	r.weights = weights
 	r.slots.Store(&sl)
 	return &sl
 }
