@@ -375,6 +375,51 @@ func TestRemovedNodeLearnsOfItsRemoval(t *testing.T) {
 	require.True(t, c.nodes[self].j.Status().Removed)
 }
 
+// A leader that removes itself commits the change, learns of it, stops
+// its raft clock (removed nodes neither campaign nor heartbeat), and the
+// other voters elect a leader among themselves: writes and linearizable
+// reads go on there, every member applied the write made before, and the
+// removed node refuses both.
+func TestLeaderRemovingItself(t *testing.T) {
+	c := newCluster(t)
+	c.start(3, 0)
+	old := c.waitLeader()
+	propose(t, c.nodes[old], "before")
+	for id := uint64(1); id <= 3; id++ {
+		if id != old { // the removal check counts the followers it has heard from
+			await(t, 5*time.Second, "leader heard from its followers", c.nodes[old].changed, func() bool { return reachable(t, c.nodes[old].j, id) })
+		}
+	}
+	require.NoError(t, c.nodes[old].j.RemoveMember(ctxT(t, 5*time.Second), old, false))
+	gone := c.nodes[old]
+	await(t, 5*time.Second, "the old leader learns of its removal", gone.changed, func() bool { return gone.j.Status().Removed })
+
+	var rest []uint64
+	for id := uint64(1); id <= 3; id++ {
+		if id != old {
+			rest = append(rest, id)
+		}
+	}
+	leader := c.waitLeaderSeen(rest, rest...)
+	require.NotEqual(t, old, leader)
+	for _, id := range rest {
+		n := c.nodes[id]
+		propose(t, n, fmt.Sprintf("after-%d", id))
+		require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+		require.True(t, n.sm.has("before"), "node %d applied the write made before the removal", id)
+		for _, m := range n.j.Status().Members {
+			require.NotEqual(t, old, m.ID, "node %d still lists the removed leader", id)
+		}
+	}
+	_, _, err := gone.j.Propose(ctxT(t, 5*time.Second), []byte("from-removed"))
+	require.ErrorIs(t, err, ErrRemoved)
+	require.ErrorIs(t, gone.j.ReadBarrier(ctxT(t, 5*time.Second)), ErrRemoved)
+	camp, term := gone.j.campaigns.Load(), gone.j.Status().Term
+	awaitTicks(t, gone, 3*testElectionTicks)
+	require.Equal(t, camp, gone.j.campaigns.Load(), "campaigns after it learned of its removal")
+	require.Equal(t, term, gone.j.Status().Term)
+}
+
 // removeObserverWhileCutOff starts three voters and observer 4, cuts the
 // observer off, removes it and heals the cut. It returns the cluster, the
 // observer and the voters' count of refused messages from removed nodes
