@@ -2,28 +2,40 @@ package operr
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
 // Errorf is fmt.Errorf for a message that starts with its package's name
-// ("journal: propose: %w"): the message drops that name where a wrapped
-// error repeats it after a colon, so that "journal: propose: journal: no
-// leader" reads "journal: propose: no leader". errors.Is and errors.As see
-// what fmt.Errorf wraps.
+// ("journal: propose: %w"): each error among args whose own message starts
+// with that name too is formatted without it, so that "journal: propose:
+// journal: no leader" reads "journal: propose: no leader". Other arguments
+// are formatted as they are. errors.Is and errors.As see the errors
+// themselves.
 func Errorf(format string, args ...any) error {
-	return &opError{err: fmt.Errorf(format, args...)}
-}
-
-type opError struct{ err error }
-
-func (e *opError) Error() string {
-	msg := e.err.Error()
-	pkg, rest, ok := strings.Cut(msg, ": ")
-	if !ok || strings.Contains(pkg, " ") {
-		return msg
+	pkg, _, ok := strings.Cut(format, ": ")
+	if !ok || strings.ContainsAny(pkg, " %") {
+		return fmt.Errorf(format, args...)
 	}
-	rest = strings.TrimPrefix(rest, pkg+": ")
-	return pkg + ": " + strings.ReplaceAll(rest, ": "+pkg+": ", ": ")
+	prefix := pkg + ": "
+	copied := false
+	for i, a := range args {
+		if err, ok := a.(error); ok && err != nil && strings.HasPrefix(err.Error(), prefix) {
+			if !copied { // the caller's slice, when it passed one
+				args, copied = slices.Clone(args), true
+			}
+			args[i] = &trimmed{err: err, prefix: prefix}
+		}
+	}
+	return fmt.Errorf(format, args...)
 }
 
-func (e *opError) Unwrap() error { return e.err }
+// trimmed is err, its message without prefix.
+type trimmed struct {
+	err    error
+	prefix string
+}
+
+func (e *trimmed) Error() string { return strings.TrimPrefix(e.err.Error(), e.prefix) }
+
+func (e *trimmed) Unwrap() error { return e.err }

@@ -41,3 +41,19 @@ func TestErrorfKeepsOtherPackagesNames(t *testing.T) {
 	require.Equal(t, "image: backup: journal: closed", Errorf("image: backup: %w", errors.New("journal: closed")).Error())
 	require.Equal(t, "no package here: journal: closed", Errorf("no package here: %w", errors.New("journal: closed")).Error())
 }
+
+func TestErrorfTrimsOnlyTheWrappedErrors(t *testing.T) {
+	// A data dir named "journal" stays in the message.
+	err := Errorf("journal: %s: %w", "journal", errors.New("pebble: corrupt"))
+	require.Equal(t, "journal: journal: pebble: corrupt", err.Error())
+	// An error that names the package further in is left whole.
+	err = Errorf("journal: remove member %d: %w", 3, fmt.Errorf("remote: %w", errUnknown))
+	require.Equal(t, "journal: remove member 3: remote: journal: unknown member", err.Error())
+	require.ErrorIs(t, err, errUnknown)
+}
+
+func TestErrorfLeavesTheCallersArguments(t *testing.T) {
+	args := []any{errNoLeader}
+	require.Equal(t, "journal: propose: no leader", Errorf("journal: propose: %w", args...).Error())
+	require.Same(t, errNoLeader, args[0])
+}
