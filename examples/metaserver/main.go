@@ -44,6 +44,7 @@ func main() {
 	flag.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", time.Second, "how often the leader heartbeats every member")
 	flag.IntVar(&cfg.DeadAfter, "dead-after", 3, "missed heartbeats in a row before a member is declared dead")
 	flag.DurationVar(&cfg.StaleAfter, "stale-after", 30*time.Second, "a non-leader this far behind the leader's clock refuses reads")
+	flag.DurationVar(&cfg.RequestTimeout, "request-timeout", frontend.DefaultRequestTimeout, "how long a write or a linearizable read waits for a quorum before it fails with 503 no_leader")
 	flag.Uint64Var(&cfg.CheckpointEntries, "checkpoint-entries", 100000, "entries after the newest image that trigger a checkpoint")
 	flag.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", 60*time.Second, "how often the checkpoint threshold is checked")
 	flag.Uint64Var(&cfg.CompactMargin, "compact-margin", 0, "entries kept behind an image for slow followers (0: the journal's default)")

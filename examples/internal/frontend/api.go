@@ -225,9 +225,8 @@ func writable(p string) error {
 	return nil
 }
 
-// requestTimeout bounds the wait of a write or a linearizable read for a
-// quorum: past it the answer is 503 no_leader.
-const requestTimeout = 10 * time.Second
+// DefaultRequestTimeout is Config.RequestTimeout when it is 0.
+const DefaultRequestTimeout = 10 * time.Second
 
 // readable refuses a read that this frontend cannot serve as asked: a
 // linearizable read waits for a ReadIndex; a local read fails while this
@@ -235,7 +234,7 @@ const requestTimeout = 10 * time.Second
 func (f *Frontend) readable(r *http.Request) error {
 	switch c := r.URL.Query().Get("consistency"); c {
 	case "linearizable":
-		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+		ctx, cancel := context.WithTimeout(r.Context(), f.cfg.RequestTimeout)
 		defer cancel()
 		return apiError(f.journal.ReadBarrier(ctx))
 	case "", "local":
@@ -272,7 +271,7 @@ func (f *Frontend) commit(ctx context.Context, b catalog.Batch) (*catalog.Result
 	if err != nil {
 		return nil, apiError(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.RequestTimeout)
 	defer cancel()
 	_, v, err := f.journal.Propose(ctx, data)
 	if err != nil {
@@ -462,7 +461,7 @@ func (f *Frontend) postMember(w http.ResponseWriter, r *http.Request) error {
 	if body.Role != "" && body.Role != "follower" && body.Role != "observer" {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "role %q: want follower or observer", body.Role)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), f.cfg.RequestTimeout)
 	defer cancel()
 	if kind == heartbeat.KindFrontend {
 		// A frontend is also a raft member; it then starts with -join.

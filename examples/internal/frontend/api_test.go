@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -74,4 +75,9 @@ func TestStatusNamesTheStoppedApplier(t *testing.T) {
 	if stopped["error"] != halt.Error() {
 		t.Fatalf("halted applier: error %q, want %q", stopped["error"], halt.Error())
 	}
+}
+
+func TestNegativeRequestTimeoutIsRefused(t *testing.T) {
+	_, err := Start(t.Context(), Config{ID: 1, Dir: t.TempDir(), Addr: freeAddr(t), Bootstrap: true, RequestTimeout: -time.Second})
+	require.ErrorContains(t, err, "request timeout -1s: want a positive duration")
 }

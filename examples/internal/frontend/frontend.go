@@ -52,6 +52,10 @@ type Config struct {
 	CheckpointInterval time.Duration // default 60 s
 	CompactMargin      uint64        // entries kept behind an image; default the journal's
 	PromoteMaxLag      uint64        // entries an observer may trail and be promoted; default the journal's
+	// RequestTimeout bounds a write's or a linearizable read's wait for a
+	// quorum (then 503 no_leader), a client's request proxied to the leader
+	// included; default 10 s.
+	RequestTimeout time.Duration
 	Pprof              bool          // serve net/http/pprof under /debug/pprof/
 	// Quota bounds the catalog (catalog.Quota; zero: none). Every member
 	// must run with the same one: replicas decide each batch alike only
@@ -116,6 +120,12 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	switch {
+	case cfg.RequestTimeout == 0:
+		cfg.RequestTimeout = DefaultRequestTimeout
+	case cfg.RequestTimeout < 0:
+		return nil, fmt.Errorf("request timeout %v: want a positive duration", cfg.RequestTimeout)
+	}
 	role := journal.RoleUnset
 	switch cfg.Role {
 	case "":
@@ -140,7 +150,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		tree:     newTree(cfg.Quota),
 		registry: cancel.New(cancel.Config{Logger: cfg.Logger}),
 		runs:     demo.NewRuns(),
-		client:   secure.MemberClient(sec.files, cfg.Token, 10*time.Second, dial),
+		client:   secure.MemberClient(sec.files, cfg.Token, cfg.RequestTimeout+time.Second, dial),
 		peers:    secure.SourceTransport(dial, sec.files),
 		served:   make(chan struct{}),
 	}

@@ -155,7 +155,7 @@ func (f *Frontend) promoteMember(w http.ResponseWriter, r *http.Request) error {
 	if m, ok := f.members.Member(id); !ok || m.Kind != heartbeat.KindFrontend {
 		return httpjson.Errorf(http.StatusNotFound, "not_found", "no frontend %d", id)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), f.cfg.RequestTimeout)
 	defer cancel()
 	if err := f.journal.Promote(ctx, id); err != nil {
 		return apiError(err)
@@ -196,7 +196,7 @@ func (f *Frontend) postLeader(w http.ResponseWriter, r *http.Request) error {
 		}
 		return httpjson.Errorf(http.StatusServiceUnavailable, "no_leader", "the leader (%d) cannot be reached", st.Leader)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), f.cfg.RequestTimeout)
 	defer cancel()
 	if err := f.journal.TransferLeadership(ctx, body.ID); err != nil {
 		return apiError(err)
@@ -219,7 +219,7 @@ func (f *Frontend) proxyToLeader(w http.ResponseWriter, r *http.Request, body []
 	if addr == "" {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), f.cfg.RequestTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
