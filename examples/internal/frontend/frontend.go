@@ -56,7 +56,7 @@ type Config struct {
 	// quorum (then 503 no_leader), a client's request proxied to the leader
 	// included; default 10 s.
 	RequestTimeout time.Duration
-	Pprof              bool          // serve net/http/pprof under /debug/pprof/
+	Pprof          bool // serve net/http/pprof under /debug/pprof/
 	// Quota bounds the catalog (catalog.Quota; zero: none). Every member
 	// must run with the same one: replicas decide each batch alike only
 	// then.
