@@ -170,7 +170,7 @@ func (j *Journal) readStates(states []raft.ReadState) {
 		return
 	}
 	var floor uint64
-	if j.state.Load() == uint32(raft.StateLeader) && len(j.rn.Status().Config.Voters.IDs()) == 1 {
+	if j.state.Load() == uint32(raft.StateLeader) && j.soleVoter() {
 		floor = j.lastIndex
 	}
 	for _, rs := range states {
@@ -189,4 +189,13 @@ func decodeReadCtx(b []byte) uint64 {
 		return 0
 	}
 	return binary.BigEndian.Uint64(b)
+}
+
+// soleVoter reports whether the membership has one voter, from which
+// raft's configuration is built; raft's own Status would copy every
+// peer's progress at each round.
+func (j *Journal) soleVoter() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.mu.membership.Voters) == 1
 }
