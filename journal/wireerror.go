@@ -91,19 +91,46 @@ func decodeErrorResponse(resp *http.Response) error {
 func (we wireError) err(status int) error {
 	for _, c := range errorCodes {
 		if c.code == we.Code {
-			// The remote text usually starts with the sentinel's own.
-			detail := strings.TrimPrefix(strings.TrimPrefix(we.Error, c.err.Error()), ": ")
 			if c.err == ErrClosed {
-				return fmt.Errorf("%w: remote %w: %s", ErrUnreachable, ErrClosed, detail)
+				// The peer is shutting down: to the caller, unreachable.
+				return newRemoteError("journal: unreachable: remote: ", we.Error, ErrClosed, ErrUnreachable)
 			}
-			if detail == "" {
-				return fmt.Errorf("remote: %w", c.err)
-			}
-			return fmt.Errorf("remote: %w: %s", c.err, detail)
+			return newRemoteError("journal: remote: ", we.Error, c.err)
 		}
 	}
 	if status == 0 {
-		return fmt.Errorf("remote: %s: %s", we.Code, we.Error)
+		return fmt.Errorf("journal: remote: %s: %s", we.Code, strings.TrimPrefix(we.Error, pkgPrefix))
 	}
-	return fmt.Errorf("remote: HTTP %d: %s", status, we.Error)
+	return fmt.Errorf("journal: remote: HTTP %d: %s", status, strings.TrimPrefix(we.Error, pkgPrefix))
 }
+
+// pkgPrefix starts the messages of this package's errors.
+const pkgPrefix = "journal: "
+
+// remoteError is an error a peer answered with: the sentinels its code
+// names, for errors.Is, and the peer's own message, which names the
+// sentinel already in almost every case ("journal: propose: no leader").
+// Its message is the peer's without the package's name, which its own
+// prefix gives once: "journal: remote: propose: no leader".
+type remoteError struct {
+	msg  string
+	errs []error
+}
+
+// newRemoteError returns the remoteError of a peer's message msg, whose
+// code named errs (the first the one msg names); prefix starts its
+// message.
+func newRemoteError(prefix, msg string, errs ...error) error {
+	short := strings.TrimPrefix(errs[0].Error(), pkgPrefix)
+	msg = strings.TrimPrefix(msg, pkgPrefix)
+	switch {
+	case msg == "":
+		msg = short
+	case !strings.Contains(msg, short):
+		msg = short + ": " + msg
+	}
+	return &remoteError{msg: prefix + msg, errs: errs}
+}
+
+func (e *remoteError) Error() string   { return e.msg }
+func (e *remoteError) Unwrap() []error { return e.errs }
