@@ -489,14 +489,25 @@ func (f *Frontend) deleteMember(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return httpjson.Errorf(http.StatusNotFound, "not_found", "no member %d", id)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), f.cfg.RequestTimeout)
 	defer cancel()
 	if m.Kind == heartbeat.KindFrontend {
-		if err := f.journal.RemoveMember(ctx, id, r.URL.Query().Get("force") == "true"); err != nil {
+		// Raft first, then the record (see pruneMembers). A frontend the
+		// raft membership no longer holds (an earlier DELETE that ended
+		// between the two) has only its record left to remove.
+		err := f.journal.RemoveMember(ctx, id, r.URL.Query().Get("force") == "true")
+		if err != nil && !errors.Is(err, journal.ErrUnknownMember) {
 			return apiError(err)
 		}
 	}
-	if err := f.members.Remove(ctx, id); err != nil {
+	err = f.members.Remove(ctx, id)
+	switch {
+	case err == nil:
+	case m.Kind == heartbeat.KindFrontend && id == f.cfg.ID && errors.Is(err, journal.ErrRemoved):
+		// This frontend removed itself and can no longer write: the
+		// leader the others elect removes its record (pruneMembers).
+		f.logger.Info("removed from the cluster; the next leader removes this frontend's member record", "member", id)
+	default:
 		return apiError(err)
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"id": id})

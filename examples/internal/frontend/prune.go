@@ -3,7 +3,6 @@ package frontend
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/metatree/metatree/heartbeat"
 )
@@ -31,6 +30,16 @@ func (f *Frontend) pruneMembers() {
 }
 
 func (f *Frontend) pruneOnce() {
+	// A new leader may not have applied every entry committed before its
+	// term, such as the removal of the leader before it: the barrier waits
+	// for them.
+	ctx, cancel := context.WithTimeout(f.bgCtx, f.cfg.RequestTimeout)
+	err := f.journal.ReadBarrier(ctx)
+	cancel()
+	if err != nil {
+		f.logger.Warn("could not catch up to prune the member records of removed frontends", "err", err)
+		return
+	}
 	// Records first, then the raft membership: a record added meanwhile
 	// follows its raft member's addition in the log, so the membership
 	// read after it includes that member.
@@ -43,7 +52,7 @@ func (f *Frontend) pruneOnce() {
 		if m.Kind != heartbeat.KindFrontend || raft[m.ID] {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(f.bgCtx, 10*time.Second)
+		ctx, cancel := context.WithTimeout(f.bgCtx, f.cfg.RequestTimeout)
 		err := f.members.Remove(ctx, m.ID)
 		cancel()
 		switch {
