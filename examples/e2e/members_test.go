@@ -45,9 +45,14 @@ func TestRemoveLeader(t *testing.T) {
 		}
 		var id uint64
 		fmt.Sscan(strings.TrimPrefix(leader.name, "metaserver-"), &id)
-		var e apiError
-		if code := call(t, "DELETE", ask.url(fmt.Sprintf("/v1/members/%d", id)), nil, &e); code != http.StatusOK {
-			t.Fatalf("round %d: DELETE the leader %d through the %s: status %d %+v", round, id, via, code, e)
+		var del deleteAnswer
+		if code := call(t, "DELETE", ask.url(fmt.Sprintf("/v1/members/%d", id)), nil, &del); code != http.StatusOK || del.ID != id {
+			t.Fatalf("round %d: DELETE the leader %d through the %s: status %d %+v", round, id, via, code, del)
+		}
+		// Removed, the leader can no longer remove its own record: the
+		// next leader does.
+		if (via == "leader") != (del.Pending != "") {
+			t.Errorf("round %d: DELETE through the %s: pending %q", round, via, del.Pending)
 		}
 		live = slices.DeleteFunc(live, func(p *proc) bool { return p == leader })
 
@@ -76,7 +81,7 @@ func TestRemoveLeader(t *testing.T) {
 		}
 
 		// The removed process is up, and refuses.
-		e = apiError{}
+		var e apiError
 		if code := call(t, "PUT", leader.url("/v1/catalog/refused"), map[string]any{"kind": "database"}, &e); code != http.StatusGone || e.Error != "removed" {
 			t.Fatalf("round %d: PUT on the removed %s: status %d %+v, want 410 removed", round, leader.name, code, e)
 		}
@@ -92,4 +97,101 @@ func TestRemoveLeader(t *testing.T) {
 			t.Fatalf("round %d: /readyz of the removed %s: status %d", round, leader.name, code)
 		}
 	}
+}
+
+// TestUnsafeRemoval removes a live voter while another is down: refused
+// with 409 unsafe_removal and nothing changed, then done with ?force=true,
+// after which the cluster has no quorum (writes answer 503) until the
+// down voter comes back.
+func TestUnsafeRemoval(t *testing.T) {
+	c := newCluster(t)
+	short := []string{"-request-timeout", "2s"}
+	fe1 := c.metaserver(1, append([]string{"-bootstrap"}, short...)...)
+	c.waitLeader(15*time.Second, fe1)
+	fe2 := c.metaserver(2, append([]string{"-join", fe1.addr}, short...)...)
+	c.waitLeader(20*time.Second, fe1, fe2)
+	fe3 := c.metaserver(3, append([]string{"-join", fe1.addr}, short...)...)
+	leader := c.waitLeader(20*time.Second, fe1, fe2, fe3)
+
+	// The leader and one more stay up; the third goes down.
+	var up, down *proc
+	for _, p := range []*proc{fe1, fe2, fe3} {
+		switch {
+		case p == leader:
+		case down == nil:
+			down = p
+		default:
+			up = p
+		}
+	}
+	down.kill()
+	// Gone for longer than the leader's election timeout (1s): no longer
+	// reachable to it, as its heartbeat monitor sees too.
+	eventually(t, 20*time.Second, down.name+" silent for over 1.5s", func() bool {
+		var ms []struct {
+			ID              uint64 `json:"id"`
+			LastHeartbeatMS *int64 `json:"last_heartbeat_ms"`
+		}
+		if call(t, "GET", leader.url("/v1/members"), nil, &ms) != http.StatusOK {
+			return false
+		}
+		for _, m := range ms {
+			if fmt.Sprintf("metaserver-%d", m.ID) == down.name {
+				return m.LastHeartbeatMS != nil && *m.LastHeartbeatMS > 1500
+			}
+		}
+		return false
+	})
+	upID := strings.TrimPrefix(up.name, "metaserver-")
+
+	var e apiError
+	if code := call(t, "DELETE", leader.url("/v1/members/"+upID), nil, &e); code != http.StatusConflict || e.Error != "unsafe_removal" {
+		t.Fatalf("DELETE of a live voter with another down: status %d %+v, want 409 unsafe_removal", code, e)
+	}
+	if !strings.Contains(e.Message, "reachable") {
+		t.Errorf("the refusal does not say why: %q", e.Message)
+	}
+	// Nothing changed: the two up still commit.
+	if code := call(t, "PUT", up.url("/v1/catalog/still"), map[string]any{"kind": "database"}, nil); code != http.StatusOK {
+		t.Fatalf("PUT after the refused removal: status %d", code)
+	}
+
+	// The removal commits (two of three voters are up), the record's
+	// removal cannot (one of two): pending, for the next leader.
+	var del deleteAnswer
+	if code := call(t, "DELETE", leader.url("/v1/members/"+upID+"?force=true"), nil, &del); code != http.StatusOK || del.Pending == "" {
+		t.Fatalf("forced DELETE: status %d %+v, want 200 with the record pending", code, del)
+	}
+	// The voters left are the leader and the one down: no quorum.
+	e = apiError{}
+	if code := call(t, "PUT", leader.url("/v1/catalog/stuck"), map[string]any{"kind": "database"}, &e); code != http.StatusServiceUnavailable {
+		t.Fatalf("PUT without a quorum: status %d %+v, want 503", code, e)
+	}
+
+	c.restart(down)
+	eventually(t, 30*time.Second, "a write after the down voter is back", func() bool {
+		return call(t, "PUT", leader.url("/v1/catalog/back"), map[string]any{"kind": "database"}, nil) == http.StatusOK
+	})
+	for _, p := range []*proc{leader, down} {
+		if code := call(t, "GET", p.url("/v1/catalog/still?consistency=linearizable"), nil, nil); code != http.StatusOK {
+			t.Fatalf("linearizable GET /still on %s: status %d", p.name, code)
+		}
+	}
+	eventually(t, 10*time.Second, "the member list without "+up.name, func() bool {
+		var ms []memberView
+		if call(t, "GET", leader.url("/v1/members"), nil, &ms) != http.StatusOK {
+			return false
+		}
+		return !slices.ContainsFunc(ms, func(m memberView) bool { return fmt.Sprint(m.ID) == upID })
+	})
+	e = apiError{}
+	if code := call(t, "PUT", up.url("/v1/catalog/refused"), map[string]any{"kind": "database"}, &e); code != http.StatusGone {
+		t.Fatalf("PUT on the removed %s: status %d %+v, want 410", up.name, code, e)
+	}
+}
+
+// deleteAnswer is the body of a successful DELETE /v1/members/<id>.
+type deleteAnswer struct {
+	ID      uint64 `json:"id"`
+	Pending string `json:"pending"`
 }

@@ -491,24 +491,32 @@ func (f *Frontend) deleteMember(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), f.cfg.RequestTimeout)
 	defer cancel()
-	if m.Kind == heartbeat.KindFrontend {
-		// Raft first, then the record (see pruneMembers). A frontend the
-		// raft membership no longer holds (an earlier DELETE that ended
-		// between the two) has only its record left to remove.
-		err := f.journal.RemoveMember(ctx, id, r.URL.Query().Get("force") == "true")
-		if err != nil && !errors.Is(err, journal.ErrUnknownMember) {
+	if m.Kind != heartbeat.KindFrontend {
+		if err := f.members.Remove(ctx, id); err != nil {
 			return apiError(err)
 		}
+		httpjson.Write(w, http.StatusOK, map[string]any{"id": id})
+		return nil
 	}
-	err = f.members.Remove(ctx, id)
-	switch {
-	case err == nil:
-	case m.Kind == heartbeat.KindFrontend && id == f.cfg.ID && errors.Is(err, journal.ErrRemoved):
-		// This frontend removed itself and can no longer write: the
-		// leader the others elect removes its record (pruneMembers).
-		f.logger.Info("removed from the cluster; the next leader removes this frontend's member record", "member", id)
-	default:
+	// Raft first, then the record (see pruneMembers). A frontend the raft
+	// membership no longer holds (an earlier DELETE that ended between the
+	// two) has only its record left to remove.
+	err = f.journal.RemoveMember(ctx, id, r.URL.Query().Get("force") == "true")
+	if err != nil && !errors.Is(err, journal.ErrUnknownMember) {
 		return apiError(err)
+	}
+	if err := f.members.Remove(ctx, id); err != nil {
+		// The frontend is out of raft, which is the removal. Its record
+		// may not be removable now: this frontend removed itself and can
+		// no longer write, or a forced removal left no quorum. The next
+		// leader removes it (pruneMembers), or a repeated DELETE does.
+		f.logger.Warn("removed a frontend from raft; its member record is left for the next leader", "member", id, "err", err)
+		select {
+		case f.pruneAgain <- struct{}{}:
+		default:
+		}
+		httpjson.Write(w, http.StatusOK, map[string]any{"id": id, "pending": fmt.Sprintf("the member record: %v", err)})
+		return nil
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"id": id})
 	return nil

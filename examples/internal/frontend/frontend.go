@@ -110,8 +110,11 @@ type Frontend struct {
 	bgCancel       context.CancelFunc
 	imageRequested atomic.Bool
 	replays        replayGate // one resumed watch replays the log at a time
-	closeOnce      sync.Once
-	closeErr       error
+	// pruneAgain asks pruneMembers for another round (a DELETE left a
+	// record behind); it holds one request at most.
+	pruneAgain chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 // Start opens the data dir, joins or restarts the cluster, and serves the
@@ -144,15 +147,16 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	// leaves from it (secure.SourceDialer).
 	dial := secure.SourceDialer(cfg.Listen)
 	f := &Frontend{
-		cfg:      cfg,
-		logger:   cfg.Logger,
-		epoch:    heartbeat.NewEpoch(),
-		tree:     newTree(cfg.Quota),
-		registry: cancel.New(cancel.Config{Logger: cfg.Logger}),
-		runs:     demo.NewRuns(),
-		client:   secure.MemberClient(sec.files, cfg.Token, cfg.RequestTimeout+time.Second, dial),
-		peers:    secure.SourceTransport(dial, sec.files),
-		served:   make(chan struct{}),
+		cfg:        cfg,
+		logger:     cfg.Logger,
+		epoch:      heartbeat.NewEpoch(),
+		tree:       newTree(cfg.Quota),
+		registry:   cancel.New(cancel.Config{Logger: cfg.Logger}),
+		runs:       demo.NewRuns(),
+		client:     secure.MemberClient(sec.files, cfg.Token, cfg.RequestTimeout+time.Second, dial),
+		peers:      secure.SourceTransport(dial, sec.files),
+		served:     make(chan struct{}),
+		pruneAgain: make(chan struct{}, 1),
 	}
 	var peerClient *http.Client // nil: each part's default client
 	if f.peers != nil {

@@ -8,13 +8,15 @@ import (
 )
 
 // pruneMembers runs while the frontend does: each time this frontend
-// becomes the leader it removes the member records of frontends that are
-// no longer raft members. Every path that adds a frontend makes it a raft
-// member first and removes it from raft first, so in a running cluster no
-// such record lasts; they come from before a forced recovery (the lost
-// voters, removed through the log) or from the old cluster of a restored
-// image. Without this /v1/members would list them and the leader would
-// heartbeat them forever.
+// becomes the leader, and when a DELETE left a record behind, it removes
+// the member records of frontends that are no longer raft members. Every
+// path that adds a frontend makes it a raft member first and removes it
+// from raft first, so in a running cluster few such records last. They
+// come from before a forced recovery (the lost voters, removed through the
+// log), from the old cluster of a restored image, or from a DELETE whose
+// record removal could not commit (a frontend that removed itself, a
+// forced removal that left no quorum). Without this /v1/members would list
+// them and the leader would heartbeat them forever.
 func (f *Frontend) pruneMembers() {
 	for {
 		ch := f.journal.Leadership()
@@ -23,6 +25,7 @@ func (f *Frontend) pruneMembers() {
 		}
 		select {
 		case <-ch:
+		case <-f.pruneAgain:
 		case <-f.bgCtx.Done():
 			return
 		}
