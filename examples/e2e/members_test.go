@@ -124,23 +124,34 @@ func TestUnsafeRemoval(t *testing.T) {
 			up = p
 		}
 	}
+	// lastHeard returns how long ago the leader's heartbeats last heard
+	// from p (ok false: never).
+	lastHeard := func(p *proc) (ms int64, ok bool) {
+		var members []struct {
+			ID              uint64 `json:"id"`
+			LastHeartbeatMS *int64 `json:"last_heartbeat_ms"`
+		}
+		if call(t, "GET", leader.url("/v1/members"), nil, &members) != http.StatusOK {
+			return 0, false
+		}
+		for _, m := range members {
+			if fmt.Sprintf("metaserver-%d", m.ID) == p.name && m.LastHeartbeatMS != nil {
+				return *m.LastHeartbeatMS, true
+			}
+		}
+		return 0, false
+	}
+	// Heard from before it goes down, so that its silence can be seen.
+	eventually(t, 20*time.Second, down.name+" answering heartbeats", func() bool {
+		_, ok := lastHeard(down)
+		return ok
+	})
 	down.kill()
 	// Gone for longer than the leader's election timeout (1s): no longer
 	// reachable to it, as its heartbeat monitor sees too.
 	eventually(t, 20*time.Second, down.name+" silent for over 1.5s", func() bool {
-		var ms []struct {
-			ID              uint64 `json:"id"`
-			LastHeartbeatMS *int64 `json:"last_heartbeat_ms"`
-		}
-		if call(t, "GET", leader.url("/v1/members"), nil, &ms) != http.StatusOK {
-			return false
-		}
-		for _, m := range ms {
-			if fmt.Sprintf("metaserver-%d", m.ID) == down.name {
-				return m.LastHeartbeatMS != nil && *m.LastHeartbeatMS > 1500
-			}
-		}
-		return false
+		ms, ok := lastHeard(down)
+		return ok && ms > 1500
 	})
 	upID := strings.TrimPrefix(up.name, "metaserver-")
 
