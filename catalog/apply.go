@@ -133,7 +133,7 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 	case OpDropIndex:
 		return 0, t.dropIndex(s, o.kind, o.attr)
 	}
-	slot, exists := t.resolveW(s, o.path)
+	slot, exists := t.resolveW(s, o.path, o.typ == OpCreate)
 	var r *rec
 	if exists {
 		r = s.at(slot)
@@ -190,7 +190,7 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 		t.deleteTree(s, slot, o.path)
 	case OpMove:
 		parentPath, name := splitPath(o.to)
-		ps, ok := t.resolveW(s, parentPath)
+		ps, ok := t.resolveW(s, parentPath, false)
 		if !ok {
 			return 0, fmt.Errorf("%w: parent %q of move target", ErrNotFound, parentPath)
 		}
@@ -233,7 +233,7 @@ func (c *pathCache) reset() {
 }
 
 // resolveW is resolve for the applier, through the path cache.
-func (t *Tree) resolveW(s *state, path string) (uint32, bool) {
+func (t *Tree) resolveW(s *state, path string, create bool) (uint32, bool) {
 	if path == "/" {
 		return rootSlot, true
 	}
@@ -262,28 +262,43 @@ func (t *Tree) resolveW(s *state, path string) (uint32, bool) {
 		c.sums = c.sums[:0]
 	}
 	c.path = path
+	x := &s.paths
 	for start <= len(path) {
 		end := start
 		for end < len(path) && path[end] != '/' {
 			end++
 		}
-		pos, ok := s.kidPos(slot, unsafeBytes(path[start:end]))
-		if !ok {
-			if end == len(path) {
-				// Remember where the missing last component would go: a
-				// create of this path comes next.
-				c.missPath, c.missParent, c.missPos = path, slot, pos
-			}
-			return 0, false
-		}
-		slot = s.kidsOf(slot)[pos]
+		name := unsafeBytes(path[start:end])
 		var sum uint64
 		if n := len(c.sums); n > 0 {
 			sum = c.sums[n-1]
 		}
+		sum += x.level(len(c.sums)+1, name)
+		if (create && end == len(path)) || len(x.pending) > 0 {
+			// A create needs the position its name takes among the
+			// parent's children, which the child list's search finds;
+			// so does a level while the batch's creates wait to be put
+			// in the index (flushing for every lookup would undo their
+			// batching, see pathIndex.pending).
+			pos, ok := s.kidPos(slot, name)
+			if !ok {
+				if end == len(path) {
+					c.missPath, c.missParent, c.missPos = path, slot, pos
+				}
+				return 0, false
+			}
+			slot = s.kidsOf(slot)[pos]
+		} else {
+			// Elsewhere one probe of the path index does: the binary
+			// search costs a rec and a name a step.
+			var ok bool
+			if slot, ok = x.find(s, x.key(sum), slot, name); !ok {
+				return 0, false
+			}
+		}
 		c.ends = append(c.ends, end)
 		c.slots = append(c.slots, slot)
-		c.sums = append(c.sums, sum+s.paths.level(len(c.sums)+1, unsafeBytes(path[start:end])))
+		c.sums = append(c.sums, sum)
 		start = end + 1
 	}
 	return slot, true
@@ -350,7 +365,7 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	ps, pos := t.pc.missParent, t.pc.missPos
 	if !miss {
 		var ok bool
-		ps, ok = t.resolveW(s, parentPath)
+		ps, ok = t.resolveW(s, parentPath, false)
 		if !ok {
 			return 0, fmt.Errorf("%w: parent %q", ErrNotFound, parentPath)
 		}

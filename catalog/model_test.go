@@ -400,63 +400,78 @@ func applyChecked(t *testing.T, tr *Tree, m *model, index uint64, b Batch, data 
 // TestRandomAgainstModel applies long random batch sequences (many of which
 // fail) to a tree and to the reference model, to a second tree, and to a
 // tree saved and loaded halfway; all must agree, and their saves must be
-// byte-identical.
+// byte-identical. It runs with path index hashes that collide too: the
+// applier finds the nodes it changes through the index.
 func TestRandomAgainstModel(t *testing.T) {
 	// Compact the arena whenever garbage outweighs live data, so that
 	// compaction happens many times in a run.
 	defer func(m int64) { compactMin = m }(compactMin)
 	compactMin = 0
-	for seed := uint64(1); seed <= 6; seed++ {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(seed, 99))
-			m := newModel()
-			a, b := New(), New()
-			var c *Tree
-			const steps = 1500
-			failed := 0
-			for i := 1; i <= steps; i++ {
-				index := uint64(i) * (1 + uint64(r.IntN(2))) // gaps, as raft has
-				index = max(index, m.index+1)
-				batch := randBatch(r, m)
-				data, err := batch.Encode()
-				if err != nil {
-					t.Fatalf("Encode: %v", err)
+	for _, hm := range hashMasks {
+		seeds := uint64(6)
+		if hm.mask != ^uint64(0) {
+			seeds = 2
+		}
+		t.Run(hm.name, func(t *testing.T) {
+			withHashMask(hm.mask, func() {
+				for seed := uint64(1); seed <= seeds; seed++ {
+					randomAgainstModel(t, seed)
 				}
-				applyChecked(t, a, m, index, batch, data)
-				if res := b.Apply(index, data).(*Result); res.Err != nil {
-					failed++
-				}
-				if c != nil {
-					c.Apply(index, data)
-				}
-				if i == steps/2 {
-					var img bytes.Buffer
-					if err := b.Save(&img); err != nil {
-						t.Fatal(err)
-					}
-					c = New()
-					if err := c.Load(&img); err != nil {
-						t.Fatalf("Load: %v", err)
-					}
-					m.check(t, c)
-				}
-				if i%100 == 0 {
-					m.check(t, a)
-				}
-			}
-			m.check(t, a)
-			m.check(t, b)
-			m.check(t, c)
-			if failed == 0 || failed == steps {
-				t.Fatalf("%d of %d batches failed: the generator does not exercise both paths", failed, steps)
-			}
-			sa, sb, sc := saveBytes(t, a), saveBytes(t, b), saveBytes(t, c)
-			if !bytes.Equal(sa, sb) || !bytes.Equal(sa, sc) {
-				t.Fatalf("saves differ: %d, %d, %d bytes", len(sa), len(sb), len(sc))
-			}
-			t.Logf("%d nodes, %d of %d batches failed, image %d bytes", len(m.nodes), failed, steps, len(sa))
+			})
 		})
 	}
+}
+
+func randomAgainstModel(t *testing.T, seed uint64) {
+	t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+		r := rand.New(rand.NewPCG(seed, 99))
+		m := newModel()
+		a, b := New(), New()
+		var c *Tree
+		const steps = 1500
+		failed := 0
+		for i := 1; i <= steps; i++ {
+			index := uint64(i) * (1 + uint64(r.IntN(2))) // gaps, as raft has
+			index = max(index, m.index+1)
+			batch := randBatch(r, m)
+			data, err := batch.Encode()
+			if err != nil {
+				t.Fatalf("Encode: %v", err)
+			}
+			applyChecked(t, a, m, index, batch, data)
+			if res := b.Apply(index, data).(*Result); res.Err != nil {
+				failed++
+			}
+			if c != nil {
+				c.Apply(index, data)
+			}
+			if i == steps/2 {
+				var img bytes.Buffer
+				if err := b.Save(&img); err != nil {
+					t.Fatal(err)
+				}
+				c = New()
+				if err := c.Load(&img); err != nil {
+					t.Fatalf("Load: %v", err)
+				}
+				m.check(t, c)
+			}
+			if i%100 == 0 {
+				m.check(t, a)
+			}
+		}
+		m.check(t, a)
+		m.check(t, b)
+		m.check(t, c)
+		if failed == 0 || failed == steps {
+			t.Fatalf("%d of %d batches failed: the generator does not exercise both paths", failed, steps)
+		}
+		sa, sb, sc := saveBytes(t, a), saveBytes(t, b), saveBytes(t, c)
+		if !bytes.Equal(sa, sb) || !bytes.Equal(sa, sc) {
+			t.Fatalf("saves differ: %d, %d, %d bytes", len(sa), len(sb), len(sc))
+		}
+		t.Logf("%d nodes, %d of %d batches failed, image %d bytes", len(m.nodes), failed, steps, len(sa))
+	})
 }
 
 func saveBytes(t testing.TB, tr *Tree) []byte {

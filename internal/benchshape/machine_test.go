@@ -13,10 +13,11 @@ import (
 // run side by side (what a lookup gains by issuing its loads together). A catalog read that
 // misses the cache costs at least its dependent rounds times this figure;
 // the catalog's read benchmarks are quoted against it, taken in the same
-// sitting. size=32MiB is about this machine's last-level cache, 512MiB
-// about the 1x Doris catalog's heap.
+// sitting. The sizes are about the heaps of the read benchmarks' three
+// catalogs, a tenth, one and four times the Doris shape: a lookup that
+// misses once in each costs at least these three figures.
 func BenchmarkMemoryLatency(b *testing.B) {
-	for _, mib := range []int{32, 512} {
+	for _, mib := range []int{40, 400, 1600} {
 		for _, chains := range []int{1, 4} {
 			b.Run(fmt.Sprintf("size=%dMiB/chains=%d", mib, chains), func(b *testing.B) {
 				next := chaseCycle(mib << 20)
