@@ -232,7 +232,10 @@ func (c *pathCache) reset() {
 	c.sums = c.sums[:0]
 }
 
-// resolveW is resolve for the applier, through the path cache.
+// resolveW is resolve for the applier, through the path cache: each level
+// the cache does not hold is one probe of the path index, except where the
+// child list must be searched (see below). create says the caller creates
+// the path if it is missing, so its last level's position is wanted.
 func (t *Tree) resolveW(s *state, path string, create bool) (uint32, bool) {
 	if path == "/" {
 		return rootSlot, true

@@ -16,19 +16,21 @@ import (
 // the sorted child lists (kids.go) would take a binary search a level,
 // each probe a rec and a name blob, each level waiting for the one above.
 //
-// It is a hash table from the hash of a node's whole path to its slot,
-// open addressing over one pointer-free array of 64-byte buckets (one
-// cache line each): 12 slots and a one-byte tag of the hash for each, so
-// that a probe reads the rec of a candidate only when its tag matches. The
-// path's hash is a sum of one term a level (the level's depth and name,
-// hashed), so that a lookup has every level's hash before reading memory
-// and probes all the levels' buckets at once; it then checks every
-// level's candidate (its rec's parent is the level above's, its name the
-// path's) with the recs and names read together too. The hash only picks
-// candidates: the answer is exact whatever collides. A bucket counts the
-// entries that found it full and settled in a later one (its overflow); a
-// lookup stops at the first bucket without any, which lets an entry be
-// removed by clearing it, with no tombstones.
+// It is a hash table from the hash of a node's whole path to its slot, open
+// addressing over one pointer-free array of 64-byte buckets (one cache line
+// each): 12 slots and a one-byte tag of the hash for each, so that a probe
+// reads the rec of a candidate only when its tag matches. The path's hash
+// is a sum of one term a level (the level's depth and name, hashed), so
+// that a lookup has every level's hash before reading memory and probes all
+// the levels' buckets at once; it then checks every level's candidate (its
+// rec's parent is the level above's, its name the path's) with the recs and
+// names read together too. The hash only picks candidates: the answer is
+// exact whatever collides. Readers resolve whole paths through it
+// (resolve), the applier each level its path cache does not hold
+// (Tree.resolveW). A bucket counts the entries that found it full and
+// settled in a later one (its overflow); a lookup stops at the first bucket
+// without any, which lets an entry be removed by clearing it, with no
+// tombstones.
 //
 // The index is local, like the slots it holds: its hash seed is random per
 // process and nothing observable depends on its layout. It mirrors the
