@@ -30,7 +30,9 @@ import (
 // (Tree.resolveW). A bucket counts the entries that found it full and
 // settled in a later one (its overflow); a lookup stops at the first bucket
 // without any, which lets an entry be removed by clearing it, with no
-// tombstones.
+// tombstones. A bucket's overflow stays while the entries that passed it
+// remain, even once it has room again, so after enough churn every bucket
+// may count some: a lookup also stops once it has seen every bucket.
 //
 // The index is local, like the slots it holds: its hash seed is random per
 // process and nothing observable depends on its layout. It mirrors the
@@ -212,7 +214,7 @@ func matchBytes(w uint64, t uint8) uint64 {
 func (x *pathIndex) find(s *state, h uint64, parent uint32, name []byte) (uint32, bool) {
 	t := tagOf(h)
 	m := uint64(len(x.buckets) - 1)
-	for i := h & m; ; i = (i + 1) & m {
+	for i, left := h&m, len(x.buckets); left > 0; i, left = (i+1)&m, left-1 {
 		b := &x.buckets[i]
 		lo, hi := matchTags(b, t)
 		for ; lo != 0; lo &= lo - 1 {
@@ -229,6 +231,7 @@ func (x *pathIndex) find(s *state, h uint64, parent uint32, name []byte) (uint32
 			return 0, false
 		}
 	}
+	return 0, false // every bucket seen
 }
 
 // guessDepth is the deepest path resolve takes in two passes: its
@@ -312,21 +315,25 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 		}
 		h := x.key(sum)
 		t := tagOf(h)
-		for i := h & m; ; i = (i + 1) & m {
+		found := false
+	probe:
+		for i, left := h&m, len(x.buckets); left > 0; i, left = (i+1)&m, left-1 {
 			b := &x.buckets[i]
 			lo, hi := matchTags(b, t)
-			if lo != 0 {
-				cands[depth] = b.slots[bits.TrailingZeros64(lo)>>3]
-				break
+			switch {
+			case lo != 0:
+				cands[depth], found = b.slots[bits.TrailingZeros64(lo)>>3], true
+				break probe
+			case hi != 0:
+				cands[depth], found = b.slots[8+bits.TrailingZeros64(hi)>>3], true
+				break probe
+			case b.overflow == 0:
+				break probe
 			}
-			if hi != 0 {
-				cands[depth] = b.slots[8+bits.TrailingZeros64(hi)>>3]
-				break
-			}
-			if b.overflow == 0 {
-				// No entry has the tag: nothing is at this level's path.
-				return 0, false
-			}
+		}
+		if !found {
+			// No entry has the tag: nothing is at this level's path.
+			return 0, false
 		}
 		keys[depth], ends[depth] = h, int32(end)
 		depth++

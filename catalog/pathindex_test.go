@@ -2,10 +2,12 @@ package catalog
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 )
 
 // slowResolve is resolve through the sorted child lists alone, the
@@ -536,5 +538,64 @@ func TestNameWords(t *testing.T) {
 				t.Fatalf("%q and %q have the same words", name, v)
 			}
 		}
+	}
+}
+
+// TestPathIndexLookupEndsWhenEveryBucketOverflows: after enough churn
+// every bucket may count entries that passed it (FuzzPathIndex reached
+// that state under colliding hashes), so no probe ends at a bucket without
+// overflow; a lookup of a path nobody holds, by a reader or by the
+// applier, must still end, and every answer stay exact.
+func TestPathIndexLookupEndsWhenEveryBucketOverflows(t *testing.T) {
+	for _, hm := range hashMasks {
+		t.Run(hm.name, func(t *testing.T) {
+			withHashMask(hm.mask, func() {
+				tr := New()
+				var ops []Op
+				for i := range 40 {
+					ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%d", i), Kind: "dir"})
+				}
+				mustApply(t, tr, 1, Batch{Ops: ops})
+				for i := range tr.s.paths.buckets {
+					tr.s.paths.buckets[i].overflow++
+				}
+				done := make(chan error, 1)
+				go func() {
+					done <- func() error {
+						for _, p := range []string{"/nope", "/d1/nope", "/nope/deeper"} {
+							if _, ok := tr.Get(p); ok {
+								return fmt.Errorf("Get(%q) found a node nobody created", p)
+							}
+						}
+						if _, ok := tr.Get("/d39"); !ok {
+							return errors.New("Get(/d39) did not find it")
+						}
+						res := tr.Apply(2, encode(t, Op{Type: OpUpdate, Path: "/nope", Set: map[string]Value{"a": Int(1)}})).(*Result)
+						if !errors.Is(res.Err, ErrNotFound) {
+							return fmt.Errorf("updating /nope: %v, want ErrNotFound", res.Err)
+						}
+						res = tr.Apply(3, encode(t,
+							Op{Type: OpUpdate, Path: "/d7", Set: map[string]Value{"a": Int(1)}},
+							Op{Type: OpCreate, Path: "/d7/e", Kind: "file"},
+						)).(*Result)
+						if res.Err != nil {
+							return fmt.Errorf("updating /d7 and creating /d7/e: %w", res.Err)
+						}
+						if _, ok := tr.Get("/d7/e"); !ok {
+							return errors.New("Get(/d7/e) did not find the node just created")
+						}
+						return nil
+					}()
+				}()
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("a lookup did not end within 10s: its probe goes round the table")
+				}
+			})
+		})
 	}
 }
