@@ -424,7 +424,10 @@ func (s *state) isKid(slot, parent uint32, name []byte) bool {
 func (x *pathIndex) put(h uint64, slot uint32) {
 	t := tagOf(h)
 	m := uint64(len(x.buckets) - 1)
-	for i := h & m; ; i = (i + 1) & m {
+	for i, left := h&m, len(x.buckets); ; i, left = (i+1)&m, left-1 {
+		if left == 0 {
+			panic("catalog: the path index has no room for an entry") // internal invariant: reserve makes room
+		}
 		b := &x.buckets[i]
 		lo, hi := matchTags(b, 0)
 		j := -1
@@ -557,7 +560,7 @@ func (x *pathIndex) remove(h uint64, slot uint32) {
 	t := tagOf(h)
 	m := uint64(len(x.buckets) - 1)
 	home := h & m
-	for i := home; ; i = (i + 1) & m {
+	for i, left := home, len(x.buckets); ; i, left = (i+1)&m, left-1 {
 		b := &x.buckets[i]
 		for j := range bucketSlots {
 			if b.tags[j] == t && b.slots[j] == slot {
@@ -569,7 +572,7 @@ func (x *pathIndex) remove(h uint64, slot uint32) {
 				return
 			}
 		}
-		if b.overflow == 0 {
+		if b.overflow == 0 || left == 1 {
 			panic("catalog: removing a child the path index does not hold") // internal invariant
 		}
 	}
