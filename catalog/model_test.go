@@ -422,6 +422,7 @@ func TestRandomAgainstModel(t *testing.T) {
 	}
 }
 
+// randomAgainstModel is TestRandomAgainstModel's run of one seed.
 func randomAgainstModel(t *testing.T, seed uint64) {
 	t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 99))
