@@ -572,7 +572,7 @@ func TestPathIndexLookupEndsWhenEveryBucketOverflows(t *testing.T) {
 						}
 						res := tr.Apply(2, encode(t, Op{Type: OpUpdate, Path: "/nope", Set: map[string]Value{"a": Int(1)}})).(*Result)
 						if !errors.Is(res.Err, ErrNotFound) {
-							return fmt.Errorf("updating /nope: %v, want ErrNotFound", res.Err)
+							return fmt.Errorf("updating /nope: %w, want ErrNotFound", res.Err)
 						}
 						res = tr.Apply(3, encode(t,
 							Op{Type: OpUpdate, Path: "/d7", Set: map[string]Value{"a": Int(1)}},
