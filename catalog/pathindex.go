@@ -70,6 +70,12 @@ type pathIndex struct {
 // pathHashMask is the mask of new indexes (see pathIndex.mask).
 var pathHashMask = ^uint64(0)
 
+// pathHashSeed, when a test sets it, seeds new indexes' hashes of names up
+// to 16 bytes instead of a random seed: under a narrowed mask the seed
+// decides which entries collide, so a failing input reproduces only with
+// its seed.
+var pathHashSeed *[4]uint64
+
 const (
 	bucketSlots = 12
 	// The table doubles before its entries fill more than 7/8 of its
@@ -97,12 +103,16 @@ type pathBucket struct {
 }
 
 func newPathIndex() pathIndex {
-	return pathIndex{
+	x := pathIndex{
 		buckets: make([]pathBucket, 1),
 		seed:    [4]uint64{rand.Uint64(), rand.Uint64(), rand.Uint64(), rand.Uint64()},
 		long:    maphash.MakeSeed(),
 		mask:    pathHashMask,
 	}
+	if pathHashSeed != nil {
+		x.seed = *pathHashSeed
+	}
+	return x
 }
 
 // slotSource reads recs, names and child lists: the state, or Load's
