@@ -224,7 +224,7 @@ func matchBytes(w uint64, t uint8) uint64 {
 func (x *pathIndex) find(s *state, h uint64, parent uint32, name []byte) (uint32, bool) {
 	t := tagOf(h)
 	m := uint64(len(x.buckets) - 1)
-	for i, left := h&m, len(x.buckets); left > 0; i, left = (i+1)&m, left-1 {
+	for i, left := h&m, len(x.buckets); ; i, left = (i+1)&m, left-1 {
 		b := &x.buckets[i]
 		lo, hi := matchTags(b, t)
 		for ; lo != 0; lo &= lo - 1 {
@@ -237,11 +237,10 @@ func (x *pathIndex) find(s *state, h uint64, parent uint32, name []byte) (uint32
 				return c, true
 			}
 		}
-		if b.overflow == 0 {
+		if b.overflow == 0 || left == 1 {
 			return 0, false
 		}
 	}
-	return 0, false // every bucket seen
 }
 
 // guessDepth is the deepest path resolve takes in two passes: its
@@ -325,25 +324,21 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 		}
 		h := x.key(sum)
 		t := tagOf(h)
-		found := false
-	probe:
-		for i, left := h&m, len(x.buckets); left > 0; i, left = (i+1)&m, left-1 {
+		for i, left := h&m, len(x.buckets); ; i, left = (i+1)&m, left-1 {
 			b := &x.buckets[i]
 			lo, hi := matchTags(b, t)
-			switch {
-			case lo != 0:
-				cands[depth], found = b.slots[bits.TrailingZeros64(lo)>>3], true
-				break probe
-			case hi != 0:
-				cands[depth], found = b.slots[8+bits.TrailingZeros64(hi)>>3], true
-				break probe
-			case b.overflow == 0:
-				break probe
+			if lo != 0 {
+				cands[depth] = b.slots[bits.TrailingZeros64(lo)>>3]
+				break
 			}
-		}
-		if !found {
-			// No entry has the tag: nothing is at this level's path.
-			return 0, false
+			if hi != 0 {
+				cands[depth] = b.slots[8+bits.TrailingZeros64(hi)>>3]
+				break
+			}
+			if b.overflow == 0 || left == 1 {
+				// No entry has the tag: nothing is at this level's path.
+				return 0, false
+			}
 		}
 		keys[depth], ends[depth] = h, int32(end)
 		depth++
