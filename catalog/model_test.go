@@ -407,19 +407,15 @@ func TestRandomAgainstModel(t *testing.T) {
 	// compaction happens many times in a run.
 	defer func(m int64) { compactMin = m }(compactMin)
 	compactMin = 0
-	for _, hm := range hashMasks {
+	eachHashMask(t, hashMasks, func(t *testing.T, mask uint64) {
 		seeds := uint64(6)
-		if hm.mask != ^uint64(0) {
+		if mask != ^uint64(0) {
 			seeds = 2
 		}
-		t.Run(hm.name, func(t *testing.T) {
-			withHashMask(hm.mask, func() {
-				for seed := uint64(1); seed <= seeds; seed++ {
-					randomAgainstModel(t, seed)
-				}
-			})
-		})
-	}
+		for seed := uint64(1); seed <= seeds; seed++ {
+			randomAgainstModel(t, seed)
+		}
+	})
 }
 
 // randomAgainstModel is TestRandomAgainstModel's run of one seed.

@@ -120,10 +120,22 @@ func withHashMask(mask uint64, fn func()) {
 	fn()
 }
 
-var hashMasks = []struct {
+// eachHashMask runs fn as a subtest for each of masks, under
+// withHashMask.
+func eachHashMask(t *testing.T, masks []hashMask, fn func(t *testing.T, mask uint64)) {
+	for _, hm := range masks {
+		t.Run(hm.name, func(t *testing.T) {
+			withHashMask(hm.mask, func() { fn(t, hm.mask) })
+		})
+	}
+}
+
+type hashMask struct {
 	name string
 	mask uint64
-}{
+}
+
+var hashMasks = []hashMask{
 	{"mask=all", ^uint64(0)},
 	{"mask=3-bits", 0x7},
 	{"mask=tag-and-2-bits", 0xff00000000000003},
@@ -134,88 +146,80 @@ var hashMasks = []struct {
 // hashes that collide (down to all of them equal): every answer must still
 // be exact.
 func TestPathIndexCollisions(t *testing.T) {
-	for _, hm := range hashMasks {
-		t.Run(hm.name, func(t *testing.T) {
-			withHashMask(hm.mask, func() {
-				tr := New()
-				var ops []Op
-				for d := range 3 {
-					ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%d", d), Kind: "dir"})
-					for f := range 40 {
-						ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%d/f%d", d, f), Kind: "file"})
-						// The same names under other parents.
-						ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%d/f%d/d%d", d, f, d), Kind: "file"})
-					}
-				}
-				mustApply(t, tr, 1, Batch{Ops: ops})
-				checkPathIndex(t, tr)
-				checkResolve(t, tr)
+	eachHashMask(t, hashMasks, func(t *testing.T, mask uint64) {
+		tr := New()
+		var ops []Op
+		for d := range 3 {
+			ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%d", d), Kind: "dir"})
+			for f := range 40 {
+				ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%d/f%d", d, f), Kind: "file"})
+				// The same names under other parents.
+				ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%d/f%d/d%d", d, f, d), Kind: "file"})
+			}
+		}
+		mustApply(t, tr, 1, Batch{Ops: ops})
+		checkPathIndex(t, tr)
+		checkResolve(t, tr)
 
-				mustApply(t, tr, 2, Batch{Ops: []Op{
-					{Type: OpMove, Path: "/d0/f3", To: "/d1/f3x"},
-					{Type: OpMove, Path: "/d2", To: "/d1/f3x/d2"},
-					{Type: OpDelete, Path: "/d1/f7", Recursive: true},
-				}})
-				checkPathIndex(t, tr)
-				checkResolve(t, tr)
-				if _, ok := tr.Get("/d1/f3x/d2/f39/d2"); !ok {
-					t.Fatal("a node moved with its parent's parent is not found at its new path")
-				}
-				for _, p := range []string{"/d2", "/d0/f3", "/d1/f7", "/d1/f7/d1"} {
-					if _, ok := tr.Get(p); ok {
-						t.Fatalf("%s is found after it was moved or deleted", p)
-					}
-				}
-			})
-		})
-	}
+		mustApply(t, tr, 2, Batch{Ops: []Op{
+			{Type: OpMove, Path: "/d0/f3", To: "/d1/f3x"},
+			{Type: OpMove, Path: "/d2", To: "/d1/f3x/d2"},
+			{Type: OpDelete, Path: "/d1/f7", Recursive: true},
+		}})
+		checkPathIndex(t, tr)
+		checkResolve(t, tr)
+		if _, ok := tr.Get("/d1/f3x/d2/f39/d2"); !ok {
+			t.Fatal("a node moved with its parent's parent is not found at its new path")
+		}
+		for _, p := range []string{"/d2", "/d0/f3", "/d1/f7", "/d1/f7/d1"} {
+			if _, ok := tr.Get(p); ok {
+				t.Fatalf("%s is found after it was moved or deleted", p)
+			}
+		}
+	})
 }
 
 // TestPathIndexRollback fails batches that created (enough to grow the
 // table), moved, renamed and deleted nodes: the index must hold the tree's
 // nodes exactly as before.
 func TestPathIndexRollback(t *testing.T) {
-	for _, hm := range hashMasks[:3] {
-		t.Run(hm.name, func(t *testing.T) {
-			withHashMask(hm.mask, func() {
-				tr := New()
-				mustApply(t, tr, 1, Batch{Ops: []Op{
-					{Type: OpCreate, Path: "/a", Kind: "dir"},
-					{Type: OpCreate, Path: "/a/b", Kind: "dir"},
-					{Type: OpCreate, Path: "/a/b/c", Kind: "dir"},
-					{Type: OpCreate, Path: "/z", Kind: "dir"},
-				}})
-				before := len(tr.s.paths.buckets)
-				var ops []Op
-				for i := range 2000 {
-					ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/a/n%d", i), Kind: "file"})
-				}
-				ops = append(ops,
-					Op{Type: OpMove, Path: "/a/b", To: "/z/b2"},
-					Op{Type: OpDelete, Path: "/a", Recursive: true},
-					Op{Type: OpCreate, Path: "/a", Kind: "dir"},
-					Op{Type: OpCreate, Path: "/a", Kind: "dir"}, // fails: exists
-				)
-				res := tr.Apply(2, encode(t, ops...)).(*Result)
-				if res.Err == nil {
-					t.Fatal("the batch did not fail")
-				}
-				if len(tr.s.paths.buckets) <= before {
-					t.Fatalf("the table did not grow inside the batch (%d buckets)", before)
-				}
-				checkPathIndex(t, tr)
-				checkResolve(t, tr)
-				if _, ok := tr.Get("/a/b/c"); !ok {
-					t.Fatal("/a/b/c is missing after the rollback")
-				}
-				for _, p := range []string{"/a/n0", "/a/n1999", "/z/b2", "/z/b2/c"} {
-					if _, ok := tr.Get(p); ok {
-						t.Fatalf("%s survives the rollback", p)
-					}
-				}
-			})
-		})
-	}
+	eachHashMask(t, hashMasks[:3], func(t *testing.T, mask uint64) {
+		tr := New()
+		mustApply(t, tr, 1, Batch{Ops: []Op{
+			{Type: OpCreate, Path: "/a", Kind: "dir"},
+			{Type: OpCreate, Path: "/a/b", Kind: "dir"},
+			{Type: OpCreate, Path: "/a/b/c", Kind: "dir"},
+			{Type: OpCreate, Path: "/z", Kind: "dir"},
+		}})
+		before := len(tr.s.paths.buckets)
+		var ops []Op
+		for i := range 2000 {
+			ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/a/n%d", i), Kind: "file"})
+		}
+		ops = append(ops,
+			Op{Type: OpMove, Path: "/a/b", To: "/z/b2"},
+			Op{Type: OpDelete, Path: "/a", Recursive: true},
+			Op{Type: OpCreate, Path: "/a", Kind: "dir"},
+			Op{Type: OpCreate, Path: "/a", Kind: "dir"}, // fails: exists
+		)
+		res := tr.Apply(2, encode(t, ops...)).(*Result)
+		if res.Err == nil {
+			t.Fatal("the batch did not fail")
+		}
+		if len(tr.s.paths.buckets) <= before {
+			t.Fatalf("the table did not grow inside the batch (%d buckets)", before)
+		}
+		checkPathIndex(t, tr)
+		checkResolve(t, tr)
+		if _, ok := tr.Get("/a/b/c"); !ok {
+			t.Fatal("/a/b/c is missing after the rollback")
+		}
+		for _, p := range []string{"/a/n0", "/a/n1999", "/z/b2", "/z/b2/c"} {
+			if _, ok := tr.Get(p); ok {
+				t.Fatalf("%s survives the rollback", p)
+			}
+		}
+	})
 }
 
 // TestPathIndexDeleteSubtree deletes a subtree of thousands of nodes: none
@@ -249,41 +253,37 @@ func TestPathIndexDeleteSubtree(t *testing.T) {
 // them (their parents are linked last) and images large enough for the
 // loader to size the table from the header's count.
 func TestPathIndexLoad(t *testing.T) {
-	for _, hm := range hashMasks[:3] {
-		t.Run(hm.name, func(t *testing.T) {
-			withHashMask(hm.mask, func() {
-				for _, src := range []*Tree{sampleTree(t), wideTree(t)} {
-					loadBothWays(t, saveBytes(t, src), func(careful bool, c *Tree) {
-						checkPathIndex(t, c)
-						checkResolve(t, c)
-					})
-				}
-				// A catalog of several image blocks, which Load links
-				// batch by batch. Under colliding hashes every probe
-				// walks a chain as long as the entries that share a
-				// hash, so those catalogs are kept to two blocks.
-				parents := 50
-				if hm.mask != ^uint64(0) {
-					parents = 15
-				}
-				big := New()
-				var ops []Op
-				for i := range parents {
-					ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/p%d", i), Kind: "dir"})
-					for j := range 400 {
-						ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/p%d/c%d", i, j), Kind: "file"})
-					}
-				}
-				mustApply(t, big, 1, Batch{Ops: ops})
-				c := New()
-				if err := c.Load(bytes.NewReader(saveBytes(t, big))); err != nil {
-					t.Fatal(err)
-				}
+	eachHashMask(t, hashMasks[:3], func(t *testing.T, mask uint64) {
+		for _, src := range []*Tree{sampleTree(t), wideTree(t)} {
+			loadBothWays(t, saveBytes(t, src), func(careful bool, c *Tree) {
 				checkPathIndex(t, c)
 				checkResolve(t, c)
 			})
-		})
-	}
+		}
+		// A catalog of several image blocks, which Load links
+		// batch by batch. Under colliding hashes every probe
+		// walks a chain as long as the entries that share a
+		// hash, so those catalogs are kept to two blocks.
+		parents := 50
+		if mask != ^uint64(0) {
+			parents = 15
+		}
+		big := New()
+		var ops []Op
+		for i := range parents {
+			ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/p%d", i), Kind: "dir"})
+			for j := range 400 {
+				ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/p%d/c%d", i, j), Kind: "file"})
+			}
+		}
+		mustApply(t, big, 1, Batch{Ops: ops})
+		c := New()
+		if err := c.Load(bytes.NewReader(saveBytes(t, big))); err != nil {
+			t.Fatal(err)
+		}
+		checkPathIndex(t, c)
+		checkResolve(t, c)
+	})
 }
 
 // TestPathIndexDeep resolves paths deeper than the two-pass lookup takes.
@@ -306,26 +306,22 @@ func TestPathIndexDeep(t *testing.T) {
 // renames, deletes; many fail) under colliding hashes and checks the index
 // against the child lists after each.
 func TestPathIndexAgainstLists(t *testing.T) {
-	for _, hm := range hashMasks[1:3] {
-		t.Run(hm.name, func(t *testing.T) {
-			withHashMask(hm.mask, func() {
-				r := rand.New(rand.NewPCG(7, 11))
-				m := newModel()
-				tr := New()
-				for i := uint64(1); i <= 400; i++ {
-					b := randBatch(r, m)
-					data, err := b.Encode()
-					if err != nil {
-						t.Fatal(err)
-					}
-					applyChecked(t, tr, m, i, b, data)
-					checkPathIndex(t, tr)
-					checkResolve(t, tr)
-				}
-				m.check(t, tr)
-			})
-		})
-	}
+	eachHashMask(t, hashMasks[1:3], func(t *testing.T, mask uint64) {
+		r := rand.New(rand.NewPCG(7, 11))
+		m := newModel()
+		tr := New()
+		for i := uint64(1); i <= 400; i++ {
+			b := randBatch(r, m)
+			data, err := b.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			applyChecked(t, tr, m, i, b, data)
+			checkPathIndex(t, tr)
+			checkResolve(t, tr)
+		}
+		m.check(t, tr)
+	})
 }
 
 // FuzzPathIndex applies batches made from the fuzzer's bytes with hashes
@@ -551,55 +547,51 @@ func TestNameWords(t *testing.T) {
 // overflow; a lookup of a path nobody holds, by a reader or by the
 // applier, must still end, and every answer stay exact.
 func TestPathIndexLookupEndsWhenEveryBucketOverflows(t *testing.T) {
-	for _, hm := range hashMasks {
-		t.Run(hm.name, func(t *testing.T) {
-			withHashMask(hm.mask, func() {
-				tr := New()
-				var ops []Op
-				for i := range 40 {
-					ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%d", i), Kind: "dir"})
-				}
-				mustApply(t, tr, 1, Batch{Ops: ops})
-				for i := range tr.s.paths.buckets {
-					tr.s.paths.buckets[i].overflow++
-				}
-				done := make(chan error, 1)
-				go func() {
-					done <- func() error {
-						for _, p := range []string{"/nope", "/d1/nope", "/nope/deeper"} {
-							if _, ok := tr.Get(p); ok {
-								return fmt.Errorf("Get(%q) found a node nobody created", p)
-							}
-						}
-						if _, ok := tr.Get("/d39"); !ok {
-							return errors.New("Get(/d39) did not find it")
-						}
-						res := tr.Apply(2, encode(t, Op{Type: OpUpdate, Path: "/nope", Set: map[string]Value{"a": Int(1)}})).(*Result)
-						if !errors.Is(res.Err, ErrNotFound) {
-							return fmt.Errorf("updating /nope: %w, want ErrNotFound", res.Err)
-						}
-						res = tr.Apply(3, encode(t,
-							Op{Type: OpUpdate, Path: "/d7", Set: map[string]Value{"a": Int(1)}},
-							Op{Type: OpCreate, Path: "/d7/e", Kind: "file"},
-						)).(*Result)
-						if res.Err != nil {
-							return fmt.Errorf("updating /d7 and creating /d7/e: %w", res.Err)
-						}
-						if _, ok := tr.Get("/d7/e"); !ok {
-							return errors.New("Get(/d7/e) did not find the node just created")
-						}
-						return nil
-					}()
-				}()
-				select {
-				case err := <-done:
-					if err != nil {
-						t.Fatal(err)
+	eachHashMask(t, hashMasks, func(t *testing.T, mask uint64) {
+		tr := New()
+		var ops []Op
+		for i := range 40 {
+			ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%d", i), Kind: "dir"})
+		}
+		mustApply(t, tr, 1, Batch{Ops: ops})
+		for i := range tr.s.paths.buckets {
+			tr.s.paths.buckets[i].overflow++
+		}
+		done := make(chan error, 1)
+		go func() {
+			done <- func() error {
+				for _, p := range []string{"/nope", "/d1/nope", "/nope/deeper"} {
+					if _, ok := tr.Get(p); ok {
+						return fmt.Errorf("Get(%q) found a node nobody created", p)
 					}
-				case <-time.After(10 * time.Second):
-					t.Fatal("a lookup did not end within 10s: its probe goes round the table")
 				}
-			})
-		})
-	}
+				if _, ok := tr.Get("/d39"); !ok {
+					return errors.New("Get(/d39) did not find it")
+				}
+				res := tr.Apply(2, encode(t, Op{Type: OpUpdate, Path: "/nope", Set: map[string]Value{"a": Int(1)}})).(*Result)
+				if !errors.Is(res.Err, ErrNotFound) {
+					return fmt.Errorf("updating /nope: %w, want ErrNotFound", res.Err)
+				}
+				res = tr.Apply(3, encode(t,
+					Op{Type: OpUpdate, Path: "/d7", Set: map[string]Value{"a": Int(1)}},
+					Op{Type: OpCreate, Path: "/d7/e", Kind: "file"},
+				)).(*Result)
+				if res.Err != nil {
+					return fmt.Errorf("updating /d7 and creating /d7/e: %w", res.Err)
+				}
+				if _, ok := tr.Get("/d7/e"); !ok {
+					return errors.New("Get(/d7/e) did not find the node just created")
+				}
+				return nil
+			}()
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a lookup did not end within 10s: its probe goes round the table")
+		}
+	})
 }
