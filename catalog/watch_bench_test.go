@@ -70,9 +70,9 @@ func benchWatchFanout(b *testing.B, watchers int) {
 	// applyUnwatched applies baseline batches to base and returns the wall
 	// and CPU time they took. It runs before the watched run and after it
 	// (its watchers stopped), and the ratios are against both together:
-	// this machine's speed drifts within a run.
-	// It stamps each batch as the watched run does, into stamps of its
-	// own, so that the ratios compare the same loop.
+	// this machine's speed drifts within a run. It stamps each batch as the
+	// watched run does, into stamps of its own, so that the ratios compare
+	// the same loop.
 	var baseAt stampRing
 	applyUnwatched := func() (wall, cpu time.Duration) {
 		t0, c0 := time.Now(), benchshape.ThreadCPU()
