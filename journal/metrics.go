@@ -65,6 +65,8 @@ var (
 		"Propose calls on this node that returned an error.", nil, nil)
 	descProposalsForwarded = prometheus.NewDesc("metatree_journal_proposals_forwarded_total",
 		"Attempts of Propose calls on this node that went to another node, the leader.", nil, nil)
+	descReadRounds = prometheus.NewDesc("metatree_journal_read_index_rounds_total",
+		"ReadIndex rounds this node sent for its ReadBarrier calls, which share them (resends included).", nil, nil)
 	descHalted = prometheus.NewDesc("metatree_journal_halted",
 		"1 when the applier stopped at an entry this binary cannot read (Status.Err names the index and version), 0 otherwise.", nil, nil)
 	descClusterVersion = prometheus.NewDesc("metatree_journal_cluster_version",
@@ -92,7 +94,7 @@ type journalCollector struct{ j *Journal }
 func (c journalCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descIsLeader, descLeaderChanges, descTerm, descApplied,
 		descCommitted, descStale, descProposalsApplied, descProposalsFailed, descProposalsForwarded, descWALFsync,
-		descHalted, descClusterVersion, descMaxVersion, descNoSpaceAlarm, descDiskFree} {
+		descReadRounds, descHalted, descClusterVersion, descMaxVersion, descNoSpaceAlarm, descDiskFree} {
 		ch <- d
 	}
 	c.j.metrics.apply.Describe(ch)
@@ -116,6 +118,7 @@ func (c journalCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descProposalsApplied, m.proposalsApplied.Load())
 	counter(descProposalsFailed, m.proposalsFailed.Load())
 	counter(descProposalsForwarded, m.proposalsForwarded.Load())
+	counter(descReadRounds, j.rounds.sent.Load())
 	gauge(descHalted, b2f(j.halted() != nil))
 	gauge(descClusterVersion, float64(j.clusterVersion()))
 	gauge(descMaxVersion, float64(j.cfg.MaxVersion))

@@ -61,6 +61,7 @@ func TestCollectorExactValues(t *testing.T) {
 	require.Equal(t, float64(journal.NewestVersion), got["metatree_journal_max_version"])
 	require.Equal(t, 3.0, got["metatree_journal_apply_duration_seconds"], "one observation per applied user entry")
 	require.Equal(t, 1.0, got["metatree_journal_read_barrier_duration_seconds"])
+	require.Equal(t, 1.0, got["metatree_journal_read_index_rounds_total"], "one barrier, one round")
 	require.Greater(t, got["metatree_journal_wal_fsync_duration_seconds"], 0.0, "Pebble's histogram saw the synced appends")
 }
 

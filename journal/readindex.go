@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"encoding/binary"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -16,56 +17,113 @@ import (
 // ReadBarrier calls that arrive while it is answer all ride the next one. A
 // caller never rides a round sent before it arrived (the leader's answer
 // would not cover writes acknowledged in between), so a round takes the
-// callers waiting when it is sent, and no more. Under load each caller
-// waits for at most the round in flight plus its own, and the node sends
-// one ReadIndex (one heartbeat round on the leader) for all of them.
+// callers that arrive until it is sent, and no more. Under load each
+// caller waits for at most the round in flight plus its own, and the node
+// sends one ReadIndex (one heartbeat round on the leader) for all of them.
 //
-// No goroutine runs the rounds: the caller that finds none in flight sends
-// one through the raft loop; the raft loop, when a round's ReadState
-// arrives, releases its callers and sends the next round at once if callers
-// wait for one. A round whose answer does not come (no leader, a lost
-// message) is sent again, under the same request context (which raft
-// deduplicates), by the first caller, of this round or of the next, to wait
-// an election timeout without any round being sent: the callers of the
-// next round depend on it as much as its own, which may all have given up.
+// No goroutine runs the rounds. The caller that finds none in flight
+// gathers one: it yields while the callers runnable now join it, then
+// seals and sends it through the raft loop. When a round's ReadState
+// arrives, the raft loop releases its callers and, if callers wait for the
+// next round, hands that round to one of them to gather and send in the
+// same way. The callers it just released join that round while it
+// gathers, instead of waiting for the one after: sent straight from the
+// raft loop, the next round would leave them behind, and under a steady
+// load the callers would split into two groups whose rounds alternate,
+// each caller waiting two rounds (BenchmarkReadBarrier's reads/round).
+//
+// A sender whose context ends before the raft loop takes its round passes
+// the sending on to another caller of the round. A round whose answer does
+// not come (no leader, a lost message), or that no caller is left to
+// send, is sent again, under the same request context (which raft
+// deduplicates), by the first caller, of this round or of the next, to
+// wait an election timeout without any round being sent: the callers of
+// the next round depend on it as much as its own, which may all have
+// given up.
 
 // readRound is one ReadIndex request and the callers riding it.
 type readRound struct {
-	id    uint64        // the ReadIndex request context
-	done  chan struct{} // closed when index is set
-	index uint64        // the leader's commit index as of the request
+	id   uint64        // the ReadIndex request context
+	done chan struct{} // closed when index is set
+	// turn holds the hand-off of the round's sending, for one of its
+	// callers to take: the raft loop puts it there once.
+	turn   chan struct{}
+	index  uint64 // the leader's commit index as of the request
+	riders int    // the callers that joined it; guarded by readRounds.mu
 }
 
 // readRounds is the node's round state, guarded by its mutex.
 type readRounds struct {
 	mu       sync.Mutex
 	seq      uint64
-	inflight *readRound // sent, not answered
-	next     *readRound // waiting for inflight to be answered; not sent
-	sends    uint64     // rounds sent so far, resends included
+	inflight *readRound // sent, or about to be (gathering), not answered
+	// gathering: inflight is not sent yet, so a caller arriving now may
+	// ride it.
+	gathering bool
+	next      *readRound // waiting for inflight to be answered; not sent
+	sends     uint64     // rounds sent so far, resends included
+	// lastRiders is how many callers the last answered round had: with
+	// one, the callers come one at a time and a round is sent without
+	// waiting for company.
+	lastRiders int
 
 	sent atomic.Uint64 // sends, readable without the lock (tests, metrics)
 }
 
 func (rr *readRounds) newRoundLocked() *readRound {
 	rr.seq++
-	return &readRound{id: rr.seq, done: make(chan struct{})}
+	return &readRound{id: rr.seq, done: make(chan struct{}), turn: make(chan struct{}, 1)}
 }
 
 // join returns the round the caller rides, whether the caller must send it
-// (no round was in flight), and the send count it saw.
+// (no round was in flight: the caller gathers it, then seals and sends
+// it), and the send count it saw.
 func (rr *readRounds) join() (r *readRound, send bool, sends uint64) {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	if rr.inflight == nil {
 		rr.inflight = rr.newRoundLocked()
+		rr.gathering = true
+		rr.inflight.riders++
 		rr.countSendLocked()
 		return rr.inflight, true, rr.sends
+	}
+	if rr.gathering {
+		rr.inflight.riders++
+		return rr.inflight, false, rr.sends
 	}
 	if rr.next == nil {
 		rr.next = rr.newRoundLocked()
 	}
+	rr.next.riders++
 	return rr.next, false, rr.sends
+}
+
+// seal ends the gathering of round r, about to be sent: the callers that
+// arrive from now on ride the next round.
+func (rr *readRounds) seal(r *readRound) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.inflight == r {
+		rr.gathering = false
+	}
+}
+
+// passTurn hands the sending of r, which its sender could not send, to
+// another of its callers, if one is waiting and none holds it already.
+func (r *readRound) passTurn() {
+	select {
+	case r.turn <- struct{}{}:
+	default:
+	}
+}
+
+// riders returns how many callers have joined round r, and whether the
+// last answered round had more than one.
+func (rr *readRounds) riders(r *readRound) (n int, busy bool) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	return r.riders, rr.lastRiders > 1
 }
 
 func (rr *readRounds) countSendLocked() {
@@ -73,22 +131,25 @@ func (rr *readRounds) countSendLocked() {
 	rr.sent.Add(1)
 }
 
-// answered resolves the round in flight if id is its request and returns
-// the next round to send (nil if none waits). The raft loop calls it.
-func (rr *readRounds) answered(id, index uint64) *readRound {
+// answered resolves the round in flight if id is its request and hands
+// the next round, if callers wait for it, to one of them to gather and
+// send. The raft loop calls it.
+func (rr *readRounds) answered(id, index uint64) {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	r := rr.inflight
 	if r == nil || r.id != id {
-		return nil // an answer to a resent round already answered
+		return // an answer to a resent round already answered
 	}
 	r.index = index
 	close(r.done)
-	rr.inflight, rr.next = rr.next, nil
-	if rr.inflight != nil {
+	rr.lastRiders = r.riders
+	rr.inflight, rr.next, rr.gathering = rr.next, nil, false
+	if n := rr.inflight; n != nil {
+		rr.gathering = true
 		rr.countSendLocked()
+		n.turn <- struct{}{} // never blocks: the round's only hand-off
 	}
-	return rr.inflight
 }
 
 // stalled is called by a caller that waited an election timeout since it
@@ -101,6 +162,7 @@ func (rr *readRounds) stalled(seen uint64) (*readRound, uint64) {
 	if rr.inflight == nil || rr.sends != seen {
 		return nil, rr.sends
 	}
+	rr.gathering = false // sent now, whoever holds its hand-off
 	rr.countSendLocked()
 	return rr.inflight, rr.sends
 }
@@ -118,17 +180,22 @@ func (j *Journal) ReadBarrier(ctx context.Context) error {
 		return operr.Errorf("journal: read barrier: %w", err)
 	}
 	r, send, seen := j.rounds.join()
-	if send {
-		if err := j.sendRound(ctx, r); err != nil {
-			return operr.Errorf("journal: read barrier: %w", err)
-		}
-	}
 	retry, stop := j.cfg.Clock.NewTicker(j.electionTimeout())
 	defer stop()
 	for {
+		if send {
+			send = false
+			j.gatherRound(r)
+			if err := j.sendRound(ctx, r); err != nil {
+				r.passTurn()
+				return operr.Errorf("journal: read barrier: %w", err)
+			}
+		}
 		select {
 		case <-r.done:
 			return j.WaitApplied(ctx, r.index)
+		case <-r.turn:
+			send = true // the raft loop handed the round's sending to this caller
 		case <-retry:
 			if err := j.removedErr(); err != nil {
 				return operr.Errorf("journal: read barrier: %w", err)
@@ -149,6 +216,27 @@ func (j *Journal) ReadBarrier(ctx context.Context) error {
 	}
 }
 
+// gatherYields bounds the yields of gatherRound.
+const gatherYields = 4
+
+// gatherRound lets the callers runnable now join round r before its sender
+// seals and sends it: it yields while each yield brings more of them. The
+// callers a round releases call again at once, and without it the first
+// of them would send a round alone and the rest would wait for the next.
+// While rounds have one caller each, it sends at once.
+func (j *Journal) gatherRound(r *readRound) {
+	seen, busy := j.rounds.riders(r)
+	for i := 0; busy && i < gatherYields; i++ {
+		runtime.Gosched()
+		n, _ := j.rounds.riders(r)
+		if n == seen {
+			break
+		}
+		seen = n
+	}
+	j.rounds.seal(r)
+}
+
 // sendRound hands round r's ReadIndex to the raft loop. The round stays in
 // flight when ctx ends first: the callers still waiting send it again once
 // an election timeout passes.
@@ -157,8 +245,8 @@ func (j *Journal) sendRound(ctx context.Context, r *readRound) error {
 	return j.do(ctx, func() { j.rn.ReadIndex(rctx) })
 }
 
-// readStates releases the rounds raft answered in a Ready and sends the
-// next round, on the raft loop.
+// readStates releases the rounds raft answered in a Ready, and hands the
+// next round to its callers, on the raft loop.
 //
 // A leader that is the only voter answers a ReadIndex at once with its
 // commit index, even before it has committed an entry in its term; after
@@ -174,9 +262,7 @@ func (j *Journal) readStates(states []raft.ReadState) {
 		floor = j.lastIndex
 	}
 	for _, rs := range states {
-		if next := j.rounds.answered(decodeReadCtx(rs.RequestCtx), max(rs.Index, floor)); next != nil {
-			j.rn.ReadIndex(encodeReadCtx(next.id))
-		}
+		j.rounds.answered(decodeReadCtx(rs.RequestCtx), max(rs.Index, floor))
 	}
 }
 

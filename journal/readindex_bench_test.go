@@ -13,13 +13,16 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/metatree/metatree/internal/metricstest"
 	"github.com/metatree/metatree/journal"
 )
 
 // BenchmarkReadBarrier: 3 voters and an observer over HTTP on loopback,
 // Pebble on disk; N concurrent callers of ReadBarrier on the leader, a
-// follower or the observer, no writes. b.N counts barriers. Figures for the
+// follower or the observer, no writes. b.N counts barriers; reads/round is
+// how many of them shared a ReadIndex round. Figures for the
 // README (alone on the machine, beside the embedded etcd Get of the
 // comparison harness):
 //
@@ -42,6 +45,12 @@ func BenchmarkReadBarrier(b *testing.B) {
 }
 
 func runReadBarrier(b *testing.B, j *journal.Journal, readers int) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(j.Collector()); err != nil {
+		b.Fatal(err)
+	}
+	const rounds = "metatree_journal_read_index_rounds_total"
+	rounds0 := metricstest.Values(b, reg)[rounds]
 	var next atomic.Int64
 	lats := make([][]time.Duration, readers)
 	var firstErr atomic.Pointer[error]
@@ -67,6 +76,8 @@ func runReadBarrier(b *testing.B, j *journal.Journal, readers int) {
 		b.Fatalf("barrier failed: %v", *e)
 	}
 	all := slices.Concat(lats...)
+	// How many barriers shared a ReadIndex round, on average.
+	b.ReportMetric(float64(b.N)/(metricstest.Values(b, reg)[rounds]-rounds0), "reads/round")
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "reads/s")
 	b.ReportMetric(ms(percentile(all, 0.50)), "p50-ms")
 	b.ReportMetric(ms(percentile(all, 0.99)), "p99-ms")

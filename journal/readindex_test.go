@@ -131,3 +131,54 @@ func TestReadBarrierLeaderLossAndContext(t *testing.T) {
 	err := j.ReadBarrier(ctxT(t, time.Second))
 	require.True(t, errors.Is(err, ErrClosed), "after Close: %v", err)
 }
+
+// TestReadRoundsHandOff drives the round state alone: callers ride a round
+// until it is sealed for sending; the round that waited behind an answered
+// one is handed to its callers, and the callers the answer released ride
+// it while it gathers instead of waiting for the one after; a stalled
+// round that is sent again is sealed, so that no caller rides a round sent
+// before it arrived.
+func TestReadRoundsHandOff(t *testing.T) {
+	var rr readRounds
+	a, send, _ := rr.join()
+	require.True(t, send, "the first caller sends")
+	same, send, _ := rr.join()
+	require.False(t, send)
+	require.Same(t, a, same, "a caller arriving while the round gathers rides it")
+	rr.seal(a)
+	next, send, _ := rr.join()
+	require.False(t, send)
+	require.NotSame(t, a, next, "after the seal, callers wait for the next round")
+
+	rr.answered(a.id, 7)
+	<-a.done
+	require.Equal(t, uint64(7), a.index)
+	select {
+	case <-next.turn:
+	default:
+		t.Fatal("the waiting round was not handed to its callers")
+	}
+	again, send, seen := rr.join()
+	require.False(t, send)
+	require.Same(t, next, again, "a released caller rides the handed-off round while it gathers")
+	rr.seal(next)
+	after, send, _ := rr.join()
+	require.False(t, send)
+	require.NotSame(t, next, after)
+	require.Equal(t, uint64(2), rr.sent.Load(), "a, then the hand-off of next")
+
+	// next goes unanswered: a caller that waited sends it again, sealed.
+	rr.answered(a.id, 9) // a late answer to a: ignored
+	resent, _ := rr.stalled(seen)
+	require.Same(t, next, resent)
+	late, _, _ := rr.join()
+	require.Same(t, after, late, "no caller rides a round sent before it arrived")
+	rr.answered(next.id, 11)
+	<-next.done
+	select {
+	case <-after.turn:
+	default:
+		t.Fatal("the round after was not handed off")
+	}
+	require.Equal(t, 2, rr.lastRiders, "next carried its own caller and a released one")
+}
