@@ -140,14 +140,17 @@ func TestReadBarrierLeaderLossAndContext(t *testing.T) {
 // before it arrived.
 func TestReadRoundsHandOff(t *testing.T) {
 	var rr readRounds
+	// ride joins a caller that must not send, and returns its round.
+	ride := func() *readRound {
+		r, send, _ := rr.join()
+		require.False(t, send)
+		return r
+	}
 	a, send, _ := rr.join()
 	require.True(t, send, "the first caller sends")
-	same, send, _ := rr.join()
-	require.False(t, send)
-	require.Same(t, a, same, "a caller arriving while the round gathers rides it")
+	require.Same(t, a, ride(), "a caller arriving while the round gathers rides it")
 	rr.seal(a)
-	next, send, _ := rr.join()
-	require.False(t, send)
+	next := ride()
 	require.NotSame(t, a, next, "after the seal, callers wait for the next round")
 
 	rr.answered(a.id, 7)
@@ -162,8 +165,7 @@ func TestReadRoundsHandOff(t *testing.T) {
 	require.False(t, send)
 	require.Same(t, next, again, "a released caller rides the handed-off round while it gathers")
 	rr.seal(next)
-	after, send, _ := rr.join()
-	require.False(t, send)
+	after := ride()
 	require.NotSame(t, next, after)
 	require.Equal(t, uint64(2), rr.sent.Load(), "a, then the hand-off of next")
 
@@ -171,8 +173,7 @@ func TestReadRoundsHandOff(t *testing.T) {
 	rr.answered(a.id, 9) // a late answer to a: ignored
 	resent, _ := rr.stalled(seen)
 	require.Same(t, next, resent)
-	late, _, _ := rr.join()
-	require.Same(t, after, late, "no caller rides a round sent before it arrived")
+	require.Same(t, after, ride(), "no caller rides a round sent before it arrived")
 	rr.answered(next.id, 11)
 	<-next.done
 	select {
@@ -181,4 +182,15 @@ func TestReadRoundsHandOff(t *testing.T) {
 		t.Fatal("the round after was not handed off")
 	}
 	require.Equal(t, 2, rr.lastRiders, "next carried its own caller and a released one")
+
+	// A sender that could not send passes its turn on, without blocking
+	// when a turn is already there: one turn at most.
+	after.passTurn()
+	after.passTurn()
+	<-after.turn
+	select {
+	case <-after.turn:
+		t.Fatal("two turns for one round")
+	default:
+	}
 }
