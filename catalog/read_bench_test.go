@@ -2,10 +2,10 @@ package catalog
 
 import (
 	"github.com/metatree/metatree/internal/benchshape"
-	"runtime"
 
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 )

@@ -115,12 +115,13 @@ func benchWatchFanout(b *testing.B, watchers int, unread bool) {
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
 	opts := WatchOptions{Prefix: "/sub", Buffer: 256}
+	readers := watchers
 	if unread {
 		w := tr.Watch(opts)
 		defer w.Close()
-		watchers = 0
+		readers = 0
 	}
-	for i := range watchers {
+	for i := range readers {
 		w := tr.Watch(opts)
 		sample := i%100 == 0 // a hundred watchers record their delays
 		wg.Go(func() {
@@ -179,7 +180,7 @@ func benchWatchFanout(b *testing.B, watchers int, unread bool) {
 		// The applier's own cost: its CPU time per batch, against none.
 		b.ReportMetric(float64(baseCPU)/(float64(applyCPU)/float64(i)), "applier-cpu-ratio")
 	}
-	if watchers > 0 {
+	if readers > 0 {
 		b.ReportMetric(float64(delivered.Load())/elapsed.Seconds(), "events/s")
 		b.ReportMetric(float64(dropped.Load())/elapsed.Seconds(), "cut-offs/s")
 		if len(delays) > 0 {

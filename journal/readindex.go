@@ -46,7 +46,8 @@ type readRound struct {
 	id   uint64        // the ReadIndex request context
 	done chan struct{} // closed when index is set
 	// turn holds the hand-off of the round's sending, for one of its
-	// callers to take: the raft loop puts it there once.
+	// callers to take: put there by the raft loop, or by a sender that
+	// could not send (passTurn).
 	turn   chan struct{}
 	index  uint64 // the leader's commit index as of the request
 	riders int    // the callers that joined it; guarded by readRounds.mu
@@ -144,9 +145,9 @@ func (rr *readRounds) answered(id, index uint64) {
 	r.index = index
 	close(r.done)
 	rr.lastRiders = r.riders
-	rr.inflight, rr.next, rr.gathering = rr.next, nil, false
+	rr.inflight, rr.next = rr.next, nil
+	rr.gathering = rr.inflight != nil
 	if n := rr.inflight; n != nil {
-		rr.gathering = true
 		rr.countSendLocked()
 		n.turn <- struct{}{} // never blocks: the round's only hand-off
 	}
