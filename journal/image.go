@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -178,6 +179,14 @@ func (j *Journal) ImageWritten(ctx context.Context, index, term uint64, membersh
 // runs on the append goroutine.
 func (j *Journal) recordImage(snap *raftpb.Snapshot) error {
 	index := snap.GetMetadata().GetIndex()
+	// The image's membership record, its dedupe window included, at the
+	// image's index: once the log is compacted up to this image, a replay
+	// from it (dedupeAt) takes the compacted part of the window from there.
+	// Unsynced: SetSnapshot's synced write right after it carries it to
+	// disk (one Pebble WAL, in order), before any compaction to the image.
+	if err := j.store.SaveMembership(index, snap.GetData()); err != nil {
+		return operr.Errorf("journal: record image %d: %w", index, err)
+	}
 	if err := j.store.SetSnapshot(snap); err != nil {
 		return operr.Errorf("journal: record image %d: %w", index, err)
 	}
@@ -198,6 +207,27 @@ func (j *Journal) recordImage(snap *raftpb.Snapshot) error {
 		j.images.dropBelow(cut)
 	}
 	return nil
+}
+
+// recordWindow writes the membership record at index, the image Open
+// loaded (im decoded from blob, the image's membership), unless the store
+// holds that very record: a compaction up to the image then leaves the
+// dedupe window a replay from it needs (dedupeAt), also in a data dir
+// whose images were recorded before recordImage wrote the record. Unsynced,
+// as recordImage's: a synced write carries it to disk before any
+// compaction.
+func (j *Journal) recordWindow(index uint64, im *membership, blob []byte) error {
+	if im.Index != index {
+		return nil // not the blob MembershipAt gave for this image
+	}
+	cur, err := j.store.MembershipAt(index)
+	if err != nil && !errors.Is(err, raftstore.ErrNoMembership) {
+		return err
+	}
+	if bytes.Equal(cur, blob) {
+		return nil
+	}
+	return j.store.SaveMembership(index, blob)
 }
 
 // FirstIndex returns the first index the log still holds: entries after
@@ -279,10 +309,13 @@ func (j *Journal) waitDurableCommit(ctx context.Context, index uint64) error {
 }
 
 // dedupeAt rebuilds the dedupe window ending at index: every copy of a key
-// in the log's entries of the window (see dedupe). A node restored from a
-// peer's image has no log before the image; the window there is the one
-// the image carried, saved with the snapshot's membership record, and the
-// log after it is replayed on top.
+// in the log's entries of the window (see dedupe). The part of the window
+// before the log's start comes from the dedupe window recorded with the
+// image the log starts after: the membership record at FirstIndex()-1 that
+// recordImage writes for an image this node compacted to, that a snapshot
+// from the leader or a seed writes for theirs. Without it the decisions
+// after the log's start are unknown, and dedupeAt fails with ErrCompacted
+// rather than rebuild a window that would decide otherwise.
 func (j *Journal) dedupeAt(index uint64) (*dedupe, error) {
 	d := newDedupe(j.cfg.DedupeWindow)
 	first, err := j.store.FirstIndex()
@@ -290,20 +323,15 @@ func (j *Journal) dedupeAt(index uint64) (*dedupe, error) {
 		return nil, err
 	}
 	lo := index - min(index, j.cfg.DedupeWindow) + 1 // the window's first index
-	if first > lo && first > 1 && first-1 <= index {
-		blob, err := j.store.MembershipAt(first - 1)
-		if err != nil && !errors.Is(err, raftstore.ErrNoMembership) {
+	if first > lo && first > 1 {
+		if index < first-1 {
+			return nil, fmt.Errorf("%w: the dedupe window ending at %d lies before the log's start %d", ErrCompacted, index, first)
+		}
+		keys, err := j.windowAt(first - 1)
+		if err != nil {
 			return nil, err
 		}
-		if len(blob) > 0 {
-			m, err := decodeMembership(blob)
-			if err != nil {
-				return nil, fmt.Errorf("membership at %d: %w", first-1, err)
-			}
-			if m.Index == first-1 {
-				d.reset(m.Keys)
-			}
-		}
+		d.reset(keys)
 	}
 	if from := max(first, lo); from <= index {
 		if err := j.scanEntries(from-1, index, func(i uint64, env envelope) error {
@@ -320,4 +348,32 @@ func (j *Journal) dedupeAt(index uint64) (*dedupe, error) {
 	}
 	d.evict(index)
 	return d, nil
+}
+
+// windowAt returns the dedupe window recorded as of index, the index of an
+// image the log starts after: from the membership record at index, or
+// from raft's snapshot when it is that image. Either is the blob
+// MembershipAt gave the image.
+func (j *Journal) windowAt(index uint64) ([]appliedKey, error) {
+	blob, err := j.store.MembershipAt(index)
+	if err != nil && !errors.Is(err, raftstore.ErrNoMembership) {
+		return nil, err
+	}
+	if len(blob) > 0 {
+		m, err := decodeMembership(blob)
+		if err != nil {
+			return nil, fmt.Errorf("membership at %d: %w", index, err)
+		}
+		if m.Index == index {
+			return m.Keys, nil
+		}
+	}
+	if snap, err := j.store.Snapshot(); err == nil && snap.GetMetadata().GetIndex() == index && len(snap.GetData()) > 0 {
+		m, err := decodeMembership(snap.GetData())
+		if err != nil {
+			return nil, fmt.Errorf("snapshot membership at %d: %w", index, err)
+		}
+		return m.Keys, nil
+	}
+	return nil, fmt.Errorf("%w: the log starts after %d, and no dedupe window is recorded there", ErrCompacted, index)
 }

@@ -410,6 +410,9 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 				}
 				j.dedupe.reset(im.Keys)
 				image = im
+				if err := j.recordWindow(idx, im, blob); err != nil {
+					return nil, operr.Errorf("journal: image %d: %w", idx, err)
+				}
 				if len(m.Members) == 0 {
 					m = im.clone()
 				}

@@ -400,3 +400,77 @@ func (f *fakeImages) installCount() int {
 	defer f.mu.Unlock()
 	return f.installs
 }
+
+// TestReplayFromTheImageTheLogStartsAfterDecidesAsTheApplier writes a keyed
+// entry, an image right after it, a retry of the entry (a duplicate the
+// live applier skips) and a second image that compacts the log up to the
+// first. A replay from the first image (ReadEntries(FirstIndex()-1, …), as
+// the checkpointer falling back to an older image and a resumed watch do)
+// takes the compacted part of the dedupe window from that image and skips
+// the retry too.
+func TestReplayFromTheImageTheLogStartsAfterDecidesAsTheApplier(t *testing.T) {
+	c := newCluster(t)
+	registry := &sync.Map{}
+	n1 := c.listen(1)
+	imgs := &fakeImages{sm: func() *memSM { return n1.sm }, images: map[uint64]fakeImage{}, registry: registry, requests: make(chan struct{}, 1)}
+	registry.Store(n1.addr, imgs)
+	const window = 4
+	opt := func(cfg *Config) {
+		cfg.Snapshots = imgs
+		cfg.CompactMargin = window
+		cfg.DedupeWindow = window
+		cfg.StaleAfter = time.Hour // no leader timestamps between the copies
+	}
+	require.NoError(t, c.open(n1, func(cfg *Config) { opt(cfg); cfg.Bootstrap = true }))
+	c.waitLeader(1)
+	ctx := ctxT(t, 10*time.Second)
+	key := [16]byte{7, 7}
+	i1, _, err := n1.j.Propose(ctx, []byte("k"), WithKey(key))
+	require.NoError(t, err)
+	first := checkpoint(t, n1, imgs)
+	require.Equal(t, i1, first, "the first image is right after the keyed entry")
+	got, _, err := n1.j.Propose(ctx, []byte("k"), WithKey(key))
+	require.NoError(t, err)
+	require.Equal(t, i1, got, "the retry is a duplicate for the live applier")
+	require.Equal(t, i1+1, n1.j.Status().Applied, "the retry reached the log right after the image")
+	for i := 0; n1.j.Status().Applied < first+window; i++ {
+		propose(t, n1, fmt.Sprintf("f%d", i))
+	}
+	checkpoint(t, n1, imgs)
+	start, err := n1.j.FirstIndex()
+	require.NoError(t, err)
+	require.Equal(t, first+1, start, "the second image compacts the log up to the first")
+
+	live := n1.sm.values()
+	require.Equal(t, "k", live[0], "live: %v", live)
+	require.NotContains(t, live[1:], "k", "live: the keyed entry applied once")
+	var replayed []string
+	require.NoError(t, n1.j.ReadEntries(ctx, first, n1.j.Status().Applied, func(_ uint64, data []byte) error {
+		replayed = append(replayed, string(data))
+		return nil
+	}))
+	require.Equal(t, live[1:], replayed, "the replay from the image at %d applies what the live applier applied after it", first)
+
+	// A restart (the newest image, then the log) keeps deciding alike.
+	n1.closeJournal()
+	n1.sm = newMemSM()
+	require.NoError(t, c.open(n1, opt))
+	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 10*time.Second)))
+	replayed = replayed[:0]
+	require.NoError(t, n1.j.ReadEntries(ctx, first, n1.j.Status().Applied, func(_ uint64, data []byte) error {
+		replayed = append(replayed, string(data))
+		return nil
+	}))
+	require.Equal(t, live[1:], replayed, "after a restart")
+
+	// Without the window recorded at the log's start, a replay from there
+	// fails instead of deciding the retry otherwise.
+	blob, err := n1.j.store.MembershipAt(first)
+	require.NoError(t, err)
+	m, err := decodeMembership(blob)
+	require.NoError(t, err)
+	m.Index, m.Keys = first-1, nil
+	require.NoError(t, n1.j.store.SaveMembership(first, m.encode()))
+	err = n1.j.ReadEntries(ctx, first, n1.j.Status().Applied, func(uint64, []byte) error { return nil })
+	require.ErrorIs(t, err, ErrCompacted)
+}
