@@ -12,10 +12,16 @@ import (
 // missed: the retained log and a state to replay it on. The catalog does
 // not know the journal; the host wires the two (see WatchFrom).
 type History struct {
-	// Base returns a fresh tree holding the state at an index at or below
-	// at: an image loaded into New(), or New() itself when the log holds
-	// every batch from index 1. WatchFrom replays on it and discards it.
-	Base func(ctx context.Context, at uint64) (*Tree, error)
+	// Base returns a fresh tree holding the state as of a log index at or
+	// below at, and that index: an image loaded into New() and the image's
+	// index, or New() itself and 0 when the log holds every batch from
+	// index 1. The index is the image's, not the tree's own Index(): the
+	// log goes on past the tree's last batch with entries that never reach
+	// the catalog (membership changes, a new term's empty entry, the
+	// leader's clock), and the log kept after an image starts right after
+	// the image's index. WatchFrom replays the log after that index on the
+	// tree and discards it.
+	Base func(ctx context.Context, at uint64) (*Tree, uint64, error)
 	// Entries calls fn for every committed batch in (after, upTo], in log
 	// order, with the bytes Apply was given (journal.Journal.ReadEntries
 	// does, once the journal has applied upTo). When the log no longer
@@ -57,12 +63,15 @@ func (t *Tree) WatchFrom(ctx context.Context, from uint64, opts WatchOptions, h 
 // replay emits the events a watcher with opts receives for the batches in
 // (from, to], by applying the log to a base state at or below from.
 func replay(ctx context.Context, from, to uint64, opts WatchOptions, h History, emit func(Event) error) error {
-	base, err := h.Base(ctx, from)
+	base, baseAt, err := h.Base(ctx, from)
 	if err != nil {
 		return operr.Errorf("catalog: watch from %d: base state: %w", from, err)
 	}
-	if at := base.Index(); at > from {
-		return fmt.Errorf("catalog: watch from %d: the base state is at %d, past it", from, at)
+	switch {
+	case baseAt > from:
+		return fmt.Errorf("catalog: watch from %d: the base state is at %d, past it", from, baseAt)
+	case base.Index() > baseAt:
+		return fmt.Errorf("catalog: watch from %d: the base state said to be at %d holds batch %d", from, baseAt, base.Index())
 	}
 	apply := func(index uint64, data []byte) error {
 		// A batch that fails its preconditions fails here as it did live;
@@ -72,7 +81,7 @@ func replay(ctx context.Context, from, to uint64, opts WatchOptions, h History, 
 		}
 		return nil
 	}
-	if err := h.Entries(ctx, base.Index(), from, apply); err != nil {
+	if err := h.Entries(ctx, baseAt, from, apply); err != nil {
 		return operr.Errorf("catalog: watch from %d: %w", from, err)
 	}
 	tap := &watchTap{f: newFilter(opts)}

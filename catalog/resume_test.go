@@ -20,7 +20,7 @@ type fakeLog struct {
 
 func (l *fakeLog) history(t testing.TB) History {
 	return History{
-		Base: func(_ context.Context, at uint64) (*Tree, error) {
+		Base: func(_ context.Context, at uint64) (*Tree, uint64, error) {
 			var best uint64
 			var img []byte
 			for i, b := range l.images {
@@ -30,9 +30,9 @@ func (l *fakeLog) history(t testing.TB) History {
 			}
 			tr := New()
 			if img == nil {
-				return tr, nil
+				return tr, 0, nil
 			}
-			return tr, tr.Load(bytes.NewReader(img))
+			return tr, best, tr.Load(bytes.NewReader(img))
 		},
 		Entries: func(ctx context.Context, after, upTo uint64, fn func(uint64, []byte) error) error {
 			if after+1 < l.first {
@@ -223,6 +223,46 @@ func TestWatchFromCompacted(t *testing.T) {
 	defer tr.hub.mu.Unlock()
 	if len(tr.hub.groups) != 0 || tr.hub.notify != nil {
 		t.Fatalf("%d groups (notifier %v) left registered after failed and closed watches", len(tr.hub.groups), tr.hub.notify != nil)
+	}
+}
+
+// TestWatchFromTheImageTheLogStartsAfter resumes after the index of an
+// image taken past its tree's last batch (the entries between never reach
+// the catalog), with the log kept only after the image: the replay starts
+// from the image's index, not the tree's own, and every index the log
+// starts after or holds resumes.
+func TestWatchFromTheImageTheLogStartsAfter(t *testing.T) {
+	log := &fakeLog{first: 17, entries: map[uint64][]byte{}, images: map[uint64][]byte{}}
+	tr := New()
+	for i := uint64(1); i <= 24; i++ {
+		if i == 16 {
+			// A membership change, say: the tree saved at 16 is at 15.
+			log.images[i] = saveBytes(t, tr)
+			continue
+		}
+		b := encode(t, Op{Type: OpCreate, Path: fmt.Sprintf("/n%d", i), Kind: "k"})
+		tr.Apply(i, b)
+		if i >= log.first {
+			log.entries[i] = b
+		}
+	}
+	for from := log.first - 1; from <= 24; from++ {
+		var got []uint64
+		w, err := tr.WatchFrom(t.Context(), from, WatchOptions{}, log.history(t), func(ev Event) error {
+			got = append(got, ev.Index)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("from %d: %v", from, err)
+		}
+		w.Close()
+		var want []uint64
+		for i := from + 1; i <= 24; i++ {
+			want = append(want, i)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("from %d: events at %v, want %v", from, got, want)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/journal"
 )
 
 // TestWatchResumesFromEveryRetainedIndex pins the rule of a resumed watch
@@ -17,12 +18,15 @@ import (
 // second compacts the log up to the first image), a watch resumed after any
 // index the retained log starts after or holds replays exactly the batches
 // after it, once each and in order, then goes on live; one index older is
-// ErrCompacted.
+// ErrCompacted. The log holds entries that never reach the catalog around
+// the images (configuration changes, the empty entry of a new term, the
+// leader's clock), so each image's index is past its catalog's own index.
 func TestWatchResumesFromEveryRetainedIndex(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	f, err := Start(ctx, Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true,
-		CheckpointEntries: 1_000_000, CheckpointInterval: time.Hour, CompactMargin: 10})
+	cfg := Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true,
+		CheckpointEntries: 1_000_000, CheckpointInterval: time.Hour, CompactMargin: 10, StaleAfter: time.Second}
+	f, err := Start(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, f.Close()) })
 	waitFor(t, 20*time.Second, "a leader", func() bool { return f.Journal().Status().Leader == 1 })
@@ -46,12 +50,27 @@ func TestWatchResumesFromEveryRetainedIndex(t *testing.T) {
 		return last
 	}
 	var images []uint64
-	for range 2 {
-		create(30)
+	checkpoint := func() {
 		info, err := f.Checkpointer().Checkpoint(ctx)
 		require.NoError(t, err)
+		require.Greater(t, info.Index, f.tree.Index(), "the image is past its catalog's own index")
 		images = append(images, info.Index)
 	}
+	// The first image right after two configuration changes.
+	create(30)
+	require.NoError(t, f.Journal().AddMember(ctx, 99, freeAddr(t), journal.Observer))
+	require.NoError(t, f.Journal().RemoveMember(ctx, 99, false))
+	checkpoint()
+	// A restart: the new term begins with an empty entry.
+	require.NoError(t, f.Close())
+	cfg.Bootstrap = false
+	f, err = Start(ctx, cfg)
+	require.NoError(t, err)
+	waitFor(t, 20*time.Second, "a leader after the restart", func() bool { return f.Journal().Status().Leader == 1 })
+	// The second image after a clock entry of the leader.
+	create(30)
+	waitFor(t, 20*time.Second, "a clock entry", func() bool { return f.Journal().Status().Applied > f.tree.Index() })
+	checkpoint()
 	create(5) // past the newest image too
 	first, err := f.Journal().FirstIndex()
 	require.NoError(t, err)

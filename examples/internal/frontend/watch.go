@@ -55,12 +55,12 @@ func (f *Frontend) watchHistory() catalog.History {
 		return err
 	}
 	return catalog.History{
-		Base: func(ctx context.Context, at uint64) (*catalog.Tree, error) {
+		Base: func(ctx context.Context, at uint64) (*catalog.Tree, uint64, error) {
 			// Refuse before loading an image whose log is gone.
 			var base uint64
 			idx, err := f.images.Indexes()
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			for _, i := range idx {
 				if i <= at {
@@ -69,13 +69,16 @@ func (f *Frontend) watchHistory() catalog.History {
 				}
 			}
 			if _, err := f.journal.TermAt(base); err != nil {
-				return nil, compacted(err)
+				return nil, 0, compacted(err)
 			}
 			t := newTree(f.cfg.Quota)
-			if _, err := f.images.LoadAtOrBefore(ctx, t, at); err != nil {
-				return nil, err
+			info, err := f.images.LoadAtOrBefore(ctx, t, at)
+			if err != nil {
+				return nil, 0, err
 			}
-			return t, nil
+			// The replay goes on from the image's index, which the log
+			// starts after: the tree's own index can be older.
+			return t, info.Index, nil
 		},
 		Entries: func(ctx context.Context, after, upTo uint64, fn func(uint64, []byte) error) error {
 			// The catalog applies an entry before the journal counts it
