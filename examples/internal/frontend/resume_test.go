@@ -1,9 +1,14 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +117,112 @@ func TestWatchResumesFromEveryRetainedIndex(t *testing.T) {
 
 	_, err = f.tree.WatchFrom(ctx, first-2, opts, f.watchHistory(), func(catalog.Event) error { return nil })
 	require.ErrorIs(t, err, catalog.ErrCompacted, "one index older than the log starts after")
+}
+
+// fakeStream is a watch client's end of the response: it records what it
+// is sent, and with hold set, every Write waits for hold to close (a
+// client that reads nothing), telling of the first through blocked.
+type fakeStream struct {
+	header  http.Header
+	hold    chan struct{}
+	blocked chan struct{}
+	once    sync.Once
+	wrote   chan struct{} // a signal after each Write (cap 1)
+	mu      sync.Mutex
+	buf     bytes.Buffer
+}
+
+func newFakeStream(hold bool) *fakeStream {
+	s := &fakeStream{header: http.Header{}, blocked: make(chan struct{}), wrote: make(chan struct{}, 1)}
+	if hold {
+		s.hold = make(chan struct{})
+	}
+	return s
+}
+
+func (s *fakeStream) Header() http.Header { return s.header }
+func (s *fakeStream) WriteHeader(int)     {}
+func (s *fakeStream) Write(p []byte) (int, error) {
+	if s.hold != nil {
+		s.once.Do(func() { close(s.blocked) })
+		<-s.hold
+	}
+	s.mu.Lock()
+	s.buf.Write(p)
+	s.mu.Unlock()
+	select {
+	case s.wrote <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+func (s *fakeStream) SetWriteDeadline(time.Time) error { return nil }
+func (s *fakeStream) FlushError() error                { return nil }
+
+func (s *fakeStream) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// TestSlowResumedWatchLeavesTheReplayGateFree resumes a watch for a client
+// that reads nothing, with more to replay than the stream buffers: while
+// that watch waits on its client, the replay gate is free, and another
+// resumed watch replays and goes live.
+func TestSlowResumedWatchLeavesTheReplayGateFree(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	f, err := Start(ctx, Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, f.Close()) })
+	waitFor(t, 20*time.Second, "a leader", func() bool { return f.Journal().Status().Leader == 1 })
+	res, err := f.commit(ctx, catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/w", Kind: "database"}}})
+	require.NoError(t, err)
+	require.NoError(t, res.Err)
+	const n = 150 // some 15 KB of event lines
+	for i := range n {
+		res, err := f.commit(ctx, catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: fmt.Sprintf("/w/t%d", i), Kind: "table"}}})
+		require.NoError(t, err)
+		require.NoError(t, res.Err)
+	}
+	serve := func(s *fakeStream) (stop func() error) {
+		rctx, cancel := context.WithCancel(ctx)
+		req := httptest.NewRequestWithContext(rctx, http.MethodGet, "/v1/watch?prefix=/w&from_index=0", nil)
+		done := make(chan error, 1)
+		go func() { done <- f.watch(s, req) }()
+		return func() error {
+			cancel()
+			return <-done
+		}
+	}
+
+	slow := newFakeStream(true)
+	stopSlow := serve(slow)
+	select {
+	case <-slow.blocked:
+	case <-ctx.Done():
+		t.Fatal("the slow watch never wrote to its client")
+	}
+	require.Zero(t, len(f.replays.ch), "a resumed watch waiting on its client holds the replay gate")
+
+	fast := newFakeStream(false)
+	stopFast := serve(fast)
+	for !strings.Contains(fast.String(), `{"progress":`) {
+		select {
+		case <-fast.wrote:
+		case <-ctx.Done():
+			t.Fatalf("the second resumed watch did not go live; it wrote %q", fast.String())
+		}
+	}
+	require.NoError(t, stopFast())
+	lines := strings.Split(strings.TrimSpace(fast.String()), "\n")
+	require.Len(t, lines, n+2, "the replay of every batch, then the progress line")
+	require.Contains(t, lines[0], `"path":"/w"`)
+	require.Contains(t, lines[n], fmt.Sprintf(`"path":"/w/t%d"`, n-1))
+
+	close(slow.hold)
+	require.NoError(t, stopSlow())
+	slowLines := strings.Split(slow.String(), "\n")
+	require.Greater(t, len(slowLines), n+1)
+	require.Equal(t, lines[:n+1], slowLines[:n+1], "the slow client gets the same replay")
 }

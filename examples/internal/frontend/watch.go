@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,10 +25,20 @@ const (
 	// one that reads slowly is cut off sooner, by its watcher's buffer
 	// filling (a resync error line).
 	watchWriteTimeout = 30 * time.Second
+	// replayMaxBytes bounds the event lines a resumed watch's replay
+	// collects before it writes them: a replay with more ends in a resync
+	// error line, as a watcher that falls behind does.
+	replayMaxBytes = 64 << 20
+	// replayChunk is how much of a replay goes to the client per write
+	// deadline.
+	replayChunk = 64 << 10
 )
 
 // replayGate lets one resumed watch at a time replay the log: each replay
-// holds a copy of the catalog, loaded from an image, while it runs.
+// holds a copy of the catalog, loaded from an image, while it runs. The
+// replay collects its event lines in memory and the gate is released
+// before they go to the client, so a client that reads slowly (or not at
+// all) never holds it.
 type replayGate struct {
 	once sync.Once
 	ch   chan struct{}
@@ -131,15 +142,60 @@ func (s *watchStream) write(v any) error {
 	return s.enc.Encode(v)
 }
 
-// event writes ev as the API's lines: a move is a delete of the old path
-// and a create at the new one.
+// event writes ev as the API's lines.
 func (s *watchStream) event(ev catalog.Event) error {
+	return eventLines(ev, func(l watchLine) error { return s.write(l) })
+}
+
+// writeRaw writes lines already encoded (a replay's), a chunk per write
+// deadline.
+func (s *watchStream) writeRaw(b []byte) error {
+	s.begin()
+	for len(b) > 0 {
+		n := min(len(b), replayChunk)
+		if err := s.rc.SetWriteDeadline(time.Now().Add(watchWriteTimeout)); err != nil {
+			return err
+		}
+		if _, err := s.bw.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// replayLines collects the event lines of a resumed watch's replay, up to
+// replayMaxBytes.
+type replayLines struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+func newReplayLines() *replayLines {
+	r := &replayLines{}
+	r.enc = json.NewEncoder(&r.buf)
+	return r
+}
+
+func (r *replayLines) event(ev catalog.Event) error {
+	if err := eventLines(ev, func(l watchLine) error { return r.enc.Encode(l) }); err != nil {
+		return err
+	}
+	if r.buf.Len() > replayMaxBytes {
+		return fmt.Errorf("%w: the replay holds more than %d bytes of events; re-read and watch from the index read at", catalog.ErrResync, replayMaxBytes)
+	}
+	return nil
+}
+
+// eventLines passes ev to write as the API's lines: a move is a delete of
+// the old path and a create at the new one.
+func eventLines(ev catalog.Event, write func(watchLine) error) error {
 	line := func(typ string, n *catalog.Node) error {
 		attrs := n.Attrs
 		if attrs == nil {
 			attrs = map[string]catalog.Value{}
 		}
-		return s.write(watchLine{Index: ev.Index, Type: typ, Path: n.Path, Kind: n.Kind, Attrs: attrs})
+		return write(watchLine{Index: ev.Index, Type: typ, Path: n.Path, Kind: n.Kind, Attrs: attrs})
 	}
 	switch ev.Op {
 	case catalog.OpCreate:
@@ -167,8 +223,8 @@ func (s *watchStream) flush() error {
 // watch serves GET /v1/watch?prefix=P&from_index=N: the changes under P,
 // after N (exclusive) when given, else from now, as newline-delimited JSON,
 // with {"progress":N} lines while idle. A resume older than the log is 410
-// compacted; a client that falls behind gets an error line and the end of
-// the stream.
+// compacted; a client that falls behind, or a resume whose replay exceeds
+// replayMaxBytes, gets a resync error line and the end of the stream.
 func (f *Frontend) watch(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	prefix := q.Get("prefix")
@@ -199,22 +255,24 @@ func (f *Frontend) watch(w http.ResponseWriter, r *http.Request) error {
 		if err := f.replays.acquire(ctx); err != nil {
 			return apiError(err)
 		}
+		// The replay goes to memory: the gate is not held while the
+		// client reads it.
+		replayed := newReplayLines()
 		var err error
-		wt, err = f.tree.WatchFrom(ctx, from, opts, f.watchHistory(), s.event)
+		wt, err = f.tree.WatchFrom(ctx, from, opts, f.watchHistory(), replayed.event)
 		f.replays.release()
-		if err != nil {
-			code, status := "internal", http.StatusInternalServerError
-			if errors.Is(err, catalog.ErrCompacted) {
-				code, status = "compacted", http.StatusGone
-			}
-			if !s.started {
-				if status == http.StatusInternalServerError {
-					return apiError(err)
-				}
-				return httpjson.Errorf(status, code, "%v", err)
-			}
-			_ = s.write(map[string]string{"error": code, "message": err.Error()})
+		switch {
+		case errors.Is(err, catalog.ErrCompacted):
+			return httpjson.Errorf(http.StatusGone, "compacted", "%v", err)
+		case errors.Is(err, catalog.ErrResync):
+			_ = s.write(map[string]string{"error": "resync", "message": err.Error()})
 			_ = s.flush()
+			return nil
+		case err != nil:
+			return apiError(err)
+		}
+		if err := s.writeRaw(replayed.buf.Bytes()); err != nil {
+			wt.Close()
 			return nil
 		}
 	} else {
