@@ -70,6 +70,17 @@ func openFile(fs vfs.FS, path string) (vfs.File, int64, error) {
 		}
 		return nil, 0, operr.Errorf("image: open %s: %w", path, err)
 	}
+	// Registered as a reader, across processes: the node's shredder (a
+	// running Store pruning this image) does not truncate a file locked
+	// so, and holds its own lock while it does (see tryFlock).
+	removing := func() (vfs.File, int64, error) {
+		f.Close()
+		return nil, 0, fmt.Errorf("image: %s: %w: the node is removing it (an old image being pruned)", path, ErrNotFound)
+	}
+	locked := f.Fd() != vfs.InvalidFd
+	if locked && tryFlock(f.Fd(), false) {
+		return removing()
+	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
@@ -78,6 +89,14 @@ func openFile(fs vfs.FS, path string) (vfs.File, int64, error) {
 	if st.IsDir() {
 		f.Close()
 		return nil, 0, fmt.Errorf("image: %s is a directory, not an image file", path)
+	}
+	// The shredder renames a file before it truncates it and removes it
+	// before it unlocks it: a file opened before that and locked after
+	// is no longer under path.
+	if locked {
+		if cur, err := fs.Stat(path); err != nil || !sameFile(st, cur) {
+			return removing()
+		}
 	}
 	return f, st.Size(), nil
 }

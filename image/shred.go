@@ -27,8 +27,9 @@ import (
 // reason.
 //
 // A file someone is reading (a peer being served the image, a checkpoint
-// loading its base) is removed at once instead: its readers keep their
-// bytes, which truncation would take from them. A crash leaves the .trash
+// loading its base, a tool reading it through ReadFile or ReadHeader in
+// another process: see tryFlock) is removed at once instead: its readers
+// keep their bytes, which truncation would take from them. A crash leaves the .trash
 // file, which the next Open shreds. Files without a descriptor (in-memory
 // filesystems) are removed at once.
 
@@ -119,7 +120,9 @@ func (s *Store) toTrashLocked(name string) (*trashFile, error) {
 		}
 		return nil, err
 	}
-	if f.Fd() == vfs.InvalidFd {
+	if f.Fd() == vfs.InvalidFd || tryFlock(f.Fd(), true) {
+		// No descriptor to truncate through, or a reader outside the
+		// Store (another process) holds the file: removed at once.
 		f.Close()
 		return nil, nil
 	}
@@ -167,6 +170,11 @@ func (s *Store) queueLeftoverTrash() error {
 			continue
 		}
 		f, err := s.fs.OpenReadWrite(s.path(n), vfs.WriteCategoryUnspecified)
+		if err == nil && f.Fd() != vfs.InvalidFd && tryFlock(f.Fd(), true) {
+			// A reader outside the Store still holds it: removed at once.
+			f.Close()
+			f, err = nil, errors.New("read by another process")
+		}
 		if err != nil {
 			if rerr := s.fs.Remove(s.path(n)); rerr != nil && !isNotExist(rerr) {
 				s.logger.Warn("could not remove an old image", "file", s.path(n), "err", errors.Join(err, rerr))
@@ -267,10 +275,13 @@ func (s *Store) shred(t *trashFile) bool {
 			return false
 		}
 	}
-	t.f.Close()
+	// Removed before it is closed: the lock on it (tryFlock) lasts until
+	// its name is gone, so a reader outside the Store that locks it after
+	// finds it removed, never a truncated file under an image's name.
 	if err := s.fs.Remove(path); err != nil && !isNotExist(err) {
 		s.logger.Warn("could not remove an old image", "file", path, "err", err)
 	}
+	t.f.Close()
 	if k := s.cfg.testingKnobs.shredded; k != nil {
 		k(t.name, -1)
 	}

@@ -1,6 +1,7 @@
 package image
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -183,4 +184,103 @@ func TestCloseStopsShredding(t *testing.T) {
 	}
 	_, err := os.Stat(trash)
 	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// bigShredStore opens a store on the real disk whose shredder reports each
+// step on the returned channel and then waits for hold (nil: no wait),
+// holding images of a kv state of n entries: bigger than the buffer a
+// reader fills at once.
+func bigShredStore(t *testing.T, dir string, hold chan struct{}) (*Store, chan shredEvent) {
+	t.Helper()
+	ev := make(chan shredEvent, 1024)
+	s := openStore(t, vfs.Default, dir, newKV(), func(c *Config) {
+		c.Keep = 1
+		c.DeleteBytesPerSec = 1 << 30
+		c.testingKnobs.shredStep = 64 << 10
+		c.testingKnobs.shredded = func(name string, size int64) {
+			ev <- shredEvent{name, size}
+			if hold != nil {
+				<-hold
+			}
+		}
+	})
+	return s, ev
+}
+
+// writeBig writes an image at index whose body is a kv state of some 2 MiB.
+func writeBig(t *testing.T, s *Store, index uint64) Info {
+	t.Helper()
+	st := newKV()
+	for i := range 100_000 {
+		st.m[fmt.Sprintf("key%06d", i)] = "value"
+	}
+	st.index = index
+	info, err := s.Write(t.Context(), Header{Index: index, Term: 1, Membership: []byte("m")}, st.Save)
+	require.NoError(t, err)
+	return info
+}
+
+// TestPruneNeverTruncatesAnImageReadOutsideTheStore: a reader outside the
+// Store (metactl image status|verify on a live data dir, in its own
+// process) holds an old image open through ReadFile while the node prunes
+// it. The image is removed at once, not shredded under the reader, whose
+// read checks out.
+func TestPruneNeverTruncatesAnImageReadOutsideTheStore(t *testing.T) {
+	dir := t.TempDir()
+	s, ev := bigShredStore(t, dir, nil)
+	old := writeBig(t, s, 100_000)
+	require.Greater(t, old.Size, int64(1<<20), "the test needs an image bigger than the reader's buffer")
+	writeKV(t, s, 100_001)
+	img := filepath.Join(dir, imageDirName)
+	info, err := ReadFile(vfs.Default, filepath.Join(img, "image.100000"), func(r io.Reader) error {
+		require.NoError(t, s.Prune())
+		if _, err := os.Stat(filepath.Join(img, "image.100000"+trashSuffix)); err == nil {
+			for e := range ev { // shredding: wait until it is done
+				if e.size == -1 {
+					break
+				}
+			}
+		}
+		_, err := io.Copy(io.Discard, r)
+		return err
+	})
+	require.NoError(t, err, "the reader outside the Store reads the image whole")
+	require.Equal(t, old.CRC, info.CRC)
+	require.Empty(t, ev, "an image read outside the Store is not truncated")
+	for _, n := range []string{"image.100000", "image.100000" + trashSuffix} {
+		_, err := os.Stat(filepath.Join(img, n))
+		require.ErrorIs(t, err, os.ErrNotExist, n)
+	}
+}
+
+// TestImageBeingShreddedReadsAsRemovedNotCorrupt: a reader outside the
+// Store that opens an image the shredder is truncating is told that the
+// image is being removed (ErrNotFound), not that it is corrupt.
+func TestImageBeingShreddedReadsAsRemovedNotCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	hold := make(chan struct{})
+	s, ev := bigShredStore(t, dir, hold)
+	unblock := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(unblock)
+	writeBig(t, s, 100_000)
+	writeKV(t, s, 100_001)
+	require.NoError(t, s.Prune())
+	first := <-ev // the shredder is held after its first step
+	require.Equal(t, "image.100000"+trashSuffix, first.name)
+	trash := filepath.Join(dir, imageDirName, first.name)
+	for _, read := range []func() error{
+		func() error { _, err := ReadHeader(vfs.Default, trash); return err },
+		func() error { _, err := ReadFile(vfs.Default, trash, nil); return err },
+	} {
+		err := read()
+		require.ErrorIs(t, err, ErrNotFound)
+		require.NotErrorIs(t, err, ErrCorrupt)
+		require.ErrorContains(t, err, "the node is removing it")
+	}
+	unblock()
+	for e := range ev {
+		if e.size == -1 {
+			break
+		}
+	}
 }
