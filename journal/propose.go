@@ -44,6 +44,10 @@ func WithKey(key [16]byte) ProposeOption {
 // Config.ForwardRetries times with the same idempotency key. When no leader
 // can be reached (quorum loss) the error wraps ErrNoLeader and the
 // context's error once ctx ends.
+//
+// An error means the write did not and will not apply, unless it wraps
+// ErrOutcomeUnknown: a copy reached raft and may apply yet (or applied
+// inside an image this node installed).
 func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOption) (index uint64, value any, err error) {
 	var o proposeOptions
 	for _, opt := range opts {
