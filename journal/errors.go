@@ -38,6 +38,10 @@ var (
 	// ErrTooLarge: a proposal's data exceeds Config.MaxEntryBytes; it is
 	// refused at once (no retry can commit it).
 	ErrTooLarge = errors.New("journal: entry too large")
+	// ErrInvalidProposal: the state machine (a ProposalChecker) refused a
+	// proposal's data as no entry it reads; nothing entered the log. The
+	// error wraps the state machine's own reason.
+	ErrInvalidProposal = errors.New("journal: invalid proposal")
 	// ErrBusy: a bounded queue is full (too many uncommitted bytes); retry.
 	ErrBusy = errors.New("journal: busy")
 	// ErrLocked: another process holds the data dir.

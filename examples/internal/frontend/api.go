@@ -120,7 +120,8 @@ func apiError(err error) error {
 	case errors.Is(err, catalog.ErrNotEmpty):
 		return httpjson.Errorf(http.StatusConflict, "not_empty", "%v", err)
 	case errors.Is(err, catalog.ErrInvalid), errors.Is(err, catalog.ErrInvalidName),
-		errors.Is(err, catalog.ErrMalformed), errors.Is(err, heartbeat.ErrInvalid):
+		errors.Is(err, catalog.ErrMalformed), errors.Is(err, heartbeat.ErrInvalid),
+		errors.Is(err, journal.ErrInvalidProposal):
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "%v", err)
 	case errors.Is(err, journal.ErrHalted):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "halted", "%v", err)
