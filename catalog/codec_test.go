@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 func sampleBatch() Batch {
@@ -166,7 +168,8 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 
 // FuzzDecodeBatch: any bytes either decode to a batch that re-encodes to the
 // same bytes, or fail with ErrMalformed/ErrUnknownVersion/an *OpError;
-// never a panic. Apply on the same bytes agrees and never panics.
+// never a panic. Apply on the same bytes agrees and never panics, and so
+// does CheckProposal: what it passes never halts the tree that checked it.
 func FuzzDecodeBatch(f *testing.F) {
 	good, _ := sampleBatch().Encode()
 	f.Add(good)
@@ -183,6 +186,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add([]byte{3, 1, 5, 0, 2, '/', 'a', 0, 0, 0, 0, 0})
 	f.Add([]byte{})
 	f.Add([]byte{1})
+	f.Add([]byte("hello")) // a first program's raw proposal: version 104
 	setup, err := Batch{Ops: []Op{{Type: OpCreate, Path: "/a", Kind: "k"}}}.Encode()
 	if err != nil {
 		f.Fatal(err)
@@ -205,6 +209,12 @@ func FuzzDecodeBatch(f *testing.F) {
 		}
 		if errors.Is(err, ErrUnknownVersion) != (res.Halt() != nil) {
 			t.Fatalf("DecodeBatch error %v but Apply halt %v", err, res.Halt())
+		}
+		if cerr := tr.CheckProposal(data); (cerr == nil) != (err == nil) || (err != nil && cerr.Error() != err.Error()) {
+			t.Fatalf("CheckProposal says %v, DecodeBatch %v", cerr, err)
+		}
+		if old.CheckProposal(data) == nil && oldRes.Halt() != nil {
+			t.Fatalf("CheckProposal passed a batch that halts its tree: %v", oldRes.Halt())
 		}
 		if res.Halt() != nil && tr.Index() != 1 {
 			t.Fatalf("a halted batch moved the index to %d", tr.Index())
@@ -324,4 +334,25 @@ func TestValidationMemo(t *testing.T) {
 			t.Errorf("%q after %q: %v", good, prev.Path, err)
 		}
 	}
+}
+
+// CheckProposal refuses, without applying anything, exactly what Apply
+// could not read as a batch, naming what is wrong: raw bytes (version
+// 104 for "hello"), a truncated batch, a version newer than the tree
+// reads; a valid batch passes.
+func TestCheckProposalRefusesWhatApplyCannotRead(t *testing.T) {
+	tr := New()
+	err := tr.CheckProposal([]byte("hello"))
+	require.ErrorIs(t, err, ErrUnknownVersion)
+	require.ErrorContains(t, err, "batch version 104 (this code reads 1 to 2)")
+	require.ErrorIs(t, tr.CheckProposal([]byte{BatchV1, 1, 1}), ErrMalformed)
+	require.ErrorIs(t, tr.CheckProposal(nil), ErrMalformed)
+	match, err := Batch{Ops: []Op{{Type: OpCheck, Path: "/a", Cond: Cond{Match: map[string]Value{"x": Int(1)}}}}}.EncodeVersion(BatchV2)
+	require.NoError(t, err)
+	require.NoError(t, tr.CheckProposal(match))
+	old := New()
+	old.LimitFormat(BatchV1)
+	require.ErrorIs(t, old.CheckProposal(match), ErrUnknownVersion)
+	require.Zero(t, tr.Index(), "checking applies nothing")
+	require.Zero(t, old.Index(), "checking applies nothing")
 }

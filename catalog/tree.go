@@ -59,6 +59,9 @@ type Tree struct {
 	applying, applied atomic.Uint64
 
 	quota quotaHolder
+	// maxFormat is LimitFormat's max (0: NewestBatchVersion), read by
+	// CheckProposal without applyMu.
+	maxFormat atomic.Int32
 }
 
 // New returns an empty tree holding only the root "/" (id 1) at index 0.

@@ -17,16 +17,33 @@ func (t *Tree) LimitFormat(max int) {
 	t.applyMu.Lock()
 	defer t.applyMu.Unlock()
 	t.dec.max = max
+	t.maxFormat.Store(int32(max))
 }
 
 // MaxFormat is the newest batch format version the tree reads.
 func (t *Tree) MaxFormat() int {
-	t.applyMu.Lock()
-	defer t.applyMu.Unlock()
-	if t.dec.max == 0 {
-		return NewestBatchVersion
+	if m := t.maxFormat.Load(); m != 0 {
+		return int(m)
 	}
-	return t.dec.max
+	return NewestBatchVersion
+}
+
+// CheckProposal reports whether data is a batch this tree reads, without
+// applying it (the journal.ProposalChecker hook: the journal refuses a
+// proposal that fails it before it enters the log). It decodes and
+// validates the whole batch: bytes that are not a batch are ErrMalformed,
+// a format version the tree does not read (see LimitFormat)
+// ErrUnknownVersion, an invalid operation an *OpError, each naming what is
+// wrong. A batch that passes may still fail when applied (a precondition,
+// a missing parent), the same way on every replica. It is safe for
+// concurrent use, with Apply too.
+func (t *Tree) CheckProposal(data []byte) error {
+	d := decoder{max: t.MaxFormat()}
+	ops, err := d.decode(data, nil, true)
+	if err != nil {
+		return err
+	}
+	return validateOps(ops)
 }
 
 // Halt reports whether the batch could not be applied at all because this

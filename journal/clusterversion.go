@@ -64,7 +64,8 @@ func (e *HaltError) Error() string {
 	if e.Version != 0 {
 		v = fmt.Sprintf(" of version %d", e.Version)
 	}
-	return fmt.Sprintf("journal: applier halted at index %d: cannot read the %s%s: %v; restart with a binary that reads it", e.Index, e.What, v, e.Err)
+	return fmt.Sprintf("journal: applier halted at index %d: cannot read the %s%s: %v; nothing from index %d on applies here: a restart with a binary that reads this entry resumes there; no binary reads one that no version wrote (data proposed to a state machine that checks no proposals, see ProposalChecker)",
+		e.Index, e.What, v, e.Err, e.Index)
 }
 
 func (e *HaltError) Unwrap() []error { return []error{ErrHalted, e.Err} }

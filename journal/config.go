@@ -32,6 +32,25 @@ type StateMachine interface {
 	Apply(index uint64, data []byte) any
 }
 
+// ProposalChecker is implemented by a StateMachine that can tell, without
+// applying it, whether data is an entry it reads (catalog.Tree does). The
+// journal then checks every proposal before it enters the log: Propose on
+// the proposing node, and the leader again for a proposal another node
+// forwarded to it (in raft's message stream or through HandleForward).
+// Data it refuses never reaches the log: Propose fails with
+// ErrInvalidProposal wrapping the checker's error, and a leader drops a
+// forwarded copy. Without the check, bytes of no known format would be
+// committed and halt the applier of every replica that meets them.
+//
+// CheckProposal runs on the proposers' and the transport's goroutines,
+// concurrently with Apply and with itself, and must be safe for that. It
+// must not depend on the state the log builds: an entry that passes may
+// still fail when applied (the same way on every replica), but one that
+// fails must be one no replica of this binary could read.
+type ProposalChecker interface {
+	CheckProposal(data []byte) error
+}
+
 // Snapshots is the hook the image package implements. A nil Snapshots means
 // no images: the log is never compacted and every node replays from index 1.
 type Snapshots interface {
@@ -97,7 +116,8 @@ type Config struct {
 	// afterwards is an ordinary restart; one with it again changes nothing.
 	ForceNewCluster bool
 
-	// StateMachine receives the user entries. Required.
+	// StateMachine receives the user entries. Required. When it is a
+	// ProposalChecker, proposals are checked before they enter the log.
 	StateMachine StateMachine
 	// Snapshots is the image hook (nil = no images, no compaction).
 	Snapshots Snapshots

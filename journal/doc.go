@@ -32,7 +32,13 @@
 //     there (the leader may apply it a moment later).
 //     Retries after a lost acknowledgement carry the same idempotency key
 //     ([WithKey]) and apply once. Without a reachable leader Propose fails
-//     when its context ends, with an error wrapping [ErrNoLeader].
+//     when its context ends, with an error wrapping [ErrNoLeader]. An error
+//     means the write did not and will not apply, unless it wraps
+//     [ErrOutcomeUnknown]. A state machine that is a [ProposalChecker]
+//     (catalog.Tree) has every proposal checked before it enters the log,
+//     on the proposing node and again on the leader: bytes it does not
+//     read fail with [ErrInvalidProposal] instead of halting every
+//     replica's applier.
 //  5. Read the state machine directly: local reads are bounded-stale.
 //     [Journal.CheckFresh] fails with [ErrStale] when the last leader
 //     timestamp replayed here is older than Config.StaleAfter (the leader

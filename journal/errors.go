@@ -38,6 +38,10 @@ var (
 	// ErrTooLarge: a proposal's data exceeds Config.MaxEntryBytes; it is
 	// refused at once (no retry can commit it).
 	ErrTooLarge = errors.New("journal: entry too large")
+	// ErrInvalidProposal: the state machine (a ProposalChecker) refused a
+	// proposal's data as no entry it reads; nothing entered the log. The
+	// error wraps the state machine's own reason.
+	ErrInvalidProposal = errors.New("journal: invalid proposal")
 	// ErrBusy: a bounded queue is full (too many uncommitted bytes); retry.
 	ErrBusy = errors.New("journal: busy")
 	// ErrLocked: another process holds the data dir.
@@ -70,11 +74,14 @@ var (
 	// ErrNotCaughtUp: the observer to promote trails the leader's log by
 	// more than Config.PromoteMaxLag entries; retry once it caught up.
 	ErrNotCaughtUp = errors.New("journal: not caught up")
-	// ErrOutcomeUnknown: the proposal may or may not have applied. This
-	// node installed an image while the proposal waited, so some of its
-	// entries reached this node only as the image's state, and whether
-	// (or with what result) one of them was the proposal is not known
-	// here. Read the state before proposing it again: a new proposal is a
-	// new write.
+	// ErrOutcomeUnknown: the proposal may or may not have applied. A copy
+	// of it reached raft (or the leader) and Propose ended before this
+	// node applied it: the context ended, the journal closed, the attempts
+	// ran out with no word from the leader. Or this node installed an
+	// image while the proposal waited, so some of its entries reached this
+	// node only as the image's state, and whether (or with what result)
+	// one of them was the proposal is not known here. The error wraps the
+	// cause as well (the context's error, ErrNoLeader, ...). Read the
+	// state before proposing it again: a new proposal is a new write.
 	ErrOutcomeUnknown = errors.New("journal: outcome unknown")
 )

@@ -4,35 +4,30 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/journal"
 )
 
-// upper is a toy state machine: it upper-cases what it applies.
-type upper struct{ last string }
-
-func (u *upper) Apply(index uint64, data []byte) any {
-	u.last = strings.ToUpper(string(data))
-	return u.last
-}
-
-// A single-node cluster: bootstrap, write, read your write. A real node
-// also mounts j.Handler() under /raft/ on the server listening at Addr,
-// and its peers join it with Config.Join.
+// A single-node cluster: bootstrap, write, read your write. The state
+// machine is a catalog.Tree, and what is proposed is an encoded
+// catalog.Batch: the tree refuses any other bytes before they reach the
+// log (journal.ProposalChecker). A real node also mounts j.Handler()
+// under /raft/ on the server listening at Addr, and its peers join it
+// with Config.Join.
 func ExampleOpen() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sm := &upper{}
+	tree := catalog.New()
 	j, err := journal.Open(ctx, journal.Config{
 		ID:           1,
 		Dir:          "/node1",
 		Addr:         "127.0.0.1:7001",
 		Bootstrap:    true,
-		StateMachine: sm,
+		StateMachine: tree,
 		FS:           vfs.NewMem(), // tests only; the default is the disk
 		TickInterval: 10 * time.Millisecond,
 	})
@@ -41,13 +36,25 @@ func ExampleOpen() {
 	}
 	defer j.Close()
 
-	_, value, err := j.Propose(ctx, []byte("hello"))
+	data, err := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/hello", Kind: "greeting",
+		Set: map[string]catalog.Value{"text": catalog.String("world")}}}}.Encode()
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(value, sm.last)
+	_, value, err := j.Propose(ctx, data)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("batch error:", value.(*catalog.Result).Err)
+	n, _ := tree.Get("/hello")
+	fmt.Println(n.Path, n.Kind, n.Attrs["text"])
+
+	_, _, err = j.Propose(ctx, []byte("hello")) // not a batch
+	fmt.Println(err)
 	fmt.Println(j.Status().Role, j.Status().IsLeader(), j.CheckFresh() == nil)
 	// Output:
-	// HELLO HELLO
+	// batch error: <nil>
+	// /hello greeting world
+	// journal: propose: invalid proposal: catalog: unknown format version: batch version 104 (this code reads 1 to 2)
 	// follower true true
 }

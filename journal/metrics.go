@@ -29,6 +29,9 @@ type metrics struct {
 
 	slowSync  ratelimit.Log
 	slowApply ratelimit.Log
+	// refusedForward limits the warnings about forwarded proposals this
+	// node dropped (admitProposal).
+	refusedForward ratelimit.Log
 }
 
 func newMetrics() *metrics {

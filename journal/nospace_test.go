@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/metricstest"
 	"github.com/metatree/metatree/internal/tmpfs"
@@ -168,4 +169,71 @@ func TestFollowerFullDiskOnARealFilesystem(t *testing.T) {
 	require.NoError(t, c.open(n2, func(cfg *Config) { cfg.ReserveBytes = 8 << 20; cfg.SpaceCheckInterval = time.Hour }))
 	require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)))
 	require.True(t, n2.sm.has("a") && n2.sm.has("b"), "acknowledged writes survive: %v", n2.sm.values())
+}
+
+// TestForwardedProposalsPassTheLeadersSpaceGuardAndAlarm: a proposal a
+// follower forwards to the leader inside raft's stream meets the same
+// space guard and no-space alarm on the leader as a local one. While the
+// leader's free space is under its reserve (its alarm not yet raised),
+// the follower's proposal never reaches the log; once the leader has room
+// again, forwarded proposals apply. While a voter's alarm is raised, the
+// leader drops a forwarded proposal too.
+func TestForwardedProposalsPassTheLeadersSpaceGuardAndAlarm(t *testing.T) {
+	leaderDisk, followerDisk := vfs.NewMem(), vfs.NewMem()
+	roomy := vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30}
+	low := vfs.DiskUsage{AvailBytes: 48 << 20, TotalBytes: 2 << 30}
+	leaderDisk.TestingSetDiskUsage(roomy)
+	followerDisk.TestingSetDiskUsage(roomy)
+	guarded := func(fs vfs.FS) func(*Config) {
+		return func(cfg *Config) {
+			cfg.FS = fs
+			cfg.ReserveBytes = 64 << 20
+			cfg.BallastBytes = -1
+			cfg.SpaceCheckInterval = time.Hour // the test runs the checks
+		}
+	}
+	c := newCluster(t)
+	n1 := c.listen(1)
+	require.NoError(t, c.open(n1, func(cfg *Config) { guarded(leaderDisk)(cfg); cfg.Bootstrap = true }))
+	c.waitLeader(1)
+	n2 := c.listen(2)
+	require.NoError(t, c.open(n2, func(cfg *Config) { guarded(followerDisk)(cfg); cfg.Join = n1.addr }))
+	n3 := c.listen(3)
+	require.NoError(t, c.open(n3, func(cfg *Config) { cfg.Join = n1.addr }))
+	propose(t, n2, "warm-up")
+
+	// The leader's guard refuses; its alarm is not raised yet (space.check
+	// alone), so the follower still proposes and forwards.
+	leaderDisk.TestingSetDiskUsage(low)
+	require.NoError(t, n1.j.space.check())
+	require.ErrorIs(t, n1.j.writable(), ErrNoSpace)
+	require.NoError(t, n2.j.writable(), "the follower knows of no alarm")
+	_, _, err := n2.j.Propose(ctxT(t, 30*time.Second), []byte("forwarded"))
+	require.Error(t, err, "the leader took a forwarded proposal while its disk was nearly full")
+
+	leaderDisk.TestingSetDiskUsage(roomy)
+	require.NoError(t, n1.j.space.check())
+	propose(t, n2, "after")
+	for _, n := range c.nodes {
+		require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+		require.True(t, n.sm.has("after"), "node %d", n.id)
+		require.False(t, n.sm.has("forwarded"), "node %d applied a proposal the leader had no room for", n.id)
+	}
+
+	// A voter's alarm: the leader drops what a member forwards to it, as
+	// it refuses its own proposers.
+	followerDisk.TestingSetDiskUsage(low)
+	n2.j.checkSpace()
+	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	require.True(t, noSpaceOf(n1.j, 2))
+	prop := &raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(uint64(3)), To: new(uint64(1)),
+		Entries: []*raftpb.Entry{{Data: encodeUser([16]byte{9}, []byte("under alarm"))}}}
+	hb := &raftpb.Message{Type: raftpb.MsgHeartbeatResp.Enum(), From: new(uint64(3)), To: new(uint64(1))}
+	require.Equal(t, []*raftpb.Message{hb}, n1.j.admitForwarded([]*raftpb.Message{prop, hb}),
+		"the proposal is dropped, the rest delivered")
+	followerDisk.TestingSetDiskUsage(roomy)
+	n2.j.checkSpace()
+	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	require.Equal(t, []*raftpb.Message{prop, hb}, n1.j.admitForwarded([]*raftpb.Message{prop, hb}),
+		"with room again, the proposal is delivered")
 }

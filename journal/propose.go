@@ -44,12 +44,20 @@ func WithKey(key [16]byte) ProposeOption {
 // Config.ForwardRetries times with the same idempotency key. When no leader
 // can be reached (quorum loss) the error wraps ErrNoLeader and the
 // context's error once ctx ends.
+//
+// An error means the write did not and will not apply, unless it wraps
+// ErrOutcomeUnknown: a copy reached raft and may apply yet (or applied
+// inside an image this node installed).
 func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOption) (index uint64, value any, err error) {
 	var o proposeOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if err := j.checkEntrySize(len(data)); err != nil {
+		j.metrics.proposalsFailed.Add(1)
+		return 0, nil, operr.Errorf("journal: propose: %w", err)
+	}
+	if err := j.checkProposal(data); err != nil {
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, operr.Errorf("journal: propose: %w", err)
 	}
@@ -88,10 +96,6 @@ func (j *Journal) electionTimeout() time.Duration {
 // so the proposer proposes again with a newer since.
 var errExpired = fmt.Errorf("%w: the proposal reached the log more than Config.DedupeWindow entries after it was made", ErrBusy)
 
-// checkForwarded admits a proposal another node forwarded inside raft's
-// stream only if it holds user entries: membership changes go through
-// HandleForward (and its safety checks), timestamps come from the leader
-// alone.
 // checkEntrySize refuses data over Config.MaxEntryBytes: no retry could
 // commit it, since followers refuse the frame that would carry it.
 func (j *Journal) checkEntrySize(n int) error {
@@ -101,6 +105,23 @@ func (j *Journal) checkEntrySize(n int) error {
 	return nil
 }
 
+// checkProposal asks the state machine, when it is a ProposalChecker,
+// whether data is an entry it reads (ErrInvalidProposal otherwise).
+func (j *Journal) checkProposal(data []byte) error {
+	c, ok := j.cfg.StateMachine.(ProposalChecker)
+	if !ok {
+		return nil
+	}
+	if err := c.CheckProposal(data); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidProposal, err)
+	}
+	return nil
+}
+
+// checkForwarded admits a proposal another node forwarded inside raft's
+// stream only if it holds user entries: membership changes go through
+// HandleForward (and its safety checks), timestamps come from the leader
+// alone.
 func (j *Journal) checkForwarded(m *raftpb.Message) error {
 	for _, e := range m.GetEntries() {
 		if e.GetType() != raftpb.EntryNormal {
@@ -115,6 +136,72 @@ func (j *Journal) checkForwarded(m *raftpb.Message) error {
 		}
 	}
 	return nil
+}
+
+// admitForwarded holds the proposals other nodes forwarded inside raft's
+// stream (MsgProp) to what this node takes from a local proposer: it drops
+// the entries the node does not take now (ErrNoSpace, its state machine
+// refuses them, ...), and the MsgProp left with none. The rest of msgs is
+// delivered. The proposer hears nothing of a dropped entry (raft has no
+// answer to a MsgProp): its wait runs out as for a proposal the network
+// lost. msgs is not modified; a message with entries dropped is copied.
+func (j *Journal) admitForwarded(msgs []*raftpb.Message) []*raftpb.Message {
+	var out []*raftpb.Message // nil until something is dropped
+	for i, m := range msgs {
+		keep := m
+		if m.GetType() == raftpb.MsgProp {
+			keep = j.admitProposal(m)
+		}
+		if keep != m && out == nil {
+			out = append(make([]*raftpb.Message, 0, len(msgs)), msgs[:i]...)
+		}
+		if out != nil && keep != nil {
+			out = append(out, keep)
+		}
+	}
+	if out == nil {
+		return msgs
+	}
+	return out
+}
+
+// admitProposal returns m, a copy of m without the entries this node does
+// not take, or nil when it takes none (checkForwarded has admitted m: its
+// entries are user entries).
+func (j *Journal) admitProposal(m *raftpb.Message) *raftpb.Message {
+	writeErr := j.writable()
+	var kept []*raftpb.Entry
+	var why error
+	for i, e := range m.GetEntries() {
+		err := writeErr
+		if err == nil {
+			env, _ := decodeEnvelope(e.GetData())
+			err = j.checkProposal(env.data)
+		}
+		if err == nil {
+			if kept != nil {
+				kept = append(kept, e)
+			}
+			continue
+		}
+		if kept == nil {
+			kept = append(make([]*raftpb.Entry, 0, len(m.GetEntries())), m.GetEntries()[:i]...)
+		}
+		why = err
+	}
+	if why == nil {
+		return m
+	}
+	dropped := len(m.GetEntries()) - len(kept)
+	if ok, n := j.metrics.refusedForward.Allow(j.cfg.Clock.Now()); ok {
+		j.log.Warn("dropped proposals forwarded by a member", "from", m.GetFrom(), "entries", dropped, "err", why, "suppressed", n)
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	c := proto.Clone(m).(*raftpb.Message)
+	c.Entries = kept
+	return c
 }
 
 // forever is a wait without a deadline of its own (the context still ends
@@ -211,6 +298,9 @@ func (j *Journal) HandleForward(ctx context.Context, req *ForwardRequest) (*Forw
 	switch req.Kind {
 	case ForwardData:
 		if err := j.checkEntrySize(len(req.Data)); err != nil {
+			return nil, err
+		}
+		if err := j.checkProposal(req.Data); err != nil {
 			return nil, err
 		}
 		if err := j.writable(); err != nil {
@@ -336,6 +426,9 @@ func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 			j.refuse(err)
 			return err
 		}
+	}
+	if msgs = j.admitForwarded(msgs); len(msgs) == 0 {
+		return nil
 	}
 	in := inbound{msgs: msgs}
 	if len(msgs) == 1 && msgs[0].GetType() == raftpb.MsgSnap {

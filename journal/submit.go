@@ -22,13 +22,16 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uin
 	defer s.finish()
 	for attempt := 0; attempt < j.cfg.ForwardRetries; attempt++ {
 		if err := j.takesProposals(); err != nil {
-			return applyResult{}, err
+			return s.settle(err, false)
 		}
 		lc := j.Leadership()
 		r, out, err := s.try(lc)
 		switch out {
 		case finished:
-			return r, err
+			if err != nil {
+				return s.settle(err, false)
+			}
+			return r, nil
 		case retryFree:
 			attempt-- // an election is not a failed attempt
 		}
@@ -41,10 +44,11 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uin
 				return applyResult{}, fmt.Errorf("%w: a copy of the proposal expired after this node installed an image, which may hold an earlier copy", ErrOutcomeUnknown)
 			}
 			s.since = j.sinceNow() // at once: no copy with the old one applies
+			s.inLog = false
 			continue
 		}
 		if !retryable(err) {
-			return applyResult{}, err
+			return s.settle(err, false)
 		}
 		if errors.Is(err, ErrBusy) && s.beforeDeadline() {
 			// Back-pressure (a pending membership change, a full
@@ -52,19 +56,25 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uin
 			// without spending an attempt.
 			attempt--
 			if r, done, err := s.awaitRoom(); done {
-				return r, err
+				if err != nil {
+					return s.settle(err, false)
+				}
+				return r, nil
 			}
 			continue
 		}
 		if ctx.Err() != nil {
-			return applyResult{}, j.ctxErr(ctx, s.lastErr)
+			return s.settle(j.ctxErr(ctx, s.lastErr), false)
 		}
 		// Give the cluster time to elect or the new leader time to be heard.
 		if r, ok, err := s.wait(lc, j.electionTimeout(), nil, nil); ok || err != nil {
-			return r, err
+			if err != nil {
+				return s.settle(err, false)
+			}
+			return r, nil
 		}
 	}
-	return applyResult{}, fmt.Errorf("gave up after %d attempts: %w", j.cfg.ForwardRetries, s.lastErr)
+	return s.settle(fmt.Errorf("gave up after %d attempts: %w", j.cfg.ForwardRetries, s.lastErr), true)
 }
 
 // takesProposals is nil while the journal can still apply a proposal made
@@ -99,6 +109,13 @@ type submission struct {
 	lastErr, refused error
 	// copies counts the proposals made here.
 	copies int
+	// inLog is set once a copy with the current since was handed to raft
+	// (or to the leader) and not refused: it may be in the log, or reach
+	// it, and apply however the submission ends. An expiry of the current
+	// since clears it: no copy carrying it applies any more.
+	inLog bool
+	// copyRefused is set by wait when raft refused the copy proposed here.
+	copyRefused bool
 	// noLeaderDeadline bounds the attempts that do not count against
 	// ForwardRetries: waiting for an election or for back-pressure to clear
 	// is bounded by 2 × ForwardRetries election timeouts (and by ctx).
@@ -125,6 +142,101 @@ func (j *Journal) startSubmission(ctx context.Context, key [16]byte, local func(
 		since:            j.sinceNow(),
 		installs:         j.installs.Load(),
 		noLeaderDeadline: j.cfg.Clock.Now().Add(2 * time.Duration(j.cfg.ForwardRetries) * j.electionTimeout()),
+	}
+}
+
+// settle is the answer of a submission that ends with err before it heard
+// its apply. While a copy may still be in raft's log or on its way there
+// (inLog), err alone would say the proposal failed when it may yet apply:
+// the answer is then ErrOutcomeUnknown (wrapping err), unless the copies
+// are known to be dead. With catchUp (the attempts ran out) it first
+// waits, bounded by ctx, for this node to apply what it knows is
+// committed: a copy committed by then is heard of, and its result is the
+// answer.
+func (s *submission) settle(err error, catchUp bool) (applyResult, error) {
+	j := s.j
+	if !s.inLog || errors.Is(err, ErrOutcomeUnknown) {
+		return applyResult{}, err
+	}
+	if catchUp {
+		r, ok, werr := s.catchUp()
+		if ok || (werr != nil && errors.Is(werr, ErrOutcomeUnknown)) {
+			return r, werr
+		}
+		if werr != nil {
+			err = werr
+		}
+	}
+	// Read before the answers: the applier moves the applied index before
+	// it answers the entry there.
+	applied := j.applied.Load()
+	for drained := false; !drained; {
+		select {
+		case r := <-s.w:
+			if r, ok, werr := s.heard(r); ok || werr != nil {
+				return r, werr
+			}
+		default:
+			drained = true
+		}
+	}
+	if !s.inLog || s.dead(applied) {
+		return applyResult{}, err
+	}
+	return applyResult{}, fmt.Errorf("%w: a copy of the proposal reached raft and may still apply (read the state before proposing it again): %w", ErrOutcomeUnknown, err)
+}
+
+// heard takes one answer about the key outside wait: ok means r is the
+// apply; an error means the apply is not known here. An expiry of the
+// current since (with no image installed meanwhile) clears inLog.
+func (s *submission) heard(r applyResult) (applyResult, bool, error) {
+	switch {
+	case r.err == nil && r.imaged:
+		return applyResult{}, false, fmt.Errorf("%w: applied at index %d, inside an image this node installed, with a result not known here", ErrOutcomeUnknown, r.index)
+	case r.err == nil:
+		return r, true, nil
+	case errors.Is(r.err, errExpired) && r.since == s.since && s.j.installs.Load() == s.installs:
+		s.inLog = false // no copy carrying since applies any more
+	}
+	return applyResult{}, false, nil
+}
+
+// dead reports whether no copy of a data proposal can apply any more, this
+// node having applied through applied without hearing of one: every index
+// a copy carrying since can apply at (since+DedupeWindow at most) was
+// applied here, and none inside an installed image.
+func (s *submission) dead(applied uint64) bool {
+	j := s.j
+	return s.fwd.Kind == ForwardData && j.installs.Load() == s.installs &&
+		applied > s.since+j.cfg.DedupeWindow
+}
+
+// catchUp waits until this node applied the commit index it knows now, or
+// the proposal's apply is heard, or ctx ends, the journal stops or its
+// applier halts. ok means r is the apply; an error is why the wait ended
+// early (ErrOutcomeUnknown: the apply was heard, its result is not known
+// here).
+func (s *submission) catchUp() (r applyResult, ok bool, err error) {
+	j := s.j
+	target := j.committed.Load()
+	for {
+		j.mu.Lock()
+		ac := j.mu.appliedCh
+		j.mu.Unlock()
+		if j.applied.Load() >= target || j.failed.Load() != nil {
+			return applyResult{}, false, nil
+		}
+		select {
+		case r := <-s.w:
+			if r, ok, err := s.heard(r); ok || err != nil {
+				return r, ok, err
+			}
+		case <-ac:
+		case <-s.ctx.Done():
+			return applyResult{}, false, s.j.ctxErr(s.ctx, s.lastErr)
+		case <-j.done:
+			return applyResult{}, false, ErrClosed
+		}
 	}
 }
 
@@ -170,7 +282,13 @@ func (s *submission) try(lc <-chan struct{}) (applyResult, outcome, error) {
 		return applyResult{}, retry, perr
 	default:
 		j.metrics.proposalsForwarded.Add(1)
-		if _, err := j.tr.Forward(s.ctx, leader, s.fwd); err != nil {
+		_, err := j.tr.Forward(s.ctx, leader, s.fwd)
+		if err == nil || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrNotLeader) || s.ctx.Err() != nil {
+			// The leader applied it, or the request or its answer was
+			// lost, or leadership moved after the leader proposed it.
+			s.inLog = true
+		}
+		if err != nil {
 			return applyResult{}, retry, err
 		}
 		r, ok, werr := s.wait(nil, forever, nil, nil)
@@ -195,7 +313,14 @@ func (s *submission) proposeHere(lc <-chan struct{}, forward bool, d time.Durati
 	if err := j.enqueueProposal(s.ctx, p); err != nil {
 		return applyResult{}, false, err
 	}
+	// The loop has the copy: unless raft refuses it (wait hears of that
+	// on p.done), it may reach the log.
+	before := s.inLog
+	s.inLog, s.copyRefused = true, false
 	r, ok, werr := s.wait(lc, d, p.done, j.loopDead)
+	if s.copyRefused && !before {
+		s.inLog = false
+	}
 	if werr != nil || ok {
 		return r, true, werr
 	}
@@ -219,7 +344,7 @@ func (s *submission) wait(lc <-chan struct{}, d time.Duration, refusedc <-chan e
 	for {
 		select {
 		case err := <-refusedc:
-			s.refused = err
+			s.refused, s.copyRefused = err, true
 		case <-dead:
 			return applyResult{}, false, j.loopErr()
 		case r := <-s.w:

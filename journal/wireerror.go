@@ -27,6 +27,7 @@ var errorCodes = []struct {
 	{"too_large", errTooLarge, http.StatusRequestEntityTooLarge},
 	{"entry_too_large", ErrTooLarge, http.StatusRequestEntityTooLarge},
 	{"malformed", ErrMalformed, http.StatusBadRequest},
+	{"invalid_proposal", ErrInvalidProposal, http.StatusBadRequest},
 	{"cluster_mismatch", ErrClusterMismatch, http.StatusForbidden},
 	{"peer_identity", ErrPeerIdentity, http.StatusForbidden},
 	{"role_mismatch", ErrRoleMismatch, http.StatusConflict},

@@ -40,6 +40,12 @@ func TestWireErrorRoundTrip(t *testing.T) {
 			is:     []error{errTooLarge},
 		},
 		{
+			name:   "proposal the leader's state machine refuses",
+			remote: fmt.Errorf("%w: %w", ErrInvalidProposal, errors.New("catalog: unknown format version: batch version 104")),
+			want:   "journal: remote: invalid proposal: catalog: unknown format version: batch version 104",
+			is:     []error{ErrInvalidProposal},
+		},
+		{
 			name:   "closed peer",
 			remote: operr.Errorf("journal: read barrier: %w", ErrClosed),
 			want:   "journal: unreachable: remote: read barrier: closed",

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/journaltest"
 )
 
@@ -39,24 +41,32 @@ func (e *exampleTB) done() {
 	}
 }
 
-// A test starts an in-memory cluster, writes through a follower, cuts the
-// leader off and sees the others elect a new one.
+// A test starts an in-memory cluster of catalog trees, writes a batch
+// through a follower, cuts the leader off and sees the others elect a new
+// one.
 func ExampleNewCluster() {
 	tb := &exampleTB{} // in a real test: the *testing.T
 	defer tb.done()
-	c := journaltest.NewCluster(tb, journaltest.Options{Voters: 3})
+	c := journaltest.NewCluster(tb, journaltest.Options{
+		Voters:          3,
+		NewStateMachine: func(uint64) journal.StateMachine { return catalog.New() },
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	leader, _ := c.WaitLeader(ctx)
 	follower := c.Node(leader%3 + 1)
-	_, value, err := follower.Journal().Propose(ctx, []byte("hello"))
-	fmt.Printf("%s %v\n", value, err)
+	data, _ := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/hello", Kind: "greeting"}}}.Encode()
+	_, value, err := follower.Journal().Propose(ctx, data)
+	fmt.Println(value.(*catalog.Result).Err, err)
+	n, _ := follower.StateMachine().(*catalog.Tree).Get("/hello")
+	fmt.Println(n.Path, n.Kind)
 
 	c.Net.Isolate(leader)
 	newLeader, _ := c.WaitNewLeader(ctx, leader)
 	fmt.Println("new leader elected:", newLeader != leader)
 	// Output:
-	// hello <nil>
+	// <nil> <nil>
+	// /hello greeting
 	// new leader elected: true
 }

@@ -86,6 +86,10 @@ func apiError(err error) error {
 		return nil
 	case errors.As(err, &he):
 		return he
+	case errors.Is(err, journal.ErrOutcomeUnknown):
+		// Before the causes it wraps (no leader, a deadline, a halt): the
+		// write may have applied, so the client reads before writing again.
+		return httpjson.Errorf(http.StatusServiceUnavailable, "outcome_unknown", "%v", err)
 	case errors.Is(err, journal.ErrHalted):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "halted", "%v", err)
 	case errors.Is(err, journal.ErrRemoved):
@@ -97,8 +101,6 @@ func apiError(err error) error {
 		return httpjson.Errorf(http.StatusServiceUnavailable, "no_leader", "%v", err)
 	case errors.Is(err, journal.ErrTooLarge):
 		return httpjson.Errorf(http.StatusRequestEntityTooLarge, "too_large", "%v", err)
-	case errors.Is(err, journal.ErrOutcomeUnknown):
-		return httpjson.Errorf(http.StatusServiceUnavailable, "outcome_unknown", "%v", err)
 	case errors.Is(err, journal.ErrBusy):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "busy", "%v", err)
 	case errors.Is(err, journal.ErrNotCaughtUp):
@@ -118,7 +120,8 @@ func apiError(err error) error {
 	case errors.Is(err, catalog.ErrNotEmpty):
 		return httpjson.Errorf(http.StatusConflict, "not_empty", "%v", err)
 	case errors.Is(err, catalog.ErrInvalid), errors.Is(err, catalog.ErrInvalidName),
-		errors.Is(err, catalog.ErrMalformed), errors.Is(err, heartbeat.ErrInvalid):
+		errors.Is(err, catalog.ErrMalformed), errors.Is(err, heartbeat.ErrInvalid),
+		errors.Is(err, journal.ErrInvalidProposal):
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "%v", err)
 	case errors.Is(err, journal.ErrHalted):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "halted", "%v", err)

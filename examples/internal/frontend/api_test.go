@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -53,6 +54,9 @@ func TestAPIErrorsOfFaults(t *testing.T) {
 		{fmt.Errorf("%w: the batch would leave 5 nodes (quota 4)", catalog.ErrQuota), http.StatusInsufficientStorage, "quota"},
 		{fmt.Errorf("journal: propose: %w: 1 bytes free", journal.ErrNoSpace), http.StatusInsufficientStorage, "no_space"},
 		{fmt.Errorf("%w: %w: sync journal/000002.log: io", journal.ErrClosed, fmt.Errorf("%w: x", journal.ErrHalted)), http.StatusServiceUnavailable, "halted"},
+		{fmt.Errorf("journal: propose: %w: %w", journal.ErrInvalidProposal, catalog.ErrUnknownVersion), http.StatusBadRequest, "bad_request"},
+		// A write that may have applied says so, whatever ended its wait.
+		{fmt.Errorf("journal: propose: %w: a copy may still apply: %w: %w", journal.ErrOutcomeUnknown, journal.ErrNoLeader, context.DeadlineExceeded), http.StatusServiceUnavailable, "outcome_unknown"},
 	} {
 		var he *httpjson.Error
 		require.True(t, errors.As(apiError(tc.err), &he), "%v", tc.err)
