@@ -260,3 +260,37 @@ func TestResponderSeesADeathItMissed(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, []Event{{Index: 30, Node: 2, Kind: KindFrontend, Type: Restarted, NewEpoch: e2, Generation: 2}}, f.take())
 }
+
+// A heartbeat with a higher term fences lower terms off only while its
+// sender keeps beating: one forged heartbeat (term 1000) cannot keep the
+// real leader (term 5) away for longer than StaleAfter, while a live leader
+// of a higher term keeps a deposed one away for good.
+func TestResponderHigherTermFencesOnlyWhileItsSenderBeats(t *testing.T) {
+	f := newResponderFixture(t)
+	code, _ := f.beat(t, Request{Leader: 1, Term: 5, Version: 10})
+	require.Equal(t, http.StatusOK, code)
+	code, _ = f.beat(t, Request{Leader: 66, Term: 1000, Version: 11})
+	require.Equal(t, http.StatusOK, code)
+
+	// The real leader is refused while the forged term is fresh...
+	f.clock.Advance(time.Second)
+	code, _ = f.beat(t, Request{Leader: 1, Term: 5, Version: 12})
+	require.Equal(t, http.StatusConflict, code)
+	// ...and accepted once its sender has been silent for StaleAfter.
+	f.clock.Advance(5 * time.Second)
+	code, body := f.beat(t, Request{Leader: 1, Term: 5, Version: 13})
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.Equal(t, uint64(5), f.r.Term())
+	require.False(t, f.r.Stale())
+
+	// A deposed leader (term 4) stays fenced while the leader of term 5
+	// beats, however long that goes on.
+	for range 10 {
+		f.clock.Advance(time.Second)
+		code, _ = f.beat(t, Request{Leader: 1, Term: 5, Version: 14})
+		require.Equal(t, http.StatusOK, code)
+		code, _ = f.beat(t, Request{Leader: 2, Term: 4, Version: 15})
+		require.Equal(t, http.StatusConflict, code)
+	}
+	require.Equal(t, uint64(5), f.r.Term())
+}
