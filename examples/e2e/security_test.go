@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -178,4 +179,56 @@ func TestForgedHeartbeat(t *testing.T) {
 	eventually(t, 5*time.Second, "the fragment cancelled by the honoured heartbeat", func() bool {
 		return fragmentState(t, w, q) == "cancelled"
 	})
+}
+
+// TestBinariesRefuseToStartWithoutCredentials: a metaserver or a worker
+// given neither -token, TLS nor -auth-file exits 2 with a message naming
+// those flags and -insecure; told -insecure, it starts.
+func TestBinariesRefuseToStartWithoutCredentials(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name  string
+		bin   string
+		args  []string
+		flags []string
+	}{
+		{"metaserver", binaries.metaserver, []string{"-id", "1", "-dir", filepath.Join(dir, "fe1"), "-addr", freeAddr(t), "-bootstrap"},
+			[]string{"-token", "-tls-cert", "-auth-file", "-insecure"}},
+		{"worker", binaries.worker, []string{"-id", "11", "-addr", freeAddr(t)},
+			[]string{"-token", "-tls-cert", "-insecure"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &proc{t: t, name: tc.name, bin: tc.bin, args: tc.args, log: &lockedBuffer{}}
+			p.start()
+			t.Cleanup(p.kill)
+			select {
+			case <-p.done:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%s without credentials kept running:\n%s", tc.name, p.log.String())
+			}
+			var exit interface{ ExitCode() int }
+			if p.err == nil || !errors.As(p.err, &exit) || exit.ExitCode() != 2 {
+				t.Fatalf("%s without credentials: exit %v, want status 2; output:\n%s", tc.name, p.err, p.log.String())
+			}
+			for _, f := range tc.flags {
+				if !strings.Contains(p.log.String(), f) {
+					t.Fatalf("%s's refusal does not name %s:\n%s", tc.name, f, p.log.String())
+				}
+			}
+
+			addr := freeAddr(t)
+			args := append([]string{}, tc.args...)
+			for i := range args {
+				if args[i] == "-addr" {
+					args[i+1] = addr
+				}
+			}
+			ok := &proc{t: t, name: tc.name + "-insecure", bin: tc.bin, args: append(args, "-insecure"), addr: addr, log: &lockedBuffer{}}
+			ok.start()
+			t.Cleanup(ok.kill)
+			eventually(t, 20*time.Second, tc.name+" -insecure serving", func() bool {
+				return call(t, "GET", ok.url("/v1/status"), nil, nil) == http.StatusOK
+			})
+		})
+	}
 }

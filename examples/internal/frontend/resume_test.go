@@ -21,7 +21,7 @@ import (
 func TestWatchResumesFromEveryRetainedIndex(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	f, err := Start(ctx, Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true,
+	f, err := Start(ctx, Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Insecure: true,
 		CheckpointEntries: 1_000_000, CheckpointInterval: time.Hour, CompactMargin: 10})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, f.Close()) })
