@@ -78,7 +78,8 @@ type Responder struct {
 		sync.Mutex
 		lastBeat  time.Time
 		leader    uint64
-		version   uint64 // catalog index of the frontend list held
+		version   uint64    // catalog index of the frontend list held
+		listAt    time.Time // when that list was applied
 		frontends map[uint64]*frontendState
 	}
 }
@@ -233,7 +234,11 @@ func (r *Responder) handle(hb *Request) (int, any) {
 	r.mu.lastBeat = now
 	r.beat.Store(now.UnixNano())
 	r.mu.leader = hb.Leader
-	if hb.Version >= r.mu.version {
+	// A list older than the one held is ignored (a new leader may lag the
+	// old one), but only while lists at the held version keep coming: a
+	// version that no list has carried for StaleAfter (its leader is gone,
+	// or a forger sent it) no longer holds the leader's lists off.
+	if hb.Version >= r.mu.version || now.Sub(r.mu.listAt) > r.cfg.StaleAfter {
 		// Deliver under the lock: one list at a time, in order.
 		for _, ev := range r.diffLocked(hb) {
 			r.log.Info("heartbeat: frontend event", "event", ev.String())
@@ -242,6 +247,7 @@ func (r *Responder) handle(hb *Request) (int, any) {
 			}
 		}
 		r.mu.version = hb.Version
+		r.mu.listAt = now
 	}
 	return http.StatusOK, Response{Member: r.cfg.ID, Epoch: r.cfg.Epoch, Term: r.term.Load(), Version: r.cfg.Version}
 }

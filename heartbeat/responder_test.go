@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -293,4 +294,37 @@ func TestResponderHigherTermFencesOnlyWhileItsSenderBeats(t *testing.T) {
 		require.Equal(t, http.StatusConflict, code)
 	}
 	require.Equal(t, uint64(5), f.r.Term())
+}
+
+// A list with a forged high version (the real term, or a higher one)
+// holds the leader's lists off only until StaleAfter has passed without
+// another list at that version: then the real leader's lists apply again
+// and the frontends the forged list removed come back.
+func TestResponderForgedListVersionLapses(t *testing.T) {
+	for _, term := range []uint64{5, 1000} {
+		t.Run(fmt.Sprintf("term %d", term), func(t *testing.T) {
+			f := newResponderFixture(t)
+			e1 := NewEpoch()
+			list := []FrontendEpoch{{ID: 1, Gen: 1, Epoch: e1, Since: 3}}
+			code, _ := f.beat(t, Request{Leader: 1, Term: 5, Version: 10, Frontends: list})
+			require.Equal(t, http.StatusOK, code)
+			require.Len(t, f.take(), 1) // Added
+			code, _ = f.beat(t, Request{Leader: 66, Term: term, Version: 1 << 40})
+			require.Equal(t, http.StatusOK, code)
+			require.Equal(t, []Event{{Index: 1 << 40, Node: 1, Kind: KindFrontend, Type: Removed, OldEpoch: e1, Generation: 1}}, f.take())
+
+			for v := uint64(11); v < 20; v++ {
+				f.clock.Advance(time.Second)
+				f.beat(t, Request{Leader: 1, Term: 5, Version: v, Frontends: list})
+				if evs := f.take(); len(evs) > 0 {
+					require.Equal(t, []Event{{Index: v, Node: 1, Kind: KindFrontend, Type: Added, NewEpoch: e1, Generation: 1}}, evs)
+					require.Greater(t, v, uint64(15), "the real list applied before StaleAfter")
+					_, ok := f.r.Frontend(1)
+					require.True(t, ok)
+					return
+				}
+			}
+			t.Fatal("the real leader's lists never applied again")
+		})
+	}
 }
