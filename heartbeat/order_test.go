@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -35,11 +37,17 @@ func newWorkerView(t *testing.T) *workerView {
 // list delivers one leader heartbeat whose frontend list is fronts.
 func (w *workerView) list(t *testing.T, version uint64, fronts ...heartbeat.FrontendEpoch) {
 	t.Helper()
-	body, err := json.Marshal(heartbeat.Request{Leader: 1, Term: 1, Member: 10, Version: version, Frontends: fronts})
+	require.Equal(t, http.StatusOK, w.beat(t, heartbeat.Request{Leader: 1, Term: 1, Member: 10, Version: version, Frontends: fronts}))
+}
+
+// beat delivers one heartbeat and returns the status it was answered.
+func (w *workerView) beat(t *testing.T, hb heartbeat.Request) int {
+	t.Helper()
+	body, err := json.Marshal(hb)
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
 	w.resp.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, heartbeat.Path, bytes.NewReader(body)))
-	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	return rec.Code
 }
 
 // A coordinator that restarted twice (E1 -> E2 -> E3) dispatches from E3
@@ -73,4 +81,36 @@ func TestWorkerThatMissedADeathFromNoEpochCancelsTheFragment(t *testing.T) {
 	require.NoError(t, err)
 	w.list(t, 40, heartbeat.FrontendEpoch{ID: 1, Gen: 3, Epoch: e1, Since: 5})
 	requireCancelled(t, frag, cancel.ErrNodeDead, 1)
+}
+
+// A forged list (a huge version, no frontends) removes the coordinator from
+// an -insecure worker's registry; once the forger has been silent for
+// StaleAfter, the real leader's lists, older than the forged one, bring the
+// coordinator back, and its fragments register again.
+func TestWorkerRegistryRecoversFromAForgedListVersion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorkerView(t)
+		e1 := heartbeat.NewEpoch()
+		real := heartbeat.FrontendEpoch{ID: 1, Gen: 1, Epoch: e1, Since: 5}
+		w.list(t, 10, real)
+		frag, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 1, Epoch: e1})
+		require.NoError(t, err)
+		w.beat(t, heartbeat.Request{Leader: 66, Term: 1 << 40, Member: 10, Version: 1 << 40})
+		requireCancelled(t, frag, cancel.ErrNodeRemoved, 1)
+
+		for v := uint64(11); ; v++ {
+			time.Sleep(time.Second)
+			w.beat(t, heartbeat.Request{Leader: 1, Term: 1, Member: 10, Version: v, Frontends: []heartbeat.FrontendEpoch{real}})
+			if st, ok := w.reg.Node(1); ok && st.Status == cancel.StatusAlive {
+				break
+			}
+			require.Less(t, v, uint64(30), "the coordinator never came back")
+		}
+		frag, err = w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 1, Epoch: e1})
+		require.NoError(t, err)
+		// Later transitions from the real leader's lists still apply.
+		w.beat(t, heartbeat.Request{Leader: 1, Term: 1, Member: 10, Version: 40,
+			Frontends: []heartbeat.FrontendEpoch{{ID: 1, Gen: 2, Epoch: heartbeat.NewEpoch(), Since: 5}}})
+		requireCancelled(t, frag, cancel.ErrNodeRestarted, 1)
+	})
 }

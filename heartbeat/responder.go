@@ -76,10 +76,15 @@ type Responder struct {
 
 	mu struct {
 		sync.Mutex
-		lastBeat  time.Time
-		leader    uint64
-		version   uint64    // catalog index of the frontend list held
-		listAt    time.Time // when that list was applied
+		lastBeat time.Time
+		leader   uint64
+		version  uint64    // catalog index of the frontend list held
+		listAt   time.Time // when that list was applied
+		// abandoned is the highest list version given up for an older one
+		// (see handle): events from lists up to it carry Index 0, which
+		// consumers always apply, since the events they applied from the
+		// abandoned lists carry higher indexes.
+		abandoned uint64
 		frontends map[uint64]*frontendState
 	}
 }
@@ -239,6 +244,10 @@ func (r *Responder) handle(hb *Request) (int, any) {
 	// version that no list has carried for StaleAfter (its leader is gone,
 	// or a forger sent it) no longer holds the leader's lists off.
 	if hb.Version >= r.mu.version || now.Sub(r.mu.listAt) > r.cfg.StaleAfter {
+		if hb.Version < r.mu.version {
+			r.log.Warn("heartbeat: going back to an older frontend list: the newer one stopped coming", "version", hb.Version, "abandoned", r.mu.version, "leader", hb.Leader)
+			r.mu.abandoned = max(r.mu.abandoned, r.mu.version)
+		}
 		// Deliver under the lock: one list at a time, in order.
 		for _, ev := range r.diffLocked(hb) {
 			r.log.Info("heartbeat: frontend event", "event", ev.String())
@@ -262,8 +271,12 @@ func (r *Responder) lapsed(now time.Time) bool {
 // diffLocked applies a frontend list and returns the events it implies.
 func (r *Responder) diffLocked(hb *Request) []Event {
 	var evs []Event
+	index := hb.Version
+	if index <= r.mu.abandoned {
+		index = 0
+	}
 	ev := func(id uint64, t EventType, old, new Epoch, gen uint64) {
-		evs = append(evs, Event{Index: hb.Version, Node: id, Kind: KindFrontend, Type: t, OldEpoch: old, NewEpoch: new, Generation: gen})
+		evs = append(evs, Event{Index: index, Node: id, Kind: KindFrontend, Type: t, OldEpoch: old, NewEpoch: new, Generation: gen})
 	}
 	listed := make(map[uint64]bool, len(hb.Frontends))
 	for _, f := range hb.Frontends {

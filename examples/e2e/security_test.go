@@ -232,3 +232,52 @@ func TestBinariesRefuseToStartWithoutCredentials(t *testing.T) {
 		})
 	}
 }
+
+// TestForgedHeartbeatLapsesOnAnInsecureWorker: an -insecure worker cannot
+// refuse a forged heartbeat (the cluster id and a huge term and version,
+// an empty frontend list), which cancels its fragments; but once the forger
+// is silent for -stale-after, the worker follows the real leader again: its
+// term is the leader's, and a new query runs on it.
+func TestForgedHeartbeatLapsesOnAnInsecureWorker(t *testing.T) {
+	c := newCluster(t)
+	fe := c.metaserver(1, "-bootstrap")
+	c.waitLeader(15*time.Second, fe)
+	w := c.worker(101, "-stale-after", "2s")
+	if code := call(t, "POST", fe.url("/v1/members"), map[string]any{"id": 101, "addr": w.addr, "kind": "worker"}, nil); code != http.StatusOK {
+		t.Fatalf("adding the worker: status %d", code)
+	}
+	eventually(t, 15*time.Second, "the first query's fragment running", func() bool {
+		call(t, "POST", fe.url("/v1/queries"), map[string]any{"id": "q1", "workers": []int{101}, "duration_ms": 120000}, nil)
+		return fragmentState(t, w, "q1") == "running"
+	})
+	st, _ := getStatus(t, fe)
+	forged := fmt.Sprintf(`{"cluster":%q,"leader":66,"term":%d,"member":101,"round":1,"version":%d,"frontends":[]}`, st.ClusterID, uint64(1)<<40, uint64(1)<<40)
+	resp, err := client.Post(w.url("/_heartbeat"), "application/json", strings.NewReader(forged))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("forged heartbeat on an -insecure worker: status %d, want 200", resp.StatusCode)
+	}
+	var ws struct {
+		Term uint64 `json:"term"`
+	}
+	call(t, "GET", w.url("/v1/status"), nil, &ws)
+	if ws.Term != 1<<40 {
+		t.Fatalf("worker term %d after the forged heartbeat, want %d", ws.Term, uint64(1)<<40)
+	}
+	eventually(t, 5*time.Second, "the fragment cancelled by the forged list", func() bool {
+		return fragmentState(t, w, "q1") == "cancelled"
+	})
+
+	eventually(t, 20*time.Second, "the worker back on the real leader's term", func() bool {
+		call(t, "GET", w.url("/v1/status"), nil, &ws)
+		st, _ := getStatus(t, fe)
+		return ws.Term == st.Term
+	})
+	eventually(t, 15*time.Second, "a new query's fragment running", func() bool {
+		call(t, "POST", fe.url("/v1/queries"), map[string]any{"id": "q2", "workers": []int{101}, "duration_ms": 120000}, nil)
+		return fragmentState(t, w, "q2") == "running"
+	})
+}
