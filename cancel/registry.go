@@ -76,7 +76,8 @@ type Stats struct {
 
 // tombstones is how many superseded epochs each member remembers.
 // Registering against one fails at once; an epoch older than that is
-// treated as unknown (accepted) and is cancelled by the next restart.
+// taken for one no event has named yet (accepted, and judged by the events
+// that follow as aheadVerdict says).
 const tombstones = 8
 
 type node struct {
