@@ -20,6 +20,14 @@ type victim struct {
 //   - Dead, Removed: every query registered on the node.
 //   - Added, Alive: none; they make the node's (new) epoch current again.
 //
+// A part registered against an epoch that no event had named (the caller
+// learnt it before this registry did: a coordinator that dispatches from
+// its new epoch, a member view ahead of the events) is ordered after every
+// event applied before it registered, so an event about an older epoch
+// never cancels it. The events' generations (heartbeat.Event.Generation)
+// tell whether one skipped transitions that could hide the end of that
+// epoch; such an event cancels it (see aheadVerdict).
+//
 // Events must be applied in log order. An event whose Index is not above
 // the last one applied for the same node is a replay and is ignored (Index
 // 0 is always applied). Apply returns the number of queries it cancelled.
@@ -40,17 +48,31 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 		}
 		n.lastIndex = ev.Index
 	}
+	// Parts on epochs no event had named are judged by their order when
+	// ev has one, and like the others when it has none.
+	hidden, ordered := n.skipped(ev)
+	ahead := func(s *epochSlot) bool { return s.ahead && ordered }
 	var victims []victim
 	switch ev.Type {
 	case heartbeat.Restarted:
-		victims = r.detachLocked(idx, n, ev, Restarted, func(e heartbeat.Epoch) bool { return e == ev.NewEpoch })
+		victims = r.detachLocked(idx, n, ev, func(s *epochSlot) (bool, Reason) {
+			if ahead(s) {
+				return aheadVerdict(s.epoch, ev, hidden, Restarted)
+			}
+			return s.epoch == ev.NewEpoch, Restarted
+		})
 		n.supersede(n.current)
 		n.supersede(ev.OldEpoch)
 		n.unsupersede(ev.NewEpoch)
 		n.current = ev.NewEpoch
 		n.status = StatusAlive
 	case heartbeat.Dead:
-		victims = r.detachLocked(idx, n, ev, Dead, nil)
+		victims = r.detachLocked(idx, n, ev, func(s *epochSlot) (bool, Reason) {
+			if ahead(s) {
+				return aheadVerdict(s.epoch, ev, hidden, Dead)
+			}
+			return false, Dead
+		})
 		n.supersede(n.current)
 		n.supersede(ev.OldEpoch)
 		if !ev.NewEpoch.IsZero() {
@@ -58,7 +80,7 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 		}
 		n.status = StatusDead
 	case heartbeat.Removed:
-		victims = r.detachLocked(idx, n, ev, Removed, nil)
+		victims = r.detachLocked(idx, n, ev, func(*epochSlot) (bool, Reason) { return false, Removed })
 		n.supersede(n.current)
 		n.supersede(ev.OldEpoch)
 		if n.status != StatusRemoved {
@@ -69,11 +91,20 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 		if n.status == StatusRemoved {
 			r.forgetRemovedLocked(n.id)
 		}
-		if e := ev.NewEpoch; !e.IsZero() && e != n.current {
-			if !n.current.IsZero() && !n.current.Temporary() && ev.Type == heartbeat.Added {
-				// Re-added with another epoch: the old one is void.
-				victims = r.detachLocked(idx, n, ev, Restarted, func(x heartbeat.Epoch) bool { return x == e })
+		e := ev.NewEpoch
+		switched := !e.IsZero() && e != n.current
+		// Re-added with another epoch: the old one is void.
+		readded := switched && !n.current.IsZero() && !n.current.Temporary() && ev.Type == heartbeat.Added
+		victims = r.detachLocked(idx, n, ev, func(s *epochSlot) (bool, Reason) {
+			switch {
+			case ahead(s):
+				return aheadVerdict(s.epoch, ev, hidden, Restarted)
+			case readded:
+				return s.epoch == e, Restarted
 			}
+			return true, 0
+		})
+		if switched {
 			if n.current.IsZero() {
 				n.bindUnknown(e)
 			}
@@ -83,6 +114,8 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 		}
 		n.status = StatusAlive
 	}
+	n.gen = ev.Generation
+	n.confirm()
 	r.mu.cancelled += uint64(len(victims))
 	for _, v := range victims {
 		r.cancelledBy[v.cause.Reason].Add(1)
@@ -111,6 +144,51 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 	return len(victims)
 }
 
+// skipped returns how many of the node's transitions ev's generation
+// skips past the last event applied, and whether the two are ordered at
+// all: the first event about a node has nothing to be ordered after, and
+// one whose generation is not above the last one's has no order either (a
+// member record removed and created again counts its generations from
+// zero).
+func (n *node) skipped(ev heartbeat.Event) (hidden uint64, ordered bool) {
+	if n.status == StatusUnknown || ev.Generation <= n.gen {
+		return 0, false
+	}
+	return ev.Generation - n.gen - 1, true
+}
+
+// aheadVerdict decides whether a part on epoch x, which no event had named
+// when it registered, survives event ev that skipped hidden transitions,
+// and if not, for what reason.
+//
+// x is newer than every epoch the applied events have shown. So an event
+// naming x as its old epoch ends it; one naming x as its new epoch
+// confirms it, unless the skipped transitions have room for x to have been
+// current, declared dead and back (two of them), the only way an epoch
+// ends and is published again; any other event, about an older epoch,
+// leaves it alone, unless it skipped a transition, which may have been to
+// x and away from it.
+func aheadVerdict(x heartbeat.Epoch, ev heartbeat.Event, hidden uint64, reason Reason) (bool, Reason) {
+	switch {
+	case x == ev.OldEpoch:
+		return false, reason
+	case x == ev.NewEpoch:
+		return hidden < 2, Dead
+	default:
+		return hidden == 0, reason
+	}
+}
+
+// confirm marks the parts on the node's current epoch as no longer ahead:
+// an event has named it.
+func (n *node) confirm() {
+	for i := range n.slots {
+		if n.slots[i].ahead && n.slots[i].epoch == n.current {
+			n.slots[i].ahead = false
+		}
+	}
+}
+
 func (r *Registry) runCallback(fn func(*CanceledError), cause *CanceledError) {
 	defer r.callbacks.Done()
 	defer func() {
@@ -125,36 +203,43 @@ func (r *Registry) runCallback(fn func(*CanceledError), cause *CanceledError) {
 }
 
 // detachLocked removes from the index every query on node n (at idx) whose
-// epoch there is not kept (keep nil: none is kept), marks them cancelled
-// and returns them with their causes. Causes are shared per epoch: one
-// allocation per distinct epoch, not per query.
-func (r *Registry) detachLocked(idx uint32, n *node, ev heartbeat.Event, reason Reason, keep func(heartbeat.Epoch) bool) []victim {
+// part there verdict does not keep, marks them cancelled and returns them
+// with their causes (the reason verdict gives). Causes are shared per
+// epoch slot: one allocation per distinct epoch, not per query.
+func (r *Registry) detachLocked(idx uint32, n *node, ev heartbeat.Event, verdict func(*epochSlot) (bool, Reason)) []victim {
 	if len(n.queries) == 0 {
 		return nil
 	}
 	causes := make([]*CanceledError, len(n.slots))
+	keeps := make([]bool, len(n.slots))
 	var victims []victim
-	if keep == nil {
-		victims = make([]victim, 0, len(n.queries))
-	}
 	kept := n.queries[:0]
 	for _, q := range n.queries {
 		p := q.partOn(idx)
-		epoch := n.slots[p.slot].epoch
-		if keep != nil && keep(epoch) {
+		c := causes[p.slot]
+		if c == nil && !keeps[p.slot] {
+			slot := &n.slots[p.slot]
+			keep, reason := verdict(slot)
+			if keeps[p.slot] = keep; !keep {
+				epoch := slot.epoch
+				if epoch.IsZero() {
+					// Registered before any epoch of the node was known: it
+					// ran against the one the event says the node had.
+					epoch = ev.OldEpoch
+				}
+				c = &CanceledError{Node: n.id, OldEpoch: epoch, NewEpoch: ev.NewEpoch, Reason: reason, Index: ev.Index}
+				if reason == Dead && epoch == ev.NewEpoch {
+					// Its death is hidden in the transitions ev skipped: the
+					// temporary epoch published then is unknown here.
+					c.NewEpoch = heartbeat.Epoch{}
+				}
+				causes[p.slot] = c
+			}
+		}
+		if keeps[p.slot] {
 			p.pos = uint32(len(kept))
 			kept = append(kept, q)
 			continue
-		}
-		c := causes[p.slot]
-		if c == nil {
-			if epoch.IsZero() {
-				// Registered before any epoch of the node was known: it
-				// ran against the one the event says the node had.
-				epoch = ev.OldEpoch
-			}
-			c = &CanceledError{Node: n.id, OldEpoch: epoch, NewEpoch: ev.NewEpoch, Reason: reason, Index: ev.Index}
-			causes[p.slot] = c
 		}
 		victims = append(victims, victim{q: q, cause: c})
 	}

@@ -76,7 +76,8 @@ type Stats struct {
 
 // tombstones is how many superseded epochs each member remembers.
 // Registering against one fails at once; an epoch older than that is
-// treated as unknown (accepted) and is cancelled by the next restart.
+// taken for one no event has named yet (accepted, and judged by the events
+// that follow as aheadVerdict says).
 const tombstones = 8
 
 type node struct {
@@ -84,15 +85,24 @@ type node struct {
 	status    Status
 	current   heartbeat.Epoch
 	lastIndex uint64
-	tomb      [tombstones]heartbeat.Epoch // ring of superseded epochs
-	tombNext  uint8
-	slots     []epochSlot // epochs that live parts run against; part.slot indexes it
-	queries   []*Query    // live queries with a part here; part.pos indexes it
+	// gen is the member record's generation after the last event applied
+	// (heartbeat.Event.Generation): the order of the node's epochs.
+	gen      uint64
+	tomb     [tombstones]heartbeat.Epoch // ring of superseded epochs
+	tombNext uint8
+	slots    []epochSlot // epochs that live parts run against; part.slot indexes it
+	queries  []*Query    // live queries with a part here; part.pos indexes it
 }
 
 type epochSlot struct {
 	epoch heartbeat.Epoch
 	refs  uint32
+	// ahead marks an epoch that no event has named yet: the caller knew it
+	// from a fresher source (the coordinator itself, a member view ahead
+	// of the events). It is newer than every epoch the node's events have
+	// shown up to node.gen, so an event about an older epoch leaves it
+	// alone (see aheadVerdict).
+	ahead bool
 }
 
 // part is one participant of one query, as indexes into the registry.
@@ -295,7 +305,9 @@ func (r *Registry) checkLocked(m Member) error {
 		return &CanceledError{Node: n.id, OldEpoch: epoch, NewEpoch: n.current, Reason: Restarted, Index: n.lastIndex}
 	}
 	// The current epoch, or one the registry has not seen yet (it may lag
-	// the caller): accept. A later restart to another epoch cancels it.
+	// the caller): accept. A part on an unseen epoch is ordered after every
+	// event applied so far; the events that follow confirm it or cancel it
+	// (aheadVerdict).
 	return nil
 }
 
@@ -370,6 +382,9 @@ func (r *Registry) addPartLocked(q *Query, m Member) {
 		epoch = n.current
 	}
 	s := n.slotFor(epoch)
+	if n.slots[s].refs == 1 {
+		n.slots[s].ahead = !epoch.IsZero() && epoch != n.current
+	}
 	p := part{node: idx, slot: s, pos: uint32(len(n.queries))}
 	n.queries = append(n.queries, q)
 	if int(q.n) < len(q.inline) {

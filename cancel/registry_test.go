@@ -456,3 +456,102 @@ func TestCauseOfAQueryRegisteredBeforeTheEpochWasKnown(t *testing.T) {
 	r.Apply(heartbeat.Event{Index: 18, Node: 22, Kind: heartbeat.KindWorker, Type: heartbeat.Dead, Generation: 1})
 	require.Equal(t, "cancel: node 22 declared dead (epoch unknown)", requireCause(t, q, ErrNodeDead, 22).Error())
 }
+
+// An event about an older epoch of a member never cancels a part registered
+// on a newer one that the registry has not heard of yet: a coordinator that
+// restarted twice (E1 -> E2 -> E3) and dispatched from E3 before the worker's
+// lists showed E2 keeps its fragment through Restarted(E1 -> E2) and
+// Dead(E2), and loses it only when E3 itself is superseded. The frontend
+// side (Register, a coordinator's own epoch ahead of its replay) holds to
+// the same order.
+func TestEventAboutAnOlderEpochKeepsThePartOnANewerOne(t *testing.T) {
+	for _, side := range []string{"worker", "frontend"} {
+		t.Run(side, func(t *testing.T) {
+			r := New(Config{})
+			defer r.Close()
+			e1, e2, e3, e4 := heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch()
+			w := heartbeat.NewEpoch()
+			r.Apply(heartbeat.Event{Index: 1, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Added, NewEpoch: e1, Generation: 1})
+			r.Apply(heartbeat.Event{Index: 2, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Added, NewEpoch: w, Generation: 1})
+			var q *Query
+			var err error
+			if side == "worker" {
+				q, err = r.RegisterFragment(t.Context(), m(1, e3))
+			} else {
+				q, err = r.Register(t.Context(), m(1, e3), []Member{m(10, w)})
+			}
+			require.NoError(t, err)
+
+			require.Zero(t, r.Apply(heartbeat.Event{Index: 3, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, OldEpoch: e1, NewEpoch: e2, Generation: 2}))
+			require.NoError(t, q.Context().Err(), "Restarted(E1 -> E2) cancelled the part on E3")
+			tmp := heartbeat.TemporaryEpoch(e2, 3)
+			require.Zero(t, r.Apply(heartbeat.Event{Index: 4, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Dead, OldEpoch: e2, NewEpoch: tmp, Generation: 3}))
+			require.NoError(t, q.Context().Err(), "Dead(E2) cancelled the part on E3")
+			require.Zero(t, r.Apply(heartbeat.Event{Index: 5, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, OldEpoch: tmp, NewEpoch: e3, Generation: 4}))
+			require.NoError(t, q.Context().Err())
+			st, ok := r.Node(1)
+			require.True(t, ok)
+			require.Equal(t, e3, st.Epoch)
+
+			// Superseded epochs are refused; the newest is still accepted.
+			for _, old := range []heartbeat.Epoch{e1, e2} {
+				_, err := r.RegisterFragment(t.Context(), m(1, old))
+				require.ErrorIs(t, err, ErrNodeRestarted)
+			}
+			require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 6, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, OldEpoch: e3, NewEpoch: e4, Generation: 5}))
+			ce := requireCause(t, q, ErrNodeRestarted, 1)
+			require.Equal(t, e3, ce.OldEpoch)
+			require.Equal(t, e4, ce.NewEpoch)
+		})
+	}
+}
+
+// A part on an epoch no event has named yet is cancelled when an event
+// skips generations that could hide that epoch's end: a transition to
+// another epoch two generations on (the part's epoch may have come and
+// gone in between), or to the part's own epoch three generations on (it
+// may have died and come back in between, the worker that missed lists
+// seeing Restarted(zero -> E1)).
+func TestPartOnAnUnnamedEpochCancelledWhenAnEventMayHideItsEnd(t *testing.T) {
+	t.Run("superseded in the gap", func(t *testing.T) {
+		r := New(Config{})
+		defer r.Close()
+		e1, e2, e3 := heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch()
+		r.Apply(heartbeat.Event{Index: 1, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Added, NewEpoch: e1, Generation: 1})
+		q, err := r.RegisterFragment(t.Context(), m(1, e2))
+		require.NoError(t, err)
+		require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 2, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, OldEpoch: e1, NewEpoch: e3, Generation: 3}))
+		ce := requireCause(t, q, ErrNodeRestarted, 1)
+		require.Equal(t, e2, ce.OldEpoch)
+		require.Equal(t, e3, ce.NewEpoch)
+	})
+	t.Run("died in the gap from no epoch", func(t *testing.T) {
+		r := New(Config{})
+		defer r.Close()
+		e1 := heartbeat.NewEpoch()
+		r.Apply(heartbeat.Event{Index: 1, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Added})
+		q, err := r.RegisterFragment(t.Context(), m(1, e1))
+		require.NoError(t, err)
+		// Answered with E1 (gen 1), declared dead (gen 2), back with E1
+		// (gen 3): the worker's next list shows only gen 3.
+		require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 2, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, NewEpoch: e1, Generation: 3}))
+		ce := requireCause(t, q, ErrNodeDead, 1)
+		require.Equal(t, e1, ce.OldEpoch)
+		// Registered after that event, E1 is the current epoch: accepted.
+		q, err = r.RegisterFragment(t.Context(), m(1, e1))
+		require.NoError(t, err)
+		q.Finish()
+	})
+	t.Run("no room for a death", func(t *testing.T) {
+		r := New(Config{})
+		defer r.Close()
+		e1 := heartbeat.NewEpoch()
+		r.Apply(heartbeat.Event{Index: 1, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Added})
+		q, err := r.RegisterFragment(t.Context(), m(1, e1))
+		require.NoError(t, err)
+		// Gen 1 another epoch, gen 2 E1: E1 cannot have died in between.
+		require.Zero(t, r.Apply(heartbeat.Event{Index: 2, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, NewEpoch: e1, Generation: 2}))
+		require.NoError(t, q.Context().Err())
+		q.Finish()
+	})
+}

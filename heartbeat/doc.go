@@ -31,8 +31,10 @@
 //     they did all the same: a later generation with the same epoch is a
 //     death in between (Dead, then Alive); see Event.
 //  5. A Responder (an http.Handler mounted at Path on every member) answers
-//     with its epoch, refuses lower raft terms before taking any lock,
-//     tracks the frontends' epochs from the leader's lists and emits an Event
+//     with its epoch, refuses lower raft terms before taking any lock
+//     while the higher term's sender keeps beating (after StaleAfter of
+//     silence a lower term is accepted again, so a forged or vanished term
+//     fences no one off for ever), tracks the frontends' epochs from the leader's lists and emits an Event
 //     when a frontend restarted, was declared dead (it is then published
 //     with a TemporaryEpoch, never before), came back or was removed. A
 //     member that hears from no leader emits nothing: silence is never

@@ -89,7 +89,10 @@ func (t EventType) String() string {
 // catalog, so every frontend sees the same events in the same order, and
 // Index is the journal index of the entry that made the change. On a
 // worker, events come from the frontend list in the leader's heartbeats
-// (Responder); Index is then the catalog index that list was built at.
+// (Responder); Index is then the catalog index that list was built at, or
+// 0 for a list older than one the worker gave up on (its leader's lists
+// stopped coming for StaleAfter, or it was forged): those events are no
+// replays, and Index 0 has them applied.
 type Event struct {
 	Index      uint64 // journal (catalog) index of the change
 	Node       uint64 // member id

@@ -389,9 +389,9 @@ func (mo *monitor) send(ctx context.Context, r Member, term uint64, common []byt
 // frontendList reads the frontends' published epochs from the catalog
 // itself, not from the replayed view (which may trail it by a few events),
 // with a version that is a lower bound of what the list reflects: the
-// catalog index read before the scan. A member never goes back to a list
-// with a lower version, so a frontend added after that index is never
-// taken for removed.
+// catalog index read before the scan. A member does not go back to a list
+// with a lower version while lists at the higher one keep coming, so a
+// frontend added after that index is not taken for removed.
 func (m *Membership) frontendList() (uint64, []FrontendEpoch) {
 	version := m.cfg.Tree.Index()
 	var fronts []FrontendEpoch

@@ -37,7 +37,8 @@ type ResponderConfig struct {
 	// written, so it must be quick (cancel.Registry.Apply is). Nil: none.
 	OnEvent func(Event)
 	// StaleAfter is how long without a heartbeat from any leader before
-	// Stale reports true. Default 10 s.
+	// Stale reports true, and before a heartbeat of a lower term than the
+	// highest seen is accepted again. Default 10 s.
 	StaleAfter time.Duration
 	// Version is the software version reported in every answer (the
 	// leader shows it in its member view). Default: DefaultVersion().
@@ -50,8 +51,11 @@ type ResponderConfig struct {
 
 // Responder answers the leader's heartbeats on a member (worker or
 // frontend): it is an http.Handler to mount at Path. It answers with its
-// epoch, refuses heartbeats from a lower raft term than it has seen
-// (checked before taking any lock), and tracks the frontends' epochs from
+// epoch, refuses heartbeats from a lower raft term than it has seen while
+// that term's sender keeps beating (checked before taking any lock; once
+// no heartbeat came for StaleAfter, a lower term is accepted again, so a
+// higher term that only a forger or a vanished leader sent cannot fence
+// the real leader off for ever), and tracks the frontends' epochs from
 // the leader's lists, emitting an event when a frontend restarted, was
 // declared dead, came back or was removed.
 //
@@ -63,14 +67,24 @@ type Responder struct {
 	clock Clock
 	log   *slog.Logger
 	term  atomic.Uint64 // highest term seen
+	// beat is when the last heartbeat was accepted (unix nanoseconds on
+	// the Clock, 0: never): a term whose sender is silent for StaleAfter
+	// no longer fences lower ones off.
+	beat atomic.Int64
 	// refused counts heartbeats refused for their credential.
 	refused atomic.Uint64
 
 	mu struct {
 		sync.Mutex
-		lastBeat  time.Time
-		leader    uint64
-		version   uint64 // catalog index of the frontend list held
+		lastBeat time.Time
+		leader   uint64
+		version  uint64    // catalog index of the frontend list held
+		listAt   time.Time // when that list was applied
+		// abandoned is the highest list version given up for an older one
+		// (see handle): events from lists up to it carry Index 0, which
+		// consumers always apply, since the events they applied from the
+		// abandoned lists carry higher indexes.
+		abandoned uint64
 		frontends map[uint64]*frontendState
 	}
 }
@@ -182,10 +196,14 @@ func (r *Responder) handle(hb *Request) (int, any) {
 	}
 	// Fence deposed leaders before taking any lock (apache/doris#27914:
 	// invalid heartbeats holding the lock delayed valid ones).
+	now := r.clock.Now()
 	for {
 		seen := r.term.Load()
 		if hb.Term < seen {
-			return http.StatusConflict, rejection{Error: errLowerTerm.Error(), Term: seen}
+			if !r.lapsed(now) {
+				return http.StatusConflict, rejection{Error: errLowerTerm.Error(), Term: seen}
+			}
+			break // settled under the lock
 		}
 		if hb.Term == seen || r.term.CompareAndSwap(seen, hb.Term) {
 			break
@@ -194,12 +212,42 @@ func (r *Responder) handle(hb *Request) (int, any) {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if seen := r.term.Load(); hb.Term < seen { // a newer leader got in meanwhile
-		return http.StatusConflict, rejection{Error: errLowerTerm.Error(), Term: seen}
+	// Only this section lowers the term; the loop above may still raise it
+	// concurrently, so every change here is a compare-and-swap.
+	for {
+		seen := r.term.Load()
+		if hb.Term == seen {
+			break
+		}
+		if hb.Term > seen {
+			if r.term.CompareAndSwap(seen, hb.Term) {
+				break
+			}
+			continue
+		}
+		if !r.lapsed(now) { // a newer leader got in meanwhile
+			return http.StatusConflict, rejection{Error: errLowerTerm.Error(), Term: seen}
+		}
+		if r.term.CompareAndSwap(seen, hb.Term) {
+			// No heartbeat of the higher term for StaleAfter: whoever sent
+			// it (a leader since gone, or a forger) no longer fences this
+			// one off.
+			r.log.Warn("heartbeat: accepting a lower term: the higher one went silent", "term", hb.Term, "silent", seen, "leader", hb.Leader)
+			break
+		}
 	}
-	r.mu.lastBeat = r.clock.Now()
+	r.mu.lastBeat = now
+	r.beat.Store(now.UnixNano())
 	r.mu.leader = hb.Leader
-	if hb.Version >= r.mu.version {
+	// A list older than the one held is ignored (a new leader may lag the
+	// old one), but only while lists at the held version keep coming: a
+	// version that no list has carried for StaleAfter (its leader is gone,
+	// or a forger sent it) no longer holds the leader's lists off.
+	if hb.Version >= r.mu.version || now.Sub(r.mu.listAt) > r.cfg.StaleAfter {
+		if hb.Version < r.mu.version {
+			r.log.Warn("heartbeat: going back to an older frontend list: the newer one stopped coming", "version", hb.Version, "abandoned", r.mu.version, "leader", hb.Leader)
+			r.mu.abandoned = max(r.mu.abandoned, r.mu.version)
+		}
 		// Deliver under the lock: one list at a time, in order.
 		for _, ev := range r.diffLocked(hb) {
 			r.log.Info("heartbeat: frontend event", "event", ev.String())
@@ -208,15 +256,27 @@ func (r *Responder) handle(hb *Request) (int, any) {
 			}
 		}
 		r.mu.version = hb.Version
+		r.mu.listAt = now
 	}
 	return http.StatusOK, Response{Member: r.cfg.ID, Epoch: r.cfg.Epoch, Term: r.term.Load(), Version: r.cfg.Version}
+}
+
+// lapsed reports whether no heartbeat was accepted within StaleAfter of
+// now (or none ever was).
+func (r *Responder) lapsed(now time.Time) bool {
+	last := r.beat.Load()
+	return last == 0 || now.Sub(time.Unix(0, last)) > r.cfg.StaleAfter
 }
 
 // diffLocked applies a frontend list and returns the events it implies.
 func (r *Responder) diffLocked(hb *Request) []Event {
 	var evs []Event
+	index := hb.Version
+	if index <= r.mu.abandoned {
+		index = 0
+	}
 	ev := func(id uint64, t EventType, old, new Epoch, gen uint64) {
-		evs = append(evs, Event{Index: hb.Version, Node: id, Kind: KindFrontend, Type: t, OldEpoch: old, NewEpoch: new, Generation: gen})
+		evs = append(evs, Event{Index: index, Node: id, Kind: KindFrontend, Type: t, OldEpoch: old, NewEpoch: new, Generation: gen})
 	}
 	listed := make(map[uint64]bool, len(hb.Frontends))
 	for _, f := range hb.Frontends {

@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -259,4 +260,74 @@ func TestResponderSeesADeathItMissed(t *testing.T) {
 	code, _ = f.beat(t, Request{Leader: 1, Term: 1, Version: 30, Frontends: []FrontendEpoch{{ID: 1, Gen: 3, Epoch: e1}, {ID: 2, Gen: 2, Epoch: e2}}})
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, []Event{{Index: 30, Node: 2, Kind: KindFrontend, Type: Restarted, NewEpoch: e2, Generation: 2}}, f.take())
+}
+
+// A heartbeat with a higher term fences lower terms off only while its
+// sender keeps beating: one forged heartbeat (term 1000) cannot keep the
+// real leader (term 5) away for longer than StaleAfter, while a live leader
+// of a higher term keeps a deposed one away for good.
+func TestResponderHigherTermFencesOnlyWhileItsSenderBeats(t *testing.T) {
+	f := newResponderFixture(t)
+	code, _ := f.beat(t, Request{Leader: 1, Term: 5, Version: 10})
+	require.Equal(t, http.StatusOK, code)
+	code, _ = f.beat(t, Request{Leader: 66, Term: 1000, Version: 11})
+	require.Equal(t, http.StatusOK, code)
+
+	// The real leader is refused while the forged term is fresh...
+	f.clock.Advance(time.Second)
+	code, _ = f.beat(t, Request{Leader: 1, Term: 5, Version: 12})
+	require.Equal(t, http.StatusConflict, code)
+	// ...and accepted once its sender has been silent for StaleAfter.
+	f.clock.Advance(5 * time.Second)
+	code, body := f.beat(t, Request{Leader: 1, Term: 5, Version: 13})
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.Equal(t, uint64(5), f.r.Term())
+	require.False(t, f.r.Stale())
+
+	// A deposed leader (term 4) stays fenced while the leader of term 5
+	// beats, however long that goes on.
+	for range 10 {
+		f.clock.Advance(time.Second)
+		code, _ = f.beat(t, Request{Leader: 1, Term: 5, Version: 14})
+		require.Equal(t, http.StatusOK, code)
+		code, _ = f.beat(t, Request{Leader: 2, Term: 4, Version: 15})
+		require.Equal(t, http.StatusConflict, code)
+	}
+	require.Equal(t, uint64(5), f.r.Term())
+}
+
+// A list with a forged high version (the real term, or a higher one)
+// holds the leader's lists off only until StaleAfter has passed without
+// another list at that version: then the real leader's lists apply again
+// and the frontends the forged list removed come back, in events that
+// carry Index 0.
+func TestResponderForgedListVersionLapses(t *testing.T) {
+	for _, term := range []uint64{5, 1000} {
+		t.Run(fmt.Sprintf("term %d", term), func(t *testing.T) {
+			f := newResponderFixture(t)
+			e1 := NewEpoch()
+			list := []FrontendEpoch{{ID: 1, Gen: 1, Epoch: e1, Since: 3}}
+			code, _ := f.beat(t, Request{Leader: 1, Term: 5, Version: 10, Frontends: list})
+			require.Equal(t, http.StatusOK, code)
+			require.Len(t, f.take(), 1) // Added
+			code, _ = f.beat(t, Request{Leader: 66, Term: term, Version: 1 << 40})
+			require.Equal(t, http.StatusOK, code)
+			require.Equal(t, []Event{{Index: 1 << 40, Node: 1, Kind: KindFrontend, Type: Removed, OldEpoch: e1, Generation: 1}}, f.take())
+
+			for v := uint64(11); v < 20; v++ {
+				f.clock.Advance(time.Second)
+				f.beat(t, Request{Leader: 1, Term: 5, Version: v, Frontends: list})
+				if evs := f.take(); len(evs) > 0 {
+					// Index 0: a consumer applied the forged list's Removed
+					// at a higher index, and must not drop this as a replay.
+					require.Equal(t, []Event{{Node: 1, Kind: KindFrontend, Type: Added, NewEpoch: e1, Generation: 1}}, evs)
+					require.Greater(t, v, uint64(15), "the real list applied before StaleAfter")
+					_, ok := f.r.Frontend(1)
+					require.True(t, ok)
+					return
+				}
+			}
+			t.Fatal("the real leader's lists never applied again")
+		})
+	}
 }

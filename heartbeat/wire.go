@@ -22,7 +22,8 @@ type Request struct {
 	Member  uint64 `json:"member,omitempty"` // the member this heartbeat is for (the monitor appends it last)
 	Round   uint64 `json:"round"`
 	// Version is the catalog index the frontend list was read at; a member
-	// never goes back to an older list (a new leader may lag the old one).
+	// does not go back to an older list (a new leader may lag the old one)
+	// while lists at the newer version keep coming (within StaleAfter).
 	Version   uint64          `json:"version"`
 	Frontends []FrontendEpoch `json:"frontends"`
 }

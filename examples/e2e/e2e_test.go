@@ -312,7 +312,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("SecondProcessOnSameDirFails", func(t *testing.T) {
-		p := &proc{t: t, name: "dup", bin: binaries.metaserver, args: []string{"-id", "2", "-dir", fe2.dir, "-addr", freeAddr(t)}, log: &lockedBuffer{}}
+		p := &proc{t: t, name: "dup", bin: binaries.metaserver, args: []string{"-id", "2", "-dir", fe2.dir, "-addr", freeAddr(t), "-insecure"}, log: &lockedBuffer{}}
 		p.start()
 		select {
 		case <-p.done:

@@ -239,6 +239,18 @@ func tail(s string, n int) string {
 // joiner must restore from an image.
 var fastFlags = []string{"-heartbeat-interval", "200ms", "-dead-after", "3", "-stale-after", "5s", "-compact-margin", "10"}
 
+// insecureUnlessCredentials returns -insecure unless args give the member
+// a credential: the binaries refuse to start with neither.
+func insecureUnlessCredentials(args []string) []string {
+	for _, a := range args {
+		switch a {
+		case "-token", "-tls-cert", "-auth-file":
+			return nil
+		}
+	}
+	return []string{"-insecure"}
+}
+
 func (c *cluster) metaserver(id int, extra ...string) *proc {
 	return c.metaserverAt(id, filepath.Join(c.base, fmt.Sprintf("fe%d", id)), freeAddr(c.t), extra...)
 }
@@ -247,6 +259,7 @@ func (c *cluster) metaserver(id int, extra ...string) *proc {
 func (c *cluster) metaserverAt(id int, dir, addr string, extra ...string) *proc {
 	args := append([]string{"-id", fmt.Sprint(id), "-dir", dir, "-addr", addr}, fastFlags...)
 	args = append(args, extra...)
+	args = append(args, insecureUnlessCredentials(extra)...)
 	p := &proc{t: c.t, name: fmt.Sprintf("metaserver-%d", id), bin: binaries.metaserver, args: args, addr: addr, dir: dir, log: &lockedBuffer{}}
 	c.procs = append(c.procs, p)
 	p.start()
@@ -278,6 +291,7 @@ func (c *cluster) worker(id int, extra ...string) *proc {
 // workerAt starts worker id serving addr.
 func (c *cluster) workerAt(id int, addr string, extra ...string) *proc {
 	args := append([]string{"-id", fmt.Sprint(id), "-addr", addr}, extra...)
+	args = append(args, insecureUnlessCredentials(extra)...)
 	p := &proc{t: c.t, name: fmt.Sprintf("worker-%d", id), bin: binaries.worker, args: args, addr: addr, log: &lockedBuffer{}}
 	c.procs = append(c.procs, p)
 	p.start()

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -177,5 +178,106 @@ func TestForgedHeartbeat(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "the fragment cancelled by the honoured heartbeat", func() bool {
 		return fragmentState(t, w, q) == "cancelled"
+	})
+}
+
+// TestBinariesRefuseToStartWithoutCredentials: a metaserver or a worker
+// given neither -token, TLS nor -auth-file exits 2 with a message naming
+// those flags and -insecure; told -insecure, it starts.
+func TestBinariesRefuseToStartWithoutCredentials(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name  string
+		bin   string
+		args  []string
+		flags []string
+	}{
+		{"metaserver", binaries.metaserver, []string{"-id", "1", "-dir", filepath.Join(dir, "fe1"), "-addr", freeAddr(t), "-bootstrap"},
+			[]string{"-token", "-tls-cert", "-auth-file", "-insecure"}},
+		{"worker", binaries.worker, []string{"-id", "11", "-addr", freeAddr(t)},
+			[]string{"-token", "-tls-cert", "-insecure"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &proc{t: t, name: tc.name, bin: tc.bin, args: tc.args, log: &lockedBuffer{}}
+			p.start()
+			t.Cleanup(p.kill)
+			select {
+			case <-p.done:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%s without credentials kept running:\n%s", tc.name, p.log.String())
+			}
+			var exit interface{ ExitCode() int }
+			if p.err == nil || !errors.As(p.err, &exit) || exit.ExitCode() != 2 {
+				t.Fatalf("%s without credentials: exit %v, want status 2; output:\n%s", tc.name, p.err, p.log.String())
+			}
+			for _, f := range tc.flags {
+				if !strings.Contains(p.log.String(), f) {
+					t.Fatalf("%s's refusal does not name %s:\n%s", tc.name, f, p.log.String())
+				}
+			}
+
+			addr := freeAddr(t)
+			args := append([]string{}, tc.args...)
+			for i := range args {
+				if args[i] == "-addr" {
+					args[i+1] = addr
+				}
+			}
+			ok := &proc{t: t, name: tc.name + "-insecure", bin: tc.bin, args: append(args, "-insecure"), addr: addr, log: &lockedBuffer{}}
+			ok.start()
+			t.Cleanup(ok.kill)
+			eventually(t, 20*time.Second, tc.name+" -insecure serving", func() bool {
+				return call(t, "GET", ok.url("/v1/status"), nil, nil) == http.StatusOK
+			})
+		})
+	}
+}
+
+// TestForgedHeartbeatLapsesOnAnInsecureWorker: an -insecure worker cannot
+// refuse a forged heartbeat (the cluster id and a huge term and version,
+// an empty frontend list), which cancels its fragments; but once the forger
+// is silent for -stale-after, the worker follows the real leader again: its
+// term is the leader's, and a new query runs on it.
+func TestForgedHeartbeatLapsesOnAnInsecureWorker(t *testing.T) {
+	c := newCluster(t)
+	fe := c.metaserver(1, "-bootstrap")
+	c.waitLeader(15*time.Second, fe)
+	w := c.worker(101, "-stale-after", "2s")
+	if code := call(t, "POST", fe.url("/v1/members"), map[string]any{"id": 101, "addr": w.addr, "kind": "worker"}, nil); code != http.StatusOK {
+		t.Fatalf("adding the worker: status %d", code)
+	}
+	eventually(t, 15*time.Second, "the first query's fragment running", func() bool {
+		call(t, "POST", fe.url("/v1/queries"), map[string]any{"id": "q1", "workers": []int{101}, "duration_ms": 120000}, nil)
+		return fragmentState(t, w, "q1") == "running"
+	})
+	st, _ := getStatus(t, fe)
+	forged := fmt.Sprintf(`{"cluster":%q,"leader":66,"term":%d,"member":101,"round":1,"version":%d,"frontends":[]}`, st.ClusterID, uint64(1)<<40, uint64(1)<<40)
+	resp, err := client.Post(w.url("/_heartbeat"), "application/json", strings.NewReader(forged))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("forged heartbeat on an -insecure worker: status %d, want 200", resp.StatusCode)
+	}
+	var ws struct {
+		Term uint64 `json:"term"`
+	}
+	call(t, "GET", w.url("/v1/status"), nil, &ws)
+	if ws.Term != 1<<40 {
+		t.Fatalf("worker term %d after the forged heartbeat, want %d", ws.Term, uint64(1)<<40)
+	}
+	eventually(t, 5*time.Second, "the fragment cancelled by the forged list", func() bool {
+		return fragmentState(t, w, "q1") == "cancelled"
+	})
+
+	eventually(t, 20*time.Second, "the worker back on the real leader's term", func() bool {
+		call(t, "GET", w.url("/v1/status"), nil, &ws)
+		st, _ := getStatus(t, fe)
+		return ws.Term == st.Term
+	})
+	eventually(t, 15*time.Second, "a new query's fragment running", func() bool {
+		call(t, "POST", fe.url("/v1/queries"), map[string]any{"id": "q2", "workers": []int{101}, "duration_ms": 120000}, nil)
+		return fragmentState(t, w, "q2") == "running"
 	})
 }

@@ -50,7 +50,7 @@ func newDataDir(t *testing.T, n, imaged int) dataDir {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	fe, err := frontend.Start(ctx, frontend.Config{
-		ID: 1, Dir: dir, Addr: "127.0.0.1:0", Bootstrap: true,
+		ID: 1, Dir: dir, Addr: "127.0.0.1:0", Bootstrap: true, Insecure: true,
 		HeartbeatInterval: time.Hour, CheckpointEntries: 1 << 40, CheckpointInterval: time.Hour,
 	})
 	require.NoError(t, err)

@@ -154,7 +154,7 @@ func TestJournalRefusesRunningNode(t *testing.T) {
 	d := newDataDir(t, 3, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	fe, err := frontend.Start(ctx, frontend.Config{ID: 1, Dir: d.dir, Addr: "127.0.0.1:0", HeartbeatInterval: time.Hour})
+	fe, err := frontend.Start(ctx, frontend.Config{ID: 1, Dir: d.dir, Addr: "127.0.0.1:0", Insecure: true, HeartbeatInterval: time.Hour})
 	require.NoError(t, err)
 	defer fe.Close()
 	for _, cmd := range [][]string{{"journal", "status", d.dir}, {"journal", "entries", d.dir}, {"check", d.dir}} {

@@ -29,7 +29,7 @@ func TestBackupThenRestore(t *testing.T) {
 	d := newDataDir(t, 30, 20)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	old, err := frontend.Start(ctx, frontend.Config{ID: 1, Dir: d.dir, Addr: "127.0.0.1:0", HeartbeatInterval: time.Hour})
+	old, err := frontend.Start(ctx, frontend.Config{ID: 1, Dir: d.dir, Addr: "127.0.0.1:0", Insecure: true, HeartbeatInterval: time.Hour})
 	require.NoError(t, err)
 	oldCluster := old.Journal().Status().ClusterID
 
@@ -75,7 +75,7 @@ func TestBackupThenRestore(t *testing.T) {
 	require.Contains(t, r.stderr, "not empty")
 
 	for round := range 2 { // the first start, then an ordinary restart
-		fe, err := frontend.Start(ctx, frontend.Config{ID: 7, Dir: dir, Addr: addr, HeartbeatInterval: time.Hour})
+		fe, err := frontend.Start(ctx, frontend.Config{ID: 7, Dir: dir, Addr: addr, Insecure: true, HeartbeatInterval: time.Hour})
 		require.NoError(t, err, "round %d", round)
 		st := fe.Journal().Status()
 		require.Equal(t, rs.ClusterID, st.ClusterID)

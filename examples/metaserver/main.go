@@ -6,10 +6,14 @@
 //	metaserver -id N -dir DIR -addr HOST:PORT -join HOST:PORT [-role follower|observer]
 //	metaserver -id N -dir DIR -addr HOST:PORT            # restart from DIR
 //	metaserver -id N -dir DIR -addr HOST:PORT -force-new-cluster
+//
+// Each also needs a credential (-token, -tls-cert/-tls-key/-tls-ca or
+// -auth-file) or -insecure; without any it exits with status 2.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -19,6 +23,7 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/examples/internal/frontend"
+	"github.com/metatree/metatree/examples/internal/secure"
 )
 
 // shutdownTimeout bounds the graceful part of a shutdown: the leadership
@@ -41,6 +46,7 @@ func main() {
 	flag.StringVar(&cfg.TLSKey, "tls-key", "", "the key of -tls-cert (PEM)")
 	flag.StringVar(&cfg.TLSCA, "tls-ca", "", "the cluster's CA certificate (PEM), which signs every member's")
 	flag.StringVar(&cfg.AuthFile, "auth-file", "", "client API tokens, one '<token> <role>' a line (role read, write or admin)")
+	flag.BoolVar(&cfg.Insecure, "insecure", false, "run without -token, -tls-* or -auth-file: anyone who reaches the port can send heartbeats and use the API (without it, the server refuses to start)")
 	flag.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", time.Second, "how often the leader heartbeats every member")
 	flag.IntVar(&cfg.DeadAfter, "dead-after", 3, "missed heartbeats in a row before a member is declared dead")
 	flag.DurationVar(&cfg.StaleAfter, "stale-after", 30*time.Second, "a non-leader this far behind the leader's clock refuses reads")
@@ -68,6 +74,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	fe, err := frontend.Start(ctx, cfg)
+	if errors.Is(err, secure.ErrNoCredentials) {
+		fmt.Fprintln(os.Stderr, "metaserver:", err)
+		os.Exit(2)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "metaserver:", err)
 		os.Exit(1)

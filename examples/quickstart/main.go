@@ -11,6 +11,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,7 +53,11 @@ func main() {
 
 // demo holds the cluster: frontends by id and workers by id.
 type demo struct {
-	dir       string
+	dir string
+	// token is the cluster's token, drawn at start: every member requires
+	// it of heartbeats, joins and fragments (the binaries refuse to start
+	// without a credential unless told -insecure).
+	token     string
 	frontends map[uint64]*frontend.Frontend
 	addrs     map[uint64]string
 	workers   map[uint64]*worker.Worker
@@ -64,7 +69,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	d := &demo{dir: dir, frontends: map[uint64]*frontend.Frontend{}, addrs: map[uint64]string{}, workers: map[uint64]*worker.Worker{}}
+	d := &demo{dir: dir, token: rand.Text(), frontends: map[uint64]*frontend.Frontend{}, addrs: map[uint64]string{}, workers: map[uint64]*worker.Worker{}}
 	defer d.closeAll()
 	say("data dirs under %s", dir)
 
@@ -225,7 +230,7 @@ func (d *demo) startFrontend(ctx context.Context, id uint64, bootstrap bool, joi
 	}
 	f, err := frontend.Start(ctx, frontend.Config{
 		ID: id, Dir: filepath.Join(d.dir, fmt.Sprintf("fe%d", id)), Addr: addr,
-		Bootstrap: bootstrap, Join: join,
+		Bootstrap: bootstrap, Join: join, Token: d.token,
 		HeartbeatInterval: heartbeatInterval, DeadAfter: deadAfter,
 	})
 	if err != nil {
@@ -242,7 +247,7 @@ func (d *demo) startWorker(id uint64, addr string) error {
 			return err
 		}
 	}
-	w, err := worker.Start(worker.Config{ID: id, Addr: addr})
+	w, err := worker.Start(worker.Config{ID: id, Addr: addr, Token: d.token})
 	if err != nil {
 		return fmt.Errorf("start worker %d: %w", id, err)
 	}

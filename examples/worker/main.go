@@ -3,11 +3,12 @@
 // coordinator frontend restarts, dies or is removed. Its HTTP API is in
 // examples/API.md.
 //
-//	worker -id N -addr HOST:PORT
+//	worker -id N -addr HOST:PORT -token T    # or -tls-cert F -tls-key F -tls-ca F, or -insecure
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/metatree/metatree/examples/internal/secure"
 	"github.com/metatree/metatree/examples/internal/worker"
 )
 
@@ -30,6 +32,7 @@ func main() {
 	flag.StringVar(&cfg.TLSCert, "tls-cert", "", "this worker's certificate (PEM; URI SAN metatree://node/<id>): serve HTTPS only")
 	flag.StringVar(&cfg.TLSKey, "tls-key", "", "the key of -tls-cert (PEM)")
 	flag.StringVar(&cfg.TLSCA, "tls-ca", "", "the cluster's CA certificate (PEM): heartbeats need a frontend certificate it signed")
+	flag.BoolVar(&cfg.Insecure, "insecure", false, "run without -token or -tls-*: anyone who reaches the port can send heartbeats and fragments (without it, the worker refuses to start)")
 	flag.Parse()
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("worker", cfg.ID)
 	if cfg.ID == 0 {
@@ -39,6 +42,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	w, err := worker.Start(cfg)
+	if errors.Is(err, secure.ErrNoCredentials) {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(2)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -534,13 +535,15 @@ func (f *Frontend) postCheckpoint(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-// postQuery starts a demo query coordinated by this frontend: it registers
-// the query against the current epochs of this frontend and its workers,
-// sends each worker a fragment, and answers at once.
 // maxQueryMS bounds a demo query's duration (and keeps it far from the
 // overflow of time.Duration).
 const maxQueryMS = 7 * 24 * 3600 * 1000
 
+// postQuery starts a demo query coordinated by this frontend: it registers
+// the query against the current epochs of this frontend and its workers,
+// sends each worker a fragment (waiting, up to RequestTimeout, for a worker
+// that has not yet answered a heartbeat or heard of this coordinator), and
+// answers once every worker runs its fragment.
 func (f *Frontend) postQuery(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		ID         string   `json:"id"`
@@ -581,8 +584,10 @@ func (f *Frontend) postQuery(w http.ResponseWriter, r *http.Request) error {
 		return httpjson.Errorf(http.StatusConflict, "cancelled", "%v", err)
 	}
 	frag := demo.Fragment{Query: body.ID, Coordinator: f.cfg.ID, CoordinatorEpoch: f.epoch.String(), DurationMS: body.DurationMS}
+	ctx, cancelDispatch := context.WithTimeout(r.Context(), f.cfg.RequestTimeout)
+	defer cancelDispatch()
 	for i, addr := range addrs {
-		if err := f.sendFragment(r.Context(), addr, frag); err != nil {
+		if err := f.dispatch(ctx, body.Workers[i], addr, frag); err != nil {
 			q.Finish()
 			f.withdraw(addrs[:i], body.ID, err.Error())
 			return httpjson.Errorf(http.StatusServiceUnavailable, "dispatch_failed", "worker %d: %v", body.Workers[i], err)
@@ -600,6 +605,58 @@ func (f *Frontend) postQuery(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// dispatch sends frag to worker id at addr. It retries, until ctx ends,
+// the refusals that time settles: the worker has not yet had a leader
+// heartbeat that lists this coordinator (503 coordinator_unknown), or it
+// cannot be reached and has never answered a heartbeat (its record is
+// listed as soon as it is added, while the process may still be starting).
+// Every other failure is returned at once.
+func (f *Frontend) dispatch(ctx context.Context, id uint64, addr string, frag demo.Fragment) error {
+	wait := 20 * time.Millisecond
+	maxWait := cmp.Or(f.cfg.HeartbeatInterval, time.Second)
+	for {
+		err := f.sendFragment(ctx, addr, frag)
+		if err == nil || !f.settlesWithTime(id, err) {
+			return err
+		}
+		f.logger.Debug("fragment refused for now; retrying", "worker", id, "query", frag.Query, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (retried until %w)", err, context.Cause(ctx))
+		case <-t.C:
+		}
+		wait = min(2*wait, maxWait)
+	}
+}
+
+// settlesWithTime reports whether err, from sending a fragment to worker
+// id, is a refusal that a later attempt may not meet (see dispatch).
+func (f *Frontend) settlesWithTime(id uint64, err error) bool {
+	var refused *fragmentRefused
+	if errors.As(err, &refused) {
+		return refused.Code == "coordinator_unknown"
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		m, ok := f.members.Member(id)
+		return ok && m.Status == heartbeat.StatusAlive && m.Epoch.IsZero()
+	}
+	return false
+}
+
+// fragmentRefused is a worker's answer other than 200 to a fragment.
+type fragmentRefused struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *fragmentRefused) Error() string {
+	return fmt.Sprintf("status %d: %s", e.Status, e.Message)
+}
+
 func (f *Frontend) sendFragment(ctx context.Context, addr string, frag demo.Fragment) error {
 	data, _ := json.Marshal(frag)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+demo.FragmentPath, bytes.NewReader(data))
@@ -613,9 +670,9 @@ func (f *Frontend) sendFragment(ctx context.Context, addr string, frag demo.Frag
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		var e struct{ Message string }
+		var e struct{ Error, Message string }
 		_ = json.NewDecoder(resp.Body).Decode(&e)
-		return fmt.Errorf("status %d: %s", resp.StatusCode, e.Message)
+		return &fragmentRefused{Status: resp.StatusCode, Code: e.Error, Message: e.Message}
 	}
 	return nil
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +16,8 @@ import (
 
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/internal/httpjson"
+	"github.com/metatree/metatree/examples/internal/secure"
+	"github.com/metatree/metatree/examples/internal/worker"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -82,6 +87,29 @@ func TestStatusNamesTheStoppedApplier(t *testing.T) {
 }
 
 func TestNegativeRequestTimeoutIsRefused(t *testing.T) {
-	_, err := Start(t.Context(), Config{ID: 1, Dir: t.TempDir(), Addr: freeAddr(t), Bootstrap: true, RequestTimeout: -time.Second})
+	_, err := Start(t.Context(), Config{ID: 1, Dir: t.TempDir(), Addr: freeAddr(t), Bootstrap: true, Insecure: true, RequestTimeout: -time.Second})
 	require.ErrorContains(t, err, "request timeout -1s: want a positive duration")
+}
+
+// TestStartRefusesWithoutCredentials: a frontend or a worker given no
+// credential (token, TLS files, auth file) refuses to start with
+// secure.ErrNoCredentials naming the flags, before it opens anything;
+// Insecure lets it start.
+func TestStartRefusesWithoutCredentials(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "fe")
+	_, err := Start(t.Context(), Config{ID: 1, Dir: dir, Addr: freeAddr(t), Bootstrap: true})
+	require.ErrorIs(t, err, secure.ErrNoCredentials)
+	require.ErrorContains(t, err, "-token, -tls-cert/-tls-key/-tls-ca or -auth-file")
+	_, statErr := os.Stat(dir)
+	require.ErrorIs(t, statErr, fs.ErrNotExist, "the refused frontend created its data dir")
+
+	_, err = worker.Start(worker.Config{ID: 11, Addr: freeAddr(t)})
+	require.ErrorIs(t, err, secure.ErrNoCredentials)
+	require.ErrorContains(t, err, "-token or -tls-cert/-tls-key/-tls-ca")
+	w, err := worker.Start(worker.Config{ID: 11, Addr: freeAddr(t), Insecure: true})
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	w, err = worker.Start(worker.Config{ID: 12, Addr: freeAddr(t), Token: "t"})
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
 }

@@ -44,6 +44,9 @@ type Config struct {
 	// and members talk mutual TLS. AuthFile names the client API tokens.
 	TLSCert, TLSKey, TLSCA string
 	AuthFile               string
+	// Insecure lets the frontend start with none of Token, the TLS files
+	// or AuthFile; without it Start refuses with secure.ErrNoCredentials.
+	Insecure bool
 
 	HeartbeatInterval  time.Duration // default 1 s
 	DeadAfter          int           // missed heartbeats; default 3
@@ -128,6 +131,10 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	case cfg.RequestTimeout < 0:
 		return nil, fmt.Errorf("request timeout %v: want a positive duration", cfg.RequestTimeout)
+	}
+	hasCredential := cfg.Token != "" || cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSCA != "" || cfg.AuthFile != ""
+	if err := secure.RequireCredentials(hasCredential, cfg.Insecure, "-token, -tls-cert/-tls-key/-tls-ca or -auth-file"); err != nil {
+		return nil, err
 	}
 	role := journal.RoleUnset
 	switch cfg.Role {

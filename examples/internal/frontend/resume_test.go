@@ -29,7 +29,7 @@ import (
 func TestWatchResumesFromEveryRetainedIndex(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	cfg := Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true,
+	cfg := Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Insecure: true,
 		CheckpointEntries: 1_000_000, CheckpointInterval: time.Hour, CompactMargin: 10, StaleAfter: time.Second}
 	f, err := Start(ctx, cfg)
 	require.NoError(t, err)

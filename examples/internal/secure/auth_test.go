@@ -147,3 +147,15 @@ func FuzzParseAuthFile(f *testing.F) {
 		}
 	})
 }
+
+// TestRequireCredentialsNamesTheFlags: without a credential and without
+// -insecure the refusal is ErrNoCredentials naming the flags; either one
+// lets the member start.
+func TestRequireCredentialsNamesTheFlags(t *testing.T) {
+	err := RequireCredentials(false, false, "-token or -tls-cert/-tls-key/-tls-ca")
+	require.ErrorIs(t, err, ErrNoCredentials)
+	require.Contains(t, err.Error(), "-token or -tls-cert/-tls-key/-tls-ca")
+	require.Contains(t, err.Error(), "-insecure")
+	require.NoError(t, RequireCredentials(true, false, "-token"))
+	require.NoError(t, RequireCredentials(false, true, "-token"))
+}

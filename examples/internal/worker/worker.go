@@ -37,7 +37,10 @@ type Config struct {
 	// speaks only TLS, and heartbeats and fragments need a member
 	// certificate from the CA (a heartbeat's naming its leader).
 	TLSCert, TLSKey, TLSCA string
-	Logger                 *slog.Logger
+	// Insecure lets the worker start with neither Token nor the TLS files;
+	// without it Start refuses with secure.ErrNoCredentials.
+	Insecure bool
+	Logger   *slog.Logger
 }
 
 // Worker is one running worker: a heartbeat responder feeding a cancel
@@ -59,12 +62,16 @@ func Start(cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	hasCredential := cfg.Token != "" || cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSCA != ""
+	if err := secure.RequireCredentials(hasCredential, cfg.Insecure, "-token or -tls-cert/-tls-key/-tls-ca"); err != nil {
+		return nil, err
+	}
 	files, err := secure.LoadTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSCA)
 	if err != nil {
 		return nil, fmt.Errorf("TLS: %w", err)
 	}
 	if files == nil && cfg.Token == "" {
-		cfg.Logger.Warn("neither -token nor -tls-*: any process that reaches the port can send heartbeats")
+		cfg.Logger.Warn("-insecure: neither -token nor -tls-*: any process that reaches the port can send heartbeats and fragments")
 	}
 	epoch := heartbeat.NewEpoch()
 	registry := cancel.New(cancel.Config{Logger: cfg.Logger})
