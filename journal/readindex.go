@@ -1,7 +1,9 @@
 package journal
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"runtime"
 	"sync"
@@ -41,9 +43,18 @@ import (
 // the next round depend on it as much as its own, which may all have
 // given up.
 
+// A round's request context is the run's prefix, drawn at random at Open,
+// and the round's number in the run. An answer releases a round only if it
+// carries the round's whole context: an answer to a round of an earlier run
+// of this node (delayed on the network, or confirmed by the leader after
+// the restart) names an index from before writes acknowledged meanwhile,
+// and round numbers start again at 1 in every run. etcd's request ids are
+// unique across restarts in the same way (idutil.Generator: member id and
+// start time).
+
 // readRound is one ReadIndex request and the callers riding it.
 type readRound struct {
-	id   uint64        // the ReadIndex request context
+	ctx  []byte        // the ReadIndex request context (readCtxLen bytes)
 	done chan struct{} // closed when index is set
 	// turn holds the hand-off of the round's sending, for one of its
 	// callers to take: put there by the raft loop, or by a sender that
@@ -55,7 +66,10 @@ type readRound struct {
 
 // readRounds is the node's round state, guarded by its mutex.
 type readRounds struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// run prefixes every round's request context: random, drawn once per
+	// Open (newRun), so that no two runs of the node share a context.
+	run      [8]byte
 	seq      uint64
 	inflight *readRound // sent, or about to be (gathering), not answered
 	// gathering: inflight is not sent yet, so a caller arriving now may
@@ -71,9 +85,22 @@ type readRounds struct {
 	sent atomic.Uint64 // sends, readable without the lock (tests, metrics)
 }
 
+// readCtxLen is the length of a round's request context: the run's prefix
+// and the round's number.
+const readCtxLen = 16
+
+// newRun draws the prefix of this run's request contexts.
+func (rr *readRounds) newRun() {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	_, _ = rand.Read(rr.run[:]) // crypto/rand.Read never fails (it crashes instead)
+}
+
 func (rr *readRounds) newRoundLocked() *readRound {
 	rr.seq++
-	return &readRound{id: rr.seq, done: make(chan struct{}), turn: make(chan struct{}, 1)}
+	ctx := make([]byte, 0, readCtxLen)
+	ctx = binary.BigEndian.AppendUint64(append(ctx, rr.run[:]...), rr.seq)
+	return &readRound{ctx: ctx, done: make(chan struct{}), turn: make(chan struct{}, 1)}
 }
 
 // join returns the round the caller rides, whether the caller must send it
@@ -132,15 +159,17 @@ func (rr *readRounds) countSendLocked() {
 	rr.sent.Add(1)
 }
 
-// answered resolves the round in flight if id is its request and hands
-// the next round, if callers wait for it, to one of them to gather and
-// send. The raft loop calls it.
-func (rr *readRounds) answered(id, index uint64) {
+// answered resolves the round in flight if ctx is its request context
+// and hands the next round, if callers wait for it, to one of them to
+// gather and send. The raft loop calls it.
+func (rr *readRounds) answered(ctx []byte, index uint64) {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	r := rr.inflight
-	if r == nil || r.id != id {
-		return // an answer to a resent round already answered
+	if r == nil || !bytes.Equal(r.ctx, ctx) {
+		// An answer to a resent round already answered, or to a round of
+		// an earlier run of this node.
+		return
 	}
 	r.index = index
 	close(r.done)
@@ -242,8 +271,7 @@ func (j *Journal) gatherRound(r *readRound) {
 // flight when ctx ends first: the callers still waiting send it again once
 // an election timeout passes.
 func (j *Journal) sendRound(ctx context.Context, r *readRound) error {
-	rctx := encodeReadCtx(r.id)
-	return j.do(ctx, func() { j.rn.ReadIndex(rctx) })
+	return j.do(ctx, func() { j.rn.ReadIndex(r.ctx) })
 }
 
 // readStates releases the rounds raft answered in a Ready, and hands the
@@ -263,19 +291,8 @@ func (j *Journal) readStates(states []raft.ReadState) {
 		floor = j.lastIndex
 	}
 	for _, rs := range states {
-		j.rounds.answered(decodeReadCtx(rs.RequestCtx), max(rs.Index, floor))
+		j.rounds.answered(rs.RequestCtx, max(rs.Index, floor))
 	}
-}
-
-func encodeReadCtx(id uint64) []byte {
-	return binary.BigEndian.AppendUint64(nil, id)
-}
-
-func decodeReadCtx(b []byte) uint64 {
-	if len(b) != 8 {
-		return 0
-	}
-	return binary.BigEndian.Uint64(b)
 }
 
 // soleVoter reports whether the membership has one voter, from which

@@ -153,7 +153,7 @@ func TestReadRoundsHandOff(t *testing.T) {
 	next := ride()
 	require.NotSame(t, a, next, "after the seal, callers wait for the next round")
 
-	rr.answered(a.id, 7)
+	rr.answered(a.ctx, 7)
 	<-a.done
 	require.Equal(t, uint64(7), a.index)
 	select {
@@ -170,11 +170,11 @@ func TestReadRoundsHandOff(t *testing.T) {
 	require.Equal(t, uint64(2), rr.sent.Load(), "a, then the hand-off of next")
 
 	// next goes unanswered: a caller that waited sends it again, sealed.
-	rr.answered(a.id, 9) // a late answer to a: ignored
+	rr.answered(a.ctx, 9) // a late answer to a: ignored
 	resent, _ := rr.stalled(seen)
 	require.Same(t, next, resent)
 	require.Same(t, after, ride(), "no caller rides a round sent before it arrived")
-	rr.answered(next.id, 11)
+	rr.answered(next.ctx, 11)
 	<-next.done
 	select {
 	case <-after.turn:
@@ -193,4 +193,35 @@ func TestReadRoundsHandOff(t *testing.T) {
 		t.Fatal("two turns for one round")
 	default:
 	}
+}
+
+// Every run of a node numbers its rounds from 1, under a prefix of its own:
+// the first rounds of two runs have different request contexts, and the
+// answer to one does not release the other.
+func TestReadRoundsOfTwoRunsNeverShareAnAnswer(t *testing.T) {
+	var before, after readRounds
+	before.newRun()
+	after.newRun()
+	old, send, _ := before.join()
+	require.True(t, send)
+	cur, send, _ := after.join()
+	require.True(t, send)
+	require.Len(t, cur.ctx, readCtxLen)
+	require.NotEqual(t, old.ctx, cur.ctx, "round 1 of two runs")
+
+	after.answered(old.ctx, 6)
+	select {
+	case <-cur.done:
+		t.Fatal("the answer to the previous run's round 1 released this run's round 1")
+	default:
+	}
+	after.answered(removalProbeCtx, 6)
+	select {
+	case <-cur.done:
+		t.Fatal("the answer to a removal probe released a round")
+	default:
+	}
+	after.answered(cur.ctx, 7)
+	<-cur.done
+	require.Equal(t, uint64(7), cur.index)
 }

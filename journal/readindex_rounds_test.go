@@ -1,0 +1,153 @@
+package journal_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/journaltest"
+)
+
+// spyTransport wraps a node's transport: it keeps the Receiver the journal
+// hands to Start, so that a test can deliver a message the network would
+// have delivered late, and the request context of the last ReadIndex the
+// node sent.
+type spyTransport struct {
+	journal.Transport
+	mu      sync.Mutex
+	recv    journal.Receiver
+	readCtx []byte
+}
+
+func (s *spyTransport) Start(local uint64, r journal.Receiver) error {
+	s.mu.Lock()
+	s.recv = r
+	s.mu.Unlock()
+	return s.Transport.Start(local, r)
+}
+
+func (s *spyTransport) Send(msgs []*raftpb.Message) {
+	s.mu.Lock()
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MsgReadIndex {
+			s.readCtx = append([]byte(nil), m.GetEntries()[0].GetData()...)
+		}
+	}
+	s.mu.Unlock()
+	s.Transport.Send(msgs)
+}
+
+func (s *spyTransport) lastReadCtx() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.readCtx
+}
+
+func (s *spyTransport) receiver() journal.Receiver {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.recv
+}
+
+// spies wraps every node's transport, a fresh one at each Open, and keeps
+// the latest by node id.
+type spies struct {
+	mu sync.Mutex
+	by map[uint64]*spyTransport
+}
+
+func (s *spies) configure(cfg *journal.Config) {
+	sp := &spyTransport{Transport: cfg.Transport}
+	cfg.Transport = sp
+	s.mu.Lock()
+	s.by[cfg.ID] = sp
+	s.mu.Unlock()
+}
+
+func (s *spies) of(id uint64) *spyTransport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.by[id]
+}
+
+// barrierResult is what a ReadBarrier returned, and whether the state
+// machine held the awaited entry at that moment.
+type barrierResult struct {
+	err     error
+	covered bool
+}
+
+// barrierCovers runs a ReadBarrier on j and reports, at its return,
+// whether sm had applied index want.
+func barrierCovers(ctx context.Context, j *journal.Journal, sm *journaltest.Recorder, want uint64) <-chan barrierResult {
+	out := make(chan barrierResult, 1)
+	go func() {
+		err := j.ReadBarrier(ctx)
+		out <- barrierResult{err: err, covered: sm.LastIndex() >= want}
+	}()
+	return out
+}
+
+// A follower restarted while a leader's answer to a ReadIndex of its
+// previous run is still on the way does not take that answer for one of
+// its new rounds: the answer (an index from before a write the cluster
+// acknowledged while the follower was down) arrives while the new round
+// is in flight, and the barrier still returns only once the write is
+// applied.
+func TestReadBarrierIgnoresAnswersMeantForAPreviousRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sp := &spies{by: map[uint64]*spyTransport{}}
+		c := journaltest.NewCluster(t, journaltest.Options{
+			Voters: 3,
+			Configure: func(cfg *journal.Config) {
+				cfg.StaleAfter = time.Hour
+				sp.configure(cfg)
+			},
+		})
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		leader, err := c.WaitLeader(ctx)
+		require.NoError(t, err)
+		f := leader%3 + 1
+
+		// The previous run's round, and the index its answer carries.
+		require.NoError(t, c.Node(f).Journal().ReadBarrier(ctx))
+		oldCtx := sp.of(f).lastReadCtx()
+		require.NotEmpty(t, oldCtx, "the follower sent a ReadIndex")
+		oldIndex := c.Node(f).Journal().Status().Applied
+		require.NoError(t, c.Stop(f))
+
+		// A write acknowledged while the follower is down.
+		idx, _, err := c.Node(leader).Journal().Propose(ctx, []byte("while-down"))
+		require.NoError(t, err)
+		require.Greater(t, idx, oldIndex)
+
+		// The follower comes back cut off, so that its new round is not
+		// answered, and the old answer arrives.
+		c.Net.Isolate(f)
+		require.NoError(t, c.Restart(ctx, f))
+		n := c.Node(f)
+		sm := n.StateMachine().(*journaltest.Recorder)
+		require.Less(t, sm.LastIndex(), idx, "the restarted follower has not heard of the write")
+		res := barrierCovers(ctx, n.Journal(), sm, idx)
+		synctest.Wait()
+		term := c.Node(leader).Journal().Status().Term
+		late := &raftpb.Message{
+			Type: raftpb.MsgReadIndexResp.Enum(), From: new(leader), To: new(f), Term: new(term),
+			Index: new(oldIndex), Entries: []*raftpb.Entry{{Data: oldCtx}},
+		}
+		require.NoError(t, sp.of(f).receiver().Receive(ctx, []*raftpb.Message{late}))
+		synctest.Wait()
+
+		c.Net.Heal()
+		r := <-res
+		require.NoError(t, r.err)
+		require.True(t, r.covered, "the barrier returned before the follower applied index %d, acknowledged before the barrier began", idx)
+	})
+}
