@@ -69,6 +69,11 @@ func (j *Journal) run() {
 			// member would refuse each vote request.
 			if !j.removed.Load() {
 				j.rn.Tick()
+				// The read round in flight, if no caller sent it or its
+				// answer is overdue (readindex.go).
+				if ctx := j.rounds.tick(j.leader.Load() != 0, j.readResendTicks()); ctx != nil {
+					j.rn.ReadIndex(ctx)
+				}
 			}
 			if k := j.cfg.knobs; k != nil && k.ticked != nil {
 				k.ticked()

@@ -151,3 +151,71 @@ func TestReadBarrierIgnoresAnswersMeantForAPreviousRun(t *testing.T) {
 		require.True(t, r.covered, "the barrier returned before the follower applied index %d, acknowledged before the barrier began", idx)
 	})
 }
+
+// A barrier on a healthy cluster succeeds within a few round trips,
+// whatever happened to the rounds before it: one lost in a 30 ms
+// partition, or left unsent by callers whose context had ended. Twenty
+// barriers in a row, each with a deadline of half the election timeout,
+// all succeed on the leader and on a follower.
+func TestReadBarrierSucceedsAfterLostOrAbandonedRounds(t *testing.T) {
+	const (
+		tick          = 10 * time.Millisecond
+		electionTicks = 20
+		deadline      = electionTicks * tick / 2
+	)
+	causes := []struct {
+		name  string
+		cause func(t *testing.T, c *journaltest.Cluster, id uint64)
+	}{
+		{"partition", func(t *testing.T, c *journaltest.Cluster, id uint64) {
+			c.Net.Isolate(id)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+			defer cancel()
+			require.ErrorIs(t, c.Node(id).Journal().ReadBarrier(ctx), context.DeadlineExceeded)
+			c.Net.Heal()
+		}},
+		{"ended-context", func(t *testing.T, c *journaltest.Cluster, id uint64) {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			for range 5 {
+				require.ErrorIs(t, c.Node(id).Journal().ReadBarrier(ctx), context.Canceled)
+			}
+		}},
+	}
+	for _, cause := range causes {
+		for _, via := range []string{"leader", "follower"} {
+			t.Run(cause.name+"/via="+via, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					c := journaltest.NewCluster(t, journaltest.Options{
+						Voters: 3, TickInterval: tick, ElectionTicks: electionTicks,
+						Configure: func(cfg *journal.Config) { cfg.StaleAfter = time.Hour },
+					})
+					ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+					defer cancel()
+					leader, err := c.WaitLeader(ctx)
+					require.NoError(t, err)
+					id := leader
+					if via == "follower" {
+						id = leader%3 + 1
+					}
+					require.NoError(t, c.Node(id).Journal().ReadBarrier(ctx))
+					cause.cause(t, c, id)
+					synctest.Wait()
+					now, err := c.WaitLeader(ctx)
+					require.NoError(t, err)
+					require.Equal(t, leader, now, "the cluster kept its leader")
+
+					ok := 0
+					for range 20 {
+						bctx, bcancel := context.WithTimeout(t.Context(), deadline)
+						if c.Node(id).Journal().ReadBarrier(bctx) == nil {
+							ok++
+						}
+						bcancel()
+					}
+					require.Equal(t, 20, ok, "barriers with a deadline of %v that succeeded", deadline)
+				})
+			})
+		}
+	}
+}
