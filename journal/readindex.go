@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
 )
@@ -324,32 +325,38 @@ func (j *Journal) sendRound(ctx context.Context, r *readRound) error {
 	})
 }
 
-// readStates releases the rounds raft answered in a Ready, and hands the
-// next round to its callers, on the raft loop.
-//
-// A leader that is the only voter answers a ReadIndex at once with its
-// commit index, even before it has committed an entry in its term; after
-// a restart that index can be below entries applied and acknowledged
-// before it (the commit index on disk may lag the log). Every entry in
-// such a leader's log commits, so its rounds wait for its last index too.
-func (j *Journal) readStates(states []raft.ReadState) {
-	if len(states) == 0 {
-		return
-	}
-	var floor uint64
-	if j.state.Load() == uint32(raft.StateLeader) && j.soleVoter() {
-		floor = j.lastIndex
-	}
+// A ReadIndex answer must be at least every write acknowledged before the
+// request; raft's answer is its leader's commit index. A leader's commit
+// index can lag such writes when it takes the lead, and raft's remedy is
+// to answer no ReadIndex before the leader has committed an entry of its
+// own term. But a leader that is the only voter answers at once, with the
+// commit index it restarted with; and a commit-only HardState is written
+// without an fsync (raft's MustSync: a quorum can rebuild it), so after a
+// power cut that index can be below writes the node applied and
+// acknowledged, which nothing but the node's own next commit rebuilds. So
+// a leader raises every answer it gives, its own rounds' and those it
+// sends to a follower or an observer, to at least readFloor, its last
+// index when it took the lead: every write acknowledged before then is at
+// or below it, and every entry of a leader's log commits while it leads,
+// so the answer waits for nothing that does not come. Once the leader has
+// committed an entry of its term the raise changes nothing: raft's answers
+// are then at least the floor. Syncing every commit-only HardState instead
+// would cost an fsync a write.
+
+// readStates releases the rounds raft answered in a Ready, each at least
+// at floor (the readFloor of the leadership that answered it; 0 for the
+// answers of another leader), and hands the next round to its callers, on
+// the raft loop.
+func (j *Journal) readStates(states []raft.ReadState, floor uint64) {
 	for _, rs := range states {
 		j.rounds.answered(rs.RequestCtx, max(rs.Index, floor))
 	}
 }
 
-// soleVoter reports whether the membership has one voter, from which
-// raft's configuration is built; raft's own Status would copy every
-// peer's progress at each round.
-func (j *Journal) soleVoter() bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return len(j.mu.membership.Voters) == 1
+// raiseReadIndex raises a ReadIndex answer to another node to at least
+// floor.
+func raiseReadIndex(m *raftpb.Message, floor uint64) {
+	if m.GetIndex() < floor {
+		m.Index = new(floor)
+	}
 }
