@@ -63,7 +63,7 @@ type readRound struct {
 	// callers to take: put there by the raft loop, or by a sender that
 	// could not send (passTurn).
 	turn   chan struct{}
-	index  uint64 // the leader's commit index as of the request
+	index  uint64 // the answer: the leader's commit index as of the request, or its readFloor
 	riders int    // the callers that joined it; guarded by readRounds.mu
 	// The round's sending, guarded by readRounds.mu: whether it was sent,
 	// the raft tick (readRounds.ticks) it was last sent at, or, while
