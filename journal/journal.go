@@ -111,6 +111,10 @@ type Journal struct {
 	// is lastIndex lowered by the appends and snapshots stepped since,
 	// which may have cut the log's tail (loop goroutine only).
 	lastIndex, logBound uint64
+	// readFloor is the lowest index this node answers a ReadIndex with
+	// while it leads: its last index when it took the lead (0 while it
+	// does not lead; loop goroutine only; readindex.go).
+	readFloor uint64
 
 	// Written by the applier.
 	applied atomic.Uint64

@@ -69,6 +69,11 @@ func (j *Journal) run() {
 			// member would refuse each vote request.
 			if !j.removed.Load() {
 				j.rn.Tick()
+				// The read round in flight, if no caller sent it or its
+				// answer is overdue (readindex.go).
+				if ctx := j.rounds.tick(j.leader.Load() != 0, j.readResendTicks()); ctx != nil {
+					j.rn.ReadIndex(ctx)
+				}
 			}
 			if k := j.cfg.knobs; k != nil && k.ticked != nil {
 				k.ticked()
@@ -392,9 +397,13 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 	}
 	j.logBound = j.lastIndex
 	j.lastIndexPub.Store(j.lastIndex)
+	// The ReadIndex answers of this Ready were made under the leadership
+	// it starts or under the one it ends (readindex.go).
+	floor := j.readFloor
 	if rd.SoftState != nil {
 		j.setSoftState(rd.SoftState.Lead, rd.SoftState.RaftState)
 	}
+	floor = max(floor, j.readFloor)
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		if t := rd.HardState.GetTerm(); t != j.term.Swap(t) {
 			j.notifyLeadership()
@@ -411,11 +420,14 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 		case raft.LocalApplyThread:
 			apply = m
 		default:
+			if m.GetType() == raftpb.MsgReadIndexResp {
+				raiseReadIndex(m, floor)
+			}
 			out = append(out, m)
 		}
 	}
 	// Linearizable reads whose index is now known.
-	j.readStates(rd.ReadStates)
+	j.readStates(rd.ReadStates, floor)
 	if apply != nil {
 		if err := j.handOff(apply.GetEntries(), nil); err != nil {
 			return err
@@ -488,6 +500,10 @@ func (j *Journal) setSoftState(lead uint64, st raft.StateType) {
 	}
 	if raft.StateType(j.state.Swap(uint32(st))) != st {
 		changed = true
+		j.readFloor = 0
+		if st == raft.StateLeader {
+			j.readFloor = j.lastIndex
+		}
 	}
 	if changed {
 		j.confQueue = nil

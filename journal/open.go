@@ -93,6 +93,7 @@ func newJournal(cfg Config) (*Journal, error) {
 	}
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.commitCh = make(chan struct{})
+	j.rounds.newRun()
 	j.stamps = newStampClock(cfg.Clock)
 	j.space = newSpaceGuard(fs, cfg.Dir, cfg.ReserveBytes, cfg.BallastBytes, j.log)
 	if err := j.space.check(); err != nil {

@@ -1,13 +1,16 @@
 package journal
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"runtime"
 	"sync"
 	"sync/atomic"
 
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
 )
@@ -33,81 +36,129 @@ import (
 // each caller waiting two rounds (BenchmarkReadBarrier's reads/round).
 //
 // A sender whose context ends before the raft loop takes its round passes
-// the sending on to another caller of the round. A round whose answer does
-// not come (no leader, a lost message), or that no caller is left to
-// send, is sent again, under the same request context (which raft
-// deduplicates), by the first caller, of this round or of the next, to
-// wait an election timeout without any round being sent: the callers of
-// the next round depend on it as much as its own, which may all have
-// given up.
+// the sending on to another caller of the round. The raft loop keeps the
+// round in flight moving at its ticks (readRounds.tick), so that a lost or
+// abandoned round never holds back the callers of the next one, whose
+// deadlines may all be shorter than any wait for a caller of its own: a
+// round no caller sent within readUnsentTicks it sends itself, and a sent
+// round left unanswered for readResendTicks (a lost request or answer, a
+// leader that changed) it sends again under the same request context,
+// while a leader is known. The answer to any copy releases the round, and
+// the others match nothing.
+
+// A round's request context is the run's prefix, drawn at random at Open,
+// and the round's number in the run. An answer releases a round only if it
+// carries the round's whole context: an answer to a round of an earlier run
+// of this node (delayed on the network, or confirmed by the leader after
+// the restart) names an index from before writes acknowledged meanwhile,
+// and round numbers start again at 1 in every run. etcd's request ids are
+// unique across restarts in the same way (idutil.Generator: member id and
+// start time).
 
 // readRound is one ReadIndex request and the callers riding it.
 type readRound struct {
-	id   uint64        // the ReadIndex request context
+	ctx  []byte        // the ReadIndex request context (readCtxLen bytes)
 	done chan struct{} // closed when index is set
 	// turn holds the hand-off of the round's sending, for one of its
 	// callers to take: put there by the raft loop, or by a sender that
 	// could not send (passTurn).
 	turn   chan struct{}
-	index  uint64 // the leader's commit index as of the request
+	index  uint64 // the answer: the leader's commit index as of the request, or its readFloor
 	riders int    // the callers that joined it; guarded by readRounds.mu
+	// The round's sending, guarded by readRounds.mu: whether it was sent,
+	// the raft tick (readRounds.ticks) it was last sent at, or, while
+	// unsent, the tick it went in flight at.
+	sent bool
+	at   uint64
 }
 
 // readRounds is the node's round state, guarded by its mutex.
 type readRounds struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// run prefixes every round's request context: random, drawn once per
+	// Open (newRun), so that no two runs of the node share a context.
+	run      [8]byte
 	seq      uint64
 	inflight *readRound // sent, or about to be (gathering), not answered
 	// gathering: inflight is not sent yet, so a caller arriving now may
 	// ride it.
 	gathering bool
 	next      *readRound // waiting for inflight to be answered; not sent
-	sends     uint64     // rounds sent so far, resends included
+	ticks     uint64     // raft ticks so far (tick)
 	// lastRiders is how many callers the last answered round had: with
 	// one, the callers come one at a time and a round is sent without
 	// waiting for company.
 	lastRiders int
 
-	sent atomic.Uint64 // sends, readable without the lock (tests, metrics)
+	sent atomic.Uint64 // rounds sent so far, resends included (tests, metrics)
+}
+
+// readCtxLen is the length of a round's request context: the run's prefix
+// and the round's number.
+const readCtxLen = 16
+
+// newRun draws the prefix of this run's request contexts.
+func (rr *readRounds) newRun() {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	_, _ = rand.Read(rr.run[:]) // crypto/rand.Read never fails (it crashes instead)
 }
 
 func (rr *readRounds) newRoundLocked() *readRound {
 	rr.seq++
-	return &readRound{id: rr.seq, done: make(chan struct{}), turn: make(chan struct{}, 1)}
+	ctx := make([]byte, 0, readCtxLen)
+	ctx = binary.BigEndian.AppendUint64(append(ctx, rr.run[:]...), rr.seq)
+	return &readRound{ctx: ctx, done: make(chan struct{}), turn: make(chan struct{}, 1)}
 }
 
-// join returns the round the caller rides, whether the caller must send it
-// (no round was in flight: the caller gathers it, then seals and sends
-// it), and the send count it saw.
-func (rr *readRounds) join() (r *readRound, send bool, sends uint64) {
+// join returns the round the caller rides, and whether the caller must
+// send it (no round was in flight: the caller gathers it, then seals and
+// sends it).
+func (rr *readRounds) join() (r *readRound, send bool) {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	if rr.inflight == nil {
 		rr.inflight = rr.newRoundLocked()
+		rr.inflight.at = rr.ticks
 		rr.gathering = true
 		rr.inflight.riders++
-		rr.countSendLocked()
-		return rr.inflight, true, rr.sends
+		return rr.inflight, true
 	}
 	if rr.gathering {
 		rr.inflight.riders++
-		return rr.inflight, false, rr.sends
+		return rr.inflight, false
 	}
 	if rr.next == nil {
 		rr.next = rr.newRoundLocked()
 	}
 	rr.next.riders++
-	return rr.next, false, rr.sends
+	return rr.next, false
 }
 
 // seal ends the gathering of round r, about to be sent: the callers that
-// arrive from now on ride the next round.
-func (rr *readRounds) seal(r *readRound) {
+// arrive from now on ride the next round. It reports whether r still needs
+// sending: false once the raft loop sent it (tick) or it was answered.
+func (rr *readRounds) seal(r *readRound) bool {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
-	if rr.inflight == r {
-		rr.gathering = false
+	if rr.inflight != r {
+		return false
 	}
+	rr.gathering = false
+	return !r.sent
+}
+
+// markSent records that the raft loop handed round r to raft; the loop
+// calls it.
+func (rr *readRounds) markSent(r *readRound) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	rr.markSentLocked(r)
+}
+
+func (rr *readRounds) markSentLocked(r *readRound) {
+	r.sent, r.at = true, rr.ticks
+	rr.sent.Add(1)
 }
 
 // passTurn hands the sending of r, which its sender could not send, to
@@ -127,20 +178,17 @@ func (rr *readRounds) riders(r *readRound) (n int, busy bool) {
 	return r.riders, rr.lastRiders > 1
 }
 
-func (rr *readRounds) countSendLocked() {
-	rr.sends++
-	rr.sent.Add(1)
-}
-
-// answered resolves the round in flight if id is its request and hands
-// the next round, if callers wait for it, to one of them to gather and
-// send. The raft loop calls it.
-func (rr *readRounds) answered(id, index uint64) {
+// answered resolves the round in flight if ctx is its request context
+// and hands the next round, if callers wait for it, to one of them to
+// gather and send. The raft loop calls it.
+func (rr *readRounds) answered(ctx []byte, index uint64) {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	r := rr.inflight
-	if r == nil || r.id != id {
-		return // an answer to a resent round already answered
+	if r == nil || !bytes.Equal(r.ctx, ctx) {
+		// An answer to a resent round already answered, or to a round of
+		// an earlier run of this node.
+		return
 	}
 	r.index = index
 	close(r.done)
@@ -148,45 +196,79 @@ func (rr *readRounds) answered(id, index uint64) {
 	rr.inflight, rr.next = rr.next, nil
 	rr.gathering = rr.inflight != nil
 	if n := rr.inflight; n != nil {
-		rr.countSendLocked()
+		n.at = rr.ticks
 		n.turn <- struct{}{} // never blocks: the round's only hand-off
 	}
 }
 
-// stalled is called by a caller that waited an election timeout since it
-// saw seen sends. If no round was sent meanwhile, the round in flight (which
-// need not be the caller's: it may ride the next) went unanswered, and the
-// caller must send it again; stalled returns it, and the send count.
-func (rr *readRounds) stalled(seen uint64) (*readRound, uint64) {
+// Ticks after which the raft loop sends the round in flight itself: one
+// that no caller sent (its sender's context ended, or no caller took the
+// hand-off), and one sent but not answered. A caller gathers and sends a
+// round within microseconds, so two ticks (at least one whole tick) mean
+// that none will; a leader answers a ReadIndex after one heartbeat round
+// trip, so an answer missing after two heartbeat intervals was lost (or
+// its leader is gone).
+const readUnsentTicks = 2
+
+func (j *Journal) readResendTicks() uint64 {
+	return max(2, 2*uint64(j.cfg.HeartbeatTicks))
+}
+
+// tick counts a raft tick and returns the request context of the round in
+// flight if the raft loop must send it now (see readUnsentTicks): unsent
+// for readUnsentTicks, or sent and unanswered for resendTicks. Without a
+// known leader it returns nil: raft would drop the request, and the round
+// goes out at the first tick that knows one. The raft loop calls it and
+// sends what it returns; the round then counts as sent (sealed: no caller
+// arriving later rides it).
+func (rr *readRounds) tick(leaderKnown bool, resendTicks uint64) []byte {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
-	if rr.inflight == nil || rr.sends != seen {
-		return nil, rr.sends
+	rr.ticks++
+	r := rr.inflight
+	if r == nil || !leaderKnown {
+		return nil
 	}
-	rr.gathering = false // sent now, whoever holds its hand-off
-	rr.countSendLocked()
-	return rr.inflight, rr.sends
+	wait := resendTicks
+	if !r.sent {
+		wait = readUnsentTicks
+	}
+	if rr.ticks-r.at < wait {
+		return nil
+	}
+	rr.gathering = false
+	rr.markSentLocked(r)
+	return r.ctx
 }
 
 // ReadBarrier makes the next local reads linearizable: it learns the
 // leader's commit index through a ReadIndex issued after the call began
 // (raft ReadIndex; works on followers and observers), shared with the
-// concurrent callers, and waits until this node has applied it. Without a
-// leader the round is sent again every election timeout until ctx ends
-// (the error then wraps ErrNoLeader). A node that knows it was removed
-// fails with ErrRemoved: no member answers it any more.
+// concurrent callers, and waits until this node has applied it. A round
+// that goes unanswered (a lost message, no leader) is sent again every two
+// heartbeat intervals once a leader is known, until ctx ends (the error
+// then wraps ErrNoLeader if no leader is known). A node that knows it was
+// removed fails with ErrRemoved: no member answers it any more.
 func (j *Journal) ReadBarrier(ctx context.Context) error {
 	defer j.observeReadBarrier(j.cfg.Clock.Now())
 	if err := j.removedErr(); err != nil {
 		return operr.Errorf("journal: read barrier: %w", err)
 	}
-	r, send, seen := j.rounds.join()
-	retry, stop := j.cfg.Clock.NewTicker(j.electionTimeout())
+	if ctx.Err() != nil {
+		// Joining would only add a caller that never waits.
+		return operr.Errorf("journal: read barrier: %w", j.ctxErr(ctx, nil))
+	}
+	r, send := j.rounds.join()
+	// A removal is learnt from a refused message, without waking the
+	// callers: they look every election timeout.
+	removal, stop := j.cfg.Clock.NewTicker(j.electionTimeout())
 	defer stop()
 	for {
 		if send {
 			send = false
-			j.gatherRound(r)
+			if !j.gatherRound(r) {
+				continue // sent by the raft loop meanwhile
+			}
 			if err := j.sendRound(ctx, r); err != nil {
 				r.passTurn()
 				return operr.Errorf("journal: read barrier: %w", err)
@@ -197,15 +279,9 @@ func (j *Journal) ReadBarrier(ctx context.Context) error {
 			return j.WaitApplied(ctx, r.index)
 		case <-r.turn:
 			send = true // the raft loop handed the round's sending to this caller
-		case <-retry:
+		case <-removal:
 			if err := j.removedErr(); err != nil {
 				return operr.Errorf("journal: read barrier: %w", err)
-			}
-			var again *readRound
-			if again, seen = j.rounds.stalled(seen); again != nil {
-				if err := j.sendRound(ctx, again); err != nil {
-					return operr.Errorf("journal: read barrier: %w", err)
-				}
 			}
 		case <-ctx.Done():
 			return operr.Errorf("journal: read barrier: %w", j.ctxErr(ctx, nil))
@@ -224,8 +300,9 @@ const gatherYields = 4
 // seals and sends it: it yields while each yield brings more of them. The
 // callers a round releases call again at once, and without it the first
 // of them would send a round alone and the rest would wait for the next.
-// While rounds have one caller each, it sends at once.
-func (j *Journal) gatherRound(r *readRound) {
+// While rounds have one caller each, it sends at once. It reports whether
+// r still needs sending (seal).
+func (j *Journal) gatherRound(r *readRound) bool {
 	seen, busy := j.rounds.riders(r)
 	for i := 0; busy && i < gatherYields; i++ {
 		runtime.Gosched()
@@ -235,54 +312,51 @@ func (j *Journal) gatherRound(r *readRound) {
 		}
 		seen = n
 	}
-	j.rounds.seal(r)
+	return j.rounds.seal(r)
 }
 
 // sendRound hands round r's ReadIndex to the raft loop. The round stays in
-// flight when ctx ends first: the callers still waiting send it again once
-// an election timeout passes.
+// flight when ctx ends first: another caller, or the raft loop at its
+// ticks, sends it.
 func (j *Journal) sendRound(ctx context.Context, r *readRound) error {
-	rctx := encodeReadCtx(r.id)
-	return j.do(ctx, func() { j.rn.ReadIndex(rctx) })
+	return j.do(ctx, func() {
+		j.rn.ReadIndex(r.ctx)
+		j.rounds.markSent(r)
+	})
 }
 
-// readStates releases the rounds raft answered in a Ready, and hands the
-// next round to its callers, on the raft loop.
-//
-// A leader that is the only voter answers a ReadIndex at once with its
-// commit index, even before it has committed an entry in its term; after
-// a restart that index can be below entries applied and acknowledged
-// before it (the commit index on disk may lag the log). Every entry in
-// such a leader's log commits, so its rounds wait for its last index too.
-func (j *Journal) readStates(states []raft.ReadState) {
-	if len(states) == 0 {
-		return
-	}
-	var floor uint64
-	if j.state.Load() == uint32(raft.StateLeader) && j.soleVoter() {
-		floor = j.lastIndex
-	}
+// A ReadIndex answer must be at least every write acknowledged before the
+// request; raft's answer is its leader's commit index. A leader's commit
+// index can lag such writes when it takes the lead, and raft's remedy is
+// to answer no ReadIndex before the leader has committed an entry of its
+// own term. But a leader that is the only voter answers at once, with the
+// commit index it restarted with; and a commit-only HardState is written
+// without an fsync (raft's MustSync: a quorum can rebuild it), so after a
+// power cut that index can be below writes the node applied and
+// acknowledged, which nothing but the node's own next commit rebuilds. So
+// a leader raises every answer it gives, its own rounds' and those it
+// sends to a follower or an observer, to at least readFloor, its last
+// index when it took the lead: every write acknowledged before then is at
+// or below it, and every entry of a leader's log commits while it leads,
+// so the answer waits for nothing that does not come. Once the leader has
+// committed an entry of its term the raise changes nothing: raft's answers
+// are then at least the floor. Syncing every commit-only HardState instead
+// would cost an fsync a write.
+
+// readStates releases the rounds raft answered in a Ready, each at least
+// at floor (the readFloor of the leadership that answered it; 0 for the
+// answers of another leader), and hands the next round to its callers, on
+// the raft loop.
+func (j *Journal) readStates(states []raft.ReadState, floor uint64) {
 	for _, rs := range states {
-		j.rounds.answered(decodeReadCtx(rs.RequestCtx), max(rs.Index, floor))
+		j.rounds.answered(rs.RequestCtx, max(rs.Index, floor))
 	}
 }
 
-func encodeReadCtx(id uint64) []byte {
-	return binary.BigEndian.AppendUint64(nil, id)
-}
-
-func decodeReadCtx(b []byte) uint64 {
-	if len(b) != 8 {
-		return 0
+// raiseReadIndex raises a ReadIndex answer to another node to at least
+// floor.
+func raiseReadIndex(m *raftpb.Message, floor uint64) {
+	if m.GetIndex() < floor {
+		m.Index = new(floor)
 	}
-	return binary.BigEndian.Uint64(b)
-}
-
-// soleVoter reports whether the membership has one voter, from which
-// raft's configuration is built; raft's own Status would copy every
-// peer's progress at each round.
-func (j *Journal) soleVoter() bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return len(j.mu.membership.Voters) == 1
 }

@@ -135,25 +135,39 @@ func TestReadBarrierLeaderLossAndContext(t *testing.T) {
 // TestReadRoundsHandOff drives the round state alone: callers ride a round
 // until it is sealed for sending; the round that waited behind an answered
 // one is handed to its callers, and the callers the answer released ride
-// it while it gathers instead of waiting for the one after; a stalled
-// round that is sent again is sealed, so that no caller rides a round sent
+// it while it gathers instead of waiting for the one after; a round left
+// unanswered is sent again at the raft loop's ticks, and a round no caller
+// sends is sent by the loop, sealed, so that no caller rides a round sent
 // before it arrived.
 func TestReadRoundsHandOff(t *testing.T) {
+	const resend = 4
 	var rr readRounds
+	rr.newRun()
 	// ride joins a caller that must not send, and returns its round.
 	ride := func() *readRound {
-		r, send, _ := rr.join()
+		r, send := rr.join()
 		require.False(t, send)
 		return r
 	}
-	a, send, _ := rr.join()
+	// ticks runs n raft ticks with a leader known and returns what the
+	// loop had to send.
+	ticks := func(n int) (out [][]byte) {
+		for range n {
+			if ctx := rr.tick(true, resend); ctx != nil {
+				out = append(out, ctx)
+			}
+		}
+		return out
+	}
+	a, send := rr.join()
 	require.True(t, send, "the first caller sends")
 	require.Same(t, a, ride(), "a caller arriving while the round gathers rides it")
-	rr.seal(a)
+	require.True(t, rr.seal(a), "a sealed round still to send")
+	rr.markSent(a)
 	next := ride()
 	require.NotSame(t, a, next, "after the seal, callers wait for the next round")
 
-	rr.answered(a.id, 7)
+	rr.answered(a.ctx, 7)
 	<-a.done
 	require.Equal(t, uint64(7), a.index)
 	select {
@@ -161,20 +175,23 @@ func TestReadRoundsHandOff(t *testing.T) {
 	default:
 		t.Fatal("the waiting round was not handed to its callers")
 	}
-	again, send, seen := rr.join()
+	again, send := rr.join()
 	require.False(t, send)
 	require.Same(t, next, again, "a released caller rides the handed-off round while it gathers")
-	rr.seal(next)
+	require.True(t, rr.seal(next))
+	rr.markSent(next)
 	after := ride()
 	require.NotSame(t, next, after)
 	require.Equal(t, uint64(2), rr.sent.Load(), "a, then the hand-off of next")
 
-	// next goes unanswered: a caller that waited sends it again, sealed.
-	rr.answered(a.id, 9) // a late answer to a: ignored
-	resent, _ := rr.stalled(seen)
-	require.Same(t, next, resent)
-	require.Same(t, after, ride(), "no caller rides a round sent before it arrived")
-	rr.answered(next.id, 11)
+	// next goes unanswered: the loop sends it again once resend ticks
+	// passed, and again after as many more; never without a leader.
+	rr.answered(a.ctx, 9) // a late answer to a: ignored
+	require.Nil(t, rr.tick(false, resend), "no leader known: nothing to send")
+	require.Equal(t, [][]byte{next.ctx}, ticks(resend-1))
+	require.Equal(t, [][]byte{next.ctx}, ticks(resend))
+	require.Same(t, after, ride(), "callers still ride the round after")
+	rr.answered(next.ctx, 11)
 	<-next.done
 	select {
 	case <-after.turn:
@@ -182,6 +199,13 @@ func TestReadRoundsHandOff(t *testing.T) {
 		t.Fatal("the round after was not handed off")
 	}
 	require.Equal(t, 2, rr.lastRiders, "next carried its own caller and a released one")
+
+	// No caller takes the hand-off of after (they all left): the loop
+	// sends it, sealed, within readUnsentTicks; a caller taking the turn
+	// afterwards does not send it again.
+	require.Equal(t, [][]byte{after.ctx}, ticks(readUnsentTicks))
+	require.NotSame(t, after, ride(), "no caller rides a round the loop sent")
+	require.False(t, rr.seal(after), "a round the loop sent needs no sender")
 
 	// A sender that could not send passes its turn on, without blocking
 	// when a turn is already there: one turn at most.
@@ -193,4 +217,35 @@ func TestReadRoundsHandOff(t *testing.T) {
 		t.Fatal("two turns for one round")
 	default:
 	}
+}
+
+// Every run of a node numbers its rounds from 1, under a prefix of its own:
+// the first rounds of two runs have different request contexts, and the
+// answer to one does not release the other.
+func TestReadRoundsOfTwoRunsNeverShareAnAnswer(t *testing.T) {
+	var before, after readRounds
+	before.newRun()
+	after.newRun()
+	old, send := before.join()
+	require.True(t, send)
+	cur, send := after.join()
+	require.True(t, send)
+	require.Len(t, cur.ctx, readCtxLen)
+	require.NotEqual(t, old.ctx, cur.ctx, "round 1 of two runs")
+
+	after.answered(old.ctx, 6)
+	select {
+	case <-cur.done:
+		t.Fatal("the answer to the previous run's round 1 released this run's round 1")
+	default:
+	}
+	after.answered(removalProbeCtx, 6)
+	select {
+	case <-cur.done:
+		t.Fatal("the answer to a removal probe released a round")
+	default:
+	}
+	after.answered(cur.ctx, 7)
+	<-cur.done
+	require.Equal(t, uint64(7), cur.index)
 }

@@ -12,7 +12,7 @@ import "context"
 // for the leader. A member refuses a removed node's messages with
 // ErrRemoved, and the transport's report sets Status().Removed; a leader
 // that still counts the observer answers it, and the answer matches no
-// read round (round ids start at 1) and is dropped.
+// read round (its context is shorter than every round's) and is dropped.
 
 // probeRemoval runs the probes until the journal stops.
 func (j *Journal) probeRemoval() {
@@ -28,11 +28,11 @@ func (j *Journal) probeRemoval() {
 func (j *Journal) sendRemovalProbe() {
 	ctx, cancel := j.untilStop(context.Background(), j.electionTimeout())
 	defer cancel()
-	if err := j.do(ctx, func() { j.rn.ReadIndex(encodeReadCtx(removalProbeRound)) }); err != nil {
+	if err := j.do(ctx, func() { j.rn.ReadIndex(removalProbeCtx) }); err != nil {
 		j.log.Debug("removal probe not sent", "err", err)
 	}
 }
 
-// removalProbeRound is the request context of a removal probe: no read
-// round has it.
-const removalProbeRound = 0
+// removalProbeCtx is the request context of a removal probe: no read
+// round has it (a round's is readCtxLen bytes long).
+var removalProbeCtx = []byte("probe")
