@@ -161,6 +161,9 @@ type state struct {
 	hints []idHint // one a page of pages (idhint.go)
 
 	arena arena
+	// size is the sum of the live nodes' sizes as replicated decisions
+	// count them (nodeSize): Usage.Bytes reads it.
+	size int64
 
 	kids kidPool
 	// paths finds a child by name (pathindex.go): the lists find it by
@@ -213,6 +216,7 @@ func newState() *state {
 	ref, n := s.arena.put(b)
 	*s.at(slot) = rec{id: rootID, blob: ref, blen: n}
 	s.setSlotOf(rootID, slot)
+	s.size = int64(len(b)) // no attributes: the blob is the canonical form
 	return s
 }
 
@@ -572,4 +576,40 @@ func decodeBlob(blob []byte, keys []string, n *Node) {
 			n.Attrs[keys[k]] = decodeValue(v)
 		}
 	}
+}
+
+// A node's size, as every replicated decision counts it (the bound on a
+// node, maxBlobBytes, and Usage.Bytes), is the length of its name and
+// attributes in a canonical encoding: its blob with each attribute key
+// written as the key's name (uvarint length, then the bytes) instead of the
+// tree's number for it. Key numbers are local: a tree numbers keys in the
+// order it first meets them (a batch rolled back included) and a loaded
+// tree in the image's order, and a number of 128 or more takes two bytes;
+// the names are the same on every replica.
+
+// keyCost is what a key (or a name) adds to a node's size.
+func keyCost(k string) int { return uvarintLen(uint64(len(k))) + len(k) }
+
+// nodeSize returns the size of the node whose blob is b (see keyCost).
+func (s *state) nodeSize(b []byte) int {
+	_, attrs := splitBlob(b)
+	n := len(b)
+	it := newAttrIter(attrs)
+	for {
+		k, _, ok := it.next()
+		if !ok {
+			return n
+		}
+		n += keyCost(s.keys[k]) - uvarintLen(uint64(k))
+	}
+}
+
+// uvarintLen is the length of x as a uvarint.
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
 }
