@@ -396,6 +396,9 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	if size > maxBlobBytes { // validation keeps ops well below this
 		return 0, fmt.Errorf("%w: the node's name and attributes would take %d bytes (at most %d)", ErrInvalid, size, maxBlobBytes)
 	}
+	if s.nextID >= idLimit {
+		return 0, fmt.Errorf("%w: the tree has handed out every node id (below %d)", ErrCapacity, uint64(idLimit))
+	}
 	// Room in the parent's child list first: past this point nothing fails.
 	if err := s.roomForKid(ps); err != nil {
 		return 0, err

@@ -130,6 +130,11 @@ func (ld *loader) decode() error {
 	if nextID <= rootID || ld.count == 0 || ld.count > nextID-1 {
 		return br.corrupt("header: next id %d with %d nodes", nextID, ld.count)
 	}
+	if nextID > idLimit {
+		// No tree hands out such ids (create stops at the limit), and a
+		// tree that did could not save or grow (see idtable.go).
+		return br.corrupt("header: next id %d beyond the ids a tree hands out (below %d)", nextID, uint64(idLimit))
+	}
 	s := emptyState(ld.index, nextID)
 	ld.s = s
 	ld.keyTables()

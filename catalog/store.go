@@ -18,8 +18,9 @@ import (
 // varint-packed. Children are sorted lists of slots in a pooled array
 // (kids.go); a path maps to its slot through a hash table of whole-path
 // hashes (pathindex.go), a local index like the slots; ids map to slots
-// through pages of a direct table (ids are dense, from a counter); kind sets and index postings are chunked sorted
-// slot sets (internal/idset). The GC sees a few thousand large pointer-free
+// through pages of a direct table (ids are dense, from a counter) under a
+// radix whose levels exist only over ids in use (idtable.go); kind sets
+// and index postings are chunked sorted slot sets (internal/idset). The GC sees a few thousand large pointer-free
 // arrays instead of millions of small objects. BenchmarkDorisScale reports
 // the bytes a node this costs, and BenchmarkNaiveTreeMemory compares it with
 // a tree of maps and pointers.
@@ -28,19 +29,18 @@ import (
 // with millions of children inserted in random name order is slow to build
 // (appends in name order are fast); a move re-keys the moved node's
 // descendants in the path index (their paths change), so it costs in
-// proportion to the subtree; slots are uint32 (4 billion live
-// nodes); one node's name and attributes are at most about 4 MiB; child
-// lists live in at most 4,096 chunks (kids.go), of 1 Mi slots each or one
-// list too big for the size classes, and a batch that would need more
-// fails with ErrCapacity. The pool's layout depends on the history of
-// allocations, so a replica near that limit may refuse a batch another
-// accepts: it is far beyond the memory a catalog is sized for.
+// proportion to the subtree; slots are uint32 (4 billion live nodes); ids
+// are below 2^40 (a tree hands out about a trillion, and a create past
+// that fails with ErrCapacity); one node's name and attributes are at most
+// about 4 MiB; child lists live in at most 4,096 chunks (kids.go), of 1 Mi
+// slots each or one list too big for the size classes, and a batch that
+// would need more fails with ErrCapacity. The pool's layout depends on the
+// history of allocations, so a replica near that limit may refuse a batch
+// another accepts: it is far beyond the memory a catalog is sized for.
 
 const (
 	slabBits = 12
 	slabSize = 1 << slabBits
-	pageBits = 12
-	pageSize = 1 << pageBits
 
 	rootSlot = 0
 	rootID   = 1
@@ -56,11 +56,6 @@ type rec struct {
 	kids     uint32 // handle of the child list in state.kids; 0: none
 	kind     uint32 // index into state.kinds
 	blen     uint32 // length of the blob
-}
-
-type idPage struct {
-	slot [pageSize]uint32 // slot+1; 0: no such id
-	live int
 }
 
 // arena is an append-only store of blobs in 1 MiB chunks (larger blobs get
@@ -157,8 +152,7 @@ type state struct {
 	nslots uint32
 	free   []uint32
 
-	pages []*idPage
-	hints []idHint // one a page of pages (idhint.go)
+	ids idTable // id -> slot (idtable.go)
 
 	arena arena
 	// size is the sum of the live nodes' sizes as replicated decisions
@@ -235,41 +229,6 @@ func (s *state) allocSlot() uint32 {
 	}
 	s.nslots++
 	return slot
-}
-
-func (s *state) slotOf(id uint64) (uint32, bool) {
-	p := id >> pageBits
-	if p >= uint64(len(s.pages)) || s.pages[p] == nil {
-		return 0, false
-	}
-	v := s.pages[p].slot[id&(pageSize-1)]
-	return v - 1, v != 0
-}
-
-func (s *state) setSlotOf(id uint64, slot uint32) {
-	p := id >> pageBits
-	for p >= uint64(len(s.pages)) {
-		s.pages = append(s.pages, nil)
-	}
-	pg := s.pages[p]
-	if pg == nil {
-		pg = new(idPage)
-		s.pages[p] = pg
-	}
-	s.hintPlaced(p, id, slot, pg.live == 0)
-	pg.slot[id&(pageSize-1)] = slot + 1
-	pg.live++
-}
-
-func (s *state) clearSlotOf(id uint64) {
-	p := id >> pageBits
-	pg := s.pages[p]
-	pg.slot[id&(pageSize-1)] = 0
-	pg.live--
-	if pg.live == 0 {
-		s.pages[p] = nil
-		s.hintEmptied(p)
-	}
 }
 
 // blob returns the name and attribute bytes of a rec.
