@@ -66,6 +66,7 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	t.undoIdx = t.undoIdx[:0]
 	t.pc.reset()
 	t.beginEvents()
+	t.undoSize = s.size
 	ids := make([]uint64, len(ops))
 	q, before := t.quota.get(), s.usage()
 	for i := range ops {
@@ -342,8 +343,10 @@ type attrEnt struct {
 	start, end int    // where val is in the scratch buffer while it grows
 }
 
-// maxBlobBytes bounds a node's encoded name and attributes; Load enforces
-// the same bound, so whatever Apply accepts, Load accepts.
+// maxBlobBytes bounds a node's size (its name and attributes with each key
+// counted by its name, see nodeSize), which depends only on replicated
+// state: every replica decides alike, and Load enforces the same bound on
+// the same measure, so whatever Apply accepts, Load accepts.
 const maxBlobBytes = MaxAttrsBytes + MaxNameLen + 16
 
 // encodeBlob encodes name and attributes (sorted by key name) into t.buf.
@@ -379,16 +382,22 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	b = append(b, name...)
 	b = binary.AppendUvarint(b, uint64(len(o.set)))
 	t.cattrs = t.cattrs[:0]
+	size := 0 // what the keys add to len(b) for the node's size
 	for j, e := range o.set {
 		k := s.internKeyAt(j, e.k)
 		b = binary.AppendUvarint(b, uint64(k))
+		size += keyCost(e.k) - uvarintLen(uint64(k))
 		st := len(b)
 		b = appendValue(b, e.v)
 		t.cattrs = append(t.cattrs, createAttr{key: k, start: int32(st), end: int32(len(b))})
 	}
 	t.buf = b
-	if len(b) > maxBlobBytes { // validation keeps ops well below this
-		return 0, fmt.Errorf("%w: the node's attributes would take %d bytes (at most %d)", ErrInvalid, len(b), MaxAttrsBytes)
+	size += len(b)
+	if size > maxBlobBytes { // validation keeps ops well below this
+		return 0, fmt.Errorf("%w: the node's name and attributes would take %d bytes (at most %d)", ErrInvalid, size, maxBlobBytes)
+	}
+	if s.nextID >= idLimit {
+		return 0, fmt.Errorf("%w: the tree has handed out every node id (below %d)", ErrCapacity, uint64(idLimit))
 	}
 	// Room in the parent's child list first: past this point nothing fails.
 	if err := s.roomForKid(ps); err != nil {
@@ -402,6 +411,7 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	id := s.nextID
 	s.nextID++
 	blob, blen := s.arena.put(b)
+	s.size += int64(size)
 	*s.at(slot) = rec{id: id, blob: blob, blen: blen, created: index, modified: index, parent: ps, kind: kind}
 	s.setSlotOf(id, slot)
 	key := t.pc.childKey(s, ps, unsafeBytes(name))
@@ -547,18 +557,22 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 		}
 	}
 	t.attrs = t.attrs[:0]
+	size := 0 // what the keys add to len(b) for the node's size
 	for _, m := range merged {
 		val := m.old
 		if val == nil {
 			val = vals[m.start:m.end]
 		}
 		t.attrs = append(t.attrs, attrEnt{key: m.key, val: val})
+		size += keyCost(m.name) - uvarintLen(uint64(m.key))
 	}
 	t.vbuf = vals
 	b := t.encodeBlob(name, t.attrs)
-	if len(b) > maxBlobBytes {
-		return fmt.Errorf("%w: the node's attributes would take %d bytes (at most %d)", ErrInvalid, len(b), MaxAttrsBytes)
+	size += len(b)
+	if size > maxBlobBytes {
+		return fmt.Errorf("%w: the node's name and attributes would take %d bytes (at most %d)", ErrInvalid, size, maxBlobBytes)
 	}
+	s.size += int64(size) - int64(s.nodeSize(s.blob(r)))
 	blob, blen := s.arena.put(b)
 	s.preWrite(slot)
 	r = s.at(slot)
@@ -601,6 +615,7 @@ func (t *Tree) deleteTree(s *state, slot uint32, path string) {
 		t.pend = append(t.pend, pendEvent{op: OpDelete, index: s.lr.applying, kind: s.kinds[r.kind], before: before})
 	}
 	old := *r
+	s.size -= int64(s.nodeSize(s.blob(r)))
 	s.indexRemove(slot)
 	s.removeKid(old.parent, slot)
 	s.clearSlotOf(old.id)
@@ -625,6 +640,7 @@ func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, fro
 	s.preWrite(slot)
 	name, attrs := splitBlob(s.blob(r))
 	if string(name) != newName {
+		s.size += int64(keyCost(newName) - keyCost(string(name)))
 		b := t.buf[:0]
 		b = binary.AppendUvarint(b, uint64(len(newName)))
 		b = append(b, newName...)
@@ -733,8 +749,9 @@ func (t *Tree) pushUndoIdx(op undoOp, x *secIndex) {
 }
 
 // rollback undoes the batch's changes in reverse order, leaving the state
-// exactly as it was (slots, free list and counter included).
+// exactly as it was (slots, free list, counter and size included).
 func (t *Tree) rollback(s *state) {
+	s.size = t.undoSize
 	for i := len(t.undo) - 1; i >= 0; i-- {
 		u := &t.undo[i]
 		var old rec

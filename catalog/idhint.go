@@ -1,17 +1,17 @@
 package catalog
 
-// Finding an id's slot in one memory round. The id table (state.pages)
-// is a 16 KiB page for every 4,096 ids: at scale, reading it is a cache
-// miss of its own before the rec's. But ids and slots are mostly handed
-// out together (a catalog that grows gets both from counters, and Load
-// gives slots in the image's id order), so that on most pages every id
-// sits at the same distance from its slot. Each page has a hint, that
-// distance, in a slice of 8 bytes a page that stays in the cache: readers
-// compute the slot and check the rec there instead of reading the page.
-// The first id placed in an empty page sets the distance; an id placed at
-// another distance turns the page's hint off until the page empties.
-// Removing an id keeps the hint: the rec at its computed slot is then
-// free or another node's, which the check tells.
+// Finding an id's slot in one memory round. The id table (idtable.go)
+// ends in a 16 KiB page for every 4,096 ids: at scale, reading it is a
+// cache miss of its own before the rec's. But ids and slots are mostly
+// handed out together (a catalog that grows gets both from counters, and
+// Load gives slots in the image's id order), so that on most pages every
+// id sits at the same distance from its slot. Each page has a hint, that
+// distance, in its dir's array of 8 bytes a page that stays in the cache:
+// readers compute the slot and check the rec there instead of reading the
+// page. The first id placed in an empty page sets the distance; an id
+// placed at another distance turns the page's hint off until the page
+// empties. Removing an id keeps the hint: the rec at its computed slot is
+// then free or another node's, which the check tells.
 
 // idHint is a page's hint: while it is not 0, every id of the page the
 // tree holds is at slot id-hint (modulo 2^64). An id is always above its
@@ -20,35 +20,36 @@ package catalog
 // distance 0 would only go without a hint.
 type idHint uint64
 
-// hintPlaced keeps page p's hint as id is placed at slot; first says the
-// page held no id before.
-func (s *state) hintPlaced(p, id uint64, slot uint32, first bool) {
-	for p >= uint64(len(s.hints)) {
-		s.hints = append(s.hints, 0)
-	}
-	switch d := idHint(id - uint64(slot)); {
+// hintPlaced keeps the hint of page p of d as id is placed at slot; first
+// says the page held no id before.
+func (d *idDir) hintPlaced(p, id uint64, slot uint32, first bool) {
+	switch h := idHint(id - uint64(slot)); {
 	case first:
-		s.hints[p] = d
-	case s.hints[p] != d:
-		s.hints[p] = 0
+		d.hints[p] = h
+	case d.hints[p] != h:
+		d.hints[p] = 0
 	}
 }
-
-// hintEmptied forgets page p's hint: it holds no id.
-func (s *state) hintEmptied(p uint64) { s.hints[p] = 0 }
 
 // lookupID returns the slot of id through its page's hint when it has
 // one, and through the table otherwise. Only readers of a whole state use
 // it (between batches): inside a batch a slot's rec and the table change
 // at different moments.
 func (s *state) lookupID(id uint64) (uint32, bool) {
-	p := id >> pageBits
-	if p < uint64(len(s.hints)) && s.hints[p] != 0 {
-		slot := id - uint64(s.hints[p])
+	d, p := s.dirOf(id)
+	if d == nil {
+		return 0, false
+	}
+	if h := d.hints[p]; h != 0 {
+		slot := id - uint64(h)
 		if slot < uint64(s.nslots) && s.at(uint32(slot)).id == id {
 			return uint32(slot), true
 		}
 		return 0, false
 	}
-	return s.slotOf(id)
+	if d.pages[p] == nil {
+		return 0, false
+	}
+	v := d.pages[p].slot[id&(pageSize-1)]
+	return v - 1, v != 0
 }

@@ -26,13 +26,23 @@ func requireLookupAgrees(t *testing.T, tr *Tree) (affine, off int) {
 			}
 		})
 	}
-	for p, pg := range s.pages {
-		switch {
-		case pg == nil:
-		case s.hints[p] != 0:
-			affine++
-		default:
-			off++
+	for _, m := range s.ids.top {
+		if m == nil {
+			continue
+		}
+		for _, d := range m.dirs {
+			if d == nil {
+				continue
+			}
+			for p, pg := range d.pages {
+				switch {
+				case pg == nil:
+				case d.hints[p] != 0:
+					affine++
+				default:
+					off++
+				}
+			}
 		}
 	}
 	return affine, off

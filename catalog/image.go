@@ -84,8 +84,6 @@ func (t *Tree) Save(w io.Writer) error {
 
 // saveFrom writes the image of the tree as of the long read lr.
 func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
-	s := lr.s
-
 	t.mu.RLock()
 	maxID, count, defs := lr.nextID-1, lr.count, lr.defs
 	t.mu.RUnlock()
@@ -123,8 +121,11 @@ func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 		end := min(id+saveChunkIDs, maxID+1)
 		t.mu.RLock()
 		for ; id < end; id++ {
-			if pg := id >> pageBits; (pg >= uint64(len(s.pages)) || s.pages[pg] == nil) && len(s.lr.gone) == 0 {
-				id = min((pg+1)<<pageBits, end) - 1 // skip an empty page
+			// Skip to the next page in use, or to the next id deleted
+			// since the save began (whose page may be gone): the walk
+			// costs what the tree holds, not the span of its ids.
+			if next := lr.nextFrom(id); next != id {
+				id = min(next, maxID+1) - 1
 				continue
 			}
 			_, r, ok := lr.slotOf(id)
@@ -267,13 +268,20 @@ func (br *blockReader) next() ([]byte, error) {
 	if m <= 0 || l == 0 || l > maxBlockBytes {
 		return nil, br.corrupt("block length %d out of range", l)
 	}
-	if cap(br.buf) < int(l)+4 {
-		br.buf = make([]byte, int(l)+4)
+	// The payload is read as it arrives, the buffer growing with it, so
+	// that what is allocated follows the bytes there are, not the length
+	// the block claims.
+	need := int(l) + 4
+	b := br.buf[:0]
+	for len(b) < need {
+		step := min(need, max(2*len(b), 64<<10))
+		b = slices.Grow(b, step-len(b))
+		if err := br.readFull(b[len(b):step], "block payload"); err != nil {
+			return nil, err
+		}
+		b = b[:step]
 	}
-	b := br.buf[:int(l)+4]
-	if err := br.readFull(b, "block payload"); err != nil {
-		return nil, err
-	}
+	br.buf = b
 	payload := b[:l]
 	want := binary.LittleEndian.Uint32(b[l:])
 	if br.verify {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -143,9 +144,24 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte(imageMagic))
 	f.Add(saveBytes(f, wideTree(f)))
 	f.Add(handImage([]imgRec{{id: 1}, {2, 4, "x", "d"}, {3, 1, "b", "d"}, {4, 1, "a", "d"}}))
+	// Crafted: a node id of 2^34, a header's next id of 2^62, a block
+	// that claims 8 MiB.
+	f.Add(handImage([]imgRec{{id: 1}, {2, 1, "a", "k"}, {1 << 34, 2, "b", "k"}}))
+	f.Add(handImageNext([]imgRec{{id: 1}, {2, 1, "a", "k"}}, 1<<62))
+	f.Add([]byte(imageMagic + "\x01\x80\x80\x80\x04"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tr := New()
-		if err := tr.Load(bytes.NewReader(data)); err == nil {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := tr.Load(bytes.NewReader(data))
+		runtime.ReadMemStats(&after)
+		// What Load allocates follows its input: a fixed cost, and at
+		// most what the records could need, a few dozen KiB a byte
+		// (levels of the id table, the path index sized by the header).
+		if n := after.TotalAlloc - before.TotalAlloc; n > 32<<20+uint64(len(data))<<16 {
+			t.Fatalf("Load allocated %d bytes for %d bytes of input", n, len(data))
+		}
+		if err == nil {
 			out := saveBytes(t, tr)
 			if !bytes.Equal(out, data[:len(out)]) {
 				t.Fatal("a loaded image saves differently")
@@ -283,14 +299,19 @@ type imgRec struct {
 
 // handImage encodes an image of the records as given, for content that
 // Save never writes.
-func handImage(recs []imgRec) []byte {
+func handImage(recs []imgRec) []byte { return handImageNext(recs, 0) }
+
+// handImageNext is handImage with the header's next id (0: one above the
+// largest id the records name).
+func handImageNext(recs []imgRec, nextID uint64) []byte {
 	var out bytes.Buffer
 	out.WriteString(imageMagic)
 	out.WriteByte(imageVersion)
 	bw := &blockWriter{w: &out}
-	var nextID uint64
-	for _, r := range recs {
-		nextID = max(nextID, r.id+1, r.parent+1)
+	if nextID == 0 {
+		for _, r := range recs {
+			nextID = max(nextID, r.id+1, r.parent+1)
+		}
 	}
 	p := []byte{'H'}
 	p = binary.AppendUvarint(p, 10) // index

@@ -68,10 +68,11 @@ type loader struct {
 	sentSlab, sentChunks, sentKinds int
 
 	// See keyTables; nkeys is len(keys) when they were made.
-	keyByte [0x80]byte
-	rank    [0x80]uint32
-	nkeys   int
-	kpos    []uint32 // scratch: offset<<8 | state key of the record's keys
+	keyByte  [0x80]byte
+	rank     [0x80]uint32
+	keyExtra [0x80]uint16
+	nkeys    int
+	kpos     []uint32 // scratch: offset<<8 | state key of the record's keys
 }
 
 type lateParent struct {
@@ -128,6 +129,11 @@ func (ld *loader) decode() error {
 	}
 	if nextID <= rootID || ld.count == 0 || ld.count > nextID-1 {
 		return br.corrupt("header: next id %d with %d nodes", nextID, ld.count)
+	}
+	if nextID > idLimit {
+		// No tree hands out such ids (create stops at the limit), and a
+		// tree that did could not save or grow (see idtable.go).
+		return br.corrupt("header: next id %d beyond the ids a tree hands out (below %d)", nextID, uint64(idLimit))
 	}
 	s := emptyState(ld.index, nextID)
 	ld.s = s
@@ -251,6 +257,7 @@ func (ld *loader) record(d *decoder) (int, error) {
 	b := binary.AppendUvarint(ld.blob[:0], uint64(len(name)))
 	b = append(b, name...)
 	b = binary.AppendUvarint(b, nattrs)
+	size := 0 // what the keys add to len(b) for the node's size
 	prevKey := ""
 	for i := 0; i < int(nattrs) && d.err == nil; i++ {
 		key := ld.ref(d, &ld.keys, false)
@@ -266,16 +273,19 @@ func (ld *loader) record(d *decoder) (int, error) {
 		}
 		prevKey = kn
 		b = binary.AppendUvarint(b, uint64(key))
+		size += keyCost(kn) - uvarintLen(uint64(key))
 		b = append(b, p[st:d.off]...)
 	}
-	if d.err == nil && len(b) > maxBlobBytes {
-		d.fail("node %d: %d bytes of attributes", id, len(b))
+	size += len(b)
+	if d.err == nil && size > maxBlobBytes {
+		d.fail("node %d: name and attributes of %d bytes (at most %d)", id, size, maxBlobBytes)
 	}
 	ld.blob = b
 	if d.err != nil {
 		return 0, ld.br.corrupt("%s", detail(d.err))
 	}
 	ref, n := s.arena.put(b)
+	s.size += int64(size)
 	ld.add(id, parent, kind, created, modified, ref, n)
 	xs, _ := ld.indexesOf(kind)
 	for range xs {
@@ -359,6 +369,7 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 	// replaced by the state key (both one byte here).
 	kpos := ld.kpos[:0]
 	attrs := off
+	size := 0 // what the keys add to the blob's length for the node's size
 	prevRank := -1
 	for range nattrs {
 		if off >= len(p) {
@@ -378,6 +389,7 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 			return 0
 		}
 		kpos = append(kpos, uint32(off-attrs)<<8|uint32(key))
+		size += int(ld.keyExtra[key])
 		off++
 		st := off
 		if off >= len(p) {
@@ -427,10 +439,11 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 	}
 	ld.kpos = kpos
 	n := 2 + nl + off - attrs
-	if n > maxBlobBytes {
+	if size += n; size > maxBlobBytes {
 		return 0
 	}
 	ref, b := s.arena.alloc(n)
+	s.size += int64(size)
 	b[0] = byte(nl)
 	copy(b[1:], name)
 	b[1+nl] = byte(nattrs)
@@ -463,8 +476,9 @@ func plainName(name []byte) bool {
 
 // keyTables makes the tables fastRecord reads a record's keys with: the
 // state key of each one-byte dictionary ref (0xff if the ref or the key
-// needs more than a byte), and the keys' places in name order, so that the
-// order of a record's keys is checked by comparing numbers.
+// needs more than a byte), the keys' places in name order, so that the
+// order of a record's keys is checked by comparing numbers, and what each
+// one-byte state key adds to a node's size beyond its byte (see nodeSize).
 func (ld *loader) keyTables() {
 	for r := range ld.keyByte {
 		ld.keyByte[r] = 0xff
@@ -473,6 +487,9 @@ func (ld *loader) keyTables() {
 		}
 	}
 	keys := ld.s.keys
+	for i := range min(len(keys), len(ld.keyExtra)) {
+		ld.keyExtra[i] = uint16(keyCost(keys[i]) - 1)
+	}
 	ids := make([]uint32, len(keys))
 	for i := range ids {
 		ids[i] = uint32(i)

@@ -141,6 +141,22 @@ func (lr *longRead) slotOf(id uint64) (uint32, rec, bool) {
 	return slot, r, r.id == id
 }
 
+// nextFrom returns the first id at or after id that may have been a node
+// as of the reader's index: in a page in use, or deleted since. It scans
+// the deleted ids, only when the walk meets an empty page.
+func (lr *longRead) nextFrom(id uint64) uint64 {
+	next := lr.s.pageFrom(id)
+	if next == id {
+		return id
+	}
+	for g := range lr.s.lr.gone {
+		if g >= id && g < next {
+			next = g
+		}
+	}
+	return next
+}
+
 func (lr *longRead) pathOf(slot uint32) string {
 	if slot == rootSlot {
 		return "/"

@@ -455,6 +455,7 @@ func randomAgainstModel(t *testing.T, seed uint64) {
 			}
 			if i%100 == 0 {
 				m.check(t, a)
+				requireSizeIsSum(t, a)
 			}
 		}
 		m.check(t, a)
@@ -462,6 +463,10 @@ func randomAgainstModel(t *testing.T, seed uint64) {
 		m.check(t, c)
 		if failed == 0 || failed == steps {
 			t.Fatalf("%d of %d batches failed: the generator does not exercise both paths", failed, steps)
+		}
+		requireSizeIsSum(t, c)
+		if a.Usage() != b.Usage() || a.Usage() != c.Usage() {
+			t.Fatalf("usage differs: %+v, %+v, %+v (loaded at step %d)", a.Usage(), b.Usage(), c.Usage(), steps/2)
 		}
 		sa, sb, sc := saveBytes(t, a), saveBytes(t, b), saveBytes(t, c)
 		if !bytes.Equal(sa, sb) || !bytes.Equal(sa, sc) {

@@ -106,7 +106,7 @@ type Result struct {
 const (
 	MaxNameLen    = 255     // bytes in a node name, kind or attribute key
 	MaxValueLen   = 1 << 20 // bytes in a string or bytes value
-	MaxAttrsBytes = 4 << 20 // encoded bytes of one node's name and attributes
+	MaxAttrsBytes = 4 << 20 // encoded bytes of one node's name and attributes, each key counted by its name
 	MaxPathLen    = 1 << 16 // bytes in a path
 )
 

@@ -29,8 +29,9 @@ type Quota struct {
 type Usage struct {
 	Nodes int
 	// Bytes approximates the tree's memory: a fixed record per node plus
-	// the bytes of its name and attributes. Indexes and child lists are
-	// not counted.
+	// the bytes of its name and attributes, each attribute key counted by
+	// its name, so that every replica at the same index counts the same.
+	// Indexes and child lists are not counted.
 	Bytes int64
 }
 
@@ -61,7 +62,7 @@ func (t *Tree) Usage() Usage {
 
 func (s *state) usage() Usage {
 	n := int(s.nslots) - len(s.free)
-	return Usage{Nodes: n, Bytes: int64(n)*int64(unsafe.Sizeof(rec{})) + s.arena.live}
+	return Usage{Nodes: n, Bytes: int64(n)*int64(unsafe.Sizeof(rec{})) + s.size}
 }
 
 // checkQuota returns an error wrapping ErrQuota when the batch that took

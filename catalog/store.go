@@ -18,8 +18,9 @@ import (
 // varint-packed. Children are sorted lists of slots in a pooled array
 // (kids.go); a path maps to its slot through a hash table of whole-path
 // hashes (pathindex.go), a local index like the slots; ids map to slots
-// through pages of a direct table (ids are dense, from a counter); kind sets and index postings are chunked sorted
-// slot sets (internal/idset). The GC sees a few thousand large pointer-free
+// through pages of a direct table (ids are dense, from a counter) under a
+// radix whose levels exist only over ids in use (idtable.go); kind sets
+// and index postings are chunked sorted slot sets (internal/idset). The GC sees a few thousand large pointer-free
 // arrays instead of millions of small objects. BenchmarkDorisScale reports
 // the bytes a node this costs, and BenchmarkNaiveTreeMemory compares it with
 // a tree of maps and pointers.
@@ -28,19 +29,18 @@ import (
 // with millions of children inserted in random name order is slow to build
 // (appends in name order are fast); a move re-keys the moved node's
 // descendants in the path index (their paths change), so it costs in
-// proportion to the subtree; slots are uint32 (4 billion live
-// nodes); one node's name and attributes are at most about 4 MiB; child
-// lists live in at most 4,096 chunks (kids.go), of 1 Mi slots each or one
-// list too big for the size classes, and a batch that would need more
-// fails with ErrCapacity. The pool's layout depends on the history of
-// allocations, so a replica near that limit may refuse a batch another
-// accepts: it is far beyond the memory a catalog is sized for.
+// proportion to the subtree; slots are uint32 (4 billion live nodes); ids
+// are below 2^40 (a tree hands out about a trillion, and a create past
+// that fails with ErrCapacity); one node's name and attributes are at most
+// about 4 MiB; child lists live in at most 4,096 chunks (kids.go), of 1 Mi
+// slots each or one list too big for the size classes, and a batch that
+// would need more fails with ErrCapacity. The pool's layout depends on the
+// history of allocations, so a replica near that limit may refuse a batch
+// another accepts: it is far beyond the memory a catalog is sized for.
 
 const (
 	slabBits = 12
 	slabSize = 1 << slabBits
-	pageBits = 12
-	pageSize = 1 << pageBits
 
 	rootSlot = 0
 	rootID   = 1
@@ -56,11 +56,6 @@ type rec struct {
 	kids     uint32 // handle of the child list in state.kids; 0: none
 	kind     uint32 // index into state.kinds
 	blen     uint32 // length of the blob
-}
-
-type idPage struct {
-	slot [pageSize]uint32 // slot+1; 0: no such id
-	live int
 }
 
 // arena is an append-only store of blobs in 1 MiB chunks (larger blobs get
@@ -157,10 +152,12 @@ type state struct {
 	nslots uint32
 	free   []uint32
 
-	pages []*idPage
-	hints []idHint // one a page of pages (idhint.go)
+	ids idTable // id -> slot (idtable.go)
 
 	arena arena
+	// size is the sum of the live nodes' sizes as replicated decisions
+	// count them (nodeSize): Usage.Bytes reads it.
+	size int64
 
 	kids kidPool
 	// paths finds a child by name (pathindex.go): the lists find it by
@@ -213,6 +210,7 @@ func newState() *state {
 	ref, n := s.arena.put(b)
 	*s.at(slot) = rec{id: rootID, blob: ref, blen: n}
 	s.setSlotOf(rootID, slot)
+	s.size = int64(len(b)) // no attributes: the blob is the canonical form
 	return s
 }
 
@@ -231,41 +229,6 @@ func (s *state) allocSlot() uint32 {
 	}
 	s.nslots++
 	return slot
-}
-
-func (s *state) slotOf(id uint64) (uint32, bool) {
-	p := id >> pageBits
-	if p >= uint64(len(s.pages)) || s.pages[p] == nil {
-		return 0, false
-	}
-	v := s.pages[p].slot[id&(pageSize-1)]
-	return v - 1, v != 0
-}
-
-func (s *state) setSlotOf(id uint64, slot uint32) {
-	p := id >> pageBits
-	for p >= uint64(len(s.pages)) {
-		s.pages = append(s.pages, nil)
-	}
-	pg := s.pages[p]
-	if pg == nil {
-		pg = new(idPage)
-		s.pages[p] = pg
-	}
-	s.hintPlaced(p, id, slot, pg.live == 0)
-	pg.slot[id&(pageSize-1)] = slot + 1
-	pg.live++
-}
-
-func (s *state) clearSlotOf(id uint64) {
-	p := id >> pageBits
-	pg := s.pages[p]
-	pg.slot[id&(pageSize-1)] = 0
-	pg.live--
-	if pg.live == 0 {
-		s.pages[p] = nil
-		s.hintEmptied(p)
-	}
 }
 
 // blob returns the name and attribute bytes of a rec.
@@ -572,4 +535,40 @@ func decodeBlob(blob []byte, keys []string, n *Node) {
 			n.Attrs[keys[k]] = decodeValue(v)
 		}
 	}
+}
+
+// A node's size, as every replicated decision counts it (the bound on a
+// node, maxBlobBytes, and Usage.Bytes), is the length of its name and
+// attributes in a canonical encoding: its blob with each attribute key
+// written as the key's name (uvarint length, then the bytes) instead of the
+// tree's number for it. Key numbers are local: a tree numbers keys in the
+// order it first meets them (a batch rolled back included) and a loaded
+// tree in the image's order, and a number of 128 or more takes two bytes;
+// the names are the same on every replica.
+
+// keyCost is what a key (or a name) adds to a node's size.
+func keyCost(k string) int { return uvarintLen(uint64(len(k))) + len(k) }
+
+// nodeSize returns the size of the node whose blob is b (see keyCost).
+func (s *state) nodeSize(b []byte) int {
+	_, attrs := splitBlob(b)
+	n := len(b)
+	it := newAttrIter(attrs)
+	for {
+		k, _, ok := it.next()
+		if !ok {
+			return n
+		}
+		n += keyCost(s.keys[k]) - uvarintLen(uint64(k))
+	}
+}
+
+// uvarintLen is the length of x as a uvarint.
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
 }

@@ -35,11 +35,13 @@ type Tree struct {
 	undo    []undoRec
 	undoOld []rec
 	undoIdx []*secIndex
-	cattrs  []createAttr
-	buf     []byte // blob scratch
-	vbuf    []byte // value scratch
-	attrs   []attrEnt
-	pc      pathCache
+	// undoSize is the state's size before the batch (rollback restores it).
+	undoSize int64
+	cattrs   []createAttr
+	buf      []byte // blob scratch
+	vbuf     []byte // value scratch
+	attrs    []attrEnt
+	pc       pathCache
 
 	// Watch scratch of the batch being applied (see watchring.go).
 	pend    []pendEvent   // its events so far

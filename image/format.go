@@ -2,6 +2,7 @@ package image
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -118,11 +119,17 @@ func decodeHeader(r io.Reader) (Header, []byte, error) {
 	if restLen > maxVarHeaderLen {
 		return Header{}, nil, corruptf("header length %d exceeds limit %d", restLen, maxVarHeaderLen)
 	}
-	raw := make([]byte, fixedHeaderLen+int(restLen)+headerCRCLen)
-	copy(raw, fixed)
-	if _, err := io.ReadFull(r, raw[fixedHeaderLen:]); err != nil {
+	// The rest is read as it arrives, so that what is allocated follows
+	// the bytes there are, not the length the prefix claims.
+	need := int64(restLen) + headerCRCLen
+	buf := bytes.NewBuffer(make([]byte, 0, fixedHeaderLen+min(need, 64<<10)))
+	buf.Write(fixed)
+	if n, err := buf.ReadFrom(io.LimitReader(r, need)); err != nil {
 		return Header{}, nil, readErr("header", err)
+	} else if n < need {
+		return Header{}, nil, readErr("header", io.ErrUnexpectedEOF)
 	}
+	raw := buf.Bytes()
 	end := fixedHeaderLen + int(restLen)
 	if got, want := crc32.Checksum(raw[:end], castagnoli), binary.BigEndian.Uint32(raw[end:]); got != want {
 		return Header{}, nil, corruptf("header checksum mismatch (stored %08x, computed %08x)", want, got)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -145,6 +146,7 @@ func FuzzReadImage(f *testing.F) {
 	f.Add(encodeImage(f, Header{}, nil))
 	f.Add(withVersion(f, encodeImage(f, testHeader, nil), 9))
 	f.Add([]byte("MTIMAGE\x00\x00\x01\x00\x00\x00\x00\x00\x05"))
+	f.Add([]byte("MTIMAGE\x00\x00\x01\x00\x00\x04\x00\x00\x00")) // a header of 64 MiB, not there
 	f.Fuzz(func(t *testing.T, data []byte) {
 		info, body, err := decodeImage(data)
 		if err != nil {
@@ -159,4 +161,22 @@ func FuzzReadImage(f *testing.F) {
 			t.Fatalf("decoded image re-encodes differently")
 		}
 	})
+}
+
+// TestHeaderDecoderAllocatesByItsInput: a 16-byte prefix whose length field
+// says the header goes on for the largest length allowed is refused as
+// corrupt (truncated) after allocating in proportion to the bytes there
+// are, not to the length it claims.
+func TestHeaderDecoderAllocatesByItsInput(t *testing.T) {
+	prefix := binary.BigEndian.AppendUint16(append([]byte(nil), fileMagic[:]...), FormatVersion)
+	prefix = binary.BigEndian.AppendUint16(prefix, 0)
+	prefix = binary.BigEndian.AppendUint32(prefix, maxVarHeaderLen)
+	require.Len(t, prefix, fixedHeaderLen)
+	var err error
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, _, err = decodeHeader(bytes.NewReader(prefix))
+	runtime.ReadMemStats(&after)
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated decoding a %d-byte prefix", len(prefix))
 }
