@@ -33,6 +33,7 @@ func (j *Journal) appended(res appendResult) error {
 	}
 	var out, local []*raftpb.Message
 	for _, m := range res.msgs {
+		j.selfVotes -= j.selfVotesIn(m)
 		if snap := m.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
 			if err := j.handOff(nil, snap); err != nil {
 				return err

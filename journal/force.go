@@ -18,12 +18,16 @@ import (
 // itself alone (Config.ForceNewCluster), as etcd's --force-new-cluster
 // does, but keeping the log's uncommitted tail: the others are gone, so
 // nothing can conflict with it, and a write the lost leader acknowledged
-// may be there.
+// may be there. The tail's membership changes that remove this node or
+// demote it to a learner are the exception: they become empty entries
+// (same index and term), so that the node the recovery makes the only
+// voter stays one whatever the tail holds.
 //
-// One synced Pebble batch appends, at the HardState's term, a
-// ConfChangeRemoveNode for every other node that the membership or any
-// conf change in the log names, and raises the durable commit to the last
-// of them. Before that write the dir is as it was (a crash leaves it to be
+// One synced Pebble batch rewrites those entries (and, as raft's storage
+// requires, every entry after the first of them), appends at the
+// HardState's term a ConfChangeRemoveNode for every other node that the
+// membership or any conf change in the log names, and raises the durable
+// commit to the last of them. Before that write the dir is as it was (a crash leaves it to be
 // forced again); after it, everything follows from the log: raft restarts
 // from the loaded image with the membership as of it, the applier replays
 // the committed entries (the removals among them: MEMBERS, ROLE and the
@@ -63,24 +67,40 @@ func (j *Journal) forceNewCluster(haveVersion bool) error {
 		return operr.Errorf("journal: force a new cluster: term of the last entry %d: %w", last, err)
 	}
 	// Nodes the log adds after the membership record (an uncommitted or
-	// unapplied tail) are removed as well.
+	// unapplied tail) are removed as well. A change in that tail that
+	// removes this node or demotes it to a learner is replaced by an empty
+	// entry: replayed, it would leave the node outside the configuration
+	// it is forced to lead, and the removals appended after it would then
+	// take out the other voters instead (etcd's --force-new-cluster drops
+	// the uncommitted tail for the same reason).
+	var tail []*raftpb.Entry // from the first replaced entry to last
 	for lo := max(first, m.Index+1); lo <= last; {
 		ents, err := j.store.Entries(lo, last+1, 4<<20)
 		if err != nil {
 			return operr.Errorf("journal: force a new cluster: read entries from %d: %w", lo, err)
 		}
 		for _, e := range ents {
-			if e.GetType() != raftpb.EntryConfChange {
-				continue
+			keep := e
+			if e.GetType() == raftpb.EntryConfChange {
+				cc, _, err := decodeConfChange(e)
+				switch {
+				case err != nil:
+				case dropsVoter(cc, j.id):
+					j.log.Warn("force new cluster: the log's tail removes or demotes this node; the entry is replaced by an empty one",
+						"index", e.GetIndex(), "change", cc.GetType().String())
+					keep = &raftpb.Entry{Type: raftpb.EntryNormal.Enum(), Term: new(e.GetTerm()), Index: new(e.GetIndex())}
+				case cc.GetType() != raftpb.ConfChangeRemoveNode:
+					others[cc.GetNodeId()] = true
+				}
 			}
-			if cc, _, err := decodeConfChange(e); err == nil && cc.GetType() != raftpb.ConfChangeRemoveNode {
-				others[cc.GetNodeId()] = true
+			if tail != nil || keep != e {
+				tail = append(tail, keep)
 			}
 		}
 		lo = ents[len(ents)-1].GetIndex() + 1
 	}
 	delete(others, j.id)
-	if len(others) == 0 {
+	if len(others) == 0 && tail == nil {
 		j.log.Info("force new cluster: this node is the only member already; nothing to change")
 		return nil
 	}
@@ -91,7 +111,7 @@ func (j *Journal) forceNewCluster(haveVersion bool) error {
 	slices.Sort(ids)
 	hs := j.store.HardState()
 	term := max(hs.GetTerm(), lastTerm)
-	ents := make([]*raftpb.Entry, 0, len(ids))
+	ents := tail
 	for k, id := range ids {
 		data, err := proto.Marshal(&raftpb.ConfChange{
 			Type:    raftpb.ConfChangeRemoveNode.Enum(),
@@ -105,12 +125,12 @@ func (j *Journal) forceNewCluster(haveVersion bool) error {
 			Type: raftpb.EntryConfChange.Enum(), Term: new(term), Index: new(last + 1 + uint64(k)), Data: data,
 		})
 	}
-	newHS := &raftpb.HardState{Term: new(term), Vote: new(hs.GetVote()), Commit: new(last + uint64(len(ents)))}
+	newHS := &raftpb.HardState{Term: new(term), Vote: new(hs.GetVote()), Commit: new(last + uint64(len(ids)))}
 	if err := j.store.Append(newHS, ents, nil, true); err != nil {
 		return operr.Errorf("journal: force a new cluster: write the removals: %w", err)
 	}
 	j.log.Warn("forced a new cluster: every other member is removed through the log; this node is the only voter",
-		"removed", ids, "from_index", last+1, "commit", newHS.GetCommit(), "uncommitted_kept", last-min(last, hs.GetCommit()))
+		"removed", ids, "from_index", last+1, "replaced_from", replacedFrom(tail), "commit", newHS.GetCommit(), "uncommitted_kept", last-min(last, hs.GetCommit()))
 	return nil
 }
 
@@ -139,4 +159,20 @@ func (j *Journal) newestMembership() (*membership, error) {
 		}
 	}
 	return m, nil
+}
+
+// dropsVoter reports whether cc takes voter id out of the voters: its
+// removal, or its demotion to a learner.
+func dropsVoter(cc *raftpb.ConfChange, id uint64) bool {
+	t := cc.GetType()
+	return cc.GetNodeId() == id && (t == raftpb.ConfChangeRemoveNode || t == raftpb.ConfChangeAddLearnerNode)
+}
+
+// replacedFrom is the index of the first rewritten entry of the tail, 0
+// when none was.
+func replacedFrom(tail []*raftpb.Entry) uint64 {
+	if len(tail) == 0 {
+		return 0
+	}
+	return tail[0].GetIndex()
 }

@@ -3,13 +3,17 @@ package journal_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/internal/raftstore"
 	"github.com/metatree/metatree/journal/journaltest"
 )
 
@@ -158,6 +162,73 @@ func TestForceNewClusterCrashSafe(t *testing.T) {
 			cfg = s.config(crashed, false)
 			j = openLeader(ctx, t, cfg)
 			requireAllWrites(t, cfg, s.writes)
+			require.NoError(t, j.Close())
+		})
+	}
+}
+
+// appendTail appends, after the survivor's last entry and at its term,
+// the given membership changes without committing them: the uncommitted
+// tail a voter holds when the cluster is lost while the leader replicates
+// them.
+func (s survivor) appendTail(t *testing.T, ccs ...*raftpb.ConfChange) {
+	t.Helper()
+	store, err := raftstore.Open(raftstore.Options{FS: s.fs, Dir: filepath.Join(s.dir, "journal")})
+	require.NoError(t, err)
+	defer store.Close()
+	last, err := store.LastIndex()
+	require.NoError(t, err)
+	term, err := store.Term(last)
+	require.NoError(t, err)
+	ents := make([]*raftpb.Entry, 0, len(ccs))
+	for k, cc := range ccs {
+		data, err := proto.Marshal(cc)
+		require.NoError(t, err)
+		ents = append(ents, &raftpb.Entry{Type: raftpb.EntryConfChange.Enum(), Term: new(term), Index: new(last + 1 + uint64(k)), Data: data})
+	}
+	require.NoError(t, store.Append(nil, ents, nil, true))
+	require.NoError(t, store.Close())
+}
+
+// TestForceNewClusterSurvivorLeadsWhateverItsTailHolds: a forced
+// recovery leads with the survivor as the only voter whatever the
+// survivor's uncommitted tail holds: its own removal, its demotion to an
+// observer, the removal of another voter, and a node added after them.
+func TestForceNewClusterSurvivorLeadsWhateverItsTailHolds(t *testing.T) {
+	cc := func(typ raftpb.ConfChangeType, id uint64) *raftpb.ConfChange {
+		return &raftpb.ConfChange{Type: typ.Enum(), NodeId: new(id)}
+	}
+	for _, tc := range []struct {
+		name string
+		tail []*raftpb.ConfChange
+	}{
+		{"own removal", []*raftpb.ConfChange{cc(raftpb.ConfChangeRemoveNode, 1)}},
+		{"own demotion", []*raftpb.ConfChange{cc(raftpb.ConfChangeAddLearnerNode, 1)}},
+		{"another's removal then own", []*raftpb.ConfChange{cc(raftpb.ConfChangeRemoveNode, 2), cc(raftpb.ConfChangeRemoveNode, 1)}},
+		{"own removal then an addition", []*raftpb.ConfChange{cc(raftpb.ConfChangeRemoveNode, 1), cc(raftpb.ConfChangeAddNode, 4)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSurvivor(t, 5)
+			s.appendTail(t, tc.tail...)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			cfg := s.config(s.fs, true)
+			j, err := journal.Open(ctx, cfg)
+			require.NoError(t, err)
+			defer j.Close()
+			// Everything the forced recovery committed is applied before the
+			// membership is read: it is the one the survivor runs with.
+			require.NoError(t, j.WaitApplied(ctx, j.Status().Committed))
+			st := j.Status()
+			require.False(t, st.Removed, "the survivor applied its own removal")
+			require.Equal(t, []journal.Member{{ID: 1, Addr: s.addr, Role: journal.Follower, MaxVersion: journal.NewestVersion}}, st.Members)
+			require.NoError(t, j.Close())
+			// It leads, now and after a restart without the flag.
+			cfg = s.config(s.fs, false)
+			j = openLeader(ctx, t, cfg)
+			requireAllWrites(t, cfg, s.writes)
+			_, _, err = j.Propose(ctx, []byte("after"))
+			require.NoError(t, err)
 			require.NoError(t, j.Close())
 		})
 	}

@@ -62,6 +62,10 @@ type Journal struct {
 	// handed to the applier, held while the apply queue is full (loop
 	// goroutine only; releaseApplyAcks).
 	heldApplyAcks []*raftpb.Message
+	// selfVotes counts this node's votes for itself that raft holds back
+	// until the append goroutine made its term and vote durable (loop
+	// goroutine only; see tick).
+	selfVotes int
 	// batch holds the normal proposals taken since the last flush: they
 	// go to raft in one MsgProp, so raft appends them together and sends
 	// one append message per follower for all of them, not one each.

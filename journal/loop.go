@@ -64,17 +64,7 @@ func (j *Journal) run() {
 			j.failProposals()
 			return
 		case <-tickc:
-			// A node that knows it was removed stops its raft clock: as a
-			// voter it would campaign every election timeout, and every
-			// member would refuse each vote request.
-			if !j.removed.Load() {
-				j.rn.Tick()
-				// The read round in flight, if no caller sent it or its
-				// answer is overdue (readindex.go).
-				if ctx := j.rounds.tick(j.leader.Load() != 0, j.readResendTicks()); ctx != nil {
-					j.rn.ReadIndex(ctx)
-				}
-			}
+			j.tick()
 			if k := j.cfg.knobs; k != nil && k.ticked != nil {
 				k.ticked()
 			}
@@ -143,6 +133,43 @@ func (j *Journal) run() {
 	// A persist failure: the node can no longer promise durability. Stop
 	// the loop (raft must not advance) but keep the process alive.
 	j.fail(err)
+}
+
+// tick advances raft's clock by one tick, except on a node that knows it
+// was removed (as a voter it would campaign every election timeout, and
+// every member would refuse each vote request) and on a candidate whose
+// vote for itself is not durable yet. raft (with AsyncStorageWrites)
+// counts that vote only once the append goroutine wrote the new term and
+// vote; were the election timer to run meanwhile, a disk whose fsync takes
+// longer than the election timeout would start every campaign again at
+// the next term before the vote of the last one was counted, and a single
+// voter would never elect itself. So a slow disk delays the election by
+// its fsync; it does not prevent it.
+func (j *Journal) tick() {
+	if j.removed.Load() {
+		return
+	}
+	if st := raft.StateType(j.state.Load()); j.selfVotes > 0 && (st == raft.StateCandidate || st == raft.StatePreCandidate) {
+		return
+	}
+	j.rn.Tick()
+	// The read round in flight, if no caller sent it or its answer is
+	// overdue (readindex.go).
+	if ctx := j.rounds.tick(j.leader.Load() != 0, j.readResendTicks()); ctx != nil {
+		j.rn.ReadIndex(ctx)
+	}
+}
+
+// selfVotesIn counts the votes for this node among the responses m holds
+// back until its write is durable.
+func (j *Journal) selfVotesIn(m *raftpb.Message) int {
+	n := 0
+	for _, r := range m.GetResponses() {
+		if t := r.GetType(); r.GetTo() == j.id && (t == raftpb.MsgVoteResp || t == raftpb.MsgPreVoteResp) {
+			n++
+		}
+	}
+	return n
 }
 
 // recoverStorageFailure stops the loop, as a failed persist does, when
@@ -416,6 +443,7 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
+			j.selfVotes += j.selfVotesIn(m)
 			j.appendq.push(appendItem{msg: m})
 		case raft.LocalApplyThread:
 			apply = m

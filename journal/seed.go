@@ -3,7 +3,9 @@ package journal
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 
 	"github.com/metatree/metatree/internal/durable"
 	"github.com/metatree/metatree/internal/operr"
@@ -45,10 +47,15 @@ type SeedConfig struct {
 }
 
 // NewClusterMembership returns the membership blob of an image that a new
-// cluster starts from: node id at addr is its only voter, as of index. It
-// keeps the idempotency keys of the dedupe window that the old image's
-// blob (oldMembership; nil: none) carries, so that a client retrying a
-// write across the restore is not applied twice.
+// cluster starts from: node id at addr is its only voter, as of index. From
+// the old image's blob (oldMembership; nil: none) it keeps the idempotency
+// keys of the dedupe window, so that a client retrying a write across the
+// restore is not applied twice, and the cluster version, which never goes
+// down (the image may hold state of that format). Every other member the
+// old blob names, and every id it removed, is removed in the new one: a
+// node of the old cluster that comes back (with the same cluster id and
+// token, when the caller keeps them) is refused as any removed member is,
+// and its id is never reused.
 func NewClusterMembership(oldMembership []byte, index, id uint64, addr string) ([]byte, error) {
 	if id == 0 || addr == "" || index == 0 {
 		return nil, errors.New("journal: new cluster membership: id, addr and a non-zero index are required")
@@ -60,6 +67,14 @@ func NewClusterMembership(oldMembership []byte, index, id uint64, addr string) (
 			return nil, operr.Errorf("journal: new cluster membership: the image's: %w", err)
 		}
 		m.Keys = old.Keys
+		m.Version = old.Version
+		gone := slices.Concat(old.Removed, old.Voters, old.Learner, slices.Collect(maps.Keys(old.Members)))
+		slices.Sort(gone)
+		for _, g := range slices.Compact(gone) {
+			if g != id {
+				m.Removed = append(m.Removed, g)
+			}
+		}
 	}
 	m.Index = index
 	m.Voters = []uint64{id}

@@ -65,7 +65,7 @@ func (g *spaceGuard) refuse() error {
 	if !g.low.Load() {
 		return nil
 	}
-	return fmt.Errorf("%w: %d bytes free under %s, below the reserve of %d (free space to resume)",
+	return fmt.Errorf("%w: %d bytes free under %s, below the reserve of %d (Config.ReserveBytes): writes resume once there is room",
 		ErrNoSpace, g.avail.Load(), g.dir, g.reserve)
 }
 

@@ -137,3 +137,29 @@ func TestWALMeetsENOSPCOnARealFilesystem(t *testing.T) {
 	require.True(t, n.sm.has("a"), "acknowledged writes survive")
 	propose(t, n, "c")
 }
+
+// TestStartsOnADiskUnderTheReserve: a node bootstrapped on a filesystem
+// with less free space than the default reserve (32 MiB free, 64 MiB
+// reserved; less than Pebble preallocates for a WAL) starts, leads and
+// refuses writes with ErrNoSpace naming the free space and the reserve;
+// once the filesystem has room it takes writes.
+func TestStartsOnADiskUnderTheReserve(t *testing.T) {
+	mnt := tmpfs.Mount(t, 32<<20)
+	c := newCluster(t)
+	n := c.listen(1)
+	n.dir = filepath.Join(mnt, "data")
+	require.NoError(t, c.open(n, func(cfg *Config) {
+		cfg.Bootstrap = true
+		cfg.SpaceCheckInterval = time.Hour // the test runs the checks
+	}))
+	c.waitLeader(1)
+	_, _, err := n.j.Propose(ctxT(t, 5*time.Second), []byte("refused"))
+	require.ErrorIs(t, err, ErrNoSpace)
+	require.ErrorContains(t, err, "below the reserve of 67108864")
+	require.NoError(t, n.j.Status().Err, "the node is up, not halted")
+
+	require.NoError(t, syscall.Mount("tmpfs", mnt, "tmpfs", syscall.MS_REMOUNT, "size=256m"))
+	n.j.checkSpace()
+	propose(t, n, "a")
+	require.False(t, n.sm.has("refused"))
+}

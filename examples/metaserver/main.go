@@ -56,6 +56,7 @@ func main() {
 	flag.Uint64Var(&cfg.CompactMargin, "compact-margin", 0, "entries kept behind an image for slow followers (0: the journal's default)")
 	flag.IntVar(&cfg.Quota.MaxNodes, "quota-nodes", 0, "most catalog nodes; a write past it is refused with 507 quota (0: no bound; the same on every member)")
 	flag.Int64Var(&cfg.Quota.MaxBytes, "quota-bytes", 0, "most approximate catalog bytes; a write past it is refused with 507 quota (0: no bound; the same on every member)")
+	flag.Int64Var(&cfg.ReserveBytes, "reserve-bytes", 0, "free bytes on -dir's filesystem under which writes are refused with 507 no_space until there is room (0: 64 MiB; negative: no guard)")
 	flag.BoolVar(&cfg.ForceNewCluster, "force-new-cluster", false, "restart from -dir as the only voter, keeping its data: only after the other voters are lost for good")
 	verbose := flag.Bool("v", false, "log at debug level")
 	flag.Parse()

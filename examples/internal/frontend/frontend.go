@@ -55,6 +55,7 @@ type Config struct {
 	CheckpointInterval time.Duration // default 60 s
 	CompactMargin      uint64        // entries kept behind an image; default the journal's
 	PromoteMaxLag      uint64        // entries an observer may trail and be promoted; default the journal's
+	ReserveBytes       int64         // free space under which writes are refused (507 no_space); default the journal's, 64 MiB; negative: no guard
 	// RequestTimeout bounds a write's or a linearizable read's wait for a
 	// quorum (then 503 no_leader), a client's request proxied to the leader
 	// included; default 10 s.
@@ -205,6 +206,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		ForceNewCluster: cfg.ForceNewCluster,
 		StateMachine:    f.tree, Snapshots: snapshots{f.images, f},
 		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
+		ReserveBytes: cfg.ReserveBytes,
 		// Idempotency keys are remembered no further back than the log
 		// is kept.
 		DedupeWindow: min(cfg.CompactMargin, 10_000),

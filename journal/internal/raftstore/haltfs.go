@@ -12,7 +12,7 @@ import (
 )
 
 // haltFS wraps the store's filesystem so that any failed mutating operation
-// (a write, fsync, preallocation, create, link or rename, whether from the
+// (a write, fsync, create, link or rename, whether from the
 // WAL, a flush, a compaction or the MANIFEST) halts the store, with the
 // operation and the file named. Pebble does not always surface these: a
 // failed WAL fsync reaches it inside the commit pipeline, which it then
@@ -205,8 +205,18 @@ func (f haltFile) WriteAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
+// Preallocate reserves blocks ahead of the writes (Pebble asks for 110% of
+// a memtable per WAL) but changes no data, so its failure is no storage
+// failure and halts nothing: Pebble ignores the error, and the writes go
+// on into blocks allocated as they come. A disk with less free space than
+// the preallocation (a node the space guard keeps from taking writes) can
+// still hold raft's own writes; a write that then meets a full disk halts
+// the store as any failed write does.
 func (f haltFile) Preallocate(offset, length int64) error {
-	return f.mutate("preallocate", func() error { return f.File.Preallocate(offset, length) })
+	if f.fs.frozen() {
+		return nil // nothing more reaches the disk
+	}
+	return f.File.Preallocate(offset, length)
 }
 
 func (f haltFile) Sync() error { return f.mutate("sync", f.File.Sync) }
