@@ -135,7 +135,8 @@ func (j *Journal) run() {
 	j.fail(err)
 }
 
-// tick advances raft's clock by one tick, except on a node that knows it
+// tick advances raft's clock by one tick and sends the read round that
+// waits for it, except on a node that knows it
 // was removed (as a voter it would campaign every election timeout, and
 // every member would refuse each vote request) and on a candidate whose
 // vote for itself is not durable yet. raft (with AsyncStorageWrites)
