@@ -311,3 +311,10 @@ func (t *Tree) SetAttrForTesting(path, attr string, v Value) error {
 	t.undo, t.undoOld = t.undo[:0], t.undoOld[:0]
 	return err
 }
+
+// StateDigest returns the digest's bytes as of the last applied batch: the
+// journal.Digester hook, through which the journal compares replicas.
+func (t *Tree) StateDigest() []byte {
+	_, d := t.Digest()
+	return d[:]
+}

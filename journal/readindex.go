@@ -174,11 +174,15 @@ func (rr *readRounds) stalled(seen uint64) (*readRound, uint64) {
 // concurrent callers, and waits until this node has applied it. Without a
 // leader the round is sent again every election timeout until ctx ends
 // (the error then wraps ErrNoLeader). A node that knows it was removed
-// fails with ErrRemoved: no member answers it any more.
+// fails with ErrRemoved: no member answers it any more; one whose
+// corruption alarm is raised, with ErrCorrupt (a *CorruptError).
 func (j *Journal) ReadBarrier(ctx context.Context) error {
 	defer j.observeReadBarrier(j.cfg.Clock.Now())
 	if err := j.removedErr(); err != nil {
 		return operr.Errorf("journal: read barrier: %w", err)
+	}
+	if c := j.corruptErr(); c != nil {
+		return operr.Errorf("journal: read barrier: %w", c)
 	}
 	r, send, seen := j.rounds.join()
 	retry, stop := j.cfg.Clock.NewTicker(j.electionTimeout())

@@ -268,9 +268,10 @@ func (f *Frontend) getNode(w http.ResponseWriter, r *http.Request) error {
 // waits for the local apply: read-your-writes).
 //
 // The batch is written in the cluster's format version, so that every
-// member can read it.
+// member can read it, or the newest batch format when the cluster's is
+// newer (a format version may add journal entries and no batch format).
 func (f *Frontend) commit(ctx context.Context, b catalog.Batch) (*catalog.Result, error) {
-	data, err := b.EncodeVersion(int(f.journal.ClusterVersion()))
+	data, err := b.EncodeVersion(min(int(f.journal.ClusterVersion()), catalog.NewestBatchVersion))
 	if err != nil {
 		return nil, apiError(err)
 	}
