@@ -23,7 +23,7 @@ func FuzzEntryDecoders(f *testing.F) {
 	f.Add(encodeVersion(2))
 	f.Add(encodeCheckMark())
 	f.Add(encodeCheckReport(7, 2, bytes.Repeat([]byte{0xab}, 32)))
-	f.Add([]byte{kindCheck, 3})                   // an operation of a newer format
+	f.Add([]byte{kindCheck, 3})                    // an operation of a newer format
 	f.Add([]byte{kindCheck, checkReport, 0, 0, 0}) // a report cut short
 	f.Add([]byte{})
 	f.Add([]byte{9, 0, 0, 0, 2})
