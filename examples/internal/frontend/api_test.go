@@ -109,3 +109,13 @@ func TestCorruptionAlarmAnswers503CorruptAndShowsInStatus(t *testing.T) {
 		"local": "aa", "majority": "bb", "agreeing": []uint64{1, 3}, "detail": ce.Error()},
 		alarmJSON(journal.Status{ID: 2, Err: ce}))
 }
+
+// A metaserver whose catalog reads the newest batch format advertises the
+// journal's newest format version (the versions above the batch formats
+// add only journal entries, such as the consistency checks'), and one
+// whose catalog reads older batches advertises what the catalog reads.
+func TestMaxVersionFollowsTheCatalogAndAdmitsJournalOnlyVersions(t *testing.T) {
+	require.Equal(t, uint32(journal.NewestVersion), maxVersion(catalog.NewestBatchVersion))
+	require.GreaterOrEqual(t, maxVersion(catalog.NewestBatchVersion), uint32(3), "the consistency checks need version 3")
+	require.Equal(t, uint32(catalog.BatchV1), maxVersion(catalog.BatchV1))
+}
