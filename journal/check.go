@@ -237,22 +237,24 @@ func (j *Journal) raiseCorrupt(e *CorruptError) {
 
 // maybeCheck is the leader's part, on the raft loop: journal a mark every
 // CheckInterval, once the cluster reads marks and the state machine is a
-// Digester. A dropped proposal is retried at the next turn.
+// Digester. A new leader waits a full interval first, so that a change of
+// leader adds no round. A dropped proposal is retried at the next turn.
+// It runs every turn of the loop, so the clock comes first and the
+// membership's lock only once an interval has passed.
 func (j *Journal) maybeCheck(last *time.Time) {
 	if j.cfg.CheckInterval <= 0 || j.state.Load() != uint32(raft.StateLeader) {
 		*last = time.Time{}
 		return
 	}
-	if _, ok := j.cfg.StateMachine.(Digester); !ok || j.clusterVersion() < checkVersion {
-		return
-	}
 	now := j.cfg.Clock.Now()
-	if !last.IsZero() && now.Sub(*last) < j.cfg.CheckInterval {
+	if last.IsZero() {
+		*last = now
 		return
 	}
-	if last.IsZero() {
-		// A new leader waits a full interval, so that a leadership change
-		// does not add a round.
+	if now.Sub(*last) < j.cfg.CheckInterval {
+		return
+	}
+	if _, ok := j.cfg.StateMachine.(Digester); !ok || j.clusterVersion() < checkVersion {
 		*last = now
 		return
 	}
