@@ -67,6 +67,7 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	t.pc.reset()
 	t.beginEvents()
 	t.undoSize = s.size
+	t.dg0 = s.digest
 	ids := make([]uint64, len(ops))
 	q, before := t.quota.get(), s.usage()
 	for i := range ops {
@@ -130,9 +131,9 @@ func conflict(format string, args ...any) error {
 func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 	switch o.typ {
 	case OpCreateIndex:
-		return 0, t.createIndex(s, o.kind, o.attr)
+		return 0, t.digestIndex(s, o, t.createIndex(s, o.kind, o.attr), true)
 	case OpDropIndex:
-		return 0, t.dropIndex(s, o.kind, o.attr)
+		return 0, t.digestIndex(s, o, t.dropIndex(s, o.kind, o.attr), false)
 	}
 	slot, exists := t.resolveW(s, o.path, o.typ == OpCreate)
 	var r *rec
@@ -188,6 +189,7 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 			return 0, fmt.Errorf("%w (%d of them; delete with Recursive)", ErrNotEmpty, len(s.kidsOf(slot)))
 		}
 		t.pc.reset()
+		t.dg.subtree(s, slot, o.path, false)
 		t.deleteTree(s, slot, o.path)
 	case OpMove:
 		parentPath, name := splitPath(o.to)
@@ -202,7 +204,9 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 		if err := s.roomForKid(ps); err != nil {
 			return 0, err
 		}
+		t.dg.subtree(s, slot, o.path, false)
 		t.move(s, index, slot, ps, name, o.path, o.to)
+		t.dg.subtree(s, slot, o.to, true)
 	}
 	return id, nil
 }
@@ -428,6 +432,7 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 		}
 	}
 	t.undo = append(t.undo, undoRec{op: uCreate, slot: slot, fromFree: fromFree})
+	t.dg.node(s, slot, o.path, true)
 	if t.wOn && t.wanted(o.path, o.kind, "") {
 		after := t.noteNode(s, s.at(slot), s.at(ps).id, t.notePath(o.path))
 		t.pend = append(t.pend, pendEvent{op: OpCreate, index: index, kind: s.kinds[kind], after: after})
@@ -573,6 +578,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 		return fmt.Errorf("%w: the node's name and attributes would take %d bytes (at most %d)", ErrInvalid, size, maxBlobBytes)
 	}
 	s.size += int64(size) - int64(s.nodeSize(s.blob(r)))
+	t.dg.node(s, slot, o.path, false)
 	blob, blen := s.arena.put(b)
 	s.preWrite(slot)
 	r = s.at(slot)
@@ -584,6 +590,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 		s.secUpdate(slot, r.kind, &oldRec, r)
 	}
 	t.pushUndoOld(uSetBlob, slot, oldRec)
+	t.dg.node(s, slot, o.path, true)
 	if wantEv {
 		after := t.noteNode(s, r, before.parent, before.path)
 		t.pend = append(t.pend, pendEvent{op: OpUpdate, index: index, kind: s.kinds[r.kind], before: before, after: after})
@@ -820,6 +827,7 @@ func (t *Tree) rollback(s *state) {
 	t.undoOld = t.undoOld[:0]
 	clear(t.undoIdx)
 	t.undoIdx = t.undoIdx[:0]
+	s.digest = t.dg0
 }
 
 // compactMin is the garbage (bytes) below which the arena is never

@@ -34,6 +34,25 @@
 // [Watcher.Progress] tells an idle watcher how far it has seen. [Tree.Save] and [Tree.Load] write and read
 // the image body, streamed and checksummed.
 //
+// Every tree keeps a [Digest] of its whole content ([Tree.Digest]): every
+// node's path, kind, attributes, created and modified indexes, and the
+// secondary index definitions, but nothing local (node ids, slots, the
+// order names were interned in). Replicas at the same index hold equal
+// digests, whether they replayed the log or loaded an image, so comparing
+// them finds a replica that diverged. The digest is the sum modulo 2^256 of
+// a SHA-256 hash of each node's canonical encoding (and of each index
+// definition), kept current as batches apply at the cost of one hash per
+// node a batch touches (see digest.go). Two different catalogs collide
+// only with negligible probability: each node's encoding includes its
+// path, which no other node shares, so the two catalogs' sets of encodings
+// differ in some encoding e that appears in one sum and not the other;
+// modelling SHA-256 as a random function, the hash of e is uniform and
+// independent of the rest, so the two sums are equal with probability
+// 2^-256. The argument is about accidents (bugs, flipped bits, a wrong
+// image), not an adversary: someone who chooses many nodes' contents to
+// make sums cancel can do much better than chance against any additive
+// multiset hash.
+//
 // The layout is compact (BenchmarkDorisScale reports its heap in bytes a
 // node, and BenchmarkNaiveTreeMemory against a map-of-pointers tree): nodes are
 // fixed-size pointer-free records in a slab, names and attributes packed in

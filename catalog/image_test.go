@@ -166,6 +166,7 @@ func FuzzLoad(f *testing.F) {
 			if !bytes.Equal(out, data[:len(out)]) {
 				t.Fatal("a loaded image saves differently")
 			}
+			requireDigestConsistent(t, tr)
 		} else if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnknownVersion) {
 			t.Fatalf("unexpected error: %v", err)
 		}

@@ -40,6 +40,7 @@ func readImageWith(r io.Reader, verify, careful bool) (*state, error) {
 	if err := ld.run(); err != nil {
 		return nil, err
 	}
+	ld.s.digest = ld.s.computeDigest()
 	return ld.s, nil
 }
 

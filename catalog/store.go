@@ -147,6 +147,7 @@ func (x *secIndex) remove(val []byte, id uint32) {
 type state struct {
 	index  uint64 // last applied log index
 	nextID uint64
+	digest sum256 // of the content (digest.go)
 
 	slab   []*[slabSize]rec
 	nslots uint32

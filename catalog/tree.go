@@ -42,6 +42,8 @@ type Tree struct {
 	vbuf     []byte // value scratch
 	attrs    []attrEnt
 	pc       pathCache
+	dg       digester // the digest's scratch (digest.go)
+	dg0      sum256   // the digest at the start of the batch, for rollback
 
 	// Watch scratch of the batch being applied (see watchring.go).
 	pend    []pendEvent   // its events so far
@@ -68,7 +70,9 @@ type Tree struct {
 
 // New returns an empty tree holding only the root "/" (id 1) at index 0.
 func New() *Tree {
-	return &Tree{s: newState()}
+	s := newState()
+	s.digest = s.computeDigest()
+	return &Tree{s: s}
 }
 
 // Index returns the log index of the last applied batch (0 for a new tree).

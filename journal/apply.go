@@ -205,6 +205,14 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 		if halt == nil && rec.m == nil && e.GetType() == raftpb.EntryNormal {
 			halt = j.applyNormal(idx, e.GetData())
 		}
+		if c := j.corruptErr(); c != nil {
+			// This member's state differs from the majority's: nothing
+			// more applies here (see check.go).
+			if applied > start {
+				j.publishApplied(applied)
+			}
+			return c
+		}
 		switch {
 		case halt != nil:
 			// Nothing at or after idx is applied or marked applied.
@@ -250,6 +258,10 @@ func (j *Journal) applyNormal(idx uint64, data []byte) *HaltError {
 	case kindTimestamp:
 		j.lastTS.Store(env.ts)
 		j.notifyChanged()
+	case kindCheck:
+		if c := j.applyCheck(idx, env.check); c != nil {
+			j.raiseCorrupt(c)
+		}
 	case kindUser:
 		// The applied index moves before the proposer hears: once Propose
 		// returns, Status and WaitApplied on this node cover the entry too

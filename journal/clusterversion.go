@@ -32,8 +32,9 @@ import (
 
 const (
 	// NewestVersion is the newest format version this code reads and
-	// writes: version 2 carries catalog batches that use catalog.Cond.Match.
-	NewestVersion = 2
+	// writes: version 2 carries catalog batches that use catalog.Cond.Match,
+	// version 3 the consistency checks' entries (check.go).
+	NewestVersion = 3
 	// OldestVersion is the oldest format version this code reads and writes.
 	OldestVersion = 1
 )

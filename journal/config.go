@@ -204,6 +204,16 @@ type Config struct {
 	// StaleAfter/2, to learn whether it was removed (removalprobe.go).
 	StaleAfter time.Duration
 
+	// CheckInterval is how often the leader starts a consistency check
+	// round, when the StateMachine is a Digester (check.go): every member
+	// records its digest at a mark the leader journals, the members
+	// report their digests through the log, and a member whose digest
+	// differs from a majority of the voters' raises the corruption alarm
+	// (ErrCorrupt) within a few round trips of the mark. Default 1s;
+	// negative turns the checks off. A round costs one entry from the
+	// leader and one from each member, and one digest read each.
+	CheckInterval time.Duration
+
 	// DedupeWindow is how many log indexes back an idempotency key is
 	// remembered: an entry whose key reached the log within the window
 	// before it is not applied again, and the window slides to it (default
@@ -320,6 +330,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.StaleAfter == 0 {
 		c.StaleAfter = 30 * time.Second
+	}
+	if c.CheckInterval == 0 {
+		c.CheckInterval = time.Second
 	}
 	def(&c.MaxEntryBytes, 3<<19)
 	def(&c.DedupeWindow, 10_000)

@@ -164,7 +164,24 @@
 // stops before it with a [*HaltError] ([ErrHalted]), the node serves reads
 // under the staleness guard and refuses writes, and a restart with a binary
 // that reads it resumes there. A restart or join below the cluster version
-// fails with [ErrVersion].
+// fails with [ErrVersion]. Version 3 adds the consistency checks'
+// entries.
+//
+// # Consistency checks
+//
+// When the [StateMachine] is a [Digester] (catalog.Tree is), the replicas
+// compare their state through the log every Config.CheckInterval (default
+// 1s): the leader journals a mark, every member records its digest at the
+// mark and reports it in an entry, and every member compares its own with
+// the digest a majority of the voters reported. A member that differs
+// raises the corruption alarm, a [*CorruptError] ([ErrCorrupt]) in
+// [Status.Err], the metric metatree_journal_corrupt and the log: it stops
+// applying, serving reads ([Journal.ReadBarrier], [Journal.CheckFresh])
+// and taking part in raft (a leader so gives way), while the healthy
+// majority goes on. Replace it: it restores from a healthy member's
+// image. A member without a digest of its own at a mark (it restored from
+// an image past it) does not compare, so images, restarts and compaction
+// raise no alarm; the checks run once the cluster version is 3.
 //
 // # Concurrency
 //

@@ -16,6 +16,7 @@ import (
 //	kindTimestamp: [2][8-byte big-endian unix nanoseconds of the leader's clock]
 //	kindUserSince: [3][16-byte idempotency key][8-byte big-endian since][user data...]
 //	kindVersion:   [4][4-byte big-endian cluster version] (version.go)
+//	kindCheck:     [5][operation]... (check.go)
 //
 // kindUserSince is a user entry that may apply only within DedupeWindow
 // indexes after since, a commit index its proposer knew before it made the
@@ -38,6 +39,7 @@ type envelope struct {
 	since uint64 // kindUserSince's since
 	// bounded: the entry carries since (kindUserSince).
 	bounded bool
+	check   checkEntry // kindCheck
 }
 
 func encodeUser(key [16]byte, data []byte) []byte {
@@ -96,6 +98,12 @@ func decodeEnvelope(b []byte) (envelope, error) {
 			return envelope{}, err
 		}
 		return envelope{kind: kindVersion}, nil
+	case kindCheck:
+		c, err := decodeCheck(b)
+		if err != nil {
+			return envelope{}, err
+		}
+		return envelope{kind: kindCheck, check: c}, nil
 	}
 	// A kind from a newer format: never skipped (see HaltError).
 	return envelope{}, fmt.Errorf("%w: entry kind %d", ErrUnknownVersion, b[0])

@@ -21,6 +21,10 @@ func FuzzEntryDecoders(f *testing.F) {
 	f.Add(encodeUserSince([16]byte{3}, 41, []byte("data")))
 	f.Add(encodeTimestamp(1_700_000_000_000_000_000))
 	f.Add(encodeVersion(2))
+	f.Add(encodeCheckMark())
+	f.Add(encodeCheckReport(7, 2, bytes.Repeat([]byte{0xab}, 32)))
+	f.Add([]byte{kindCheck, 3})                    // an operation of a newer format
+	f.Add([]byte{kindCheck, checkReport, 0, 0, 0}) // a report cut short
 	f.Add([]byte{})
 	f.Add([]byte{9, 0, 0, 0, 2})
 	f.Add([]byte(`{"v":2,"voters":[1],"members":{}}`))
@@ -32,7 +36,8 @@ func FuzzEntryDecoders(f *testing.F) {
 	f.Add([]byte(`{"v":1,"voters":[1,2],"members":{"1":{"id":1,"addr":"a"}},"keys":[{"i":3,"k":[1]}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if env, err := decodeEnvelope(b); err != nil {
-			unknown := len(b) > 0 && (b[0] < kindUser || b[0] > kindVersion)
+			unknown := len(b) > 0 && (b[0] < kindUser || b[0] > kindCheck) ||
+				len(b) > 1 && b[0] == kindCheck && b[1] != checkMark && b[1] != checkReport
 			if errors.Is(err, ErrUnknownVersion) != unknown || errors.Is(err, ErrMalformed) == unknown {
 				t.Fatalf("envelope %x: %v", b, err)
 			}
@@ -53,6 +58,11 @@ func FuzzEntryDecoders(f *testing.F) {
 					t.Fatalf("version entry decoded as an envelope but not as a version: %v", err)
 				}
 				again = encodeVersion(v)
+			case kindCheck:
+				again = encodeCheckMark()
+				if c := env.check; c.op == checkReport {
+					again = encodeCheckReport(c.mark, c.from, c.digest)
+				}
 			default:
 				t.Fatalf("envelope of kind %d decoded", env.kind)
 			}

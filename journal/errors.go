@@ -24,6 +24,12 @@ var (
 	// Config.ReserveBytes); the write is refused, and writes resume by
 	// themselves once space is freed.
 	ErrNoSpace = errors.New("journal: no space left on the data dir's disk")
+	// ErrCorrupt: this member's state machine digest differs from the one
+	// a majority of the voters reported at the same index (a
+	// *CorruptError names the index, both digests and the voters): it
+	// stopped applying, serving reads and taking part in raft. Replace
+	// the member; it restores from a healthy member's image.
+	ErrCorrupt = errors.New("journal: corrupt (this member's state differs from the majority's)")
 	// ErrClosed: the journal was closed.
 	ErrClosed = errors.New("journal: closed")
 	// ErrClusterMismatch: a request or a data dir belongs to another cluster

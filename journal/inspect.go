@@ -281,13 +281,15 @@ func missing(lo, hi uint64) Entry {
 
 // Kinds of Entry.
 const (
-	KindEmpty      = "empty"       // raft's own entry (a new leader's first)
-	KindUser       = "user"        // a proposal: idempotency key and data
-	KindTimestamp  = "timestamp"   // the leader's clock, for the staleness guard
-	KindConfChange = "conf_change" // a membership change
-	KindVersion    = "version"     // the leader raises the cluster's format version
-	KindMalformed  = "malformed"   // an entry that does not decode (Err says why)
-	KindMissing    = "missing"     // a range absent from the log (Err names it)
+	KindEmpty       = "empty"        // raft's own entry (a new leader's first)
+	KindUser        = "user"         // a proposal: idempotency key and data
+	KindTimestamp   = "timestamp"    // the leader's clock, for the staleness guard
+	KindConfChange  = "conf_change"  // a membership change
+	KindVersion     = "version"      // the leader raises the cluster's format version
+	KindCheckMark   = "check_mark"   // the leader starts a consistency check round
+	KindCheckReport = "check_report" // a member reports its state digest at a mark
+	KindMalformed   = "malformed"    // an entry that does not decode (Err says why)
+	KindMissing     = "missing"      // a range absent from the log (Err names it)
 )
 
 // Entry is one log entry decoded for a person.
@@ -306,6 +308,10 @@ type Entry struct {
 	UnixNano int64
 	// Version is a version entry's cluster version.
 	Version uint32
+	// Mark, Member and Digest are a check report's: the mark's index, the
+	// reporting member and its state digest there.
+	Mark, Member uint64
+	Digest       []byte
 	// Change is a conf change's content.
 	Change *ConfChange
 	// Err says why a malformed entry does not decode.
@@ -349,6 +355,11 @@ func DecodeEntry(e *raftpb.Entry) Entry {
 		case kindVersion:
 			v, _ := decodeVersion(e.GetData()) // decodeEnvelope checked it
 			out.Kind, out.Version = KindVersion, v
+		case kindCheck:
+			out.Kind = KindCheckMark
+			if c := env.check; c.op == checkReport {
+				out.Kind, out.Mark, out.Member, out.Digest = KindCheckReport, c.mark, c.from, c.digest
+			}
 		}
 	case raftpb.EntryConfChange:
 		cc, ctx, err := decodeConfChange(e)

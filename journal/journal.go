@@ -124,6 +124,13 @@ type Journal struct {
 	applied atomic.Uint64
 	lastTS  atomic.Int64 // unix nanos of the last applied leader timestamp
 	failed  atomic.Pointer[error]
+	// The consistency checks (check.go): the applier's record of recent
+	// marks, the report it leaves for the loop to propose (checkc wakes
+	// the loop, cap 1), and the raised corruption alarm.
+	checker     checker
+	checkReport atomic.Pointer[[]byte]
+	checkc      chan struct{}
+	corrupt     atomic.Pointer[CorruptError]
 
 	nwaiters atomic.Int64 // len of all mu.waiters lists
 
@@ -303,13 +310,17 @@ func (j *Journal) Leadership() <-chan struct{} {
 
 // CheckFresh returns nil when this node's replayed state is within
 // Config.StaleAfter of the leader's clock, and an error wrapping ErrStale
-// otherwise (no timestamp replayed yet counts as stale). It compares the
+// otherwise (no timestamp replayed yet counts as stale); on a member whose
+// corruption alarm is raised, the *CorruptError (ErrCorrupt). It compares the
 // last leader timestamp replayed here with the local clock, so the nodes'
 // clocks must agree to well within StaleAfter (as Doris's
 // meta_delay_toleration_second assumes) when their processes start; both
 // sides then advance by the monotonic clock (stampClock), so a later step
 // of either wall clock changes nothing.
 func (j *Journal) CheckFresh() error {
+	if c := j.corruptErr(); c != nil {
+		return c
+	}
 	ts := j.lastTS.Load()
 	if ts == 0 {
 		return fmt.Errorf("%w: no leader timestamp replayed yet", ErrStale)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -40,6 +41,7 @@ func (j *Journal) run() {
 	defer stopTick()
 	staleEvery := j.cfg.StaleAfter / 2
 	var lastStamp int64
+	var lastCheck time.Time
 	var err error
 	if j.lastIndex, err = j.store.LastIndex(); err != nil {
 		j.fail(operr.Errorf("journal: last index: %w", err))
@@ -93,7 +95,15 @@ func (j *Journal) run() {
 			j.releaseApplyAcks()
 		case <-j.store.HaltedCh():
 			err = j.store.Halted() // a background write failed
+		case <-j.checkc:
+			j.proposeReport()
 		case <-readyc:
+		}
+		if c := j.corruptErr(); c != nil && err == nil {
+			// The applier found this member's state differs from the
+			// majority's: stop taking part, as a crashed member would (a
+			// leader so gives way), and serve nothing (check.go).
+			err = c
 		}
 		if err != nil {
 			break
@@ -118,6 +128,7 @@ func (j *Journal) run() {
 		} else {
 			lastStamp = 0
 		}
+		j.maybeCheck(&lastCheck)
 		if !j.rn.HasReady() {
 			continue
 		}

@@ -78,6 +78,10 @@ var (
 		"The newest format version this node reads (Config.MaxVersion).", nil, nil)
 	descNoSpaceAlarm = prometheus.NewDesc("metatree_journal_no_space_alarm",
 		"1 while a voter's no-space alarm is raised and the cluster refuses writes (ErrNoSpace), 0 otherwise.", nil, nil)
+	descCorrupt = prometheus.NewDesc("metatree_journal_corrupt",
+		"1 when this member's state machine digest differed from a majority of the voters' (ErrCorrupt: it stopped applying and serving), 0 otherwise.", nil, nil)
+	descConsistencyChecks = prometheus.NewDesc("metatree_journal_consistency_checks_total",
+		"Consistency check rounds this member compared its own digest in, with a majority of the voters' (Config.CheckInterval).", nil, nil)
 	descDiskFree = prometheus.NewDesc("metatree_journal_disk_free_bytes",
 		"Free bytes on the data dir's disk at the last check (absent while the guard is off: Config.ReserveBytes negative, or a filesystem that reports no usage).", nil, nil)
 	descWALFsync = prometheus.NewDesc("metatree_journal_wal_fsync_duration_seconds",
@@ -97,7 +101,7 @@ type journalCollector struct{ j *Journal }
 func (c journalCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descIsLeader, descLeaderChanges, descTerm, descApplied,
 		descCommitted, descStale, descProposalsApplied, descProposalsFailed, descProposalsForwarded, descWALFsync,
-		descReadRounds, descHalted, descClusterVersion, descMaxVersion, descNoSpaceAlarm, descDiskFree} {
+		descReadRounds, descHalted, descClusterVersion, descMaxVersion, descNoSpaceAlarm, descDiskFree, descCorrupt, descConsistencyChecks} {
 		ch <- d
 	}
 	c.j.metrics.apply.Describe(ch)
@@ -126,6 +130,8 @@ func (c journalCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descClusterVersion, float64(j.clusterVersion()))
 	gauge(descMaxVersion, float64(j.cfg.MaxVersion))
 	gauge(descNoSpaceAlarm, b2f(j.noSpaceAlarm() != nil))
+	gauge(descCorrupt, b2f(j.corruptErr() != nil))
+	counter(descConsistencyChecks, j.checker.count())
 	if free, ok := j.space.free(); ok {
 		gauge(descDiskFree, float64(free))
 	}

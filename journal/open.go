@@ -89,6 +89,7 @@ func newJournal(cfg Config) (*Journal, error) {
 		dedupe:     newDedupe(cfg.DedupeWindow),
 		heard:      map[uint64]time.Time{},
 		imageReqc:  make(chan struct{}, 1),
+		checkc:     make(chan struct{}, 1),
 		metrics:    newMetrics(),
 	}
 	j.mu.leaderCh = make(chan struct{})

@@ -119,15 +119,19 @@ func (j *Journal) checkProposal(data []byte) error {
 }
 
 // checkForwarded admits a proposal another node forwarded inside raft's
-// stream only if it holds user entries: membership changes go through
-// HandleForward (and its safety checks), timestamps come from the leader
-// alone.
+// stream only if it holds user entries, or consistency check reports of
+// the forwarding member's own: membership changes go through
+// HandleForward (and its safety checks), timestamps and check marks come
+// from the leader alone.
 func (j *Journal) checkForwarded(m *raftpb.Message) error {
 	for _, e := range m.GetEntries() {
 		if e.GetType() != raftpb.EntryNormal {
 			return fmt.Errorf("%w: forwarded proposal from node %d holds a %v entry", ErrMalformed, m.GetFrom(), e.GetType())
 		}
 		env, err := decodeEnvelope(e.GetData())
+		if err == nil && env.kind == kindCheck && env.check.op == checkReport && env.check.from == m.GetFrom() {
+			continue
+		}
 		if err != nil || env.kind != kindUser {
 			return fmt.Errorf("%w: forwarded proposal from node %d holds an entry that is not a user entry", ErrMalformed, m.GetFrom())
 		}
@@ -174,8 +178,7 @@ func (j *Journal) admitProposal(m *raftpb.Message) *raftpb.Message {
 	var why error
 	for i, e := range m.GetEntries() {
 		err := writeErr
-		if err == nil {
-			env, _ := decodeEnvelope(e.GetData())
+		if env, _ := decodeEnvelope(e.GetData()); err == nil && env.kind != kindCheck {
 			err = j.checkProposal(env.data)
 		}
 		if err == nil {

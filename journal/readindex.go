@@ -248,11 +248,15 @@ func (rr *readRounds) tick(leaderKnown bool, resendTicks uint64) []byte {
 // that goes unanswered (a lost message, no leader) is sent again every two
 // heartbeat intervals once a leader is known, until ctx ends (the error
 // then wraps ErrNoLeader if no leader is known). A node that knows it was
-// removed fails with ErrRemoved: no member answers it any more.
+// removed fails with ErrRemoved: no member answers it any more; one whose
+// corruption alarm is raised, with ErrCorrupt (a *CorruptError).
 func (j *Journal) ReadBarrier(ctx context.Context) error {
 	defer j.observeReadBarrier(j.cfg.Clock.Now())
 	if err := j.removedErr(); err != nil {
 		return operr.Errorf("journal: read barrier: %w", err)
+	}
+	if c := j.corruptErr(); c != nil {
+		return operr.Errorf("journal: read barrier: %w", c)
 	}
 	if ctx.Err() != nil {
 		// Joining would only add a caller that never waits.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -91,6 +92,9 @@ func apiError(err error) error {
 		// Before the causes it wraps (no leader, a deadline, a halt): the
 		// write may have applied, so the client reads before writing again.
 		return httpjson.Errorf(http.StatusServiceUnavailable, "outcome_unknown", "%v", err)
+	case errors.Is(err, journal.ErrCorrupt):
+		// Before ErrClosed, which a refusal on a member in alarm wraps too.
+		return httpjson.Errorf(http.StatusServiceUnavailable, "corrupt", "%v", err)
 	case errors.Is(err, journal.ErrHalted):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "halted", "%v", err)
 	case errors.Is(err, journal.ErrRemoved):
@@ -148,8 +152,22 @@ func (f *Frontend) getStatus(w http.ResponseWriter, _ *http.Request) error {
 		"checkpoint":      checkpointJSON(f.ckpt.Status()),
 	}
 	addStatusError(out, st)
+	out["alarm"] = alarmJSON(st)
 	httpjson.Write(w, http.StatusOK, out)
 	return nil
+}
+
+// alarmJSON is /v1/status's "alarm": nil, or this member's corruption
+// alarm (its catalog differs from the majority's) with the index, the
+// member and the digests.
+func alarmJSON(st journal.Status) map[string]any {
+	var ce *journal.CorruptError
+	if !errors.As(st.Err, &ce) {
+		return nil
+	}
+	return map[string]any{"kind": "corrupt", "index": ce.Index, "members": []uint64{st.ID},
+		"local": hex.EncodeToString(ce.Local), "majority": hex.EncodeToString(ce.Majority),
+		"agreeing": ce.Agreeing, "detail": ce.Error()}
 }
 
 // addStatusError adds, while the applier is stopped (Status.Err: halted
@@ -269,9 +287,10 @@ func (f *Frontend) getNode(w http.ResponseWriter, r *http.Request) error {
 // waits for the local apply: read-your-writes).
 //
 // The batch is written in the cluster's format version, so that every
-// member can read it.
+// member can read it, or the newest batch format when the cluster's is
+// newer (a format version may add journal entries and no batch format).
 func (f *Frontend) commit(ctx context.Context, b catalog.Batch) (*catalog.Result, error) {
-	data, err := b.EncodeVersion(int(f.journal.ClusterVersion()))
+	data, err := b.EncodeVersion(min(int(f.journal.ClusterVersion()), catalog.NewestBatchVersion))
 	if err != nil {
 		return nil, apiError(err)
 	}

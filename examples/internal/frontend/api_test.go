@@ -113,3 +113,37 @@ func TestStartRefusesWithoutCredentials(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
 }
+
+// A member in corruption alarm answers reads and writes 503 corrupt (the
+// refusal wraps ErrClosed too), and its status names the alarm: the kind,
+// the index, the member and both digests; a member without one has a null
+// alarm.
+func TestCorruptionAlarmAnswers503CorruptAndShowsInStatus(t *testing.T) {
+	ce := &journal.CorruptError{Index: 77, Local: []byte{0xaa}, Majority: []byte{0xbb}, Agreeing: []uint64{1, 3}}
+	for _, err := range []error{
+		fmt.Errorf("journal: propose: %w: %w", journal.ErrClosed, ce),
+		fmt.Errorf("journal: read barrier: %w", ce),
+		ce,
+	} {
+		var he *httpjson.Error
+		require.True(t, errors.As(apiError(err), &he), "%v", err)
+		require.Equal(t, http.StatusServiceUnavailable, he.Status, "%v", err)
+		require.Equal(t, "corrupt", he.Code, "%v", err)
+		require.Contains(t, he.Message, "index 77")
+	}
+	require.Nil(t, alarmJSON(journal.Status{ID: 2}))
+	require.Nil(t, alarmJSON(journal.Status{ID: 2, Err: &journal.HaltError{Index: 4, What: "entry", Err: journal.ErrUnknownVersion}}))
+	require.Equal(t, map[string]any{"kind": "corrupt", "index": uint64(77), "members": []uint64{2},
+		"local": "aa", "majority": "bb", "agreeing": []uint64{1, 3}, "detail": ce.Error()},
+		alarmJSON(journal.Status{ID: 2, Err: ce}))
+}
+
+// A metaserver whose catalog reads the newest batch format advertises the
+// journal's newest format version (the versions above the batch formats
+// add only journal entries, such as the consistency checks'), and one
+// whose catalog reads older batches advertises what the catalog reads.
+func TestMaxVersionFollowsTheCatalogAndAdmitsJournalOnlyVersions(t *testing.T) {
+	require.Equal(t, uint32(journal.NewestVersion), maxVersion(catalog.NewestBatchVersion))
+	require.GreaterOrEqual(t, maxVersion(catalog.NewestBatchVersion), uint32(3), "the consistency checks need version 3")
+	require.Equal(t, uint32(catalog.BatchV1), maxVersion(catalog.BatchV1))
+}

@@ -211,7 +211,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		// is kept.
 		DedupeWindow: min(cfg.CompactMargin, 10_000),
 		// The node advertises the formats its catalog reads.
-		MaxVersion: min(journal.NewestVersion, uint32(f.tree.MaxFormat())),
+		MaxVersion: maxVersion(f.tree.MaxFormat()),
 		Logger:     cfg.Logger,
 	})
 	if err != nil {
@@ -436,4 +436,16 @@ func newTree(q catalog.Quota) *catalog.Tree {
 	t := catalog.New()
 	t.SetQuota(q)
 	return t
+}
+
+// maxVersion is the newest format version a node whose catalog reads batch
+// formats up to catalogMax reads: that version, or, when the catalog reads
+// the newest batch format, the journal's newest, since the versions above
+// it add journal entries (version 3: the consistency checks) and no batch
+// format.
+func maxVersion(catalogMax int) uint32 {
+	if catalogMax >= catalog.NewestBatchVersion {
+		return journal.NewestVersion
+	}
+	return min(journal.NewestVersion, uint32(catalogMax))
 }

@@ -3,6 +3,7 @@ package frontend
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -45,6 +46,8 @@ func (f *Frontend) notReady() string {
 		return "removed from the cluster"
 	case !member:
 		return "not a member of the cluster yet"
+	case errors.Is(st.Err, journal.ErrCorrupt):
+		return fmt.Sprintf("corrupt: %v", st.Err)
 	case st.Err != nil:
 		return fmt.Sprintf("halted: %v", st.Err)
 	case st.Leader == 0:
