@@ -180,9 +180,10 @@ func TestBackupRestoreNewCluster(t *testing.T) {
 	}
 	require200(t, call(t, "PUT", r1.url("/v1/catalog/bk/after"), map[string]any{"kind": "item"}, nil), "write after the restore")
 
-	// Fresh dirs: the old members' dirs belong to the old cluster.
-	r2 := c.metaserverAt(2, filepath.Join(c.base, "new2"), freeAddr(t), "-join", r1.addr)
-	r3 := c.metaserverAt(3, filepath.Join(c.base, "new3"), freeAddr(t), "-join", r1.addr)
+	// Fresh dirs and new ids: the old members' dirs belong to the old
+	// cluster, and the restored one refuses every id the old one had.
+	r2 := c.metaserverAt(4, filepath.Join(c.base, "new4"), freeAddr(t), "-join", r1.addr)
+	r3 := c.metaserverAt(5, filepath.Join(c.base, "new5"), freeAddr(t), "-join", r1.addr)
 	rs := []*proc{r1, r2, r3}
 	c.waitLeader(30*time.Second, rs...)
 	for _, p := range rs {
@@ -203,6 +204,6 @@ func TestBackupRestoreNewCluster(t *testing.T) {
 				addrs[m.ID] = m.Addr
 			}
 		}
-		return len(addrs) == 3 && addrs[1] == r1.addr && addrs[2] == r2.addr && addrs[3] == r3.addr
+		return len(addrs) == 3 && addrs[1] == r1.addr && addrs[4] == r2.addr && addrs[5] == r3.addr
 	})
 }
