@@ -93,7 +93,7 @@ func TestFailedWALSyncHaltsTheNode(t *testing.T) {
 
 	n.sm = newMemSM()
 	require.NoError(t, c.open(n, nil))
-	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
 	require.True(t, n.sm.has("a") && n.sm.has("b"), "acknowledged writes survive: %v", n.sm.values())
 	require.False(t, n.sm.has("d"), "a write refused after the halt never applies")
 	propose(t, n, "e")
@@ -121,7 +121,7 @@ func TestHostHaltStopsWrites(t *testing.T) {
 	n.closeJournal()
 	n.sm = newMemSM()
 	require.NoError(t, c.open(n, nil))
-	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
 	require.True(t, n.sm.has("a"))
 	propose(t, n, "c")
 }
@@ -201,7 +201,7 @@ func TestPebbleFailureHaltsTheNode(t *testing.T) {
 
 			n.sm = newMemSM()
 			require.NoError(t, c.open(n, nil))
-			require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+			require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
 			require.True(t, n.sm.has("a"))
 			for _, v := range acked {
 				require.True(t, n.sm.has(v), "acknowledged write %s survives", v[:3])
@@ -261,7 +261,7 @@ func TestFailedLogReadHaltsTheLeader(t *testing.T) {
 	}
 	n3 := c.nodes[3]
 	propose(t, n1, "a")
-	require.NoError(t, n3.j.ReadBarrier(ctxT(t, 5*time.Second)))
+	require.NoError(t, n3.j.ReadBarrier(ctxT(t, 30*time.Second)))
 	n3.closeJournal()
 
 	// More than the leader's entry cache and memtable hold: the oldest
