@@ -478,7 +478,10 @@ func TestIdleObserverRemovedWhileCutOffLearnsFromItsProbe(t *testing.T) {
 // followers refuse forever.
 func TestProposeEntrySizeLimit(t *testing.T) {
 	c := newCluster(t)
-	c.start(3, 0)
+	// The context bounds the forwarded attempts, not their count: each
+	// waits two election timeouts of the test's short ticks, which an entry
+	// of the largest size can outlast on a loaded machine under -race.
+	c.start(3, 0, func(cfg *Config) { cfg.ForwardRetries = 1000 })
 	leader := c.waitLeader()
 	follower := leader%3 + 1
 	limit := c.nodes[leader].j.cfg.MaxEntryBytes

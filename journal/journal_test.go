@@ -247,10 +247,16 @@ func (n *node) stop() {
 	n.srvWG.Wait()
 }
 
-// start3 bootstraps node 1, joins 2 and 3 as voters and 4 as an observer.
-func (c *cluster) start(voters int, observers int) {
+// start bootstraps node 1 and joins nodes 2 to voters as voters and the
+// next observers nodes as observers, each config adjusted by mods.
+func (c *cluster) start(voters int, observers int, mods ...func(*Config)) {
 	n1 := c.listen(1)
-	require.NoError(c.t, c.open(n1, func(cfg *Config) { cfg.Bootstrap = true }))
+	require.NoError(c.t, c.open(n1, func(cfg *Config) {
+		cfg.Bootstrap = true
+		for _, mod := range mods {
+			mod(cfg)
+		}
+	}))
 	c.waitLeader(1)
 	for i := 2; i <= voters+observers; i++ {
 		n := c.listen(uint64(i))
@@ -258,7 +264,13 @@ func (c *cluster) start(voters int, observers int) {
 		if i > voters {
 			role = Observer
 		}
-		require.NoError(c.t, c.open(n, func(cfg *Config) { cfg.Join = n1.addr; cfg.Role = role }))
+		require.NoError(c.t, c.open(n, func(cfg *Config) {
+			cfg.Join = n1.addr
+			cfg.Role = role
+			for _, mod := range mods {
+				mod(cfg)
+			}
+		}))
 	}
 }
 
