@@ -146,6 +146,17 @@ type Journal struct {
 		waiters    map[[16]byte][]chan applyResult
 		membership *membership // latest applied membership
 	}
+	// fenceUntil, while non-zero, makes Receive refuse every sender
+	// (ForceNewCluster): the node leads a cluster of itself alone, and
+	// every other node is an old member it forces out. It is set before
+	// the transport starts, narrowed by forceNewCluster to the index of
+	// the last removal it appends, and cleared by the loop once the
+	// committed entries up to that index are handed to the applier, after
+	// the membership that lists the old members as removed is published
+	// (Receive reads it before the membership, so a Receive that finds
+	// the fence lifted finds that membership too).
+	fenceUntil atomic.Uint64
+
 	dedupe *dedupe // applier only
 
 	rounds readRounds // linearizable reads (readindex.go)
