@@ -51,9 +51,11 @@ type Journal struct {
 	// removedPeers are the peers a membership change removed, left in the
 	// transport until the Ready's messages are sent (loop goroutine only).
 	removedPeers []uint64
-	// heard is when the last message from each peer arrived (loop
-	// goroutine only): which voters checkConfChange counts as reachable.
-	heard map[uint64]time.Time
+	// ticks counts the ticks the loop gave raft; heard is the count at
+	// which the last message from each peer arrived (loop goroutine
+	// only): which voters checkConfChange counts as reachable.
+	ticks uint64
+	heard map[uint64]uint64
 	// steppedSnaps are the indexes of the snapshot messages stepped since
 	// the last Ready (loop goroutine only): settleFetched releases those
 	// raft did not take.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"time"
 
 	"github.com/google/uuid"
 	"go.etcd.io/raft/v3"
@@ -87,7 +86,7 @@ func newJournal(cfg Config) (*Journal, error) {
 		appendq:    newAppendQueue(),
 		appendDone: make(chan appendResult, 16),
 		dedupe:     newDedupe(cfg.DedupeWindow),
-		heard:      map[uint64]time.Time{},
+		heard:      map[uint64]uint64{},
 		imageReqc:  make(chan struct{}, 1),
 		checkc:     make(chan struct{}, 1),
 		metrics:    newMetrics(),
