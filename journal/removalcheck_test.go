@@ -1,6 +1,7 @@
 package journal_test
 
 import (
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -94,5 +95,49 @@ func TestRemovalCheckIsNotFooledByALeaderStall(t *testing.T) {
 		require.NoError(t, lj.CheckRemovalForTest(ctx, removed))
 		require.NoError(t, lj.RemoveMember(ctx, removed, false))
 		require.Len(t, lj.Status().Members, 2)
+	})
+}
+
+// With one of three voters cut off for longer than an election timeout of
+// the leader's ticks, removing another (reachable) voter would leave a
+// configuration without a reachable quorum: refused, with the leader's
+// reason said once, also when asked through the observer. Within half an
+// election timeout of the cut the voter still counts, and removing the
+// cut-off voter itself is allowed throughout.
+func TestRemovalCheckRefusesLeavingNoReachableQuorum(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := journaltest.NewCluster(t, journaltest.Options{Voters: 3, Observers: 1, TickInterval: removalTick, ElectionTicks: removalElectionTicks})
+		ctx := ctxFor(t, time.Minute)
+		leader, err := c.WaitLeader(ctx)
+		require.NoError(t, err)
+		lj := c.Node(leader).Journal()
+		_, _, err = lj.Propose(ctx, []byte("x"))
+		require.NoError(t, err)
+		time.Sleep(removalTick)
+		synctest.Wait()
+		var followers []uint64
+		for id := uint64(1); id <= 3; id++ {
+			if id != leader {
+				followers = append(followers, id)
+			}
+		}
+		down, up := followers[0], followers[1]
+		c.Net.Isolate(down)
+
+		time.Sleep(removalElectionTicks / 2 * removalTick)
+		synctest.Wait()
+		require.NoError(t, lj.CheckRemovalForTest(ctx, up), "half an election timeout after the cut")
+		require.NoError(t, lj.CheckRemovalForTest(ctx, down))
+
+		time.Sleep(removalElectionTicks * removalTick)
+		synctest.Wait()
+		require.True(t, lj.Status().IsLeader())
+		require.ErrorIs(t, lj.CheckRemovalForTest(ctx, up), journal.ErrUnsafeRemoval, "1.5 election timeouts after the cut")
+		err = c.Node(4).Journal().RemoveMember(ctx, up, false) // through the observer
+		require.ErrorIs(t, err, journal.ErrUnsafeRemoval)
+		require.Equal(t, 1, strings.Count(err.Error(), "unsafe member removal"), "the leader's reason, said once: %v", err)
+		require.ErrorContains(t, err, "below a quorum")
+		require.NoError(t, c.Node(up).Journal().RemoveMember(ctx, down, false))
+		require.Len(t, lj.Status().Members, 3, "the cut-off voter is gone, the other voter stays")
 	})
 }
