@@ -362,5 +362,8 @@ func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 		batch.entries = ents
 		j.applyq.push(batch)
 	}
+	if len(ents) > 0 {
+		j.passFence(ents[len(ents)-1].GetIndex())
+	}
 	return nil
 }

@@ -2,7 +2,6 @@ package journal
 
 import (
 	"fmt"
-	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -33,13 +32,12 @@ func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 		return nil // a learner: no quorum impact
 	}
 	remaining, reachable := 0, 0
-	now := j.cfg.Clock.Now()
 	for v := range voters {
 		if v == id {
 			continue
 		}
 		remaining++
-		if v == j.id || j.reachable(v, now) {
+		if v == j.id || j.reachable(v) {
 			reachable++
 		}
 	}
@@ -50,13 +48,18 @@ func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 }
 
 // reachable reports whether a message from peer id arrived within the
-// last election timeout (heartbeats answer ten times as often by default).
-// raft's Progress.RecentActive is not used: the leader clears it for every
-// peer at each check-quorum round, so for up to a heartbeat after one a
-// healthy peer would look unreachable and a safe removal be refused.
-func (j *Journal) reachable(id uint64, now time.Time) bool {
+// last ElectionTicks of this node's raft ticks (a leader heartbeats every
+// HeartbeatTicks of them). raft's Progress.RecentActive is not used: the
+// leader clears it for every peer at each check-quorum round, so for up to
+// a heartbeat after one a healthy peer would look unreachable and a safe
+// removal be refused. The window is counted in the ticks that drive the
+// heartbeats, not in clock time: a leader whose loop stalled (a GC pause,
+// a starved CPU) sent no heartbeat meanwhile and so heard no answer, and
+// its peers are no less reachable for it; check quorum counts in the same
+// ticks.
+func (j *Journal) reachable(id uint64) bool {
 	t, ok := j.heard[id]
-	return ok && now.Sub(t) <= j.electionTimeout()
+	return ok && j.ticks-t <= uint64(j.cfg.ElectionTicks)
 }
 
 // forgetRemovedPeers drops the peers that membership changes removed from

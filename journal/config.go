@@ -112,8 +112,11 @@ type Config struct {
 	// they may come back. Open appends the removal of every other member
 	// to the log and commits the whole log with them, in one synced write;
 	// raft applies them as any membership change (MEMBERS, ROLE and the
-	// removed ids follow) and the node elects itself. A restart without it
-	// afterwards is an ordinary restart; one with it again changes nothing.
+	// removed ids follow) and the node elects itself. From the start of
+	// Open until those removals apply, it refuses every other node's
+	// messages with ErrRemoved, as a member refuses a removed one. A
+	// restart without it afterwards is an ordinary restart; one with it
+	// again changes nothing.
 	ForceNewCluster bool
 
 	// StateMachine receives the user entries. Required. When it is a

@@ -32,7 +32,11 @@ import (
 // from the loaded image with the membership as of it, the applier replays
 // the committed entries (the removals among them: MEMBERS, ROLE and the
 // removed ids are updated as for any change), and the node, now the only
-// voter, elects itself.
+// voter, elects itself. From the start of Open until those removals are
+// handed to the applier, Receive refuses every other node with ErrRemoved
+// (Journal.fenceUntil): an old member that comes back with the cluster's
+// id and token can neither raise the node's term, take its vote nor
+// append to its log before the log has removed it.
 func (j *Journal) forceNewCluster(haveVersion bool) error {
 	if !haveVersion {
 		return fmt.Errorf("journal: force a new cluster: %s holds no VERSION file: only an existing member's data dir can be forced", j.cfg.Dir)
@@ -102,6 +106,7 @@ func (j *Journal) forceNewCluster(haveVersion bool) error {
 	delete(others, j.id)
 	if len(others) == 0 && tail == nil {
 		j.log.Info("force new cluster: this node is the only member already; nothing to change")
+		j.fenceUntil.Store(0)
 		return nil
 	}
 	ids := make([]uint64, 0, len(others))
@@ -129,9 +134,29 @@ func (j *Journal) forceNewCluster(haveVersion bool) error {
 	if err := j.store.Append(newHS, ents, nil, true); err != nil {
 		return operr.Errorf("journal: force a new cluster: write the removals: %w", err)
 	}
+	// Until the last removal is handed to the applier, the membership
+	// raft and Receive see still names the old members: Receive refuses
+	// every sender until then (Journal.fenceUntil).
+	if len(ids) == 0 {
+		j.fenceUntil.Store(0)
+	} else {
+		j.fenceUntil.Store(newHS.GetCommit())
+	}
 	j.log.Warn("forced a new cluster: every other member is removed through the log; this node is the only voter",
 		"removed", ids, "from_index", last+1, "replaced_from", replacedFrom(tail), "commit", newHS.GetCommit(), "uncommitted_kept", last-min(last, hs.GetCommit()))
 	return nil
+}
+
+// passFence lifts the fence (Journal.fenceUntil) once the committed
+// entries up to its index are handed to the applier: their membership
+// changes are applied to raft and published (handOff), so the removals a
+// forced recovery appended list the old members as removed, and members
+// added later are heard. The loop calls it.
+func (j *Journal) passFence(handed uint64) {
+	if until := j.fenceUntil.Load(); until != 0 && handed >= until {
+		j.fenceUntil.Store(0)
+		j.log.Info("force new cluster: the removals of the old members are applied; other members are heard again", "index", handed)
+	}
 }
 
 // newestMembership is the membership loadState will start from: the

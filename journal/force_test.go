@@ -233,3 +233,127 @@ func TestForceNewClusterSurvivorLeadsWhateverItsTailHolds(t *testing.T) {
 		})
 	}
 }
+
+// oldMemberTransport is the forced survivor's transport: as soon as Open
+// starts it (before Open has read the data dir, let alone forced the new
+// cluster), it delivers the given messages, one Receive each, and keeps
+// what each Receive returned. Later the test delivers through the
+// Receiver it kept.
+type oldMemberTransport struct {
+	journal.Transport
+	atStart  []*raftpb.Message
+	recv     journal.Receiver
+	startErr []error
+}
+
+func (o *oldMemberTransport) Start(local uint64, r journal.Receiver) error {
+	if err := o.Transport.Start(local, r); err != nil {
+		return err
+	}
+	o.recv = r
+	for _, m := range o.atStart {
+		o.startErr = append(o.startErr, r.Receive(context.Background(), []*raftpb.Message{m}))
+	}
+	return nil
+}
+
+// TestForcedNodeRefusesItsOldMembersFromTheStartOfOpen: a node forced to
+// lead a new cluster refuses with ErrRemoved every message of the members
+// it forces out, from the moment its transport starts: during Open, and
+// after Open while the removals it appended have not applied yet. Neither
+// a heartbeat nor a vote request nor an append at a far higher term moves
+// its term, takes its vote or touches its log; the removals apply, the
+// node leads with every write, and a member added after them is heard.
+func TestForcedNodeRefusesItsOldMembersFromTheStartOfOpen(t *testing.T) {
+	s := newSurvivor(t, 5)
+	store, err := raftstore.Open(raftstore.Options{FS: s.fs, Dir: filepath.Join(s.dir, "journal")})
+	require.NoError(t, err)
+	last, err := store.LastIndex()
+	require.NoError(t, err)
+	lastTerm, err := store.Term(last)
+	require.NoError(t, err)
+	require.NoError(t, store.Close())
+	high := lastTerm + 100
+	// What voters 2 and 3, back with the old cluster's id and token, send
+	// at a term far above the survivor's: a leader's heartbeat, a vote
+	// request with a log that wins any comparison, and an append whose
+	// entry conflicts with the first removal the survivor commits at
+	// last+1.
+	oldMsgs := func() []*raftpb.Message {
+		return []*raftpb.Message{
+			{Type: raftpb.MsgHeartbeat.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: new(high)},
+			{Type: raftpb.MsgVote.Enum(), From: new(uint64(3)), To: new(uint64(1)), Term: new(high), Index: new(last + 100), LogTerm: new(high)},
+			{Type: raftpb.MsgApp.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: new(high), Index: new(last), LogTerm: new(lastTerm),
+				Entries: []*raftpb.Entry{{Type: raftpb.EntryNormal.Enum(), Index: new(last + 1), Term: new(high), Data: []byte("old")}}, Commit: new(last + 1)},
+		}
+	}
+	gate := &gatedSM{hold: "w0", held: make(chan struct{}, 1), open: make(chan struct{})}
+	opened := false
+	openGate := func() {
+		if !opened {
+			opened = true
+			close(gate.open)
+		}
+	}
+	cfg := s.config(s.fs, true)
+	cfg.StateMachine = gate
+	// One committed entry a Ready and an apply queue full with one: while
+	// the state machine holds the first write, the removals after it are
+	// not handed out, so they cannot apply.
+	cfg.MaxCommittedBytesPerReady, cfg.ApplyQueueBytes = 1, 1
+	tr := &oldMemberTransport{Transport: cfg.Transport, atStart: oldMsgs()}
+	cfg.Transport = tr
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	j, err := journal.Open(ctx, cfg)
+	require.NoError(t, err)
+	defer j.Close()
+	defer openGate() // first: Close waits for the applier
+	require.Len(t, tr.startErr, 3)
+	for k, err := range tr.startErr {
+		require.ErrorIs(t, err, journal.ErrRemoved, "message %d delivered while Open started the transport", k)
+	}
+
+	select {
+	case <-gate.held:
+	case <-ctx.Done():
+		t.Fatal("the replay never reached the first write")
+	}
+	require.Len(t, j.Status().Members, 3, "the removals have not applied yet")
+	for k, m := range oldMsgs() {
+		require.ErrorIs(t, tr.recv.Receive(ctx, []*raftpb.Message{m}), journal.ErrRemoved, "message %d delivered after Open", k)
+	}
+	openGate()
+
+	for {
+		ch := j.Leadership()
+		if j.Status().IsLeader() {
+			break
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatalf("node 1 did not lead: %v", j.Status())
+		}
+	}
+	st := j.Status()
+	require.Less(t, st.Term, high, "the old members' term reached the survivor")
+	require.Equal(t, []journal.Member{{ID: 1, Addr: s.addr, Role: journal.Follower, MaxVersion: journal.NewestVersion}}, st.Members)
+	seen := map[string]int{}
+	for _, a := range gate.Applied() {
+		seen[string(a.Data)]++
+	}
+	for i := range s.writes {
+		require.Equal(t, 1, seen[fmt.Sprintf("w%d", i)], "write w%d", i)
+	}
+	require.Zero(t, seen["old"], "the old member's append reached the state machine")
+	_, _, err = j.Propose(ctx, []byte("after"))
+	require.NoError(t, err)
+	for k, m := range oldMsgs() {
+		require.ErrorIs(t, tr.recv.Receive(ctx, []*raftpb.Message{m}), journal.ErrRemoved, "message %d delivered once the removals applied", k)
+	}
+	// A member added after the removals is no old member: it is heard.
+	require.NoError(t, j.AddMember(ctx, 4, "node4", journal.Observer))
+	resp := &raftpb.Message{Type: raftpb.MsgAppResp.Enum(), From: new(uint64(4)), To: new(uint64(1)), Term: new(j.Status().Term)}
+	require.NoError(t, tr.recv.Receive(ctx, []*raftpb.Message{resp}))
+}

@@ -51,9 +51,11 @@ type Journal struct {
 	// removedPeers are the peers a membership change removed, left in the
 	// transport until the Ready's messages are sent (loop goroutine only).
 	removedPeers []uint64
-	// heard is when the last message from each peer arrived (loop
-	// goroutine only): which voters checkConfChange counts as reachable.
-	heard map[uint64]time.Time
+	// ticks counts the ticks the loop gave raft; heard is the count at
+	// which the last message from each peer arrived (loop goroutine
+	// only): which voters checkConfChange counts as reachable.
+	ticks uint64
+	heard map[uint64]uint64
 	// steppedSnaps are the indexes of the snapshot messages stepped since
 	// the last Ready (loop goroutine only): settleFetched releases those
 	// raft did not take.
@@ -146,6 +148,17 @@ type Journal struct {
 		waiters    map[[16]byte][]chan applyResult
 		membership *membership // latest applied membership
 	}
+	// fenceUntil, while non-zero, makes Receive refuse every sender
+	// (ForceNewCluster): the node leads a cluster of itself alone, and
+	// every other node is an old member it forces out. It is set before
+	// the transport starts, narrowed by forceNewCluster to the index of
+	// the last removal it appends, and cleared by the loop once the
+	// committed entries up to that index are handed to the applier, after
+	// the membership that lists the old members as removed is published
+	// (Receive reads it before the membership, so a Receive that finds
+	// the fence lifted finds that membership too).
+	fenceUntil atomic.Uint64
+
 	dedupe *dedupe // applier only
 
 	rounds readRounds // linearizable reads (readindex.go)

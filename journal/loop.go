@@ -165,6 +165,7 @@ func (j *Journal) tick() {
 		return
 	}
 	j.rn.Tick()
+	j.ticks++
 	// The read round in flight, if no caller sent it or its answer is
 	// overdue (readindex.go).
 	if ctx := j.rounds.tick(j.leader.Load() != 0, j.readResendTicks()); ctx != nil {
@@ -381,14 +382,13 @@ func (j *Journal) failBatch(err error) {
 // beyond the log (checkAgainstLog): raft would panic on them.
 func (j *Journal) step(in inbound) {
 	var err error
-	now := j.cfg.Clock.Now()
 	for _, m := range in.msgs {
 		if e := checkAgainstLog(m, j.logBound); e != nil {
 			j.refuse(e)
 			err = e
 			continue
 		}
-		j.heard[m.GetFrom()] = now
+		j.heard[m.GetFrom()] = j.ticks
 		j.notifyChanged()
 		if e := j.rn.Step(m); e != nil && !errors.Is(e, raft.ErrStepPeerNotFound) && !errors.Is(e, raft.ErrStepLocalMsg) {
 			err = e

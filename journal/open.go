@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"time"
 
 	"github.com/google/uuid"
 	"go.etcd.io/raft/v3"
@@ -87,7 +86,7 @@ func newJournal(cfg Config) (*Journal, error) {
 		appendq:    newAppendQueue(),
 		appendDone: make(chan appendResult, 16),
 		dedupe:     newDedupe(cfg.DedupeWindow),
-		heard:      map[uint64]time.Time{},
+		heard:      map[uint64]uint64{},
 		imageReqc:  make(chan struct{}, 1),
 		checkc:     make(chan struct{}, 1),
 		metrics:    newMetrics(),
@@ -103,6 +102,11 @@ func newJournal(cfg Config) (*Journal, error) {
 	j.mu.appliedCh = make(chan struct{})
 	j.mu.waiters = map[[16]byte][]chan applyResult{}
 	j.mu.membership = newMembership()
+	if cfg.ForceNewCluster {
+		// Before the transport starts: no message of an old member reaches
+		// raft while Open reads the log it rewrites (forceNewCluster).
+		j.fenceUntil.Store(math.MaxUint64)
+	}
 	return j, nil
 }
 

@@ -403,6 +403,7 @@ func (j *Journal) do(ctx context.Context, f func()) error {
 // snapshot message the image is made durable (Snapshots.Fetch) before raft
 // sees the message, and Receive returns once raft has stepped it.
 func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
+	fenced := j.fenceUntil.Load() != 0 // before the membership: see fenceUntil
 	j.mu.Lock()
 	m := j.mu.membership
 	j.mu.Unlock()
@@ -413,6 +414,10 @@ func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 		if m.isRemoved(msg.GetFrom()) {
 			j.refusedRemoved.Add(1)
 			return fmt.Errorf("%w: node %d is no longer a member (node %d applied its removal)", ErrRemoved, msg.GetFrom(), j.id)
+		}
+		if fenced && msg.GetFrom() != j.id {
+			j.refusedRemoved.Add(1)
+			return fmt.Errorf("%w: node %d is no longer a member (node %d was forced to lead a new cluster alone; its removal is in the log)", ErrRemoved, msg.GetFrom(), j.id)
 		}
 		err := checkMessage(msg, j.id)
 		if err == nil {
