@@ -348,6 +348,7 @@ func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 		batch.snapshot = idx
 		batch.keys = m.Keys
 		batch.snapMembers = m.clone() // without the keys
+		j.confBase = batch.snapMembers
 		j.setMembership(batch.snapMembers)
 	}
 	for _, e := range ents {

@@ -132,16 +132,14 @@ func (j *Journal) applyVersionEntry(e *raftpb.Entry) memberRecord {
 			Err: fmt.Errorf("%w: this node reads versions up to %d", ErrUnknownVersion, j.cfg.MaxVersion)}
 		return rec
 	}
-	j.mu.Lock()
-	cur := j.mu.membership
-	j.mu.Unlock()
+	cur := j.confBase
 	if v <= cur.clusterVersion() {
 		return rec
 	}
 	m := cur.clone()
 	m.Index = e.GetIndex()
 	m.Version = v
-	j.setMembership(m)
+	j.advanceMembership(m)
 	rec.m = m
 	j.log.Info("cluster version raised", "index", e.GetIndex(), "version", v)
 	return rec

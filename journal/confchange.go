@@ -129,24 +129,40 @@ func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
 		return rec
 	}
 	cs := j.rn.ApplyConfChange(cc)
-	j.mu.Lock()
-	m := j.mu.membership.clone()
-	j.mu.Unlock()
+	m := j.confBase.clone()
 	m.apply(e.GetIndex(), cc, ctx, cs)
-	j.setMembership(m)
+	j.advanceMembership(m)
 	rec.m = m
 	return rec
 }
 
+// advanceMembership makes m, the membership after a change at m.Index, the
+// base of the next change, and publishes it unless the published
+// membership is newer: a restart replaying the log from an older image
+// rebuilds the records of the changes it already knows (their records are
+// rewritten with the same content) without taking the published view back.
+func (j *Journal) advanceMembership(m *membership) {
+	j.confBase = m
+	j.mu.Lock()
+	newer := j.mu.membership.Index > m.Index
+	j.mu.Unlock()
+	if !newer {
+		j.setMembership(m)
+	}
+}
+
 // setMembership publishes m and updates the transport's peers (no disk:
-// the applier makes it durable, persistMembership).
+// the applier makes it durable, persistMembership). Only the peers m
+// records as removed leave the transport: a member m does not list yet
+// (the members a joining node was told of, before it replayed their
+// additions) stays reachable.
 func (j *Journal) setMembership(m *membership) {
 	j.mu.Lock()
 	old := j.mu.membership
 	j.mu.membership = m
 	j.mu.Unlock()
 	for id := range old.Members {
-		if _, ok := m.Members[id]; !ok && id != j.id {
+		if _, ok := m.Members[id]; !ok && id != j.id && m.isRemoved(id) {
 			// After this Ready's messages are sent: they include the
 			// append that tells the removed node its removal committed.
 			j.removedPeers = append(j.removedPeers, id)

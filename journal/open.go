@@ -103,6 +103,7 @@ func newJournal(cfg Config) (*Journal, error) {
 	j.mu.appliedCh = make(chan struct{})
 	j.mu.waiters = map[[16]byte][]chan applyResult{}
 	j.mu.membership = newMembership()
+	j.confBase = newMembership()
 	return j, nil
 }
 
