@@ -359,6 +359,9 @@ func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 			batch.members = append(batch.members, j.applyVersionEntry(e))
 		}
 	}
+	if n := len(ents); n > 0 {
+		j.settlePendingVersion(ents[n-1].GetIndex())
+	}
 	if len(ents) > 0 || batch.snapshot > 0 {
 		batch.entries = ents
 		j.applyq.push(batch)

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -14,8 +15,10 @@ import (
 // transport's peers that follow the membership.
 
 // checkConfChange refuses a change raft could not apply (checkLeavesVoters,
-// whatever force says) and, unless forced, a removal that leaves fewer
-// reachable voters than a quorum of the new configuration.
+// whatever force says), a member that could not read the cluster version
+// in force or on its way (checkMemberVersion), and, unless forced, a
+// removal that leaves fewer reachable voters than a quorum of the new
+// configuration.
 func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 	if err := j.checkPromote(cc); err != nil {
 		return err
@@ -23,6 +26,18 @@ func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 	st := j.rn.Status()
 	voters := st.Config.Voters.IDs()
 	if err := checkLeavesVoters(cc, voters); err != nil {
+		return err
+	}
+	// A member that could not read the cluster version, or the raise in
+	// flight, is refused here with a clear error (and at apply, where
+	// every replica refuses it alike, if it got past).
+	var cctx confContext
+	if len(cc.GetContext()) > 0 {
+		if err := json.Unmarshal(cc.GetContext(), &cctx); err != nil {
+			return fmt.Errorf("%w: conf change context: %w", ErrMalformed, err)
+		}
+	}
+	if err := checkMemberVersion(cc, cctx, j.comingVersion()); err != nil {
 		return err
 	}
 	if cc.GetType() != raftpb.ConfChangeRemoveNode || force {
@@ -123,6 +138,15 @@ func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
 	// on it, here and at every restart. Every replica refuses it alike, as
 	// a no-op change.
 	if err := checkLeavesVoters(cc, j.rn.Status().Config.Voters.IDs()); err != nil {
+		j.log.Error("membership change refused at apply", "index", e.GetIndex(), "err", err)
+		j.rn.ApplyConfChange(&raftpb.ConfChange{})
+		rec.err = operr.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)
+		return rec
+	}
+	// A member below the cluster version (admitted while a raise was in
+	// flight, or by a leader that had not seen the raise) is refused
+	// alike on every replica, by the membership the change applies to.
+	if err := checkMemberVersion(cc, ctx, j.confBase.clusterVersion()); err != nil {
 		j.log.Error("membership change refused at apply", "index", e.GetIndex(), "err", err)
 		j.rn.ApplyConfChange(&raftpb.ConfChange{})
 		rec.err = operr.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)
