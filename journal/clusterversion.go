@@ -171,16 +171,18 @@ func (j *Journal) maybeRaiseVersion() {
 	m := j.mu.membership
 	j.mu.Unlock()
 	if v := min(m.supported(), j.cfg.MaxVersion); v > m.clusterVersion() {
-		if j.rn.Propose(encodeVersion(v)) == nil { // dropped: retried with the next timestamp
-			// The entry's index is not known before the next Ready
-			// (notePendingVersion): after the last one appended.
+		// A dropped proposal is retried with the next timestamp. A taken
+		// one gets its index in the next Ready (notePendingVersions); it
+		// comes after every entry appended so far.
+		if j.rn.Propose(encodeVersion(v)) == nil {
 			j.notePendingVersion(v, j.lastIndex+1)
 		}
 	}
 }
 
 // notePendingVersion records, on the raft loop, a version entry raising to
-// v at index (or, proposed, not before index) that is not applied yet.
+// v at index (for one proposed and not yet in a Ready, the lowest index it
+// can have) that is not applied yet.
 func (j *Journal) notePendingVersion(v uint32, index uint64) {
 	if v > j.pendingVersion || (v == j.pendingVersion && index > j.pendingVersionAt) {
 		j.pendingVersion, j.pendingVersionAt = v, index

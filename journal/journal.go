@@ -58,9 +58,10 @@ type Journal struct {
 	confBase *membership
 	// pendingVersion is the highest cluster version in a version entry this
 	// node proposed or appended and has not yet handed to the applier, and
-	// pendingVersionAt that entry's index (0: proposed, not yet appended)
-	// (loop goroutine only): the leader refuses a member that could not
-	// read it before its entry applies (checkConfChange).
+	// pendingVersionAt that entry's index (for one proposed and not yet in
+	// a Ready, the lowest index it can have) (loop goroutine only): the
+	// leader refuses a member that could not read it before its entry
+	// applies (checkConfChange).
 	pendingVersion   uint32
 	pendingVersionAt uint64
 	// removedPeers are the peers a membership change removed, left in the
