@@ -348,6 +348,7 @@ func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 		batch.snapshot = idx
 		batch.keys = m.Keys
 		batch.snapMembers = m.clone() // without the keys
+		j.confBase = batch.snapMembers
 		j.setMembership(batch.snapMembers)
 	}
 	for _, e := range ents {
@@ -357,6 +358,9 @@ func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 		} else if isVersionEntry(e) {
 			batch.members = append(batch.members, j.applyVersionEntry(e))
 		}
+	}
+	if n := len(ents); n > 0 {
+		j.settlePendingVersion(ents[n-1].GetIndex())
 	}
 	if len(ents) > 0 || batch.snapshot > 0 {
 		batch.entries = ents

@@ -21,7 +21,12 @@ import (
 // replay). The leader journals the cluster version: the highest version
 // every voter and observer reads, raised (never lowered) by a kindVersion
 // entry once all of them do. Writers read it from Status.ClusterVersion and
-// write no newer format, so that every member can read every entry.
+// write no newer format, so that every member can read every entry. The
+// leader refuses a member that reads less than the cluster version or a
+// raise it proposed and that has not applied yet; at apply, every replica
+// refuses alike (by the membership the entry applies to) a change that
+// admits a member below the cluster version and a raise above what a
+// member reads, whichever of the two reached the log first.
 //
 // A member that meets an entry it cannot read (a newer envelope kind, a
 // state-machine entry whose Apply result halts, a cluster version above its
@@ -119,7 +124,9 @@ func (m *membership) supported() uint32 {
 // applyVersionEntry handles a committed kindVersion entry on the raft loop,
 // in log order with the membership changes: the membership after it (with
 // the raised version) is published and recorded like a membership change's.
-// A version above this node's maximum halts the applier at that entry.
+// A version above what a member reads, by the membership the entry applies
+// to, is refused (a no-op, on every replica alike); else a version above
+// this node's maximum halts the applier at that entry.
 func (j *Journal) applyVersionEntry(e *raftpb.Entry) memberRecord {
 	rec := memberRecord{index: e.GetIndex()}
 	v, err := decodeVersion(e.GetData())
@@ -127,21 +134,27 @@ func (j *Journal) applyVersionEntry(e *raftpb.Entry) memberRecord {
 		j.log.Error("malformed version entry ignored", "index", e.GetIndex(), "err", err)
 		return rec
 	}
+	cur := j.confBase
+	if v <= cur.clusterVersion() {
+		return rec
+	}
+	if s := cur.supported(); v > s {
+		// The raise was proposed before a member that reads less was
+		// admitted (or the entry bypassed the leader): raising would
+		// leave that member unable to apply anything after it. Every
+		// replica decides it alike, from the membership before the entry.
+		j.log.Warn("cluster version raise refused: a member reads less", "index", e.GetIndex(), "version", v, "members_read", s)
+		return rec
+	}
 	if v > j.cfg.MaxVersion {
 		rec.halt = &HaltError{Index: e.GetIndex(), What: "cluster version", Version: int(v),
 			Err: fmt.Errorf("%w: this node reads versions up to %d", ErrUnknownVersion, j.cfg.MaxVersion)}
 		return rec
 	}
-	j.mu.Lock()
-	cur := j.mu.membership
-	j.mu.Unlock()
-	if v <= cur.clusterVersion() {
-		return rec
-	}
 	m := cur.clone()
 	m.Index = e.GetIndex()
 	m.Version = v
-	j.setMembership(m)
+	j.advanceMembership(m)
 	rec.m = m
 	j.log.Info("cluster version raised", "index", e.GetIndex(), "version", v)
 	return rec
@@ -158,8 +171,68 @@ func (j *Journal) maybeRaiseVersion() {
 	m := j.mu.membership
 	j.mu.Unlock()
 	if v := min(m.supported(), j.cfg.MaxVersion); v > m.clusterVersion() {
-		_ = j.rn.Propose(encodeVersion(v)) // dropped: retried with the next timestamp
+		// A dropped proposal is retried with the next timestamp. A taken
+		// one gets its index in the next Ready (notePendingVersions); it
+		// comes after every entry appended so far.
+		if j.rn.Propose(encodeVersion(v)) == nil {
+			j.notePendingVersion(v, j.lastIndex+1)
+		}
 	}
+}
+
+// notePendingVersion records, on the raft loop, a version entry raising to
+// v at index (for one proposed and not yet in a Ready, the lowest index it
+// can have) that is not applied yet.
+func (j *Journal) notePendingVersion(v uint32, index uint64) {
+	if v > j.pendingVersion || (v == j.pendingVersion && index > j.pendingVersionAt) {
+		j.pendingVersion, j.pendingVersionAt = v, index
+	}
+}
+
+// notePendingVersions records the version entries among the entries a
+// Ready appends: those this leader proposed (their index now known) and
+// those a leader sent.
+func (j *Journal) notePendingVersions(ents []*raftpb.Entry) {
+	for _, e := range ents {
+		if isVersionEntry(e) {
+			if v, err := decodeVersion(e.GetData()); err == nil {
+				j.notePendingVersion(v, e.GetIndex())
+			}
+		}
+	}
+}
+
+// settlePendingVersion forgets the pending version once the entries handed
+// to the applier reach its index: the entry there raised the cluster
+// version, was refused, or was another entry (the raise was overwritten).
+func (j *Journal) settlePendingVersion(handedOff uint64) {
+	if j.pendingVersion != 0 && handedOff >= j.pendingVersionAt {
+		j.pendingVersion, j.pendingVersionAt = 0, 0
+	}
+}
+
+// comingVersion is, on the raft loop, the highest cluster version in force
+// or on its way: the one every change handed to the applier leaves, the
+// published one, and the one a version entry not yet applied raises to.
+func (j *Journal) comingVersion() uint32 {
+	return max(j.confBase.clusterVersion(), j.clusterVersion(), j.pendingVersion)
+}
+
+// checkMemberVersion refuses a membership change that admits a member, or
+// records its format version, below the cluster version cv: such a member
+// could not apply the entries written at cv. A change that does not say
+// the member's version (AddMember, Promote) is not refused.
+func checkMemberVersion(cc *raftpb.ConfChange, ctx confContext, cv uint32) error {
+	switch cc.GetType() {
+	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode, raftpb.ConfChangeUpdateNode:
+	default:
+		return nil
+	}
+	if ctx.MaxVersion == 0 || ctx.MaxVersion >= cv {
+		return nil
+	}
+	return fmt.Errorf("%w: node %d reads format versions up to %d, the cluster is at (or raising to) version %d: join it with a binary that reads version %d",
+		ErrVersion, cc.GetNodeId(), ctx.MaxVersion, cv, cv)
 }
 
 // checkVersion refuses to run this binary on a cluster whose version it

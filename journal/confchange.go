@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -13,8 +14,10 @@ import (
 // transport's peers that follow the membership.
 
 // checkConfChange refuses a change raft could not apply (checkLeavesVoters,
-// whatever force says) and, unless forced, a removal that leaves fewer
-// reachable voters than a quorum of the new configuration.
+// whatever force says), a member that could not read the cluster version
+// in force or on its way (checkMemberVersion), and, unless forced, a
+// removal that leaves fewer reachable voters than a quorum of the new
+// configuration.
 func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 	if err := j.checkPromote(cc); err != nil {
 		return err
@@ -22,6 +25,18 @@ func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 	st := j.rn.Status()
 	voters := st.Config.Voters.IDs()
 	if err := checkLeavesVoters(cc, voters); err != nil {
+		return err
+	}
+	// A member that could not read the cluster version, or the raise in
+	// flight, is refused here with a clear error (and at apply, where
+	// every replica refuses it alike, if it got past).
+	var cctx confContext
+	if len(cc.GetContext()) > 0 {
+		if err := json.Unmarshal(cc.GetContext(), &cctx); err != nil {
+			return fmt.Errorf("%w: conf change context: %w", ErrMalformed, err)
+		}
+	}
+	if err := checkMemberVersion(cc, cctx, j.comingVersion()); err != nil {
 		return err
 	}
 	if cc.GetType() != raftpb.ConfChangeRemoveNode || force {
@@ -131,25 +146,50 @@ func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
 		rec.err = operr.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)
 		return rec
 	}
+	// A member below the cluster version (admitted while a raise was in
+	// flight, or by a leader that had not seen the raise) is refused
+	// alike on every replica, by the membership the change applies to.
+	if err := checkMemberVersion(cc, ctx, j.confBase.clusterVersion()); err != nil {
+		j.log.Error("membership change refused at apply", "index", e.GetIndex(), "err", err)
+		j.rn.ApplyConfChange(&raftpb.ConfChange{})
+		rec.err = operr.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)
+		return rec
+	}
 	cs := j.rn.ApplyConfChange(cc)
-	j.mu.Lock()
-	m := j.mu.membership.clone()
-	j.mu.Unlock()
+	m := j.confBase.clone()
 	m.apply(e.GetIndex(), cc, ctx, cs)
-	j.setMembership(m)
+	j.advanceMembership(m)
 	rec.m = m
 	return rec
 }
 
+// advanceMembership makes m, the membership after a change at m.Index, the
+// base of the next change, and publishes it unless the published
+// membership is newer: a restart replaying the log from an older image
+// rebuilds the records of the changes it already knows (their records are
+// rewritten with the same content) without taking the published view back.
+func (j *Journal) advanceMembership(m *membership) {
+	j.confBase = m
+	j.mu.Lock()
+	newer := j.mu.membership.Index > m.Index
+	j.mu.Unlock()
+	if !newer {
+		j.setMembership(m)
+	}
+}
+
 // setMembership publishes m and updates the transport's peers (no disk:
-// the applier makes it durable, persistMembership).
+// the applier makes it durable, persistMembership). Only the peers m
+// records as removed leave the transport: a member m does not list yet
+// (the members a joining node was told of, before it replayed their
+// additions) stays reachable.
 func (j *Journal) setMembership(m *membership) {
 	j.mu.Lock()
 	old := j.mu.membership
 	j.mu.membership = m
 	j.mu.Unlock()
 	for id := range old.Members {
-		if _, ok := m.Members[id]; !ok && id != j.id {
+		if _, ok := m.Members[id]; !ok && id != j.id && m.isRemoved(id) {
 			// After this Ready's messages are sent: they include the
 			// append that tells the removed node its removal committed.
 			j.removedPeers = append(j.removedPeers, id)

@@ -164,7 +164,11 @@
 // stops before it with a [*HaltError] ([ErrHalted]), the node serves reads
 // under the staleness guard and refuses writes, and a restart with a binary
 // that reads it resumes there. A restart or join below the cluster version
-// fails with [ErrVersion]. Version 3 adds the consistency checks'
+// fails with [ErrVersion], and so does a join below a raise the leader has
+// proposed and not yet applied. Every replica refuses alike, when it
+// applies, a membership change admitting a member below the cluster
+// version and a raise above what a member reads, so no member is left
+// unable to read the log. Version 3 adds the consistency checks'
 // entries.
 //
 // # Consistency checks

@@ -48,6 +48,22 @@ type Journal struct {
 	// confQueue holds the keys of the membership changes proposed by this
 	// leader and not yet seen in a Ready (loop goroutine only).
 	confQueue [][16]byte
+	// confBase is the membership as of the last membership change or
+	// version entry handed to the applier, starting from the membership as
+	// of the index the state machine was loaded at (loop goroutine only
+	// once started): the next change applies to it. It holds replicated
+	// state only, so a replay from an older image reproduces each
+	// historical record and every replica decides each change alike; the
+	// published membership (mu.membership) may be newer during a replay.
+	confBase *membership
+	// pendingVersion is the highest cluster version in a version entry this
+	// node proposed or appended and has not yet handed to the applier, and
+	// pendingVersionAt that entry's index (for one proposed and not yet in
+	// a Ready, the lowest index it can have) (loop goroutine only): the
+	// leader refuses a member that could not read it before its entry
+	// applies (checkConfChange).
+	pendingVersion   uint32
+	pendingVersionAt uint64
 	// removedPeers are the peers a membership change removed, left in the
 	// transport until the Ready's messages are sent (loop goroutine only).
 	removedPeers []uint64

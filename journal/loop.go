@@ -449,6 +449,7 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 		}
 	}
 	j.checkConfQueue(rd.Entries)
+	j.notePendingVersions(rd.Entries)
 	j.settleFetched(rd.Snapshot)
 	var apply *raftpb.Message
 	out := rd.Messages[:0:0]

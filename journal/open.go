@@ -102,6 +102,7 @@ func newJournal(cfg Config) (*Journal, error) {
 	j.mu.appliedCh = make(chan struct{})
 	j.mu.waiters = map[[16]byte][]chan applyResult{}
 	j.mu.membership = newMembership()
+	j.confBase = newMembership()
 	if cfg.ForceNewCluster {
 		// Before the transport starts: no message of an old member reaches
 		// raft while Open reads the log it rewrites (forceNewCluster).

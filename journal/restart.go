@@ -104,9 +104,12 @@ func (j *Journal) checkBootstrapLog() error {
 // restartPoint makes raft restart from the index the state machine holds
 // (j.applied, set by loadState; the image may be older than raft's
 // snapshot when the newest image was unusable) and returns the ConfState as
-// of that index, which raft must start from. Every entry up to the loaded
-// index was applied, hence committed: when the durable commit lags (a crash
-// between an image and the HardState write), it is raised to that index.
+// of that index, which raft must start from. The membership as of that
+// index becomes the base the replayed membership changes apply to
+// (j.confBase), so that the replay reproduces each historical record. Every
+// entry up to the loaded index was applied, hence committed: when the
+// durable commit lags (a crash between an image and the HardState write),
+// it is raised to that index.
 func (j *Journal) restartPoint(image *membership) (*raftpb.ConfState, error) {
 	index := j.applied.Load()
 	first, err := j.store.FirstIndex()
@@ -133,7 +136,45 @@ func (j *Journal) restartPoint(image *membership) (*raftpb.ConfState, error) {
 	if err != nil {
 		return nil, operr.Errorf("journal: configuration as of the loaded index %d: %w", index, err)
 	}
+	base, err := j.membershipAt(index, image)
+	if err != nil {
+		return nil, operr.Errorf("journal: membership as of the loaded index %d: %w", index, err)
+	}
+	j.confBase = base
 	return conf, nil
+}
+
+// membershipAt returns the membership as of index (without dedupe keys):
+// the image's loaded there, the store's snapshot's when it is at index, or
+// the newest membership record the store kept at or before index. At index
+// 0 it is the empty membership the log's first entry applies to.
+func (j *Journal) membershipAt(index uint64, image *membership) (*membership, error) {
+	if image != nil {
+		return image.clone(), nil
+	}
+	if index == 0 {
+		return newMembership(), nil
+	}
+	if snap, err := j.store.Snapshot(); err == nil && snap.GetMetadata().GetIndex() == index {
+		m, err := decodeMembership(snap.GetData())
+		if err != nil {
+			return nil, err
+		}
+		m.Index = index
+		return m.clone(), nil
+	}
+	blob, err := j.store.MembershipAt(index)
+	if errors.Is(err, raftstore.ErrNoMembership) {
+		return nil, errors.New("no membership record at or before it")
+	}
+	if err != nil {
+		return nil, err
+	}
+	m, err := decodeMembership(blob)
+	if err != nil {
+		return nil, err
+	}
+	return m.clone(), nil
 }
 
 // confStateAt returns raft's ConfState as of index: from the image loaded
