@@ -1,0 +1,169 @@
+package frontend
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/image"
+	"github.com/metatree/metatree/journal"
+)
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startOne starts a single-member cluster; Start returns once it leads
+// (registering itself is a write).
+func startOne(t *testing.T, mod func(*Config)) *Frontend {
+	t.Helper()
+	cfg := Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Token: "secret",
+		HeartbeatInterval: time.Hour, CheckpointEntries: 1 << 40, CheckpointInterval: time.Hour}
+	if mod != nil {
+		mod(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	f, err := Start(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, f.Close()) })
+	return f
+}
+
+// TestStartRefusesWithoutCredentialsUnlessInsecure: neither a token nor
+// TLS files is ErrNoCredentials, before the data dir is created; Insecure
+// lets the frontend start.
+func TestStartRefusesWithoutCredentialsUnlessInsecure(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "fe")
+	_, err := Start(t.Context(), Config{ID: 1, Dir: dir, Addr: freeAddr(t), Bootstrap: true})
+	require.ErrorIs(t, err, ErrNoCredentials)
+	require.ErrorContains(t, err, "Token or TLSCert/TLSKey/TLSCA")
+	_, statErr := os.Stat(dir)
+	require.ErrorIs(t, statErr, fs.ErrNotExist, "the refused frontend created its data dir")
+
+	f := startOne(t, func(c *Config) { c.Token, c.Insecure = "", true })
+	require.NoError(t, f.Ready())
+}
+
+// TestStartNamesTheInvalidField: a config Start cannot run is
+// ErrInvalidConfig naming what is wrong, never a panic.
+func TestStartNamesTheInvalidField(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		msg  string
+	}{
+		{"no id", Config{Dir: t.TempDir(), Addr: "127.0.0.1:0", Insecure: true}, "ID (non-zero), Dir and Addr"},
+		{"no dir", Config{ID: 1, Addr: "127.0.0.1:0", Insecure: true}, "ID (non-zero), Dir and Addr"},
+		{"negative timeout", Config{ID: 1, Dir: t.TempDir(), Addr: "127.0.0.1:0", Insecure: true, RequestTimeout: -time.Second}, "request timeout -1s"},
+		{"role", Config{ID: 1, Dir: t.TempDir(), Addr: "127.0.0.1:0", Insecure: true, Role: journal.Role(9)}, "role"},
+		{"half the TLS files", Config{ID: 1, Dir: t.TempDir(), Addr: "127.0.0.1:0", TLSCert: "c.pem"}, "go together"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Start(t.Context(), tc.cfg)
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.ErrorContains(t, err, tc.msg)
+		})
+	}
+}
+
+// TestWriteReturnsTheResultWithOneError: a write returns the applied
+// result and nil; a batch that applies as a no-op returns its result and
+// an error wrapping the catalog's reason; a write under the cluster's
+// records is refused before it is proposed.
+func TestWriteReturnsTheResultWithOneError(t *testing.T) {
+	f := startOne(t, nil)
+	ctx := t.Context()
+	create := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/db", Kind: "database",
+		Set: map[string]catalog.Value{"owner": catalog.String("ann")}}}}
+	res, err := f.Write(ctx, create)
+	require.NoError(t, err)
+	require.NotZero(t, res.Index)
+	n, ok := f.Tree().Get("/db")
+	require.True(t, ok, "the write is applied on this frontend when Write returns")
+	require.Equal(t, res.Index, n.Modified)
+
+	again, err := f.Write(ctx, create)
+	require.ErrorIs(t, err, catalog.ErrExists)
+	require.NotNil(t, again, "a no-op batch still has its result")
+	require.Greater(t, again.Index, res.Index)
+
+	_, err = f.Write(ctx, catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpUpdate, Path: "/db",
+		Set: map[string]catalog.Value{"owner": catalog.String("bob")}, Cond: catalog.Cond{Modified: res.Index + 100}}}})
+	require.ErrorIs(t, err, catalog.ErrConflict)
+
+	before := f.Journal().Status().Applied
+	for _, op := range []catalog.Op{
+		{Type: catalog.OpDelete, Path: heartbeat.ClusterPath, Recursive: true},
+		{Type: catalog.OpCreate, Path: heartbeat.MembersPath + "/99", Kind: "member"},
+		{Type: catalog.OpMove, Path: "/db", To: heartbeat.ClusterPath + "/db"},
+	} {
+		_, err = f.Write(ctx, catalog.Batch{Ops: []catalog.Op{op}})
+		require.ErrorIs(t, err, ErrReserved, "%+v", op)
+	}
+	require.Equal(t, before, f.Journal().Status().Applied, "a refused write is never proposed")
+	_, ok = f.Members().Member(1)
+	require.True(t, ok, "the frontend's own record is intact")
+}
+
+// TestPortServesMemberEndpointsAndTheHostHandler: the member endpoints
+// and Config.Handler share the port, the handler sees every other path,
+// and Middleware wraps both.
+func TestPortServesMemberEndpointsAndTheHostHandler(t *testing.T) {
+	var mu sync.Mutex
+	var wrapped []string
+	f := startOne(t, func(c *Config) {
+		c.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "host ", r.URL.Path) })
+		c.Middleware = func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				wrapped = append(wrapped, r.URL.Path)
+				mu.Unlock()
+				h.ServeHTTP(w, r)
+			})
+		}
+	})
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + f.Addr() + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+	code, body := get("/v1/anything")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "host /v1/anything", body)
+	code, body = get(image.PathPrefix + "latest")
+	require.NotEqual(t, "host "+image.PathPrefix+"latest", body, "images are the frontend's")
+	require.Equal(t, http.StatusForbidden, code, "an image download without the token is refused")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"/v1/anything", image.PathPrefix + "latest"}, wrapped)
+}
+
+// A frontend whose catalog reads the newest batch format advertises the
+// journal's newest format version (the versions above the batch formats
+// add only journal entries, such as the consistency checks'), and one
+// whose catalog reads older batches advertises what the catalog reads.
+func TestMaxVersionFollowsTheCatalogAndAdmitsJournalOnlyVersions(t *testing.T) {
+	require.Equal(t, uint32(journal.NewestVersion), maxVersion(catalog.NewestBatchVersion))
+	require.GreaterOrEqual(t, maxVersion(catalog.NewestBatchVersion), uint32(3), "the consistency checks need version 3")
+	require.Equal(t, uint32(catalog.BatchV1), maxVersion(catalog.BatchV1))
+}
