@@ -25,7 +25,7 @@ func Example() {
 
 	f, err := frontend.Start(ctx, frontend.Config{
 		ID: 1, Dir: filepath.Join(dir, "1"), Addr: "127.0.0.1:0", Bootstrap: true,
-		Token: "cluster-secret", // or the TLS files; without either Start refuses
+		Token:   "cluster-secret", // or the TLS files; without either Start refuses
 		Handler: http.NotFoundHandler(),
 	})
 	if err != nil {
