@@ -271,6 +271,16 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The member records are read once the entries this frontend had
+	// committed are replayed (from the local log, no quorum needed): a
+	// restart then finds its own record, and needs no write to register
+	// while the cluster has no quorum. A halted applier ends the wait; the
+	// records are then read as far as it got.
+	replayCtx, cancelReplay := context.WithTimeout(ctx, 30*time.Second)
+	if err := f.journal.WaitApplied(replayCtx, f.startCommit); err != nil {
+		f.logger.Warn("reading the member records before the replay reached the commit index at start", "err", err)
+	}
+	cancelReplay()
 	f.members, err = heartbeat.New(heartbeat.Config{
 		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID, Token: cfg.Token, TLS: secure.ClientTLS(certs), Client: peerClient,
 		Tree: f.tree, Journal: proposer{f.journal},
@@ -383,6 +393,8 @@ func (p proposer) LeaderTerm() (uint64, bool) {
 // restored image): it is replaced. Without a record, workers refuse this
 // frontend's fragments (heartbeat.ErrUnknownNode).
 func (f *Frontend) registerSelf(ctx context.Context) error {
+	ctx, cancelWait := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelWait()
 	if m, ok := f.members.Member(f.cfg.ID); ok {
 		if m.Addr == f.cfg.Addr {
 			return nil
@@ -395,8 +407,6 @@ func (f *Frontend) registerSelf(ctx context.Context) error {
 	if f.cfg.Role == journal.Observer {
 		role = journal.Observer
 	}
-	ctx, cancelWait := context.WithTimeout(ctx, 30*time.Second)
-	defer cancelWait()
 	retry := time.NewTicker(100 * time.Millisecond)
 	defer retry.Stop()
 	for {

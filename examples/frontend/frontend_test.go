@@ -167,3 +167,46 @@ func TestMaxVersionFollowsTheCatalogAndAdmitsJournalOnlyVersions(t *testing.T) {
 	require.GreaterOrEqual(t, maxVersion(catalog.NewestBatchVersion), uint32(3), "the consistency checks need version 3")
 	require.Equal(t, uint32(catalog.BatchV1), maxVersion(catalog.BatchV1))
 }
+
+// TestRestartWithoutQuorumFindsItsRecord: a frontend restarting while
+// the cluster has no quorum (one of two voters) starts from its data dir:
+// it replays its committed entries, finds its own member record and needs
+// no write to register, and serves local reads of what it had applied.
+func TestRestartWithoutQuorumFindsItsRecord(t *testing.T) {
+	root := t.TempDir()
+	addr1, addr2 := freeAddr(t), freeAddr(t)
+	cfg := func(id uint64, addr string) Config {
+		return Config{ID: id, Dir: filepath.Join(root, fmt.Sprint(id)), Addr: addr, Token: "secret",
+			HeartbeatInterval: time.Hour, CheckpointEntries: 1 << 40, CheckpointInterval: time.Hour}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	c1 := cfg(1, addr1)
+	c1.Bootstrap = true
+	f1, err := Start(ctx, c1)
+	require.NoError(t, err)
+	c2 := cfg(2, addr2)
+	c2.Join = addr1
+	f2, err := Start(ctx, c2)
+	require.NoError(t, err)
+	res, err := f2.Write(ctx, catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/kept", Kind: "table"}}})
+	require.NoError(t, err)
+	require.NoError(t, f2.Close())
+	require.NoError(t, f1.Close())
+
+	// Frontend 2 alone: no leader can be elected. Start must not wait for
+	// one (registering anew would be a write); 10 s is far more than a
+	// local replay takes, and a third of the 30 s a write would wait.
+	startCtx, cancelStart := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelStart()
+	again, err := Start(startCtx, cfg(2, addr2))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, again.Close()) })
+	require.GreaterOrEqual(t, again.Journal().Status().Applied, res.Index)
+	_, ok := again.Tree().Get("/kept")
+	require.True(t, ok, "the restarted frontend holds what it had applied")
+	m, ok := again.Members().Member(2)
+	require.True(t, ok)
+	require.Equal(t, addr2, m.Addr)
+	require.ErrorIs(t, again.Ready(), ErrNotReady, "without a leader it takes no traffic")
+}
