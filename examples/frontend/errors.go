@@ -4,14 +4,13 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/metatree/metatree/examples/internal/secure"
 	"github.com/metatree/metatree/heartbeat"
 )
 
 var (
 	// ErrNoCredentials is Start's refusal of a frontend given neither a
 	// token nor TLS files, and not told Insecure.
-	ErrNoCredentials = secure.ErrNoCredentials
+	ErrNoCredentials = errors.New("frontend: no credentials")
 	// ErrInvalidConfig is a Config that Start cannot run; the error names
 	// the field.
 	ErrInvalidConfig = errors.New("frontend: invalid config")

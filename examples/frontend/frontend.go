@@ -165,9 +165,8 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	if cfg.ID == 0 || cfg.Dir == "" || cfg.Addr == "" {
 		return nil, fmt.Errorf("%w: ID (non-zero), Dir and Addr are required", ErrInvalidConfig)
 	}
-	hasCredential := cfg.Token != "" || cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSCA != ""
-	if err := secure.RequireCredentials(hasCredential, cfg.Insecure, "Token or TLSCert/TLSKey/TLSCA"); err != nil {
-		return nil, err
+	if cfg.Token == "" && cfg.TLSCert == "" && cfg.TLSKey == "" && cfg.TLSCA == "" && !cfg.Insecure {
+		return nil, fmt.Errorf("%w: give Token or TLSCert/TLSKey/TLSCA, or set Insecure to run without any (anyone who reaches the port can then join, and send heartbeats that cancel queries)", ErrNoCredentials)
 	}
 	if cfg.Role != journal.RoleUnset && cfg.Role != journal.Follower && cfg.Role != journal.Observer {
 		return nil, fmt.Errorf("%w: role %v: want follower or observer", ErrInvalidConfig, cfg.Role)
