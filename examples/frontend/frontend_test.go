@@ -210,3 +210,35 @@ func TestRestartWithoutQuorumFindsItsRecord(t *testing.T) {
 	require.Equal(t, addr2, m.Addr)
 	require.ErrorIs(t, again.Ready(), ErrNotReady, "without a leader it takes no traffic")
 }
+
+// TestMembersChangeThroughTheFrontend: AddMember refuses a member it
+// cannot heartbeat, naming what is wrong; a worker added is recorded and
+// removed; removing an unknown member is heartbeat.ErrNotFound.
+func TestMembersChangeThroughTheFrontend(t *testing.T) {
+	f := startOne(t, nil)
+	ctx := t.Context()
+	for _, tc := range []struct {
+		m   heartbeat.Member
+		msg string
+	}{
+		{heartbeat.Member{Addr: "127.0.0.1:1", Kind: heartbeat.KindWorker}, "non-zero id"},
+		{heartbeat.Member{ID: 101, Addr: "nowhere", Kind: heartbeat.KindWorker}, `addr "nowhere"`},
+		{heartbeat.Member{ID: 5, Addr: "127.0.0.1:1", Kind: heartbeat.KindFrontend, Role: "leader"}, `role "leader"`},
+	} {
+		err := f.AddMember(ctx, tc.m)
+		require.ErrorIs(t, err, heartbeat.ErrInvalid, "%+v", tc.m)
+		require.ErrorContains(t, err, tc.msg)
+	}
+	require.Len(t, f.Journal().Status().Members, 1, "a refused frontend never reaches raft")
+
+	require.NoError(t, f.AddMember(ctx, heartbeat.Member{ID: 101, Addr: "127.0.0.1:1", Kind: heartbeat.KindWorker}))
+	// The tree has applied the record when AddMember returns; heartbeat's
+	// own view follows it on its watcher.
+	n, ok := f.Tree().Get(heartbeat.MemberPath(101))
+	require.True(t, ok, "the record is applied when AddMember returns")
+	require.Equal(t, heartbeat.MemberKind, n.Kind)
+	require.NoError(t, f.RemoveMember(ctx, 101, false))
+	_, ok = f.Tree().Get(heartbeat.MemberPath(101))
+	require.False(t, ok, "the record is gone when RemoveMember returns")
+	require.ErrorIs(t, f.RemoveMember(ctx, 101, false), heartbeat.ErrNotFound)
+}

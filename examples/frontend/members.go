@@ -48,13 +48,20 @@ func (f *Frontend) AddMember(ctx context.Context, m heartbeat.Member) error {
 // wraps ErrRecordLeft: the removal happened, and the next leader removes
 // the record. An unknown member is heartbeat.ErrNotFound.
 func (f *Frontend) RemoveMember(ctx context.Context, id uint64, force bool) error {
-	m, ok := f.members.Member(id)
-	if !ok {
+	// Heartbeat's view follows the tree on a watcher: a record just added
+	// is in the tree first, and a frontend is in raft before its record.
+	m, known := f.members.Member(id)
+	_, recorded := f.tree.Get(heartbeat.MemberPath(id))
+	inRaft := false
+	for _, rm := range f.journal.Status().Members {
+		inRaft = inRaft || rm.ID == id
+	}
+	if !known && !recorded && !inRaft {
 		return fmt.Errorf("%w: no member %d", heartbeat.ErrNotFound, id)
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.RequestTimeout)
 	defer cancel()
-	if m.Kind != heartbeat.KindFrontend {
+	if !inRaft && m.Kind != heartbeat.KindFrontend {
 		return f.members.Remove(ctx, id)
 	}
 	// Raft first, then the record (see pruneMembers).

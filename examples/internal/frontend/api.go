@@ -463,12 +463,10 @@ func (f *Frontend) deleteMember(w http.ResponseWriter, r *http.Request) error {
 	if err != nil || id == 0 {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "member id %q is not a positive integer", r.PathValue("id"))
 	}
-	if _, ok := f.members.Member(id); !ok {
-		return httpjson.Errorf(http.StatusNotFound, "not_found", "no member %d", id)
-	}
 	// Raft first, then the record; a record that cannot be removed now
 	// (this frontend removed itself, or a forced removal left no quorum)
-	// is left for the next leader, and the removal still succeeded.
+	// is left for the next leader, and the removal still succeeded. An
+	// unknown member is heartbeat.ErrNotFound: 404.
 	err = f.RemoveMember(r.Context(), id, r.URL.Query().Get("force") == "true")
 	if errors.Is(err, fe.ErrRecordLeft) {
 		httpjson.Write(w, http.StatusOK, map[string]any{"id": id, "pending": fmt.Sprintf("the member record: %v", err)})
