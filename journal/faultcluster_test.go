@@ -26,7 +26,7 @@ import (
 const faultDedupeWindow = 20
 
 // faultCluster is a cluster of journal nodes wired to image stores and
-// checkpointers as the examples wire them (examples/internal/frontend),
+// checkpointers as the examples wire them (examples/frontend),
 // on a journaltest network, each node on a crashable in-memory disk. Nodes
 // join while faults are already injected: a power cut can hit any step of
 // a bootstrap, a join or a restart (journaltest.CrashFS).

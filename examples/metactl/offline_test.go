@@ -15,7 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metatree/metatree/examples/internal/frontend"
+	"github.com/metatree/metatree/examples/frontend"
 )
 
 func TestImageStatusVerifyDump(t *testing.T) {

@@ -1,6 +1,7 @@
 // Command metaserver is the example frontend: a process that holds the
 // whole catalog in memory, replicated through a raft journal in Pebble, and
-// serves the HTTP API of examples/API.md.
+// serves the HTTP API of examples/API.md. It runs the public frontend
+// package (examples/frontend) with the demo API as its handler.
 //
 //	metaserver -id N -dir DIR -addr HOST:PORT -bootstrap
 //	metaserver -id N -dir DIR -addr HOST:PORT -join HOST:PORT [-role follower|observer]
@@ -24,6 +25,7 @@ import (
 
 	"github.com/metatree/metatree/examples/internal/frontend"
 	"github.com/metatree/metatree/examples/internal/secure"
+	"github.com/metatree/metatree/journal"
 )
 
 // shutdownTimeout bounds the graceful part of a shutdown: the leadership
@@ -40,7 +42,10 @@ func main() {
 	flag.Uint64Var(&cfg.PromoteMaxLag, "promote-max-lag", 0, "entries an observer may trail the leader and still be promoted (0: the journal's default, 1000)")
 	flag.BoolVar(&cfg.Bootstrap, "bootstrap", false, "start a new cluster with this node as its first member")
 	flag.StringVar(&cfg.Join, "join", "", "HOST:PORT of any running member to join the cluster through")
-	flag.StringVar(&cfg.Role, "role", "", "follower (a voter) or observer (a learner); only with -join")
+	flag.Func("role", "follower (a voter) or observer (a learner); only with -join", func(s string) (err error) {
+		cfg.Role, err = journal.ParseRole(s)
+		return err
+	})
 	flag.StringVar(&cfg.Token, "token", "", "the cluster's join token")
 	flag.StringVar(&cfg.TLSCert, "tls-cert", "", "this member's certificate (PEM; URI SAN metatree://node/<id>): serve HTTPS only, mutual TLS between members")
 	flag.StringVar(&cfg.TLSKey, "tls-key", "", "the key of -tls-cert (PEM)")

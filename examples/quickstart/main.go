@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/catalog"
+	fe "github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/examples/internal/frontend"
 	"github.com/metatree/metatree/examples/internal/worker"
 	"github.com/metatree/metatree/heartbeat"
@@ -228,11 +229,11 @@ func (d *demo) startFrontend(ctx context.Context, id uint64, bootstrap bool, joi
 		}
 		d.addrs[id] = addr
 	}
-	f, err := frontend.Start(ctx, frontend.Config{
+	f, err := frontend.Start(ctx, frontend.Config{Config: fe.Config{
 		ID: id, Dir: filepath.Join(d.dir, fmt.Sprintf("fe%d", id)), Addr: addr,
 		Bootstrap: bootstrap, Join: join, Token: d.token,
 		HeartbeatInterval: heartbeatInterval, DeadAfter: deadAfter,
-	})
+	}})
 	if err != nil {
 		return fmt.Errorf("start frontend %d: %w", id, err)
 	}
@@ -315,19 +316,14 @@ func (d *demo) waitMembersAlive(ctx context.Context) error {
 	})
 }
 
+// propose writes b through f (fe.Frontend.Write: encoded at the cluster's
+// version, applied on f when it returns) and returns its index.
 func propose(ctx context.Context, f *frontend.Frontend, b catalog.Batch) (uint64, error) {
-	data, err := b.Encode()
+	res, err := f.Write(ctx, b)
 	if err != nil {
 		return 0, err
 	}
-	idx, v, err := f.Journal().Propose(ctx, data)
-	if err != nil {
-		return 0, err
-	}
-	if res := v.(*catalog.Result); res.Err != nil {
-		return 0, res.Err
-	}
-	return idx, nil
+	return res.Index, nil
 }
 
 // writeCatalog writes 2 databases × 3 tables × 2 partitions × 4 tablets ×

@@ -19,6 +19,7 @@ import (
 
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
+	fe "github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/examples/internal/demo"
 	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/examples/internal/ops"
@@ -27,17 +28,12 @@ import (
 	"github.com/metatree/metatree/journal"
 )
 
-// routes mounts the library's peer handlers and the API of examples/API.md.
+// routes mounts the API of examples/API.md; the public frontend serves
+// the member endpoints (raft, images, heartbeats) beside it.
 func (f *Frontend) routes() http.Handler {
 	mux := http.NewServeMux()
-	// Peer traffic: raft messages and forwarded proposals, images,
-	// heartbeats.
-	mux.Handle("/raft/", f.when(func() http.Handler { return f.journal.Handler() }))
-	mux.Handle(image.PathPrefix, f.when(func() http.Handler { return f.images.Handler() }))
-	mux.Handle(heartbeat.Path, f.when(func() http.Handler { return f.members.Handler() }))
-
 	api := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
-		mux.Handle(pattern, f.when(func() http.Handler { return f.counted(httpjson.Handler(h)) }))
+		mux.Handle(pattern, f.when(func() http.Handler { return httpjson.Handler(h) }))
 	}
 	// Operations: probes and metrics need no token.
 	mux.HandleFunc("GET /livez", ops.Livez)
@@ -65,7 +61,8 @@ func (f *Frontend) routes() http.Handler {
 	return mux
 }
 
-// when serves h once Start has wired every part, and 503 before.
+// when serves h once Start has wired every part, and 503 before and from
+// Close on.
 func (f *Frontend) when(h func() http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !f.ready.Load() {
@@ -126,7 +123,7 @@ func apiError(err error) error {
 		return httpjson.Errorf(http.StatusConflict, "not_empty", "%v", err)
 	case errors.Is(err, catalog.ErrInvalid), errors.Is(err, catalog.ErrInvalidName),
 		errors.Is(err, catalog.ErrMalformed), errors.Is(err, heartbeat.ErrInvalid),
-		errors.Is(err, journal.ErrInvalidProposal):
+		errors.Is(err, journal.ErrInvalidProposal), errors.Is(err, fe.ErrReserved):
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "%v", err)
 	case errors.Is(err, journal.ErrHalted):
 		return httpjson.Errorf(http.StatusServiceUnavailable, "halted", "%v", err)
@@ -241,14 +238,11 @@ func catalogPath(r *http.Request) (string, error) {
 // heartbeat monitor): they change only through /v1/members and the
 // heartbeats, and a client deleting them would unregister every node.
 func writable(p string) error {
-	if p == heartbeat.ClusterPath || strings.HasPrefix(p, heartbeat.ClusterPath+"/") {
+	if fe.Reserved(p) {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "%s is reserved for the cluster's own records", p)
 	}
 	return nil
 }
-
-// DefaultRequestTimeout is Config.RequestTimeout when it is 0.
-const DefaultRequestTimeout = 10 * time.Second
 
 // readable refuses a read that this frontend cannot serve as asked: a
 // linearizable read waits for a ReadIndex; a local read fails while this
@@ -280,34 +274,6 @@ func (f *Frontend) getNode(w http.ResponseWriter, r *http.Request) error {
 	}
 	httpjson.Write(w, http.StatusOK, f.view(n, true))
 	return nil
-}
-
-// commit proposes a batch and returns the catalog's result once it has
-// been applied on this frontend (the journal forwards from a non-leader and
-// waits for the local apply: read-your-writes).
-//
-// The batch is written in the cluster's format version, so that every
-// member can read it, or the newest batch format when the cluster's is
-// newer (a format version may add journal entries and no batch format).
-func (f *Frontend) commit(ctx context.Context, b catalog.Batch) (*catalog.Result, error) {
-	data, err := b.EncodeVersion(min(int(f.journal.ClusterVersion()), catalog.NewestBatchVersion))
-	if err != nil {
-		return nil, apiError(err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, f.cfg.RequestTimeout)
-	defer cancel()
-	_, v, err := f.journal.Propose(ctx, data)
-	if err != nil {
-		return nil, apiError(err)
-	}
-	res, ok := v.(*catalog.Result)
-	if !ok {
-		return nil, fmt.Errorf("journal returned %T, want *catalog.Result", v)
-	}
-	if res.Err != nil {
-		return res, apiError(res.Err)
-	}
-	return res, nil
 }
 
 type putBody struct {
@@ -484,19 +450,8 @@ func (f *Frontend) postMember(w http.ResponseWriter, r *http.Request) error {
 	if body.Role != "" && body.Role != "follower" && body.Role != "observer" {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "role %q: want follower or observer", body.Role)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), f.cfg.RequestTimeout)
-	defer cancel()
-	if kind == heartbeat.KindFrontend {
-		// A frontend is also a raft member; it then starts with -join.
-		role := journal.Follower
-		if body.Role == "observer" {
-			role = journal.Observer
-		}
-		if err := f.journal.AddMember(ctx, body.ID, body.Addr, role); err != nil {
-			return apiError(err)
-		}
-	}
-	if err := f.members.Add(ctx, heartbeat.Member{ID: body.ID, Addr: body.Addr, Kind: kind, Role: body.Role}); err != nil {
+	// A frontend becomes a raft member first; it then starts with -join.
+	if err := f.AddMember(r.Context(), heartbeat.Member{ID: body.ID, Addr: body.Addr, Kind: kind, Role: body.Role}); err != nil {
 		return apiError(err)
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"id": body.ID})
@@ -508,38 +463,17 @@ func (f *Frontend) deleteMember(w http.ResponseWriter, r *http.Request) error {
 	if err != nil || id == 0 {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "member id %q is not a positive integer", r.PathValue("id"))
 	}
-	m, ok := f.members.Member(id)
-	if !ok {
-		return httpjson.Errorf(http.StatusNotFound, "not_found", "no member %d", id)
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), f.cfg.RequestTimeout)
-	defer cancel()
-	if m.Kind != heartbeat.KindFrontend {
-		if err := f.members.Remove(ctx, id); err != nil {
-			return apiError(err)
-		}
-		httpjson.Write(w, http.StatusOK, map[string]any{"id": id})
-		return nil
-	}
-	// Raft first, then the record (see pruneMembers). A frontend the raft
-	// membership no longer holds (an earlier DELETE that ended between the
-	// two) has only its record left to remove.
-	err = f.journal.RemoveMember(ctx, id, r.URL.Query().Get("force") == "true")
-	if err != nil && !errors.Is(err, journal.ErrUnknownMember) {
-		return apiError(err)
-	}
-	if err := f.members.Remove(ctx, id); err != nil {
-		// The frontend is out of raft, which is the removal. Its record
-		// may not be removable now: this frontend removed itself and can
-		// no longer write, or a forced removal left no quorum. The next
-		// leader removes it (pruneMembers), or a repeated DELETE does.
-		f.logger.Warn("removed a frontend from raft; its member record is left for the next leader", "member", id, "err", err)
-		select {
-		case f.pruneAgain <- struct{}{}:
-		default:
-		}
+	// Raft first, then the record; a record that cannot be removed now
+	// (this frontend removed itself, or a forced removal left no quorum)
+	// is left for the next leader, and the removal still succeeded. An
+	// unknown member is heartbeat.ErrNotFound: 404.
+	err = f.RemoveMember(r.Context(), id, r.URL.Query().Get("force") == "true")
+	if errors.Is(err, fe.ErrRecordLeft) {
 		httpjson.Write(w, http.StatusOK, map[string]any{"id": id, "pending": fmt.Sprintf("the member record: %v", err)})
 		return nil
+	}
+	if err != nil {
+		return apiError(err)
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"id": id})
 	return nil

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	fe "github.com/metatree/metatree/examples/frontend"
+
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/examples/internal/secure"
@@ -87,7 +89,7 @@ func TestStatusNamesTheStoppedApplier(t *testing.T) {
 }
 
 func TestNegativeRequestTimeoutIsRefused(t *testing.T) {
-	_, err := Start(t.Context(), Config{ID: 1, Dir: t.TempDir(), Addr: freeAddr(t), Bootstrap: true, Insecure: true, RequestTimeout: -time.Second})
+	_, err := Start(t.Context(), Config{Config: fe.Config{ID: 1, Dir: t.TempDir(), Addr: freeAddr(t), Bootstrap: true, Insecure: true, RequestTimeout: -time.Second}})
 	require.ErrorContains(t, err, "request timeout -1s: want a positive duration")
 }
 
@@ -97,7 +99,7 @@ func TestNegativeRequestTimeoutIsRefused(t *testing.T) {
 // Insecure lets it start.
 func TestStartRefusesWithoutCredentials(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "fe")
-	_, err := Start(t.Context(), Config{ID: 1, Dir: dir, Addr: freeAddr(t), Bootstrap: true})
+	_, err := Start(t.Context(), Config{Config: fe.Config{ID: 1, Dir: dir, Addr: freeAddr(t), Bootstrap: true}})
 	require.ErrorIs(t, err, secure.ErrNoCredentials)
 	require.ErrorContains(t, err, "-token, -tls-cert/-tls-key/-tls-ca or -auth-file")
 	_, statErr := os.Stat(dir)
@@ -136,14 +138,4 @@ func TestCorruptionAlarmAnswers503CorruptAndShowsInStatus(t *testing.T) {
 	require.Equal(t, map[string]any{"kind": "corrupt", "index": uint64(77), "members": []uint64{2},
 		"local": "aa", "majority": "bb", "agreeing": []uint64{1, 3}, "detail": ce.Error()},
 		alarmJSON(journal.Status{ID: 2, Err: ce}))
-}
-
-// A metaserver whose catalog reads the newest batch format advertises the
-// journal's newest format version (the versions above the batch formats
-// add only journal entries, such as the consistency checks'), and one
-// whose catalog reads older batches advertises what the catalog reads.
-func TestMaxVersionFollowsTheCatalogAndAdmitsJournalOnlyVersions(t *testing.T) {
-	require.Equal(t, uint32(journal.NewestVersion), maxVersion(catalog.NewestBatchVersion))
-	require.GreaterOrEqual(t, maxVersion(catalog.NewestBatchVersion), uint32(3), "the consistency checks need version 3")
-	require.Equal(t, uint32(catalog.BatchV1), maxVersion(catalog.BatchV1))
 }

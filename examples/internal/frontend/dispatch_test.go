@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	fe "github.com/metatree/metatree/examples/frontend"
+
 	"github.com/metatree/metatree/examples/internal/demo"
 	"github.com/metatree/metatree/examples/internal/httpjson"
 )
@@ -34,7 +36,7 @@ func TestDispatchRetriesAFragmentTheWorkerCannotPlaceYet(t *testing.T) {
 		return nil
 	}))
 	defer srv.Close()
-	f := &Frontend{cfg: Config{HeartbeatInterval: 50 * time.Millisecond}, logger: slog.New(slog.DiscardHandler), client: srv.Client()}
+	f := &Frontend{cfg: Config{Config: fe.Config{HeartbeatInterval: 50 * time.Millisecond}}, logger: slog.New(slog.DiscardHandler), client: srv.Client()}
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	frag := demo.Fragment{Query: "q1", Coordinator: 1, DurationMS: 1000}
 	unknown := httpjson.Errorf(http.StatusServiceUnavailable, "coordinator_unknown", "cancel: unknown node: coordinator 1")

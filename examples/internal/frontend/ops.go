@@ -3,14 +3,13 @@ package frontend
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
+	"strings"
 	"time"
 
+	fe "github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/journal"
@@ -20,45 +19,17 @@ import (
 // member of the cluster, knows a leader, has applied what was committed
 // when it started, and is not stale; 503 with the first reason otherwise.
 func (f *Frontend) readyz(w http.ResponseWriter, _ *http.Request) error {
-	if reason := f.notReady(); reason != "" {
+	if !f.ready.Load() {
+		httpjson.Write(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": "starting"})
+		return nil
+	}
+	if err := f.Ready(); err != nil {
+		reason := strings.TrimPrefix(err.Error(), fe.ErrNotReady.Error()+": ")
 		httpjson.Write(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason})
 		return nil
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"ready": true})
 	return nil
-}
-
-// notReady returns why this frontend is not ready ("" when it is).
-func (f *Frontend) notReady() string {
-	if !f.ready.Load() {
-		return "starting"
-	}
-	if f.draining.Load() {
-		return "shutting down"
-	}
-	st := f.journal.Status()
-	member := false
-	for _, m := range st.Members {
-		member = member || m.ID == st.ID
-	}
-	switch {
-	case st.Removed:
-		return "removed from the cluster"
-	case !member:
-		return "not a member of the cluster yet"
-	case errors.Is(st.Err, journal.ErrCorrupt):
-		return fmt.Sprintf("corrupt: %v", st.Err)
-	case st.Err != nil:
-		return fmt.Sprintf("halted: %v", st.Err)
-	case st.Leader == 0:
-		return "no leader"
-	case st.Applied < f.startCommit:
-		return fmt.Sprintf("catching up: applied %d of the %d committed at start", st.Applied, f.startCommit)
-	}
-	if err := f.journal.CheckFresh(); err != nil {
-		return err.Error()
-	}
-	return ""
 }
 
 // memberJSON is one entry of GET /v1/members. Applied and Lag (frontends)
@@ -245,54 +216,4 @@ func (f *Frontend) proxyToLeader(w http.ResponseWriter, r *http.Request, body []
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, io.LimitReader(resp.Body, 16<<20))
 	return true
-}
-
-// counted tracks h's requests in flight, so Shutdown can let them finish.
-func (f *Frontend) counted(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f.inflight.enter()
-		defer f.inflight.leave()
-		h.ServeHTTP(w, r)
-	})
-}
-
-// gate counts requests in flight; wait returns once none is.
-type gate struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{} // closed when n drops to 0 (nil: nobody waits)
-}
-
-func (g *gate) enter() {
-	g.mu.Lock()
-	g.n++
-	g.mu.Unlock()
-}
-
-func (g *gate) leave() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.n--; g.n == 0 && g.idle != nil {
-		close(g.idle)
-		g.idle = nil
-	}
-}
-
-func (g *gate) wait(ctx context.Context) error {
-	g.mu.Lock()
-	if g.n == 0 {
-		g.mu.Unlock()
-		return nil
-	}
-	if g.idle == nil {
-		g.idle = make(chan struct{})
-	}
-	idle, n := g.idle, g.n
-	g.mu.Unlock()
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%d requests: %w", n, context.Cause(ctx))
-	}
 }

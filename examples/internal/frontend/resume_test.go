@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	fe "github.com/metatree/metatree/examples/frontend"
+
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/journal"
 )
@@ -29,8 +31,8 @@ import (
 func TestWatchResumesFromEveryRetainedIndex(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	cfg := Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Insecure: true,
-		CheckpointEntries: 1_000_000, CheckpointInterval: time.Hour, CompactMargin: 10, StaleAfter: time.Second}
+	cfg := Config{Config: fe.Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Insecure: true,
+		CheckpointEntries: 1_000_000, CheckpointInterval: time.Hour, CompactMargin: 10, StaleAfter: time.Second}}
 	f, err := Start(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, f.Close()) })
@@ -86,7 +88,7 @@ func TestWatchResumesFromEveryRetainedIndex(t *testing.T) {
 	last := applied
 	for from := first - 1; from <= last; from++ {
 		var got []catalog.Event
-		w, err := f.tree.WatchFrom(ctx, from, opts, f.watchHistory(), func(ev catalog.Event) error {
+		w, err := f.tree.WatchFrom(ctx, from, opts, f.History(), func(ev catalog.Event) error {
 			got = append(got, ev)
 			return nil
 		})
@@ -115,7 +117,7 @@ func TestWatchResumesFromEveryRetainedIndex(t *testing.T) {
 		applied = f.tree.Index()
 	}
 
-	_, err = f.tree.WatchFrom(ctx, first-2, opts, f.watchHistory(), func(catalog.Event) error { return nil })
+	_, err = f.tree.WatchFrom(ctx, first-2, opts, f.History(), func(catalog.Event) error { return nil })
 	require.ErrorIs(t, err, catalog.ErrCompacted, "one index older than the log starts after")
 }
 
@@ -172,7 +174,7 @@ func (s *fakeStream) String() string {
 func TestSlowResumedWatchLeavesTheReplayGateFree(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	f, err := Start(ctx, Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Insecure: true})
+	f, err := Start(ctx, Config{Config: fe.Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Insecure: true}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, f.Close()) })
 	waitFor(t, 20*time.Second, "a leader", func() bool { return f.Journal().Status().Leader == 1 })

@@ -15,9 +15,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	fe "github.com/metatree/metatree/examples/frontend"
+
 	"github.com/metatree/metatree/examples/internal/worker"
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/internal/peerid/peeridtest"
+	"github.com/metatree/metatree/journal"
 )
 
 // freeAddr returns a loopback address whose port was free a moment ago.
@@ -61,10 +64,10 @@ func TestMTLSCluster(t *testing.T) {
 	})
 	start := func(id uint64, issuer *peeridtest.CA, mod func(*Config)) (*Frontend, error) {
 		p := issuer.WriteMember(filepath.Join(root, "certs", fmt.Sprint(id)), "member", id)
-		cfg := Config{ID: id, Dir: filepath.Join(root, fmt.Sprint(id)), Addr: freeAddr(t), Token: "join-secret",
+		cfg := Config{Config: fe.Config{ID: id, Dir: filepath.Join(root, fmt.Sprint(id)), Addr: freeAddr(t), Token: "join-secret",
 			TLSCert: p.Cert, TLSKey: p.Key, TLSCA: p.CA,
 			HeartbeatInterval: 100 * time.Millisecond, StaleAfter: 5 * time.Second,
-			CheckpointEntries: 1_000_000, CheckpointInterval: time.Hour, CompactMargin: 10}
+			CheckpointEntries: 1_000_000, CheckpointInterval: time.Hour, CompactMargin: 10}}
 		mod(&cfg)
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
@@ -150,7 +153,7 @@ func TestMTLSCluster(t *testing.T) {
 	}
 
 	// A member whose certificate another CA signed cannot join.
-	_, err = start(4, peeridtest.NewCA(t, "other"), func(c *Config) { c.Join = fe1.Addr(); c.Role = "observer" })
+	_, err = start(4, peeridtest.NewCA(t, "other"), func(c *Config) { c.Join = fe1.Addr(); c.Role = journal.Observer })
 	require.Error(t, err)
 	require.Len(t, fe1.Journal().Status().Members, 3, "the stranger was not admitted")
 

@@ -1,0 +1,562 @@
+package frontend
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metatree/metatree/cancel"
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/examples/internal/httpjson"
+	"github.com/metatree/metatree/examples/internal/secure"
+	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/image"
+	"github.com/metatree/metatree/journal"
+)
+
+// DefaultRequestTimeout is Config.RequestTimeout when it is 0.
+const DefaultRequestTimeout = 10 * time.Second
+
+// Config is a frontend's configuration. The zero value of every tunable
+// takes the default its comment names.
+type Config struct {
+	// ID is this frontend's raft and member id: non-zero, never reused in
+	// the cluster.
+	ID uint64
+	// Dir is the data dir: VERSION, ROLE, journal/, image/.
+	Dir string
+	// Addr is the host:port peers and clients reach this frontend at.
+	Addr string
+	// Listen is the host:port to bind; default Addr. A specific IP is also
+	// the source of every connection to another member.
+	Listen string
+	// Bootstrap starts a new cluster with this frontend as its only voter.
+	// Join names any running member (host:port) to join through instead.
+	// With neither, the frontend restarts from Dir.
+	Bootstrap bool
+	Join      string
+	// Role is journal.Follower (a voter; the default) or journal.Observer
+	// (a learner); it is read only when joining.
+	Role journal.Role
+	// Token is the cluster's join token: joins, images, forwarded writes
+	// and heartbeats carry it.
+	Token string
+	// TLSCert, TLSKey and TLSCA name this member's certificate (with the
+	// URI SAN of [MemberURI]), its key and the cluster's CA, all three or
+	// none. The port then speaks only TLS, members talk mutual TLS and
+	// every member endpoint checks that the certificate names the sender.
+	// The files are re-read when they change ([LoadCertificates]).
+	TLSCert, TLSKey, TLSCA string
+	// Insecure lets the frontend start with neither Token nor the TLS
+	// files; without it Start refuses with ErrNoCredentials, since anyone
+	// who reaches the port could then send heartbeats (which cancel
+	// queries) or join.
+	Insecure bool
+
+	// Handler is the host's own API, served on the same port for every
+	// path the member endpoints (/raft/, /image/, /_heartbeat) do not
+	// take; nil answers 404. Shutdown lets its requests in flight finish.
+	Handler http.Handler
+	// Middleware, when set, wraps everything the port serves, the member
+	// endpoints included (client authentication that must see every
+	// request, for example).
+	Middleware func(http.Handler) http.Handler
+	// OnClose, when set, runs at the start of Close, before any part
+	// closes: the host ends its own work that uses them (long-lived
+	// streams, background jobs).
+	OnClose func()
+
+	HeartbeatInterval  time.Duration // how often the leader heartbeats every member; default 1 s
+	DeadAfter          int           // missed heartbeats in a row before a member is dead; default 3
+	StaleAfter         time.Duration // a non-leader this far behind the leader's clock refuses reads; default 30 s
+	CheckpointEntries  uint64        // entries after the newest image that trigger a checkpoint; default 100,000
+	CheckpointInterval time.Duration // how often that threshold is checked; default 60 s
+	CompactMargin      uint64        // entries kept behind an image for slow followers; default the journal's
+	PromoteMaxLag      uint64        // entries an observer may trail and still be promoted; default the journal's
+	ReserveBytes       int64         // free space under which writes are refused (journal.ErrNoSpace); default the journal's, 64 MiB; negative: no guard
+	// RequestTimeout bounds a write's ([Frontend.Write]) or a member
+	// change's wait for a quorum; default 10 s (DefaultRequestTimeout).
+	RequestTimeout time.Duration
+	// Quota bounds the catalog (catalog.Quota; zero: none). Every member
+	// must run with the same one: replicas decide each batch alike only
+	// then.
+	Quota catalog.Quota
+	// ForceNewCluster restarts from Dir as the only voter, keeping its
+	// data (after permanent quorum loss): journal.Config.ForceNewCluster.
+	ForceNewCluster bool
+
+	// Logger receives every part's log; nil discards it.
+	Logger *slog.Logger
+}
+
+// Frontend is one running frontend: the catalog replayed from a raft
+// journal in Pebble, images that bound the journal, heartbeats that watch
+// every member, and a cancel registry that turns restarts and deaths into
+// cancelled queries, served on one port. Its methods are safe for
+// concurrent use. Close (or Shutdown) stops it.
+type Frontend struct {
+	cfg    Config
+	logger *slog.Logger
+	epoch  heartbeat.Epoch
+
+	tree    *catalog.Tree
+	images  *image.Store
+	journal *journal.Journal
+	// halter is the journal once open: an image write whose fsync fails
+	// (on the disk the journal shares) halts it (image.Config.OnHalt).
+	halter   atomic.Pointer[journal.Journal]
+	ckpt     *image.Checkpointer
+	registry *cancel.Registry
+	members  *heartbeat.Membership
+	client   *http.Client
+	// peers carries the library parts' member traffic when Listen names
+	// an IP (secure.SourceTransport); nil otherwise.
+	peers *http.Transport
+
+	ln     net.Listener
+	srv    *http.Server
+	served chan struct{}
+	// ready is set once Start has wired every part: the member endpoints
+	// answer 503 before. draining is set from Shutdown on; startCommit is
+	// the commit index at start (Ready once applied); inflight counts the
+	// host handler's requests (Shutdown lets them finish).
+	ready       atomic.Bool
+	draining    atomic.Bool
+	startCommit uint64
+	inflight    gate
+	// Background work (checkpoints the journal asks for, pruning member
+	// records) runs under bgCtx and bg; Close marks bgClosed (under bgMu,
+	// so no work starts after it), cancels and waits.
+	bgMu           sync.Mutex
+	bgClosed       bool
+	bg             sync.WaitGroup
+	bgCtx          context.Context
+	bgCancel       context.CancelFunc
+	imageRequested atomic.Bool
+	// pruneAgain asks pruneMembers for another round (a removal left a
+	// record behind); it holds one request at most.
+	pruneAgain chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+// Start opens the data dir, serves the port, joins or restarts the
+// cluster, registers this frontend as a heartbeat member, and returns once
+// every part runs. ctx bounds the start (a join waits for the helper).
+func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case cfg.RequestTimeout == 0:
+		cfg.RequestTimeout = DefaultRequestTimeout
+	case cfg.RequestTimeout < 0:
+		return nil, fmt.Errorf("%w: request timeout %v: want a positive duration", ErrInvalidConfig, cfg.RequestTimeout)
+	}
+	if cfg.ID == 0 || cfg.Dir == "" || cfg.Addr == "" {
+		return nil, fmt.Errorf("%w: ID (non-zero), Dir and Addr are required", ErrInvalidConfig)
+	}
+	if cfg.Token == "" && cfg.TLSCert == "" && cfg.TLSKey == "" && cfg.TLSCA == "" && !cfg.Insecure {
+		return nil, fmt.Errorf("%w: give Token or TLSCert/TLSKey/TLSCA, or set Insecure to run without any (anyone who reaches the port can then join, and send heartbeats that cancel queries)", ErrNoCredentials)
+	}
+	if cfg.Role != journal.RoleUnset && cfg.Role != journal.Follower && cfg.Role != journal.Observer {
+		return nil, fmt.Errorf("%w: role %v: want follower or observer", ErrInvalidConfig, cfg.Role)
+	}
+	certs, err := loadTLS(cfg, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	// With Listen on a specific IP, every connection to another member
+	// leaves from it (secure.SourceDialer).
+	dial := secure.SourceDialer(cfg.Listen)
+	f := &Frontend{
+		cfg:        cfg,
+		logger:     cfg.Logger,
+		epoch:      heartbeat.NewEpoch(),
+		tree:       newTree(cfg.Quota),
+		registry:   cancel.New(cancel.Config{Logger: cfg.Logger}),
+		client:     secure.MemberClient(certs, cfg.Token, cfg.RequestTimeout+time.Second, dial),
+		peers:      secure.SourceTransport(dial, certs),
+		served:     make(chan struct{}),
+		pruneAgain: make(chan struct{}, 1),
+	}
+	var peerClient *http.Client // nil: each part's default client
+	if f.peers != nil {
+		peerClient = &http.Client{Transport: f.peers}
+	}
+	f.bgCtx, f.bgCancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+
+	// Serve before the journal opens: peers reach the journal and the
+	// images through this port while this frontend joins, and a raft
+	// stream that finds no answer would stall the join. Member requests
+	// before the parts are ready get 503 at once.
+	listen := cmp.Or(cfg.Listen, cfg.Addr)
+	f.ln, err = net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", listen, err)
+	}
+	f.ln = secure.Listen(f.ln, certs)
+	var h http.Handler = f.routes()
+	if cfg.Middleware != nil {
+		h = cfg.Middleware(h)
+	}
+	f.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		defer close(f.served)
+		_ = f.srv.Serve(f.ln)
+	}()
+
+	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, TLS: secure.ClientTLS(certs), HTTPClient: peerClient, Logger: cfg.Logger,
+		OnHalt: func(err error) {
+			if j := f.halter.Load(); j != nil {
+				j.Halt(err)
+			}
+		}})
+	if err != nil {
+		return nil, err
+	}
+	f.journal, err = journal.Open(ctx, journal.Config{
+		ID: cfg.ID, Dir: cfg.Dir, Addr: cfg.Addr,
+		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: cfg.Role, Token: cfg.Token, TLS: secure.ClientTLS(certs), HTTPClient: peerClient,
+		ForceNewCluster: cfg.ForceNewCluster,
+		StateMachine:    f.tree, Snapshots: snapshots{f.images, f},
+		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
+		ReserveBytes: cfg.ReserveBytes,
+		// Idempotency keys are remembered no further back than the log
+		// is kept.
+		DedupeWindow: min(cfg.CompactMargin, 10_000),
+		// The node advertises the formats its catalog reads.
+		MaxVersion: maxVersion(f.tree.MaxFormat()),
+		Logger:     cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.halter.Store(f.journal)
+	if err := f.images.Halted(); err != nil {
+		f.journal.Halt(err) // an image write failed while the journal opened
+	}
+	if err := f.images.SetClusterID(f.journal.Status().ClusterID); err != nil {
+		return nil, err
+	}
+	f.startCommit = f.journal.Status().Committed
+	f.ckpt, err = image.NewCheckpointer(image.CheckpointerConfig{
+		Store: f.images, Journal: f.journal,
+		Applied:   func() uint64 { return f.journal.Status().Applied },
+		NewState:  func() image.State { return newTree(cfg.Quota) },
+		Threshold: cfg.CheckpointEntries, Interval: cfg.CheckpointInterval,
+		// The leader need not pay for the shadow copy: followers and
+		// observers checkpoint on their own schedule, and the leader adopts
+		// their images (served under /image/ on the same address as raft)
+		// so that its log is compacted too.
+		Enabled: func() bool { return !f.journal.Status().IsLeader() },
+		Peers:   f.peerAddrs,
+		Logger:  cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The member records are read once the entries this frontend had
+	// committed are replayed (from the local log, no quorum needed): a
+	// restart then finds its own record, and needs no write to register
+	// while the cluster has no quorum. A halted applier ends the wait; the
+	// records are then read as far as it got.
+	replayCtx, cancelReplay := context.WithTimeout(ctx, 30*time.Second)
+	if err := f.journal.WaitApplied(replayCtx, f.startCommit); err != nil {
+		f.logger.Warn("reading the member records before the replay reached the commit index at start", "err", err)
+	}
+	cancelReplay()
+	f.members, err = heartbeat.New(heartbeat.Config{
+		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID, Token: cfg.Token, TLS: secure.ClientTLS(certs), Client: peerClient,
+		Tree: f.tree, Journal: proposer{f.journal},
+		Interval: cfg.HeartbeatInterval, DeadAfter: cfg.DeadAfter,
+		OnEvent: func(ev heartbeat.Event) { f.registry.Apply(ev) },
+		Logger:  cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.ready.Store(true)
+	f.bg.Go(f.pruneMembers)
+	if err := f.registerSelf(ctx); err != nil {
+		return nil, err
+	}
+	f.logger.Info("frontend started", "id", cfg.ID, "addr", f.ln.Addr().String(), "epoch", f.epoch.String(), "cluster", f.journal.Status().ClusterID)
+	return f, nil
+}
+
+// routes mounts the member endpoints (raft messages and forwarded
+// proposals, images, heartbeats) and the host's handler.
+func (f *Frontend) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/raft/", f.whenReady(func() http.Handler { return f.journal.Handler() }))
+	mux.Handle(image.PathPrefix, f.whenReady(func() http.Handler { return f.images.Handler() }))
+	mux.Handle(heartbeat.Path, f.whenReady(func() http.Handler { return f.members.Handler() }))
+	host := f.cfg.Handler
+	if host == nil {
+		host = httpjson.NotFound
+	}
+	mux.Handle("/", f.counted(host))
+	return mux
+}
+
+// whenReady serves h once Start has wired every part, and 503 before and
+// from Close on.
+func (f *Frontend) whenReady(h func() http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !f.ready.Load() {
+			// Close the connection rather than drain the body: a peer's
+			// raft stream is an endless request body, and the server would
+			// otherwise read it before it sends this answer.
+			w.Header().Set("Connection", "close")
+			httpjson.WriteError(w, httpjson.Errorf(http.StatusServiceUnavailable, "starting", "frontend %d is starting or stopping", f.cfg.ID))
+			return
+		}
+		h().ServeHTTP(w, r)
+	})
+}
+
+// peerAddrs returns the addresses of the other frontends (raft members,
+// followers and observers alike), which serve their images.
+func (f *Frontend) peerAddrs() []string {
+	var addrs []string
+	for _, m := range f.journal.Status().Members {
+		if m.ID != f.cfg.ID && m.Addr != "" {
+			addrs = append(addrs, m.Addr)
+		}
+	}
+	return addrs
+}
+
+// snapshots is the journal's image hook: the image store, plus a
+// checkpoint on demand when raft must send a follower an image and the
+// newest one predates that follower's membership (without it a node that
+// joins after a compaction can wait for the next scheduled checkpoint).
+type snapshots struct {
+	*image.Store
+	f *Frontend
+}
+
+// RequestImage implements journal.ImageRequester. It must not block: the
+// checkpoint runs on a goroutine that Close waits for, one at a time.
+func (s snapshots) RequestImage() {
+	f := s.f
+	if f.ckpt == nil || !f.imageRequested.CompareAndSwap(false, true) {
+		return
+	}
+	f.bgMu.Lock()
+	defer f.bgMu.Unlock()
+	if f.bgClosed {
+		f.imageRequested.Store(false)
+		return
+	}
+	f.bg.Go(func() {
+		defer f.imageRequested.Store(false)
+		ctx, cancel := context.WithTimeout(f.bgCtx, time.Minute)
+		defer cancel()
+		if _, err := f.ckpt.Checkpoint(ctx); err != nil {
+			f.logger.Warn("checkpoint requested by the journal failed", "err", err)
+		}
+	})
+}
+
+// proposer adapts *journal.Journal to heartbeat.Journal.
+type proposer struct{ j *journal.Journal }
+
+func (p proposer) Propose(ctx context.Context, data []byte) (uint64, any, error) {
+	return p.j.Propose(ctx, data)
+}
+
+func (p proposer) LeaderTerm() (uint64, bool) {
+	st := p.j.Status()
+	return st.Term, st.IsLeader()
+}
+
+// registerSelf records this frontend in the member list (once: a restart
+// finds its record and only answers heartbeats with its new epoch). A
+// record at another address is an old cluster's (the catalog came from a
+// restored image): it is replaced. Without a record, workers refuse this
+// frontend's fragments (heartbeat.ErrUnknownNode).
+func (f *Frontend) registerSelf(ctx context.Context) error {
+	ctx, cancelWait := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelWait()
+	if m, ok := f.members.Member(f.cfg.ID); ok {
+		if m.Addr == f.cfg.Addr {
+			return nil
+		}
+		if err := f.members.Remove(ctx, f.cfg.ID); err != nil && !errors.Is(err, heartbeat.ErrNotFound) {
+			return fmt.Errorf("replace frontend %d's record at %s: %w", f.cfg.ID, m.Addr, err)
+		}
+	}
+	role := journal.Follower
+	if f.cfg.Role == journal.Observer {
+		role = journal.Observer
+	}
+	retry := time.NewTicker(100 * time.Millisecond)
+	defer retry.Stop()
+	for {
+		err := f.members.Add(ctx, heartbeat.Member{ID: f.cfg.ID, Addr: f.cfg.Addr, Kind: heartbeat.KindFrontend, Role: role.String()})
+		if err == nil || errors.Is(err, heartbeat.ErrExists) {
+			return nil
+		}
+		f.logger.Debug("registering as a member", "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("register frontend %d as a member: %w", f.cfg.ID, err)
+		case <-retry.C:
+		}
+	}
+}
+
+// ID is this frontend's member id.
+func (f *Frontend) ID() uint64 { return f.cfg.ID }
+
+// Addr is the address the frontend serves on (the bound one: with a
+// Listen or Addr of port 0, the port the system chose).
+func (f *Frontend) Addr() string { return f.ln.Addr().String() }
+
+// Journal is the raft journal: status, linearizable reads
+// ([journal.Journal.ReadBarrier]), raw proposals, membership changes.
+func (f *Frontend) Journal() *journal.Journal { return f.journal }
+
+// Tree is the replicated catalog: read it, watch it; write it through
+// [Frontend.Write].
+func (f *Frontend) Tree() *catalog.Tree { return f.tree }
+
+// Members is heartbeat's membership: the frontends and workers, their
+// epochs and statuses.
+func (f *Frontend) Members() *heartbeat.Membership { return f.members }
+
+// Registry is the cancel registry: a query registered in it is cancelled
+// when its coordinator or one of its workers restarts or dies.
+func (f *Frontend) Registry() *cancel.Registry { return f.registry }
+
+// Epoch is this frontend's epoch: a query it coordinates registers with
+// cancel.Member{Node: f.ID(), Epoch: f.Epoch()}.
+func (f *Frontend) Epoch() heartbeat.Epoch { return f.epoch }
+
+// Checkpointer writes images on its schedule or on demand.
+func (f *Frontend) Checkpointer() *image.Checkpointer { return f.ckpt }
+
+// Images is the image store of the data dir.
+func (f *Frontend) Images() *image.Store { return f.images }
+
+// Client is the HTTP client for the host's own traffic to other members
+// (to its workers, say): mutual TLS with this member's certificate when
+// the TLS files are set (an http:// URL is sent as https://), the
+// cluster's token on every request, from the Listen IP when it names one.
+func (f *Frontend) Client() *http.Client { return f.client }
+
+// Collectors are the Prometheus collectors of every part: the journal,
+// the catalog, the images, the checkpointer, heartbeats and the cancel
+// registry. Register them with a registry of the host's.
+func (f *Frontend) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{f.journal.Collector(), f.tree.Collector(), f.images.Collector(),
+		f.ckpt.Collector(), f.members.Collector(), f.registry.Collector()}
+}
+
+// NewTree returns an empty catalog under the frontend's quota, as the
+// live tree is: a copy that replays the journal (a shadow checkpoint, a
+// resumed watch) must decide every batch as the live one did.
+func (f *Frontend) NewTree() *catalog.Tree { return newTree(f.cfg.Quota) }
+
+// Shutdown is the graceful stop a host runs on SIGTERM: Ready fails from
+// now on (a load balancer stops sending), a leader hands leadership to
+// the most caught-up voter (journal.Handoff), the host handler's requests
+// in flight finish (writes made meanwhile are forwarded to the new
+// leader), all bounded by ctx; then Close.
+func (f *Frontend) Shutdown(ctx context.Context) error {
+	f.draining.Store(true)
+	if f.journal != nil {
+		if err := f.journal.Handoff(ctx); err != nil {
+			f.logger.Warn("leadership hand-off failed; closing anyway", "err", err)
+		}
+	}
+	if err := f.inflight.wait(ctx); err != nil {
+		f.logger.Warn("requests still in flight at shutdown", "err", err)
+	}
+	return f.Close()
+}
+
+// Close stops serving and closes the parts in the reverse order of Start,
+// and returns once every goroutine the frontend started has exited. It is
+// idempotent. It does not hand leadership off: Shutdown does.
+func (f *Frontend) Close() error {
+	f.closeOnce.Do(func() {
+		f.ready.Store(false) // member requests get 503 from here on
+		if f.cfg.OnClose != nil {
+			f.cfg.OnClose()
+		}
+		var errs []error
+		f.bgMu.Lock()
+		f.bgClosed = true
+		f.bgMu.Unlock()
+		f.bgCancel()
+		f.bg.Wait()
+		// The library's parts first: closing the journal ends the peers'
+		// long-lived raft streams, which the HTTP server would otherwise
+		// wait for.
+		if f.members != nil {
+			errs = append(errs, f.members.Close())
+		}
+		if f.ckpt != nil {
+			errs = append(errs, f.ckpt.Close())
+		}
+		if f.journal != nil {
+			errs = append(errs, f.journal.Close())
+		}
+		if f.images != nil {
+			errs = append(errs, f.images.Close())
+		}
+		errs = append(errs, f.registry.Close())
+		if f.peers != nil {
+			f.peers.CloseIdleConnections()
+		}
+		f.client.CloseIdleConnections()
+		if f.srv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := f.srv.Shutdown(ctx); err != nil {
+				f.srv.Close() // a peer's stream outlived the journal: cut it
+			}
+			cancel()
+			<-f.served
+		}
+		f.closeErr = errors.Join(errs...)
+	})
+	return f.closeErr
+}
+
+// newTree returns an empty catalog under quota q. The live tree and every
+// copy replayed from the journal (shadow checkpoints, historical watches)
+// carry the same quota, or they would decide batches differently.
+func newTree(q catalog.Quota) *catalog.Tree {
+	t := catalog.New()
+	t.SetQuota(q)
+	return t
+}
+
+// maxVersion is the newest format version a node whose catalog reads batch
+// formats up to catalogMax reads: that version, or, when the catalog reads
+// the newest batch format, the journal's newest, since the versions above
+// it add journal entries (version 3: the consistency checks) and no batch
+// format.
+func maxVersion(catalogMax int) uint32 {
+	if catalogMax >= catalog.NewestBatchVersion {
+		return journal.NewestVersion
+	}
+	return min(journal.NewestVersion, uint32(catalogMax))
+}
