@@ -36,6 +36,15 @@ import (
 // a restart replays the marks and reports after its image, which gives
 // the same answers again.
 //
+// Since the reports are entries, every member reaches the same verdict on
+// a round: each records the voters whose digest differs (the Alarm of
+// Status), and once no digest can reach a majority of the voters, each
+// refuses writes until an operator journals a clear (ClearAlarm). An image
+// a member loads is checked at the first mark after its index, against the
+// digests the others reported there: the member's state at that mark is
+// the image plus the log after it. Until such a comparison agrees (the
+// check at start), the member serves no reads (pendingErr, waitChecked).
+//
 // Marks and reports are entries of the kind kindCheck, which format
 // version 3 adds: the leader journals them only while the cluster version
 // is at least 3, when every member reads them.
