@@ -57,16 +57,29 @@ func TestRestartedMemberServesReadsOnlyAfterTheCheckAtStart(t *testing.T) {
 }
 
 // The check at start never holds a member back in a cluster that cannot
-// check: a sole voter (no one to compare with), and a state machine that
-// states no digest.
+// check: a sole voter (no one to compare with), a state machine that
+// states no digest, and a cluster below format version 3 (no marks; the
+// version may rise later, during a rolling upgrade).
 func TestCheckAtStartDoesNotWaitWhereNoCheckCanRun(t *testing.T) {
-	for name, opts := range map[string]journaltest.Options{
-		"sole voter": {Voters: 1, NewStateMachine: func(uint64) journal.StateMachine { return catalog.New() }},
-		"no digest":  {},
+	tree := func(uint64) journal.StateMachine { return catalog.New() }
+	for name, tc := range map[string]struct {
+		opts       journaltest.Options
+		maxVersion uint32
+	}{
+		"sole voter":        {opts: journaltest.Options{Voters: 1, NewStateMachine: tree}},
+		"no digest":         {},
+		"cluster version 2": {opts: journaltest.Options{NewStateMachine: tree}, maxVersion: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				opts.Configure = func(cfg *journal.Config) { cfg.CheckInterval = time.Hour }
+				opts := tc.opts
+				opts.Configure = func(cfg *journal.Config) {
+					if tc.maxVersion != 0 {
+						cfg.MaxVersion = tc.maxVersion
+					} else {
+						cfg.CheckInterval = time.Hour // no mark comes in this test
+					}
+				}
 				c := journaltest.NewCluster(t, opts)
 				ctx := ctxFor(t, 60*time.Second)
 				leader, err := c.WaitLeader(ctx)
@@ -80,6 +93,9 @@ func TestCheckAtStartDoesNotWaitWhereNoCheckCanRun(t *testing.T) {
 				short, cancel := context.WithTimeout(ctx, 5*time.Second)
 				defer cancel()
 				require.NoError(t, c.Node(id).Journal().ReadBarrier(short))
+				if tc.maxVersion != 0 {
+					require.Equal(t, tc.maxVersion, c.Node(id).Journal().Status().ClusterVersion)
+				}
 			})
 		})
 	}

@@ -3,6 +3,8 @@ package frontend
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/examples/internal/secure"
 	"github.com/metatree/metatree/journal"
 )
@@ -40,6 +43,17 @@ func TestStatusShowsTheClusterAlarmOnHealthyMembers(t *testing.T) {
 	got = alarmJSON(journal.Status{ID: 3, Err: ce, Alarm: &journal.Alarm{Index: 60, Members: []uint64{3}, Majority: []byte{2}}})
 	require.Equal(t, []uint64{3}, got["members"])
 	require.Equal(t, "01", got["local"])
+}
+
+// A write refused cluster-wide because no digest had a majority answers
+// 503 corrupt, naming the index.
+func TestWriteRefusedWithoutAMajorityAnswers503Corrupt(t *testing.T) {
+	err := fmt.Errorf("journal: propose: %w: at index 12 the voters [1 2 3] reported state digests of which none has a majority", journal.ErrCorrupt)
+	var he *httpjson.Error
+	require.True(t, errors.As(apiError(err), &he))
+	require.Equal(t, http.StatusServiceUnavailable, he.Status)
+	require.Equal(t, "corrupt", he.Code)
+	require.Contains(t, he.Message, "index 12")
 }
 
 // POST /v1/alarm/clear needs the admin role, and on a member that knows
