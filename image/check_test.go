@@ -2,11 +2,15 @@ package image
 
 import (
 	"context"
+	"errors"
+	"io"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/internal/metricstest"
 	"github.com/metatree/metatree/journal"
 )
@@ -82,6 +86,84 @@ func TestConsistencyChecksRaiseNoAlarmThroughImageInstallsAndCompaction(t *testi
 	c.startCheckpointer(lagger)
 	awaitChecks(ctx, t, c, lagger, 0)
 	for _, n := range c.Running() {
+		require.NoError(t, n.Journal().Status().Err, "node %d", n.ID)
+		_, corrupt := checksOf(t, c, n.ID)
+		require.False(t, corrupt, "node %d", n.ID)
+	}
+}
+
+// doctorImage rewrites the newest image in node id's data dir with one
+// attribute of node path changed: the same header, a well-formed body and
+// valid checksums, as a bit flipped before the checksum was taken, or a
+// restore from the wrong image, would leave it.
+func doctorImage(t *testing.T, fs vfs.FS, dir, path string) uint64 {
+	t.Helper()
+	l, err := ListDir(fs, dir)
+	require.NoError(t, err)
+	require.NotEmpty(t, l.Images)
+	idx := l.Images[0]
+	file := l.Path(fs, idx)
+	tree := catalog.New()
+	info, err := ReadFile(fs, file, func(r io.Reader) error { return tree.Load(r) })
+	require.NoError(t, err)
+	require.NoError(t, tree.SetAttrForTesting(path, "doctored", catalog.String("yes")))
+	f, err := fs.Create(file+".doctored", vfs.WriteCategoryUnspecified)
+	require.NoError(t, err)
+	_, _, err = WriteTo(f, info.Header, tree.Save)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.Close())
+	require.NoError(t, fs.Rename(file+".doctored", file))
+	return idx
+}
+
+// A member restarted from an image with one changed attribute and valid
+// checksums is found at the first mark after the image, against the
+// digests the others reported there: that member, and only it, raises
+// the corruption alarm, and writes go on through the healthy majority.
+func TestConsistencyCheckFindsAMemberRestartedFromADoctoredImage(t *testing.T) {
+	c := newImageCluster(t, func(cfg *journal.Config) { cfg.CheckInterval = 20 * time.Millisecond })
+	ctx, _, leader, bad := c.leaderAndFollower()
+	var last uint64
+	var err error
+	for _, b := range catalogBatches(t, 60) {
+		last, _, err = leader.Propose(ctx, b)
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.WaitApplied(ctx, last))
+	_, err = c.cps[bad].Checkpoint(ctx)
+	require.NoError(t, err)
+	awaitChecks(ctx, t, c, bad, 0)
+
+	fs := c.lastFS[bad]
+	dataDir := fs.PathDir(c.store(bad).Dir())
+	c.crash(bad, false)
+	doctorImage(t, fs, dataDir, "/db0")
+	require.NoError(t, c.Restart(ctx, bad))
+	c.startCheckpointer(bad)
+
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var ce *journal.CorruptError
+	for !errors.As(c.Node(bad).Journal().Status().Err, &ce) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node %d raised no corruption alarm: %v", bad, ctx.Err())
+		case <-tick.C:
+		}
+	}
+	require.NotContains(t, ce.Agreeing, bad)
+	_, corrupt := checksOf(t, c, bad)
+	require.True(t, corrupt)
+	require.ErrorIs(t, c.Node(bad).Journal().CheckFresh(), journal.ErrCorrupt)
+
+	next, _, err := leader.Propose(ctx, catalogBatches(t, 61)[60])
+	require.NoError(t, err)
+	for _, n := range c.Running() {
+		if n.ID == bad {
+			continue
+		}
+		require.NoError(t, n.Journal().WaitApplied(ctx, next))
 		require.NoError(t, n.Journal().Status().Err, "node %d", n.ID)
 		_, corrupt := checksOf(t, c, n.ID)
 		require.False(t, corrupt, "node %d", n.ID)

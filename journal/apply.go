@@ -187,6 +187,9 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 		j.installs.Add(1)
 		j.lastImage.Store(b.snapshot)
 		j.images.reset(b.snapshot)
+		// The installed image is checked at the next mark, and confirmed
+		// only then (check.go).
+		j.checker.startPending(b.snapshot)
 		j.publishApplied(b.snapshot)
 	}
 	start := j.applied.Load()
@@ -233,6 +236,7 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 		}
 		applied = idx
 	}
+	j.settlePending()
 	if applied > start {
 		j.publishApplied(applied)
 	}

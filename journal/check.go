@@ -2,14 +2,19 @@ package journal
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
+
+	"github.com/metatree/metatree/internal/operr"
 )
 
 // Consistency checks: replicas compare their state machines' digests
@@ -31,18 +36,29 @@ import (
 // a restart replays the marks and reports after its image, which gives
 // the same answers again.
 //
+// Since the reports are entries, every member reaches the same verdict on
+// a round: each records the voters whose digest differs (the Alarm of
+// Status), and once no digest can reach a majority of the voters, each
+// refuses writes until an operator journals a clear (ClearAlarm). An image
+// a member loads is checked at the first mark after its index, against the
+// digests the others reported there: the member's state at that mark is
+// the image plus the log after it. Until such a comparison agrees (the
+// check at start), the member serves no reads (pendingErr, waitChecked).
+//
 // Marks and reports are entries of the kind kindCheck, which format
 // version 3 adds: the leader journals them only while the cluster version
 // is at least 3, when every member reads them.
 //
 //	kindCheck mark:   [5][1]
 //	kindCheck report: [5][2][8-byte big-endian mark index][8-byte big-endian member id][digest...]
+//	kindCheck clear:  [5][3]
 
 const (
 	kindCheck byte = 5
 
 	checkMark   byte = 1
 	checkReport byte = 2
+	checkClear  byte = 3
 
 	// checkVersion is the format version that reads kindCheck entries.
 	checkVersion = 3
@@ -94,6 +110,8 @@ type checkEntry struct {
 
 func encodeCheckMark() []byte { return []byte{kindCheck, checkMark} }
 
+func encodeCheckClear() []byte { return []byte{kindCheck, checkClear} }
+
 func encodeCheckReport(mark, from uint64, digest []byte) []byte {
 	b := make([]byte, 0, 2+16+len(digest))
 	b = append(b, kindCheck, checkReport)
@@ -114,6 +132,11 @@ func decodeCheck(b []byte) (checkEntry, error) {
 			return checkEntry{}, fmt.Errorf("%w: check mark of %d bytes", ErrMalformed, len(b))
 		}
 		return checkEntry{op: checkMark}, nil
+	case checkClear:
+		if len(b) != 2 {
+			return checkEntry{}, fmt.Errorf("%w: check clear of %d bytes", ErrMalformed, len(b))
+		}
+		return checkEntry{op: checkClear}, nil
 	case checkReport:
 		n := len(b) - 18
 		if n < 1 || n > maxDigestLen {
@@ -129,18 +152,68 @@ func decodeCheck(b []byte) (checkEntry, error) {
 }
 
 // checker is the applier's record of the recent marks and the reports on
-// them. Only the applier changes it; mu guards it for Status and metrics.
+// them, the alarm the log tells of, and the check at start. Only the
+// applier changes it; mu guards it for Status, metrics and the writers.
 type checker struct {
 	mu     sync.Mutex
 	marks  []checkMarkRec // oldest first, at most checkKeep
 	checks uint64         // comparisons made (metatree_journal_consistency_checks_total)
+	// alarm is the cluster's consistency alarm as the applied log tells
+	// it (nil: none); noMajority mirrors alarm.NoMajority for writers.
+	alarm      *Alarm
+	noMajority atomic.Bool
+	// pending: this member's state was loaded (an image, or a log replayed
+	// at start) and no comparison at a mark after pendingAfter has
+	// confirmed it yet (the check at start; see settle).
+	pending      atomic.Bool
+	pendingAfter uint64
 }
 
 type checkMarkRec struct {
-	index  uint64
-	digest []byte
-	votes  map[uint64][]byte // voter id -> reported digest
-	done   bool              // compared with a majority's digest
+	index    uint64
+	digest   []byte            // this member's digest at the mark (nil: none, it loaded a later image)
+	votes    map[uint64][]byte // voter id -> reported digest
+	done     bool              // a majority of the voters agreed, or none can
+	majority []byte            // the digest a majority reported (nil: no majority)
+}
+
+// Alarm is the consistency alarm as the applied log tells it: the same on
+// every member that applied as far (the reports are entries). At the mark
+// at Index, the voters in Members reported a digest other than the one a
+// majority of the voters reported (Majority); or, with NoMajority, no
+// digest had a majority of the voters, Members lists every voter that
+// reported, and every member refuses writes (ErrCorrupt) until the alarm
+// is cleared (Journal.ClearAlarm). A later disagreement adds its members
+// and moves Index to its mark.
+type Alarm struct {
+	Index      uint64
+	Members    []uint64
+	Majority   []byte
+	NoMajority bool
+}
+
+// recordMark records this member's digest own (nil: none) at the mark at
+// idx.
+func (ck *checker) recordMark(idx uint64, own []byte) *checkMarkRec {
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	return ck.markLocked(idx, own)
+}
+
+func (ck *checker) markLocked(idx uint64, own []byte) *checkMarkRec {
+	if i := slices.IndexFunc(ck.marks, func(m checkMarkRec) bool { return m.index == idx }); i >= 0 {
+		return &ck.marks[i]
+	}
+	i, _ := slices.BinarySearchFunc(ck.marks, idx, func(m checkMarkRec, idx uint64) int { return cmp.Compare(m.index, idx) })
+	if len(ck.marks) >= checkKeep && i == 0 {
+		return nil // older than every mark kept
+	}
+	ck.marks = slices.Insert(ck.marks, i, checkMarkRec{index: idx, digest: own, votes: map[uint64][]byte{}})
+	if len(ck.marks) > checkKeep {
+		ck.marks = slices.Delete(ck.marks, 0, len(ck.marks)-checkKeep)
+		i -= 1
+	}
+	return &ck.marks[i]
 }
 
 // applyCheck handles a kindCheck entry at idx on the applier; it returns
@@ -159,12 +232,7 @@ func (j *Journal) applyCheck(idx uint64, c checkEntry) *CorruptError {
 			j.log.Error("state machine digest of unusable length; consistency checks skipped", "index", idx, "bytes", len(own))
 			return nil
 		}
-		ck.mu.Lock()
-		ck.marks = append(ck.marks, checkMarkRec{index: idx, digest: own, votes: map[uint64][]byte{}})
-		if len(ck.marks) > checkKeep {
-			ck.marks = slices.Delete(ck.marks, 0, len(ck.marks)-checkKeep)
-		}
-		ck.mu.Unlock()
+		ck.recordMark(idx, own)
 		if idx+checkReportLag >= j.committed.Load() {
 			rep := encodeCheckReport(idx, j.id, own)
 			j.checkReport.Store(&rep)
@@ -174,48 +242,202 @@ func (j *Journal) applyCheck(idx uint64, c checkEntry) *CorruptError {
 			}
 		}
 	case checkReport:
-		return j.tally(c)
+		j.mu.Lock()
+		voters := slices.Clone(j.mu.membership.Voters)
+		j.mu.Unlock()
+		ce, raised := ck.tally(voters, c)
+		if raised != nil {
+			j.log.Error("consistency alarm: voters disagree on the state digest",
+				"index", raised.Index, "members", raised.Members, "no_majority", raised.NoMajority, "majority", hex.EncodeToString(raised.Majority))
+		}
+		return ce
+	case checkClear:
+		ck.mu.Lock()
+		if ck.alarm != nil {
+			j.log.Warn("consistency alarm cleared", "index", idx, "was", *ck.alarm)
+		}
+		ck.alarm = nil
+		ck.noMajority.Store(false)
+		ck.mu.Unlock()
 	}
 	return nil
 }
 
 // tally records a report and, once a majority of the voters agree on a
-// digest, compares this member's with it.
-func (j *Journal) tally(c checkEntry) *CorruptError {
-	j.mu.Lock()
-	voters := slices.Clone(j.mu.membership.Voters)
-	j.mu.Unlock()
+// digest, compares this member's with it (ce: this member differs) and
+// raises the alarm naming the voters that differ; once no digest can have
+// a majority any more, it raises the alarm that stops writes. raised is
+// the alarm when this report changed it.
+func (ck *checker) tally(voters []uint64, c checkEntry) (ce *CorruptError, raised *Alarm) {
 	if !slices.Contains(voters, c.from) {
-		return nil
+		return nil, nil
 	}
-	ck := &j.checker
 	ck.mu.Lock()
 	defer ck.mu.Unlock()
-	i := slices.IndexFunc(ck.marks, func(m checkMarkRec) bool { return m.index == c.mark })
-	if i < 0 {
-		return nil // a mark before this member's image, or long gone
+	m := ck.markLocked(c.mark, nil)
+	if m == nil {
+		return nil, nil // a mark older than every one kept
 	}
-	m := &ck.marks[i]
-	if _, seen := m.votes[c.from]; seen || m.done {
-		return nil
+	if _, seen := m.votes[c.from]; seen {
+		return nil, nil
 	}
 	m.votes[c.from] = slices.Clone(c.digest)
-	var agreeing []uint64
-	for id, v := range m.votes {
-		if bytes.Equal(v, c.digest) && slices.Contains(voters, id) {
-			agreeing = append(agreeing, id)
+	if m.done {
+		// A late report: it counts against the decided majority.
+		if m.majority != nil && !bytes.Equal(m.majority, c.digest) {
+			return nil, ck.raiseLocked(Alarm{Index: m.index, Members: []uint64{c.from}, Majority: m.majority})
+		}
+		return nil, nil
+	}
+	need := len(voters)/2 + 1
+	counts := map[string]int{}
+	best, bestN, missing := "", 0, 0
+	for _, id := range voters {
+		v, ok := m.votes[id]
+		if !ok {
+			missing++
+			continue
+		}
+		counts[string(v)]++
+		if n := counts[string(v)]; n > bestN {
+			best, bestN = string(v), n
 		}
 	}
-	if len(agreeing) < len(voters)/2+1 {
+	switch {
+	case bestN >= need:
+		m.done = true
+		m.majority = []byte(best)
+		var differ []uint64
+		for _, id := range voters {
+			if v, ok := m.votes[id]; ok && string(v) != best {
+				differ = append(differ, id)
+			}
+		}
+		if len(differ) > 0 {
+			raised = ck.raiseLocked(Alarm{Index: m.index, Members: differ, Majority: m.majority})
+		}
+		if m.digest == nil {
+			return nil, raised // this member has no digest of its own here
+		}
+		ck.checks++
+		if !bytes.Equal(m.digest, m.majority) {
+			var agreeing []uint64
+			for _, id := range voters {
+				if v, ok := m.votes[id]; ok && string(v) == best {
+					agreeing = append(agreeing, id)
+				}
+			}
+			slices.Sort(agreeing)
+			return &CorruptError{Index: m.index, Local: m.digest, Majority: slices.Clone(m.majority), Agreeing: agreeing}, raised
+		}
+		if m.index > ck.pendingAfter {
+			ck.pending.Store(false) // the check at start passed
+		}
+		return nil, raised
+	case bestN+missing < need:
+		// No digest can reach a majority any more: no member is known
+		// to be right, so none is singled out, and writes stop.
+		m.done = true
+		var reported []uint64
+		for _, id := range voters {
+			if _, ok := m.votes[id]; ok {
+				reported = append(reported, id)
+			}
+		}
+		return nil, ck.raiseLocked(Alarm{Index: m.index, Members: reported, NoMajority: true})
+	}
+	return nil, nil
+}
+
+// raiseLocked merges a into the alarm and returns the result.
+func (ck *checker) raiseLocked(a Alarm) *Alarm {
+	if ck.alarm == nil {
+		ck.alarm = &Alarm{}
+	}
+	cur := ck.alarm
+	cur.Index = max(cur.Index, a.Index)
+	for _, id := range a.Members {
+		if !slices.Contains(cur.Members, id) {
+			cur.Members = append(cur.Members, id)
+		}
+	}
+	slices.Sort(cur.Members)
+	if a.Majority != nil {
+		cur.Majority = slices.Clone(a.Majority)
+	}
+	cur.NoMajority = cur.NoMajority || a.NoMajority
+	ck.noMajority.Store(cur.NoMajority)
+	out := *cur
+	out.Members = slices.Clone(cur.Members)
+	return &out
+}
+
+// current returns a copy of the alarm, or nil.
+func (ck *checker) current() *Alarm {
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	if ck.alarm == nil {
 		return nil
 	}
-	m.done = true
-	ck.checks++
-	if bytes.Equal(m.digest, c.digest) {
+	out := *ck.alarm
+	out.Members = slices.Clone(out.Members)
+	out.Majority = slices.Clone(out.Majority)
+	return &out
+}
+
+// writeRefusal is the error writes get while no digest has a majority of
+// the voters (the alarm's NoMajority), nil otherwise.
+func (ck *checker) writeRefusal() error {
+	if !ck.noMajority.Load() {
 		return nil
 	}
-	slices.Sort(agreeing)
-	return &CorruptError{Index: m.index, Local: m.digest, Majority: slices.Clone(c.digest), Agreeing: agreeing}
+	a := ck.current()
+	if a == nil || !a.NoMajority {
+		return nil
+	}
+	return fmt.Errorf("%w: at index %d the voters %v reported state digests of which none has a majority; writes stop cluster-wide until the members that differ are replaced and the alarm is cleared",
+		ErrCorrupt, a.Index, a.Members)
+}
+
+// startPending starts the check at start: this member's state was loaded
+// (an image at index after, or a replayed log) and is confirmed only by a
+// comparison at a later mark.
+func (ck *checker) startPending(after uint64) {
+	ck.mu.Lock()
+	ck.pendingAfter = after
+	ck.mu.Unlock()
+	ck.pending.Store(true)
+}
+
+// settle ends the check at start, on the applier, when this cluster
+// cannot compare: the state machine states no digest, the checks are off,
+// the cluster writes no format with check entries yet, or this member is
+// the sole voter (there is no one to compare with). It never starts
+// again once ended, so a cluster version that rises later leaves the
+// members that serve serving.
+func (j *Journal) settlePending() {
+	ck := &j.checker
+	if !ck.pending.Load() {
+		return
+	}
+	_, digester := j.cfg.StateMachine.(Digester)
+	j.mu.Lock()
+	m := j.mu.membership
+	sole := len(m.Voters) == 1 && m.Voters[0] == j.id
+	version := m.clusterVersion()
+	j.mu.Unlock()
+	if !digester || j.cfg.CheckInterval <= 0 || version < checkVersion || sole {
+		ck.pending.Store(false)
+	}
+}
+
+// pendingErr is the error reads get while the check at start has not
+// confirmed this member's state, nil otherwise.
+func (j *Journal) pendingErr() error {
+	if !j.checker.pending.Load() {
+		return nil
+	}
+	return fmt.Errorf("%w: the consistency check at start has not yet compared this member's loaded state with the other voters' (at the next check mark, within Config.CheckInterval)", ErrStale)
 }
 
 // corruptErr is the raised corruption alarm, or nil.
@@ -275,4 +497,76 @@ func (ck *checker) count() uint64 {
 	ck.mu.Lock()
 	defer ck.mu.Unlock()
 	return ck.checks
+}
+
+// waitChecked waits until the check at start confirmed this member's
+// state (at once when it is not pending), for ReadBarrier.
+func (j *Journal) waitChecked(ctx context.Context) error {
+	for {
+		j.mu.Lock()
+		ch := j.mu.appliedCh
+		j.mu.Unlock()
+		if c := j.corruptErr(); c != nil {
+			return operr.Errorf("journal: read barrier: %w", c)
+		}
+		if !j.checker.pending.Load() {
+			return nil
+		}
+		if e := j.failed.Load(); e != nil {
+			return *e
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return operr.Errorf("journal: read barrier: %w: %w", j.pendingErr(), context.Cause(ctx))
+		case <-j.done:
+			return ErrClosed
+		}
+	}
+}
+
+// ClearAlarm clears the cluster's consistency alarm (Status.Alarm) on
+// every member: it journals a clear entry and returns once one applied on
+// this member (at once when this member knows of no alarm). Clear it once
+// the members the alarm names were replaced (they restore from a healthy
+// member's image): while no digest had a majority, writes stay refused
+// until then. A member whose own state differs (a *CorruptError) applies
+// nothing and cannot clear.
+func (j *Journal) ClearAlarm(ctx context.Context) error {
+	if c := j.corruptErr(); c != nil {
+		return operr.Errorf("journal: clear alarm: %w", c)
+	}
+	if err := j.writable(); err != nil {
+		return operr.Errorf("journal: clear alarm: %w", err)
+	}
+	// A proposal raft drops (no leader yet) is made again every two
+	// election timeouts.
+	retry, stop := j.cfg.Clock.NewTicker(2 * j.electionTimeout())
+	defer stop()
+	for propose := true; ; {
+		j.mu.Lock()
+		ch := j.mu.appliedCh
+		j.mu.Unlock()
+		if j.checker.current() == nil {
+			return nil
+		}
+		if e := j.failed.Load(); e != nil {
+			return operr.Errorf("journal: clear alarm: %w", *e)
+		}
+		if propose {
+			propose = false
+			if err := j.do(ctx, func() { _ = j.rn.Propose(encodeCheckClear()) }); err != nil {
+				return operr.Errorf("journal: clear alarm: %w", err)
+			}
+		}
+		select {
+		case <-ch:
+		case <-retry:
+			propose = true
+		case <-ctx.Done():
+			return operr.Errorf("journal: clear alarm: %w", j.ctxErr(ctx, nil))
+		case <-j.done:
+			return ErrClosed
+		}
+	}
 }

@@ -141,6 +141,12 @@ func TestConsistencyCheckFindsTheFollowerWhoseCatalogDiffers(t *testing.T) {
 			require.NoError(t, c.Node(id).Journal().WaitApplied(ctx, next))
 			require.NoError(t, c.Node(id).Journal().Status().Err, "node %d", id)
 			require.Equal(t, 0.0, metricsOf(t, c.Node(id))["metatree_journal_corrupt"], "node %d", id)
+			// Every member names the one whose catalog differs.
+			awaitAlarm(ctx, t, c.Node(id))
+			al := c.Node(id).Journal().Status().Alarm
+			require.Equal(t, []uint64{bad.ID}, al.Members, "node %d", id)
+			require.False(t, al.NoMajority)
+			require.NoError(t, c.Node(id).Journal().CheckFresh(), "node %d serves", id)
 		}
 		require.Equal(t, badApplied, bad.Journal().Status().Applied, "the corrupt member applies nothing more")
 		_, ok := bad.StateMachine().(*catalog.Tree).Get("/after")

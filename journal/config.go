@@ -214,7 +214,9 @@ type Config struct {
 	// differs from a majority of the voters' raises the corruption alarm
 	// (ErrCorrupt) within a few round trips of the mark. Default 1s;
 	// negative turns the checks off. A round costs one entry from the
-	// leader and one from each member, and one digest read each.
+	// leader and one from each member, and one digest read each. Set it
+	// alike on every member: a member with checks on that restarts waits
+	// for a mark before it serves reads (the check at start).
 	CheckInterval time.Duration
 
 	// DedupeWindow is how many log indexes back an idempotency key is

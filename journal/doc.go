@@ -187,6 +187,16 @@
 // an image past it) does not compare, so images, restarts and compaction
 // raise no alarm; the checks run once the cluster version is 3.
 //
+// Every member also tallies the others' reports, so [Status.Alarm] shows
+// the cluster's alarm on healthy members too, naming the voters that
+// differ; when no digest has a majority of the voters, every member
+// refuses writes ([ErrCorrupt]) until [Journal.ClearAlarm]. A member that
+// restarted or installed an image serves no reads until a comparison at a
+// mark after its image agreed (the check at start: [Journal.CheckFresh]
+// fails with [ErrStale] and [Journal.ReadBarrier] waits), except where no
+// check can run (a sole voter, a cluster below version 3).
+// [Inspector.VerifyDigests] makes the same comparison offline.
+//
 // # Concurrency
 //
 // A *Journal is safe for concurrent use. StateMachine.Apply is called from

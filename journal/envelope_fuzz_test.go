@@ -22,6 +22,7 @@ func FuzzEntryDecoders(f *testing.F) {
 	f.Add(encodeTimestamp(1_700_000_000_000_000_000))
 	f.Add(encodeVersion(2))
 	f.Add(encodeCheckMark())
+	f.Add(encodeCheckClear())
 	f.Add(encodeCheckReport(7, 2, bytes.Repeat([]byte{0xab}, 32)))
 	f.Add([]byte{kindCheck, 3})                    // an operation of a newer format
 	f.Add([]byte{kindCheck, checkReport, 0, 0, 0}) // a report cut short
@@ -59,9 +60,13 @@ func FuzzEntryDecoders(f *testing.F) {
 				}
 				again = encodeVersion(v)
 			case kindCheck:
-				again = encodeCheckMark()
-				if c := env.check; c.op == checkReport {
+				switch c := env.check; c.op {
+				case checkMark:
+					again = encodeCheckMark()
+				case checkReport:
 					again = encodeCheckReport(c.mark, c.from, c.digest)
+				case checkClear:
+					again = encodeCheckClear()
 				}
 			default:
 				t.Fatalf("envelope of kind %d decoded", env.kind)

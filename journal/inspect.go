@@ -288,6 +288,7 @@ const (
 	KindVersion     = "version"      // the leader raises the cluster's format version
 	KindCheckMark   = "check_mark"   // the leader starts a consistency check round
 	KindCheckReport = "check_report" // a member reports its state digest at a mark
+	KindCheckClear  = "check_clear"  // an operator cleared the consistency alarm
 	KindMalformed   = "malformed"    // an entry that does not decode (Err says why)
 	KindMissing     = "missing"      // a range absent from the log (Err names it)
 )
@@ -356,9 +357,13 @@ func DecodeEntry(e *raftpb.Entry) Entry {
 			v, _ := decodeVersion(e.GetData()) // decodeEnvelope checked it
 			out.Kind, out.Version = KindVersion, v
 		case kindCheck:
-			out.Kind = KindCheckMark
-			if c := env.check; c.op == checkReport {
+			switch c := env.check; c.op {
+			case checkMark:
+				out.Kind = KindCheckMark
+			case checkReport:
 				out.Kind, out.Mark, out.Member, out.Digest = KindCheckReport, c.mark, c.from, c.digest
+			case checkClear:
+				out.Kind = KindCheckClear
 			}
 		}
 	case raftpb.EntryConfChange:

@@ -291,6 +291,12 @@ type Status struct {
 	// entries this node has seen: writers write no newer format (see
 	// Config.MaxVersion).
 	ClusterVersion uint32
+	// Alarm is the cluster's consistency alarm as the log applied here
+	// tells it (nil: none): the voters whose state digest differed from
+	// the majority's, or that no digest had a majority (then writes stop
+	// cluster-wide). A member in the minority also has its *CorruptError
+	// in Err.
+	Alarm *Alarm
 }
 
 // IsLeader reports whether the status is of the leader.
@@ -320,6 +326,7 @@ func (j *Journal) Status() Status {
 	} else if err := j.store.Halted(); err != nil {
 		st.Err = haltCause(err) // the loop is stopping
 	}
+	st.Alarm = j.checker.current()
 	j.mu.Lock()
 	st.Members = j.mu.membership.list()
 	st.ClusterVersion = j.mu.membership.clusterVersion()
@@ -349,6 +356,9 @@ func (j *Journal) Leadership() <-chan struct{} {
 func (j *Journal) CheckFresh() error {
 	if c := j.corruptErr(); c != nil {
 		return c
+	}
+	if err := j.pendingErr(); err != nil {
+		return err
 	}
 	ts := j.lastTS.Load()
 	if ts == 0 {

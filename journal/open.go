@@ -440,6 +440,11 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 		j.dedupe = d
 	}
 	j.applied.Store(imageIndex)
+	if imageIndex > 0 || j.store.HardState().GetCommit() > 0 {
+		// A restart: the loaded image and the replayed log are confirmed
+		// by the first comparison at a mark after the image (check.go).
+		j.checker.startPending(imageIndex)
+	}
 	m.Keys = nil
 	if err := j.checkVersion(m, "start"); err != nil {
 		return nil, err

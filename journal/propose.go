@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,7 +62,7 @@ func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOptio
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, operr.Errorf("journal: propose: %w", err)
 	}
-	if err := j.writable(); err != nil {
+	if err := cmp.Or(j.writable(), j.checker.writeRefusal()); err != nil {
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, operr.Errorf("journal: propose: %w", err)
 	}
@@ -119,8 +120,9 @@ func (j *Journal) checkProposal(data []byte) error {
 }
 
 // checkForwarded admits a proposal another node forwarded inside raft's
-// stream only if it holds user entries, or consistency check reports of
-// the forwarding member's own: membership changes go through
+// stream only if it holds user entries, consistency check reports of
+// the forwarding member's own, or an alarm clear (Journal.ClearAlarm):
+// membership changes go through
 // HandleForward (and its safety checks), timestamps and check marks come
 // from the leader alone.
 func (j *Journal) checkForwarded(m *raftpb.Message) error {
@@ -129,7 +131,7 @@ func (j *Journal) checkForwarded(m *raftpb.Message) error {
 			return fmt.Errorf("%w: forwarded proposal from node %d holds a %v entry", ErrMalformed, m.GetFrom(), e.GetType())
 		}
 		env, err := decodeEnvelope(e.GetData())
-		if err == nil && env.kind == kindCheck && env.check.op == checkReport && env.check.from == m.GetFrom() {
+		if err == nil && env.kind == kindCheck && (env.check.op == checkReport && env.check.from == m.GetFrom() || env.check.op == checkClear) {
 			continue
 		}
 		if err != nil || env.kind != kindUser {
@@ -179,7 +181,7 @@ func (j *Journal) admitProposal(m *raftpb.Message) *raftpb.Message {
 	for i, e := range m.GetEntries() {
 		err := writeErr
 		if env, _ := decodeEnvelope(e.GetData()); err == nil && env.kind != kindCheck {
-			err = j.checkProposal(env.data)
+			err = cmp.Or(j.checker.writeRefusal(), j.checkProposal(env.data))
 		}
 		if err == nil {
 			if kept != nil {
@@ -306,7 +308,7 @@ func (j *Journal) HandleForward(ctx context.Context, req *ForwardRequest) (*Forw
 		if err := j.checkProposal(req.Data); err != nil {
 			return nil, err
 		}
-		if err := j.writable(); err != nil {
+		if err := cmp.Or(j.writable(), j.checker.writeRefusal()); err != nil {
 			return nil, err
 		}
 		p = &proposal{data: encodeUser(req.Key, req.Data)}

@@ -249,7 +249,9 @@ func (rr *readRounds) tick(leaderKnown bool, resendTicks uint64) []byte {
 // heartbeat intervals once a leader is known, until ctx ends (the error
 // then wraps ErrNoLeader if no leader is known). A node that knows it was
 // removed fails with ErrRemoved: no member answers it any more; one whose
-// corruption alarm is raised, with ErrCorrupt (a *CorruptError).
+// corruption alarm is raised, with ErrCorrupt (a *CorruptError). A member
+// that restarted, or installed an image, also waits for the consistency
+// check at start to confirm its state (see Config.CheckInterval).
 func (j *Journal) ReadBarrier(ctx context.Context) error {
 	defer j.observeReadBarrier(j.cfg.Clock.Now())
 	if err := j.removedErr(); err != nil {
@@ -280,7 +282,10 @@ func (j *Journal) ReadBarrier(ctx context.Context) error {
 		}
 		select {
 		case <-r.done:
-			return j.WaitApplied(ctx, r.index)
+			if err := j.WaitApplied(ctx, r.index); err != nil {
+				return err
+			}
+			return j.waitChecked(ctx)
 		case <-r.turn:
 			send = true // the raft loop handed the round's sending to this caller
 		case <-removal:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 
@@ -12,23 +13,34 @@ import (
 
 // checkJSON is `check`'s output; each problem is also a line on stderr.
 type checkJSON struct {
-	Dir      string   `json:"dir"`
-	OK       bool     `json:"ok"`
-	Problems []string `json:"problems"`
+	Dir      string      `json:"dir"`
+	OK       bool        `json:"ok"`
+	Problems []string    `json:"problems"`
+	Digests  *digestJSON `json:"digests,omitempty"`
 }
 
 // check verifies every property of a data dir that can be verified
 // offline: the journal's (journal.Inspector.Problems: VERSION, ROLE and
 // MEMBERS agree, the log is contiguous from its truncation point, the
-// HardState commit is within it, …) and the images' (dirProblems).
-func check(args []string, e env) error {
-	pos, err := parse(flag.NewFlagSet("check", flag.ContinueOnError), args, 1, "one DIR")
+// HardState commit is within it, …), the images' (dirProblems), and the
+// catalog's against the digests the log recorded (checkDigests).
+func check(ctx context.Context, args []string, e env) error {
+	fl := flag.NewFlagSet("check", flag.ContinueOnError)
+	window := fl.Uint64("dedupe-window", 10_000, "the journal's dedupe window the node ran with (metaserver: min(-compact-margin, 10000))")
+	pos, err := parse(fl, args, 1, "one DIR")
 	if err != nil {
 		return err
 	}
 	dir := pos[0]
 	problems := checkDir(e.fs, dir)
-	out := checkJSON{Dir: dir, OK: len(problems) == 0, Problems: []string{}}
+	var digests *digestJSON
+	if len(problems) == 0 {
+		var err error
+		if digests, err = checkDigests(ctx, e.fs, dir, *window); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	out := checkJSON{Dir: dir, OK: len(problems) == 0, Problems: []string{}, Digests: digests}
 	for _, p := range problems {
 		out.Problems = append(out.Problems, p.Error())
 		fmt.Fprintln(e.stderr, p)

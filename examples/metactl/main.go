@@ -7,7 +7,7 @@
 //	metactl image dump FILE
 //	metactl journal status DIR
 //	metactl journal entries DIR [-from N] [-to M]
-//	metactl check DIR
+//	metactl check [-dedupe-window N] DIR
 //	metactl backup -from HOST:PORT -out FILE [-token T] [-tls-cert F -tls-key F -tls-ca F]
 //	metactl restore -image FILE -dir DIR -id N -addr HOST:PORT [-token T]
 //
@@ -66,7 +66,7 @@ const usage = `usage:
   metactl image dump FILE
   metactl journal status DIR
   metactl journal entries DIR [-from N] [-to M]
-  metactl check DIR
+  metactl check [-dedupe-window N] DIR
   metactl backup -from HOST:PORT -out FILE [-token T] [-tls-cert F -tls-key F -tls-ca F]
   metactl restore -image FILE -dir DIR -id N -addr HOST:PORT [-token T]
 `
@@ -129,7 +129,7 @@ func dispatch(ctx context.Context, args []string, e env) error {
 		}
 		return usageErr("unknown command journal %s", name)
 	case "check":
-		return check(args[1:], e)
+		return check(ctx, args[1:], e)
 	case "backup":
 		return backup(ctx, args[1:], e)
 	case "restore":

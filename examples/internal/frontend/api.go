@@ -55,6 +55,7 @@ func (f *Frontend) routes() http.Handler {
 	api("POST /v1/members", f.postMember)
 	api("DELETE /v1/members/{id}", f.deleteMember)
 	api("POST /v1/checkpoint", f.postCheckpoint)
+	api("POST /v1/alarm/clear", f.postAlarmClear)
 	api("POST /v1/queries", f.postQuery)
 	api("GET /v1/queries/{id}", f.getQuery)
 	mux.Handle("/", httpjson.NotFound)
@@ -160,7 +161,7 @@ func (f *Frontend) getStatus(w http.ResponseWriter, _ *http.Request) error {
 func alarmJSON(st journal.Status) map[string]any {
 	var ce *journal.CorruptError
 	if !errors.As(st.Err, &ce) {
-		return nil
+		return clusterAlarmJSON(st.Alarm)
 	}
 	return map[string]any{"kind": "corrupt", "index": ce.Index, "members": []uint64{st.ID},
 		"local": hex.EncodeToString(ce.Local), "majority": hex.EncodeToString(ce.Majority),

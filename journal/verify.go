@@ -1,0 +1,122 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// DigestCheck is what Inspector.VerifyDigests found.
+type DigestCheck struct {
+	// Marks are the check marks the replay passed; Compared those at which
+	// a majority of the voters reported a digest and this dir's state
+	// agreed with it.
+	Marks, Compared []uint64
+}
+
+// VerifyDigests checks the dir's state against the digests its log
+// recorded, offline, as a member does at the check marks: it replays the
+// committed log after imageIndex into sm, which holds the image of that
+// index (imageMembership is the image's membership blob, whose dedupe
+// window the replay needs; window is Config.DedupeWindow of the node that
+// wrote the dir), and at every check mark compares
+// sm's digest with the one a majority of the dir's voters reported there.
+// At the first that differs it returns a *CorruptError (ErrCorrupt) naming
+// the mark's index and both digests. A log with no reports (a cluster
+// below format version 3, or one compacted past every mark) compares
+// nothing; DigestCheck says how much was.
+func (in *Inspector) VerifyDigests(ctx context.Context, sm interface {
+	StateMachine
+	Digester
+}, imageIndex uint64, imageMembership []byte, window uint64) (DigestCheck, error) {
+	var out DigestCheck
+	d := newDedupe(window)
+	if len(imageMembership) > 0 {
+		m, err := decodeMembership(imageMembership)
+		if err != nil {
+			return out, fmt.Errorf("journal: verify digests: image %d: %w", imageIndex, err)
+		}
+		d.reset(m.Keys)
+	}
+	m, _ := in.membership()
+	if m == nil {
+		return out, fmt.Errorf("journal: verify digests: %w: the dir records no membership", ErrMalformed)
+	}
+	voters := slices.Clone(m.Voters)
+	first := in.store.TruncIndex + 1
+	if imageIndex+1 < first {
+		return out, fmt.Errorf("journal: verify digests: %w: the log starts at %d, after the image %d", ErrCompacted, first, imageIndex)
+	}
+	hi := min(in.store.HardState.GetCommit(), in.store.LastIndex())
+	if imageIndex >= hi {
+		return out, nil
+	}
+	var ck checker
+	next := imageIndex + 1
+	errStop := errors.New("stop")
+	var found error
+	err := in.store.Scan(imageIndex+1, hi, func(index uint64, e *raftpb.Entry, err error) error {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if err != nil || index != next {
+			return fmt.Errorf("journal: verify digests: %w: the log is not whole at %d", ErrMalformed, next)
+		}
+		next++
+		if e.GetType() != raftpb.EntryNormal || len(e.GetData()) == 0 {
+			return nil
+		}
+		env, err := decodeEnvelope(e.GetData())
+		if errors.Is(err, ErrUnknownVersion) {
+			return &HaltError{Index: index, What: "entry", Version: int(e.GetData()[0]), Err: err}
+		}
+		if err != nil {
+			return nil // skipped by every replica alike
+		}
+		switch env.kind {
+		case kindUser:
+			_, verdict := d.judge(index, env)
+			switch verdict {
+			case copyDuplicate:
+				d.add(index, env.key, nil)
+				return nil
+			case copyExpired:
+				return nil
+			}
+			v := sm.Apply(index, env.data)
+			if h, ok := v.(Halter); ok {
+				if err := h.Halt(); err != nil {
+					return &HaltError{Index: index, What: "state machine entry", Err: err}
+				}
+			}
+			d.add(index, env.key, nil)
+		case kindCheck:
+			switch env.check.op {
+			case checkMark:
+				out.Marks = append(out.Marks, index)
+				ck.recordMark(index, slices.Clone(sm.StateDigest()))
+			case checkReport:
+				before := ck.count()
+				ce, _ := ck.tally(voters, env.check)
+				if ce != nil {
+					found = ce
+					return errStop
+				}
+				if ck.count() > before {
+					out.Compared = append(out.Compared, env.check.mark)
+				}
+			}
+		}
+		return nil
+	})
+	if found != nil {
+		return out, found
+	}
+	if err != nil {
+		return out, err
+	}
+	return out, nil
+}
