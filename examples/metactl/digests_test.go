@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/catalog"
-	"github.com/metatree/metatree/examples/internal/frontend"
+	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/image"
 	"github.com/metatree/metatree/internal/metricstest"
 )

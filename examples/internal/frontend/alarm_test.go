@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	fe "github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/examples/internal/secure"
 	"github.com/metatree/metatree/journal"
@@ -63,7 +64,7 @@ func TestAlarmClearIsAnAdminRequestThatAnswersTheAlarm(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	f, err := Start(ctx, Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Insecure: true})
+	f, err := Start(ctx, Config{Config: fe.Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Insecure: true}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, f.Close()) })
 	waitFor(t, 20*time.Second, "a leader", func() bool { return f.Journal().Status().Leader == 1 })
