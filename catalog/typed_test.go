@@ -190,3 +190,21 @@ func FuzzDecodeAttrsNeverPanics(f *testing.F) {
 		}
 	})
 }
+
+func TestTypedAttrsPlanIsCachedPerType(t *testing.T) {
+	type pair struct {
+		A int64 `catalog:"a"`
+		B bool  `catalog:"b"`
+	}
+	v := pair{A: 1, B: true}
+	_, err := catalog.Attrs(v) // builds and caches the plan
+	require.NoError(t, err)
+	// With the plan cached, a call allocates only the result map; a walk
+	// of the type's fields would allocate its own map and slice too.
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := catalog.Attrs(&v); err != nil {
+			panic(err)
+		}
+	})
+	require.LessOrEqual(t, allocs, 2.0)
+}
