@@ -67,7 +67,9 @@ func Bytes(b []byte) Value { return Value{typ: TypeBytes, s: string(b)} }
 // Type returns the value's type.
 func (v Value) Type() ValueType { return v.typ }
 
-// Str returns the string of a string value ("" for other types).
+// Str returns the payload of a string value, "" for other types; AsString
+// also says whether the value is a string. String, in contrast, formats any
+// value for printing.
 func (v Value) Str() string {
 	if v.typ != TypeString {
 		return ""
@@ -75,7 +77,8 @@ func (v Value) Str() string {
 	return v.s
 }
 
-// Int64 returns the integer of an int value (0 for other types).
+// Int64 returns the integer of an int value, 0 for other types; AsInt also
+// says whether the value is an int.
 func (v Value) Int64() int64 {
 	if v.typ != TypeInt {
 		return 0
@@ -83,10 +86,12 @@ func (v Value) Int64() int64 {
 	return v.i
 }
 
-// Bool returns the boolean of a bool value (false for other types).
+// Bool returns the boolean of a bool value, false for other types; AsBool
+// also says whether the value is a bool.
 func (v Value) Bool() bool { return v.typ == TypeBool && v.i != 0 }
 
-// Bytes returns a copy of the bytes of a bytes value (nil for other types).
+// Bytes returns a copy of the bytes of a bytes value, nil for other types;
+// AsBytes also says whether the value is bytes.
 func (v Value) Bytes() []byte {
 	if v.typ != TypeBytes {
 		return nil
@@ -97,7 +102,8 @@ func (v Value) Bytes() []byte {
 // Equal reports whether v and w have the same type and content.
 func (v Value) Equal(w Value) bool { return v == w }
 
-// String formats the value for printing: strings as they are, ints in
+// String formats the value for printing (fmt.Stringer; the payload
+// accessors are Str and AsString): strings as they are, ints in
 // decimal, bools as true/false, bytes as 0x-prefixed hex.
 func (v Value) String() string {
 	switch v.typ {

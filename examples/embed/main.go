@@ -42,18 +42,10 @@ func main() {
 }
 
 // Table is the service's own type for a table, kept in a node's
-// attributes.
+// attributes through its struct tags.
 type Table struct {
-	Buckets int64
-	Owner   string
-}
-
-func (t Table) attrs() map[string]catalog.Value {
-	return map[string]catalog.Value{"buckets": catalog.Int(t.Buckets), "owner": catalog.String(t.Owner)}
-}
-
-func tableOf(n catalog.Node) Table {
-	return Table{Buckets: n.Attrs["buckets"].Int64(), Owner: n.Attrs["owner"].Str()}
+	Buckets int64  `catalog:"buckets"`
+	Owner   string `catalog:"owner"`
 }
 
 // run is the whole control plane; the lines between "wiring" and "end of
@@ -94,8 +86,12 @@ func run(ctx context.Context, dir string, out io.Writer) error {
 	w := fes[2].Tree().Watch(catalog.WatchOptions{Prefix: "/orders"})
 	defer w.Close()
 	orders := Table{Buckets: 16, Owner: "sales"}
+	set, err := catalog.Attrs(orders)
+	if err != nil {
+		return err
+	}
 	res, err := fes[1].Write(ctx, catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/orders",
-		Kind: "table", Set: orders.attrs(), Cond: catalog.Cond{Absent: true}}}})
+		Kind: "table", Set: set, Cond: catalog.Cond{Absent: true}}}})
 	if err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
@@ -114,10 +110,11 @@ func run(ctx context.Context, dir string, out io.Writer) error {
 		return err
 	}
 	n, ok := fes[2].Tree().Get("/orders")
-	if !ok || tableOf(n) != orders {
-		return fmt.Errorf("frontend 3 reads %+v (found %v), want %+v", tableOf(n), ok, orders)
+	var got Table
+	if err := n.Decode(&got); !ok || err != nil || got != orders {
+		return fmt.Errorf("frontend 3 reads %+v (found %v, %v), want %+v", got, ok, err, orders)
 	}
-	fmt.Fprintf(out, "read: %s %+v, written at index %d\n", n.Path, tableOf(n), res.Index)
+	fmt.Fprintf(out, "read: %s %+v, written at index %d\n", n.Path, got, res.Index)
 
 	// A query coordinated by frontend 1 that runs on frontend 3, against
 	// the epoch the cluster has recorded for it; frontend 3 restarts (a new
