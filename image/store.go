@@ -140,6 +140,8 @@ type Store struct {
 	restores atomic.Uint64
 	// halted is the first failed fsync or rename (see ErrHalted).
 	halted atomic.Pointer[error]
+	// haltc is closed when the Store halts (see Halting).
+	haltc chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -212,6 +214,7 @@ func Open(cfg Config) (*Store, error) {
 		restoreSem:   make(chan struct{}, 1),
 		trashWake:    make(chan struct{}, 1),
 		shredderDone: make(chan struct{}),
+		haltc:        make(chan struct{}),
 	}
 	s.mu.clusterID = cfg.ClusterID
 	s.mu.pinned = make(map[uint64]bool)
@@ -519,6 +522,7 @@ func (s *Store) halt(cause error) error {
 		return err
 	}
 	s.logger.Error("image store halted: restart the node", "err", err)
+	close(s.haltc)
 	if s.cfg.OnHalt != nil {
 		s.cfg.OnHalt(err)
 	}
@@ -533,6 +537,13 @@ func (s *Store) Halted() error {
 	}
 	return nil
 }
+
+// Halting returns a channel that is closed once the Store halts; Halted
+// then returns the cause. A journal whose Snapshots is the Store watches
+// it and halts with the Store (journal.HaltSource), so a failed image fsync
+// stops the node's writes with no OnHalt wiring, even one that failed
+// before the journal opened.
+func (s *Store) Halting() <-chan struct{} { return s.haltc }
 
 // progressWriter reports the bytes written through it so far.
 type progressWriter struct {

@@ -31,8 +31,9 @@
 // join and leave through [Frontend.AddMember] and [Frontend.RemoveMember],
 // which keep raft's membership and heartbeat's records in step.
 //
-// Start owns the steps a hand-wired assembly must not miss: an image
-// fsync failure halts the journal (image.Config.OnHalt); the journal asks
+// Start owns the steps a hand-wired assembly must not miss (an image
+// fsync failure halts the journal by itself when the journal's Snapshots
+// is the *image.Store, journal.HaltSource): the journal asks
 // for a checkpoint when a joining follower needs a newer image than the
 // newest one; this frontend is registered as a heartbeat member (workers
 // refuse fragments from an unknown coordinator); the records of

@@ -108,12 +108,9 @@ type Frontend struct {
 	logger *slog.Logger
 	epoch  heartbeat.Epoch
 
-	tree    *catalog.Tree
-	images  *image.Store
-	journal *journal.Journal
-	// halter is the journal once open: an image write whose fsync fails
-	// (on the disk the journal shares) halts it (image.Config.OnHalt).
-	halter   atomic.Pointer[journal.Journal]
+	tree     *catalog.Tree
+	images   *image.Store
+	journal  *journal.Journal
 	ckpt     *image.Checkpointer
 	registry *cancel.Registry
 	members  *heartbeat.Membership
@@ -220,12 +217,9 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		_ = f.srv.Serve(f.ln)
 	}()
 
-	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, TLS: secure.ClientTLS(certs), HTTPClient: peerClient, Logger: cfg.Logger,
-		OnHalt: func(err error) {
-			if j := f.halter.Load(); j != nil {
-				j.Halt(err)
-			}
-		}})
+	// The journal watches the image store (journal.HaltSource): a failed
+	// image fsync, on the disk they share, halts the journal too.
+	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, TLS: secure.ClientTLS(certs), HTTPClient: peerClient, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -245,10 +239,6 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	})
 	if err != nil {
 		return nil, err
-	}
-	f.halter.Store(f.journal)
-	if err := f.images.Halted(); err != nil {
-		f.journal.Halt(err) // an image write failed while the journal opened
 	}
 	if err := f.images.SetClusterID(f.journal.Status().ClusterID); err != nil {
 		return nil, err
