@@ -272,7 +272,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	cancelReplay()
 	f.members, err = heartbeat.New(heartbeat.Config{
 		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID, Token: cfg.Token, TLS: secure.ClientTLS(certs), Client: peerClient,
-		Tree: f.tree, Journal: proposer{f.journal},
+		Tree: f.tree, Journal: f.journal,
 		Interval: cfg.HeartbeatInterval, DeadAfter: cfg.DeadAfter,
 		OnEvent: func(ev heartbeat.Event) { f.registry.Apply(ev) },
 		Logger:  cfg.Logger,
@@ -362,18 +362,6 @@ func (s snapshots) RequestImage() {
 			f.logger.Warn("checkpoint requested by the journal failed", "err", err)
 		}
 	})
-}
-
-// proposer adapts *journal.Journal to heartbeat.Journal.
-type proposer struct{ j *journal.Journal }
-
-func (p proposer) Propose(ctx context.Context, data []byte) (uint64, any, error) {
-	return p.j.Propose(ctx, data)
-}
-
-func (p proposer) LeaderTerm() (uint64, bool) {
-	st := p.j.Status()
-	return st.Term, st.IsLeader()
 }
 
 // registerSelf records this frontend in the member list (once: a restart
