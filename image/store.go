@@ -140,6 +140,9 @@ type Store struct {
 	restores atomic.Uint64
 	// halted is the first failed fsync or rename (see ErrHalted).
 	halted atomic.Pointer[error]
+	// checkpointer is the Checkpointer writing this Store's images, while
+	// it runs: RequestImage asks it for one.
+	checkpointer atomic.Pointer[Checkpointer]
 	// haltc is closed when the Store halts (see Halting).
 	haltc chan struct{}
 
@@ -544,6 +547,18 @@ func (s *Store) Halted() error {
 // stops the node's writes with no OnHalt wiring, even one that failed
 // before the journal opened.
 func (s *Store) Halting() <-chan struct{} { return s.haltc }
+
+// RequestImage asks the Store's running Checkpointer for an image now,
+// without blocking; with no Checkpointer running it does nothing. The
+// journal calls it (journal.ImageRequester) when raft must send a follower
+// an image and the newest one predates that follower's membership: a node
+// that joins after a compaction then gets an image without waiting for the
+// next scheduled checkpoint.
+func (s *Store) RequestImage() {
+	if c := s.checkpointer.Load(); c != nil {
+		c.requestImage()
+	}
+}
 
 // progressWriter reports the bytes written through it so far.
 type progressWriter struct {

@@ -130,15 +130,11 @@ type Frontend struct {
 	draining    atomic.Bool
 	startCommit uint64
 	inflight    gate
-	// Background work (checkpoints the journal asks for, pruning member
-	// records) runs under bgCtx and bg; Close marks bgClosed (under bgMu,
-	// so no work starts after it), cancels and waits.
-	bgMu           sync.Mutex
-	bgClosed       bool
-	bg             sync.WaitGroup
-	bgCtx          context.Context
-	bgCancel       context.CancelFunc
-	imageRequested atomic.Bool
+	// Background work (pruning member records) runs under bgCtx and bg;
+	// Close cancels and waits.
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 	// pruneAgain asks pruneMembers for another round (a removal left a
 	// record behind); it holds one request at most.
 	pruneAgain chan struct{}
@@ -227,7 +223,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		ID: cfg.ID, Dir: cfg.Dir, Addr: cfg.Addr,
 		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: cfg.Role, Token: cfg.Token, TLS: secure.ClientTLS(certs), HTTPClient: peerClient,
 		ForceNewCluster: cfg.ForceNewCluster,
-		StateMachine:    f.tree, Snapshots: snapshots{f.images, f},
+		StateMachine:    f.tree, Snapshots: f.images,
 		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
 		ReserveBytes: cfg.ReserveBytes,
 		// Idempotency keys are remembered no further back than the log
@@ -330,38 +326,6 @@ func (f *Frontend) peerAddrs() []string {
 		}
 	}
 	return addrs
-}
-
-// snapshots is the journal's image hook: the image store, plus a
-// checkpoint on demand when raft must send a follower an image and the
-// newest one predates that follower's membership (without it a node that
-// joins after a compaction can wait for the next scheduled checkpoint).
-type snapshots struct {
-	*image.Store
-	f *Frontend
-}
-
-// RequestImage implements journal.ImageRequester. It must not block: the
-// checkpoint runs on a goroutine that Close waits for, one at a time.
-func (s snapshots) RequestImage() {
-	f := s.f
-	if f.ckpt == nil || !f.imageRequested.CompareAndSwap(false, true) {
-		return
-	}
-	f.bgMu.Lock()
-	defer f.bgMu.Unlock()
-	if f.bgClosed {
-		f.imageRequested.Store(false)
-		return
-	}
-	f.bg.Go(func() {
-		defer f.imageRequested.Store(false)
-		ctx, cancel := context.WithTimeout(f.bgCtx, time.Minute)
-		defer cancel()
-		if _, err := f.ckpt.Checkpoint(ctx); err != nil {
-			f.logger.Warn("checkpoint requested by the journal failed", "err", err)
-		}
-	})
 }
 
 // registerSelf records this frontend in the member list (once: a restart
@@ -480,9 +444,6 @@ func (f *Frontend) Close() error {
 			f.cfg.OnClose()
 		}
 		var errs []error
-		f.bgMu.Lock()
-		f.bgClosed = true
-		f.bgMu.Unlock()
 		f.bgCancel()
 		f.bg.Wait()
 		// The library's parts first: closing the journal ends the peers'
