@@ -59,6 +59,13 @@ func Example_handWired() {
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	defer srv.Shutdown(ctx) // deferred last: runs first, then the parts in reverse
+	// Register this frontend once (a restart finds its record): workers
+	// refuse fragments from a coordinator they do not know.
+	if _, ok := members.Member(1); !ok {
+		if err := members.Add(ctx, heartbeat.Member{ID: 1, Addr: addr, Kind: heartbeat.KindFrontend, Role: "voter"}); err != nil {
+			panic(err)
+		}
+	}
 
 	b := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/db", Kind: "database"}}}
 	data, _ := b.EncodeVersion(min(int(j.ClusterVersion()), catalog.NewestBatchVersion))
