@@ -20,8 +20,7 @@ import (
 
 // Journal is what heartbeat needs of the journal: proposing a catalog batch
 // and knowing whether this node leads, in which term. *journal.Journal
-// needs a two-method adapter (its Propose takes options); see the package
-// example. Tests use a fake.
+// satisfies it as is; tests use a fake.
 type Journal interface {
 	// Propose replicates data (an encoded catalog.Batch) and returns once it
 	// is applied on this node, with the catalog's *catalog.Result as value.

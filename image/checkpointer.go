@@ -91,6 +91,9 @@ type CheckpointerConfig struct {
 type checkpointerKnobs struct {
 	// afterTick is called after each timed check, with its result.
 	afterTick func(ran bool, info Info, err error)
+	// afterRequested is called after each checkpoint the journal asked
+	// for (Store.RequestImage), with its result.
+	afterRequested func(info Info, err error)
 }
 
 // CheckpointStatus reports a Checkpointer's progress; a failing checkpoint
@@ -130,6 +133,9 @@ type Checkpointer struct {
 	cfg    CheckpointerConfig
 	logger *slog.Logger
 	reqs   chan checkpointReq
+	// wantc carries the journal's requests for a new image (cap 1: one
+	// pending request covers the next ones); see Store.RequestImage.
+	wantc  chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
@@ -188,18 +194,29 @@ func NewCheckpointer(cfg CheckpointerConfig) (*Checkpointer, error) {
 		cfg:    cfg,
 		logger: cfg.Logger.With("component", "image.checkpointer"),
 		reqs:   make(chan checkpointReq),
+		wantc:  make(chan struct{}, 1),
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
 	c.metrics = newCheckpointMetrics()
 	tickc, stopTick := cfg.Clock.NewTicker(cfg.Interval)
 	go c.run(ctx, tickc, stopTick)
+	cfg.Store.checkpointer.Store(c)
 	return c, nil
+}
+
+// requestImage asks the loop for a checkpoint without blocking the caller.
+func (c *Checkpointer) requestImage() {
+	select {
+	case c.wantc <- struct{}{}:
+	default:
+	}
 }
 
 // Close stops the loop, cancelling a checkpoint in progress, and waits for
 // it. Close is idempotent.
 func (c *Checkpointer) Close() error {
+	c.cfg.Store.checkpointer.CompareAndSwap(c, nil)
 	c.once.Do(c.cancel)
 	<-c.done
 	return nil
@@ -244,6 +261,14 @@ func (c *Checkpointer) run(ctx context.Context, tickc <-chan time.Time, stopTick
 			ran, info, err := c.tick(ctx)
 			if k := c.cfg.testingKnobs.afterTick; k != nil {
 				k(ran, info, err)
+			}
+		case <-c.wantc:
+			info, err := c.checkpoint(ctx)
+			if err != nil {
+				c.logger.Warn("checkpoint requested by the journal failed", "err", err)
+			}
+			if k := c.cfg.testingKnobs.afterRequested; k != nil {
+				k(info, err)
 			}
 		case req := <-c.reqs:
 			rctx, cancel := context.WithCancel(ctx)

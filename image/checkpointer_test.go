@@ -294,3 +294,27 @@ func TestCheckpointBaseCorruptFallsBackToJournal(t *testing.T) {
 	require.ErrorIs(t, err, errCompacted)
 	require.Equal(t, 1, n2.cp.Status().Failures)
 }
+
+// The journal's request for an image (Store.RequestImage, as
+// journal.ImageRequester) makes the Store's running Checkpointer write one
+// now, below the threshold and before any tick; with the Checkpointer
+// closed the request is a no-op that does not block.
+func TestStoreRequestImageCheckpointsNow(t *testing.T) {
+	requested := make(chan tickResult, 4)
+	n := newNode(t, vfs.NewMem(), func(c *CheckpointerConfig) {
+		c.testingKnobs.afterRequested = func(info Info, err error) { requested <- tickResult{true, info, err} }
+	})
+	n.j.append(5) // far below the threshold of 100
+	n.store.RequestImage()
+	r := <-requested
+	require.NoError(t, r.err)
+	require.Equal(t, uint64(5), r.info.Index)
+	require.Equal(t, []uint64{5}, n.j.images, "the journal was told")
+
+	require.NoError(t, n.cp.Close())
+	n.j.append(5)
+	n.store.RequestImage() // no Checkpointer: nothing happens, nothing blocks
+	ids, err := n.store.Indexes()
+	require.NoError(t, err)
+	require.Equal(t, []uint64{5}, ids)
+}

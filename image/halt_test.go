@@ -48,6 +48,11 @@ func TestFailedImageSyncHaltsTheStore(t *testing.T) {
 				c.OnHalt = func(err error) { halts = append(halts, err) }
 			})
 			writeKV(t, s, 10)
+			select {
+			case <-s.Halting():
+				t.Fatal("Halting is closed before any failure")
+			default:
+			}
 
 			fault.armed.Store(true)
 			_, err := s.Write(context.Background(), Header{Index: 20, Term: 1, Membership: []byte("m")}, newKV().Save)
@@ -55,6 +60,7 @@ func TestFailedImageSyncHaltsTheStore(t *testing.T) {
 			require.ErrorIs(t, err, errorfs.ErrInjected)
 			require.ErrorContains(t, err, tc.msg)
 			require.ErrorIs(t, s.Halted(), ErrHalted)
+			<-s.Halting() // closed by the halt: a journal watching it halts too
 			names, err := mem.List("/data/image")
 			require.NoError(t, err)
 			require.NotContains(t, names, ckptTmpName, "no half-written image is left")

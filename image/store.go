@@ -140,6 +140,11 @@ type Store struct {
 	restores atomic.Uint64
 	// halted is the first failed fsync or rename (see ErrHalted).
 	halted atomic.Pointer[error]
+	// checkpointer is the Checkpointer writing this Store's images, while
+	// it runs: RequestImage asks it for one.
+	checkpointer atomic.Pointer[Checkpointer]
+	// haltc is closed when the Store halts (see Halting).
+	haltc chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -212,6 +217,7 @@ func Open(cfg Config) (*Store, error) {
 		restoreSem:   make(chan struct{}, 1),
 		trashWake:    make(chan struct{}, 1),
 		shredderDone: make(chan struct{}),
+		haltc:        make(chan struct{}),
 	}
 	s.mu.clusterID = cfg.ClusterID
 	s.mu.pinned = make(map[uint64]bool)
@@ -519,6 +525,7 @@ func (s *Store) halt(cause error) error {
 		return err
 	}
 	s.logger.Error("image store halted: restart the node", "err", err)
+	close(s.haltc)
 	if s.cfg.OnHalt != nil {
 		s.cfg.OnHalt(err)
 	}
@@ -532,6 +539,25 @@ func (s *Store) Halted() error {
 		return *p
 	}
 	return nil
+}
+
+// Halting returns a channel that is closed once the Store halts; Halted
+// then returns the cause. A journal whose Snapshots is the Store watches
+// it and halts with the Store (journal.HaltSource), so a failed image fsync
+// stops the node's writes with no OnHalt wiring, even one that failed
+// before the journal opened.
+func (s *Store) Halting() <-chan struct{} { return s.haltc }
+
+// RequestImage asks the Store's running Checkpointer for an image now,
+// without blocking; with no Checkpointer running it does nothing. The
+// journal calls it (journal.ImageRequester) when raft must send a follower
+// an image and the newest one predates that follower's membership: a node
+// that joins after a compaction then gets an image without waiting for the
+// next scheduled checkpoint.
+func (s *Store) RequestImage() {
+	if c := s.checkpointer.Load(); c != nil {
+		c.requestImage()
+	}
 }
 
 // progressWriter reports the bytes written through it so far.

@@ -471,14 +471,14 @@ func TestIdempotentRetry(t *testing.T) {
 	c.waitLeader()
 	key := [16]byte{1, 2, 3}
 	ctx := ctxT(t, 5*time.Second)
-	i1, v1, err := c.nodes[2].j.Propose(ctx, []byte("once"), WithKey(key))
+	i1, v1, err := c.nodes[2].j.ProposeWithKey(ctx, key, []byte("once"))
 	require.NoError(t, err)
 	require.Equal(t, "ok:once", v1)
 	// The same key again, through another node: applied once, same index.
-	i2, _, err := c.nodes[3].j.Propose(ctx, []byte("once"), WithKey(key))
+	i2, _, err := c.nodes[3].j.ProposeWithKey(ctx, key, []byte("once"))
 	require.NoError(t, err)
 	require.Equal(t, i1, i2)
-	i3, v3, err := c.nodes[2].j.Propose(ctx, []byte("once"), WithKey(key))
+	i3, v3, err := c.nodes[2].j.ProposeWithKey(ctx, key, []byte("once"))
 	require.NoError(t, err)
 	require.Equal(t, i1, i3)
 	require.Equal(t, "ok:once", v3, "the proposer's node remembers the value")

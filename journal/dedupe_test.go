@@ -43,7 +43,7 @@ func TestDedupeCopiesAWindowApart(t *testing.T) {
 	// A copy exactly a window after since still applies.
 	require.Equal(t, []copyVerdict{copyApply}, judgeAll([2]uint64{100 + window, 100}))
 	// Without since (a caller's own retries), a copy more than a window
-	// after the previous one applies again, as WithKey documents.
+	// after the previous one applies again, as ProposeWithKey documents.
 	require.Equal(t, []copyVerdict{copyApply, copyApply},
 		judgeAll([2]uint64{101, 0}, [2]uint64{101 + window + 1, 0}))
 }
@@ -123,7 +123,7 @@ func TestReproposalAWindowLaterAppliesOnce(t *testing.T) {
 	}
 	proposed := make(chan result, 1)
 	go func() {
-		idx, _, err := f.j.Propose(ctxT(t, 30*time.Second), []byte("dup-me"), WithKey(key))
+		idx, _, err := f.j.ProposeWithKey(ctxT(t, 30*time.Second), key, []byte("dup-me"))
 		proposed <- result{idx, err}
 	}()
 	require.Equal(t, 1, <-leaderSM.c, "the first copy applied on the leader")

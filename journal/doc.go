@@ -31,7 +31,7 @@
 //     is applied on the calling node, so the caller reads its own write
 //     there (the leader may apply it a moment later).
 //     Retries after a lost acknowledgement carry the same idempotency key
-//     ([WithKey]) and apply once. Without a reachable leader Propose fails
+//     ([Journal.ProposeWithKey]) and apply once. Without a reachable leader Propose fails
 //     when its context ends, with an error wrapping [ErrNoLeader]. An error
 //     means the write did not and will not apply, unless it wraps
 //     [ErrOutcomeUnknown]. A state machine that is a [ProposalChecker]

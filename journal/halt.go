@@ -14,6 +14,30 @@ import (
 // staleness guard, and a restart recovers. It does not block.
 func (j *Journal) Halt(cause error) { j.store.Halt(cause) }
 
+// HaltSource is optionally implemented by a Snapshots hook whose writes share
+// the journal's disk (*image.Store does). The journal watches Halting
+// from Open to Close and halts with the hook's cause (Halt) once the
+// channel is closed, including when it was closed before Open: the host
+// wires nothing, and no order of construction misses a halt.
+type HaltSource interface {
+	// Halting returns a channel closed once the hook has halted.
+	Halting() <-chan struct{}
+	// Halted returns the cause once Halting is closed.
+	Halted() error
+}
+
+// watchHalt halts the journal when the Snapshots hook h halts; it runs
+// while the journal is open.
+func (j *Journal) watchHalt(h HaltSource) {
+	select {
+	case <-j.stopc:
+	case <-h.Halting():
+		if err := h.Halted(); err != nil {
+			j.Halt(err)
+		}
+	}
+}
+
 // writable returns why this node refuses new writes at once, before they
 // reach raft: its storage halted (the loop may not have stopped yet), its
 // disk is nearly full, or a voter's is (its no-space alarm), or it knows

@@ -289,7 +289,8 @@ func (j *Journal) startRaft(ctx context.Context, joinResp *JoinResponse) (*raftp
 }
 
 // startGoroutines starts the raft loop, the append goroutine, the applier
-// and, when Config.Snapshots can fetch images, the image requester.
+// and, when Config.Snapshots implements them, the image requester and
+// the halt watcher.
 func (j *Journal) startGoroutines() {
 	j.wg.Go(j.run)
 	j.wg.Go(j.watchSpace)
@@ -299,6 +300,9 @@ func (j *Journal) startGoroutines() {
 	j.wg.Go(j.probeRemoval)
 	if r, ok := j.cfg.Snapshots.(ImageRequester); ok {
 		j.wg.Go(func() { j.requestImages(r) })
+	}
+	if h, ok := j.cfg.Snapshots.(HaltSource); ok {
+		j.wg.Go(func() { j.watchHalt(h) })
 	}
 }
 

@@ -15,28 +15,6 @@ import (
 	"github.com/metatree/metatree/internal/operr"
 )
 
-// ProposeOption is an optional argument of Propose.
-type ProposeOption func(*proposeOptions)
-
-type proposeOptions struct {
-	key    [16]byte
-	hasKey bool
-}
-
-// WithKey sets the proposal's idempotency key. A proposal retried with the
-// same key (for example after a lost acknowledgement) is applied once as
-// long as each copy reaches the log within Config.DedupeWindow entries of
-// the copy before it (the window slides with every copy); the retry returns
-// the applied copy's index (and its value if this node applied it in this
-// process). Without WithKey a random key is used. The copies one Propose
-// call makes itself (after a leader change, or a forward that was not
-// applied in time) apply once however far apart they land: a copy that
-// lands more than a window after the call began is not applied, and the
-// call proposes again.
-func WithKey(key [16]byte) ProposeOption {
-	return func(o *proposeOptions) { o.key, o.hasKey = key, true }
-}
-
 // Propose appends data to the log through the leader and returns once the
 // entry is applied on this node, with its index and the value the local
 // StateMachine.Apply returned: a write is visible to reads on the node that
@@ -49,11 +27,34 @@ func WithKey(key [16]byte) ProposeOption {
 // An error means the write did not and will not apply, unless it wraps
 // ErrOutcomeUnknown: a copy reached raft and may apply yet (or applied
 // inside an image this node installed).
-func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOption) (index uint64, value any, err error) {
-	var o proposeOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
+//
+// Propose uses a random idempotency key; ProposeWithKey takes the caller's.
+func (j *Journal) Propose(ctx context.Context, data []byte) (index uint64, value any, err error) {
+	return j.proposeData(ctx, data, uuid.New())
+}
+
+// ProposeWithKey is Propose with the caller's idempotency key. A proposal
+// retried with the same key (for example after a lost acknowledgement) is
+// applied once as long as each copy reaches the log within
+// Config.DedupeWindow entries of the copy before it (the window slides with
+// every copy); the retry returns the applied copy's index (and its value if
+// this node applied it in this process). The copies one call makes itself
+// (after a leader change, or a forward that was not applied in time) apply
+// once however far apart they land: a copy that lands more than a window
+// after the call began is not applied, and the call proposes again.
+func (j *Journal) ProposeWithKey(ctx context.Context, key [16]byte, data []byte) (index uint64, value any, err error) {
+	return j.proposeData(ctx, data, key)
+}
+
+// LeaderTerm returns the raft term this node knows and whether it is the
+// leader in it (heartbeat.Journal).
+func (j *Journal) LeaderTerm() (term uint64, leader bool) {
+	st := j.Status()
+	return st.Term, st.IsLeader()
+}
+
+// proposeData is Propose with the idempotency key key.
+func (j *Journal) proposeData(ctx context.Context, data []byte, key [16]byte) (index uint64, value any, err error) {
 	if err := j.checkEntrySize(len(data)); err != nil {
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, operr.Errorf("journal: propose: %w", err)
@@ -66,21 +67,18 @@ func (j *Journal) Propose(ctx context.Context, data []byte, opts ...ProposeOptio
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, operr.Errorf("journal: propose: %w", err)
 	}
-	if !o.hasKey {
-		o.key = uuid.New()
-	}
 	// Every copy this call proposes (re-proposals after a lost forward or
 	// a leader change) carries the same since, until one expires.
 	var since uint64
 	var env []byte
-	r, err := j.submit(ctx, o.key,
+	r, err := j.submit(ctx, key,
 		func(s uint64) *proposal {
 			if s != since || env == nil {
-				since, env = s, encodeUserSince(o.key, s, data)
+				since, env = s, encodeUserSince(key, s, data)
 			}
 			return &proposal{data: env}
 		},
-		&ForwardRequest{Kind: ForwardData, Key: o.key, Data: data})
+		&ForwardRequest{Kind: ForwardData, Key: key, Data: data})
 	if err != nil {
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, operr.Errorf("journal: propose: %w", err)

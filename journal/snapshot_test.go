@@ -165,7 +165,7 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 	for i := range 30 {
 		propose(t, c.nodes[uint64(1+i%2)], fmt.Sprintf("v%d", i))
 	}
-	_, _, err := n1.j.Propose(ctxT(t, 5*time.Second), []byte("keyed"), WithKey(key))
+	_, _, err := n1.j.ProposeWithKey(ctxT(t, 5*time.Second), key, []byte("keyed"))
 	require.NoError(t, err)
 	// No compaction while a snapshot transfer is in flight.
 	n1.j.snapsOut.Add(1)
@@ -217,7 +217,7 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 	require.Equal(t, n1.sm.values(), n3.sm.values())
 	// The dedupe window came with the image: a retry of the keyed write
 	// right after it is skipped on the new node too.
-	_, _, err = n3.j.Propose(ctxT(t, 5*time.Second), []byte("keyed"), WithKey(key))
+	_, _, err = n3.j.ProposeWithKey(ctxT(t, 5*time.Second), key, []byte("keyed"))
 	require.NoError(t, err)
 	propose(t, n1, "barrier")
 	require.NoError(t, n3.j.ReadBarrier(ctxT(t, 5*time.Second)))
@@ -282,9 +282,9 @@ func TestDedupeAgreesAcrossRestartAndShadowReplay(t *testing.T) {
 	c.waitLeader(1)
 	ctx := ctxT(t, 10*time.Second)
 	key := [16]byte{42}
-	i1, _, err := n1.j.Propose(ctx, []byte("k"), WithKey(key))
+	i1, _, err := n1.j.ProposeWithKey(ctx, key, []byte("k"))
 	require.NoError(t, err)
-	got, _, err := n1.j.Propose(ctx, []byte("k"), WithKey(key))
+	got, _, err := n1.j.ProposeWithKey(ctx, key, []byte("k"))
 	require.NoError(t, err)
 	require.Equal(t, i1, got, "a retry answers with the applied copy's index")
 	i2 := n1.j.Status().Applied
@@ -297,7 +297,7 @@ func TestDedupeAgreesAcrossRestartAndShadowReplay(t *testing.T) {
 			break
 		}
 	}
-	got, _, err = n1.j.Propose(ctx, []byte("k"), WithKey(key))
+	got, _, err = n1.j.ProposeWithKey(ctx, key, []byte("k"))
 	require.NoError(t, err)
 	require.Equal(t, i1, got, "the third copy is within the window of the second")
 	live := n1.sm.values()
@@ -425,11 +425,11 @@ func TestReplayFromTheImageTheLogStartsAfterDecidesAsTheApplier(t *testing.T) {
 	c.waitLeader(1)
 	ctx := ctxT(t, 10*time.Second)
 	key := [16]byte{7, 7}
-	i1, _, err := n1.j.Propose(ctx, []byte("k"), WithKey(key))
+	i1, _, err := n1.j.ProposeWithKey(ctx, key, []byte("k"))
 	require.NoError(t, err)
 	first := checkpoint(t, n1, imgs)
 	require.Equal(t, i1, first, "the first image is right after the keyed entry")
-	got, _, err := n1.j.Propose(ctx, []byte("k"), WithKey(key))
+	got, _, err := n1.j.ProposeWithKey(ctx, key, []byte("k"))
 	require.NoError(t, err)
 	require.Equal(t, i1, got, "the retry is a duplicate for the live applier")
 	require.Equal(t, i1+1, n1.j.Status().Applied, "the retry reached the log right after the image")

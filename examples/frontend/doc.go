@@ -31,10 +31,10 @@
 // join and leave through [Frontend.AddMember] and [Frontend.RemoveMember],
 // which keep raft's membership and heartbeat's records in step.
 //
-// Start owns the steps a hand-wired assembly must not miss: an image
-// fsync failure halts the journal (image.Config.OnHalt); the journal asks
-// for a checkpoint when a joining follower needs a newer image than the
-// newest one; this frontend is registered as a heartbeat member (workers
+// Start owns the steps a hand-wired assembly must not miss. With the
+// *image.Store as the journal's Snapshots, an image fsync failure halts
+// the journal and the journal gets a checkpoint when a joining follower
+// needs a newer image than the newest one, with no wiring; this frontend is registered as a heartbeat member (workers
 // refuse fragments from an unknown coordinator); the records of
 // frontends that left raft are pruned by each new leader; Close stops the
 // parts in the right order.

@@ -108,12 +108,9 @@ type Frontend struct {
 	logger *slog.Logger
 	epoch  heartbeat.Epoch
 
-	tree    *catalog.Tree
-	images  *image.Store
-	journal *journal.Journal
-	// halter is the journal once open: an image write whose fsync fails
-	// (on the disk the journal shares) halts it (image.Config.OnHalt).
-	halter   atomic.Pointer[journal.Journal]
+	tree     *catalog.Tree
+	images   *image.Store
+	journal  *journal.Journal
 	ckpt     *image.Checkpointer
 	registry *cancel.Registry
 	members  *heartbeat.Membership
@@ -133,15 +130,11 @@ type Frontend struct {
 	draining    atomic.Bool
 	startCommit uint64
 	inflight    gate
-	// Background work (checkpoints the journal asks for, pruning member
-	// records) runs under bgCtx and bg; Close marks bgClosed (under bgMu,
-	// so no work starts after it), cancels and waits.
-	bgMu           sync.Mutex
-	bgClosed       bool
-	bg             sync.WaitGroup
-	bgCtx          context.Context
-	bgCancel       context.CancelFunc
-	imageRequested atomic.Bool
+	// Background work (pruning member records) runs under bgCtx and bg;
+	// Close cancels and waits.
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 	// pruneAgain asks pruneMembers for another round (a removal left a
 	// record behind); it holds one request at most.
 	pruneAgain chan struct{}
@@ -220,12 +213,9 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		_ = f.srv.Serve(f.ln)
 	}()
 
-	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, TLS: secure.ClientTLS(certs), HTTPClient: peerClient, Logger: cfg.Logger,
-		OnHalt: func(err error) {
-			if j := f.halter.Load(); j != nil {
-				j.Halt(err)
-			}
-		}})
+	// The journal watches the image store (journal.HaltSource): a failed
+	// image fsync, on the disk they share, halts the journal too.
+	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, TLS: secure.ClientTLS(certs), HTTPClient: peerClient, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +223,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		ID: cfg.ID, Dir: cfg.Dir, Addr: cfg.Addr,
 		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: cfg.Role, Token: cfg.Token, TLS: secure.ClientTLS(certs), HTTPClient: peerClient,
 		ForceNewCluster: cfg.ForceNewCluster,
-		StateMachine:    f.tree, Snapshots: snapshots{f.images, f},
+		StateMachine:    f.tree, Snapshots: f.images,
 		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
 		ReserveBytes: cfg.ReserveBytes,
 		// Idempotency keys are remembered no further back than the log
@@ -245,10 +235,6 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	})
 	if err != nil {
 		return nil, err
-	}
-	f.halter.Store(f.journal)
-	if err := f.images.Halted(); err != nil {
-		f.journal.Halt(err) // an image write failed while the journal opened
 	}
 	if err := f.images.SetClusterID(f.journal.Status().ClusterID); err != nil {
 		return nil, err
@@ -282,7 +268,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	cancelReplay()
 	f.members, err = heartbeat.New(heartbeat.Config{
 		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID, Token: cfg.Token, TLS: secure.ClientTLS(certs), Client: peerClient,
-		Tree: f.tree, Journal: proposer{f.journal},
+		Tree: f.tree, Journal: f.journal,
 		Interval: cfg.HeartbeatInterval, DeadAfter: cfg.DeadAfter,
 		OnEvent: func(ev heartbeat.Event) { f.registry.Apply(ev) },
 		Logger:  cfg.Logger,
@@ -340,50 +326,6 @@ func (f *Frontend) peerAddrs() []string {
 		}
 	}
 	return addrs
-}
-
-// snapshots is the journal's image hook: the image store, plus a
-// checkpoint on demand when raft must send a follower an image and the
-// newest one predates that follower's membership (without it a node that
-// joins after a compaction can wait for the next scheduled checkpoint).
-type snapshots struct {
-	*image.Store
-	f *Frontend
-}
-
-// RequestImage implements journal.ImageRequester. It must not block: the
-// checkpoint runs on a goroutine that Close waits for, one at a time.
-func (s snapshots) RequestImage() {
-	f := s.f
-	if f.ckpt == nil || !f.imageRequested.CompareAndSwap(false, true) {
-		return
-	}
-	f.bgMu.Lock()
-	defer f.bgMu.Unlock()
-	if f.bgClosed {
-		f.imageRequested.Store(false)
-		return
-	}
-	f.bg.Go(func() {
-		defer f.imageRequested.Store(false)
-		ctx, cancel := context.WithTimeout(f.bgCtx, time.Minute)
-		defer cancel()
-		if _, err := f.ckpt.Checkpoint(ctx); err != nil {
-			f.logger.Warn("checkpoint requested by the journal failed", "err", err)
-		}
-	})
-}
-
-// proposer adapts *journal.Journal to heartbeat.Journal.
-type proposer struct{ j *journal.Journal }
-
-func (p proposer) Propose(ctx context.Context, data []byte) (uint64, any, error) {
-	return p.j.Propose(ctx, data)
-}
-
-func (p proposer) LeaderTerm() (uint64, bool) {
-	st := p.j.Status()
-	return st.Term, st.IsLeader()
 }
 
 // registerSelf records this frontend in the member list (once: a restart
@@ -502,9 +444,6 @@ func (f *Frontend) Close() error {
 			f.cfg.OnClose()
 		}
 		var errs []error
-		f.bgMu.Lock()
-		f.bgClosed = true
-		f.bgMu.Unlock()
 		f.bgCancel()
 		f.bg.Wait()
 		// The library's parts first: closing the journal ends the peers'
