@@ -69,3 +69,23 @@ func TestPartitionedLeaderIsReplacedAndTheHealedClusterConverges(t *testing.T) {
 	require.True(t, ok, "the healed old leader has the majority's write")
 	require.Equal(t, "table", n.Kind)
 }
+
+func TestRestartedFrontendCatchesUpFromItsDataDir(t *testing.T) {
+	c := NewCluster(t, Options{Frontends: 3})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	leader, err := c.Leader(ctx)
+	require.NoError(t, err)
+	down := leader%3 + 1
+	c.StopFrontend(down)
+	require.Nil(t, c.Frontend(down))
+	res, err := c.Frontend(leader).Write(ctx, catalog.Batch{Ops: []catalog.Op{
+		{Type: catalog.OpCreate, Path: "/while-down", Kind: "table", Cond: catalog.Cond{Absent: true}},
+	}})
+	require.NoError(t, err, "two of three still commit")
+	f, err := c.RestartFrontend(ctx, down)
+	require.NoError(t, err)
+	require.NoError(t, f.Journal().WaitApplied(ctx, res.Index))
+	_, ok := f.Tree().Get("/while-down")
+	require.True(t, ok, "the restarted frontend has the write it missed")
+}
