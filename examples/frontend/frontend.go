@@ -94,6 +94,13 @@ type Config struct {
 	// data (after permanent quorum loss): journal.Config.ForceNewCluster.
 	ForceNewCluster bool
 
+	// Listener, when set, is the bound port to serve (Listen is then
+	// unused), and Dial, when set, dials every connection to another
+	// member: together they run the frontend on an in-memory network
+	// (frontendtest). Close closes the Listener.
+	Listener net.Listener
+	Dial     func(ctx context.Context, network, addr string) (net.Conn, error)
+
 	// Logger receives every part's log; nil discards it.
 	Logger *slog.Logger
 }
@@ -170,7 +177,10 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	}
 	// With Listen on a specific IP, every connection to another member
 	// leaves from it (secure.SourceDialer).
-	dial := secure.SourceDialer(cfg.Listen)
+	dial := secure.DialFunc(cfg.Dial)
+	if d := secure.SourceDialer(cfg.Listen); d != nil && dial == nil {
+		dial = d.DialContext
+	}
 	f := &Frontend{
 		cfg:        cfg,
 		logger:     cfg.Logger,
@@ -198,7 +208,9 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	// stream that finds no answer would stall the join. Member requests
 	// before the parts are ready get 503 at once.
 	listen := cmp.Or(cfg.Listen, cfg.Addr)
-	f.ln, err = net.Listen("tcp", listen)
+	if f.ln = cfg.Listener; f.ln == nil {
+		f.ln, err = net.Listen("tcp", listen)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", listen, err)
 	}

@@ -1,6 +1,7 @@
 package secure
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/netip"
@@ -39,12 +40,12 @@ func SourceDialer(listen string) *net.Dialer {
 // members through d (SourceDialer), with files' client TLS: raft, forwarded
 // requests, joins, images, heartbeats and demo fragments share it. Nil when
 // d is nil: each part then keeps its own default client.
-func SourceTransport(d *net.Dialer, files *peerid.Files) *http.Transport {
+func SourceTransport(d DialFunc, files *peerid.Files) *http.Transport {
 	if d == nil {
 		return nil
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DialContext = d.DialContext
+	tr.DialContext = d
 	tr.Proxy = nil // member traffic goes straight to the member
 	tr.TLSClientConfig = ClientTLS(files)
 	// Forwarded proposals and heartbeats are concurrent requests to a few
@@ -55,3 +56,7 @@ func SourceTransport(d *net.Dialer, files *peerid.Files) *http.Transport {
 	tr.DisableCompression = true
 	return tr
 }
+
+// DialFunc dials a connection to another member: a net.Dialer's
+// DialContext, or an in-memory network's in tests.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)

@@ -45,11 +45,11 @@ func ClientTLS(files *peerid.Files) *tls.Config {
 // files is set, an http:// URL upgraded to https://, and the cluster's
 // token on every request when token is set; from dial's source address
 // when dial is set (SourceDialer).
-func MemberClient(files *peerid.Files, token string, timeout time.Duration, dial *net.Dialer) *http.Client {
+func MemberClient(files *peerid.Files, token string, timeout time.Duration, dial DialFunc) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = ClientTLS(files)
 	if dial != nil {
-		tr.DialContext = dial.DialContext
+		tr.DialContext = dial
 	}
 	return &http.Client{Timeout: timeout, Transport: memberTransport{next: tr, https: files != nil, token: token}}
 }

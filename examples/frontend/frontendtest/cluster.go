@@ -1,0 +1,192 @@
+package frontendtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/metatree/metatree/examples/frontend"
+	"github.com/stretchr/testify/require"
+)
+
+// Options configure a Cluster.
+type Options struct {
+	// Frontends is the number of voting frontends; default 3.
+	Frontends int
+	// Config is the template of every frontend's config; ID, Dir, Addr,
+	// Bootstrap, Join, Listener and Dial are set per frontend, and Token
+	// defaults to "frontendtest".
+	Config frontend.Config
+}
+
+// Cluster is a cluster of frontends, the production assembly
+// (frontend.Start), talking over one in-memory Network. Frontend i (from
+// 1) has the address "frontend-i:7000" and a data dir under t.TempDir.
+// The cluster closes when the test ends.
+type Cluster struct {
+	t    testing.TB
+	net  *Network
+	opts Options
+	root string
+
+	mu  sync.Mutex
+	fes map[int]*frontend.Frontend
+}
+
+// NewCluster starts the cluster: frontend 1 bootstraps and the others
+// join through it, one at a time.
+func NewCluster(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.Frontends == 0 {
+		opts.Frontends = 3
+	}
+	if opts.Config.Token == "" {
+		opts.Config.Token = "frontendtest"
+	}
+	c := &Cluster{t: t, net: NewNetwork(), opts: opts, root: t.TempDir(), fes: map[int]*frontend.Frontend{}}
+	t.Cleanup(c.close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := 1; i <= opts.Frontends; i++ {
+		join := ""
+		if i > 1 {
+			join = Addr(1)
+		}
+		_, err := c.start(ctx, i, i == 1, join)
+		require.NoError(t, err, "start frontend %d", i)
+	}
+	return c
+}
+
+// Addr is frontend i's address.
+func Addr(i int) string { return fmt.Sprintf("frontend-%d:7000", i) }
+
+// Network is the cluster's network.
+func (c *Cluster) Network() *Network { return c.net }
+
+func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string) (*frontend.Frontend, error) {
+	cfg := c.opts.Config
+	cfg.ID, cfg.Addr = uint64(i), Addr(i)
+	cfg.Dir = filepath.Join(c.root, fmt.Sprint(i))
+	cfg.Bootstrap, cfg.Join = bootstrap, join
+	ln, err := c.net.Listen(cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Listener = ln
+	cfg.Dial = func(ctx context.Context, _, to string) (net.Conn, error) { return c.net.Dial(ctx, cfg.Addr, to) }
+	f, err := frontend.Start(ctx, cfg)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	c.mu.Lock()
+	c.fes[i] = f
+	c.mu.Unlock()
+	return f, nil
+}
+
+// Frontend is frontend i, or nil while it is stopped.
+func (c *Cluster) Frontend(i int) *frontend.Frontend {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fes[i]
+}
+
+// Leader waits until every running frontend follows one leader that
+// considers itself leader, and returns its index.
+func (c *Cluster) Leader(ctx context.Context) (int, error) {
+	for {
+		c.mu.Lock()
+		var chans []<-chan struct{}
+		leader, agreed := uint64(0), true
+		for _, f := range c.fes {
+			chans = append(chans, f.Journal().Leadership())
+			st := f.Journal().Status()
+			if st.Leader == 0 || (leader != 0 && st.Leader != leader) {
+				agreed = false
+			}
+			leader = st.Leader
+		}
+		lf := c.fes[int(leader)]
+		c.mu.Unlock()
+		if agreed && lf != nil && lf.Journal().Status().IsLeader() {
+			return int(leader), nil
+		}
+		// Wake on any leadership change; re-check on a tick in case a
+		// follower learns the leader without a change of its own.
+		wake := make(chan struct{}, 1)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, ch := range chans {
+			wg.Go(func() {
+				select {
+				case <-ch:
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
+				case <-stop:
+				}
+			})
+		}
+		tick := time.NewTimer(100 * time.Millisecond)
+		var err error
+		select {
+		case <-wake:
+		case <-tick.C:
+		case <-ctx.Done():
+			err = fmt.Errorf("frontendtest: no agreed leader: %w", ctx.Err())
+		}
+		tick.Stop()
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// Partition cuts frontend a off from each of others (both directions).
+func (c *Cluster) Partition(a int, others ...int) {
+	addrs := make([]string, len(others))
+	for k, o := range others {
+		addrs[k] = Addr(o)
+	}
+	c.net.Partition(Addr(a), addrs...)
+}
+
+// Heal restores every link a partition cut.
+func (c *Cluster) Heal() { c.net.Heal() }
+
+// StopFrontend closes frontend i, keeping its data dir.
+func (c *Cluster) StopFrontend(i int) {
+	c.mu.Lock()
+	f := c.fes[i]
+	delete(c.fes, i)
+	c.mu.Unlock()
+	if f != nil {
+		_ = f.Close()
+	}
+}
+
+// RestartFrontend stops frontend i (if running) and starts it again from
+// its data dir.
+func (c *Cluster) RestartFrontend(ctx context.Context, i int) (*frontend.Frontend, error) {
+	c.StopFrontend(i)
+	return c.start(ctx, i, false, "")
+}
+
+func (c *Cluster) close() {
+	c.mu.Lock()
+	fes := c.fes
+	c.fes = map[int]*frontend.Frontend{}
+	c.mu.Unlock()
+	for _, f := range fes {
+		_ = f.Close()
+	}
+}
