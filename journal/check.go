@@ -90,7 +90,10 @@ type CorruptError struct {
 	Index    uint64
 	Local    []byte
 	Majority []byte
-	Agreeing []uint64 // the voters that reported Majority, in increasing order
+	// Agreeing are the voters that reported Majority, in increasing
+	// order. It may name this member: a report its previous run journaled
+	// before a restart from an image that differs.
+	Agreeing []uint64
 }
 
 func (e *CorruptError) Error() string {
