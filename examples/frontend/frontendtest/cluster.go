@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -119,34 +120,18 @@ func (c *Cluster) Leader(ctx context.Context) (int, error) {
 		}
 		// Wake on any leadership change; re-check on a tick in case a
 		// follower learns the leader without a change of its own.
-		wake := make(chan struct{}, 1)
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for _, ch := range chans {
-			wg.Go(func() {
-				select {
-				case <-ch:
-					select {
-					case wake <- struct{}{}:
-					default:
-					}
-				case <-stop:
-				}
-			})
-		}
 		tick := time.NewTimer(100 * time.Millisecond)
-		var err error
-		select {
-		case <-wake:
-		case <-tick.C:
-		case <-ctx.Done():
-			err = fmt.Errorf("frontendtest: no agreed leader: %w", ctx.Err())
+		cases := []reflect.SelectCase{
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(tick.C)},
 		}
+		for _, ch := range chans {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+		}
+		chosen, _, _ := reflect.Select(cases)
 		tick.Stop()
-		close(stop)
-		wg.Wait()
-		if err != nil {
-			return 0, err
+		if chosen == 0 {
+			return 0, fmt.Errorf("frontendtest: no agreed leader: %w", ctx.Err())
 		}
 	}
 }

@@ -9,19 +9,28 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestWriteThroughAFollowerIsReadLinearizablyOnAnother(t *testing.T) {
+// threeWithLeader starts three frontends and waits for their leader; it
+// returns the cluster, a context bounding the test, the leader and the
+// other two.
+func threeWithLeader(t *testing.T) (*Cluster, context.Context, int, []int) {
+	t.Helper()
 	c := NewCluster(t, Options{Frontends: 3})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	leader, err := c.Leader(ctx)
 	require.NoError(t, err)
-	var followers []int
+	var others []int
 	for i := 1; i <= 3; i++ {
 		if i != leader {
-			followers = append(followers, i)
+			others = append(others, i)
 		}
 	}
-	_, err = c.Frontend(followers[0]).Write(ctx, catalog.Batch{Ops: []catalog.Op{
+	return c, ctx, leader, others
+}
+
+func TestWriteThroughAFollowerIsReadLinearizablyOnAnother(t *testing.T) {
+	c, ctx, _, followers := threeWithLeader(t)
+	_, err := c.Frontend(followers[0]).Write(ctx, catalog.Batch{Ops: []catalog.Op{
 		{Type: catalog.OpCreate, Path: "/orders", Kind: "table", Cond: catalog.Cond{Absent: true}},
 	}})
 	require.NoError(t, err)
@@ -33,21 +42,12 @@ func TestWriteThroughAFollowerIsReadLinearizablyOnAnother(t *testing.T) {
 }
 
 func TestPartitionedLeaderIsReplacedAndTheHealedClusterConverges(t *testing.T) {
-	c := NewCluster(t, Options{Frontends: 3})
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	old, err := c.Leader(ctx)
-	require.NoError(t, err)
-	var rest []int
-	for i := 1; i <= 3; i++ {
-		if i != old {
-			rest = append(rest, i)
-		}
-	}
+	c, ctx, old, rest := threeWithLeader(t)
 	c.Partition(old, rest...)
 
 	// The majority side elects another leader and takes a write.
 	var res *catalog.Result
+	var err error
 	for {
 		res, err = c.Frontend(rest[0]).Write(ctx, catalog.Batch{Ops: []catalog.Op{
 			{Type: catalog.OpCreate, Path: "/after", Kind: "table", Cond: catalog.Cond{Absent: true}},
@@ -71,12 +71,8 @@ func TestPartitionedLeaderIsReplacedAndTheHealedClusterConverges(t *testing.T) {
 }
 
 func TestRestartedFrontendCatchesUpFromItsDataDir(t *testing.T) {
-	c := NewCluster(t, Options{Frontends: 3})
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	leader, err := c.Leader(ctx)
-	require.NoError(t, err)
-	down := leader%3 + 1
+	c, ctx, leader, others := threeWithLeader(t)
+	down := others[0]
 	c.StopFrontend(down)
 	require.Nil(t, c.Frontend(down))
 	res, err := c.Frontend(leader).Write(ctx, catalog.Batch{Ops: []catalog.Op{
