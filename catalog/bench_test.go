@@ -155,6 +155,49 @@ func BenchmarkDorisScale(b *testing.B) {
 	}
 }
 
+// BenchmarkDorisScaleDigest builds BenchmarkDorisScale's catalog through
+// Apply twice an iteration, once keeping the digest and once without it,
+// in alternating order, and reports both apply rates (per second of wall
+// time and of process CPU) and their ratios: what the digest costs the
+// applier.
+func BenchmarkDorisScaleDigest(b *testing.B) {
+	var ops [2]int
+	var wall, cpu [2]time.Duration
+	build := func(digest bool) {
+		tr := New()
+		tr.dg.off = !digest
+		_, n, t, c := buildDorisCPU(b, dorisFull, tr, 1, 100)
+		if tr.Len() != dorisFull.Nodes() {
+			b.Fatalf("tree has %d nodes, want %d", tr.Len(), dorisFull.Nodes())
+		}
+		_, empty := New().Digest()
+		if _, d := tr.Digest(); digest == (d == empty) {
+			b.Fatalf("digest kept %v, yet the digest is %v and an empty tree's %v", digest, d, empty)
+		}
+		k := 0
+		if digest {
+			k = 1
+		}
+		ops[k], wall[k], cpu[k] = ops[k]+n, wall[k]+t, cpu[k]+c
+	}
+	i := 0
+	for b.Loop() {
+		build(i%2 == 0)
+		runtime.GC()
+		build(i%2 != 0)
+		runtime.GC()
+		i++
+	}
+	plain, digest := float64(ops[0])/wall[0].Seconds(), float64(ops[1])/wall[1].Seconds()
+	b.ReportMetric(digest, "apply-ops/s-digest")
+	b.ReportMetric(plain, "apply-ops/s-plain")
+	b.ReportMetric(digest/plain, "digest-ratio")
+	if cpu[0] > 0 && cpu[1] > 0 {
+		plainCPU, digestCPU := float64(ops[0])/cpu[0].Seconds(), float64(ops[1])/cpu[1].Seconds()
+		b.ReportMetric(digestCPU/plainCPU, "digest-cpu-ratio")
+	}
+}
+
 // benchShape is the 1/50 Doris catalog of the other benchmarks.
 var benchShape = benchshape.Small
 
