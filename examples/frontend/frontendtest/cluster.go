@@ -36,6 +36,8 @@ type Cluster struct {
 
 	mu  sync.Mutex
 	fes map[int]*frontend.Frontend
+	// workers holds every worker added, nil while it is stopped.
+	workers map[uint64]*Worker
 }
 
 // NewCluster starts the cluster: frontend 1 bootstraps and the others
@@ -48,7 +50,7 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 	if opts.Config.Token == "" {
 		opts.Config.Token = "frontendtest"
 	}
-	c := &Cluster{t: t, net: NewNetwork(), opts: opts, root: t.TempDir(), fes: map[int]*frontend.Frontend{}}
+	c := &Cluster{t: t, net: NewNetwork(), opts: opts, root: t.TempDir(), fes: map[int]*frontend.Frontend{}, workers: map[uint64]*Worker{}}
 	t.Cleanup(c.close)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -167,6 +169,7 @@ func (c *Cluster) RestartFrontend(ctx context.Context, i int) (*frontend.Fronten
 }
 
 func (c *Cluster) close() {
+	c.closeWorkers()
 	c.mu.Lock()
 	fes := c.fes
 	c.fes = map[int]*frontend.Frontend{}
