@@ -18,6 +18,9 @@ import (
 type Options struct {
 	// Frontends is the number of voting frontends; default 3.
 	Frontends int
+	// Workers is the number of workers started with the cluster
+	// (Cluster.AddWorker), with the ids after the frontends'.
+	Workers int
 	// Config is the template of every frontend's config; ID, Dir, Addr,
 	// Bootstrap, Join, Listener and Dial are set per frontend, and Token
 	// defaults to "frontendtest".
@@ -41,7 +44,7 @@ type Cluster struct {
 }
 
 // NewCluster starts the cluster: frontend 1 bootstraps and the others
-// join through it, one at a time.
+// join through it, one at a time; then the workers start.
 func NewCluster(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	if opts.Frontends == 0 {
@@ -61,6 +64,10 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 		}
 		_, err := c.start(ctx, i, i == 1, join)
 		require.NoError(t, err, "start frontend %d", i)
+	}
+	for k := 1; k <= opts.Workers; k++ {
+		_, err := c.AddWorker(ctx, uint64(opts.Frontends+k))
+		require.NoError(t, err, "start worker %d", opts.Frontends+k)
 	}
 	return c
 }
