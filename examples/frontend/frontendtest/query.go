@@ -8,6 +8,10 @@ import (
 	"github.com/metatree/metatree/cancel"
 )
 
+// ErrNotRunning is the error of StartQuery for a coordinator frontend or
+// a worker that is stopped or was never started.
+var ErrNotRunning = errors.New("frontendtest: not running")
+
 // Query is one query as a coordinator frontend and its workers hold it:
 // the coordinator's part in that frontend's cancel registry, with the
 // workers as participants, and a fragment in each worker's registry, with
@@ -24,17 +28,18 @@ type Query struct {
 // registers its fragment against the coordinator's epoch (retrying while
 // the worker has not yet heard of the coordinator, cancel.ErrUnknownNode,
 // as a worker's 503 makes a coordinator retry). A participant already
-// superseded fails the start with its *cancel.CanceledError.
+// superseded fails the start with its *cancel.CanceledError. ctx bounds
+// the start only: the query lives until Finish or a cancellation.
 func (c *Cluster) StartQuery(ctx context.Context, i int, workers ...uint64) (*Query, error) {
 	f := c.Frontend(i)
 	if f == nil {
-		return nil, fmt.Errorf("%w: frontend %d is not running", ErrInvalidWorker, i)
+		return nil, fmt.Errorf("%w: frontend %d", ErrNotRunning, i)
 	}
 	parts := make([]cancel.Member, len(workers))
 	ws := make([]*Worker, len(workers))
 	for k, id := range workers {
 		if ws[k] = c.Worker(id); ws[k] == nil {
-			return nil, fmt.Errorf("%w: worker %d is not running", ErrInvalidWorker, id)
+			return nil, fmt.Errorf("%w: worker %d", ErrNotRunning, id)
 		}
 		parts[k] = cancel.Member{Node: id, Epoch: ws[k].Epoch()}
 	}

@@ -13,8 +13,8 @@ import (
 )
 
 // ErrInvalidWorker is the error of AddWorker for an id that is zero, a
-// frontend's, or an existing worker's, and of RestartWorker for an id
-// that was never added.
+// frontend's or an existing worker's, and of RestartWorker for an id that
+// was never added.
 var ErrInvalidWorker = errors.New("frontendtest: invalid worker")
 
 // Worker is a worker as the example worker binary runs one: a heartbeat

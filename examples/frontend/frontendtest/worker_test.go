@@ -40,7 +40,7 @@ func requireCancelled(t *testing.T, test context.Context, ctx context.Context, s
 	return ce
 }
 
-func TestAddWorkerRefusesAFrontendsIDAndAnExistingWorker(t *testing.T) {
+func TestBadWorkerIDsAndStoppedParticipantsAreRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, ctx, _, _ := withWorkers(t)
 		for _, id := range []uint64{0, 2, 4} {
@@ -50,7 +50,13 @@ func TestAddWorkerRefusesAFrontendsIDAndAnExistingWorker(t *testing.T) {
 		_, err := c.RestartWorker(ctx, 9)
 		require.ErrorIs(t, err, ErrInvalidWorker, "a worker never added")
 		_, err = c.StartQuery(ctx, 1, 9)
-		require.ErrorIs(t, err, ErrInvalidWorker, "a query on a worker never added")
+		require.ErrorIs(t, err, ErrNotRunning, "a query on a worker never added")
+		c.StopWorker(5)
+		_, err = c.StartQuery(ctx, 1, 5)
+		require.ErrorIs(t, err, ErrNotRunning, "a query on a stopped worker")
+		c.StopFrontend(3)
+		_, err = c.StartQuery(ctx, 3, 4)
+		require.ErrorIs(t, err, ErrNotRunning, "a query coordinated by a stopped frontend")
 	})
 }
 
