@@ -13,9 +13,9 @@ import (
 )
 
 // A single-node cluster: bootstrap, write, read your write. The state
-// machine is a catalog.Tree, and what is proposed is an encoded
-// catalog.Batch: the tree refuses any other bytes before they reach the
-// log (journal.ProposalChecker). A real node also mounts j.Handler()
+// machine is a catalog.Tree, and what is proposed is a catalog.Batch
+// encoded in the cluster's format version: the tree refuses any other
+// bytes before they reach the log (journal.ProposalChecker). A real node also mounts j.Handler()
 // under /raft/ on the server listening at Addr, and its peers join it
 // with Config.Join.
 func ExampleOpen() {
@@ -36,8 +36,12 @@ func ExampleOpen() {
 	}
 	defer j.Close()
 
-	data, err := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/hello", Kind: "greeting",
-		Set: map[string]catalog.Value{"text": catalog.String("world")}}}}.Encode()
+	// A batch is encoded in the cluster's format version, so that every
+	// member reads it during a rolling upgrade; the versions above the
+	// newest batch format add journal entries only.
+	b := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/hello", Kind: "greeting",
+		Set: map[string]catalog.Value{"text": catalog.String("world")}}}}
+	data, err := b.EncodeVersion(min(int(j.ClusterVersion()), catalog.NewestBatchVersion))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -56,9 +56,17 @@ func ExampleNewCluster() {
 
 	leader, _ := c.WaitLeader(ctx)
 	follower := c.Node(leader%3 + 1)
-	data, _ := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/hello", Kind: "greeting"}}}.Encode()
+	// The batch in the cluster's format version, which every member reads.
+	b := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/hello", Kind: "greeting"}}}
+	data, err := b.EncodeVersion(min(int(follower.Journal().ClusterVersion()), catalog.NewestBatchVersion))
+	if err != nil {
+		log.Fatal(err)
+	}
 	_, value, err := follower.Journal().Propose(ctx, data)
-	fmt.Println(value.(*catalog.Result).Err, err)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("batch error:", value.(*catalog.Result).Err)
 	n, _ := follower.StateMachine().(*catalog.Tree).Get("/hello")
 	fmt.Println(n.Path, n.Kind)
 
@@ -66,7 +74,7 @@ func ExampleNewCluster() {
 	newLeader, _ := c.WaitNewLeader(ctx, leader)
 	fmt.Println("new leader elected:", newLeader != leader)
 	// Output:
-	// <nil> <nil>
+	// batch error: <nil>
 	// /hello greeting
 	// new leader elected: true
 }

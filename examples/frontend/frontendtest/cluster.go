@@ -18,6 +18,9 @@ import (
 type Options struct {
 	// Frontends is the number of voting frontends; default 3.
 	Frontends int
+	// Workers is the number of workers started with the cluster
+	// (Cluster.AddWorker), with the ids after the frontends'.
+	Workers int
 	// Config is the template of every frontend's config; ID, Dir, Addr,
 	// Bootstrap, Join, Listener and Dial are set per frontend, and Token
 	// defaults to "frontendtest".
@@ -36,10 +39,12 @@ type Cluster struct {
 
 	mu  sync.Mutex
 	fes map[int]*frontend.Frontend
+	// workers holds every worker added, nil while it is stopped.
+	workers map[uint64]*Worker
 }
 
 // NewCluster starts the cluster: frontend 1 bootstraps and the others
-// join through it, one at a time.
+// join through it, one at a time; then the workers start.
 func NewCluster(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	if opts.Frontends == 0 {
@@ -48,7 +53,7 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 	if opts.Config.Token == "" {
 		opts.Config.Token = "frontendtest"
 	}
-	c := &Cluster{t: t, net: NewNetwork(), opts: opts, root: t.TempDir(), fes: map[int]*frontend.Frontend{}}
+	c := &Cluster{t: t, net: NewNetwork(), opts: opts, root: t.TempDir(), fes: map[int]*frontend.Frontend{}, workers: map[uint64]*Worker{}}
 	t.Cleanup(c.close)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -59,6 +64,10 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 		}
 		_, err := c.start(ctx, i, i == 1, join)
 		require.NoError(t, err, "start frontend %d", i)
+	}
+	for k := 1; k <= opts.Workers; k++ {
+		_, err := c.AddWorker(ctx, uint64(opts.Frontends+k))
+		require.NoError(t, err, "start worker %d", opts.Frontends+k)
 	}
 	return c
 }
@@ -167,6 +176,7 @@ func (c *Cluster) RestartFrontend(ctx context.Context, i int) (*frontend.Fronten
 }
 
 func (c *Cluster) close() {
+	c.closeWorkers()
 	c.mu.Lock()
 	fes := c.fes
 	c.fes = map[int]*frontend.Frontend{}

@@ -3,6 +3,7 @@ package frontendtest
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/metatree/metatree/catalog"
@@ -29,59 +30,65 @@ func threeWithLeader(t *testing.T) (*Cluster, context.Context, int, []int) {
 }
 
 func TestWriteThroughAFollowerIsReadLinearizablyOnAnother(t *testing.T) {
-	c, ctx, _, followers := threeWithLeader(t)
-	_, err := c.Frontend(followers[0]).Write(ctx, catalog.Batch{Ops: []catalog.Op{
-		{Type: catalog.OpCreate, Path: "/orders", Kind: "table", Cond: catalog.Cond{Absent: true}},
-	}})
-	require.NoError(t, err)
-	other := c.Frontend(followers[1])
-	require.NoError(t, other.Journal().ReadBarrier(ctx))
-	n, ok := other.Tree().Get("/orders")
-	require.True(t, ok)
-	require.Equal(t, "table", n.Kind)
+	synctest.Test(t, func(t *testing.T) {
+		c, ctx, _, followers := threeWithLeader(t)
+		_, err := c.Frontend(followers[0]).Write(ctx, catalog.Batch{Ops: []catalog.Op{
+			{Type: catalog.OpCreate, Path: "/orders", Kind: "table", Cond: catalog.Cond{Absent: true}},
+		}})
+		require.NoError(t, err)
+		other := c.Frontend(followers[1])
+		require.NoError(t, other.Journal().ReadBarrier(ctx))
+		n, ok := other.Tree().Get("/orders")
+		require.True(t, ok)
+		require.Equal(t, "table", n.Kind)
+	})
 }
 
 func TestPartitionedLeaderIsReplacedAndTheHealedClusterConverges(t *testing.T) {
-	c, ctx, old, rest := threeWithLeader(t)
-	c.Partition(old, rest...)
+	synctest.Test(t, func(t *testing.T) {
+		c, ctx, old, rest := threeWithLeader(t)
+		c.Partition(old, rest...)
 
-	// The majority side elects another leader and takes a write.
-	var res *catalog.Result
-	var err error
-	for {
-		res, err = c.Frontend(rest[0]).Write(ctx, catalog.Batch{Ops: []catalog.Op{
-			{Type: catalog.OpCreate, Path: "/after", Kind: "table", Cond: catalog.Cond{Absent: true}},
-		}})
-		if err == nil {
-			break
+		// The majority side elects another leader and takes a write.
+		var res *catalog.Result
+		var err error
+		for {
+			res, err = c.Frontend(rest[0]).Write(ctx, catalog.Batch{Ops: []catalog.Op{
+				{Type: catalog.OpCreate, Path: "/after", Kind: "table", Cond: catalog.Cond{Absent: true}},
+			}})
+			if err == nil {
+				break
+			}
+			require.NoError(t, ctx.Err(), "the majority never took the write: %v", err)
+			<-c.Frontend(rest[0]).Journal().Leadership()
 		}
-		require.NoError(t, ctx.Err(), "the majority never took the write: %v", err)
-		<-c.Frontend(rest[0]).Journal().Leadership()
-	}
-	require.NotEqual(t, uint64(old), c.Frontend(rest[0]).Journal().Status().Leader)
+		require.NotEqual(t, uint64(old), c.Frontend(rest[0]).Journal().Status().Leader)
 
-	c.Heal()
-	leader, err := c.Leader(ctx)
-	require.NoError(t, err)
-	require.NotEqual(t, old, leader, "the old leader's term is over")
-	require.NoError(t, c.Frontend(old).Journal().WaitApplied(ctx, res.Index))
-	n, ok := c.Frontend(old).Tree().Get("/after")
-	require.True(t, ok, "the healed old leader has the majority's write")
-	require.Equal(t, "table", n.Kind)
+		c.Heal()
+		leader, err := c.Leader(ctx)
+		require.NoError(t, err)
+		require.NotEqual(t, old, leader, "the old leader's term is over")
+		require.NoError(t, c.Frontend(old).Journal().WaitApplied(ctx, res.Index))
+		n, ok := c.Frontend(old).Tree().Get("/after")
+		require.True(t, ok, "the healed old leader has the majority's write")
+		require.Equal(t, "table", n.Kind)
+	})
 }
 
 func TestRestartedFrontendCatchesUpFromItsDataDir(t *testing.T) {
-	c, ctx, leader, others := threeWithLeader(t)
-	down := others[0]
-	c.StopFrontend(down)
-	require.Nil(t, c.Frontend(down))
-	res, err := c.Frontend(leader).Write(ctx, catalog.Batch{Ops: []catalog.Op{
-		{Type: catalog.OpCreate, Path: "/while-down", Kind: "table", Cond: catalog.Cond{Absent: true}},
-	}})
-	require.NoError(t, err, "two of three still commit")
-	f, err := c.RestartFrontend(ctx, down)
-	require.NoError(t, err)
-	require.NoError(t, f.Journal().WaitApplied(ctx, res.Index))
-	_, ok := f.Tree().Get("/while-down")
-	require.True(t, ok, "the restarted frontend has the write it missed")
+	synctest.Test(t, func(t *testing.T) {
+		c, ctx, leader, others := threeWithLeader(t)
+		down := others[0]
+		c.StopFrontend(down)
+		require.Nil(t, c.Frontend(down))
+		res, err := c.Frontend(leader).Write(ctx, catalog.Batch{Ops: []catalog.Op{
+			{Type: catalog.OpCreate, Path: "/while-down", Kind: "table", Cond: catalog.Cond{Absent: true}},
+		}})
+		require.NoError(t, err, "two of three still commit")
+		f, err := c.RestartFrontend(ctx, down)
+		require.NoError(t, err)
+		require.NoError(t, f.Journal().WaitApplied(ctx, res.Index))
+		_, ok := f.Tree().Get("/while-down")
+		require.True(t, ok, "the restarted frontend has the write it missed")
+	})
 }
