@@ -62,7 +62,7 @@ func Example_handWired() {
 	// Register this frontend once (a restart finds its record): workers
 	// refuse fragments from a coordinator they do not know.
 	if _, ok := members.Member(1); !ok {
-		if err := members.Add(ctx, heartbeat.Member{ID: 1, Addr: addr, Kind: heartbeat.KindFrontend, Role: "voter"}); err != nil {
+		if err := members.Add(ctx, heartbeat.Member{ID: 1, Addr: addr, Kind: heartbeat.KindFrontend, Role: journal.Follower.String()}); err != nil {
 			panic(err)
 		}
 	}
