@@ -183,6 +183,7 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 		if err := j.persistMembership(b.snapshot, b.snapMembers, false); err != nil {
 			return err
 		}
+		j.learnWindow(b.snapMembers)
 		j.dedupe.reset(b.keys)
 		j.installs.Add(1)
 		j.lastImage.Store(b.snapshot)
@@ -228,6 +229,7 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 			if err := j.persistMembership(idx, rec.m, true); err != nil {
 				return err
 			}
+			j.learnWindow(rec.m)
 			j.applied.Store(idx)
 			j.resolve(rec.key, applyResult{index: idx})
 		case rec.err != nil:

@@ -222,12 +222,18 @@ type Config struct {
 	// DedupeWindow is how many log indexes back an idempotency key is
 	// remembered: an entry whose key reached the log within the window
 	// before it is not applied again, and the window slides to it (default
-	// 10,000).
+	// 10,000). The window decides replicated state, so it is the cluster's:
+	// the node that bootstraps the cluster records its DedupeWindow in the
+	// log, and every member, restart, image and restore uses the recorded
+	// one, whatever its own DedupeWindow says. Only a cluster bootstrapped
+	// by a version that did not record it uses each member's own (set it
+	// alike on every member there).
 	DedupeWindow uint64
 	// CompactMargin is the least number of entries kept behind the newest
-	// image for slow followers (default 20,000; at least DedupeWindow). The
-	// log is compacted only up to an earlier image, so it holds up to the
-	// distance between two images more.
+	// image for slow followers (default 20,000; at least DedupeWindow; the
+	// log keeps at least the cluster's dedupe window when that is wider).
+	// The log is compacted only up to an earlier image, so it holds up to
+	// the distance between two images more.
 	CompactMargin uint64
 	// ForwardRetries bounds the attempts of a proposal made on a non-leader
 	// (default 5).

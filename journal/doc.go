@@ -143,13 +143,19 @@
 //
 // Each normal entry is an envelope: a user entry (idempotency key and the
 // user's bytes, and for a copy the journal may re-propose, the commit index
-// its proposer knew first: a copy landing more than Config.DedupeWindow
+// its proposer knew first: a copy landing more than the dedupe window
 // indexes after it is skipped, so re-proposals apply once), or a leader
 // timestamp. The [StateMachine] sees user data only. An entry whose key
-// reached the log within Config.DedupeWindow indexes before it (applied or
-// itself skipped) is skipped on every replica: the decision depends only on
-// the entries in the window, which travels with images in the membership
-// blob, so replicas, restarts and shadow checkpoints stay identical.
+// reached the log within the dedupe window before it (applied or itself
+// skipped) is skipped on every replica: the decision depends only on the
+// window and the entries in it, which travel with images in the membership
+// blob, so replicas, restarts and shadow checkpoints stay identical. The
+// window is the cluster's, not each member's: the bootstrap member's
+// Config.DedupeWindow, recorded by the cluster's first membership change
+// and carried by every membership record, image and restore after it
+// (a cluster bootstrapped before the window was recorded uses each
+// member's own). A member keeps at least the cluster's window of log
+// behind its newest image, whatever its Config.CompactMargin.
 //
 // # Format versions
 //

@@ -18,8 +18,8 @@ import (
 //	kindVersion:   [4][4-byte big-endian cluster version] (version.go)
 //	kindCheck:     [5][operation]... (check.go)
 //
-// kindUserSince is a user entry that may apply only within DedupeWindow
-// indexes after since, a commit index its proposer knew before it made the
+// kindUserSince is a user entry that may apply only within the cluster's
+// dedupe window (membership.Window) after since, a commit index its proposer knew before it made the
 // entry's first copy (see dedupe.judge). It decodes as kindUser.
 //
 // An empty entry is raft's own (the leader's first entry of its term). The
@@ -122,6 +122,9 @@ type confContext struct {
 	// NoSpace raises (true) or clears (false) the member's no-space alarm
 	// (nil: not said).
 	NoSpace *bool `json:"no_space,omitempty"`
+	// Window is the cluster's dedupe window, said by the conf change that
+	// bootstraps the cluster (0: not said); the membership records it.
+	Window uint64 `json:"dedupe_window,omitempty"`
 }
 
 func decodeConfChange(e *raftpb.Entry) (*raftpb.ConfChange, confContext, error) {
@@ -143,9 +146,9 @@ func decodeConfChange(e *raftpb.Entry) (*raftpb.ConfChange, confContext, error) 
 
 // membership is the cluster configuration as of an index: raft's ConfState,
 // the members' addresses and roles, the ids removed so far (they may never
-// come back), and the idempotency keys applied in the dedupe window before
-// the index (so a node restored from an image at that index makes the same
-// dedupe decisions as the others).
+// come back), the cluster's dedupe window, and the idempotency keys applied
+// in the window before the index (so a node restored from an image at that
+// index makes the same dedupe decisions as the others).
 type membership struct {
 	V       int               `json:"v"`
 	Index   uint64            `json:"index"`
@@ -156,6 +159,22 @@ type membership struct {
 	Keys    []appliedKey      `json:"keys,omitempty"`
 	// Version is the cluster version as of Index (0: OldestVersion).
 	Version uint32 `json:"version,omitempty"`
+	// Window is the cluster's dedupe window: the bootstrap member's
+	// Config.DedupeWindow, recorded by the cluster's first conf change and
+	// carried by every later record, image and restore, so that every
+	// replica and every rebuild decides each copy of a key alike (see
+	// dedupe). 0: a cluster bootstrapped before the window was recorded;
+	// each member then uses its own Config.DedupeWindow.
+	Window uint64 `json:"dedupe_window,omitempty"`
+}
+
+// windowOr returns the cluster's dedupe window, or local when m records
+// none.
+func (m *membership) windowOr(local uint64) uint64 {
+	if m != nil && m.Window != 0 {
+		return m.Window
+	}
+	return local
 }
 
 type appliedKey struct {
@@ -213,6 +232,11 @@ func (m *membership) isRemoved(id uint64) bool { return slices.Contains(m.Remove
 // apply records a conf change (already applied to raft, which returned cs).
 func (m *membership) apply(index uint64, cc *raftpb.ConfChange, ctx confContext, cs *raftpb.ConfState) {
 	m.Index = index
+	if m.Window == 0 {
+		// The cluster's window is said once, by the change that
+		// bootstraps it, and never changes.
+		m.Window = ctx.Window
+	}
 	m.Voters = slices.Clone(cs.GetVoters())
 	m.Learner = slices.Clone(cs.GetLearners())
 	id := cc.GetNodeId()
@@ -308,6 +332,11 @@ type dedupeRec struct {
 func newDedupe(window uint64) *dedupe {
 	return &dedupe{window: window, byKey: map[[16]byte]dedupeRec{}}
 }
+
+// setWindow makes window the window of the next decisions. The journal sets
+// the cluster's window before it applies a user entry (learnWindow), so no
+// decision is made under another.
+func (d *dedupe) setWindow(window uint64) { d.window = window }
 
 // copyVerdict is what the applier does with a copy of a user entry.
 type copyVerdict int

@@ -34,6 +34,10 @@ func FuzzEntryDecoders(f *testing.F) {
 		Context: []byte(`{"addr":"127.0.0.1:1","role":"follower","key":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}`)})
 	f.Add(cc)
 	f.Add(newMembership().encode())
+	f.Add([]byte(`{"v":1,"index":1,"voters":[1],"members":{"1":{"id":1,"addr":"a"}},"dedupe_window":10000}`))
+	cc, _ = proto.Marshal(&raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(uint64(1)),
+		Context: []byte(`{"addr":"127.0.0.1:1","role":"follower","key":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"dedupe_window":10000}`)})
+	f.Add(cc)
 	f.Add([]byte(`{"v":1,"voters":[1,2],"members":{"1":{"id":1,"addr":"a"}},"keys":[{"i":3,"k":[1]}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if env, err := decodeEnvelope(b); err != nil {

@@ -130,8 +130,8 @@ func (j *Journal) TermAt(index uint64) (uint64, error) {
 // index (term, membership from MembershipAt) exists locally. It becomes
 // raft's snapshot (synced), so a follower that needs compacted entries is
 // sent that image, and the log is compacted up to the newest image this
-// journal recorded at or below index - Config.CompactMargin, unless a
-// snapshot is being sent to a follower (then compaction waits for the next
+// journal recorded at or below index - Config.CompactMargin (or the
+// cluster's dedupe window when it is wider), unless a snapshot is being sent to a follower (then compaction waits for the next
 // image). The log so always starts right after an image (or at index 1):
 // every index it still holds can be rebuilt from that image and the
 // entries after it, as a resumed watch does, and the caller keeps that
@@ -174,8 +174,8 @@ func (j *Journal) ImageWritten(ctx context.Context, index, term uint64, membersh
 }
 
 // recordImage makes snap raft's snapshot (synced) and compacts the log up
-// to the newest image recorded at or below its index -
-// Config.CompactMargin, unless a snapshot is being sent to a follower. It
+// to the newest image recorded at or below its index - compactMargin,
+// unless a snapshot is being sent to a follower. It
 // runs on the append goroutine.
 func (j *Journal) recordImage(snap *raftpb.Snapshot) error {
 	index := snap.GetMetadata().GetIndex()
@@ -196,10 +196,11 @@ func (j *Journal) recordImage(snap *raftpb.Snapshot) error {
 		j.log.Info("compaction postponed: snapshot in flight", "image", index)
 		return nil
 	}
-	if index <= j.cfg.CompactMargin {
+	margin := j.compactMargin()
+	if index <= margin {
 		return nil
 	}
-	cut := j.images.atOrBelow(index - j.cfg.CompactMargin)
+	cut := j.images.atOrBelow(index - margin)
 	if first, err := j.store.FirstIndex(); err == nil && cut >= first {
 		if err := j.store.Compact(cut); err != nil {
 			return operr.Errorf("journal: compact to %d: %w", cut, err)
@@ -317,12 +318,13 @@ func (j *Journal) waitDurableCommit(ctx context.Context, index uint64) error {
 // after the log's start are unknown, and dedupeAt fails with ErrCompacted
 // rather than rebuild a window that would decide otherwise.
 func (j *Journal) dedupeAt(index uint64) (*dedupe, error) {
-	d := newDedupe(j.cfg.DedupeWindow)
+	window := j.dedupeWindow()
+	d := newDedupe(window)
 	first, err := j.store.FirstIndex()
 	if err != nil {
 		return nil, err
 	}
-	lo := index - min(index, j.cfg.DedupeWindow) + 1 // the window's first index
+	lo := index - min(index, window) + 1 // the window's first index
 	if first > lo && first > 1 {
 		if index < first-1 {
 			return nil, fmt.Errorf("%w: the dedupe window ending at %d lies before the log's start %d", ErrCompacted, index, first)

@@ -176,6 +176,10 @@ type Journal struct {
 	fenceUntil atomic.Uint64
 
 	dedupe *dedupe // applier only
+	// window is the cluster's dedupe window once a membership record told
+	// it (0 until then, or for ever in a cluster that records none):
+	// dedupeWindow.
+	window atomic.Uint64
 
 	rounds readRounds // linearizable reads (readindex.go)
 	// membersIndex is the membership index the MEMBERS file holds

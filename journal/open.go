@@ -396,6 +396,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 	for id, mem := range m.Members {
 		addrs[id] = mem.Addr
 	}
+	j.learnWindow(m)
 	first, err := j.store.FirstIndex()
 	if err != nil {
 		return nil, operr.Errorf("journal: first index: %w", err)
@@ -419,6 +420,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 				if err != nil {
 					return nil, operr.Errorf("journal: image %d: %w", idx, err)
 				}
+				j.learnWindow(im)
 				j.dedupe.reset(im.Keys)
 				image = im
 				if err := j.recordWindow(idx, im, blob); err != nil {

@@ -72,9 +72,11 @@ func (j *Journal) logEmpty() bool {
 // this node, committed at term 1 (what raft's Bootstrap appends), synced.
 func (j *Journal) bootstrapLog() error {
 	cc := &raftpb.ConfChange{
-		Type:    raftpb.ConfChangeAddNode.Enum(),
-		NodeId:  new(j.id),
-		Context: mustJSON(confContext{Addr: j.cfg.Addr, Role: Follower, MaxVersion: j.cfg.MaxVersion}),
+		Type:   raftpb.ConfChangeAddNode.Enum(),
+		NodeId: new(j.id),
+		// The first change records the cluster's dedupe window: this
+		// node's, for every member and every rebuild (dedupewindow.go).
+		Context: mustJSON(confContext{Addr: j.cfg.Addr, Role: Follower, MaxVersion: j.cfg.MaxVersion, Window: j.cfg.DedupeWindow}),
 	}
 	data, err := proto.Marshal(cc)
 	if err != nil {

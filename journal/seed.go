@@ -50,7 +50,8 @@ type SeedConfig struct {
 // cluster starts from: node id at addr is its only voter, as of index. From
 // the old image's blob (oldMembership; nil: none) it keeps the idempotency
 // keys of the dedupe window, so that a client retrying a write across the
-// restore is not applied twice, and the cluster version, which never goes
+// restore is not applied twice, the cluster's dedupe window, which decides
+// what those keys' retries do, and the cluster version, which never goes
 // down (the image may hold state of that format). Every other member the
 // old blob names, and every id it removed, is removed in the new one: a
 // node of the old cluster that comes back (with the same cluster id and
@@ -68,6 +69,7 @@ func NewClusterMembership(oldMembership []byte, index, id uint64, addr string) (
 		}
 		m.Keys = old.Keys
 		m.Version = old.Version
+		m.Window = old.Window
 		gone := slices.Concat(old.Removed, old.Voters, old.Learner, slices.Collect(maps.Keys(old.Members)))
 		slices.Sort(gone)
 		for _, g := range slices.Compact(gone) {

@@ -203,12 +203,13 @@ func (s *submission) heard(r applyResult) (applyResult, bool, error) {
 
 // dead reports whether no copy of a data proposal can apply any more, this
 // node having applied through applied without hearing of one: every index
-// a copy carrying since can apply at (since+DedupeWindow at most) was
+// a copy carrying since can apply at (since plus the cluster's dedupe
+// window at most) was
 // applied here, and none inside an installed image.
 func (s *submission) dead(applied uint64) bool {
 	j := s.j
 	return s.fwd.Kind == ForwardData && j.installs.Load() == s.installs &&
-		applied > s.since+j.cfg.DedupeWindow
+		applied > s.since+j.dedupeWindow()
 }
 
 // catchUp waits until this node applied the commit index it knows now, or

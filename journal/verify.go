@@ -15,35 +15,45 @@ type DigestCheck struct {
 	// a majority of the voters reported a digest and this dir's state
 	// agreed with it.
 	Marks, Compared []uint64
+	// Window is the dedupe window the replay decided copies of keys by:
+	// the cluster's as the image or the dir records it, or the caller's
+	// for a dir that records none.
+	Window uint64
 }
 
 // VerifyDigests checks the dir's state against the digests its log
 // recorded, offline, as a member does at the check marks: it replays the
 // committed log after imageIndex into sm, which holds the image of that
 // index (imageMembership is the image's membership blob, whose dedupe
-// window the replay needs; window is Config.DedupeWindow of the node that
-// wrote the dir), and at every check mark compares
+// window the replay needs), and at every check mark compares
 // sm's digest with the one a majority of the dir's voters reported there.
 // At the first that differs it returns a *CorruptError (ErrCorrupt) naming
 // the mark's index and both digests. A log with no reports (a cluster
 // below format version 3, or one compacted past every mark) compares
-// nothing; DigestCheck says how much was.
+// nothing; DigestCheck says how much was. The replay decides the copies of
+// a key by the cluster's dedupe window, which the image's membership and
+// the dir's record; window (Config.DedupeWindow of the node that wrote the
+// dir) is used only for a dir of a cluster that records none.
 func (in *Inspector) VerifyDigests(ctx context.Context, sm interface {
 	StateMachine
 	Digester
 }, imageIndex uint64, imageMembership []byte, window uint64) (DigestCheck, error) {
 	var out DigestCheck
-	d := newDedupe(window)
+	var im *membership
 	if len(imageMembership) > 0 {
-		m, err := decodeMembership(imageMembership)
-		if err != nil {
+		var err error
+		if im, err = decodeMembership(imageMembership); err != nil {
 			return out, fmt.Errorf("journal: verify digests: image %d: %w", imageIndex, err)
 		}
-		d.reset(m.Keys)
 	}
 	m, _ := in.membership()
 	if m == nil {
 		return out, fmt.Errorf("journal: verify digests: %w: the dir records no membership", ErrMalformed)
+	}
+	out.Window = im.windowOr(m.windowOr(window))
+	d := newDedupe(out.Window)
+	if im != nil {
+		d.reset(im.Keys)
 	}
 	voters := slices.Clone(m.Voters)
 	first := in.store.TruncIndex + 1

@@ -123,10 +123,11 @@ func TestCorruptReplicaIsFoundAndTheHealthyMajorityGoesOn(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, "%s: %s", p.name, reason)
 	}
 
-	// The metaservers ran with -compact-margin 10 (fastFlags), so their
-	// dedupe window was 10: check replays the log with the same one.
+	// The metaservers ran with -compact-margin 10 (fastFlags), so the
+	// cluster's dedupe window is 10: check replays the log with the one
+	// the dir records, with no flag saying it.
 	require.NoError(t, victim.stop())
-	code, _, stderr := runMetactl(t, "check", "-dedupe-window", "10", victim.dir)
+	code, _, stderr := runMetactl(t, "check", victim.dir)
 	require.Equal(t, 1, code, stderr)
 	require.Regexp(t, `at the check mark at index \d+ the catalog \(image \d+ and the log after it\) has digest [0-9a-f]{64}, and voters \[[0-9 ]+\] recorded [0-9a-f]{64}`, stderr)
 	for _, p := range ms {
@@ -134,7 +135,7 @@ func TestCorruptReplicaIsFoundAndTheHealthyMajorityGoesOn(t *testing.T) {
 			continue
 		}
 		require.NoError(t, p.stop())
-		code, _, stderr := runMetactl(t, "check", "-dedupe-window", "10", p.dir)
+		code, _, stderr := runMetactl(t, "check", p.dir)
 		require.Equal(t, 0, code, "%s: %s", p.name, stderr)
 	}
 }

@@ -239,7 +239,9 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
 		ReserveBytes: cfg.ReserveBytes,
 		// Idempotency keys are remembered no further back than the log
-		// is kept.
+		// is kept. A bootstrap records this window for the cluster; every
+		// other member uses the cluster's (and keeps at least that much
+		// log whatever its CompactMargin).
 		DedupeWindow: min(cfg.CompactMargin, 10_000),
 		// The node advertises the formats its catalog reads.
 		MaxVersion: maxVersion(f.tree.MaxFormat()),

@@ -26,7 +26,7 @@ type checkJSON struct {
 // catalog's against the digests the log recorded (checkDigests).
 func check(ctx context.Context, args []string, e env) error {
 	fl := flag.NewFlagSet("check", flag.ContinueOnError)
-	window := fl.Uint64("dedupe-window", 10_000, "the journal's dedupe window the node ran with (metaserver: min(-compact-margin, 10000))")
+	window := fl.Uint64("dedupe-window", 10_000, "the dedupe window to replay with when the dir's cluster records none (bootstrapped by an older version; the node's min(-compact-margin, 10000)); a dir that records its cluster's window is replayed with that one")
 	pos, err := parse(fl, args, 1, "one DIR")
 	if err != nil {
 		return err

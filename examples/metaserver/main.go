@@ -58,7 +58,7 @@ func main() {
 	flag.DurationVar(&cfg.RequestTimeout, "request-timeout", frontend.DefaultRequestTimeout, "how long a write or a linearizable read waits for a quorum before it fails with 503 no_leader")
 	flag.Uint64Var(&cfg.CheckpointEntries, "checkpoint-entries", 100000, "entries after the newest image that trigger a checkpoint")
 	flag.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", 60*time.Second, "how often the checkpoint threshold is checked")
-	flag.Uint64Var(&cfg.CompactMargin, "compact-margin", 0, "entries kept behind an image for slow followers (0: the journal's default)")
+	flag.Uint64Var(&cfg.CompactMargin, "compact-margin", 0, "entries kept behind an image for slow followers (0: the journal's default); a bootstrap makes min(this, 10000) the cluster's dedupe window")
 	flag.IntVar(&cfg.Quota.MaxNodes, "quota-nodes", 0, "most catalog nodes; a write past it is refused with 507 quota (0: no bound; the same on every member)")
 	flag.Int64Var(&cfg.Quota.MaxBytes, "quota-bytes", 0, "most approximate catalog bytes; a write past it is refused with 507 quota (0: no bound; the same on every member)")
 	flag.Int64Var(&cfg.ReserveBytes, "reserve-bytes", 0, "free bytes on -dir's filesystem under which writes are refused with 507 no_space until there is room (0: 64 MiB; negative: no guard)")

@@ -1,0 +1,110 @@
+package catalog_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/internal/golden"
+)
+
+// goldenBatches are the batches of each format version the golden files
+// hold: every operation type, every condition and every value type.
+var goldenBatches = map[int]catalog.Batch{
+	catalog.BatchV1: {Ops: []catalog.Op{
+		{Type: catalog.OpCreate, Path: "/db", Kind: "database", Cond: catalog.Cond{Absent: true}, Set: map[string]catalog.Value{
+			"owner": catalog.String("ann"), "quota": catalog.Int(-5), "on": catalog.Bool(true), "blob": catalog.Bytes([]byte{0, 255}),
+		}},
+		{Type: catalog.OpUpdate, Path: "/db", Kind: "database", Set: map[string]catalog.Value{"quota": catalog.Int(1 << 40)},
+			Unset: []string{"blob", "on"}, Cond: catalog.Cond{Modified: 7}},
+		{Type: catalog.OpMove, Path: "/db", To: "/db2", Cond: catalog.Cond{Exists: true}},
+		{Type: catalog.OpCheck, Path: "/db2"},
+		{Type: catalog.OpDelete, Path: "/db2", Recursive: true},
+		{Type: catalog.OpCreateIndex, Kind: "replica", Attr: "worker"},
+		{Type: catalog.OpDropIndex, Kind: "replica", Attr: "worker"},
+	}},
+	catalog.BatchV2: {Ops: []catalog.Op{
+		{Type: catalog.OpUpdate, Path: "/jobs/7", Set: map[string]catalog.Value{"state": catalog.String("done")},
+			Cond: catalog.Cond{Match: map[string]catalog.Value{"state": catalog.String("running"), "try": catalog.Int(2)}}},
+		{Type: catalog.OpCheck, Path: "/jobs/8", Cond: catalog.Cond{Match: map[string]catalog.Value{"ok": catalog.Bool(false), "sum": catalog.Bytes([]byte{1})}}},
+	}},
+}
+
+// Each batch format version encodes its batch to the bytes checked in,
+// and those bytes decode to the batch, for ever.
+func TestBatchFormatsMatchTheirGoldenFiles(t *testing.T) {
+	for v, b := range goldenBatches {
+		path := map[int]string{catalog.BatchV1: "testdata/golden/batch-v1.bin", catalog.BatchV2: "testdata/golden/batch-v2.bin"}[v]
+		t.Run(path, func(t *testing.T) {
+			got, err := b.EncodeVersion(v)
+			require.NoError(t, err)
+			golden.Check(t, path, got)
+
+			decoded, err := catalog.DecodeBatch(golden.Read(t, path))
+			require.NoError(t, err)
+			require.Equal(t, b, decoded)
+		})
+	}
+}
+
+// goldenTree is the catalog the image body golden file holds: nodes of
+// several depths with every value type, and a secondary index.
+func goldenTree(t *testing.T) *catalog.Tree {
+	t.Helper()
+	tree := catalog.New()
+	batches := []catalog.Batch{
+		{Ops: []catalog.Op{
+			{Type: catalog.OpCreate, Path: "/db", Kind: "database", Set: map[string]catalog.Value{
+				"owner": catalog.String("ann"), "quota": catalog.Int(-5), "on": catalog.Bool(true), "blob": catalog.Bytes([]byte{0, 255}),
+			}},
+			{Type: catalog.OpCreate, Path: "/db/t1", Kind: "table", Set: map[string]catalog.Value{"rows": catalog.Int(1 << 40)}},
+			{Type: catalog.OpCreate, Path: "/db/t2", Kind: "table", Set: map[string]catalog.Value{"off": catalog.Bool(false)}},
+			{Type: catalog.OpCreateIndex, Kind: "table", Attr: "rows"},
+		}},
+		{Ops: []catalog.Op{
+			{Type: catalog.OpUpdate, Path: "/db/t1", Set: map[string]catalog.Value{"name": catalog.String("orders")}},
+			{Type: catalog.OpCreate, Path: "/w", Kind: "dir"},
+		}},
+	}
+	for i, b := range batches {
+		data, err := b.Encode()
+		require.NoError(t, err)
+		r := tree.Apply(uint64(3+2*i), data).(*catalog.Result)
+		require.NoError(t, r.Err)
+	}
+	return tree
+}
+
+// The image body (version 1) of a fixed catalog is the bytes checked in,
+// and those bytes load to that catalog, for ever.
+func TestImageBodyFormatMatchesItsGoldenFile(t *testing.T) {
+	const path = "testdata/golden/image-body-v1.bin"
+	want := goldenTree(t)
+	var buf bytes.Buffer
+	require.NoError(t, want.Save(&buf))
+	golden.Check(t, path, buf.Bytes())
+
+	got := catalog.New()
+	require.NoError(t, got.Load(bytes.NewReader(golden.Read(t, path))))
+	require.Equal(t, uint64(5), got.Index())
+	for _, p := range []string{"/", "/db", "/db/t1", "/db/t2", "/w"} {
+		w, ok := want.Get(p)
+		require.True(t, ok, p)
+		g, ok := got.Get(p)
+		require.True(t, ok, p)
+		require.Equal(t, w, g, p)
+	}
+	db, _ := got.Get("/db")
+	require.Equal(t, map[string]catalog.Value{
+		"owner": catalog.String("ann"), "quota": catalog.Int(-5), "on": catalog.Bool(true), "blob": catalog.Bytes([]byte{0, 255}),
+	}, db.Attrs)
+	require.True(t, got.HasIndex("table", "rows"))
+	found := got.Find("table", "rows", catalog.Int(1<<40))
+	require.Len(t, found, 1)
+	require.Equal(t, "/db/t1", found[0].Path)
+	_, wd := want.Digest()
+	_, gd := got.Digest()
+	require.Equal(t, wd, gd)
+}
