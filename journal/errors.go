@@ -1,6 +1,10 @@
 package journal
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/metatree/metatree/journal/internal/raftstore"
+)
 
 // Sentinel errors. Check them with errors.Is; returned errors wrap them with
 // context.
@@ -30,8 +34,9 @@ var (
 	// stopped applying, serving reads and taking part in raft. Replace
 	// the member; it restores from a healthy member's image.
 	ErrCorrupt = errors.New("journal: corrupt (this member's state differs from the majority's)")
-	// ErrClosed: the journal was closed.
-	ErrClosed = errors.New("journal: closed")
+	// ErrClosed: the journal was closed. Its log store returns the same
+	// value, so a read of a closed journal's log wraps it too.
+	ErrClosed = raftstore.ErrClosed
 	// ErrClusterMismatch: a request or a data dir belongs to another cluster
 	// (cluster id or token differ).
 	ErrClusterMismatch = errors.New("journal: cluster mismatch")
