@@ -138,7 +138,7 @@ func TestQuorumLoss(t *testing.T) {
 		require.True(t, n.sm.has("x"))
 		require.ErrorIs(t, n.j.CheckFresh(), ErrStale, "node %d", id)
 		require.True(t, n.j.Status().Stale)
-		require.NotEqual(t, "StateLeader", n.j.Status().State, "node %d stepped down", id)
+		require.NotEqual(t, StateLeader, n.j.Status().State, "node %d stepped down", id)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	err := c.nodes[2].j.ReadBarrier(ctx)

@@ -192,9 +192,9 @@ func raftState(st journal.Status) string {
 	switch {
 	case st.Role == journal.Observer:
 		return "learner"
-	case st.State == "StateLeader":
+	case st.State == journal.StateLeader:
 		return "leader"
-	case st.State == "StateCandidate" || st.State == "StatePreCandidate":
+	case st.State == journal.StateCandidate || st.State == journal.StatePreCandidate:
 		return "candidate"
 	}
 	return "follower"
