@@ -78,7 +78,8 @@ type Snapshots interface {
 type Clock = clock.Clock
 
 // Config configures a Journal. The zero value of every tunable means its
-// documented default; Open copies the Config, fills defaults and validates.
+// documented default; Open copies the Config, fills defaults
+// ([Config.WithDefaults]) and validates.
 type Config struct {
 	// ID is this node's raft id: non-zero, unique in the cluster, never
 	// reused for another node. Required.
@@ -297,6 +298,16 @@ func (j *Journal) notifyChanged() {
 	}
 }
 
+// WithDefaults returns a copy of c in which every zero field that has a
+// default holds it: the configuration Open runs with. Required fields (ID,
+// Dir, Addr, StateMachine) stay as they are; nothing is validated.
+func (c Config) WithDefaults() Config {
+	c.fillDefaults()
+	return c
+}
+
+// fillDefaults sets every zero field that has a default to it; it is the
+// one place the defaults live.
 func (c *Config) fillDefaults() {
 	def := func(v *uint64, d uint64) {
 		if *v == 0 {

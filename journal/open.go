@@ -22,7 +22,7 @@ import (
 // The returned Journal replays the log in the background; WaitApplied or
 // ReadBarrier wait for it.
 func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
-	cfg.fillDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
