@@ -27,7 +27,8 @@ import (
 const DefaultRequestTimeout = 10 * time.Second
 
 // Config is a frontend's configuration. The zero value of every tunable
-// takes the default its comment names.
+// takes the default its comment names; [Config.WithDefaults] shows the
+// effective values.
 type Config struct {
 	// ID is this frontend's raft and member id: non-zero, never reused in
 	// the cluster.
@@ -153,13 +154,8 @@ type Frontend struct {
 // cluster, registers this frontend as a heartbeat member, and returns once
 // every part runs. ctx bounds the start (a join waits for the helper).
 func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	switch {
-	case cfg.RequestTimeout == 0:
-		cfg.RequestTimeout = DefaultRequestTimeout
-	case cfg.RequestTimeout < 0:
+	cfg = cfg.WithDefaults()
+	if cfg.RequestTimeout < 0 {
 		return nil, fmt.Errorf("%w: request timeout %v: want a positive duration", ErrInvalidConfig, cfg.RequestTimeout)
 	}
 	if cfg.ID == 0 || cfg.Dir == "" || cfg.Addr == "" {
