@@ -13,8 +13,8 @@ import (
 	"github.com/metatree/metatree/internal/operr"
 )
 
-// Journal is what a Checkpointer needs of the journal; *journal.Journal
-// satisfies it.
+// Journal is what a Checkpointer needs of the journal;
+// journal.ImageLogOf(j) satisfies it.
 type Journal interface {
 	// ReadEntries calls fn for every user entry in (after, upTo], in order;
 	// upTo must not exceed the applied index.

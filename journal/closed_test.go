@@ -24,6 +24,6 @@ func TestReadsAfterCloseWrapErrClosed(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed, "ReadEntries")
 	_, err = j.FirstIndex()
 	require.ErrorIs(t, err, ErrClosed, "FirstIndex")
-	_, err = j.MembershipAt(idx)
+	_, err = ImageLogOf(j).MembershipAt(idx)
 	require.ErrorIs(t, err, ErrClosed, "MembershipAt")
 }

@@ -539,12 +539,12 @@ func TestForwardedProposalChecks(t *testing.T) {
 		"timestamp":   {Data: encodeTimestamp(time.Now().UnixNano())},
 		"garbage":     {Data: []byte{9, 9, 9}},
 	} {
-		err := c.nodes[leader].j.Receive(ctx, prop(e))
+		err := c.nodes[leader].j.receive(ctx, prop(e))
 		require.ErrorIs(t, err, ErrMalformed, name)
 		require.Contains(t, err.Error(), "forwarded proposal", name)
 	}
 	key := [16]byte{7}
-	require.NoError(t, c.nodes[leader].j.Receive(ctx, prop(&raftpb.Entry{Data: encodeUser(key, []byte("forwarded"))})))
+	require.NoError(t, c.nodes[leader].j.receive(ctx, prop(&raftpb.Entry{Data: encodeUser(key, []byte("forwarded"))})))
 	propose(t, c.nodes[leader], "after")
 	require.True(t, c.nodes[leader].sm.has("forwarded"), "a user entry forwarded in the stream is applied")
 	require.Len(t, c.nodes[leader].j.Status().Members, 3, "no membership change slipped through")

@@ -181,7 +181,7 @@ func (j *Journal) startTransport() error {
 	} else if h, ok := j.tr.(*HTTPTransport); ok {
 		j.http = h
 	}
-	if err := j.tr.Start(j.id, j); err != nil {
+	if err := j.tr.Start(j.id, receiver{j}); err != nil {
 		j.tr = nil
 		return operr.Errorf("journal: start transport: %w", err)
 	}

@@ -249,7 +249,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	}
 	f.startCommit = f.journal.Status().Committed
 	f.ckpt, err = image.NewCheckpointer(image.CheckpointerConfig{
-		Store: f.images, Journal: f.journal,
+		Store: f.images, Journal: journal.ImageLogOf(f.journal),
 		Applied:   func() uint64 { return f.journal.Status().Applied },
 		NewState:  func() image.State { return newTree(cfg.Quota) },
 		Threshold: cfg.CheckpointEntries, Interval: cfg.CheckpointInterval,
