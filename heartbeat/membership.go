@@ -417,7 +417,7 @@ func (m *Membership) propose(ctx context.Context, ops ...catalog.Op) (*catalog.R
 	if err != nil {
 		return nil, operr.Errorf("heartbeat: encode batch: %w", err)
 	}
-	_, v, err := m.cfg.Journal.Propose(ctx, data)
+	_, v, err := m.cfg.Journal.Propose(ownWriteContext(ctx), data)
 	if err != nil {
 		return nil, operr.Errorf("heartbeat: propose: %w", err)
 	}

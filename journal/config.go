@@ -123,6 +123,16 @@ type Config struct {
 	// StateMachine receives the user entries. Required. When it is a
 	// ProposalChecker, proposals are checked before they enter the log.
 	StateMachine StateMachine
+	// ProposalGuard, when set, is asked on the proposing node, with the
+	// proposer's context, before a proposal (Propose, ProposeWithKey)
+	// enters the log and after the StateMachine's CheckProposal passed it:
+	// an error it returns fails the proposal with ErrInvalidProposal
+	// wrapping that error, and nothing is proposed. A host keeps the part
+	// of the state its own components write out of its users' reach with
+	// it (the frontend refuses user writes under heartbeat's /_cluster).
+	// The leader does not ask it again for a forwarded proposal. It runs
+	// on the proposers' goroutines, concurrently. Default: none.
+	ProposalGuard func(ctx context.Context, data []byte) error
 	// Snapshots is the image hook (nil = no images, no compaction).
 	Snapshots Snapshots
 

@@ -63,6 +63,12 @@ func (j *Journal) proposeData(ctx context.Context, data []byte, key [16]byte) (i
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, operr.Errorf("journal: propose: %w", err)
 	}
+	if guard := j.cfg.ProposalGuard; guard != nil {
+		if err := guard(ctx, data); err != nil {
+			j.metrics.proposalsFailed.Add(1)
+			return 0, nil, operr.Errorf("journal: propose: %w: %w", ErrInvalidProposal, err)
+		}
+	}
 	if err := cmp.Or(j.writable(), j.checker.writeRefusal()); err != nil {
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, operr.Errorf("journal: propose: %w", err)

@@ -232,7 +232,10 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: cfg.Role, Token: cfg.Token, TLS: secure.ClientTLS(certs), HTTPClient: peerClient,
 		ForceNewCluster: cfg.ForceNewCluster,
 		StateMachine:    f.tree, Snapshots: f.images,
-		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
+		// User writes under the cluster's own records are refused
+		// whichever way they are proposed.
+		ProposalGuard: guardReserved,
+		StaleAfter:    cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
 		ReserveBytes: cfg.ReserveBytes,
 		// Idempotency keys are remembered no further back than the log
 		// is kept.
