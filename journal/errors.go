@@ -77,7 +77,9 @@ var (
 	// sent to a follower.
 	ErrSnapshotInFlight = errors.New("journal: snapshot in flight")
 	// ErrUnknownVersion: an entry, membership record or request has a format
-	// version this code does not read.
+	// version this code does not read. It is the journal's one
+	// unknown-version error; ErrVersion is a node and a cluster whose
+	// versions do not fit together, before any such data is read.
 	ErrUnknownVersion = errors.New("journal: unknown format version")
 	// ErrVersion: the node cannot take part in the cluster at its cluster
 	// version (it reads only older formats), or a request would lower it.
