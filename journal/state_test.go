@@ -52,3 +52,21 @@ func TestStatusReportsTypedLeaderState(t *testing.T) {
 	require.Equal(t, StateLeader, st.State)
 	require.True(t, st.IsLeader())
 }
+
+// FuzzStateUnmarshalText: any text either is refused or decodes to the
+// state whose name it is, and that state encodes back to the same text.
+func FuzzStateUnmarshalText(f *testing.F) {
+	for _, s := range []string{"follower", "candidate", "pre-candidate", "leader", "", "Leader", "state(9)"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var s State
+		if err := s.UnmarshalText(b); err != nil {
+			require.ErrorContains(t, err, "unknown state")
+			return
+		}
+		out, err := s.MarshalText()
+		require.NoError(t, err)
+		require.Equal(t, string(b), string(out))
+	})
+}
