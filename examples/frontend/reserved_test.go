@@ -40,6 +40,6 @@ func TestRawProposeUnderTheClusterRecordsIsRefused(t *testing.T) {
 
 	// Heartbeat writes its own records through the same journal.
 	require.NoError(t, f.AddMember(ctx, heartbeat.Member{ID: 7, Addr: "127.0.0.1:1", Kind: heartbeat.KindWorker}))
-	_, ok = f.Members().Member(7)
+	_, ok = f.Tree().Get(heartbeat.MembersPath + "/7")
 	require.True(t, ok, "heartbeat's own write is not refused")
 }
