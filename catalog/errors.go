@@ -25,7 +25,10 @@ var (
 	// ErrMalformed: encoded batch bytes cannot be decoded.
 	ErrMalformed = errors.New("catalog: malformed batch")
 	// ErrUnknownVersion: a batch or image has a format version this code
-	// does not know.
+	// does not know. It is the catalog's one unknown-version error: the
+	// data cannot be read (an applier halts on it). ErrUnsupportedVersion
+	// is a caller's request to write a version, refused before anything is
+	// encoded.
 	ErrUnknownVersion = errors.New("catalog: unknown format version")
 	// ErrUnsupportedVersion: a batch was asked to encode in a format version
 	// this code does not write, or that cannot carry one of its fields.

@@ -45,7 +45,7 @@
 //	reg := cancel.New(cancel.Config{})
 //	ms, err := heartbeat.New(heartbeat.Config{
 //		ID: id, Epoch: heartbeat.NewEpoch(), Tree: tree,
-//		Journal: hbJournal{j},      // Propose + LeaderTerm over *journal.Journal
+//		Journal: j,                 // a *journal.Journal
 //		OnEvent: func(ev heartbeat.Event) { reg.Apply(ev) },
 //	})
 //	mux.Handle(heartbeat.Path, ms.Handler())

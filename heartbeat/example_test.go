@@ -15,13 +15,9 @@ import (
 	"github.com/metatree/metatree/heartbeat"
 )
 
-// memJournal stands in for *journal.Journal in this example: it applies
-// each proposal to the one catalog at once. A host wraps the real journal
-// the same way:
-//
-//	type hbJournal struct{ j *journal.Journal }
-//	func (a hbJournal) Propose(ctx context.Context, data []byte) (uint64, any, error) { return a.j.Propose(ctx, data) }
-//	func (a hbJournal) LeaderTerm() (uint64, bool) { st := a.j.Status(); return st.Term, st.IsLeader() }
+// memJournal stands in for *journal.Journal (which satisfies Journal
+// itself) in this example: it applies each proposal to the one catalog at
+// once.
 type memJournal struct {
 	mu    sync.Mutex
 	index uint64

@@ -87,24 +87,16 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-func (c *Config) fill() error {
-	if c.ID == 0 {
-		return fmt.Errorf("%w: Config.ID is required", ErrInvalid)
-	}
-	if c.Epoch.IsZero() || c.Epoch.Temporary() {
-		return fmt.Errorf("%w: Config.Epoch must be a real epoch (NewEpoch)", ErrInvalid)
-	}
-	if c.Tree == nil || c.Journal == nil {
-		return fmt.Errorf("%w: Config.Tree and Config.Journal are required", ErrInvalid)
-	}
+// WithDefaults returns a copy of c in which every zero tunable holds its
+// default: the configuration New runs with. Required fields (ID, Epoch,
+// Tree, Journal) stay as they are; nothing is validated. It is the one
+// place the defaults live.
+func (c Config) WithDefaults() Config {
 	if c.Interval <= 0 {
 		c.Interval = time.Second
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = c.Interval / 2
-	}
-	if c.Timeout > c.Interval {
-		return fmt.Errorf("%w: Timeout %v exceeds Interval %v", ErrInvalid, c.Timeout, c.Interval)
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = 3
@@ -114,6 +106,9 @@ func (c *Config) fill() error {
 	}
 	if c.SlowRound <= 0 {
 		c.SlowRound = c.Timeout
+	}
+	if c.Version == "" {
+		c.Version = DefaultVersion()
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
@@ -137,6 +132,24 @@ func (c *Config) fill() error {
 			scheme = "https://"
 		}
 		c.Endpoint = func(m Member) string { return scheme + m.Addr + Path }
+	}
+	return c
+}
+
+// fill validates c and fills its defaults.
+func (c *Config) fill() error {
+	if c.ID == 0 {
+		return fmt.Errorf("%w: Config.ID is required", ErrInvalid)
+	}
+	if c.Epoch.IsZero() || c.Epoch.Temporary() {
+		return fmt.Errorf("%w: Config.Epoch must be a real epoch (NewEpoch)", ErrInvalid)
+	}
+	if c.Tree == nil || c.Journal == nil {
+		return fmt.Errorf("%w: Config.Tree and Config.Journal are required", ErrInvalid)
+	}
+	*c = c.WithDefaults()
+	if c.Timeout > c.Interval {
+		return fmt.Errorf("%w: Timeout %v exceeds Interval %v", ErrInvalid, c.Timeout, c.Interval)
 	}
 	return nil
 }
@@ -404,7 +417,7 @@ func (m *Membership) propose(ctx context.Context, ops ...catalog.Op) (*catalog.R
 	if err != nil {
 		return nil, operr.Errorf("heartbeat: encode batch: %w", err)
 	}
-	_, v, err := m.cfg.Journal.Propose(ctx, data)
+	_, v, err := m.cfg.Journal.Propose(ownWriteContext(ctx), data)
 	if err != nil {
 		return nil, operr.Errorf("heartbeat: propose: %w", err)
 	}

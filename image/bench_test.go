@@ -793,7 +793,7 @@ func startupFixture(b *testing.B) *journalFixture {
 	if b.Failed() {
 		b.FailNow()
 	}
-	cp, err := NewCheckpointer(CheckpointerConfig{Store: store, Journal: j,
+	cp, err := NewCheckpointer(CheckpointerConfig{Store: store, Journal: journal.ImageLogOf(j),
 		Applied: func() uint64 { return j.Status().Applied }, NewState: func() State { return catalog.New() }})
 	if err != nil {
 		b.Fatal(err)

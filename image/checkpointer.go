@@ -13,8 +13,8 @@ import (
 	"github.com/metatree/metatree/internal/operr"
 )
 
-// Journal is what a Checkpointer needs of the journal; *journal.Journal
-// satisfies it.
+// Journal is what a Checkpointer needs of the journal;
+// journal.ImageLogOf(j) satisfies it.
 type Journal interface {
 	// ReadEntries calls fn for every user entry in (after, upTo], in order;
 	// upTo must not exceed the applied index.
@@ -162,6 +162,26 @@ type checkpointResult struct {
 	err  error
 }
 
+// WithDefaults returns a copy of c in which every zero field that has a
+// default holds it: the configuration NewCheckpointer runs with. Required
+// fields stay as they are; nothing is validated. It is the one place the
+// defaults live.
+func (c CheckpointerConfig) WithDefaults() CheckpointerConfig {
+	if c.Threshold == 0 {
+		c.Threshold = 100_000
+	}
+	if c.Interval == 0 {
+		c.Interval = 60 * time.Second
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
 // NewCheckpointer validates cfg, fills defaults and starts the interval
 // loop.
 func NewCheckpointer(cfg CheckpointerConfig) (*Checkpointer, error) {
@@ -177,18 +197,7 @@ func NewCheckpointer(cfg CheckpointerConfig) (*Checkpointer, error) {
 	case cfg.Interval < 0:
 		return nil, fmt.Errorf("image: CheckpointerConfig.Interval %v is negative", cfg.Interval)
 	}
-	if cfg.Threshold == 0 {
-		cfg.Threshold = 100_000
-	}
-	if cfg.Interval == 0 {
-		cfg.Interval = 60 * time.Second
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg = cfg.WithDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Checkpointer{
 		cfg:    cfg,

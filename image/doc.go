@@ -25,8 +25,9 @@
 //     startup.
 //  3. Mount [Store.Handler] under "/image/" on the node's HTTP server so that
 //     peers can fetch images from it.
-//  4. Start a [Checkpointer] with the journal (which satisfies [Journal]) and
-//     a constructor for fresh shadow states. It owns one goroutine; Close it
+//  4. Start a [Checkpointer] with the journal's image log
+//     (journal.ImageLogOf(j), which satisfies [Journal]) and a constructor
+//     for fresh shadow states. It owns one goroutine; Close it
 //     before closing the journal and the Store. To spare the raft leader
 //     the shadow copy, set Enabled (false while leading) and Peers (the
 //     other nodes' addresses): the leader then adopts a peer's image, kept

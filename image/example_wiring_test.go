@@ -60,7 +60,7 @@ func Example_wiring() {
 
 	// 4. The checkpointer: shadow replay into fresh catalogs.
 	cp, err := image.NewCheckpointer(image.CheckpointerConfig{
-		Store: store, Journal: j,
+		Store: store, Journal: journal.ImageLogOf(j),
 		Applied:  func() uint64 { return j.Status().Applied },
 		NewState: func() image.State { return catalog.New() },
 	})

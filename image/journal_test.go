@@ -19,7 +19,7 @@ import (
 var (
 	_ Snapshots         = (*Store)(nil)
 	_ journal.Snapshots = (*Store)(nil)
-	_ Journal           = (*journal.Journal)(nil)
+	_ Journal           = (*journal.ImageLog)(nil)
 	_ State             = (*catalog.Tree)(nil)
 )
 
@@ -125,7 +125,7 @@ func (c *imageCluster) startCheckpointer(id uint64, opts ...func(*CheckpointerCo
 	j := c.Node(id).Journal()
 	require.NoError(c.t, c.stores[id].SetClusterID(j.Status().ClusterID))
 	cfg := CheckpointerConfig{
-		Store: c.stores[id], Journal: j,
+		Store: c.stores[id], Journal: journal.ImageLogOf(j),
 		Applied:  func() uint64 { return j.Status().Applied },
 		NewState: func() State { return catalog.New() },
 		Interval: time.Hour, Logger: testLogger(c.t).With("node", id),

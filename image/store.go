@@ -173,6 +173,38 @@ type Store struct {
 	shredderDone chan struct{} // closed when the shredder has returned
 }
 
+// WithDefaults returns a copy of c in which every zero field that has a
+// default holds it: the configuration Open runs with. Required fields (Dir,
+// State) stay as they are; nothing is validated. It is the one place the
+// defaults live.
+func (c Config) WithDefaults() Config {
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	if c.Keep == 0 {
+		c.Keep = 2
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{}
+		if c.TLS != nil {
+			c.HTTPClient.Transport = &http.Transport{TLSClientConfig: c.TLS, Proxy: http.ProxyFromEnvironment}
+		}
+	}
+	if c.FetchIdleTimeout == 0 {
+		c.FetchIdleTimeout = 30 * time.Second
+	}
+	if c.MaxImageBytes == 0 {
+		c.MaxImageBytes = 1 << 40
+	}
+	if c.DeleteBytesPerSec == 0 {
+		c.DeleteBytesPerSec = 256 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
 // Open opens (creating if needed) the image directory under cfg.Dir, locks
 // it against a second Store, and removes temporary files a crash left.
 func Open(cfg Config) (*Store, error) {
@@ -182,32 +214,9 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.State == nil {
 		return nil, errors.New("image: Config.State is required")
 	}
-	if cfg.FS == nil {
-		cfg.FS = vfs.Default
-	}
-	if cfg.Keep == 0 {
-		cfg.Keep = 2
-	}
+	cfg = cfg.WithDefaults()
 	if cfg.Keep < 1 {
 		return nil, fmt.Errorf("image: Config.Keep is %d, must be at least 1", cfg.Keep)
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{}
-		if cfg.TLS != nil {
-			cfg.HTTPClient.Transport = &http.Transport{TLSClientConfig: cfg.TLS, Proxy: http.ProxyFromEnvironment}
-		}
-	}
-	if cfg.FetchIdleTimeout == 0 {
-		cfg.FetchIdleTimeout = 30 * time.Second
-	}
-	if cfg.MaxImageBytes == 0 {
-		cfg.MaxImageBytes = 1 << 40
-	}
-	if cfg.DeleteBytesPerSec == 0 {
-		cfg.DeleteBytesPerSec = 256 << 20
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
 		cfg:          cfg,

@@ -138,7 +138,7 @@ func TestQuorumLoss(t *testing.T) {
 		require.True(t, n.sm.has("x"))
 		require.ErrorIs(t, n.j.CheckFresh(), ErrStale, "node %d", id)
 		require.True(t, n.j.Status().Stale)
-		require.NotEqual(t, "StateLeader", n.j.Status().State, "node %d stepped down", id)
+		require.NotEqual(t, StateLeader, n.j.Status().State, "node %d stepped down", id)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	err := c.nodes[2].j.ReadBarrier(ctx)
@@ -539,12 +539,12 @@ func TestForwardedProposalChecks(t *testing.T) {
 		"timestamp":   {Data: encodeTimestamp(time.Now().UnixNano())},
 		"garbage":     {Data: []byte{9, 9, 9}},
 	} {
-		err := c.nodes[leader].j.Receive(ctx, prop(e))
+		err := c.nodes[leader].j.receive(ctx, prop(e))
 		require.ErrorIs(t, err, ErrMalformed, name)
 		require.Contains(t, err.Error(), "forwarded proposal", name)
 	}
 	key := [16]byte{7}
-	require.NoError(t, c.nodes[leader].j.Receive(ctx, prop(&raftpb.Entry{Data: encodeUser(key, []byte("forwarded"))})))
+	require.NoError(t, c.nodes[leader].j.receive(ctx, prop(&raftpb.Entry{Data: encodeUser(key, []byte("forwarded"))})))
 	propose(t, c.nodes[leader], "after")
 	require.True(t, c.nodes[leader].sm.has("forwarded"), "a user entry forwarded in the stream is applied")
 	require.Len(t, c.nodes[leader].j.Status().Members, 3, "no membership change slipped through")

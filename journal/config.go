@@ -78,7 +78,8 @@ type Snapshots interface {
 type Clock = clock.Clock
 
 // Config configures a Journal. The zero value of every tunable means its
-// documented default; Open copies the Config, fills defaults and validates.
+// documented default; Open copies the Config, fills defaults
+// ([Config.WithDefaults]) and validates.
 type Config struct {
 	// ID is this node's raft id: non-zero, unique in the cluster, never
 	// reused for another node. Required.
@@ -122,6 +123,16 @@ type Config struct {
 	// StateMachine receives the user entries. Required. When it is a
 	// ProposalChecker, proposals are checked before they enter the log.
 	StateMachine StateMachine
+	// ProposalGuard, when set, is asked on the proposing node, with the
+	// proposer's context, before a proposal (Propose, ProposeWithKey)
+	// enters the log and after the StateMachine's CheckProposal passed it:
+	// an error it returns fails the proposal with ErrInvalidProposal
+	// wrapping that error, and nothing is proposed. A host keeps the part
+	// of the state its own components write out of its users' reach with
+	// it (the frontend refuses user writes under heartbeat's /_cluster).
+	// The leader does not ask it again for a forwarded proposal. It runs
+	// on the proposers' goroutines, concurrently. Default: none.
+	ProposalGuard func(ctx context.Context, data []byte) error
 	// Snapshots is the image hook (nil = no images, no compaction).
 	Snapshots Snapshots
 
@@ -303,6 +314,16 @@ func (j *Journal) notifyChanged() {
 	}
 }
 
+// WithDefaults returns a copy of c in which every zero field that has a
+// default holds it: the configuration Open runs with. Required fields (ID,
+// Dir, Addr, StateMachine) stay as they are; nothing is validated.
+func (c Config) WithDefaults() Config {
+	c.fillDefaults()
+	return c
+}
+
+// fillDefaults sets every zero field that has a default to it; it is the
+// one place the defaults live.
 func (c *Config) fillDefaults() {
 	def := func(v *uint64, d uint64) {
 		if *v == 0 {

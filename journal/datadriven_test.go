@@ -424,7 +424,9 @@ func (e *scenarioEnv) status() string {
 	var b strings.Builder
 	for _, id := range ids {
 		st := js[id].Status()
-		state := strings.TrimPrefix(st.State, "State")
+		// The traces name states as raft does.
+		state := map[journal.State]string{journal.StateFollower: "Follower", journal.StateCandidate: "Candidate",
+			journal.StatePreCandidate: "PreCandidate", journal.StateLeader: "Leader"}[st.State]
 		if st.Removed {
 			state = "Removed"
 		}

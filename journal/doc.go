@@ -52,18 +52,19 @@
 //     [Journal.Leadership] for leader changes. A removed node reports
 //     Status().Removed once it applies its removal or once a member
 //     refuses its messages with [ErrRemoved].
-//  7. The image package calls [Journal.ReadEntries], [Journal.MembershipAt],
-//     [Journal.TermAt], [Journal.FirstIndex] and [Journal.ImageWritten]; the
-//     latter makes the image raft's snapshot and compacts the log behind it,
-//     up to an earlier image (keeping at least Config.CompactMargin entries;
-//     never while a snapshot is being sent), so that the log always starts
-//     right after an image the image store keeps: a resumed watch can
-//     rebuild the state at any index the log holds from that image and the
-//     entries after it. How much the log holds: with an image every T
-//     entries and T at least the margin, the cut is the image before the
-//     newest, so the log holds up to 2T entries (plus those applied between
-//     two checks of the checkpointer); with the defaults (the image
-//     checkpointer's Threshold of 100,000 entries) about 200,000 entries.
+//  7. The image package's checkpointer gets the journal as an [ImageLog]
+//     ([ImageLogOf]): it replays the log with [ImageLog.ReadEntries] and
+//     records each image with [ImageLog.ImageWritten], which makes the image
+//     raft's snapshot and compacts the log behind it, up to an earlier image
+//     (keeping at least Config.CompactMargin entries; never while a snapshot
+//     is being sent), so that the log always starts right after an image the
+//     image store keeps: a resumed watch can rebuild the state at any index
+//     the log holds from that image and the entries after it. How much the log
+//     holds: with an image every T entries and T at least the margin, the cut
+//     is the image before the newest, so the log holds up to 2T entries (plus
+//     those applied between two checks of the checkpointer); with the defaults
+//     (the image checkpointer's Threshold of 100,000 entries) about 200,000
+//     entries.
 //  8. Call [Journal.Close]. It is idempotent and returns when every
 //     goroutine the journal started has exited.
 //
@@ -88,7 +89,7 @@
 // the loop, and the members' addresses travel in the conf change entries, so
 // they are as durable as the log; the applier writes the membership
 // records, MEMBERS and ROLE as it passes each change, and the append
-// goroutine records images for [Journal.ImageWritten], so no fsync runs on
+// goroutine records images for [ImageLog.ImageWritten], so no fsync runs on
 // the loop. A received raft snapshot is first made durable through
 // [Snapshots.Fetch], then stepped into raft; one raft does not take is
 // released ([FetchReleaser]); raft is always told how a snapshot it sent

@@ -1,6 +1,10 @@
 package journal
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/metatree/metatree/journal/internal/raftstore"
+)
 
 // Sentinel errors. Check them with errors.Is; returned errors wrap them with
 // context.
@@ -30,8 +34,9 @@ var (
 	// stopped applying, serving reads and taking part in raft. Replace
 	// the member; it restores from a healthy member's image.
 	ErrCorrupt = errors.New("journal: corrupt (this member's state differs from the majority's)")
-	// ErrClosed: the journal was closed.
-	ErrClosed = errors.New("journal: closed")
+	// ErrClosed: the journal was closed. Its log store returns the same
+	// value, so a read of a closed journal's log wraps it too.
+	ErrClosed = raftstore.ErrClosed
 	// ErrClusterMismatch: a request or a data dir belongs to another cluster
 	// (cluster id or token differ).
 	ErrClusterMismatch = errors.New("journal: cluster mismatch")
@@ -72,7 +77,9 @@ var (
 	// sent to a follower.
 	ErrSnapshotInFlight = errors.New("journal: snapshot in flight")
 	// ErrUnknownVersion: an entry, membership record or request has a format
-	// version this code does not read.
+	// version this code does not read. It is the journal's one
+	// unknown-version error; ErrVersion is a node and a cluster whose
+	// versions do not fit together, before any such data is read.
 	ErrUnknownVersion = errors.New("journal: unknown format version")
 	// ErrVersion: the node cannot take part in the cluster at its cluster
 	// version (it reads only older formats), or a request would lower it.

@@ -206,7 +206,7 @@ func (c *faultCluster) start(ctx context.Context, n *faultNode, crashAt int) (cr
 	if err == nil {
 		j := r.j
 		r.cp, err = image.NewCheckpointer(image.CheckpointerConfig{
-			Store: r.store, Journal: j,
+			Store: r.store, Journal: journal.ImageLogOf(j),
 			Applied:   func() uint64 { return j.Status().Applied },
 			NewState:  func() image.State { return newKVSM() },
 			Threshold: 15, Interval: 20 * time.Millisecond,

@@ -90,11 +90,11 @@ func (j *Journal) ReadEntries(ctx context.Context, after, upTo uint64, fn func(i
 	})
 }
 
-// MembershipAt returns the opaque membership blob as of index (ConfState,
+// membershipBlobAt returns the opaque membership blob as of index (ConfState,
 // member addresses and roles, and the idempotency keys of the dedupe window
 // ending at index). The image package stores it in the image header and
 // hands it back through Snapshots.LoadLatest and ImageWritten.
-func (j *Journal) MembershipAt(index uint64) ([]byte, error) {
+func (j *Journal) membershipBlobAt(index uint64) ([]byte, error) {
 	blob, err := j.store.MembershipAt(index)
 	if err != nil && !errors.Is(err, raftstore.ErrNoMembership) {
 		return nil, operr.Errorf("journal: membership at %d: %w", index, err)
@@ -126,7 +126,7 @@ func (j *Journal) TermAt(index uint64) (uint64, error) {
 	return t, nil
 }
 
-// ImageWritten tells the journal that a durable image of the state at
+// imageWritten tells the journal that a durable image of the state at
 // index (term, membership from MembershipAt) exists locally. It becomes
 // raft's snapshot (synced), so a follower that needs compacted entries is
 // sent that image, and the log is compacted up to the newest image this
@@ -136,7 +136,7 @@ func (j *Journal) TermAt(index uint64) (uint64, error) {
 // every index it still holds can be rebuilt from that image and the
 // entries after it, as a resumed watch does, and the caller keeps that
 // image (FirstIndex tells which).
-func (j *Journal) ImageWritten(ctx context.Context, index, term uint64, membership []byte) error {
+func (j *Journal) imageWritten(ctx context.Context, index, term uint64, membership []byte) error {
 	m, err := decodeMembership(membership)
 	if err != nil {
 		return operr.Errorf("journal: image %d: %w", index, err)

@@ -70,7 +70,7 @@ func voters(t *testing.T, n *node) []uint64 {
 // raise.
 func TestJoinRefusedBelowAnInFlightClusterVersion(t *testing.T) {
 	_, n2, _ := versionInFlight(t)
-	_, err := n2.j.HandleJoin(ctxT(t, 5*time.Second), &JoinRequest{ID: 4, Addr: "127.0.0.1:1", Role: Follower, MaxVersion: 1, Token: "secret"})
+	_, err := n2.j.handleJoin(ctxT(t, 5*time.Second), &JoinRequest{ID: 4, Addr: "127.0.0.1:1", Role: Follower, MaxVersion: 1, Token: "secret"})
 	require.ErrorIs(t, err, ErrVersion)
 	require.Contains(t, err.Error(), "version 2")
 	for _, m := range n2.j.Status().Members {

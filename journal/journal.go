@@ -261,9 +261,9 @@ type Status struct {
 	ID        uint64
 	ClusterID string
 	Role      Role
-	// State is raft's state: "StateFollower", "StateCandidate",
-	// "StateLeader" or "StatePreCandidate".
-	State string
+	// State is raft's state (StateFollower, StateCandidate,
+	// StatePreCandidate or StateLeader).
+	State State
 	// Leader is the id of the leader this node knows (0: none).
 	Leader    uint64
 	Term      uint64
@@ -304,7 +304,7 @@ type Status struct {
 }
 
 // IsLeader reports whether the status is of the leader.
-func (s Status) IsLeader() bool { return s.Leader == s.ID && s.State == raft.StateLeader.String() }
+func (s Status) IsLeader() bool { return s.Leader == s.ID && s.State == StateLeader }
 
 // Status returns the node's current status.
 func (j *Journal) Status() Status {
@@ -312,7 +312,7 @@ func (j *Journal) Status() Status {
 		ID:              j.id,
 		ClusterID:       j.cluster(),
 		Role:            Role(j.role.Load()),
-		State:           raft.StateType(j.state.Load()).String(),
+		State:           State(j.state.Load()),
 		Leader:          j.leader.Load(),
 		Term:            j.term.Load(),
 		Applied:         j.applied.Load(),

@@ -154,9 +154,10 @@ func (j *Journal) TransferLeadership(ctx context.Context, to uint64) error {
 	}
 }
 
-// HandleJoin implements Receiver: it admits the joining node (through the
-// leader) and answers with the cluster id and the members.
-func (j *Journal) HandleJoin(ctx context.Context, req *JoinRequest) (*JoinResponse, error) {
+// handleJoin is the journal's Receiver.HandleJoin (see receiver): it admits
+// the joining node (through the leader) and answers with the cluster id and
+// the members.
+func (j *Journal) handleJoin(ctx context.Context, req *JoinRequest) (*JoinResponse, error) {
 	if j.token != "" && req.Token != j.token {
 		return nil, fmt.Errorf("%w: join token does not match", ErrClusterMismatch)
 	}

@@ -26,7 +26,7 @@ func TestLastVoterIsNeverRemoved(t *testing.T) {
 	forward := func(cc *raftpb.ConfChange) error {
 		data, err := proto.Marshal(cc)
 		require.NoError(t, err)
-		_, err = n1.j.HandleForward(ctx, &ForwardRequest{Kind: ForwardConfChange, Key: [16]byte{byte(cc.GetType()), 9}, Force: true, Data: data})
+		_, err = n1.j.handleForward(ctx, &ForwardRequest{Kind: ForwardConfChange, Key: [16]byte{byte(cc.GetType()), 9}, Force: true, Data: data})
 		return err
 	}
 	require.ErrorIs(t, forward(&raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(uint64(1))}), ErrUnsafeRemoval)

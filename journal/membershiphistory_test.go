@@ -20,7 +20,7 @@ func membershipRecords(t *testing.T, n *node, last uint64) (stored []*membership
 		require.NoError(t, err, "node %d: stored membership at %d", n.id, i)
 		m.Index, m.Keys = 0, nil
 		stored = append(stored, m)
-		blob, err := n.j.MembershipAt(i)
+		blob, err := n.j.membershipBlobAt(i)
 		require.NoError(t, err, "node %d: MembershipAt(%d)", n.id, i)
 		imaged = append(imaged, blob)
 	}

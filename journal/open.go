@@ -22,7 +22,7 @@ import (
 // The returned Journal replays the log in the background; WaitApplied or
 // ReadBarrier wait for it.
 func Open(ctx context.Context, cfg Config) (_ *Journal, err error) {
-	cfg.fillDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func (j *Journal) startTransport() error {
 	} else if h, ok := j.tr.(*HTTPTransport); ok {
 		j.http = h
 	}
-	if err := j.tr.Start(j.id, j); err != nil {
+	if err := j.tr.Start(j.id, receiver{j}); err != nil {
 		j.tr = nil
 		return operr.Errorf("journal: start transport: %w", err)
 	}

@@ -63,6 +63,12 @@ func (j *Journal) proposeData(ctx context.Context, data []byte, key [16]byte) (i
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, operr.Errorf("journal: propose: %w", err)
 	}
+	if guard := j.cfg.ProposalGuard; guard != nil {
+		if err := guard(ctx, data); err != nil {
+			j.metrics.proposalsFailed.Add(1)
+			return 0, nil, operr.Errorf("journal: propose: %w: %w", ErrInvalidProposal, err)
+		}
+	}
 	if err := cmp.Or(j.writable(), j.checker.writeRefusal()); err != nil {
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, operr.Errorf("journal: propose: %w", err)
@@ -291,9 +297,10 @@ func (j *Journal) removeWaiter(key [16]byte, w chan applyResult) {
 	}
 }
 
-// HandleForward implements Receiver: it proposes a forwarded entry on this
-// node, which must lead, and returns once the entry is applied here.
-func (j *Journal) HandleForward(ctx context.Context, req *ForwardRequest) (*ForwardResponse, error) {
+// handleForward is the journal's Receiver.HandleForward (see receiver): it
+// proposes a forwarded entry on this node, which must lead, and returns once
+// the entry is applied here.
+func (j *Journal) handleForward(ctx context.Context, req *ForwardRequest) (*ForwardResponse, error) {
 	if j.state.Load() != uint32(raft.StateLeader) {
 		return nil, j.notLeaderErr()
 	}
@@ -399,10 +406,11 @@ func (j *Journal) do(ctx context.Context, f func()) error {
 	}
 }
 
-// Receive implements Receiver: it steps inbound raft messages. For a
-// snapshot message the image is made durable (Snapshots.Fetch) before raft
-// sees the message, and Receive returns once raft has stepped it.
-func (j *Journal) Receive(ctx context.Context, msgs []*raftpb.Message) error {
+// receive is the journal's Receiver.Receive (see receiver): it steps inbound
+// raft messages. For a snapshot message the image is made durable
+// (Snapshots.Fetch) before raft sees the message, and Receive returns once
+// raft has stepped it.
+func (j *Journal) receive(ctx context.Context, msgs []*raftpb.Message) error {
 	fenced := j.fenceUntil.Load() != 0 // before the membership: see fenceUntil
 	j.mu.Lock()
 	m := j.mu.membership
@@ -496,26 +504,27 @@ func (j *Journal) enqueue(ctx context.Context, in inbound) error {
 	}
 }
 
-// ReportUnreachable implements Receiver.
-func (j *Journal) ReportUnreachable(id uint64) {
+// reportUnreachable is the journal's Receiver.ReportUnreachable (see
+// receiver).
+func (j *Journal) reportUnreachable(id uint64) {
 	select {
 	case j.reportc <- report{id: id}:
 	default: // a hint; raft probes again anyway
 	}
 }
 
-// ReportRemoved implements Receiver. A peer says so only once it applied
-// the committed change that removed this node, so the node counts itself
-// removed from then on.
-func (j *Journal) ReportRemoved(id uint64) {
+// reportRemoved is the journal's Receiver.ReportRemoved (see receiver). A
+// peer says so only once it applied the committed change that removed this
+// node, so the node counts itself removed from then on.
+func (j *Journal) reportRemoved(id uint64) {
 	if !j.removed.Swap(true) {
 		j.log.Warn("a member refused this node's messages: this node was removed from the cluster", "by", id)
 		j.notifyChanged()
 	}
 }
 
-// ReportSnapshot implements Receiver.
-func (j *Journal) ReportSnapshot(id uint64, ok bool) {
+// reportSnapshot is the journal's Receiver.ReportSnapshot (see receiver).
+func (j *Journal) reportSnapshot(id uint64, ok bool) {
 	select {
 	case j.reportc <- report{id: id, snapshot: true, ok: ok}:
 	case <-j.done:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/journal"
@@ -69,6 +70,31 @@ func requireHealthyWith(ctx context.Context, t *testing.T, c *journaltest.Cluste
 	}
 }
 
+// forwardFromProbe forwards req to node to from a transport of its own on
+// the cluster's network, as a member's transport does.
+func forwardFromProbe(ctx context.Context, t *testing.T, c *journaltest.Cluster, to uint64, req *journal.ForwardRequest) (*journal.ForwardResponse, error) {
+	t.Helper()
+	tr := c.Net.Transport("probe")
+	require.NoError(t, tr.Start(99, nopReceiver{}))
+	defer func() { require.NoError(t, tr.Close()) }()
+	tr.SetPeer(to, c.Node(to).Addr)
+	return tr.Forward(ctx, to, req)
+}
+
+// nopReceiver is a transport's Receiver that takes nothing in.
+type nopReceiver struct{}
+
+func (nopReceiver) Receive(context.Context, []*raftpb.Message) error { return nil }
+func (nopReceiver) HandleForward(context.Context, *journal.ForwardRequest) (*journal.ForwardResponse, error) {
+	return nil, journal.ErrNotLeader
+}
+func (nopReceiver) HandleJoin(context.Context, *journal.JoinRequest) (*journal.JoinResponse, error) {
+	return nil, journal.ErrNotLeader
+}
+func (nopReceiver) ReportUnreachable(uint64)    {}
+func (nopReceiver) ReportRemoved(uint64)        {}
+func (nopReceiver) ReportSnapshot(uint64, bool) {}
+
 // Bytes that are not a catalog batch (the "hello" a first program writes,
 // a truncated batch) are refused at Propose, on the leader and on a
 // follower alike, with ErrInvalidProposal naming what is wrong; nothing
@@ -95,7 +121,7 @@ func TestProposeRefusesBytesTheStateMachineCannotRead(t *testing.T) {
 		}
 		// A proposal forwarded through the transport is checked on the
 		// leader.
-		_, err = c.Node(leader).Journal().HandleForward(ctx, &journal.ForwardRequest{Kind: journal.ForwardData, Key: [16]byte{1}, Data: hello})
+		_, err = forwardFromProbe(ctx, t, c, leader, &journal.ForwardRequest{Kind: journal.ForwardData, Key: [16]byte{1}, Data: hello})
 		require.ErrorIs(t, err, journal.ErrInvalidProposal)
 		requireHealthyWith(ctx, t, c, c.Node(follower), hello, truncated)
 	})

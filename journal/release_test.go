@@ -51,7 +51,7 @@ func TestIgnoredSnapshotIsReleased(t *testing.T) {
 			Index: new(idx), Term: new(term), ConfState: m.confState(),
 		}},
 	}
-	require.NoError(t, n2.j.Receive(ctxT(t, 5*time.Second), []*raftpb.Message{msg}))
+	require.NoError(t, n2.j.receive(ctxT(t, 5*time.Second), []*raftpb.Message{msg}))
 	require.Equal(t, 1, imgs2.fetches, "the image was fetched before raft saw the message")
 	select {
 	case got := <-imgs2.released:

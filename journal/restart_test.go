@@ -29,7 +29,7 @@ func TestRestartFromImageAheadOfDurableCommit(t *testing.T) {
 		propose(t, n1, fmt.Sprintf("v%d", i))
 	}
 	idx := n1.j.Status().Applied
-	blob, err := n1.j.MembershipAt(idx)
+	blob, err := n1.j.membershipBlobAt(idx)
 	require.NoError(t, err)
 	imgs.images[idx] = fakeImage{index: idx, ents: maps.Clone(n1.sm.ents), membership: blob}
 	want := n1.sm.values()
@@ -64,7 +64,7 @@ func TestRestartRefusesStateOutsideTheLog(t *testing.T) {
 	c.waitLeader(1)
 	propose(t, n1, "a")
 	last := n1.j.Status().Applied
-	blob, err := n1.j.MembershipAt(last)
+	blob, err := n1.j.membershipBlobAt(last)
 	require.NoError(t, err)
 	n1.closeJournal()
 	// An image past every entry of the log (a log that lost its tail).

@@ -59,7 +59,7 @@ func TestRestoredClusterKeepsItsVersionAndRefusesOldMembers(t *testing.T) {
 	st := j.Status()
 	require.Equal(t, uint32(2), st.ClusterVersion)
 	for _, from := range []uint64{2, 3, 4, 5} {
-		err := j.Receive(t.Context(), []*raftpb.Message{{
+		err := j.receive(t.Context(), []*raftpb.Message{{
 			Type: raftpb.MsgApp.Enum(), From: new(from), To: new(uint64(1)), Term: new(uint64(term + 10)),
 			Index: new(uint64(index)), LogTerm: new(uint64(term)), Commit: new(uint64(index)),
 		}})

@@ -123,14 +123,14 @@ func checkpoint(t *testing.T, n *node, imgs *fakeImages) uint64 {
 		shadow[i] = string(data)
 		return nil
 	}))
-	blob, err := n.j.MembershipAt(idx)
+	blob, err := n.j.membershipBlobAt(idx)
 	require.NoError(t, err)
 	term, err := n.j.TermAt(idx)
 	require.NoError(t, err)
 	imgs.mu.Lock()
 	imgs.images[idx] = fakeImage{index: idx, ents: shadow, membership: blob}
 	imgs.mu.Unlock()
-	require.NoError(t, n.j.ImageWritten(ctx, idx, term, blob))
+	require.NoError(t, n.j.imageWritten(ctx, idx, term, blob))
 	return idx
 }
 

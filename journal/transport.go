@@ -63,8 +63,9 @@ type Transport interface {
 	Close() error
 }
 
-// Receiver is the journal's inbound side, handed to Transport.Start. The
-// *Journal implements it; its methods are safe for concurrent use and never
+// Receiver is the journal's inbound side, handed to Transport.Start: a
+// value the Journal makes for its transport alone (these calls are not
+// part of *Journal). Its methods are safe for concurrent use and never
 // block on raft's loop for longer than their context allows.
 type Receiver interface {
 	// Receive steps inbound raft messages into the local node. For a

@@ -27,7 +27,8 @@ import (
 const DefaultRequestTimeout = 10 * time.Second
 
 // Config is a frontend's configuration. The zero value of every tunable
-// takes the default its comment names.
+// takes the default its comment names; [Config.WithDefaults] shows the
+// effective values.
 type Config struct {
 	// ID is this frontend's raft and member id: non-zero, never reused in
 	// the cluster.
@@ -153,13 +154,8 @@ type Frontend struct {
 // cluster, registers this frontend as a heartbeat member, and returns once
 // every part runs. ctx bounds the start (a join waits for the helper).
 func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	switch {
-	case cfg.RequestTimeout == 0:
-		cfg.RequestTimeout = DefaultRequestTimeout
-	case cfg.RequestTimeout < 0:
+	cfg = cfg.WithDefaults()
+	if cfg.RequestTimeout < 0 {
 		return nil, fmt.Errorf("%w: request timeout %v: want a positive duration", ErrInvalidConfig, cfg.RequestTimeout)
 	}
 	if cfg.ID == 0 || cfg.Dir == "" || cfg.Addr == "" {
@@ -236,7 +232,10 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: cfg.Role, Token: cfg.Token, TLS: secure.ClientTLS(certs), HTTPClient: peerClient,
 		ForceNewCluster: cfg.ForceNewCluster,
 		StateMachine:    f.tree, Snapshots: f.images,
-		StaleAfter: cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
+		// User writes under the cluster's own records are refused
+		// whichever way they are proposed.
+		ProposalGuard: guardReserved,
+		StaleAfter:    cfg.StaleAfter, CompactMargin: cfg.CompactMargin, PromoteMaxLag: cfg.PromoteMaxLag,
 		ReserveBytes: cfg.ReserveBytes,
 		// Idempotency keys are remembered no further back than the log
 		// is kept. A bootstrap records this window for the cluster; every
@@ -255,7 +254,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	}
 	f.startCommit = f.journal.Status().Committed
 	f.ckpt, err = image.NewCheckpointer(image.CheckpointerConfig{
-		Store: f.images, Journal: f.journal,
+		Store: f.images, Journal: journal.ImageLogOf(f.journal),
 		Applied:   func() uint64 { return f.journal.Status().Applied },
 		NewState:  func() image.State { return newTree(cfg.Quota) },
 		Threshold: cfg.CheckpointEntries, Interval: cfg.CheckpointInterval,

@@ -39,7 +39,7 @@ func Example_handWired() {
 		panic(err)
 	}
 	defer j.Close()
-	ckpt, err := image.NewCheckpointer(image.CheckpointerConfig{Store: images, Journal: j,
+	ckpt, err := image.NewCheckpointer(image.CheckpointerConfig{Store: images, Journal: journal.ImageLogOf(j),
 		Applied: func() uint64 { return j.Status().Applied }, NewState: func() image.State { return catalog.New() }})
 	if err != nil {
 		panic(err)

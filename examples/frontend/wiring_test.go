@@ -20,7 +20,7 @@ import (
 // all three are imported. A signature that drifts fails the build.
 var (
 	_ heartbeat.Journal     = (*journal.Journal)(nil)
-	_ image.Journal         = (*journal.Journal)(nil)
+	_ image.Journal         = (*journal.ImageLog)(nil)
 	_ journal.Snapshots     = (*image.Store)(nil)
 	_ journal.HaltSource    = (*image.Store)(nil)
 	_ journal.FetchReleaser = (*image.Store)(nil)

@@ -26,15 +26,11 @@ import (
 // newer format fails with catalog.ErrUnsupportedVersion before anything
 // is proposed. Writes under heartbeat's /_cluster, the member records, are
 // refused with ErrReserved: they change only through [Frontend.AddMember],
-// [Frontend.RemoveMember] and the heartbeats.
+// [Frontend.RemoveMember] and the heartbeats. The journal refuses them
+// too when they are proposed as raw bytes (Journal().Propose).
 func (f *Frontend) Write(ctx context.Context, b catalog.Batch) (*catalog.Result, error) {
-	for i, op := range b.Ops {
-		if op.Type != catalog.OpCheck && Reserved(op.Path) {
-			return nil, fmt.Errorf("%w: ops[%d]: %s", ErrReserved, i, op.Path)
-		}
-		if op.Type == catalog.OpMove && Reserved(op.To) {
-			return nil, fmt.Errorf("%w: ops[%d]: move to %s", ErrReserved, i, op.To)
-		}
+	if err := checkReserved(b); err != nil {
+		return nil, err
 	}
 	// A format version may add journal entries and no batch format: the
 	// newest batch format is the one of any cluster version past it.
@@ -42,7 +38,7 @@ func (f *Frontend) Write(ctx context.Context, b catalog.Batch) (*catalog.Result,
 	if err != nil {
 		return nil, fmt.Errorf("frontend: write: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, f.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(context.WithValue(ctx, checkedKey{}, true), f.cfg.RequestTimeout)
 	defer cancel()
 	_, v, err := f.journal.Propose(ctx, data)
 	if err != nil {

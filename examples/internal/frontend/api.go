@@ -192,9 +192,9 @@ func raftState(st journal.Status) string {
 	switch {
 	case st.Role == journal.Observer:
 		return "learner"
-	case st.State == "StateLeader":
+	case st.State == journal.StateLeader:
 		return "leader"
-	case st.State == "StateCandidate" || st.State == "StatePreCandidate":
+	case st.State == journal.StateCandidate || st.State == journal.StatePreCandidate:
 		return "candidate"
 	}
 	return "follower"
@@ -372,8 +372,8 @@ func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
 	for i, o := range body.Ops {
 		op := catalog.Op{Path: o.Path, Cond: catalog.Cond{Modified: o.IfModified, Absent: o.IfAbsent, Match: o.IfMatch}}
 		if o.Op != "check" {
-			if err := writable(path.Clean("/" + o.Path)); err != nil {
-				return httpjson.Errorf(http.StatusBadRequest, "bad_request", "ops[%d]: %v", i, err)
+			if fe.Reserved(path.Clean("/" + o.Path)) {
+				return httpjson.Errorf(http.StatusBadRequest, "bad_request", "ops[%d]: %s is reserved for the cluster's own records", i, o.Path)
 			}
 		}
 		switch o.Op {

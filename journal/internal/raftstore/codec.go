@@ -13,8 +13,11 @@ import (
 // invariant. Check with errors.Is.
 var ErrCorrupt = errors.New("raftstore: corrupt")
 
-// ErrClosed is returned by every method called after Close.
-var ErrClosed = errors.New("raftstore: closed")
+// ErrClosed is returned by every method called after Close. The store
+// closes with its journal, whose ErrClosed is this value: a read of a closed
+// journal's log fails with journal.ErrClosed, the sentinel its caller can
+// name.
+var ErrClosed = errors.New("journal: closed")
 
 // ErrNoMembership is returned by MembershipAt when no membership was saved
 // at or before the index (or it was pruned by Compact).

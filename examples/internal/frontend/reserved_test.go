@@ -1,0 +1,58 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	fe "github.com/metatree/metatree/examples/frontend"
+	"github.com/metatree/metatree/heartbeat"
+)
+
+// TestHTTPWritesUnderTheClusterRecordsAreRefused: a txn, a PUT and a
+// DELETE that write under /_cluster answer 400 bad_request naming the
+// reserved path and never reach the log, a txn that only checks there
+// passes, and the frontend's own member record is intact.
+func TestHTTPWritesUnderTheClusterRecordsAreRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	f, err := Start(ctx, Config{Config: fe.Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Insecure: true}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, f.Close()) })
+	waitFor(t, 20*time.Second, "a leader", func() bool { return f.Journal().Status().Leader == 1 })
+
+	serve := func(method, target, body string) (int, map[string]any) {
+		rec := httptest.NewRecorder()
+		f.routes().ServeHTTP(rec, httptest.NewRequestWithContext(ctx, method, target, strings.NewReader(body)))
+		var out map[string]any
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out), "%s %s: %s", method, target, rec.Body.String())
+		return rec.Code, out
+	}
+	before := f.Journal().Status().Applied
+	for _, tc := range []struct{ method, target, body string }{
+		{"POST", "/v1/txn", `{"ops":[{"op":"delete","path":"/_cluster","recursive":true}]}`},
+		{"POST", "/v1/txn", `{"ops":[{"op":"create","path":"/ok","kind":"dir"},{"op":"update","path":"/_cluster/members/1","attrs":{"addr":"x:1"}}]}`},
+		{"POST", "/v1/txn", `{"ops":[{"op":"create","path":"_cluster/members/99","kind":"member"}]}`},
+		{"PUT", "/v1/catalog/_cluster/members/99", `{"kind":"member"}`},
+		{"DELETE", "/v1/catalog/_cluster?recursive=true", ``},
+	} {
+		code, out := serve(tc.method, tc.target, tc.body)
+		require.Equal(t, http.StatusBadRequest, code, "%s %s %s: %v", tc.method, tc.target, tc.body, out)
+		require.Equal(t, "bad_request", out["error"], "%v", out)
+		require.Contains(t, out["message"], "reserved", "%v", out)
+		require.Contains(t, out["message"], "_cluster", "%v", out)
+	}
+	require.Equal(t, before, f.Journal().Status().Applied, "a refused write never reaches the log")
+
+	code, out := serve("POST", "/v1/txn", `{"ops":[{"op":"check","path":"/_cluster/members/1"},{"op":"create","path":"/ok","kind":"dir"}]}`)
+	require.Equal(t, http.StatusOK, code, "%v", out)
+	_, ok := f.Tree().Get(heartbeat.MembersPath + "/1")
+	require.True(t, ok, "the frontend's own record is intact")
+}
