@@ -275,3 +275,66 @@ func (o *rawOp) validOwner() error {
 	}
 	return nil
 }
+
+// imageLink is an ownership as images carry it.
+type imageLink struct {
+	owned, owner uint64
+	orphan       byte
+}
+
+// imageLinks returns the ownerships by owned id.
+func (s *state) imageLinks() []imageLink {
+	if len(s.own.of) == 0 {
+		return nil
+	}
+	out := make([]imageLink, 0, len(s.own.of))
+	for slot, l := range s.own.of {
+		il := imageLink{owned: s.at(slot).id, owner: l.owner}
+		if l.orphan {
+			il.orphan = 1
+		}
+		out = append(out, il)
+	}
+	slices.SortFunc(out, func(a, b imageLink) int { return cmp.Compare(a.owned, b.owned) })
+	return out
+}
+
+// links decodes an 'O' block of an image into pending links; linkOwned
+// checks and adds them once every node is in.
+func (ld *loader) links(p []byte) error {
+	d := &decoder{data: p}
+	for d.off < len(p) && d.err == nil {
+		delta := d.uvarint("owned id delta")
+		owner := d.uvarint("owner id")
+		orphan := d.byte("orphan flag")
+		if d.err != nil {
+			break
+		}
+		if delta == 0 || orphan > 1 {
+			return ld.br.corrupt("ownership %d: owned id not increasing or orphan flag %d", len(ld.owned), orphan)
+		}
+		ld.prevOwned += delta
+		ld.owned = append(ld.owned, imageLink{owned: ld.prevOwned, owner: owner, orphan: orphan})
+	}
+	if d.err != nil {
+		return ld.br.corrupt("ownerships: %s", detail(d.err))
+	}
+	return nil
+}
+
+// linkOwned adds the image's ownerships to the loaded state: every owned
+// node and its owner must exist, and no node owns itself.
+func (ld *loader) linkOwned() error {
+	s := ld.s
+	for _, l := range ld.owned {
+		slot, ok := s.slotOf(l.owned)
+		if !ok {
+			return ld.br.corrupt("ownership of node %d, which does not exist", l.owned)
+		}
+		if _, ok := s.slotOf(l.owner); !ok || l.owner == l.owned || l.owner == rootID {
+			return ld.br.corrupt("node %d is owned by node %d, which does not exist or cannot own it", l.owned, l.owner)
+		}
+		s.own.add(slot, ownLink{owner: l.owner, orphan: l.orphan == 1})
+	}
+	return nil
+}

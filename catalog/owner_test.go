@@ -3,6 +3,7 @@ package catalog
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -268,5 +269,71 @@ func TestOwnedReplayEqualsLive(t *testing.T) {
 	checkDigest(t, a)
 	if n := a.OwnedCount(); n != 1 {
 		t.Fatalf("%d owned, want 1 (/x of /m's version 3)", n)
+	}
+}
+
+// ownedImageTree is ownedTree for image tests, which have no *testing.T.
+func ownedImageTree(t testing.TB) *Tree {
+	tr := New()
+	mustApply(t, tr, 1, Batch{Ops: []Op{
+		{Type: OpCreate, Path: "/m", Kind: "member"},
+		{Type: OpCreate, Path: "/jobs", Kind: "dir"},
+	}})
+	mustApply(t, tr, 2, Batch{Ops: []Op{
+		{Type: OpCreate, Path: "/jobs/a", Kind: "job", Owner: Owner{Path: "/m", Version: 1}},
+		{Type: OpCreate, Path: "/jobs/a/part", Kind: "part"},
+		{Type: OpCreate, Path: "/jobs/b", Kind: "job", Owner: Owner{Path: "/m", Version: 1, Orphan: true}},
+	}})
+	return tr
+}
+
+func TestImageKeepsOwnershipAndTheCascadeWorksAfterLoad(t *testing.T) {
+	src := ownedTree(t)
+	img := saveBytes(t, src)
+	if img[len(imageMagic)] != imageVersion {
+		t.Fatalf("image version %d, want %d", img[len(imageMagic)], imageVersion)
+	}
+	dst := New()
+	if err := dst.Load(bytes.NewReader(img)); err != nil {
+		t.Fatal(err)
+	}
+	if dump(dst) != dump(src) || dst.s.digest != src.s.digest {
+		t.Fatal("the loaded tree differs")
+	}
+	if !bytes.Equal(saveBytes(t, dst), img) {
+		t.Fatal("the loaded tree saves differently")
+	}
+	// The transition the image predates ends the ownership on the loaded
+	// tree as on the one that kept applying.
+	next := encode(t, Op{Type: OpUpdate, Path: "/m", Set: map[string]Value{"gen": Int(2)}})
+	for _, tr := range []*Tree{src, dst} {
+		if res := tr.Apply(3, next).(*Result); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		mustExist(t, tr, "/jobs/a", false)
+		checkDigest(t, tr)
+	}
+	if dump(dst) != dump(src) || dst.s.digest != src.s.digest {
+		t.Fatal("the trees differ after the transition")
+	}
+	// Nothing owned: the body is version 1, as older code writes it.
+	if v := saveBytes(t, dst)[len(imageMagic)]; v != imageV1 {
+		t.Fatalf("an image without ownerships is version %d", v)
+	}
+}
+
+func TestLoadRefusesOwnershipOfMissingNodes(t *testing.T) {
+	img := saveBytes(t, ownedTree(t))
+	// The last 'O' block names the owned ids 4 and 6 (of /jobs/a and
+	// /jobs/b); rewrite its first owner id, 2 (/m), to 99.
+	bad := bytes.Clone(img)
+	i := bytes.LastIndex(bad, []byte{'O', 4, 2, 0})
+	if i < 0 {
+		t.Fatal("no ownership block found")
+	}
+	bad[i+2] = 99
+	// readImage without verification: the checksum no longer matches.
+	if _, err := readImage(bytes.NewReader(bad), false); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "owned by node 99") {
+		t.Fatalf("load: %v", err)
 	}
 }
