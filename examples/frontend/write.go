@@ -36,9 +36,7 @@ func (f *Frontend) Write(ctx context.Context, b catalog.Batch) (*catalog.Result,
 			return nil, fmt.Errorf("%w: ops[%d]: move to %s", ErrReserved, i, op.To)
 		}
 	}
-	// A format version may add journal entries and no batch format: the
-	// newest batch format is the one of any cluster version past it.
-	data, err := b.EncodeVersion(min(int(f.journal.ClusterVersion()), catalog.NewestBatchVersion))
+	data, err := b.EncodeVersion(BatchVersion(f.journal.ClusterVersion()))
 	if err != nil {
 		return nil, fmt.Errorf("frontend: write: %w", err)
 	}
