@@ -20,7 +20,7 @@ import (
 // everything the version owns, on every replica alike: each owned node is
 // deleted with its subtree or, if its create asked for it (Owner.Orphan),
 // kept and marked with the attributes OrphanedAttr (the index that ended
-// the version) and OrphanReasonAttr. The owned nodes go in increasing id
+// the version) and OrphanReasonAttr. The owned nodes go in decreasing id
 // order, as ordinary deletes and updates: watchers see ordinary events at
 // the owner's index, the digest and the usage follow, and a batch that
 // fails later rolls the whole of it back. A marked node is no longer owned;
@@ -187,7 +187,7 @@ func (t *Tree) changing(s *state, slot uint32, deleted bool) {
 }
 
 // endOwned ends what the versions noted in t.ended owned: called after
-// each operation, it deletes or marks the owned nodes, in increasing id
+// each operation, it deletes or marks the owned nodes, in decreasing id
 // order per owner; marks end further versions, which it ends in turn.
 func (t *Tree) endOwned(s *state, index uint64) {
 	for i := 0; i < len(t.ended); i++ {
@@ -200,7 +200,9 @@ func (t *Tree) endOwned(s *state, index uint64) {
 		for slot := range set {
 			slots = append(slots, slot)
 		}
-		slices.SortFunc(slots, func(a, b uint32) int { return cmp.Compare(s.at(a).id, s.at(b).id) })
+		// Newest first: siblings created in name order then leave their
+		// parent's child list from its end, which moves nothing.
+		slices.SortFunc(slots, func(a, b uint32) int { return cmp.Compare(s.at(b).id, s.at(a).id) })
 		reason := OrphanOwnerChanged
 		if e.deleted {
 			reason = OrphanOwnerDeleted
