@@ -77,7 +77,8 @@ func TestOwnedNodesGoInTheApplyThatUpdatesTheOwner(t *testing.T) {
 		}
 		got = append(got, ev.Op.String()+" "+n.Path)
 	}
-	want := []string{"update /m", "delete /jobs/a/part", "delete /jobs/a", "update /jobs/b"}
+	// The owned nodes go newest first: /jobs/b, then /jobs/a's subtree.
+	want := []string{"update /m", "update /jobs/b", "delete /jobs/a/part", "delete /jobs/a"}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("events %q, want %q", got, want)
