@@ -3,6 +3,7 @@ package catalog
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -350,7 +351,7 @@ func TestCheckProposalRefusesWhatApplyCannotRead(t *testing.T) {
 	tr := New()
 	err := tr.CheckProposal([]byte("hello"))
 	require.ErrorIs(t, err, ErrUnknownVersion)
-	require.ErrorContains(t, err, "batch version 104 (this code reads 1 to 2)")
+	require.ErrorContains(t, err, fmt.Sprintf("batch version 104 (this code reads 1 to %d)", NewestBatchVersion))
 	require.ErrorIs(t, tr.CheckProposal([]byte{BatchV1, 1, 1}), ErrMalformed)
 	require.ErrorIs(t, tr.CheckProposal(nil), ErrMalformed)
 	match, err := Batch{Ops: []Op{{Type: OpCheck, Path: "/a", Cond: Cond{Match: map[string]Value{"x": Int(1)}}}}}.EncodeVersion(BatchV2)
