@@ -64,6 +64,8 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	t.undoOld = t.undoOld[:0]
 	clear(t.undoIdx)
 	t.undoIdx = t.undoIdx[:0]
+	t.undoLinks = t.undoLinks[:0]
+	t.ended = t.ended[:0]
 	t.pc.reset()
 	t.beginEvents()
 	t.undoSize = s.size
@@ -72,6 +74,9 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	q, before := t.quota.get(), s.usage()
 	for i := range ops {
 		id, err := t.applyOp(s, index, &ops[i])
+		if err == nil && len(t.ended) > 0 {
+			t.endOwned(s, index)
+		}
 		if err != nil {
 			t.rollback(s)
 			s.index = index
@@ -122,6 +127,10 @@ func (t *Tree) clearScratch() {
 		t.undoOld = nil
 	}
 	clear(t.undoIdx)
+	t.ended = t.ended[:0]
+	if cap(t.undoLinks) > 1<<16 {
+		t.undoLinks = nil
+	}
 }
 
 func conflict(format string, args ...any) error {
@@ -134,6 +143,13 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 		return 0, t.digestIndex(s, o, t.createIndex(s, o.kind, o.attr), true)
 	case OpDropIndex:
 		return 0, t.digestIndex(s, o, t.dropIndex(s, o.kind, o.attr), false)
+	}
+	var owner uint64
+	if o.typ == OpCreate && !o.owner.zero() {
+		var err error
+		if owner, err = t.checkOwner(s, &o.owner); err != nil {
+			return 0, err
+		}
 	}
 	slot, exists := t.resolveW(s, o.path, o.typ == OpCreate)
 	var r *rec
@@ -170,7 +186,12 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 		if exists {
 			return 0, fmt.Errorf("%w: %q", ErrExists, o.path)
 		}
-		return t.create(s, index, o)
+		id, err := t.create(s, index, o)
+		if err == nil && owner != 0 {
+			slot, _ := s.slotOf(id)
+			t.link(s, slot, ownLink{owner: owner, orphan: o.owner.Orphan})
+		}
+		return id, err
 	}
 	if !exists {
 		return 0, fmt.Errorf("%w: %q", ErrNotFound, o.path)
@@ -517,6 +538,7 @@ func (s *state) secAdd(slot uint32) {
 
 func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 	r := s.at(slot)
+	t.changing(s, slot, false)
 	var before pendNode
 	wantEv := t.wOn && t.wanted(o.path, s.kinds[r.kind], "")
 	if wantEv {
@@ -621,6 +643,8 @@ func (t *Tree) deleteTree(s *state, slot uint32, path string) {
 		before := t.noteNode(s, r, s.parentID(r), t.notePath(path))
 		t.pend = append(t.pend, pendEvent{op: OpDelete, index: s.lr.applying, kind: s.kinds[r.kind], before: before})
 	}
+	t.changing(s, slot, true)
+	t.unlink(s, slot)
 	old := *r
 	s.size -= int64(s.nodeSize(s.blob(r)))
 	s.indexRemove(slot)
@@ -636,6 +660,7 @@ func (t *Tree) deleteTree(s *state, slot uint32, path string) {
 
 func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, from, to string) {
 	r := s.at(slot)
+	t.changing(s, slot, false)
 	var before pendNode
 	wantEv := t.wOn && t.wanted(from, s.kinds[r.kind], to)
 	if wantEv {
@@ -733,6 +758,8 @@ const (
 	uMove
 	uCreateIndex
 	uDropIndex
+	uLink   // slot became owned: aux is its link in undoLinks
+	uUnlink // slot stopped being owned: aux is its link in undoLinks
 )
 
 // undoRec reverses one primitive change of a batch that failed. It is
@@ -821,12 +848,18 @@ func (t *Tree) rollback(s *state) {
 			s.removeIndex(idx)
 		case uDropIndex:
 			s.addIndex(idx)
+		case uLink:
+			s.own.remove(u.slot)
+		case uUnlink:
+			s.own.add(u.slot, t.undoLinks[u.aux])
 		}
 	}
 	t.undo = t.undo[:0]
 	t.undoOld = t.undoOld[:0]
 	clear(t.undoIdx)
 	t.undoIdx = t.undoIdx[:0]
+	t.undoLinks = t.undoLinks[:0]
+	t.ended = t.ended[:0]
 	s.digest = t.dg0
 }
 

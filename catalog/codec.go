@@ -19,16 +19,23 @@ import (
 //
 //	op    := ... [modified:uvarint if flagModified] [nmatch:uvarint (key:str value)+ if flagMatch] nset:uvarint ...
 //
+// Version 3 adds the flags flagOwner and flagOrphan (Op.Owner, on creates)
+// and, when flagOwner is set, the owner after the match:
+//
+//	op    := ... [nmatch ... if flagMatch] [owner:str version:uvarint if flagOwner] nset:uvarint ...
+//
 // Set, unset and match keys are strictly increasing and every varint takes
 // its shortest form (decoding refuses longer ones), so the encoding of a
 // batch is canonical. A batch that needs no version 2 field still encodes
-// as version 1 unless asked otherwise (EncodeVersion).
+// in the oldest version that carries it unless asked otherwise
+// (EncodeVersion).
 const (
 	BatchV1 = 1
 	BatchV2 = 2
+	BatchV3 = 3
 	// NewestBatchVersion is the newest batch format this code reads and
 	// writes.
-	NewestBatchVersion = BatchV2
+	NewestBatchVersion = BatchV3
 )
 
 const (
@@ -36,14 +43,17 @@ const (
 	flagExists
 	flagAbsent
 	flagModified
-	flagMatch // version 2
-	flagsV1   = flagRecursive | flagExists | flagAbsent | flagModified
-	flagsV2   = flagsV1 | flagMatch
+	flagMatch  // version 2
+	flagOwner  // version 3
+	flagOrphan // version 3, only with flagOwner
+	flagsV1    = flagRecursive | flagExists | flagAbsent | flagModified
+	flagsV2    = flagsV1 | flagMatch
+	flagsV3    = flagsV2 | flagOwner | flagOrphan
 )
 
 // Encode validates the batch and returns its binary form, the entry that
 // Apply takes, in the oldest format that carries it (version 1 unless an
-// operation uses Cond.Match). A validation error is an *OpError naming the
+// operation uses Cond.Match, version 3 if one names an Owner). A validation error is an *OpError naming the
 // operation.
 func (b Batch) Encode() ([]byte, error) {
 	ops, err := b.rawOps()
@@ -53,7 +63,7 @@ func (b Batch) Encode() ([]byte, error) {
 	return appendOps(nil, ops, neededVersion(ops)), nil
 }
 
-// EncodeVersion is Encode in format version (BatchV1 or BatchV2): a writer
+// EncodeVersion is Encode in format version (BatchV1 to BatchV3): a writer
 // passes the cluster's format version, so that every member can read what
 // it writes. A batch that version cannot carry fails with
 // ErrUnsupportedVersion naming the field that needs a newer one.
@@ -66,7 +76,11 @@ func (b Batch) EncodeVersion(version int) ([]byte, error) {
 		return nil, err
 	}
 	if need := neededVersion(ops); need > version {
-		return nil, fmt.Errorf("%w: Cond.Match needs batch version %d, asked for %d", ErrUnsupportedVersion, need, version)
+		field := "Cond.Match"
+		if need == BatchV3 {
+			field = "Owner"
+		}
+		return nil, fmt.Errorf("%w: %s needs batch version %d, asked for %d", ErrUnsupportedVersion, field, need, version)
 	}
 	return appendOps(nil, ops, version), nil
 }
@@ -84,12 +98,16 @@ func (b Batch) rawOps() ([]rawOp, error) {
 
 // neededVersion is the oldest batch version that carries ops.
 func neededVersion(ops []rawOp) int {
+	v := BatchV1
 	for i := range ops {
+		if !ops[i].owner.zero() {
+			return BatchV3
+		}
 		if len(ops[i].match) > 0 {
-			return BatchV2
+			v = BatchV2
 		}
 	}
-	return BatchV1
+	return v
 }
 
 func appendStr(dst []byte, s string) []byte {
@@ -133,6 +151,12 @@ func appendOps(dst []byte, ops []rawOp, version int) []byte {
 		if len(o.match) > 0 {
 			flags |= flagMatch
 		}
+		if !o.owner.zero() {
+			flags |= flagOwner
+			if o.owner.Orphan {
+				flags |= flagOrphan
+			}
+		}
 		dst = append(dst, byte(o.typ), flags)
 		dst = appendStr(dst, o.path)
 		dst = appendStr(dst, o.kind)
@@ -147,6 +171,10 @@ func appendOps(dst []byte, ops []rawOp, version int) []byte {
 				dst = appendStr(dst, e.k)
 				dst = appendValue(dst, e.v)
 			}
+		}
+		if !o.owner.zero() {
+			dst = appendStr(dst, o.owner.Path)
+			dst = binary.AppendUvarint(dst, o.owner.Version)
 		}
 		dst = binary.AppendUvarint(dst, uint64(len(o.set)))
 		for _, e := range o.set {
@@ -331,7 +359,10 @@ func (d *decoder) decode(data []byte, ops []rawOp, view bool) ([]rawOp, error) {
 		return nil, fmt.Errorf("%w: batch version %d (this code reads %d to %d)", ErrUnknownVersion, version, BatchV1, max)
 	}
 	known := byte(flagsV1)
-	if version >= BatchV2 {
+	switch {
+	case version >= BatchV3:
+		known = flagsV3
+	case version >= BatchV2:
 		known = flagsV2
 	}
 	d.off = 1
@@ -381,6 +412,17 @@ func (d *decoder) decode(data []byte, ops []rawOp, view bool) ([]rawOp, error) {
 			}
 		}
 		sp.m1 = len(d.kvs)
+		if flags&flagOrphan != 0 && flags&flagOwner == 0 {
+			d.fail("op %d: orphan flag without an owner", i)
+		}
+		if flags&flagOwner != 0 {
+			o.owner.Path = d.str("owner", MaxPathLen)
+			o.owner.Version = d.uvarint("owner version")
+			o.owner.Orphan = flags&flagOrphan != 0
+			if d.err == nil && o.owner.Version == 0 {
+				d.fail("op %d: owner with version 0", i)
+			}
+		}
 		sp.set0 = len(d.kvs)
 		nset := d.uvarint("set count")
 		if nset > uint64(len(data)-d.off)/3 {

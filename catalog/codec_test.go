@@ -3,6 +3,7 @@ package catalog
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -125,7 +126,9 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 	}{
 		{"empty", nil, ErrMalformed},
 		{"version 0", append([]byte{0}, good[1:]...), ErrUnknownVersion},
-		{"version 3", append([]byte{3}, good[1:]...), ErrUnknownVersion},
+		{"version 4", append([]byte{NewestBatchVersion + 1}, good[1:]...), ErrUnknownVersion},
+		{"owner flag in version 2", func() []byte { b := append([]byte{}, good...); b[0] = BatchV2; b[3] |= flagOwner; return b }(), ErrMalformed},
+		{"orphan flag without owner", func() []byte { b := append([]byte{}, good...); b[0] = BatchV3; b[3] |= flagOrphan; return b }(), ErrMalformed},
 		{"version 255", append([]byte{255}, good[1:]...), ErrUnknownVersion},
 		{"match flag in version 1", func() []byte { b := append([]byte{}, good...); b[3] |= flagMatch; return b }(), ErrMalformed},
 		{"trailing byte", append(append([]byte{}, good...), 0), ErrMalformed},
@@ -177,10 +180,14 @@ func FuzzDecodeBatch(f *testing.F) {
 		{Ops: []Op{{Type: OpCreate, Path: "/a", Kind: "k", Set: map[string]Value{"x": Int(1)}}}},
 		{Ops: []Op{{Type: OpUpdate, Path: "/a/b", Unset: []string{"x", "y"}}}},
 		{Ops: []Op{{Type: OpUpdate, Path: "/a", Cond: Cond{Match: map[string]Value{"x": Int(1), "y": String("z")}}, Set: map[string]Value{"x": Int(2)}}}},
+		{Ops: []Op{{Type: OpCreate, Path: "/a/o", Kind: "k", Owner: Owner{Path: "/a", Version: 1}}}},
+		{Ops: []Op{{Type: OpCreate, Path: "/o", Kind: "k", Owner: Owner{Path: "/a", Version: 1, Orphan: true}}, {Type: OpUpdate, Path: "/a", Set: map[string]Value{"x": Int(2)}}}},
 	} {
 		d, _ := b.Encode()
 		f.Add(d)
 		d, _ = b.EncodeVersion(BatchV2)
+		f.Add(d)
+		d, _ = b.EncodeVersion(BatchV3)
 		f.Add(d)
 	}
 	f.Add([]byte{3, 1, 5, 0, 2, '/', 'a', 0, 0, 0, 0, 0})
@@ -261,8 +268,8 @@ func TestBatchVersion2Match(t *testing.T) {
 	if b, err := plain.EncodeVersion(BatchV2); err != nil || b[0] != BatchV2 {
 		t.Fatalf("EncodeVersion(2): %v, %v", b, err)
 	}
-	if _, err := plain.EncodeVersion(3); !errors.Is(err, ErrUnsupportedVersion) {
-		t.Fatalf("EncodeVersion(3): %v", err)
+	if _, err := plain.EncodeVersion(NewestBatchVersion + 1); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("EncodeVersion(%d): %v", NewestBatchVersion+1, err)
 	}
 	done := Batch{Ops: []Op{{Type: OpUpdate, Path: "/job", Cond: Cond{Match: map[string]Value{"state": String("running")}}, Set: map[string]Value{"state": String("done")}}}}
 	if _, err := done.EncodeVersion(BatchV1); !errors.Is(err, ErrUnsupportedVersion) {
@@ -344,7 +351,7 @@ func TestCheckProposalRefusesWhatApplyCannotRead(t *testing.T) {
 	tr := New()
 	err := tr.CheckProposal([]byte("hello"))
 	require.ErrorIs(t, err, ErrUnknownVersion)
-	require.ErrorContains(t, err, "batch version 104 (this code reads 1 to 2)")
+	require.ErrorContains(t, err, fmt.Sprintf("batch version 104 (this code reads 1 to %d)", NewestBatchVersion))
 	require.ErrorIs(t, tr.CheckProposal([]byte{BatchV1, 1, 1}), ErrMalformed)
 	require.ErrorIs(t, tr.CheckProposal(nil), ErrMalformed)
 	match, err := Batch{Ops: []Op{{Type: OpCheck, Path: "/a", Cond: Cond{Match: map[string]Value{"x": Int(1)}}}}}.EncodeVersion(BatchV2)

@@ -22,9 +22,13 @@ import (
 // with the attributes in increasing key-name order and each value in its
 // encoded form (type byte, then the payload in its shortest varint form,
 // which is also the form nodes keep and images carry). An index
-// definition's is SHA-256 of 'X' kind:str attr:str. Nothing local enters
-// it: not node ids, slots, the order attribute keys and kinds were
-// interned in, or map iteration order; so every replica holding the same
+// definition's is SHA-256 of 'X' kind:str attr:str. An owned node adds
+// the element of its ownership, SHA-256 of 'O' owned:u64be owner:u64be
+// orphan:byte by node ids (replicated: Apply assigns them in log order and
+// images carry them), so an owned node digests differently from the same
+// node unowned. Nothing local enters it: not slots, node ids (but in
+// ownerships), the order attribute keys and kinds were interned in, or map
+// iteration order; so every replica holding the same
 // catalog holds the same digest, whether it replayed the log or loaded an
 // image.
 //
@@ -38,7 +42,8 @@ import (
 // attributes, created and modified indexes, and the secondary index
 // definitions. Two trees with the same content have the same Digest; see
 // the package documentation for why two trees with different content have
-// different ones except with negligible probability.
+// different ones except with negligible probability. Ownerships (see Owner)
+// are part of the content.
 type Digest [32]byte
 
 // String returns the digest in hex.
@@ -277,6 +282,10 @@ func (s *state) computeDigest() sum256 {
 	})
 	for _, def := range defs {
 		h := g.indexHash(def[0], def[1])
+		d.add(&h)
+	}
+	for slot, l := range s.own.of {
+		h := linkHash(s.at(slot).id, l)
 		d.add(&h)
 	}
 	return d

@@ -35,6 +35,18 @@ func referenceDigest(t testing.TB, tr *Tree) Digest {
 		}
 		h := sha256.Sum256(b)
 		d.add(&h)
+		if o, ok := tr.Owned(n.Path); ok {
+			owner, _ := tr.Get(o.Path)
+			b := binary.BigEndian.AppendUint64([]byte{'O'}, n.ID)
+			b = binary.BigEndian.AppendUint64(b, owner.ID)
+			if o.Orphan {
+				b = append(b, 1)
+			} else {
+				b = append(b, 0)
+			}
+			h := sha256.Sum256(b)
+			d.add(&h)
+		}
 	})
 	tr.mu.RLock()
 	for _, x := range tr.s.indexes {

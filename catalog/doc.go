@@ -53,6 +53,15 @@
 // make sums cancel can do much better than chance against any additive
 // multiset hash.
 //
+// A create can name an owner (Op.Owner): another node and its current
+// version, its Modified index. The operation that next changes the owner
+// (an update or a move) or deletes it ends that version, and in the same
+// apply every node the version owns is deleted with its subtree or, if it
+// asked, kept and marked orphaned (OrphanedAttr, OrphanReasonAttr), on
+// every replica alike; an owner index makes that cost what the version
+// owns (see owner.go). The heartbeat package ties nodes to a member's
+// epoch this way (heartbeat.OwnerOf, heartbeat.Fence).
+//
 // The layout is compact (BenchmarkDorisScale reports its heap in bytes a
 // node, and BenchmarkNaiveTreeMemory against a map-of-pointers tree): nodes are
 // fixed-size pointer-free records in a slab, names and attributes packed in

@@ -12,19 +12,24 @@ import (
 	"github.com/metatree/metatree/internal/operr"
 )
 
-// The image body, version 1:
+// The image body, version 2 (version 1 is the same without 'O' blocks;
+// Save writes version 1 when nothing is owned, so such a tree's body is
+// what older code wrote and reads):
 //
 //	body   := magic:"MTCATIMG" version:byte block*
 //	block  := len:uvarint payload:[len]byte crc:uint32le   (CRC-32C of len's bytes and payload)
 //	payload:= 'H' index nextID nodes:uvarint nindexes:uvarint (kind:str attr:str)*
 //	        | 'N' record*                                   (up to ~64 KiB a block)
+//	        | 'O' link*                                     (after the 'N' blocks)
 //	        | 'E' nodes:uvarint blocks:uvarint              (the last block)
+//	link   := ownedIDDelta:uvarint ownerID:uvarint orphan:byte
 //	record := idDelta:uvarint parentID:uvarint name:str kind:ref created:uvarint
 //	          modifiedDelta:uvarint nattrs:uvarint (key:ref value)*
 //	ref    := n:uvarint [str if n is the next dictionary entry]
 //
 // Nodes appear in increasing id order, the root first; attributes in
-// increasing key order; kinds and keys are dictionary-coded in order of
+// increasing key order; links (see Owner) in increasing owned id order;
+// kinds and keys are dictionary-coded in order of
 // first use. The content determines the bytes, so replicas that applied the
 // same entries write identical bodies. Varints in records take their
 // shortest form, and Load refuses longer ones: attribute values are kept
@@ -33,7 +38,8 @@ import (
 
 const (
 	imageMagic      = "MTCATIMG"
-	imageVersion    = 1
+	imageVersion    = 2 // the newest read and written
+	imageV1         = 1 // no ownerships
 	imageBlockBytes = 64 << 10
 	maxBlockBytes   = 8 << 20
 )
@@ -95,7 +101,11 @@ func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 		return bytes.Compare([]byte(a[1]), []byte(b[1]))
 	})
 
-	if _, err := io.WriteString(w, imageMagic+string([]byte{imageVersion})); err != nil {
+	version := byte(imageV1)
+	if len(lr.links) > 0 {
+		version = imageVersion
+	}
+	if _, err := io.WriteString(w, imageMagic+string([]byte{version})); err != nil {
 		return operr.Errorf("catalog: save: %w", err)
 	}
 	bw := &blockWriter{w: w, payload: make([]byte, 0, imageBlockBytes+4096)}
@@ -150,6 +160,21 @@ func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 		}
 	}
 	bw.payload = bw.payload[:0]
+	var prevOwned uint64
+	for i, l := range lr.links {
+		if len(bw.payload) == 0 {
+			bw.payload = append(bw.payload, 'O')
+		}
+		bw.payload = binary.AppendUvarint(bw.payload, l.owned-prevOwned)
+		bw.payload = binary.AppendUvarint(bw.payload, l.owner)
+		bw.payload = append(bw.payload, l.orphan)
+		prevOwned = l.owned
+		if len(bw.payload) >= imageBlockBytes || i == len(lr.links)-1 {
+			if err := bw.flush(); err != nil {
+				return err
+			}
+		}
+	}
 	if written != count {
 		// An internal invariant: the id pages and the node count disagree.
 		return fmt.Errorf("catalog: save: wrote %d nodes, tree has %d", written, count)

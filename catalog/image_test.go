@@ -143,6 +143,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add(saveBytes(f, New()))
 	f.Add([]byte(imageMagic))
 	f.Add(saveBytes(f, wideTree(f)))
+	f.Add(saveBytes(f, ownedImageTree(f)))
 	f.Add(handImage([]imgRec{{id: 1}, {2, 4, "x", "d"}, {3, 1, "b", "d"}, {4, 1, "a", "d"}}))
 	// Crafted: a node id of 2^34, a header's next id of 2^62, a block
 	// that claims 8 MiB.
@@ -307,7 +308,7 @@ func handImage(recs []imgRec) []byte { return handImageNext(recs, 0) }
 func handImageNext(recs []imgRec, nextID uint64) []byte {
 	var out bytes.Buffer
 	out.WriteString(imageMagic)
-	out.WriteByte(imageVersion)
+	out.WriteByte(imageV1)
 	bw := &blockWriter{w: &out}
 	if nextID == 0 {
 		for _, r := range recs {

@@ -32,11 +32,12 @@ func readImageWith(r io.Reader, verify, careful bool) (*state, error) {
 	if string(head[:len(imageMagic)]) != imageMagic {
 		return nil, fmt.Errorf("%w: not a catalog image (magic %q)", ErrCorrupt, head[:len(imageMagic)])
 	}
-	if v := head[len(imageMagic)]; v != imageVersion {
-		return nil, fmt.Errorf("%w: image version %d (this code reads %d)", ErrUnknownVersion, v, imageVersion)
+	v := head[len(imageMagic)]
+	if v < imageV1 || v > imageVersion {
+		return nil, fmt.Errorf("%w: image version %d (this code reads %d to %d)", ErrUnknownVersion, v, imageV1, imageVersion)
 	}
 	br := &blockReader{r: r, off: int64(len(head)), verify: verify}
-	ld := &loader{br: br, careful: careful}
+	ld := &loader{br: br, careful: careful, version: v}
 	if err := ld.run(); err != nil {
 		return nil, err
 	}
@@ -45,16 +46,20 @@ func readImageWith(r io.Reader, verify, careful bool) (*state, error) {
 }
 
 type loader struct {
-	br      *blockReader
-	careful bool // never take the fast path (see readImageWith)
-	s       *state
-	index   uint64
-	count   uint64
-	defs    [][2]string
-	prevID  uint64
-	kinds   []uint32 // dictionary ref -> state kind
-	keys    []uint32 // dictionary ref -> state key
-	blob    []byte
+	version byte // of the image
+	// The ownerships of 'O' blocks, added once the nodes are linked.
+	owned     []imageLink
+	prevOwned uint64
+	br        *blockReader
+	careful   bool // never take the fast path (see readImageWith)
+	s         *state
+	index     uint64
+	count     uint64
+	defs      [][2]string
+	prevID    uint64
+	kinds     []uint32 // dictionary ref -> state kind
+	keys      []uint32 // dictionary ref -> state key
+	blob      []byte
 
 	// The records of each block are handed to the linker (see linker).
 	lk  *linker
@@ -95,7 +100,10 @@ func (ld *loader) run() error {
 	if err != nil {
 		return err
 	}
-	return ld.link()
+	if err := ld.link(); err != nil {
+		return err
+	}
+	return ld.linkOwned()
 }
 
 // decode reads the header and the blocks of records up to the end block.
@@ -161,7 +169,17 @@ func (ld *loader) decode() error {
 		}
 		switch p[0] {
 		case 'N':
+			if len(ld.owned) > 0 {
+				return br.corrupt("nodes after the ownerships")
+			}
 			if err := ld.records(p[1:]); err != nil {
+				return err
+			}
+		case 'O':
+			if ld.version < imageVersion || len(p) == 1 {
+				return br.corrupt("ownerships in a version %d image, or none in the block", ld.version)
+			}
+			if err := ld.links(p[1:]); err != nil {
 				return err
 			}
 		case 'E':
@@ -173,6 +191,10 @@ func (ld *loader) decode() error {
 			}
 			if d.err != nil {
 				return br.corrupt("end: %s", detail(d.err))
+			}
+			if ld.version >= imageVersion && len(ld.owned) == 0 {
+				// Save writes version 1 when nothing is owned.
+				return br.corrupt("a version %d image without ownerships", ld.version)
 			}
 			if n != ld.count || uint64(s.nslots) != n || blocks != uint64(br.blocks-1) {
 				return br.corrupt("end: %d nodes in %d blocks, read %d nodes in %d blocks (header says %d nodes)", n, blocks, s.nslots, br.blocks-1, ld.count)

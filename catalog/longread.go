@@ -93,6 +93,7 @@ type longRead struct {
 	nextID uint64
 	count  uint64
 	defs   [][2]string
+	links  []imageLink // the ownerships, by owned id
 
 	lastParent uint32
 	lastPath   string
@@ -107,6 +108,7 @@ func (t *Tree) beginLong() *longRead {
 	for _, x := range s.indexes {
 		lr.defs = append(lr.defs, [2]string{x.kindName, x.keyName})
 	}
+	lr.links = s.imageLinks()
 	return lr
 }
 

@@ -88,6 +88,11 @@ type Op struct {
 	To        string           // move: the new path
 	Attr      string           // index ops: indexed attribute
 	Cond      Cond
+	// Owner (create only; zero: none) ties the new node to the current
+	// version of another node: when that node next changes or goes, the
+	// new node goes too (see Owner and owner.go). Batches that use it need
+	// batch format version 3 (see EncodeVersion).
+	Owner Owner
 }
 
 // Batch is a list of operations applied atomically: all of them or, if any
@@ -238,6 +243,7 @@ type rawOp struct {
 	typ       OpType
 	recursive bool
 	cond      Cond
+	owner     Owner
 	path      string
 	kind      string
 	to        string
@@ -248,7 +254,7 @@ type rawOp struct {
 }
 
 func (o *Op) raw() rawOp {
-	r := rawOp{typ: o.Type, recursive: o.Recursive, cond: o.Cond, path: o.Path, kind: o.Kind, to: o.To, attr: o.Attr}
+	r := rawOp{typ: o.Type, recursive: o.Recursive, cond: o.Cond, owner: o.Owner, path: o.Path, kind: o.Kind, to: o.To, attr: o.Attr}
 	r.cond.Match = nil
 	if len(o.Cond.Match) > 0 {
 		r.match = make([]kv, 0, len(o.Cond.Match))
@@ -273,7 +279,7 @@ func (o *Op) raw() rawOp {
 }
 
 func (r *rawOp) op() Op {
-	o := Op{Type: r.typ, Path: r.path, Kind: r.kind, Recursive: r.recursive, To: r.to, Attr: r.attr, Cond: r.cond}
+	o := Op{Type: r.typ, Path: r.path, Kind: r.kind, Recursive: r.recursive, To: r.to, Attr: r.attr, Cond: r.cond, Owner: r.owner}
 	if len(r.match) > 0 {
 		o.Cond.Match = make(map[string]Value, len(r.match))
 		for _, e := range r.match {
@@ -316,7 +322,7 @@ func (o *rawOp) validate(m *validMemo) error {
 		if err := ValidName(o.attr); err != nil {
 			return fmt.Errorf("attribute: %w", err)
 		}
-		if len(o.set) > 0 || len(o.unset) > 0 || o.recursive || o.to != "" || !o.cond.zero() || len(o.match) > 0 {
+		if len(o.set) > 0 || len(o.unset) > 0 || o.recursive || o.to != "" || !o.cond.zero() || len(o.match) > 0 || !o.owner.zero() {
 			return fmt.Errorf("%w: %s takes only Kind and Attr", ErrInvalid, o.typ)
 		}
 		return nil
@@ -354,6 +360,9 @@ func (o *rawOp) validate(m *validMemo) error {
 	}
 	if o.typ != OpDelete && o.recursive {
 		return stray("Recursive")
+	}
+	if o.typ != OpCreate && !o.owner.zero() {
+		return stray("Owner")
 	}
 	if o.typ != OpMove && o.to != "" {
 		return stray("To")
@@ -395,6 +404,11 @@ func (o *rawOp) validate(m *validMemo) error {
 		}
 		if err := m.validKind(o.kind); err != nil {
 			return fmt.Errorf("kind: %w", err)
+		}
+		if !o.owner.zero() {
+			if err := o.validOwner(); err != nil {
+				return err
+			}
 		}
 	case OpUpdate:
 		if o.kind != "" {

@@ -181,6 +181,8 @@ type state struct {
 	indexes     map[[2]uint32]*secIndex
 	kindIndexes map[uint32][]*secIndex
 
+	own ownership // the owner index (owner.go)
+
 	lr longReads
 }
 

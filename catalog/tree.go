@@ -35,6 +35,10 @@ type Tree struct {
 	undo    []undoRec
 	undoOld []rec
 	undoIdx []*secIndex
+	// undoLinks holds the ownerships a batch made or removed (owner.go);
+	// ended the owners whose version the current operation ended.
+	undoLinks []ownLink
+	ended     []ownerEnd
 	// undoSize is the state's size before the batch (rollback restores it).
 	undoSize int64
 	cattrs   []createAttr

@@ -32,7 +32,9 @@ func newVersionedCluster(t *testing.T, maxV, catalogMax map[uint64]int) *version
 		cv, cok := vc.catalogMax[cfg.ID]
 		vc.mu.Unlock()
 		if !ok {
-			v = catalog.NewestBatchVersion
+			// The tests upgrade from format 1 to format 2, where the
+			// journal and batch versions coincide.
+			v = catalog.BatchV2
 		}
 		if !cok {
 			cv = v

@@ -38,8 +38,11 @@ import (
 const (
 	// NewestVersion is the newest format version this code reads and
 	// writes: version 2 carries catalog batches that use catalog.Cond.Match,
-	// version 3 the consistency checks' entries (check.go).
-	NewestVersion = 3
+	// version 3 the consistency checks' entries (check.go), version 4
+	// catalog batches that name an owner (catalog.Op.Owner, batch format
+	// 3). The journal itself reads every version alike: a version that
+	// only the state machine reads is for writers to gate on.
+	NewestVersion = 4
 	// OldestVersion is the oldest format version this code reads and writes.
 	OldestVersion = 1
 )

@@ -176,7 +176,7 @@
 // applies, a membership change admitting a member below the cluster
 // version and a raise above what a member reads, so no member is left
 // unable to read the log. Version 3 adds the consistency checks'
-// entries.
+// entries, version 4 catalog batches that name an owner.
 //
 // # Consistency checks
 //

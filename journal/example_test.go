@@ -59,6 +59,6 @@ func ExampleOpen() {
 	// Output:
 	// batch error: <nil>
 	// /hello greeting world
-	// journal: propose: invalid proposal: catalog: unknown format version: batch version 104 (this code reads 1 to 2)
+	// journal: propose: invalid proposal: catalog: unknown format version: batch version 104 (this code reads 1 to 3)
 	// follower true true
 }

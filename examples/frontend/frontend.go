@@ -502,13 +502,29 @@ func newTree(q catalog.Quota) *catalog.Tree {
 }
 
 // maxVersion is the newest format version a node whose catalog reads batch
-// formats up to catalogMax reads: that version, or, when the catalog reads
-// the newest batch format, the journal's newest, since the versions above
-// it add journal entries (version 3: the consistency checks) and no batch
-// format.
+// formats up to catalogMax reads: the newest version whose batches it
+// reads (see BatchVersion).
 func maxVersion(catalogMax int) uint32 {
-	if catalogMax >= catalog.NewestBatchVersion {
-		return journal.NewestVersion
+	for v := uint32(journal.NewestVersion); v > journal.OldestVersion; v-- {
+		if BatchVersion(v) <= catalogMax {
+			return v
+		}
 	}
-	return min(journal.NewestVersion, uint32(catalogMax))
+	return journal.OldestVersion
+}
+
+// BatchVersion is the newest catalog batch format a cluster at format
+// version clusterVersion reads (journal.Status.ClusterVersion): versions 1
+// and 2 carry the batch formats 1 and 2, version 3 adds only journal
+// entries (the consistency checks), version 4 carries batch format 3
+// (catalog.Op.Owner). Writers encode with
+// catalog.Batch.EncodeVersion(BatchVersion(cv)).
+func BatchVersion(clusterVersion uint32) int {
+	switch {
+	case clusterVersion >= 4:
+		return catalog.BatchV3
+	case clusterVersion >= 2:
+		return catalog.BatchV2
+	}
+	return catalog.BatchV1
 }

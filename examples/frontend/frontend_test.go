@@ -165,7 +165,14 @@ func TestPortServesMemberEndpointsAndTheHostHandler(t *testing.T) {
 func TestMaxVersionFollowsTheCatalogAndAdmitsJournalOnlyVersions(t *testing.T) {
 	require.Equal(t, uint32(journal.NewestVersion), maxVersion(catalog.NewestBatchVersion))
 	require.GreaterOrEqual(t, maxVersion(catalog.NewestBatchVersion), uint32(3), "the consistency checks need version 3")
+	require.Equal(t, uint32(3), maxVersion(catalog.BatchV2), "a catalog of batch format 2 reads the consistency checks' entries")
 	require.Equal(t, uint32(catalog.BatchV1), maxVersion(catalog.BatchV1))
+	for v := uint32(journal.OldestVersion); v <= journal.NewestVersion; v++ {
+		require.LessOrEqual(t, BatchVersion(v), catalog.NewestBatchVersion)
+		require.GreaterOrEqual(t, maxVersion(BatchVersion(v)), v, "a catalog that reads the batches of cluster version %d reads that version", v)
+	}
+	require.Equal(t, catalog.BatchV2, BatchVersion(3), "version 3 adds no batch format")
+	require.Equal(t, catalog.BatchV3, BatchVersion(4), "version 4 carries owned nodes")
 }
 
 // TestRestartWithoutQuorumFindsItsRecord: a frontend restarting while

@@ -68,7 +68,10 @@ func Example_handWired() {
 	}
 
 	b := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/db", Kind: "database"}}}
-	data, _ := b.EncodeVersion(min(int(j.ClusterVersion()), catalog.NewestBatchVersion))
+	// Encode writes the oldest batch format that carries b, which every
+	// member reads (frontend.BatchVersion maps a cluster version to the
+	// newest one).
+	data, _ := b.Encode()
 	_, v, err := j.Propose(ctx, data)
 	if err != nil {
 		panic(err)

@@ -32,9 +32,7 @@ func (f *Frontend) Write(ctx context.Context, b catalog.Batch) (*catalog.Result,
 	if err := checkReserved(b); err != nil {
 		return nil, err
 	}
-	// A format version may add journal entries and no batch format: the
-	// newest batch format is the one of any cluster version past it.
-	data, err := b.EncodeVersion(min(int(f.journal.ClusterVersion()), catalog.NewestBatchVersion))
+	data, err := b.EncodeVersion(BatchVersion(f.journal.ClusterVersion()))
 	if err != nil {
 		return nil, fmt.Errorf("frontend: write: %w", err)
 	}

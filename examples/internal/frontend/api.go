@@ -118,6 +118,8 @@ func apiError(err error) error {
 		return httpjson.Errorf(http.StatusInsufficientStorage, "quota", "%v", err)
 	case errors.Is(err, catalog.ErrConflict):
 		return httpjson.Errorf(http.StatusConflict, "conflict", "%v", err)
+	case errors.Is(err, heartbeat.ErrEpochEnded):
+		return httpjson.Errorf(http.StatusConflict, "epoch_ended", "%v", err)
 	case errors.Is(err, catalog.ErrExists), errors.Is(err, heartbeat.ErrExists):
 		return httpjson.Errorf(http.StatusConflict, "exists", "%v", err)
 	case errors.Is(err, catalog.ErrNotEmpty):
@@ -210,10 +212,52 @@ type nodeJSON struct {
 	Created  uint64                   `json:"created"`
 	Modified uint64                   `json:"modified"`
 	Children []string                 `json:"children,omitempty"`
+	// Owner: the node goes when this version of its owner ends (a
+	// member's record: when the member restarts, dies or is removed).
+	Owner *ownerView `json:"owner,omitempty"`
+}
+
+type ownerView struct {
+	Path    string `json:"path"`
+	Version uint64 `json:"version"`
+	Orphan  bool   `json:"orphan,omitempty"`
+}
+
+// memberEpoch names a member's epoch: the owner of a created node, or a
+// write's fence.
+type memberEpoch struct {
+	Member uint64 `json:"member"`
+	Epoch  string `json:"epoch"`
+	// Orphan (owner only): keep the node, marked, when the epoch ends.
+	Orphan bool `json:"orphan,omitempty"`
+}
+
+// owner maps an owner given as a member's epoch onto the catalog's.
+func (f *Frontend) owner(m *memberEpoch) (catalog.Owner, error) {
+	e, err := heartbeat.ParseEpoch(m.Epoch)
+	if err != nil {
+		return catalog.Owner{}, httpjson.Errorf(http.StatusBadRequest, "bad_request", "owner epoch: %v", err)
+	}
+	return heartbeat.OwnerOf(f.tree, m.Member, e, m.Orphan)
+}
+
+// fence maps a fence given as a member's epoch onto a check of its record.
+func (f *Frontend) fence(m *memberEpoch) (catalog.Op, error) {
+	if m.Orphan {
+		return catalog.Op{}, httpjson.Errorf(http.StatusBadRequest, "bad_request", "a fence takes no orphan")
+	}
+	e, err := heartbeat.ParseEpoch(m.Epoch)
+	if err != nil {
+		return catalog.Op{}, httpjson.Errorf(http.StatusBadRequest, "bad_request", "fence epoch: %v", err)
+	}
+	return heartbeat.Fence(f.tree, m.Member, e)
 }
 
 func (f *Frontend) view(n catalog.Node, children bool) nodeJSON {
 	v := nodeJSON{ID: n.ID, Path: n.Path, Name: n.Name, Kind: n.Kind, Attrs: n.Attrs, Created: n.Created, Modified: n.Modified}
+	if o, ok := f.tree.Owned(n.Path); ok {
+		v.Owner = &ownerView{Path: o.Path, Version: o.Version, Orphan: o.Orphan}
+	}
 	if v.Attrs == nil {
 		v.Attrs = map[string]catalog.Value{}
 	}
@@ -356,11 +400,18 @@ type txnOp struct {
 	// version is 1).
 	IfMatch   map[string]catalog.Value `json:"if_match"`
 	Recursive bool                     `json:"recursive"`
+	// Owner (create only): the node goes when this member's epoch ends
+	// (catalog.Op.Owner; batch format 3, refused with unsupported_version
+	// while the cluster version is below 4).
+	Owner *memberEpoch `json:"owner"`
 }
 
 func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Ops []txnOp `json:"ops"`
+		// Fence: the txn applies only while this member's epoch is
+		// current.
+		Fence *memberEpoch `json:"fence"`
 	}
 	if err := httpjson.Decode(w, r, &body); err != nil {
 		return err
@@ -369,6 +420,13 @@ func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "a txn needs at least one op")
 	}
 	var b catalog.Batch
+	if body.Fence != nil {
+		op, err := f.fence(body.Fence)
+		if err != nil {
+			return err
+		}
+		b.Ops = append(b.Ops, op)
+	}
 	for i, o := range body.Ops {
 		op := catalog.Op{Path: o.Path, Cond: catalog.Cond{Modified: o.IfModified, Absent: o.IfAbsent, Match: o.IfMatch}}
 		if o.Op != "check" {
@@ -390,6 +448,16 @@ func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
 			}
 		default:
 			return httpjson.Errorf(http.StatusBadRequest, "bad_request", "ops[%d].op %q: want create, update, delete or check", i, o.Op)
+		}
+		if o.Owner != nil {
+			if op.Type != catalog.OpCreate {
+				return httpjson.Errorf(http.StatusBadRequest, "bad_request", "ops[%d]: an owner is for a create, not %s", i, o.Op)
+			}
+			owner, err := f.owner(o.Owner)
+			if err != nil {
+				return fmt.Errorf("ops[%d]: %w", i, err)
+			}
+			op.Owner = owner
 		}
 		b.Ops = append(b.Ops, op)
 	}
