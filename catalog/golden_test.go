@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -30,13 +31,19 @@ var goldenBatches = map[int]catalog.Batch{
 			Cond: catalog.Cond{Match: map[string]catalog.Value{"state": catalog.String("running"), "try": catalog.Int(2)}}},
 		{Type: catalog.OpCheck, Path: "/jobs/8", Cond: catalog.Cond{Match: map[string]catalog.Value{"ok": catalog.Bool(false), "sum": catalog.Bytes([]byte{1})}}},
 	}},
+	catalog.BatchV3: {Ops: []catalog.Op{
+		{Type: catalog.OpCreate, Path: "/tasks/t1", Kind: "task", Set: map[string]catalog.Value{"state": catalog.String("new")},
+			Owner: catalog.Owner{Path: "/_cluster/members/7", Version: 41}},
+		{Type: catalog.OpCreate, Path: "/locks/l1", Kind: "lock", Cond: catalog.Cond{Absent: true},
+			Owner: catalog.Owner{Path: "/_cluster/members/7", Version: 41, Orphan: true}},
+	}},
 }
 
 // Each batch format version encodes its batch to the bytes checked in,
 // and those bytes decode to the batch, for ever.
 func TestBatchFormatsMatchTheirGoldenFiles(t *testing.T) {
 	for v, b := range goldenBatches {
-		path := map[int]string{catalog.BatchV1: "testdata/golden/batch-v1.bin", catalog.BatchV2: "testdata/golden/batch-v2.bin"}[v]
+		path := fmt.Sprintf("testdata/golden/batch-v%d.bin", v)
 		t.Run(path, func(t *testing.T) {
 			got, err := b.EncodeVersion(v)
 			require.NoError(t, err)
@@ -106,5 +113,60 @@ func TestImageBodyFormatMatchesItsGoldenFile(t *testing.T) {
 	require.Equal(t, "/db/t1", found[0].Path)
 	_, wd := want.Digest()
 	_, gd := got.Digest()
+	require.Equal(t, wd, gd)
+}
+
+// goldenOwnedTree is goldenTree with nodes owned by a version of /w, one
+// of them to be kept and marked orphaned when that version ends: the
+// catalog the image body version 2 golden file holds.
+func goldenOwnedTree(t *testing.T) *catalog.Tree {
+	t.Helper()
+	tree := goldenTree(t)
+	w, ok := tree.Get("/w")
+	require.True(t, ok)
+	data, err := catalog.Batch{Ops: []catalog.Op{
+		{Type: catalog.OpCreate, Path: "/w/job", Kind: "job", Set: map[string]catalog.Value{"try": catalog.Int(1)},
+			Owner: catalog.Owner{Path: "/w", Version: w.Modified}},
+		{Type: catalog.OpCreate, Path: "/db/lock", Kind: "lock",
+			Owner: catalog.Owner{Path: "/w", Version: w.Modified, Orphan: true}},
+	}}.EncodeVersion(catalog.BatchV3)
+	require.NoError(t, err)
+	r := tree.Apply(7, data).(*catalog.Result)
+	require.NoError(t, r.Err)
+	return tree
+}
+
+// The image body version 2 (ownerships) of a fixed catalog is the bytes
+// checked in, and those bytes load to that catalog with its ownerships,
+// for ever: the version's end deletes and orphan-marks on the loaded tree
+// as on the one that wrote it.
+func TestImageBodyWithOwnershipsMatchesItsGoldenFile(t *testing.T) {
+	const path = "testdata/golden/image-body-v2.bin"
+	want := goldenOwnedTree(t)
+	var buf bytes.Buffer
+	require.NoError(t, want.Save(&buf))
+	golden.Check(t, path, buf.Bytes())
+
+	got := catalog.New()
+	require.NoError(t, got.Load(bytes.NewReader(golden.Read(t, path))))
+	require.Equal(t, uint64(7), got.Index())
+	_, wd := want.Digest()
+	_, gd := got.Digest()
+	require.Equal(t, wd, gd)
+	end, err := catalog.Batch{Ops: []catalog.Op{
+		{Type: catalog.OpUpdate, Path: "/w", Set: map[string]catalog.Value{"gen": catalog.Int(2)}},
+	}}.Encode()
+	require.NoError(t, err)
+	for _, tr := range []*catalog.Tree{want, got} {
+		r := tr.Apply(9, end).(*catalog.Result)
+		require.NoError(t, r.Err)
+		_, ok := tr.Get("/w/job")
+		require.False(t, ok, "the owned job outlived its owner's version")
+		lock, ok := tr.Get("/db/lock")
+		require.True(t, ok, "the orphan-marked lock is kept")
+		require.Equal(t, catalog.Int(9), lock.Attrs[catalog.OrphanedAttr])
+	}
+	_, wd = want.Digest()
+	_, gd = got.Digest()
 	require.Equal(t, wd, gd)
 }
