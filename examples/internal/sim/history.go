@@ -1,0 +1,103 @@
+package sim
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"sync"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/metatree/metatree/internal/linearize"
+)
+
+// history records the clients' operations for the linearizability check,
+// on a logical clock that orders every call and return the simulator saw
+// (virtual time stands still between two blocking points, so many
+// operations share one instant; the clock tells them apart), and hashes
+// every event in the order it happened.
+type history struct {
+	mu    sync.Mutex
+	clock int64
+	regs  []porcupine.Operation
+	h     uint64
+	n     int
+}
+
+func newHistory() *history {
+	return &history{h: fnv.New64a().Sum64()}
+}
+
+// unknownReturn is the return time of an operation whose outcome is
+// unknown: it may take effect at any point after its call.
+const unknownReturn = math.MaxInt64
+
+// call stamps the start of an operation.
+func (h *history) call() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.clock++
+	return h.clock
+}
+
+// done records an operation of client that began at call: with known,
+// output is its outcome and it returns now; without, it may take effect
+// at any time after call.
+func (h *history) done(client int, call int64, in linearize.KV, output any, known bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.clock++
+	ret := h.clock
+	if !known {
+		ret = unknownReturn
+	}
+	h.regs = append(h.regs, porcupine.Operation{ClientId: client, Input: in, Output: output, Call: call, Return: ret})
+	h.n++
+	h.mix(fmt.Sprintf("op %d %+v %v %v", client, in, output, known))
+}
+
+// event hashes one event that is not a register operation (a fault, a
+// unique create and its outcome).
+func (h *history) event(format string, args ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.mix(fmt.Sprintf(format, args...))
+}
+
+// counted counts a completed operation that is no register operation.
+func (h *history) counted() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n++
+}
+
+// mix folds s into the hash; h.mu is held.
+func (h *history) mix(s string) {
+	f := fnv.New64a()
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(h.h >> (8 * i))
+	}
+	f.Write(b[:])
+	f.Write([]byte(s))
+	h.h = f.Sum64()
+}
+
+func (h *history) hash() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.h
+}
+
+func (h *history) ops() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+// operations returns a copy of the register operations.
+func (h *history) operations() []porcupine.Operation {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]porcupine.Operation(nil), h.regs...)
+}
