@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 
@@ -22,10 +23,12 @@ type history struct {
 	regs  []porcupine.Operation
 	h     uint64
 	n     int
+	start time.Time
+	trace func(string)
 }
 
-func newHistory() *history {
-	return &history{h: fnv.New64a().Sum64()}
+func newHistory(start time.Time, trace func(string)) *history {
+	return &history{h: fnv.New64a().Sum64(), start: start, trace: trace}
 }
 
 // unknownReturn is the return time of an operation whose outcome is
@@ -56,12 +59,23 @@ func (h *history) done(client int, call int64, in linearize.KV, output any, know
 	h.mix(fmt.Sprintf("op %d %+v %v %v", client, in, output, known))
 }
 
-// event hashes one event that is not a register operation (a fault, a
-// unique create and its outcome).
+// event hashes one event that is not a register operation (a unique
+// create and its outcome).
 func (h *history) event(format string, args ...any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.mix(fmt.Sprintf(format, args...))
+}
+
+// fault hashes a fault and traces it.
+func (h *history) fault(format string, args ...any) {
+	s := "fault " + fmt.Sprintf(format, args...)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.mix(s)
+	if h.trace != nil {
+		h.trace(fmt.Sprintf("%8v %s", time.Since(h.start).Round(time.Millisecond), s))
+	}
 }
 
 // counted counts a completed operation that is no register operation.

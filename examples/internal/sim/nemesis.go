@@ -81,12 +81,12 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 		if l := r.leader(); l != 0 && rng.IntN(2) == 0 {
 			i = l
 		}
-		r.hist.event("fault isolate %d", i)
+		r.hist.fault("isolate %d", i)
 		r.c.Partition(i, r.others(i)...)
 	case p < 20: // split a minority from the majority
 		perm := rng.Perm(r.n)
 		minority := perm[:(r.n-1)/2]
-		r.hist.event("fault split %v", minority)
+		r.hist.fault("split %v", minority)
 		for _, a := range minority {
 			for _, b := range perm[(r.n-1)/2:] {
 				r.c.Partition(a+1, b+1)
@@ -98,10 +98,10 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 			i = l
 		}
 		if rng.IntN(2) == 0 {
-			r.hist.event("fault one-way out of %d", i)
+			r.hist.fault("one-way out of %d", i)
 			net.CutOneWay(frontendtest.Addr(i), addrs(r.others(i))...)
 		} else {
-			r.hist.event("fault one-way into %d", i)
+			r.hist.fault("one-way into %d", i)
 			for _, o := range r.others(i) {
 				net.CutOneWay(frontendtest.Addr(o), frontendtest.Addr(i))
 			}
@@ -110,7 +110,7 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 		a := r.pick(rng)
 		b := r.others(a)[rng.IntN(r.n-1)]
 		flaps := 2 + rng.IntN(6)
-		r.hist.event("fault flap %d-%d x%d", a, b, flaps)
+		r.hist.fault("flap %d-%d x%d", a, b, flaps)
 		for range flaps {
 			r.c.Partition(a, b)
 			if !pause(ctx, time.Duration(50+rng.IntN(700))*time.Millisecond) {
@@ -130,17 +130,17 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 				Jitter: time.Duration(1+rng.IntN(100)) * time.Millisecond,
 				Reset:  float64(rng.IntN(3)) / 100,
 			}
-			r.hist.event("fault link %d->%d %+v", a, b, f)
+			r.hist.fault("link %d->%d %+v", a, b, f)
 			net.SetFaults(frontendtest.Addr(a), frontendtest.Addr(b), f)
 		}
 	case p < 56: // heal everything
-		r.hist.event("fault heal")
+		r.hist.fault("heal")
 		net.Heal()
 		net.ClearFaults()
 	case p < 66: // power cut, restart after a while
 		i := r.pick(rng)
 		down := time.Duration(200+rng.IntN(5000)) * time.Millisecond
-		r.hist.event("fault crash %d for %v", i, down)
+		r.hist.fault("crash %d for %v", i, down)
 		if err := r.c.Crash(i); err != nil {
 			r.failf("crash frontend %d: %v", i, err)
 			return
@@ -149,7 +149,7 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 		r.restart(ctx, i, "after a power cut")
 	case p < 72: // graceful restart
 		i := r.pick(rng)
-		r.hist.event("fault shutdown %d", i)
+		r.hist.fault("shutdown %d", i)
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		_ = r.c.ShutdownFrontend(sctx, i) // its hand-off may fail under partitions; Close still runs
 		cancel()
@@ -161,7 +161,7 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 			return
 		}
 		to := r.others(l)[rng.IntN(r.n-1)]
-		r.hist.event("fault transfer %d->%d", l, to)
+		r.hist.fault("transfer %d->%d", l, to)
 		if f := r.c.Frontend(l); f != nil {
 			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_ = f.Journal().TransferLeadership(tctx, uint64(to)) // may fail under partitions
@@ -169,7 +169,7 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 		}
 	case p < 90: // checkpoint on a random frontend
 		i := r.pick(rng)
-		r.hist.event("fault checkpoint %d", i)
+		r.hist.fault("checkpoint %d", i)
 		if f := r.c.Frontend(i); f != nil {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			_, _ = f.Checkpointer().Checkpoint(cctx) // the leader's is disabled; others may lag
@@ -199,7 +199,7 @@ func (r *run) lagBehindImage(ctx context.Context, rng *rand.Rand) {
 		return
 	}
 	lag := r.others(l)[rng.IntN(r.n-1)]
-	r.hist.event("fault lag %d behind an image", lag)
+	r.hist.fault("lag %d behind an image", lag)
 	r.c.Partition(lag, r.others(lag)...)
 	defer r.c.Network().Heal()
 	f := r.c.Frontend(l)

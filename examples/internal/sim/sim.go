@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -40,6 +39,10 @@ type Options struct {
 	// more members (workers, with their heartbeats and queries) join the
 	// run. What it starts must stop when ctx ends.
 	Extend func(ctx context.Context, c *frontendtest.Cluster, rng *rand.Rand)
+	// Trace, when set, receives every fault and non-register event as it
+	// happens, stamped with the simulated time since the start (a replay
+	// under -v shows what the run did).
+	Trace func(string)
 }
 
 // Result is what one run did and found.
@@ -92,12 +95,8 @@ type run struct {
 	c    *frontendtest.Cluster
 	n    int // frontends
 	hist *history
-	// mu guards the failures and the down set.
-	mu       sync.Mutex
+	mu       sync.Mutex // guards failures
 	failures []string
-	// busy serializes the faults that stop or restart a frontend with the
-	// end of the run, and down holds the frontends stopped by a fault.
-	down map[int]bool
 }
 
 func (r *run) failf(format string, args ...any) {
@@ -133,7 +132,7 @@ func Run(t *testing.T, opts Options) *Result {
 	}
 	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: n, InMemory: true, Config: cfg})
 	c.Network().Seed(rng.Uint64())
-	r := &run{opts: opts, c: c, n: n, hist: newHistory(), down: map[int]bool{}}
+	r := &run{opts: opts, c: c, n: n, hist: newHistory(start, opts.Trace)}
 	res := &Result{Seed: opts.Seed, Frontends: n}
 	defer func() {
 		for i := 1; i <= n; i++ {
@@ -200,6 +199,3 @@ func (r *run) running() []int {
 	}
 	return out
 }
-
-// errAll joins errs, nil when there are none.
-func errAll(errs []error) error { return errors.Join(errs...) }

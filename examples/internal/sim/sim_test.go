@@ -13,8 +13,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// quickSeeds are the seeds the plain test run checks.
-var quickSeeds = []uint64{1, 2, 3}
+// quickSeeds are the seeds the plain test run checks (a few seconds).
+var quickSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8}
 
 // runSeed runs one seed in its own bubble as a subtest and returns its
 // result.
@@ -45,7 +45,7 @@ func TestSimulatedSeedsPassEveryCheck(t *testing.T) {
 		if err != nil {
 			t.Fatalf("METATREE_SIM_SEED=%q: %v", s, err)
 		}
-		runSeed(t, Options{Seed: seed})
+		runSeed(t, Options{Seed: seed, Trace: func(s string) { t.Log(s) }})
 		return
 	}
 	if s := os.Getenv("METATREE_SIM_SECONDS"); s != "" {
@@ -62,4 +62,34 @@ func TestSimulatedSeedsPassEveryCheck(t *testing.T) {
 	for _, seed := range quickSeeds {
 		runSeed(t, Options{Seed: seed})
 	}
+}
+
+// BenchmarkSimulatedClusterHours reports how many hours of one simulated
+// cluster's life (set-up, faults and checks) a wall-clock minute runs.
+// synctest.Test needs a *testing.T, which a benchmark lacks: each
+// iteration runs one seed as a test through testing.RunTests.
+func BenchmarkSimulatedClusterHours(b *testing.B) {
+	var simulated time.Duration
+	seed := uint64(1)
+	began := time.Now()
+	for b.Loop() {
+		opts := Options{Seed: seed}
+		seed++
+		ok := testing.RunTests(func(string, string) (bool, error) { return true, nil }, []testing.InternalTest{{
+			Name: fmt.Sprintf("seed=%d", opts.Seed),
+			F: func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					res := Run(t, opts)
+					simulated += res.Simulated
+					if res.Failed() {
+						t.Error(res.Report())
+					}
+				})
+			},
+		}})
+		if !ok {
+			b.Fatalf("seed %d failed", opts.Seed)
+		}
+	}
+	b.ReportMetric(simulated.Hours()/time.Since(began).Minutes(), "cluster-h/min")
 }
