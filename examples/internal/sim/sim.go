@@ -91,10 +91,10 @@ func (r *Result) Report() string {
 
 // run is the state of one run.
 type run struct {
-	opts Options
-	c    *frontendtest.Cluster
-	n    int // frontends
-	hist *history
+	opts     Options
+	c        *frontendtest.Cluster
+	n        int // frontends
+	hist     *history
 	mu       sync.Mutex // guards failures
 	failures []string
 }
