@@ -22,13 +22,15 @@ type history struct {
 	clock int64
 	regs  []porcupine.Operation
 	h     uint64
+	fh    uint64 // the faults' alone
 	n     int
 	start time.Time
 	trace func(string)
 }
 
 func newHistory(start time.Time, trace func(string)) *history {
-	return &history{h: fnv.New64a().Sum64(), start: start, trace: trace}
+	empty := fnv.New64a().Sum64()
+	return &history{h: empty, fh: empty, start: start, trace: trace}
 }
 
 // unknownReturn is the return time of an operation whose outcome is
@@ -73,6 +75,7 @@ func (h *history) fault(format string, args ...any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.mix(s)
+	h.fh = mix(h.fh, s)
 	if h.trace != nil {
 		h.trace(fmt.Sprintf("%8v %s", time.Since(h.start).Round(time.Millisecond), s))
 	}
@@ -86,21 +89,25 @@ func (h *history) counted() {
 }
 
 // mix folds s into the hash; h.mu is held.
-func (h *history) mix(s string) {
+func (h *history) mix(s string) { h.h = mix(h.h, s) }
+
+// mix returns the hash of sum followed by s.
+func mix(sum uint64, s string) uint64 {
 	f := fnv.New64a()
 	var b [8]byte
 	for i := range b {
-		b[i] = byte(h.h >> (8 * i))
+		b[i] = byte(sum >> (8 * i))
 	}
 	f.Write(b[:])
 	f.Write([]byte(s))
-	h.h = f.Sum64()
+	return f.Sum64()
 }
 
-func (h *history) hash() uint64 {
+// hashes returns the hash of every event and that of the faults alone.
+func (h *history) hashes() (all, faults uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.h
+	return h.h, h.fh
 }
 
 func (h *history) ops() int {

@@ -59,6 +59,8 @@ type Result struct {
 	// (each client operation with its outcome, each fault): two runs of
 	// one seed with the same hash saw the same history.
 	History uint64
+	// FaultHistory is the hash of the faults alone, in order.
+	FaultHistory uint64
 	// Failures are the checks that failed, each a sentence naming what it
 	// saw; empty: the run passed.
 	Failures []string
@@ -79,7 +81,7 @@ func (r *Result) Report() string {
 	if r.Failed() {
 		status = "FAILED"
 	}
-	s := fmt.Sprintf("seed %d: %s: %d frontends, %d ops, %d faults, %v simulated, history %016x", r.Seed, status, r.Frontends, r.Ops, r.Faults, r.Simulated.Round(time.Second), r.History)
+	s := fmt.Sprintf("seed %d: %s: %d frontends, %d ops, %d faults, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Ops, r.Faults, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
 	for _, f := range r.Failures {
 		s += "\n  - " + f
 	}
@@ -159,7 +161,7 @@ func Run(t *testing.T, opts Options) *Result {
 	r.check(ctx, clients)
 
 	res.Ops, res.Faults = r.hist.ops(), faults
-	res.History = r.hist.hash()
+	res.History, res.FaultHistory = r.hist.hashes()
 	res.Failures = r.failures
 	return res
 }
