@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -83,20 +85,29 @@ func (r *run) check(ctx context.Context, cl *clients) {
 }
 
 // checkLinearizable checks the writes and linearizable reads with
-// porcupine.
+// porcupine. A failure names the registers whose history fails and
+// leaves porcupine's visualization of the whole history in a file.
 func (r *run) checkLinearizable() {
 	ops := r.hist.operations()
 	res, info := porcupine.CheckOperationsVerbose(linearize.KVModel, ops, 0)
 	if res == porcupine.Ok {
 		return
 	}
-	msg := fmt.Sprintf("the history of %d register operations is not linearizable", len(ops))
-	// Name the operations of the first key whose history fails.
-	for p, part := range info.PartialLinearizations() {
-		if len(part) == 0 {
-			msg += fmt.Sprintf(" (partition %d)", p)
-			break
+	byKey := map[string][]porcupine.Operation{}
+	for _, op := range ops {
+		k := op.Input.(linearize.KV).Key
+		byKey[k] = append(byKey[k], op)
+	}
+	var bad []string
+	for k := range keys {
+		if !porcupine.CheckOperations(linearize.KVModel, byKey[keyPath(k)]) {
+			bad = append(bad, fmt.Sprintf("%s (%d operations)", keyPath(k), len(byKey[keyPath(k)])))
 		}
+	}
+	msg := fmt.Sprintf("the history of %d register operations is not linearizable: %v", len(ops), bad)
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("sim-seed-%d.html", r.opts.Seed))
+	if err := porcupine.VisualizePath(linearize.KVModel, info, path); err == nil {
+		msg += "; porcupine's view: " + path
 	}
 	r.failf("%s", msg)
 }

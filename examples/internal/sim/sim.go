@@ -102,9 +102,13 @@ type run struct {
 }
 
 func (r *run) failf(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.failures = append(r.failures, fmt.Sprintf(format, args...))
+	r.failures = append(r.failures, s)
+	r.mu.Unlock()
+	if r.opts.Trace != nil {
+		r.opts.Trace("FAILED: " + s)
+	}
 }
 
 // Run runs one seeded simulation and checks it. t must be the *testing.T
