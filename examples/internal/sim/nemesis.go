@@ -137,6 +137,8 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 		r.hist.fault("heal")
 		net.Heal()
 		net.ClearFaults()
+	case p < 61: // a crash loop: short lives, each read from at once
+		r.crashLoop(ctx, rng)
 	case p < 66: // power cut, restart after a while
 		i := r.pick(rng)
 		down := time.Duration(200+rng.IntN(5000)) * time.Millisecond
@@ -218,5 +220,33 @@ func (r *run) lagBehindImage(ctx context.Context, rng *rand.Rand) {
 		if g := r.c.Frontend(i); g != nil {
 			_, _ = g.Checkpointer().Checkpoint(wctx)
 		}
+	}
+}
+
+// crashLoop cuts a frontend's power two to four times, each time
+// restarting it after a short outage and reading through it linearizably
+// at once, for a short life: a young run's first read rounds meet the
+// answers still on their way to the run before.
+func (r *run) crashLoop(ctx context.Context, rng *rand.Rand) {
+	i := r.pick(rng)
+	loops := 2 + rng.IntN(3)
+	r.hist.fault("crash loop %d x%d", i, loops)
+	for range loops {
+		if err := r.c.Crash(i); err != nil {
+			r.failf("crash frontend %d: %v", i, err)
+			return
+		}
+		pause(ctx, time.Duration(rng.IntN(300))*time.Millisecond)
+		r.restart(ctx, i, "in a crash loop")
+		f := r.c.Frontend(i)
+		if f == nil {
+			return
+		}
+		life, cancel := context.WithTimeout(ctx, time.Duration(100+rng.IntN(700))*time.Millisecond)
+		for life.Err() == nil {
+			r.cl.read(life, f, 90, rng.IntN(keys))
+			pause(life, 5*time.Millisecond) // a read that fails at once must not spin the bubble
+		}
+		cancel()
 	}
 }

@@ -97,6 +97,7 @@ type run struct {
 	c        *frontendtest.Cluster
 	n        int // frontends
 	hist     *history
+	cl       *clients   // the workload, which the nemesis's own reads join
 	mu       sync.Mutex // guards failures
 	failures []string
 }
@@ -159,6 +160,7 @@ func Run(t *testing.T, opts Options) *Result {
 	// The clients and the nemesis run for Duration; then the faults heal
 	// and the checks run on a quiet cluster.
 	clients := startClients(ctx, r, 4, rng.Uint64())
+	r.cl = clients
 	faults := r.nemesis(ctx, rand.New(rand.NewPCG(rng.Uint64(), 2)), opts.Duration)
 	r.recover(ctx)
 	clients.stop()
