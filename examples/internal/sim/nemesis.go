@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/metatree/metatree/catalog"
@@ -223,30 +224,44 @@ func (r *run) lagBehindImage(ctx context.Context, rng *rand.Rand) {
 	}
 }
 
-// crashLoop cuts a frontend's power two to four times, each time
-// restarting it after a short outage and reading through it linearizably
-// at once, for a short life: a young run's first read rounds meet the
-// answers still on their way to the run before.
+// crashLoop cuts a frontend's power two to four times, each time while
+// a linearizable read through it is in flight on slow links, restarts it
+// after a short outage and reads through it at once: a young run's first
+// read rounds meet the answers to the rounds of the run before, which the
+// leader may still send after the restart.
 func (r *run) crashLoop(ctx context.Context, rng *rand.Rand) {
 	i := r.pick(rng)
 	loops := 2 + rng.IntN(3)
 	r.hist.fault("crash loop %d x%d", i, loops)
-	for range loops {
-		if err := r.c.Crash(i); err != nil {
-			r.failf("crash frontend %d: %v", i, err)
-			return
+	net := r.c.Network()
+	for _, o := range r.others(i) {
+		slow := frontendtest.Faults{Delay: time.Duration(10+rng.IntN(60)) * time.Millisecond}
+		net.SetFaults(frontendtest.Addr(o), frontendtest.Addr(i), slow)
+		for _, p := range r.others(i) {
+			if p != o {
+				net.SetFaults(frontendtest.Addr(o), frontendtest.Addr(p), slow)
+			}
 		}
-		pause(ctx, time.Duration(rng.IntN(300))*time.Millisecond)
-		r.restart(ctx, i, "in a crash loop")
+	}
+	defer net.ClearFaults()
+	for range loops {
 		f := r.c.Frontend(i)
 		if f == nil {
 			return
 		}
-		life, cancel := context.WithTimeout(ctx, time.Duration(100+rng.IntN(700))*time.Millisecond)
-		for life.Err() == nil {
-			r.cl.read(life, f, 90, rng.IntN(keys))
-			pause(life, 5*time.Millisecond) // a read that fails at once must not spin the bubble
+		var inflight sync.WaitGroup
+		k := rng.IntN(keys)
+		inflight.Go(func() { r.cl.read(ctx, f, 90, k) })
+		pause(ctx, time.Duration(rng.IntN(60))*time.Millisecond)
+		if err := r.c.Crash(i); err != nil {
+			r.failf("crash frontend %d: %v", i, err)
+			return
 		}
-		cancel()
+		inflight.Wait()
+		pause(ctx, time.Duration(rng.IntN(30))*time.Millisecond)
+		r.restart(ctx, i, "in a crash loop")
+		if f := r.c.Frontend(i); f != nil {
+			r.cl.read(ctx, f, 91, rng.IntN(keys))
+		}
 	}
 }
