@@ -1,6 +1,7 @@
 package frontendtest
 
 import (
+	"net"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -78,5 +79,32 @@ func TestFaultsDelayWritesInVirtualTimeAndResetConnections(t *testing.T) {
 		_, err = get(t.Context(), tr, "http://a:1/")
 		require.NoError(t, err)
 		require.Less(t, time.Since(start), 100*time.Millisecond, "ClearFaults removes the delays")
+	})
+}
+
+func TestAWriteWaitingOutADelayEndsWhenThePeerClosesTheConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := NewNetwork()
+		ln, err := n.Listen("a:1")
+		require.NoError(t, err)
+		defer ln.Close()
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				accepted <- c
+			}
+		}()
+		c, err := n.Dial(t.Context(), "b:1", "a:1")
+		require.NoError(t, err)
+		s := <-accepted
+		n.SetFaults("b:1", "a:1", Faults{Delay: time.Hour})
+		start := time.Now()
+		errc := make(chan error, 1)
+		go func() { _, err := c.Write([]byte("x")); errc <- err }()
+		synctest.Wait()
+		require.NoError(t, s.Close())
+		require.Error(t, <-errc, "the write fails on the closed connection")
+		require.Less(t, time.Since(start), time.Hour, "without waiting out the delay")
+		require.NoError(t, c.Close())
 	})
 }

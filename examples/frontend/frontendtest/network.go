@@ -179,16 +179,19 @@ type pair struct {
 	from, to       string
 	client, server *conn
 	once           sync.Once
-	closed         chan struct{}
+	// closed is closed once either end is: a write waiting out its link's
+	// delay gives up then, as the write would fail.
+	closed chan struct{}
 }
 
 func (p *pair) close() {
-	p.once.Do(func() {
-		close(p.closed)
-		_ = p.client.Conn.Close()
-		_ = p.server.Conn.Close()
-	})
+	p.ended()
+	_ = p.client.Conn.Close()
+	_ = p.server.Conn.Close()
 }
+
+// ended marks the connection as ended by either end.
+func (p *pair) ended() { p.once.Do(func() { close(p.closed) }) }
 
 // conn is one end of a pipe with the addresses of its link.
 type conn struct {
@@ -215,6 +218,7 @@ func (c *conn) Close() error {
 	c.p.n.mu.Lock()
 	delete(c.p.n.pairs, c.p)
 	c.p.n.mu.Unlock()
+	c.p.ended()
 	return c.Conn.Close()
 }
 
