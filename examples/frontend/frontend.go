@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/metatree/metatree/cancel"
@@ -101,6 +102,12 @@ type Config struct {
 	// (frontendtest). Close closes the Listener.
 	Listener net.Listener
 	Dial     func(ctx context.Context, network, addr string) (net.Conn, error)
+	// FS, when set, is the filesystem that holds Dir (the journal's Pebble
+	// store, its VERSION, ROLE and MEMBERS files, and the images), for
+	// tests and simulators: an in-memory one that loses what was not
+	// synced when a test cuts its power (journaltest.CrashFS). Default:
+	// the OS (vfs.Default).
+	FS vfs.FS
 
 	// Logger receives every part's log; nil discards it.
 	Logger *slog.Logger
@@ -223,12 +230,12 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 
 	// The journal watches the image store (journal.HaltSource): a failed
 	// image fsync, on the disk they share, halts the journal too.
-	f.images, err = image.Open(image.Config{Dir: cfg.Dir, State: f.tree, Token: cfg.Token, TLS: secure.ClientTLS(certs), HTTPClient: peerClient, Logger: cfg.Logger})
+	f.images, err = image.Open(image.Config{Dir: cfg.Dir, FS: cfg.FS, State: f.tree, Token: cfg.Token, TLS: secure.ClientTLS(certs), HTTPClient: peerClient, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
 	f.journal, err = journal.Open(ctx, journal.Config{
-		ID: cfg.ID, Dir: cfg.Dir, Addr: cfg.Addr,
+		ID: cfg.ID, Dir: cfg.Dir, FS: cfg.FS, Addr: cfg.Addr,
 		Bootstrap: cfg.Bootstrap, Join: cfg.Join, Role: cfg.Role, Token: cfg.Token, TLS: secure.ClientTLS(certs), HTTPClient: peerClient,
 		ForceNewCluster: cfg.ForceNewCluster,
 		StateMachine:    f.tree, Snapshots: f.images,

@@ -6,14 +6,19 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// KV is a porcupine input: a put of Value, or a get, of one Key.
+// KV is a porcupine input: a put of Value, a compare-and-set (CAS) of
+// Value over Expect, or a get, of one Key. A get's output is the string
+// read; a CAS's is a bool (true: it set Value; false: it found another
+// value and set nothing) or nil when its outcome is unknown.
 type KV struct {
 	Put        bool
+	CAS        bool
 	Key, Value string
+	Expect     string
 }
 
 // KVModel is a register per key, partitioned by key; a get of a key never
-// written reads "". A put whose outcome is unknown (an error: it may still
+// written reads "". A put (or CAS) whose outcome is unknown (an error: it may still
 // commit) is recorded with an infinite return time, so it may take effect
 // at any point after its call, or never within the history.
 var KVModel = porcupine.Model{
@@ -36,8 +41,20 @@ var KVModel = porcupine.Model{
 	Init: func() any { return "" },
 	Step: func(state, input, output any) (bool, any) {
 		in := input.(KV)
-		if in.Put {
+		switch {
+		case in.Put:
 			return true, in.Value
+		case in.CAS:
+			matches := state.(string) == in.Expect
+			if ok, known := output.(bool); known && !ok {
+				return !matches, state
+			} else if known {
+				return matches, in.Value
+			}
+			if matches { // unknown outcome: it set Value if it took effect here
+				return true, in.Value
+			}
+			return true, state
 		}
 		return output.(string) == state.(string), state
 	},
@@ -45,6 +62,9 @@ var KVModel = porcupine.Model{
 		in := input.(KV)
 		if in.Put {
 			return fmt.Sprintf("put(%s, %s)", in.Key, in.Value)
+		}
+		if in.CAS {
+			return fmt.Sprintf("cas(%s, %q -> %s) -> %v", in.Key, in.Expect, in.Value, output)
 		}
 		return fmt.Sprintf("get(%s) -> %q", in.Key, output)
 	},

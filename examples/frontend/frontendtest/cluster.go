@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/examples/frontend"
+	"github.com/metatree/metatree/journal/journaltest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,9 +23,14 @@ type Options struct {
 	// (Cluster.AddWorker), with the ids after the frontends'.
 	Workers int
 	// Config is the template of every frontend's config; ID, Dir, Addr,
-	// Bootstrap, Join, Listener and Dial are set per frontend, and Token
-	// defaults to "frontendtest".
+	// Bootstrap, Join, Listener and Dial are set per frontend (and FS with
+	// InMemory), and Token defaults to "frontendtest".
 	Config frontend.Config
+	// InMemory runs every frontend on its own in-memory filesystem that
+	// loses what was not synced at a power cut (journaltest.CrashFS), its
+	// data dir "/frontend-i", instead of a dir under t.TempDir: Crash
+	// needs it.
+	InMemory bool
 }
 
 // Cluster is a cluster of frontends, the production assembly
@@ -41,6 +47,7 @@ type Cluster struct {
 	fes map[int]*frontend.Frontend
 	// workers holds every worker added, nil while it is stopped.
 	workers map[uint64]*Worker
+	fss     map[int]*journaltest.CrashFS // with InMemory: each frontend's filesystem
 }
 
 // NewCluster starts the cluster: frontend 1 bootstraps and the others
@@ -53,7 +60,10 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 	if opts.Config.Token == "" {
 		opts.Config.Token = "frontendtest"
 	}
-	c := &Cluster{t: t, net: NewNetwork(), opts: opts, root: t.TempDir(), fes: map[int]*frontend.Frontend{}, workers: map[uint64]*Worker{}}
+	c := &Cluster{t: t, net: NewNetwork(), opts: opts, fes: map[int]*frontend.Frontend{}, workers: map[uint64]*Worker{}, fss: map[int]*journaltest.CrashFS{}}
+	if !opts.InMemory {
+		c.root = t.TempDir()
+	}
 	t.Cleanup(c.close)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -82,6 +92,13 @@ func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string)
 	cfg := c.opts.Config
 	cfg.ID, cfg.Addr = uint64(i), Addr(i)
 	cfg.Dir = filepath.Join(c.root, fmt.Sprint(i))
+	if c.opts.InMemory {
+		fs, err := c.memFS(i)
+		if err != nil {
+			return nil, err
+		}
+		cfg.FS, cfg.Dir = fs, memDir(i)
+	}
 	cfg.Bootstrap, cfg.Join = bootstrap, join
 	ln, err := c.net.Listen(cfg.Addr)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -25,7 +26,14 @@ type Network struct {
 	mu        sync.Mutex
 	listeners map[string]*listener
 	cut       map[link]bool
-	conns     map[link]map[*conn]struct{}
+	// oneWay holds the directed cuts (CutOneWay), down the addresses that
+	// are off the network (SetDown), faults the faulty directed links
+	// (SetFaults) and rng their dice (Seed).
+	oneWay map[dlink]bool
+	down   map[string]bool
+	faults map[dlink]Faults
+	rng    *rand.Rand
+	pairs  map[*pair]struct{}
 }
 
 // link is an unordered pair of addresses.
@@ -43,7 +51,11 @@ func NewNetwork() *Network {
 	return &Network{
 		listeners: map[string]*listener{},
 		cut:       map[link]bool{},
-		conns:     map[link]map[*conn]struct{}{},
+		oneWay:    map[dlink]bool{},
+		down:      map[string]bool{},
+		faults:    map[dlink]Faults{},
+		rng:       rand.New(rand.NewPCG(1, 1)),
+		pairs:     map[*pair]struct{}{},
 	}
 }
 
@@ -64,20 +76,20 @@ func (n *Network) Listen(addr string) (net.Listener, error) {
 func (n *Network) Dial(ctx context.Context, from, to string) (net.Conn, error) {
 	n.mu.Lock()
 	l, ok := n.listeners[to]
-	cut := n.cut[newLink(from, to)]
+	err := n.blocked(from, to)
 	n.mu.Unlock()
-	if cut {
-		return nil, fmt.Errorf("dial %s from %s: %w", to, from, ErrPartitioned)
+	if err != nil {
+		return nil, err
 	}
 	if !ok {
 		return nil, fmt.Errorf("dial %s: %w", to, ErrRefused)
 	}
 	client, server := net.Pipe()
-	lk := newLink(from, to)
-	c := &conn{Conn: client, local: addr(from), remote: addr(to)}
-	s := &conn{Conn: server, local: addr(to), remote: addr(from)}
+	p := &pair{n: n, from: from, to: to, closed: make(chan struct{})}
+	p.client = &conn{Conn: client, local: addr(from), remote: addr(to), p: p}
+	p.server = &conn{Conn: server, local: addr(to), remote: addr(from), p: p}
 	select {
-	case l.accept <- s:
+	case l.accept <- p.server:
 	case <-l.done:
 		return nil, fmt.Errorf("dial %s: %w", to, ErrRefused)
 	case <-ctx.Done():
@@ -85,17 +97,26 @@ func (n *Network) Dial(ctx context.Context, from, to string) (net.Conn, error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cut[lk] { // cut while the listener accepted
-		_ = c.Close()
-		_ = s.Close()
-		return nil, fmt.Errorf("dial %s from %s: %w", to, from, ErrPartitioned)
+	if err := n.blocked(from, to); err != nil { // cut while the listener accepted
+		p.close()
+		return nil, err
 	}
-	if n.conns[lk] == nil {
-		n.conns[lk] = map[*conn]struct{}{}
+	n.pairs[p] = struct{}{}
+	return p.client, nil
+}
+
+// blocked returns why a dial from from to to fails (ErrPartitioned), or
+// nil; n.mu is held.
+func (n *Network) blocked(from, to string) error {
+	switch {
+	case n.down[from] || n.down[to]:
+		return fmt.Errorf("dial %s from %s: %w (an address is down)", to, from, ErrPartitioned)
+	case n.cut[newLink(from, to)]:
+		return fmt.Errorf("dial %s from %s: %w", to, from, ErrPartitioned)
+	case n.oneWay[dlink{from, to}]:
+		return fmt.Errorf("dial %s from %s: %w (one way)", to, from, ErrPartitioned)
 	}
-	n.conns[lk][c] = struct{}{}
-	n.conns[lk][s] = struct{}{}
-	return c, nil
+	return nil
 }
 
 // Transport returns an http.Transport whose connections come from the
@@ -112,26 +133,39 @@ func (n *Network) Transport(from string) *http.Transport {
 // directions, and closes the connections open on them.
 func (n *Network) Partition(a string, others ...string) {
 	n.mu.Lock()
-	var closing []*conn
 	for _, b := range others {
-		lk := newLink(a, b)
-		n.cut[lk] = true
-		for c := range n.conns[lk] {
-			closing = append(closing, c)
-		}
-		delete(n.conns, lk)
+		n.cut[newLink(a, b)] = true
 	}
+	closing := n.severed()
 	n.mu.Unlock()
-	for _, c := range closing {
-		_ = c.Close()
-	}
+	closeAll(closing)
 }
 
-// Heal restores every link Partition cut.
+// Heal restores every link Partition and CutOneWay cut (not SetDown).
 func (n *Network) Heal() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	clear(n.cut)
+	clear(n.oneWay)
+}
+
+// severed removes from n.pairs, and returns, the open connections a cut
+// or a down address now blocks; n.mu is held.
+func (n *Network) severed() []*pair {
+	var out []*pair
+	for p := range n.pairs {
+		if n.blocked(p.from, p.to) != nil {
+			delete(n.pairs, p)
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func closeAll(ps []*pair) {
+	for _, p := range ps {
+		p.close()
+	}
 }
 
 type addr string
@@ -139,14 +173,54 @@ type addr string
 func (a addr) Network() string { return "frontendtest" }
 func (a addr) String() string  { return string(a) }
 
+// pair is a dialed connection: both ends, and the direction of the dial.
+type pair struct {
+	n              *Network
+	from, to       string
+	client, server *conn
+	once           sync.Once
+	// closed is closed once either end is: a write waiting out its link's
+	// delay gives up then, as the write would fail.
+	closed chan struct{}
+}
+
+func (p *pair) close() {
+	p.ended()
+	_ = p.client.Conn.Close()
+	_ = p.server.Conn.Close()
+}
+
+// ended marks the connection as ended by either end.
+func (p *pair) ended() { p.once.Do(func() { close(p.closed) }) }
+
 // conn is one end of a pipe with the addresses of its link.
 type conn struct {
 	net.Conn
 	local, remote addr
+	p             *pair
 }
 
 func (c *conn) LocalAddr() net.Addr  { return c.local }
 func (c *conn) RemoteAddr() net.Addr { return c.remote }
+
+// Write passes b on after the link's delay (Faults), or resets the
+// connection when the link's dice say so.
+func (c *conn) Write(b []byte) (int, error) {
+	if err := c.p.n.fault(c.p, string(c.local), string(c.remote)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+// Close closes this end (the other end's reads see EOF) and forgets the
+// connection.
+func (c *conn) Close() error {
+	c.p.n.mu.Lock()
+	delete(c.p.n.pairs, c.p)
+	c.p.n.mu.Unlock()
+	c.p.ended()
+	return c.Conn.Close()
+}
 
 // listener hands dialed pipes to Accept until it closes.
 type listener struct {

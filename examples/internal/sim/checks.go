@@ -1,0 +1,202 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/internal/linearize"
+)
+
+// recover heals every fault and starts every stopped frontend, then
+// requires a leader and an accepted write within RecoveryBound.
+func (r *run) recover(ctx context.Context) {
+	net := r.c.Network()
+	net.Heal()
+	net.ClearFaults()
+	for i := 1; i <= r.n; i++ {
+		if r.c.Frontend(i) == nil {
+			r.restart(ctx, i, "after the faults healed")
+		}
+	}
+	healed := time.Now()
+	bctx, cancel := context.WithTimeout(ctx, RecoveryBound)
+	defer cancel()
+	for {
+		err := r.acceptedWrite(bctx)
+		if err == nil {
+			return
+		}
+		if bctx.Err() != nil {
+			r.failf("no leader with an accepted write within %v of healing (%v after): %v", RecoveryBound, time.Since(healed), err)
+			return
+		}
+		pause(bctx, 100*time.Millisecond)
+	}
+}
+
+// acceptedWrite writes a marker through the agreed leader.
+func (r *run) acceptedWrite(ctx context.Context) error {
+	l, err := r.c.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	f := r.c.Frontend(l)
+	if f == nil {
+		return errors.New("the leader stopped")
+	}
+	_, err = f.Write(ctx, catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCheck, Path: "/kv", Cond: catalog.Cond{Exists: true}}}})
+	return err
+}
+
+// check runs the checks of a run whose clients have stopped, on a healed
+// cluster.
+func (r *run) check(ctx context.Context, cl *clients) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	// Final linearizable reads of every register on every frontend join
+	// the history: every acknowledged write must show in them.
+	for _, i := range r.running() {
+		f := r.c.Frontend(i)
+		if err := f.Journal().ReadBarrier(ctx); err != nil {
+			r.failf("final read barrier on frontend %d: %v", i, err)
+			continue
+		}
+		for k := range keys {
+			call := r.hist.call()
+			n, ok := f.Tree().Get(keyPath(k))
+			if !ok {
+				r.failf("register %s missing on frontend %d", keyPath(k), i)
+				continue
+			}
+			r.hist.done(100+i, call, linearize.KV{Key: keyPath(k)}, n.Attrs["v"].Str(), true)
+		}
+	}
+	r.checkLinearizable()
+	r.checkConverged(ctx, cl)
+	r.checkImages(ctx)
+}
+
+// checkLinearizable checks the writes and linearizable reads with
+// porcupine. A failure names the registers whose history fails and
+// leaves porcupine's visualization of the whole history in a file.
+func (r *run) checkLinearizable() {
+	ops := r.hist.operations()
+	res, info := porcupine.CheckOperationsVerbose(linearize.KVModel, ops, 0)
+	if res == porcupine.Ok {
+		return
+	}
+	byKey := map[string][]porcupine.Operation{}
+	for _, op := range ops {
+		k := op.Input.(linearize.KV).Key
+		byKey[k] = append(byKey[k], op)
+	}
+	var bad []string
+	for k := range keys {
+		if !porcupine.CheckOperations(linearize.KVModel, byKey[keyPath(k)]) {
+			bad = append(bad, fmt.Sprintf("%s (%d operations)", keyPath(k), len(byKey[keyPath(k)])))
+		}
+	}
+	msg := fmt.Sprintf("the history of %d register operations is not linearizable: %v", len(ops), bad)
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("sim-seed-%d.html", r.opts.Seed))
+	if err := porcupine.VisualizePath(linearize.KVModel, info, path); err == nil {
+		msg += "; porcupine's view: " + path
+	}
+	r.failf("%s", msg)
+}
+
+// digestAt is a catalog digest and the index it was taken at.
+type digestAt struct {
+	index  uint64
+	digest catalog.Digest
+}
+
+// checkConverged waits for every frontend to apply the same index, then
+// requires the same catalog digest at it on all, and every acknowledged
+// create present on all.
+func (r *run) checkConverged(ctx context.Context, cl *clients) {
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var last map[int]digestAt
+	for {
+		last = map[int]digestAt{}
+		same := true
+		var first *digestAt
+		for _, i := range r.running() {
+			idx, d := r.c.Frontend(i).Tree().Digest()
+			last[i] = digestAt{idx, d}
+			if first == nil {
+				first = &digestAt{idx, d}
+			} else if first.index != idx {
+				same = false
+			}
+		}
+		if same {
+			break
+		}
+		if !pause(wctx, 50*time.Millisecond) {
+			r.failf("the frontends never reached one applied index: %v", last)
+			return
+		}
+	}
+	var ref *digestAt
+	refID := 0
+	for i, d := range last {
+		if ref == nil {
+			ref, refID = &d, i
+			continue
+		}
+		if d.digest != ref.digest {
+			r.failf("frontends %d and %d differ at index %d: digest %x vs %x", refID, i, d.index, ref.digest, d.digest)
+		}
+	}
+	for _, i := range r.running() {
+		t := r.c.Frontend(i).Tree()
+		missing := 0
+		for _, p := range cl.acked {
+			if _, ok := t.Get(p); !ok {
+				missing++
+				if missing == 1 {
+					r.failf("acknowledged create %s missing on frontend %d", p, i)
+				}
+			}
+		}
+		if missing > 1 {
+			r.failf("frontend %d misses %d acknowledged creates in all", i, missing)
+		}
+	}
+}
+
+// checkImages is the differential check: on every frontend, the newest
+// image loaded into a fresh catalog and the log replayed onto it up to
+// the live catalog's index give the live catalog's digest.
+func (r *run) checkImages(ctx context.Context) {
+	for _, i := range r.running() {
+		f := r.c.Frontend(i)
+		at, live := f.Tree().Digest()
+		t := f.NewTree()
+		info, err := f.Images().LoadAtOrBefore(ctx, t, at)
+		if err != nil {
+			r.failf("frontend %d: load its newest image at or before %d: %v", i, at, err)
+			continue
+		}
+		err = f.Journal().ReadEntries(ctx, info.Index, at, func(index uint64, data []byte) error {
+			t.Apply(index, bytes.Clone(data))
+			return nil
+		})
+		if err != nil {
+			r.failf("frontend %d: replay the log from its image at %d to %d: %v", i, info.Index, at, err)
+			continue
+		}
+		if idx, d := t.Digest(); idx != at || d != live {
+			r.failf("frontend %d: its image at %d replayed to %d (reached %d) gives digest %x, the live catalog %x", i, info.Index, at, idx, d, live)
+		}
+	}
+}

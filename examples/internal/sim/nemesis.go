@@ -1,0 +1,267 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/examples/frontend/frontendtest"
+)
+
+// nemesis injects faults, one at a time, for d of simulated time, and
+// returns how many. Every choice comes from rng. A fault that stops a
+// frontend starts it again before the next fault, so at most one
+// frontend is down at a time (a quorum of three or more survives it);
+// partitions and link faults last until a later fault heals them.
+func (r *run) nemesis(ctx context.Context, rng *rand.Rand, d time.Duration) int {
+	end := time.Now().Add(d)
+	n := 0
+	for time.Now().Before(end) && ctx.Err() == nil {
+		if !pause(ctx, time.Duration(500+rng.IntN(4000))*time.Millisecond) {
+			break
+		}
+		n++
+		r.fault(ctx, rng)
+	}
+	return n
+}
+
+// pause waits d of virtual time, or for ctx.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// pick returns a random frontend index.
+func (r *run) pick(rng *rand.Rand) int { return 1 + rng.IntN(r.n) }
+
+// others returns every frontend index but i.
+func (r *run) others(i int) []int {
+	var out []int
+	for j := 1; j <= r.n; j++ {
+		if j != i {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+func addrs(is []int) []string {
+	out := make([]string, len(is))
+	for k, i := range is {
+		out[k] = frontendtest.Addr(i)
+	}
+	return out
+}
+
+// leader returns the index of a frontend that considers itself leader,
+// or 0.
+func (r *run) leader() int {
+	for _, i := range r.running() {
+		if f := r.c.Frontend(i); f != nil && f.Journal().Status().IsLeader() {
+			return i
+		}
+	}
+	return 0
+}
+
+func (r *run) fault(ctx context.Context, rng *rand.Rand) {
+	net := r.c.Network()
+	switch p := rng.IntN(100); {
+	case p < 12: // isolate one frontend, often the leader
+		i := r.pick(rng)
+		if l := r.leader(); l != 0 && rng.IntN(2) == 0 {
+			i = l
+		}
+		r.hist.fault("isolate %d", i)
+		r.c.Partition(i, r.others(i)...)
+	case p < 20: // split a minority from the majority
+		perm := rng.Perm(r.n)
+		minority := perm[:(r.n-1)/2]
+		r.hist.fault("split %v", minority)
+		for _, a := range minority {
+			for _, b := range perm[(r.n-1)/2:] {
+				r.c.Partition(a+1, b+1)
+			}
+		}
+	case p < 30: // one-way: a frontend's messages reach nobody, or nobody's reach it
+		i := r.pick(rng)
+		if l := r.leader(); l != 0 && rng.IntN(2) == 0 {
+			i = l
+		}
+		if rng.IntN(2) == 0 {
+			r.hist.fault("one-way out of %d", i)
+			net.CutOneWay(frontendtest.Addr(i), addrs(r.others(i))...)
+		} else {
+			r.hist.fault("one-way into %d", i)
+			for _, o := range r.others(i) {
+				net.CutOneWay(frontendtest.Addr(o), frontendtest.Addr(i))
+			}
+		}
+	case p < 36: // a flapping link
+		a := r.pick(rng)
+		b := r.others(a)[rng.IntN(r.n-1)]
+		flaps := 2 + rng.IntN(6)
+		r.hist.fault("flap %d-%d x%d", a, b, flaps)
+		for range flaps {
+			r.c.Partition(a, b)
+			if !pause(ctx, time.Duration(50+rng.IntN(700))*time.Millisecond) {
+				break
+			}
+			net.Heal()
+			if !pause(ctx, time.Duration(50+rng.IntN(700))*time.Millisecond) {
+				break
+			}
+		}
+	case p < 44: // slow and lossy links
+		for range 1 + rng.IntN(3) {
+			a := r.pick(rng)
+			b := r.others(a)[rng.IntN(r.n-1)]
+			f := frontendtest.Faults{
+				Delay:  time.Duration(rng.IntN(50)) * time.Millisecond,
+				Jitter: time.Duration(1+rng.IntN(100)) * time.Millisecond,
+				Reset:  float64(rng.IntN(3)) / 100,
+			}
+			r.hist.fault("link %d->%d %+v", a, b, f)
+			net.SetFaults(frontendtest.Addr(a), frontendtest.Addr(b), f)
+		}
+	case p < 56: // heal everything
+		r.hist.fault("heal")
+		net.Heal()
+		net.ClearFaults()
+	case p < 61: // a crash loop: short lives, each read from at once
+		r.crashLoop(ctx, rng)
+	case p < 66: // power cut, restart after a while
+		i := r.pick(rng)
+		down := time.Duration(200+rng.IntN(5000)) * time.Millisecond
+		r.hist.fault("crash %d for %v", i, down)
+		if err := r.c.Crash(i); err != nil {
+			r.failf("crash frontend %d: %v", i, err)
+			return
+		}
+		pause(ctx, down)
+		r.restart(ctx, i, "after a power cut")
+	case p < 72: // graceful restart
+		i := r.pick(rng)
+		r.hist.fault("shutdown %d", i)
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_ = r.c.ShutdownFrontend(sctx, i) // its hand-off may fail under partitions; Close still runs
+		cancel()
+		pause(ctx, time.Duration(rng.IntN(3000))*time.Millisecond)
+		r.restart(ctx, i, "after a shutdown")
+	case p < 82: // leadership hand-off to a random voter
+		l := r.leader()
+		if l == 0 {
+			return
+		}
+		to := r.others(l)[rng.IntN(r.n-1)]
+		r.hist.fault("transfer %d->%d", l, to)
+		if f := r.c.Frontend(l); f != nil {
+			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = f.Journal().TransferLeadership(tctx, uint64(to)) // may fail under partitions
+			cancel()
+		}
+	case p < 90: // checkpoint on a random frontend
+		i := r.pick(rng)
+		r.hist.fault("checkpoint %d", i)
+		if f := r.c.Frontend(i); f != nil {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, _ = f.Checkpointer().Checkpoint(cctx) // the leader's is disabled; others may lag
+			cancel()
+		}
+	default: // a lagging frontend catches up from an image
+		r.lagBehindImage(ctx, rng)
+	}
+}
+
+// restart starts frontend i again; a failure is a finding (a restart
+// needs no quorum: the frontend finds its member record in its own log).
+func (r *run) restart(ctx context.Context, i int, why string) {
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := r.c.RestartFrontend(sctx, i); err != nil && ctx.Err() == nil {
+		r.failf("restart frontend %d %s: %v", i, why, err)
+	}
+}
+
+// lagBehindImage cuts a follower off, writes until the others' logs are
+// compacted past it (a checkpoint on each), and heals: it must catch up
+// by installing an image.
+func (r *run) lagBehindImage(ctx context.Context, rng *rand.Rand) {
+	l := r.leader()
+	if l == 0 {
+		return
+	}
+	lag := r.others(l)[rng.IntN(r.n-1)]
+	r.hist.fault("lag %d behind an image", lag)
+	r.c.Partition(lag, r.others(lag)...)
+	defer r.c.Network().Heal()
+	f := r.c.Frontend(l)
+	if f == nil {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for k := 0; k < 80 && wctx.Err() == nil; k++ {
+		_, _ = f.Write(wctx, catalog.Batch{Ops: []catalog.Op{
+			{Type: catalog.OpCreate, Path: fmt.Sprintf("/lag-%d-%d", lag, k), Kind: "filler"},
+			{Type: catalog.OpDelete, Path: fmt.Sprintf("/lag-%d-%d", lag, k)},
+		}})
+	}
+	for _, i := range r.others(lag) {
+		if g := r.c.Frontend(i); g != nil {
+			_, _ = g.Checkpointer().Checkpoint(wctx)
+		}
+	}
+}
+
+// crashLoop cuts a frontend's power two to four times, each time while
+// a linearizable read through it is in flight on slow links, restarts it
+// after a short outage and reads through it at once: a young run's first
+// read rounds meet the answers to the rounds of the run before, which the
+// leader may still send after the restart.
+func (r *run) crashLoop(ctx context.Context, rng *rand.Rand) {
+	i := r.pick(rng)
+	loops := 2 + rng.IntN(3)
+	r.hist.fault("crash loop %d x%d", i, loops)
+	net := r.c.Network()
+	for _, o := range r.others(i) {
+		slow := frontendtest.Faults{Delay: time.Duration(10+rng.IntN(60)) * time.Millisecond}
+		net.SetFaults(frontendtest.Addr(o), frontendtest.Addr(i), slow)
+		for _, p := range r.others(i) {
+			if p != o {
+				net.SetFaults(frontendtest.Addr(o), frontendtest.Addr(p), slow)
+			}
+		}
+	}
+	defer net.ClearFaults()
+	for range loops {
+		f := r.c.Frontend(i)
+		if f == nil {
+			return
+		}
+		var inflight sync.WaitGroup
+		k := rng.IntN(keys)
+		inflight.Go(func() { r.cl.read(ctx, f, 90, k) })
+		pause(ctx, time.Duration(rng.IntN(60))*time.Millisecond)
+		if err := r.c.Crash(i); err != nil {
+			r.failf("crash frontend %d: %v", i, err)
+			return
+		}
+		inflight.Wait()
+		pause(ctx, time.Duration(rng.IntN(30))*time.Millisecond)
+		r.restart(ctx, i, "in a crash loop")
+		if f := r.c.Frontend(i); f != nil {
+			r.cl.read(ctx, f, 91, rng.IntN(keys))
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/examples/frontend"
+	"github.com/metatree/metatree/examples/frontend/frontendtest"
+)
+
+// DefaultDuration is Options.Duration when it is 0.
+const DefaultDuration = 2 * time.Minute
+
+// RecoveryBound is how long, in simulated time, the cluster has after the
+// last fault heals (every link restored, every frontend running) to elect
+// a leader and accept a write.
+const RecoveryBound = 30 * time.Second
+
+// Options configure one run.
+type Options struct {
+	// Seed drives every choice of the run: the cluster's size, the
+	// workload and the faults.
+	Seed uint64
+	// Duration is the simulated time the workload runs under faults;
+	// default DefaultDuration.
+	Duration time.Duration
+	// Frontends is the number of frontends; 0 draws 3 to 5 from the seed.
+	Frontends int
+	// Configure, when set, adjusts the frontends' config template (a test
+	// that narrows a timeout, say).
+	Configure func(*frontend.Config)
+	// Extend, when set, runs once the cluster is up, before the workload,
+	// with the cluster and a random source of the seed's: the place where
+	// more members (workers, with their heartbeats and queries) join the
+	// run. What it starts must stop when ctx ends.
+	Extend func(ctx context.Context, c *frontendtest.Cluster, rng *rand.Rand)
+	// Trace, when set, receives every fault and non-register event as it
+	// happens, stamped with the simulated time since the start (a replay
+	// under -v shows what the run did).
+	Trace func(string)
+}
+
+// Result is what one run did and found.
+type Result struct {
+	Seed      uint64
+	Frontends int
+	// Simulated is the virtual time the run took, set-up and checks
+	// included.
+	Simulated time.Duration
+	// Ops is the number of client operations completed; Faults the
+	// number of faults injected.
+	Ops, Faults int
+	// History is a hash of the run's events in the order they happened
+	// (each client operation with its outcome, each fault): two runs of
+	// one seed with the same hash saw the same history.
+	History uint64
+	// FaultHistory is the hash of the faults alone, in order.
+	FaultHistory uint64
+	// Failures are the checks that failed, each a sentence naming what it
+	// saw; empty: the run passed.
+	Failures []string
+}
+
+// Failed reports whether a check failed.
+func (r *Result) Failed() bool { return len(r.Failures) > 0 }
+
+// Replay is the command that reruns the seed.
+func (r *Result) Replay() string {
+	return fmt.Sprintf("go run ./examples/sim -seed %d", r.Seed)
+}
+
+// Report is the run's report: its seed, its figures, each failure and the
+// command that replays it.
+func (r *Result) Report() string {
+	status := "ok"
+	if r.Failed() {
+		status = "FAILED"
+	}
+	s := fmt.Sprintf("seed %d: %s: %d frontends, %d ops, %d faults, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Ops, r.Faults, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
+	for _, f := range r.Failures {
+		s += "\n  - " + f
+	}
+	if r.Failed() {
+		s += "\n  replay: " + r.Replay()
+	}
+	return s
+}
+
+// run is the state of one run.
+type run struct {
+	opts     Options
+	c        *frontendtest.Cluster
+	n        int // frontends
+	hist     *history
+	cl       *clients   // the workload, which the nemesis's own reads join
+	mu       sync.Mutex // guards failures
+	failures []string
+}
+
+func (r *run) failf(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	r.failures = append(r.failures, s)
+	r.mu.Unlock()
+	if r.opts.Trace != nil {
+		r.opts.Trace("FAILED: " + s)
+	}
+}
+
+// Run runs one seeded simulation and checks it. t must be the *testing.T
+// of a testing/synctest bubble (synctest.Test), so that time is virtual;
+// the cluster is closed when Run returns, and the bubble's end finds any
+// goroutine left behind. Set-up failures fail t; the checks' failures are
+// in the Result.
+func Run(t *testing.T, opts Options) *Result {
+	if opts.Duration == 0 {
+		opts.Duration = DefaultDuration
+	}
+	rng := rand.New(rand.NewPCG(opts.Seed, 0x5eed))
+	n := opts.Frontends
+	if n == 0 {
+		n = 3 + rng.IntN(3)
+	}
+	start := time.Now()
+	cfg := frontend.Config{
+		Token:              "sim",
+		RequestTimeout:     3 * time.Second,
+		CheckpointEntries:  64,
+		CheckpointInterval: 2 * time.Second,
+		CompactMargin:      32,
+	}
+	if opts.Configure != nil {
+		opts.Configure(&cfg)
+	}
+	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: n, InMemory: true, Config: cfg})
+	c.Network().Seed(rng.Uint64())
+	r := &run{opts: opts, c: c, n: n, hist: newHistory(start, opts.Trace)}
+	res := &Result{Seed: opts.Seed, Frontends: n}
+	defer func() {
+		for i := 1; i <= n; i++ {
+			c.StopFrontend(i)
+		}
+		res.Simulated = time.Since(start)
+	}()
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if err := r.setup(ctx); err != nil {
+		t.Fatalf("seed %d: set-up: %v", opts.Seed, err)
+	}
+	if opts.Extend != nil {
+		opts.Extend(ctx, c, rand.New(rand.NewPCG(rng.Uint64(), 1)))
+	}
+
+	// The clients and the nemesis run for Duration; then the faults heal
+	// and the checks run on a quiet cluster.
+	clients := startClients(ctx, r, 4, rng.Uint64())
+	r.cl = clients
+	faults := r.nemesis(ctx, rand.New(rand.NewPCG(rng.Uint64(), 2)), opts.Duration)
+	r.recover(ctx)
+	clients.stop()
+	r.check(ctx, clients)
+
+	res.Ops, res.Faults = r.hist.ops(), faults
+	res.History, res.FaultHistory = r.hist.hashes()
+	res.Failures = r.failures
+	return res
+}
+
+// keys is the number of registers the clients share.
+const keys = 6
+
+func keyPath(k int) string { return fmt.Sprintf("/kv/k%d", k) }
+
+// setup waits for a leader and creates the registers and the directory
+// of the clients' unique creates.
+func (r *run) setup(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	leader, err := r.c.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	ops := []catalog.Op{
+		{Type: catalog.OpCreate, Path: "/kv", Kind: "dir"},
+		{Type: catalog.OpCreate, Path: "/acked", Kind: "dir"},
+	}
+	for k := range keys {
+		ops = append(ops, catalog.Op{Type: catalog.OpCreate, Path: keyPath(k), Kind: "register", Set: map[string]catalog.Value{"v": catalog.String("")}})
+	}
+	_, err = r.c.Frontend(leader).Write(ctx, catalog.Batch{Ops: ops})
+	return err
+}
+
+// running returns the frontends that run now, by index.
+func (r *run) running() []int {
+	var out []int
+	for i := 1; i <= r.n; i++ {
+		if r.c.Frontend(i) != nil {
+			out = append(out, i)
+		}
+	}
+	return out
+}
