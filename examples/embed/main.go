@@ -58,26 +58,23 @@ func run(ctx context.Context, dir string, out io.Writer) error {
 	// wiring
 	token := rand.Text() // the cluster's join token: a credential, or Start refuses
 	fes := make([]*frontend.Frontend, 3)
-	defer func() {
-		for _, f := range fes {
-			if f != nil {
-				f.Close()
-			}
-		}
-	}()
-	start := func(i int) (err error) {
+	start := func(i int) error {
 		cfg := frontend.Config{ID: uint64(i + 1), Dir: filepath.Join(dir, fmt.Sprint(i+1)), Addr: addrs[i],
 			Token: token, Bootstrap: i == 0, HeartbeatInterval: 100 * time.Millisecond}
 		if i > 0 {
 			cfg.Join = addrs[0] // a restart from the data dir ignores it
 		}
-		fes[i], err = frontend.Start(ctx, cfg)
+		f, err := frontend.Start(ctx, cfg)
+		if err == nil {
+			fes[i] = f // a failed restart keeps the closed one: closing it again does nothing
+		}
 		return err
 	}
 	for i := range fes {
 		if err := start(i); err != nil {
 			return err
 		}
+		defer func() { fes[i].Close() }() // whichever runs at i when run returns
 	}
 	// end of the wiring
 
