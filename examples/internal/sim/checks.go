@@ -13,6 +13,7 @@ import (
 
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/internal/linearize"
+	"github.com/metatree/metatree/journal"
 )
 
 // recover heals every fault and starts every stopped frontend, then
@@ -81,7 +82,23 @@ func (r *run) check(ctx context.Context, cl *clients) {
 	}
 	r.checkLinearizable()
 	r.checkConverged(ctx, cl)
+	r.checkNoAlarm()
 	r.checkImages(ctx)
+}
+
+// checkNoAlarm requires that the consistency checks, which every
+// frontend runs (catalog.Tree is a journal.Digester), raised no alarm:
+// the run's replicas are correct, so an alarm is a false one.
+func (r *run) checkNoAlarm() {
+	for _, i := range r.running() {
+		st := r.c.Frontend(i).Journal().Status()
+		if st.Alarm != nil {
+			r.failf("frontend %d reports a consistency alarm on a correct cluster: %+v", i, *st.Alarm)
+		}
+		if errors.Is(st.Err, journal.ErrCorrupt) {
+			r.failf("frontend %d raised the corruption alarm on a correct cluster: %v", i, st.Err)
+		}
+	}
 }
 
 // checkLinearizable checks the writes and linearizable reads with
@@ -117,6 +134,8 @@ type digestAt struct {
 	index  uint64
 	digest catalog.Digest
 }
+
+func (d digestAt) String() string { return fmt.Sprintf("index %d digest %v", d.index, d.digest) }
 
 // checkConverged waits for every frontend to apply the same index, then
 // requires the same catalog digest at it on all, and every acknowledged
@@ -154,7 +173,7 @@ func (r *run) checkConverged(ctx context.Context, cl *clients) {
 			continue
 		}
 		if d.digest != ref.digest {
-			r.failf("frontends %d and %d differ at index %d: digest %x vs %x", refID, i, d.index, ref.digest, d.digest)
+			r.failf("frontends %d and %d differ at index %d: digest %v vs %v", refID, i, d.index, ref.digest, d.digest)
 		}
 	}
 	for _, i := range r.running() {
@@ -196,7 +215,7 @@ func (r *run) checkImages(ctx context.Context) {
 			continue
 		}
 		if idx, d := t.Digest(); idx != at || d != live {
-			r.failf("frontend %d: its image at %d replayed to %d (reached %d) gives digest %x, the live catalog %x", i, info.Index, at, idx, d, live)
+			r.failf("frontend %d: its image at %d replayed to %d (reached %d) gives digest %v, the live catalog %v", i, info.Index, at, idx, d, live)
 		}
 	}
 }

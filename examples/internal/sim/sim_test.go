@@ -1,14 +1,23 @@
 package sim
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/examples/frontend/frontendtest"
+	"github.com/metatree/metatree/journal"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -92,4 +101,40 @@ func BenchmarkSimulatedClusterHours(b *testing.B) {
 		}
 	}
 	b.ReportMetric(simulated.Hours()/time.Since(began).Minutes(), "cluster-h/min")
+}
+
+// A replica whose catalog differs (one attribute changed outside the log
+// on one frontend) fails the run's checks: the alarm check names it. The
+// checks that pass on every other seed can fail.
+func TestRunReportsAReplicaWhoseCatalogDiffers(t *testing.T) {
+	const corrupt = 2
+	res := runCorrupted(t, Options{Seed: 1, Frontends: 3, Duration: 20 * time.Second, Extend: func(ctx context.Context, c *frontendtest.Cluster, _ *rand.Rand) {
+		f := c.Frontend(corrupt)
+		if err := f.Journal().ReadBarrier(ctx); err != nil {
+			t.Fatalf("read barrier on frontend %d: %v", corrupt, err)
+		}
+		if err := f.Tree().SetAttrForTesting("/kv", "flipped", catalog.Int(1)); err != nil {
+			t.Fatalf("changing frontend %d's catalog: %v", corrupt, err)
+		}
+		for !errors.Is(f.Journal().Status().Err, journal.ErrCorrupt) {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("frontend %d never raised the corruption alarm: %v", corrupt, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}})
+	require.True(t, res.Failed(), "a run with a corrupted replica passed")
+	require.Contains(t, strings.Join(res.Failures, "\n"), "alarm")
+}
+
+// runCorrupted runs opts in a bubble and returns its result, which the
+// caller expects to have failed.
+func runCorrupted(t *testing.T, opts Options) *Result {
+	var res *Result
+	synctest.Test(t, func(t *testing.T) {
+		res = Run(t, opts)
+	})
+	require.NotNil(t, res)
+	return res
 }
