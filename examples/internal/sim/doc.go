@@ -37,6 +37,9 @@
 //     same catalog;
 //   - every frontend reaches one applied index, with one catalog digest
 //     (catalog.Tree.Digest);
+//   - no frontend raised or reports a consistency alarm: the journal's
+//     digest checks run on every frontend all along, and on a correct
+//     cluster an alarm is a false one;
 //   - the differential check: on every frontend, its newest image loaded
 //     into a fresh catalog, and the log replayed onto it (ReadEntries, with
 //     the applier's duplicate skipping) up to the live catalog's index,
