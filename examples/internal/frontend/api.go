@@ -594,8 +594,11 @@ func (f *Frontend) postQuery(w http.ResponseWriter, r *http.Request) error {
 	var workers []cancel.Member
 	var addrs []string
 	for _, id := range body.Workers {
-		m, ok := f.members.Member(id)
-		if !ok || m.Kind != heartbeat.KindWorker {
+		m, ok, err := f.worker(r.Context(), id)
+		if err != nil {
+			return apiError(err)
+		}
+		if !ok {
 			return httpjson.Errorf(http.StatusBadRequest, "bad_request", "%d is not a worker of this cluster", id)
 		}
 		workers = append(workers, cancel.Member{Node: id, Epoch: m.PublishedEpoch()})
@@ -722,4 +725,37 @@ func (f *Frontend) getQuery(w http.ResponseWriter, r *http.Request) error {
 	}
 	httpjson.Write(w, http.StatusOK, v)
 	return nil
+}
+
+// worker returns worker id's record as this frontend's membership holds
+// it, and whether id is a worker. A worker added through another frontend
+// a moment ago may not have reached this one yet: when id is unknown here,
+// worker waits for a linearizable read (everything the cluster
+// acknowledged is then applied here) and, if the catalog then holds id's
+// record, for the membership to follow the catalog to it. An id that no
+// acknowledged write made a member is refused without waiting further.
+func (f *Frontend) worker(ctx context.Context, id uint64) (heartbeat.Member, bool, error) {
+	if m, ok := f.members.Member(id); ok {
+		return m, m.Kind == heartbeat.KindWorker, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.RequestTimeout)
+	defer cancel()
+	if err := f.journal.ReadBarrier(ctx); err != nil {
+		return heartbeat.Member{}, false, err
+	}
+	if _, ok := f.tree.Get(heartbeat.MemberPath(id)); !ok {
+		return heartbeat.Member{}, false, nil
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if m, ok := f.members.Member(id); ok {
+			return m, m.Kind == heartbeat.KindWorker, nil
+		}
+		select {
+		case <-ctx.Done():
+			return heartbeat.Member{}, false, fmt.Errorf("member %d's record is applied here, its membership is not yet: %w", id, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
