@@ -105,6 +105,7 @@ func (n *Network) fault(p *pair, from, to string) error {
 		n.mu.Lock()
 		delete(n.pairs, p)
 		n.mu.Unlock()
+		p.reset.Store(true)
 		p.close()
 		return fmt.Errorf("write from %s to %s: %w", from, to, ErrReset)
 	}

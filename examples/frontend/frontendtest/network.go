@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrRefused is the dial error for an address nothing listens on.
@@ -182,6 +183,10 @@ type pair struct {
 	// closed is closed once either end is: a write waiting out its link's
 	// delay gives up then, as the write would fail.
 	closed chan struct{}
+	// reset is set when the network reset the connection (Faults.Reset):
+	// both ends' reads and writes then fail with ErrReset, whichever end
+	// notices first.
+	reset atomic.Bool
 }
 
 func (p *pair) close() {
@@ -209,7 +214,24 @@ func (c *conn) Write(b []byte) (int, error) {
 	if err := c.p.n.fault(c.p, string(c.local), string(c.remote)); err != nil {
 		return 0, err
 	}
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	return n, c.resetErr(err)
+}
+
+// Read reads from the pipe; on a connection the network reset, the
+// error is ErrReset.
+func (c *conn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	return n, c.resetErr(err)
+}
+
+// resetErr returns err, or ErrReset in its place when the network reset
+// the connection.
+func (c *conn) resetErr(err error) error {
+	if err != nil && c.p.reset.Load() {
+		return fmt.Errorf("%s to %s: %w", c.local, c.remote, ErrReset)
+	}
+	return err
 }
 
 // Close closes this end (the other end's reads see EOF) and forgets the
