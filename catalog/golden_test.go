@@ -87,14 +87,8 @@ func goldenTree(t *testing.T) *catalog.Tree {
 // The image body (version 1) of a fixed catalog is the bytes checked in,
 // and those bytes load to that catalog, for ever.
 func TestImageBodyFormatMatchesItsGoldenFile(t *testing.T) {
-	const path = "testdata/golden/image-body-v1.bin"
 	want := goldenTree(t)
-	var buf bytes.Buffer
-	require.NoError(t, want.Save(&buf))
-	golden.Check(t, path, buf.Bytes())
-
-	got := catalog.New()
-	require.NoError(t, got.Load(bytes.NewReader(golden.Read(t, path))))
+	got := imageBodyRoundTrip(t, "testdata/golden/image-body-v1.bin", want)
 	require.Equal(t, uint64(5), got.Index())
 	for _, p := range []string{"/", "/db", "/db/t1", "/db/t2", "/w"} {
 		w, ok := want.Get(p)
@@ -141,14 +135,8 @@ func goldenOwnedTree(t *testing.T) *catalog.Tree {
 // for ever: the version's end deletes and orphan-marks on the loaded tree
 // as on the one that wrote it.
 func TestImageBodyWithOwnershipsMatchesItsGoldenFile(t *testing.T) {
-	const path = "testdata/golden/image-body-v2.bin"
 	want := goldenOwnedTree(t)
-	var buf bytes.Buffer
-	require.NoError(t, want.Save(&buf))
-	golden.Check(t, path, buf.Bytes())
-
-	got := catalog.New()
-	require.NoError(t, got.Load(bytes.NewReader(golden.Read(t, path))))
+	got := imageBodyRoundTrip(t, "testdata/golden/image-body-v2.bin", want)
 	require.Equal(t, uint64(7), got.Index())
 	_, wd := want.Digest()
 	_, gd := got.Digest()
@@ -169,4 +157,16 @@ func TestImageBodyWithOwnershipsMatchesItsGoldenFile(t *testing.T) {
 	_, wd = want.Digest()
 	_, gd = got.Digest()
 	require.Equal(t, wd, gd)
+}
+
+// imageBodyRoundTrip checks that want saves to the golden file at path
+// and returns the tree that file loads to.
+func imageBodyRoundTrip(t *testing.T, path string, want *catalog.Tree) *catalog.Tree {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, want.Save(&buf))
+	golden.Check(t, path, buf.Bytes())
+	got := catalog.New()
+	require.NoError(t, got.Load(bytes.NewReader(golden.Read(t, path))))
+	return got
 }

@@ -15,7 +15,13 @@ import (
 // other two.
 func threeWithLeader(t *testing.T) (*Cluster, context.Context, int, []int) {
 	t.Helper()
-	c := NewCluster(t, Options{Frontends: 3})
+	return threeWithLeaderIn(t, Options{Frontends: 3})
+}
+
+// threeWithLeaderIn is threeWithLeader with opts (three frontends).
+func threeWithLeaderIn(t *testing.T, opts Options) (*Cluster, context.Context, int, []int) {
+	t.Helper()
+	c := NewCluster(t, opts)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	leader, err := c.Leader(ctx)

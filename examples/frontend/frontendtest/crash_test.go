@@ -1,10 +1,8 @@
 package frontendtest
 
 import (
-	"context"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -13,11 +11,7 @@ import (
 
 func TestCrashedFrontendRestartsFromItsInMemoryDiskWithTheAcknowledgedWrites(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := NewCluster(t, Options{Frontends: 3, InMemory: true})
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		leader, err := c.Leader(ctx)
-		require.NoError(t, err)
+		c, ctx, leader, _ := threeWithLeaderIn(t, Options{Frontends: 3, InMemory: true})
 		down := leader%3 + 1
 		names, err := c.FS(down).List(memDir(down))
 		require.NoError(t, err)
@@ -48,11 +42,7 @@ func TestCrashNeedsTheInMemoryFilesystem(t *testing.T) {
 
 func TestShutdownFrontendHandsLeadershipToAnother(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := NewCluster(t, Options{Frontends: 3, InMemory: true})
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		leader, err := c.Leader(ctx)
-		require.NoError(t, err)
+		c, ctx, leader, _ := threeWithLeaderIn(t, Options{Frontends: 3, InMemory: true})
 		require.NoError(t, c.ShutdownFrontend(ctx, leader))
 		require.Nil(t, c.Frontend(leader))
 		next, err := c.Leader(ctx)
