@@ -1,19 +1,15 @@
 package frontend
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	fe "github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/examples/internal/secure"
 	"github.com/metatree/metatree/journal"
@@ -62,12 +58,7 @@ func TestWriteRefusedWithoutAMajorityAnswers503Corrupt(t *testing.T) {
 func TestAlarmClearIsAnAdminRequestThatAnswersTheAlarm(t *testing.T) {
 	require.Equal(t, secure.RoleAdmin, secure.RequiredRole(http.MethodPost, "/v1/alarm/clear"))
 
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	f, err := Start(ctx, Config{Config: fe.Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Insecure: true}})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, f.Close()) })
-	waitFor(t, 20*time.Second, "a leader", func() bool { return f.Journal().Status().Leader == 1 })
+	f, ctx := startLeader(t)
 	rec := httptest.NewRecorder()
 	f.routes().ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/alarm/clear", nil))
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())

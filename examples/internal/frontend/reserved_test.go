@@ -1,18 +1,14 @@
 package frontend
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	fe "github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/heartbeat"
 )
 
@@ -21,12 +17,7 @@ import (
 // reserved path and never reach the log, a txn that only checks there
 // passes, and the frontend's own member record is intact.
 func TestHTTPWritesUnderTheClusterRecordsAreRefused(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	f, err := Start(ctx, Config{Config: fe.Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Insecure: true}})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, f.Close()) })
-	waitFor(t, 20*time.Second, "a leader", func() bool { return f.Journal().Status().Leader == 1 })
+	f, ctx := startLeader(t)
 
 	serve := func(method, target, body string) (int, map[string]any) {
 		rec := httptest.NewRecorder()

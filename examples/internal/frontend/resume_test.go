@@ -172,12 +172,7 @@ func (s *fakeStream) String() string {
 // that watch waits on its client, the replay gate is free, and another
 // resumed watch replays and goes live.
 func TestSlowResumedWatchLeavesTheReplayGateFree(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	f, err := Start(ctx, Config{Config: fe.Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Insecure: true}})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, f.Close()) })
-	waitFor(t, 20*time.Second, "a leader", func() bool { return f.Journal().Status().Leader == 1 })
+	f, ctx := startLeader(t)
 	res, err := f.commit(ctx, catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/w", Kind: "database"}}})
 	require.NoError(t, err)
 	require.NoError(t, res.Err)

@@ -47,14 +47,7 @@ func (cl *clients) stop() {
 
 // think is a client's pause between two operations, in virtual time.
 func think(ctx context.Context, rng *rand.Rand) bool {
-	t := time.NewTimer(time.Duration(10+rng.IntN(200)) * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return pause(ctx, time.Duration(10+rng.IntN(200))*time.Millisecond)
 }
 
 func (cl *clients) loop(ctx context.Context, id int, rng *rand.Rand) {
