@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
 )
@@ -493,6 +494,30 @@ func (j *Journal) proposeReport() {
 	if rep := j.checkReport.Swap(nil); rep != nil {
 		_ = j.rn.Propose(*rep) // dropped (no leader): this mark goes unreported here
 	}
+}
+
+// sendLastReport runs on the loop as it stops on this member's corruption
+// alarm: it proposes the report the applier left, if the loop has not
+// yet, and sends what raft has for the peers. The applier can find this
+// member differs (the other voters' reports of a mark applied) before the
+// loop took the report of that mark; sent now, it still reaches the log,
+// and the healthy voters name this member in their alarm. With
+// asynchronous storage writes raft puts every message that must wait for a
+// local write inside that write's request, so a Ready's messages for peers
+// may go out without the rest of it.
+func (j *Journal) sendLastReport() {
+	j.proposeReport()
+	if !j.rn.HasReady() {
+		return
+	}
+	rd := j.rn.Ready()
+	var out []*raftpb.Message
+	for _, m := range rd.Messages {
+		if to := m.GetTo(); to != raft.LocalAppendThread && to != raft.LocalApplyThread {
+			out = append(out, m)
+		}
+	}
+	j.send(out)
 }
 
 // count is how many comparisons the member made.

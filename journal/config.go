@@ -305,6 +305,9 @@ type testingKnobs struct {
 	changed func()
 	// ticked runs on the loop after each raft tick. It must not block.
 	ticked func()
+	// holdReports makes the loop leave the consistency report the applier
+	// left until the member stops, as the slowest loop would.
+	holdReports bool
 }
 
 // notifyChanged calls the changed knob, if set.

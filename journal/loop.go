@@ -96,13 +96,17 @@ func (j *Journal) run() {
 		case <-j.store.HaltedCh():
 			err = j.store.Halted() // a background write failed
 		case <-j.checkc:
-			j.proposeReport()
+			if k := j.cfg.knobs; k == nil || !k.holdReports {
+				j.proposeReport()
+			}
 		case <-readyc:
 		}
 		if c := j.corruptErr(); c != nil && err == nil {
 			// The applier found this member's state differs from the
 			// majority's: stop taking part, as a crashed member would (a
-			// leader so gives way), and serve nothing (check.go).
+			// leader so gives way), and serve nothing (check.go), once
+			// this member's own report is on its way.
+			j.sendLastReport()
 			err = c
 		}
 		if err != nil {
