@@ -279,7 +279,7 @@ type Config struct {
 	// (EMERGENCY_BALLAST in Dir) that holds space in reserve: the node
 	// releases it when free space falls under half of ReserveBytes, and an
 	// operator may delete it to restart a node whose disk filled (default
-	// ReserveBytes/4; negative: none). SpaceCheckInterval is how often
+	// ReserveBytes/8; negative: none). SpaceCheckInterval is how often
 	// free space is measured (default 1s). A filesystem that reports no
 	// usage (in memory) has no guard.
 	ReserveBytes       int64
@@ -389,7 +389,7 @@ func (c *Config) fillDefaults() {
 		c.ReserveBytes = 64 << 20
 	}
 	if c.BallastBytes == 0 {
-		c.BallastBytes = c.ReserveBytes / 4
+		c.BallastBytes = c.ReserveBytes / 8
 	}
 	if c.SpaceCheckInterval == 0 {
 		c.SpaceCheckInterval = time.Second

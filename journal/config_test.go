@@ -41,7 +41,7 @@ func TestZeroConfigTakesDocumentedDefaults(t *testing.T) {
 	require.Equal(t, 100*time.Millisecond, c.SlowApply)
 	require.Equal(t, uint64(1000), c.PromoteMaxLag)
 	require.Equal(t, int64(64<<20), c.ReserveBytes)
-	require.Equal(t, int64(16<<20), c.BallastBytes, "ReserveBytes/4")
+	require.Equal(t, int64(8<<20), c.BallastBytes, "ReserveBytes/8")
 	require.Equal(t, time.Second, c.SpaceCheckInterval)
 	require.Equal(t, "http", c.Scheme)
 	require.Equal(t, vfs.Default, c.FS)
@@ -63,7 +63,7 @@ func TestWithDefaultsKeepsSetValuesAndDerivesTheRest(t *testing.T) {
 	c := in.WithDefaults()
 	require.Equal(t, 7, c.ElectionTicks)
 	require.Equal(t, int64(4*(2<<20)+1<<20), c.MaxBodyBytes)
-	require.Equal(t, int64(2<<20), c.BallastBytes)
+	require.Equal(t, int64(1<<20), c.BallastBytes)
 	require.Equal(t, "https", c.Scheme, "https with TLS")
 	require.Zero(t, in.TickInterval, "the receiver is a copy")
 }

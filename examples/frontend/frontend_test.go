@@ -22,7 +22,7 @@ import (
 )
 
 // freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
@@ -31,7 +31,7 @@ func freeAddr(t *testing.T) string {
 
 // startOne starts a single-member cluster; Start returns once it leads
 // (registering itself is a write).
-func startOne(t *testing.T, mod func(*Config)) *Frontend {
+func startOne(t testing.TB, mod func(*Config)) *Frontend {
 	t.Helper()
 	cfg := Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Token: "secret",
 		HeartbeatInterval: time.Hour, CheckpointEntries: 1 << 40, CheckpointInterval: time.Hour}

@@ -98,7 +98,11 @@ func (f haltFS) create(op, name string, open func() (vfs.File, error)) (vfs.File
 		}
 		return nil, f.fail(op, name, err)
 	}
-	return haltFile{File: file, fs: f, path: name, wal: wal}, nil
+	hf := haltFile{File: file, fs: f, path: name, wal: wal}
+	if wal {
+		hf.alloc = &preallocation{}
+	}
+	return hf, nil
 }
 
 func (f haltFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
@@ -169,6 +173,9 @@ type haltFile struct {
 	path string
 	wal  bool // a WAL file: failures are absorbed, writes discarded once frozen
 	dir  bool // a directory: a failed fsync is absorbed, skipped once frozen
+	// alloc allocates a WAL's blocks a step ahead of its writes (nil: the
+	// file is no WAL, and Preallocate allocates what it is asked).
+	alloc *preallocation
 }
 
 // mutate runs a write or fsync of f under haltFS's rules.
@@ -192,6 +199,9 @@ func (f haltFile) Write(p []byte) (int, error) {
 	err := f.mutate("write", func() (err error) { n, err = f.File.Write(p); return err })
 	if err == nil {
 		n = len(p)
+		if f.alloc != nil && !f.fs.frozen() {
+			f.alloc.wrote(f.File, n)
+		}
 	}
 	return n, err
 }
@@ -206,7 +216,8 @@ func (f haltFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 // Preallocate reserves blocks ahead of the writes (Pebble asks for 110% of
-// a memtable per WAL) but changes no data, so its failure is no storage
+// a memtable per WAL, which a WAL allocates a step at a time: prealloc.go)
+// but changes no data, so its failure is no storage
 // failure and halts nothing: Pebble ignores the error, and the writes go
 // on into blocks allocated as they come. A disk with less free space than
 // the preallocation (a node the space guard keeps from taking writes) can
@@ -215,6 +226,9 @@ func (f haltFile) WriteAt(p []byte, off int64) (int, error) {
 func (f haltFile) Preallocate(offset, length int64) error {
 	if f.fs.frozen() {
 		return nil // nothing more reaches the disk
+	}
+	if f.alloc != nil {
+		return f.alloc.request(f.File, offset, length)
 	}
 	return f.File.Preallocate(offset, length)
 }
