@@ -79,6 +79,9 @@ type result struct {
 	opsPerSec float64
 	p50, p99  time.Duration
 	via       string
+	// diskPerMember is the disk a member's data dir occupies at the end
+	// of the run (allocated blocks, preallocated space included).
+	diskPerMember int64
 }
 
 // key is the key operation i writes, as the peers' harnesses name it.
@@ -97,6 +100,11 @@ func runSystem(ctx context.Context, w workload, s system, parent string) (result
 		return result{}, fmt.Errorf("%s: start: %w", s.name, err)
 	}
 	res, err := w.drive(ctx, c)
+	if err == nil {
+		var total int64
+		total, err = diskBytes(dir)
+		res.diskPerMember = total / 3
+	}
 	if cerr := c.close(); err == nil && cerr != nil {
 		err = fmt.Errorf("close: %w", cerr)
 	}
@@ -180,6 +188,8 @@ func percentile(d []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
 // fsyncP50 measures the disk under dir as a WAL commit uses it: the p50 of
 // n appends of 256 bytes, each followed by an fsync, to a new file.
 func fsyncP50(dir string, n int) (time.Duration, error) {
@@ -227,7 +237,8 @@ func run(ctx context.Context, w workload, systems []system, rounds int, dir stri
 				return fmt.Errorf("round %d: %w", r, err)
 			}
 			results[s.name] = append(results[s.name], res)
-			fmt.Fprintf(out, "round=%d system=%s via=%s ops_per_s=%.0f p50_ms=%.3f p99_ms=%.3f\n", r, s.name, viaFor(w, res), res.opsPerSec, ms(res.p50), ms(res.p99))
+			fmt.Fprintf(out, "round=%d system=%s via=%s ops_per_s=%.0f p50_ms=%.3f p99_ms=%.3f disk_MiB_per_member=%.1f\n",
+				r, s.name, viaFor(w, res), res.opsPerSec, ms(res.p50), ms(res.p99), mib(res.diskPerMember))
 		}
 	}
 	fmt.Fprintf(out, "disk_fsync_p50_ms=%.3f (mean of %d rounds)\n", ms(meanDur(fsyncs)), len(fsyncs))
