@@ -139,3 +139,26 @@ func TestCorruptReplicaIsFoundAndTheHealthyMajorityGoesOn(t *testing.T) {
 		require.Equal(t, 0, code, "%s: %s", p.name, stderr)
 	}
 }
+
+// requireNoFalseAlarm waits until each of ps has compared its catalog
+// digest with the other voters' twice more, then requires that none shows
+// a consistency alarm: on a correct cluster every alarm is a false one.
+func requireNoFalseAlarm(t *testing.T, ps ...*proc) {
+	t.Helper()
+	const checks = "metatree_journal_consistency_checks_total"
+	for _, p := range ps {
+		from := metric(t, p, checks)
+		eventually(t, 30*time.Second, p.name+" comparing its digest twice more", func() bool {
+			m, ok := scrapeMetrics(t, p)
+			return ok && m[checks] >= from+2
+		})
+	}
+	for _, p := range ps {
+		if a := alarmOf(t, p); a != nil {
+			t.Fatalf("%s shows a consistency alarm on a correct cluster: %+v", p.name, *a)
+		}
+		if v := metric(t, p, "metatree_journal_corrupt"); v != 0 {
+			t.Fatalf("%s: metatree_journal_corrupt %v on a correct cluster", p.name, v)
+		}
+	}
+}

@@ -216,6 +216,7 @@ func TestForceNewClusterAfterQuorumLoss(t *testing.T) {
 		t.Fatalf("history of %d operations (%d puts acknowledged) is %v; visualization in %s", len(history), k.acked.Load(), res, f.Name())
 	}
 	t.Logf("linearizable: %d operations, %d puts acknowledged, %d of unknown outcome", len(history), k.acked.Load(), k.failed.Load())
+	requireNoFalseAlarm(t, all...)
 }
 
 // withoutJoin drops -bootstrap, -join and -role from a metaserver's

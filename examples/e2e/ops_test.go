@@ -356,10 +356,8 @@ func TestRollingRestart(t *testing.T) {
 	if len(failures) > 0 {
 		t.Fatalf("%d of %d writes failed during the rolling restart, first: %s", len(failures), writes, failures[0])
 	}
-	t.Logf("%d writes, none failed; longest write during the leader's restart: %v", writes, leaderLongest)
-	if leaderLongest >= 500*time.Millisecond {
-		t.Fatalf("longest write during the leader's restart took %v, want < 500ms", leaderLongest)
-	}
+	t.Logf("%d writes, none failed; longest write during the leader's restart: %v (BenchmarkHandoff measures the hand-off)", writes, leaderLongest)
+	requireNoFalseAlarm(t, fes...)
 }
 
 // TestMemberViewPromoteAndLeader: the member view carries the leader's

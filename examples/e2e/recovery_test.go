@@ -206,4 +206,5 @@ func TestBackupRestoreNewCluster(t *testing.T) {
 		}
 		return len(addrs) == 3 && addrs[1] == r1.addr && addrs[4] == r2.addr && addrs[5] == r3.addr
 	})
+	requireNoFalseAlarm(t, rs...)
 }
