@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/metatree/metatree/internal/formatversion"
 )
 
 // Sentinel errors. Check them with errors.Is: the errors the package returns
@@ -29,7 +31,7 @@ var (
 	// data cannot be read (an applier halts on it). ErrUnsupportedVersion
 	// is a caller's request to write a version, refused before anything is
 	// encoded.
-	ErrUnknownVersion = errors.New("catalog: unknown format version")
+	ErrUnknownVersion = fmt.Errorf("catalog: %w", formatversion.ErrUnknown)
 	// ErrUnsupportedVersion: a batch was asked to encode in a format version
 	// this code does not write, or that cannot carry one of its fields.
 	ErrUnsupportedVersion = errors.New("catalog: unsupported format version")

@@ -182,3 +182,55 @@ func TestCatalogRestoreOfUndecodableBody(t *testing.T) {
 	require.ErrorIs(t, err, catalog.ErrCorrupt)
 	require.Equal(t, before, saveBytes(t, dst.live), "the live catalog is unchanged")
 }
+
+// A catalog image whose file checks pass but whose body is of a catalog
+// format this build does not read (written by a newer binary) is an
+// unknown version, not a corrupt file: Install says so, and LoadLatest
+// falls back to an older image but leaves the newer one where it is, for
+// the binary that reads it.
+func TestCatalogImageOfANewerBodyFormatIsAnUnknownVersion(t *testing.T) {
+	ctx := context.Background()
+	body := []byte("MTCATIMG\x7f a body of a format from the future")
+	newer := func(index uint64) []byte {
+		head, err := encodeHeader(Header{ClusterID: "cluster-a", Index: index, Term: 1, Membership: []byte("m")})
+		require.NoError(t, err)
+		sum := newCRC()
+		sum.Write(head)
+		sum.Write(body)
+		return append(append(append([]byte{}, head...), body...), encodeTrailer(sum, uint64(len(body)))...)
+	}
+
+	t.Run("install", func(t *testing.T) {
+		file := newer(50)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			setImageHeaders(w, file, 50)
+			w.Write(file)
+		}))
+		t.Cleanup(srv.Close)
+		dst := newCatalogNode(t)
+		require.NoError(t, dst.store.Fetch(ctx, srv.URL, 50))
+		err := dst.store.Install(ctx, 50)
+		require.ErrorIs(t, err, ErrUnknownVersion)
+		require.ErrorIs(t, err, catalog.ErrUnknownVersion)
+		require.NotErrorIs(t, err, ErrCorrupt)
+	})
+
+	t.Run("load latest", func(t *testing.T) {
+		fs := vfs.NewMem()
+		s := openStore(t, fs, "/data", catalog.New(), func(c *Config) { c.ClusterID = "cluster-a" })
+		older := catalog.New()
+		_, err := s.Write(ctx, Header{Index: 100, Term: 1, Membership: []byte("m")}, older.Save)
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		writeAll(t, fs, "/data/image/image.200", newer(200))
+
+		live := catalog.New()
+		s = openStore(t, fs, "/data", live, func(c *Config) { c.ClusterID = "cluster-a" })
+		idx, _, err := s.LoadLatest(ctx, 50)
+		require.NoError(t, err)
+		require.Equal(t, uint64(100), idx, "falls back to the image it reads")
+		names, err := fs.List("/data/image")
+		require.NoError(t, err)
+		require.Contains(t, names, "image.200", "the newer image is kept under its name")
+	})
+}

@@ -3,6 +3,8 @@ package image
 import (
 	"errors"
 	"fmt"
+
+	"github.com/metatree/metatree/internal/formatversion"
 )
 
 var (
@@ -11,7 +13,7 @@ var (
 	ErrCorrupt = errors.New("image: corrupt")
 	// ErrUnknownVersion means the image was written in a format version this
 	// build does not know (a newer one); it is never guessed at.
-	ErrUnknownVersion = errors.New("image: unknown format version")
+	ErrUnknownVersion = fmt.Errorf("image: %w", formatversion.ErrUnknown)
 	// ErrClusterMismatch means an image, a peer or a request belongs to
 	// another cluster.
 	ErrClusterMismatch = errors.New("image: cluster id mismatch")

@@ -24,6 +24,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/metatree/metatree/internal/durable"
+	"github.com/metatree/metatree/internal/formatversion"
 	"github.com/metatree/metatree/internal/operr"
 )
 
@@ -31,7 +32,10 @@ import (
 // it. Apply is called in log order from one goroutine (shadow replay); Save
 // must write a deterministic stream (the same entries give byte-identical
 // images on every replica); Load must replace the whole content atomically
-// and leave it unchanged when it returns an error.
+// and leave it unchanged when it returns an error. A Load error that wraps
+// ErrUnknownVersion (catalog.ErrUnknownVersion does) says the body is of a
+// format this build does not read: the image is reported as such and kept,
+// where any other Load error marks it corrupt.
 type State interface {
 	Apply(index uint64, data []byte) any
 	Save(w io.Writer) error
@@ -804,6 +808,10 @@ func (s *Store) loadInto(st State, name string, verifyFirst bool) (Info, error) 
 	}
 	info, err := s.readFile(name, func(r io.Reader) error {
 		if err := st.Load(&yieldReader{r: r}); err != nil {
+			if errors.Is(err, formatversion.ErrUnknown) {
+				// Written by a newer binary: kept for one that reads it.
+				return fmt.Errorf("%w: the state does not read the body's format: %w", ErrUnknownVersion, err)
+			}
 			return fmt.Errorf("%w: state rejected the body: %w", ErrCorrupt, err)
 		}
 		return nil

@@ -2,7 +2,9 @@ package journal
 
 import (
 	"errors"
+	"fmt"
 
+	"github.com/metatree/metatree/internal/formatversion"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -80,7 +82,7 @@ var (
 	// version this code does not read. It is the journal's one
 	// unknown-version error; ErrVersion is a node and a cluster whose
 	// versions do not fit together, before any such data is read.
-	ErrUnknownVersion = errors.New("journal: unknown format version")
+	ErrUnknownVersion = fmt.Errorf("journal: %w", formatversion.ErrUnknown)
 	// ErrVersion: the node cannot take part in the cluster at its cluster
 	// version (it reads only older formats), or a request would lower it.
 	ErrVersion = errors.New("journal: unsupported cluster version")
