@@ -401,6 +401,9 @@ func runPropose(b *testing.B, c *httpCluster, leader, via uint64, proposers int)
 	fsync3P50 := fsyncProbe(b, c.nodes[leader-1].dir, 3)
 	payloads := proposePayloads()
 	c.nodes[leader-1].fs.take()
+	// allocs/op and B/op count the whole process: the three replicas and
+	// the proposers, as cpu-us/op does.
+	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := benchshape.ProcessCPU()
 	elapsed, lats, err := proposeN(b.Context(), c.journal(via), payloads, 0, b.N, proposers)
