@@ -40,9 +40,9 @@ import (
 // set to the version makes a batch apply only while that version is
 // current, and a create that names an owner is fenced by it implicitly.
 //
-// The owner index maps an owner's id to the slots it owns and each owned
-// slot back to its owner, so ending a version costs time in proportion to
-// what it owns, not to the catalog.
+// The owner index maps an owner's slot to the slots it owns and each owned
+// slot back to its owner's, so ending a version costs time in proportion
+// to what it owns, not to the catalog, and a link costs 12 bytes.
 
 // Owner ties the node a create makes to a version of another node; see
 // Op.Owner.

@@ -9,7 +9,7 @@ import (
 
 // ownedBenchTree returns a tree holding /m and n nodes under /o, owned by
 // /m's version 1 when owned is set, and the next index.
-func ownedBenchTree(b *testing.B, n int, owned bool) (*Tree, uint64) {
+func ownedBenchTree(b testing.TB, n int, owned bool) (*Tree, uint64) {
 	tr := New()
 	mustApply(b, tr, 1, Batch{Ops: []Op{{Type: OpCreate, Path: "/m", Kind: "member"}, {Type: OpCreate, Path: "/o", Kind: "dir"}}})
 	index := uint64(2)

@@ -157,3 +157,13 @@ func (s *chunks[E]) each(fn func(E)) {
 		}
 	}
 }
+
+// bytes returns the heap the chunks take: their capacity and headers.
+func (s *chunks[E]) bytes() int {
+	var e E
+	n := 24 * cap(s.c)
+	for _, c := range s.c {
+		n += int(unsafe.Sizeof(e)) * cap(c)
+	}
+	return n
+}

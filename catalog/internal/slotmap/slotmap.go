@@ -21,6 +21,9 @@ func (s *Set) Contains(slot uint32) bool {
 	return ok
 }
 
+// Bytes returns the heap the set takes.
+func (s *Set) Bytes() int { return s.c.bytes() }
+
 // Each calls fn with every slot in increasing order; fn must not change
 // the set.
 func (s *Set) Each(fn func(slot uint32)) { s.c.each(fn) }
@@ -46,6 +49,9 @@ func (m *Map) Remove(slot uint32) (uint32, bool) {
 	e, ok := m.c.remove(slot)
 	return uint32(e), ok
 }
+
+// Bytes returns the heap the map takes.
+func (m *Map) Bytes() int { return m.c.bytes() }
 
 // Each calls fn with every slot and its value in increasing slot order;
 // fn must not change the map.
