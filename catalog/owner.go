@@ -222,7 +222,14 @@ func (g *digester) link(s *state, slot uint32, l ownLink, add bool) {
 // checkOwner resolves a create's owner and checks that its version is
 // current; it returns the owner's slot and id.
 func (t *Tree) checkOwner(s *state, o *Owner) (uint32, uint64, error) {
-	slot, ok := t.resolveW(s, o.Path, false)
+	// The path index first, which leaves the applier's path cache to the
+	// create that follows (the owner is elsewhere in the tree); an owner
+	// the batch created may wait to enter the index, which the applier's
+	// lookup sees.
+	slot, ok := s.resolve(o.Path)
+	if !ok {
+		slot, ok = t.resolveW(s, o.Path, false)
+	}
 	if !ok {
 		return 0, 0, conflict("owner %q does not exist", o.Path)
 	}

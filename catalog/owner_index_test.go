@@ -336,3 +336,22 @@ func memberBytes(t *testing.T) int64 {
 	mustApply(t, tr, 1, Batch{Ops: []Op{{Type: OpCreate, Path: "/m", Kind: "member"}}})
 	return tr.Usage().Bytes - u
 }
+
+func TestAnOwnerIsFoundWhenTheSameBatchCreatedItAndNotOnceItDeletedIt(t *testing.T) {
+	tr := New()
+	mustApply(t, tr, 5, Batch{Ops: []Op{
+		{Type: OpCreate, Path: "/w", Kind: "dir"},
+		{Type: OpCreate, Path: "/w/m", Kind: "member"},
+		{Type: OpCreate, Path: "/x", Kind: "task", Owner: Owner{Path: "/w/m", Version: 5}},
+	}})
+	o, ok := tr.Owned("/x")
+	require.True(t, ok)
+	require.Equal(t, Owner{Path: "/w/m", Version: 5}, o)
+	res := tr.Apply(6, encode(t,
+		Op{Type: OpDelete, Path: "/w", Recursive: true},
+		Op{Type: OpCreate, Path: "/y", Kind: "task", Owner: Owner{Path: "/w/m", Version: 5}},
+	)).(*Result)
+	require.ErrorIs(t, res.Err, ErrConflict)
+	mustExist(t, tr, "/x", true)
+	checkOwnerIndex(t, tr)
+}
