@@ -84,11 +84,19 @@ func (m *ownModel) remove(p string) {
 
 func TestOwnerIndexAgreesWithAModelAcrossCascadesAndRollbacks(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3, 4} {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { ownerIndexAgainstModel(t, seed) })
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { ownerIndexAgainstModel(t, seed, 300) })
 	}
 }
 
-func ownerIndexAgainstModel(t *testing.T, seed uint64) {
+// FuzzOwnerIndexAgainstModel runs the model check from fuzzed seeds, with
+// fewer batches a run.
+func FuzzOwnerIndexAgainstModel(f *testing.F) {
+	f.Add(uint64(5))
+	f.Fuzz(func(t *testing.T, seed uint64) { ownerIndexAgainstModel(t, seed, 60) })
+}
+
+// ownerIndexAgainstModel applies batches random batches from seed.
+func ownerIndexAgainstModel(t *testing.T, seed uint64, batches int) {
 	r := rand.New(rand.NewPCG(seed, 36))
 	tr := New()
 	members := []string{"/m0", "/m1", "/m2"}
@@ -100,7 +108,7 @@ func ownerIndexAgainstModel(t *testing.T, seed uint64) {
 	}
 	mustApply(t, tr, 1, Batch{Ops: ops})
 	next := 0
-	for index := uint64(2); index < 300; index++ {
+	for index := uint64(2); index < uint64(batches); index++ {
 		var ops []Op
 		mm := &ownModel{version: maps.Clone(m.version), nodes: maps.Clone(m.nodes), owned: maps.Clone(m.owned)}
 		// An owner for a create, or none.
