@@ -284,9 +284,10 @@ func (t *Tree) changing(s *state, slot uint32, deleted bool) {
 // It costs what the owned nodes and their subtrees cost to delete as
 // ordinary deletes do (their digest elements, path index entries, child
 // lists, watch events and undo records), with nothing per node beyond
-// that: the owner's links go as one set, the undo log grows once, paths
-// are built in one buffer, and the nodes leave their parents' child lists
-// from the end when they were created in name order.
+// that: the owner's sets go at once, the undo log grows once or, when
+// nothing after the cascade can fail, keeps nothing (cascadeCannotFail),
+// paths are built in one buffer, and the nodes leave their parents' child
+// lists from the end when they were created in name order.
 func (t *Tree) endOwned(s *state, index uint64) {
 	for i := 0; i < len(t.ended); i++ {
 		e := t.ended[i]
@@ -341,7 +342,6 @@ func (t *Tree) endOwned(s *state, index uint64) {
 		}
 		s.own.orphans -= o.orphan.Len()
 		delete(s.own.by, e.slot)
-		clear(t.ownEnds)
 	}
 	t.ended = t.ended[:0]
 	if cap(t.ownEnds) > 1<<16 {
