@@ -300,8 +300,9 @@ func (t *Tree) endOwned(s *state, index uint64) {
 		o.orphan.Each(func(slot uint32) { ends = append(ends, ownedEnd{id: s.at(slot).id, slot: slot, orphan: true}) })
 		// Newest first: siblings created in name order then leave their
 		// parent's child list from its end, which moves nothing. Slots
-		// handed out by the counter follow ids, so the order is often
-		// there already.
+		// handed out by the counter follow ids, so the sets in reverse
+		// are often in that order already.
+		slices.Reverse(ends)
 		byIDDown := func(a, b ownedEnd) int { return cmp.Compare(b.id, a.id) }
 		if !slices.IsSortedFunc(ends, byIDDown) {
 			slices.SortFunc(ends, byIDDown)
