@@ -66,6 +66,7 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	t.undoIdx = t.undoIdx[:0]
 	t.undoLinks = t.undoLinks[:0]
 	t.ended = t.ended[:0]
+	t.undoCut = false
 	t.pc.reset()
 	t.beginEvents()
 	t.undoSize = s.size
@@ -75,7 +76,13 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	for i := range ops {
 		id, err := t.applyOp(s, index, &ops[i])
 		if err == nil && len(t.ended) > 0 {
+			// The last operation's cascade, which nothing can fail
+			// after, keeps no undo records: a version that owns many
+			// nodes ends at the cost of their deletes alone.
+			t.noUndo = i == len(ops)-1 && cascadeCannotFail(q, before, s.usage(), s.own.orphans)
+			t.undoCut = t.undoCut || t.noUndo
 			t.endOwned(s, index)
+			t.noUndo = false
 		}
 		if err != nil {
 			t.rollback(s)
@@ -144,12 +151,13 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 	case OpDropIndex:
 		return 0, t.digestIndex(s, o, t.dropIndex(s, o.kind, o.attr), false)
 	}
-	var owner uint64
+	var owner ownLink
 	if o.typ == OpCreate && !o.owner.zero() {
 		var err error
-		if owner, err = t.checkOwner(s, &o.owner); err != nil {
+		if owner.owner, owner.ownerID, err = t.checkOwner(s, &o.owner); err != nil {
 			return 0, err
 		}
+		owner.orphan = o.owner.Orphan
 	}
 	slot, exists := t.resolveW(s, o.path, o.typ == OpCreate)
 	var r *rec
@@ -187,9 +195,9 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 			return 0, fmt.Errorf("%w: %q", ErrExists, o.path)
 		}
 		id, err := t.create(s, index, o)
-		if err == nil && owner != 0 {
+		if err == nil && owner.ownerID != 0 {
 			slot, _ := s.slotOf(id)
-			t.link(s, slot, ownLink{owner: owner, orphan: o.owner.Orphan})
+			t.link(s, slot, owner)
 		}
 		return id, err
 	}
@@ -773,8 +781,20 @@ type undoRec struct {
 }
 
 func (t *Tree) pushUndoOld(op undoOp, slot uint32, old rec) {
+	if t.noUndo {
+		return
+	}
 	t.undo = append(t.undo, undoRec{op: op, slot: slot, aux: int32(len(t.undoOld))})
 	t.undoOld = append(t.undoOld, old)
+}
+
+// growUndo makes room in the undo log for n more nodes deleted (an undo
+// record and a before-image each) and unlinked (an undo record and a
+// link), so that a large cascade grows it once rather than step by step.
+func (t *Tree) growUndo(n int) {
+	t.undo = slices.Grow(t.undo, 2*n)
+	t.undoOld = slices.Grow(t.undoOld, n)
+	t.undoLinks = slices.Grow(t.undoLinks, n)
 }
 
 func (t *Tree) pushUndoIdx(op undoOp, x *secIndex) {
@@ -785,6 +805,9 @@ func (t *Tree) pushUndoIdx(op undoOp, x *secIndex) {
 // rollback undoes the batch's changes in reverse order, leaving the state
 // exactly as it was (slots, free list, counter and size included).
 func (t *Tree) rollback(s *state) {
+	if t.undoCut {
+		panic("catalog: rollback after a cascade kept no undo records") // internal invariant: cascadeCannotFail
+	}
 	s.size = t.undoSize
 	for i := len(t.undo) - 1; i >= 0; i-- {
 		u := &t.undo[i]

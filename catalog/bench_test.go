@@ -205,6 +205,125 @@ func BenchmarkDorisScaleDigest(b *testing.B) {
 	}
 }
 
+// buildDorisPair builds the shape d into two trees through Apply, batch by
+// batch in turn (which tree goes first alternates), so that both see the
+// same machine: trees[0] with no node owned, trees[1] with every
+// ownEvery-th node of the walk owned by the version of a worker's member
+// node (a replica's by its worker's, any other node's by the one its
+// position names). Both first get the member nodes (/workers/wNNN, at
+// index 1, outside the figures) and take every batch in the version that
+// carries owners (BatchV3). It returns, for each tree, the operations
+// applied and the wall and process CPU time spent inside Apply.
+func buildDorisPair(tb testing.TB, d benchshape.Doris, trees [2]*Tree, batchOps, ownEvery int) (ops [2]int, wall, cpu [2]time.Duration) {
+	members := []Op{{Type: OpCreate, Path: "/workers", Kind: "dir"}}
+	var workers []string
+	for w := range d.Workers {
+		workers = append(workers, fmt.Sprintf("/workers/w%03d", w))
+		members = append(members, Op{Type: OpCreate, Path: workers[w], Kind: "member"})
+	}
+	for _, tr := range trees {
+		mustApply(tb, tr, 1, Batch{Ops: members})
+	}
+	index := uint64(2)
+	var batch []rawOp
+	var kvs []kv
+	var owned []int // positions in batch of the owned creates
+	var bufs [2][]byte
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		bufs[1] = appendOps(bufs[1][:0], batch, BatchV3)
+		for _, i := range owned {
+			batch[i].owner = Owner{}
+		}
+		bufs[0] = appendOps(bufs[0][:0], batch, BatchV3)
+		for j := range 2 {
+			k := (int(index) + j) % 2
+			c0 := benchshape.ProcessCPU()
+			start := time.Now()
+			res := trees[k].Apply(index, bufs[k]).(*Result)
+			wall[k] += time.Since(start)
+			cpu[k] += benchshape.ProcessCPU() - c0
+			if res.Err != nil {
+				tb.Fatalf("tree %d, batch at %d: %v", k, index, res.Err)
+			}
+			ops[k] += len(batch)
+		}
+		index++
+		batch, kvs, owned = batch[:0], kvs[:0], owned[:0]
+	}
+	batch = append(batch, rawOp{typ: OpCreateIndex, kind: "replica", attr: "worker"})
+	walked := 0
+	d.Walk(func(n benchshape.Node) {
+		switch n.Kind {
+		case "table":
+			batch = append(batch, rawOp{typ: OpCreate, path: n.Path, kind: n.Kind, set: []kv{{"engine", String("olap")}}})
+		case "replica":
+			r, k := n.Replica, len(kvs)
+			kvs = append(kvs, // sorted by key, as the encoding requires
+				kv{"size", Int(r.Size)},
+				kv{"state", String(r.State)},
+				kv{"version", Int(r.Version)},
+				kv{"worker", Int(r.Worker)},
+			)
+			batch = append(batch, rawOp{typ: OpCreate, path: n.Path, kind: n.Kind, set: kvs[k:len(kvs):len(kvs)]})
+		default:
+			batch = append(batch, rawOp{typ: OpCreate, path: n.Path, kind: n.Kind})
+		}
+		if walked++; walked%ownEvery == 0 {
+			w := walked / ownEvery
+			if n.Kind == "replica" {
+				w = int(n.Replica.Worker)
+			}
+			batch[len(batch)-1].owner = Owner{Path: workers[w%len(workers)], Version: 1}
+			owned = append(owned, len(batch)-1)
+		}
+		tabletDone := (n.Kind == "replica" && n.Rep == d.Replicas-1) || (n.Kind == "tablet" && d.Replicas == 0)
+		if tabletDone && len(batch) >= batchOps {
+			flush()
+		}
+	})
+	flush()
+	return ops, wall, cpu
+}
+
+// BenchmarkDorisScaleOwned builds BenchmarkDorisScale's catalog through
+// Apply into two trees at once (buildDorisPair), one with no node owned
+// and one with 1% of them owned, and reports both apply rates and their
+// ratios, per second of wall time and of process CPU: what owning costs
+// the applier (target: a ratio of at least 0.95). Interleaving the batches
+// gives both trees the same machine, however loaded.
+func BenchmarkDorisScaleOwned(b *testing.B) {
+	const ownEvery = 100
+	var ops [2]int
+	var wall, cpu [2]time.Duration
+	for b.Loop() {
+		trees := [2]*Tree{New(), New()}
+		o, w, c := buildDorisPair(b, dorisFull, trees, 100, ownEvery)
+		for k, tr := range trees {
+			if want := dorisFull.Nodes() + 1 + dorisFull.Workers; tr.Len() != want {
+				b.Fatalf("tree %d has %d nodes, want %d", k, tr.Len(), want)
+			}
+			ops[k], wall[k], cpu[k] = ops[k]+o[k], wall[k]+w[k], cpu[k]+c[k]
+		}
+		if got, want := trees[1].OwnedCount(), (dorisFull.Nodes()-1)/ownEvery; got != want {
+			b.Fatalf("%d nodes owned, want %d", got, want)
+		}
+		runtime.KeepAlive(trees)
+		trees = [2]*Tree{}
+		runtime.GC()
+	}
+	none, owned := float64(ops[0])/wall[0].Seconds(), float64(ops[1])/wall[1].Seconds()
+	b.ReportMetric(none, "apply-ops/s-none")
+	b.ReportMetric(owned, "apply-ops/s-owned")
+	b.ReportMetric(owned/none, "owned-ratio")
+	if cpu[0] > 0 && cpu[1] > 0 {
+		noneCPU, ownedCPU := float64(ops[0])/cpu[0].Seconds(), float64(ops[1])/cpu[1].Seconds()
+		b.ReportMetric(ownedCPU/noneCPU, "owned-cpu-ratio")
+	}
+}
+
 // benchShape is the 1/50 Doris catalog of the other benchmarks.
 var benchShape = benchshape.Small
 

@@ -284,10 +284,10 @@ func (s *state) computeDigest() sum256 {
 		h := g.indexHash(def[0], def[1])
 		d.add(&h)
 	}
-	for slot, l := range s.own.of {
+	s.own.each(func(slot uint32, l ownLink) {
 		h := linkHash(s.at(slot).id, l)
 		d.add(&h)
-	}
+	})
 	return d
 }
 

@@ -6,6 +6,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"unsafe"
+
+	"github.com/metatree/metatree/catalog/internal/slotmap"
 )
 
 // Owned nodes.
@@ -37,9 +40,9 @@ import (
 // set to the version makes a batch apply only while that version is
 // current, and a create that names an owner is fenced by it implicitly.
 //
-// The owner index maps an owner's id to the slots it owns and each owned
-// slot back to its owner, so ending a version costs time in proportion to
-// what it owns, not to the catalog.
+// The owner index maps an owner's slot to the slots it owns and each owned
+// slot back to its owner's, so ending a version costs time in proportion
+// to what it owns, not to the catalog, and a link costs 12 bytes.
 
 // Owner ties the node a create makes to a version of another node; see
 // Op.Owner.
@@ -67,52 +70,126 @@ const (
 	OrphanOwnerDeleted = "owner deleted"
 )
 
-// ownLink is an owned node's tie to its owner.
+// ownLink is an owned node's tie to its owner, as the applier handles it.
 type ownLink struct {
-	owner  uint64 // the owner's id (ids are never reused)
-	orphan bool
+	ownerID uint64 // the owner's id: images and the digest name owners by id
+	owner   uint32 // and its slot
+	orphan  bool
 }
 
 // ownership is the owner index. Every link's owner exists and is at the
 // version the link was made at: whatever ends it removes the link in the
-// same operation.
+// same operation. So an owner's slot names it while it owns anything (a
+// slot is reused only after its node is gone), and an owned node's link
+// takes 12 bytes: its slot and its owner's in back, its slot in its
+// owner's set.
 type ownership struct {
-	of map[uint32]ownLink             // owned slot -> its owner
-	by map[uint64]map[uint32]struct{} // owner id -> owned slots
+	back    slotmap.Map            // owned slot -> owner slot
+	by      map[uint32]*ownerLinks // owner slot -> what it owns
+	orphans int                    // links that ask for a mark
+}
+
+// ownerLinks is what one owner owns, by what becomes of it when the
+// version ends.
+type ownerLinks struct {
+	id     uint64      // the owner's id (kept here: it outlives the owner's rec within the operation that deletes it)
+	del    slotmap.Set // owned slots deleted with their subtrees
+	orphan slotmap.Set // owned slots kept and marked
+}
+
+func (o *ownerLinks) set(orphan bool) *slotmap.Set {
+	if orphan {
+		return &o.orphan
+	}
+	return &o.del
 }
 
 func (w *ownership) add(slot uint32, l ownLink) {
-	if w.of == nil {
-		w.of = map[uint32]ownLink{}
-		w.by = map[uint64]map[uint32]struct{}{}
+	if w.by == nil {
+		w.by = map[uint32]*ownerLinks{}
 	}
-	w.of[slot] = l
-	set := w.by[l.owner]
-	if set == nil {
-		set = map[uint32]struct{}{}
-		w.by[l.owner] = set
+	w.back.Put(slot, l.owner)
+	o := w.by[l.owner]
+	if o == nil {
+		o = &ownerLinks{id: l.ownerID}
+		w.by[l.owner] = o
 	}
-	set[slot] = struct{}{}
+	o.set(l.orphan).Add(slot)
+	if l.orphan {
+		w.orphans++
+	}
 }
 
-func (w *ownership) remove(slot uint32) (ownLink, bool) {
-	l, ok := w.of[slot]
+// get returns slot's link.
+func (w *ownership) get(slot uint32) (ownLink, bool) {
+	if w.back.Len() == 0 {
+		return ownLink{}, false
+	}
+	owner, ok := w.back.Get(slot)
 	if !ok {
 		return ownLink{}, false
 	}
-	delete(w.of, slot)
-	set := w.by[l.owner]
-	delete(set, slot)
-	if len(set) == 0 {
-		delete(w.by, l.owner)
+	o := w.by[owner]
+	return ownLink{owner: owner, ownerID: o.id, orphan: o.orphan.Contains(slot)}, true
+}
+
+// remove removes slot's link and returns it.
+func (w *ownership) remove(slot uint32) (ownLink, bool) {
+	if w.back.Len() == 0 {
+		return ownLink{}, false
+	}
+	owner, ok := w.back.Remove(slot)
+	if !ok {
+		return ownLink{}, false
+	}
+	o := w.by[owner]
+	l := ownLink{owner: owner, ownerID: o.id, orphan: o.orphan.Remove(slot)}
+	if l.orphan {
+		w.orphans--
+	} else {
+		o.del.Remove(slot)
+	}
+	if o.del.Len() == 0 && o.orphan.Len() == 0 {
+		delete(w.by, owner)
 	}
 	return l, true
 }
 
+// len returns the number of owned nodes.
+func (w *ownership) len() int { return w.back.Len() }
+
+// each calls fn with every link, in no particular order.
+func (w *ownership) each(fn func(slot uint32, l ownLink)) {
+	for owner, o := range w.by {
+		o.del.Each(func(slot uint32) { fn(slot, ownLink{owner: owner, ownerID: o.id}) })
+		o.orphan.Each(func(slot uint32) { fn(slot, ownLink{owner: owner, ownerID: o.id, orphan: true}) })
+	}
+}
+
 // ownerEnd is an owner whose version an operation ended.
 type ownerEnd struct {
+	slot    uint32
 	id      uint64
 	deleted bool
+}
+
+// maxMarkBytes bounds what marking a node orphaned adds to Usage.Bytes:
+// the two attributes, their keys counted by name, and a longer attribute
+// count.
+const maxMarkBytes = 64
+
+// cascadeCannotFail reports whether a batch passes its quota check
+// whatever the cascade of its last operation does, given the quota, the
+// usage before the batch and the usage now: the cascade's deletes lower
+// both counts, and its marks, at most one for each link that asks for
+// one, raise the bytes by at most maxMarkBytes each. Then nothing after
+// the cascade can fail, and it needs no undo records.
+func cascadeCannotFail(q Quota, before, now Usage, orphans int) bool {
+	if checkQuota(q, before, now) != nil {
+		return false
+	}
+	most := now.Bytes + int64(orphans)*maxMarkBytes
+	return q.MaxBytes <= 0 || most <= q.MaxBytes || most <= before.Bytes
 }
 
 // linkHash is the digest element of an ownership: 'O' owned:u64be
@@ -122,14 +199,14 @@ func linkHash(owned uint64, l ownLink) [sha256.Size]byte {
 	var b [18]byte
 	b[0] = 'O'
 	binary.BigEndian.PutUint64(b[1:], owned)
-	binary.BigEndian.PutUint64(b[9:], l.owner)
+	binary.BigEndian.PutUint64(b[9:], l.ownerID)
 	if l.orphan {
 		b[17] = 1
 	}
 	return sha256.Sum256(b[:])
 }
 
-// digestLink adds (or subtracts) the element hash of slot's ownership.
+// link adds (or subtracts) the element hash of slot's ownership.
 func (g *digester) link(s *state, slot uint32, l ownLink, add bool) {
 	if g.off {
 		return
@@ -143,17 +220,24 @@ func (g *digester) link(s *state, slot uint32, l ownLink, add bool) {
 }
 
 // checkOwner resolves a create's owner and checks that its version is
-// current; it returns the owner's id.
-func (t *Tree) checkOwner(s *state, o *Owner) (uint64, error) {
-	slot, ok := t.resolveW(s, o.Path, false)
+// current; it returns the owner's slot and id.
+func (t *Tree) checkOwner(s *state, o *Owner) (uint32, uint64, error) {
+	// The path index first, which leaves the applier's path cache to the
+	// create that follows (the owner is elsewhere in the tree); an owner
+	// the batch created may wait to enter the index, which the applier's
+	// lookup sees.
+	slot, ok := s.resolve(o.Path)
 	if !ok {
-		return 0, conflict("owner %q does not exist", o.Path)
+		slot, ok = t.resolveW(s, o.Path, false)
+	}
+	if !ok {
+		return 0, 0, conflict("owner %q does not exist", o.Path)
 	}
 	r := s.at(slot)
 	if r.modified != o.Version {
-		return 0, conflict("owner %q is at version %d, not %d (a version ends when the owner changes)", o.Path, r.modified, o.Version)
+		return 0, 0, conflict("owner %q is at version %d, not %d (a version ends when the owner changes)", o.Path, r.modified, o.Version)
 	}
-	return r.id, nil
+	return slot, r.id, nil
 }
 
 // link makes slot owned.
@@ -166,11 +250,18 @@ func (t *Tree) link(s *state, slot uint32, l ownLink) {
 
 // unlink makes slot unowned, if it was owned.
 func (t *Tree) unlink(s *state, slot uint32) {
-	l, ok := s.own.remove(slot)
-	if !ok {
+	if l, ok := s.own.remove(slot); ok {
+		t.unlinked(s, slot, l)
+	}
+}
+
+// unlinked accounts for the link l of slot, which the index no longer
+// holds: the digest and the undo log.
+func (t *Tree) unlinked(s *state, slot uint32, l ownLink) {
+	t.dg.link(s, slot, l, false)
+	if t.noUndo {
 		return
 	}
-	t.dg.link(s, slot, l, false)
 	t.undo = append(t.undo, undoRec{op: uUnlink, slot: slot, aux: int32(len(t.undoLinks))})
 	t.undoLinks = append(t.undoLinks, l)
 }
@@ -181,55 +272,107 @@ func (t *Tree) changing(s *state, slot uint32, deleted bool) {
 	if len(s.own.by) == 0 {
 		return
 	}
-	if id := s.at(slot).id; s.own.by[id] != nil {
-		t.ended = append(t.ended, ownerEnd{id: id, deleted: deleted})
+	if s.own.by[slot] != nil {
+		t.ended = append(t.ended, ownerEnd{slot: slot, id: s.at(slot).id, deleted: deleted})
 	}
 }
 
 // endOwned ends what the versions noted in t.ended owned: called after
 // each operation, it deletes or marks the owned nodes, in decreasing id
 // order per owner; marks end further versions, which it ends in turn.
+//
+// It costs what the owned nodes and their subtrees cost to delete as
+// ordinary deletes do (their digest elements, path index entries, child
+// lists, watch events and undo records), with nothing per node beyond
+// that: the owner's sets go at once, the undo log grows once or, when
+// nothing after the cascade can fail, keeps nothing (cascadeCannotFail),
+// paths are built in one buffer, and the nodes leave their parents' child
+// lists from the end when they were created in name order.
 func (t *Tree) endOwned(s *state, index uint64) {
 	for i := 0; i < len(t.ended); i++ {
 		e := t.ended[i]
-		set := s.own.by[e.id]
-		if len(set) == 0 {
+		o := s.own.by[e.slot]
+		if o == nil || o.id != e.id {
 			continue
 		}
-		slots := make([]uint32, 0, len(set))
-		for slot := range set {
-			slots = append(slots, slot)
-		}
+		ends := slices.Grow(t.ownEnds[:0], o.del.Len()+o.orphan.Len())
+		o.del.Each(func(slot uint32) { ends = append(ends, ownedEnd{id: s.at(slot).id, slot: slot}) })
+		o.orphan.Each(func(slot uint32) { ends = append(ends, ownedEnd{id: s.at(slot).id, slot: slot, orphan: true}) })
 		// Newest first: siblings created in name order then leave their
-		// parent's child list from its end, which moves nothing.
-		slices.SortFunc(slots, func(a, b uint32) int { return cmp.Compare(s.at(b).id, s.at(a).id) })
+		// parent's child list from its end, which moves nothing. Slots
+		// handed out by the counter follow ids, so the sets in reverse
+		// are often in that order already.
+		slices.Reverse(ends)
+		byIDDown := func(a, b ownedEnd) int { return cmp.Compare(b.id, a.id) }
+		if !slices.IsSortedFunc(ends, byIDDown) {
+			slices.SortFunc(ends, byIDDown)
+		}
+		t.ownEnds = ends
+		if !t.noUndo {
+			t.growUndo(len(ends))
+		}
 		reason := OrphanOwnerChanged
 		if e.deleted {
 			reason = OrphanOwnerDeleted
 		}
-		for _, slot := range slots {
-			l, ok := s.own.of[slot]
-			if !ok || l.owner != e.id {
+		for _, x := range ends {
+			if s.at(x.slot).id != x.id {
 				continue // gone with an earlier owned node's subtree
 			}
-			path := s.pathOf(slot)
+			// The version's links all go: each from back here, with its
+			// digest element and undo record (a rollback re-adds them one
+			// by one), and the owner's sets at once below. (A node that
+			// goes with another's subtree leaves its set as deletes do.)
+			l := ownLink{owner: e.slot, ownerID: e.id, orphan: x.orphan}
+			s.own.back.Remove(x.slot)
+			t.unlinked(s, x.slot, l)
+			path := t.ownPath(s, x.slot)
 			t.pc.reset()
-			if l.orphan {
-				t.unlink(s, slot)
+			if x.orphan {
 				mark := rawOp{typ: OpUpdate, path: path, set: []kv{
 					{OrphanReasonAttr, String(reason)},
 					{OrphanedAttr, Int(int64(index))},
 				}}
-				if t.update(s, index, slot, &mark) == nil {
+				if t.update(s, index, x.slot, &mark) == nil {
 					continue
 				}
 				// The marks do not fit the node's size limit: it goes.
 			}
-			t.dg.subtree(s, slot, path, false)
-			t.deleteTree(s, slot, path)
+			t.dg.subtree(s, x.slot, path, false)
+			t.deleteTree(s, x.slot, path)
 		}
+		s.own.orphans -= o.orphan.Len()
+		delete(s.own.by, e.slot)
 	}
 	t.ended = t.ended[:0]
+	if cap(t.ownEnds) > 1<<16 {
+		t.ownEnds = nil
+	}
+	t.ownPathBuf = t.ownPathBuf[:0]
+}
+
+// ownedEnd is an owned node whose owner's version ended.
+type ownedEnd struct {
+	id     uint64
+	slot   uint32
+	orphan bool
+}
+
+// ownPath returns the path of slot, built in a buffer the next call
+// reuses: the applier's calls below copy what they keep.
+func (t *Tree) ownPath(s *state, slot uint32) string {
+	var stack [32]uint32
+	anc := stack[:0]
+	for c := slot; c != rootSlot; c = s.at(c).parent {
+		anc = append(anc, c)
+	}
+	b := t.ownPathBuf[:0]
+	for i := len(anc) - 1; i >= 0; i-- {
+		b = append(b, '/')
+		b = append(b, s.name(anc[i])...)
+	}
+	t.ownPathBuf = b
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // Owned returns the owner of the node at path and the version that owns
@@ -242,22 +385,18 @@ func (t *Tree) Owned(path string) (owner Owner, ok bool) {
 	if !found {
 		return Owner{}, false
 	}
-	l, owned := s.own.of[slot]
+	l, owned := s.own.get(slot)
 	if !owned {
 		return Owner{}, false
 	}
-	os, live := s.slotOf(l.owner)
-	if !live {
-		return Owner{}, false // not reached: an owner outlives its links
-	}
-	return Owner{Path: s.pathOf(os), Version: s.at(os).modified, Orphan: l.orphan}, true
+	return Owner{Path: s.pathOf(l.owner), Version: s.at(l.owner).modified, Orphan: l.orphan}, true
 }
 
 // OwnedCount returns how many nodes are owned.
 func (t *Tree) OwnedCount() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return len(t.s.own.of)
+	return t.s.own.len()
 }
 
 // validOwner checks a create's owner in isolation.
@@ -286,17 +425,17 @@ type imageLink struct {
 
 // imageLinks returns the ownerships by owned id.
 func (s *state) imageLinks() []imageLink {
-	if len(s.own.of) == 0 {
+	if s.own.len() == 0 {
 		return nil
 	}
-	out := make([]imageLink, 0, len(s.own.of))
-	for slot, l := range s.own.of {
-		il := imageLink{owned: s.at(slot).id, owner: l.owner}
+	out := make([]imageLink, 0, s.own.len())
+	s.own.each(func(slot uint32, l ownLink) {
+		il := imageLink{owned: s.at(slot).id, owner: l.ownerID}
 		if l.orphan {
 			il.orphan = 1
 		}
 		out = append(out, il)
-	}
+	})
 	slices.SortFunc(out, func(a, b imageLink) int { return cmp.Compare(a.owned, b.owned) })
 	return out
 }
@@ -333,10 +472,11 @@ func (ld *loader) linkOwned() error {
 		if !ok {
 			return ld.br.corrupt("ownership of node %d, which does not exist", l.owned)
 		}
-		if _, ok := s.slotOf(l.owner); !ok || l.owner == l.owned || l.owner == rootID {
+		os, ok := s.slotOf(l.owner)
+		if !ok || l.owner == l.owned || l.owner == rootID {
 			return ld.br.corrupt("node %d is owned by node %d, which does not exist or cannot own it", l.owned, l.owner)
 		}
-		s.own.add(slot, ownLink{owner: l.owner, orphan: l.orphan == 1})
+		s.own.add(slot, ownLink{owner: os, ownerID: l.owner, orphan: l.orphan == 1})
 	}
 	return nil
 }

@@ -5,11 +5,15 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/internal/benchshape"
 )
 
 // ownedBenchTree returns a tree holding /m and n nodes under /o, owned by
 // /m's version 1 when owned is set, and the next index.
-func ownedBenchTree(b *testing.B, n int, owned bool) (*Tree, uint64) {
+func ownedBenchTree(b testing.TB, n int, owned bool) (*Tree, uint64) {
 	tr := New()
 	mustApply(b, tr, 1, Batch{Ops: []Op{{Type: OpCreate, Path: "/m", Kind: "member"}, {Type: OpCreate, Path: "/o", Kind: "dir"}}})
 	index := uint64(2)
@@ -74,4 +78,25 @@ func BenchmarkOwnedNodeHeap(b *testing.B) {
 		runtime.KeepAlive(t2)
 	}
 	b.ReportMetric(extra, "B/owned-node")
+}
+
+func TestDorisPairOwnsEveryHundredthNodeInOneTreeOnly(t *testing.T) {
+	d := benchshape.Doris{DBs: 1, Tables: 5, Parts: 4, Tablets: 10, Replicas: 3, Workers: 3}
+	trees := [2]*Tree{New(), New()}
+	ops, _, _ := buildDorisPair(t, d, trees, 100, 100)
+	// The walk creates all but the root; the index definition is one more
+	// operation, and the members are not counted.
+	require.Equal(t, [2]int{d.Nodes(), d.Nodes()}, ops)
+	require.Equal(t, dump(trees[0]), dump(trees[1]))
+	require.Zero(t, trees[0].OwnedCount())
+	require.Equal(t, (d.Nodes()-1)/100, trees[1].OwnedCount())
+	// Ending a worker's version removes what it owns, and only that.
+	for _, tr := range trees {
+		mustApply(t, tr, 1000, Batch{Ops: []Op{{Type: OpUpdate, Path: "/workers/w001", Set: map[string]Value{"gen": Int(2)}}}})
+		checkDigest(t, tr)
+	}
+	require.Equal(t, d.Nodes()+1+d.Workers, trees[0].Len())
+	require.Less(t, trees[1].Len(), trees[0].Len())
+	require.Less(t, trees[1].OwnedCount(), (d.Nodes()-1)/100)
+	require.Positive(t, trees[1].OwnedCount())
 }

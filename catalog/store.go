@@ -416,9 +416,15 @@ func (s *state) linkKidAt(parent uint32, pos int, slot uint32, key uint64) {
 // emptied child list.
 func (s *state) removeKid(parent, slot uint32) {
 	name := s.name(slot)
-	pos, ok := s.kidPos(parent, name)
-	if !ok {
-		panic("catalog: removeKid of a node not linked") // internal invariant
+	// The last child needs no search: subtrees are deleted from the end of
+	// each list, and owned nodes newest first.
+	kids := s.kidsOf(parent)
+	pos := len(kids) - 1
+	if pos < 0 || kids[pos] != slot {
+		var ok bool
+		if pos, ok = s.kidPos(parent, name); !ok {
+			panic("catalog: removeKid of a node not linked") // internal invariant
+		}
 	}
 	pr := s.at(parent)
 	pr.kids = s.kids.remove(pr.kids, pos)

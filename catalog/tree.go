@@ -39,6 +39,12 @@ type Tree struct {
 	// ended the owners whose version the current operation ended.
 	undoLinks []ownLink
 	ended     []ownerEnd
+	// noUndo says the cascade in progress keeps no undo records, and
+	// undoCut that one in this batch did (see cascadeCannotFail).
+	noUndo, undoCut bool
+	// ownEnds and ownPathBuf are endOwned's scratch.
+	ownEnds    []ownedEnd
+	ownPathBuf []byte
 	// undoSize is the state's size before the batch (rollback restores it).
 	undoSize int64
 	cattrs   []createAttr
