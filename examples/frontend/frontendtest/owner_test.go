@@ -2,11 +2,17 @@ package frontendtest
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/journal"
 )
@@ -54,4 +60,240 @@ func TestAFrontendsOwnedNodeGoesWhenItRestartsWithANewEpoch(t *testing.T) {
 	}
 	_, err = heartbeat.OwnerOf(lf.Tree(), id, epoch, false)
 	require.ErrorIs(t, err, heartbeat.ErrEpochEnded)
+}
+
+// The owned tasks of ownTasks.
+const (
+	goneTask  = "/tasks/gone"      // deleted with its subtree when the epoch ends
+	goneKid   = "/tasks/gone/part" // in that subtree
+	keptTask  = "/tasks/kept"      // kept, orphan-marked, when the epoch ends
+	otherTask = "/tasks/other"     // owned by another worker's epoch: stays
+)
+
+// ownTasks writes, through f, the tasks of worker id at its running epoch
+// and one of worker other's: goneTask with goneKid, keptTask (marked
+// orphaned when the epoch ends) and otherTask. It waits for the cluster
+// version that owned nodes need, and then for every running frontend to
+// apply the tasks.
+func ownTasks(ctx context.Context, t *testing.T, c *Cluster, f *frontend.Frontend, id, other uint64) {
+	t.Helper()
+	require.NoError(t, f.Journal().WaitClusterVersion(ctx, journal.NewestVersion), "owned nodes need batch format 3")
+	owner := func(id uint64, orphan bool) catalog.Owner {
+		o, err := heartbeat.OwnerOf(f.Tree(), id, c.Worker(id).Epoch(), orphan)
+		require.NoError(t, err)
+		return o
+	}
+	res, err := f.Write(ctx, catalog.Batch{Ops: []catalog.Op{
+		{Type: catalog.OpCreate, Path: "/tasks", Kind: "dir"},
+		{Type: catalog.OpCreate, Path: goneTask, Kind: "task", Owner: owner(id, false)},
+		{Type: catalog.OpCreate, Path: goneKid, Kind: "part"},
+		{Type: catalog.OpCreate, Path: keptTask, Kind: "task", Owner: owner(id, true)},
+		{Type: catalog.OpCreate, Path: otherTask, Kind: "task", Owner: owner(other, false)},
+	}})
+	require.NoError(t, err)
+	for _, g := range c.running() {
+		require.NoError(t, g.Journal().WaitApplied(ctx, res.Index))
+	}
+}
+
+// ending is what a watch saw of the end of worker id's owned tasks: the
+// index of each change, by what changed.
+type ending struct {
+	record, gone, kid, kept uint64 // indexes: the member record's transition, the deletions, the orphan mark
+	keptMark                catalog.Value
+}
+
+// awaitEnded reads w until it has seen goneTask deleted and keptTask
+// marked, and returns the indexes of those changes and of the last change
+// of worker id's member record before them.
+func awaitEnded(ctx context.Context, t *testing.T, w *catalog.Watcher, id uint64) ending {
+	t.Helper()
+	var e ending
+	for e.gone == 0 || e.kept == 0 {
+		ev, err := w.Next(ctx)
+		require.NoError(t, err, "the owned tasks never went")
+		switch path := eventPath(ev); {
+		case path == heartbeat.MemberPath(id) && ev.Op == catalog.OpUpdate:
+			e.record = ev.Index
+		case path == goneTask && ev.Op == catalog.OpDelete:
+			e.gone = ev.Index
+		case path == goneKid && ev.Op == catalog.OpDelete:
+			e.kid = ev.Index
+		case path == keptTask && ev.Op == catalog.OpUpdate:
+			e.kept, e.keptMark = ev.Index, ev.After.Attrs[catalog.OrphanedAttr]
+		case strings.HasPrefix(path, "/tasks/"):
+			t.Fatalf("unexpected change of a task: %v %s at %d", ev.Op, path, ev.Index)
+		}
+	}
+	return e
+}
+
+// requireOneIndex checks that everything in e happened at one index, the
+// member record's transition, and returns it.
+func requireOneIndex(t *testing.T, e ending) uint64 {
+	t.Helper()
+	require.NotZero(t, e.record, "the member record's transition is watched")
+	require.Equal(t, ending{record: e.record, gone: e.record, kid: e.record, kept: e.record, keptMark: catalog.Int(int64(e.record))}, e,
+		"the transition, the deletions and the orphan mark carry one index")
+	return e.record
+}
+
+// eventPath is the path of the node an event is about.
+func eventPath(ev catalog.Event) string {
+	if ev.After != nil {
+		return ev.After.Path
+	}
+	if ev.Before != nil {
+		return ev.Before.Path
+	}
+	return ""
+}
+
+// watchAll starts a watch of the whole tree on every running frontend, by
+// index; the test's end closes them.
+func watchAll(t *testing.T, c *Cluster) map[int]*catalog.Watcher {
+	t.Helper()
+	ws := map[int]*catalog.Watcher{}
+	for i := 1; i <= c.opts.Frontends; i++ {
+		if f := c.Frontend(i); f != nil {
+			w := f.Tree().Watch(catalog.WatchOptions{Buffer: 1 << 14})
+			t.Cleanup(w.Close)
+			ws[i] = w
+		}
+	}
+	return ws
+}
+
+// marker writes a node through f and returns its index: a watch read up to
+// it has seen everything applied before.
+func marker(ctx context.Context, t *testing.T, f *frontend.Frontend, path string) uint64 {
+	t.Helper()
+	res, err := f.Write(ctx, catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: path, Kind: "marker"}}})
+	require.NoError(t, err)
+	return res.Index
+}
+
+// changesUpTo reads w up to and including the batch at index upTo and
+// returns the changes of the tasks and of worker id's member record, as
+// "op path@index".
+func changesUpTo(ctx context.Context, t *testing.T, w *catalog.Watcher, id, upTo uint64) []string {
+	t.Helper()
+	var got []string
+	for {
+		ev, err := w.Next(ctx)
+		require.NoError(t, err)
+		if ev.Index > upTo {
+			t.Fatalf("the watch passed index %d without its batch", upTo)
+		}
+		path := eventPath(ev)
+		if strings.HasPrefix(path, "/tasks/") || path == heartbeat.MemberPath(id) {
+			got = append(got, fmt.Sprintf("%v %s@%d", ev.Op, path, ev.Index))
+		}
+		if ev.Index == upTo {
+			return got
+		}
+	}
+}
+
+// defaults are the heartbeat settings the kit's frontends run with.
+var defaults = frontend.Config{}.WithDefaults()
+
+// A worker's owned nodes go in the apply of the transition that ends its
+// epoch, on every frontend, within the bound in which its queries are
+// cancelled (README: a restart within 1.5 heartbeat intervals, a death
+// within DeadAfter + 1): the member record's change, the deletions, the
+// orphan mark and the queries' cancellation all carry the same index.
+func TestWorkersOwnedNodesGoWithItsEpochWithinTheCancellationBoundAtOneIndex(t *testing.T) {
+	interval := defaults.HeartbeatInterval
+	for _, tc := range []struct {
+		name  string
+		end   func(ctx context.Context, c *Cluster) error
+		cause error
+		bound time.Duration
+	}{
+		{"restart", func(ctx context.Context, c *Cluster) error { _, err := c.RestartWorker(ctx, 4); return err },
+			cancel.ErrNodeRestarted, interval * 3 / 2},
+		{"death", func(_ context.Context, c *Cluster) error { c.StopWorker(4); return nil },
+			cancel.ErrNodeDead, time.Duration(defaults.DeadAfter+1) * interval},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, ctx, leader, followers := withWorkers(t)
+				ownTasks(ctx, t, c, c.Frontend(leader), 4, 5)
+				ws := watchAll(t, c)
+				q, err := c.StartQuery(ctx, followers[0], 4)
+				require.NoError(t, err)
+				defer q.Finish()
+
+				start := time.Now()
+				require.NoError(t, tc.end(ctx, c))
+				var index uint64
+				for i, w := range ws {
+					at := requireOneIndex(t, awaitEnded(ctx, t, w, 4))
+					if index == 0 {
+						index = at
+					}
+					require.Equal(t, index, at, "frontend %d ends the tasks at the same index", i)
+				}
+				took := time.Since(start)
+				require.LessOrEqual(t, took, tc.bound, "the owned nodes went within the bound of query cancellation")
+				ce := requireCancelled(t, ctx, q.Context(), tc.cause, 4)
+				require.Equal(t, index, ce.Index, "the heartbeat event that cancels the query carries the deletions' index")
+				for i := range ws {
+					f := c.Frontend(i)
+					n, ok := f.Registry().Node(4)
+					require.True(t, ok)
+					require.Equal(t, index, n.Index, "frontend %d's registry applied the event at the deletions' index", i)
+					_, ok = f.Tree().Get(otherTask)
+					require.True(t, ok, "another worker's owned node stays")
+					require.Equal(t, 1, f.Tree().OwnedCount())
+				}
+			})
+		})
+	}
+}
+
+// A worker cut off from the leader for fewer heartbeats than DeadAfter is
+// suspected (the monitor counts the misses) but never declared dead: no
+// transition is journaled, so its owned nodes stay and its queries run
+// on.
+func TestSuspicionTheMonitorNeverRecordsRemovesNoOwnedNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, ctx, leader, followers := withWorkers(t)
+		ownTasks(ctx, t, c, c.Frontend(leader), 4, 5)
+		ws := watchAll(t, c)
+		q, err := c.StartQuery(ctx, followers[0], 4)
+		require.NoError(t, err)
+		defer q.Finish()
+		ms := c.Frontend(leader).Members()
+		before, _ := ms.Member(4)
+
+		misses := ms.MonitorStats().Misses
+		c.Network().Partition(WorkerAddr(4), Addr(leader))
+		require.NoError(t, c.await(ctx, "the leader misses DeadAfter-1 heartbeats", func() bool {
+			return ms.MonitorStats().Misses >= misses+uint64(defaults.DeadAfter-1)
+		}))
+		c.Heal()
+		// As many rounds again as a conviction takes: a miss counted in the
+		// cut would show by then.
+		rounds := ms.MonitorStats().Rounds
+		require.NoError(t, c.await(ctx, "DeadAfter+1 more heartbeat rounds", func() bool {
+			return ms.MonitorStats().Rounds >= rounds+uint64(defaults.DeadAfter+1)
+		}))
+
+		at := marker(ctx, t, c.Frontend(leader), "/marker")
+		for i, w := range ws {
+			require.Empty(t, changesUpTo(ctx, t, w, 4, at), "frontend %d saw the worker's record or tasks change", i)
+			f := c.Frontend(i)
+			for _, p := range []string{goneKid, keptTask, otherTask} {
+				_, ok := f.Tree().Get(p)
+				require.True(t, ok, "frontend %d keeps %s", i, p)
+			}
+			require.Equal(t, 3, f.Tree().OwnedCount())
+		}
+		after, _ := ms.Member(4)
+		require.Equal(t, before.Modified, after.Modified, "the worker's record did not change")
+		require.Equal(t, heartbeat.StatusAlive, after.Status)
+		require.NoError(t, q.Context().Err(), "the worker's query runs on")
+	})
 }
