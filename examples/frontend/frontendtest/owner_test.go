@@ -3,6 +3,7 @@ package frontendtest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -295,5 +296,149 @@ func TestSuspicionTheMonitorNeverRecordsRemovesNoOwnedNode(t *testing.T) {
 		require.Equal(t, before.Modified, after.Modified, "the worker's record did not change")
 		require.Equal(t, heartbeat.StatusAlive, after.Status)
 		require.NoError(t, q.Context().Err(), "the worker's query runs on")
+	})
+}
+
+// A leader that crashes while a worker is dead, before or after the death
+// is journaled, changes nothing: the worker's owned nodes go once, in the
+// apply of the one Dead transition, on every frontend (the crashed one
+// too, once back). A new leader writes its monitor claim, not the
+// worker's record: nothing renews the dead epoch.
+func TestDeadWorkersOwnedNodesGoOnceAcrossALeaderCrash(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// crashWhen waits for the moment to crash the leader.
+		crashWhen func(ctx context.Context, c *Cluster, leader int, misses uint64) error
+	}{
+		{"before the death is journaled", func(ctx context.Context, c *Cluster, leader int, misses uint64) error {
+			ms := c.Frontend(leader).Members()
+			return c.await(ctx, "the leader misses a heartbeat", func() bool { return ms.MonitorStats().Misses > misses })
+		}},
+		{"after the death is journaled", func(ctx context.Context, c *Cluster, leader int, _ uint64) error {
+			tree := c.Frontend(leader).Tree()
+			return c.await(ctx, "the leader applies the death", func() bool { _, ok := tree.Get(goneTask); return !ok })
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, ctx, leader, followers := threeWithLeaderIn(t, Options{Frontends: 3, Workers: 2, InMemory: true})
+				ownTasks(ctx, t, c, c.Frontend(leader), 4, 5)
+				ws := watchAll(t, c)
+				delete(ws, leader) // the crash takes its watch with it
+				q, err := c.StartQuery(ctx, followers[0], 4)
+				require.NoError(t, err)
+				defer q.Finish()
+
+				misses := c.Frontend(leader).Members().MonitorStats().Misses
+				c.StopWorker(4)
+				require.NoError(t, tc.crashWhen(ctx, c, leader, misses))
+				m, _ := c.Frontend(leader).Members().Member(4)
+				require.NoError(t, c.Crash(leader))
+				newLeader, err := c.Leader(ctx)
+				require.NoError(t, err)
+				require.NotEqual(t, leader, newLeader)
+				ce := requireCancelled(t, ctx, q.Context(), cancel.ErrNodeDead, 4)
+				if tc.name == "before the death is journaled" {
+					require.Equal(t, heartbeat.StatusAlive, m.Status, "the old leader had not declared the worker dead")
+				}
+
+				// The old leader comes back; the new one heartbeats on for as
+				// many rounds again as a conviction takes.
+				back, err := c.RestartFrontend(ctx, leader)
+				require.NoError(t, err)
+				ms := c.Frontend(newLeader).Members()
+				rounds := ms.MonitorStats().Rounds
+				require.NoError(t, c.await(ctx, "2×DeadAfter+1 more heartbeat rounds", func() bool {
+					return ms.MonitorStats().Rounds >= rounds+uint64(2*defaults.DeadAfter+1)
+				}))
+				at := marker(ctx, t, c.Frontend(newLeader), "/marker")
+				d := ce.Index
+				want := []string{
+					fmt.Sprintf("update %s@%d", heartbeat.MemberPath(4), d),
+					fmt.Sprintf("update %s@%d", keptTask, d),
+					fmt.Sprintf("delete %s@%d", goneKid, d),
+					fmt.Sprintf("delete %s@%d", goneTask, d),
+				}
+				slices.Sort(want)
+				for i, w := range ws {
+					got := changesUpTo(ctx, t, w, 4, at)
+					slices.Sort(got)
+					require.Equal(t, want, got,
+						"frontend %d: one transition of the worker, its owned nodes gone once, in its apply", i)
+				}
+				require.NoError(t, back.Journal().WaitApplied(ctx, at))
+				for _, f := range c.running() {
+					_, ok := f.Tree().Get(goneTask)
+					require.False(t, ok, "frontend %d", f.ID())
+					kept, ok := f.Tree().Get(keptTask)
+					require.True(t, ok, "frontend %d", f.ID())
+					require.Equal(t, catalog.Int(int64(d)), kept.Attrs[catalog.OrphanedAttr], "frontend %d", f.ID())
+					m, _ := f.Members().Member(4)
+					require.Equal(t, heartbeat.StatusDead, m.Status)
+					require.Equal(t, d, m.Modified, "frontend %d: the record's last change is the death", f.ID())
+				}
+			})
+		})
+	}
+}
+
+// A write fenced on a worker's epoch (heartbeat.Fence) applies while the
+// epoch is current; once a restart ended it, the same fenced write is
+// refused with the same error through every frontend (Write returns what
+// the batch did on the frontend's own replica), and no replica applies
+// it: each has the batches in its log, alike, and no change at their
+// indexes.
+func TestWriteFencedOnAnEndedEpochIsRefusedAlikeOnEveryReplica(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, ctx, leader, followers := withWorkers(t)
+		lf := c.Frontend(leader)
+		fence, err := heartbeat.Fence(lf.Tree(), 4, c.Worker(4).Epoch())
+		require.NoError(t, err)
+		fenced := func(path string) catalog.Batch {
+			return catalog.Batch{Ops: []catalog.Op{fence, {Type: catalog.OpCreate, Path: path, Kind: "write"}}}
+		}
+		_, err = c.Frontend(followers[0]).Write(ctx, fenced("/current"))
+		require.NoError(t, err, "the fence passes while the epoch is current")
+
+		_, err = c.RestartWorker(ctx, 4)
+		require.NoError(t, err)
+		ws := watchAll(t, c)
+		var refused []string
+		var at []uint64
+		for i := 1; i <= 3; i++ {
+			res, err := c.Frontend(i).Write(ctx, fenced(fmt.Sprintf("/fenced-%d", i)))
+			require.ErrorIs(t, err, catalog.ErrConflict, "through frontend %d", i)
+			var oe *catalog.OpError
+			require.ErrorAs(t, err, &oe)
+			require.Equal(t, heartbeat.MemberPath(4), oe.Path, "the fence fails")
+			refused = append(refused, err.Error())
+			at = append(at, res.Index)
+		}
+		require.Equal(t, []string{refused[0], refused[0], refused[0]}, refused, "one error through every frontend")
+
+		last := marker(ctx, t, lf, "/marker")
+		var logged [][]byte
+		for i, w := range ws {
+			f := c.Frontend(i)
+			for ev, err := w.Next(ctx); ; ev, err = w.Next(ctx) {
+				require.NoError(t, err)
+				require.NotContains(t, at, ev.Index, "frontend %d applied a fenced write: %v %s", i, ev.Op, eventPath(ev))
+				if ev.Index == last {
+					break
+				}
+			}
+			for k, x := range at {
+				_, ok := f.Tree().Get(fmt.Sprintf("/fenced-%d", k+1))
+				require.False(t, ok)
+				require.NoError(t, f.Journal().ReadEntries(ctx, x-1, x, func(_ uint64, data []byte) error {
+					if len(logged) <= k {
+						logged = append(logged, data)
+					}
+					require.Equal(t, logged[k], data, "frontend %d logs the fenced batch at %d alike", i, x)
+					return nil
+				}))
+			}
+		}
+		require.Len(t, logged, len(at), "every fenced batch is in the log")
 	})
 }
