@@ -442,3 +442,92 @@ func TestWriteFencedOnAnEndedEpochIsRefusedAlikeOnEveryReplica(t *testing.T) {
 		require.Len(t, logged, len(at), "every fenced batch is in the log")
 	})
 }
+
+// A frontend that falls behind a compacted log installs the leader's
+// newest image, which holds a worker's owned nodes of an epoch still
+// current at the image; the epoch ended after it. The nodes go when the
+// frontend applies the transition from the log after the image, at the
+// transition's index, as on the others: the image carries the ownership.
+func TestFrontendInstallingAnImageWithOwnedNodesEndsThemAtTheTransitionAfterIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, ctx, leader, followers := threeWithLeaderIn(t, Options{Frontends: 3, Workers: 2,
+			Config: frontend.Config{CompactMargin: 10, CheckpointEntries: 1 << 40, CheckpointInterval: time.Hour}})
+		lf, lagging := c.Frontend(leader), followers[1]
+		lag := c.Frontend(lagging)
+		ownTasks(ctx, t, c, lf, 4, 5)
+		w := lag.Tree().Watch(catalog.WatchOptions{})
+		defer w.Close()
+		c.Partition(lagging, leader, followers[0])
+		behind := lag.Journal().Status().Applied
+
+		// Two images: the second compacts the log up to the first, past
+		// what the lagging frontend has. Both hold the owned nodes.
+		var image uint64
+		for k := range 2 {
+			for n := range 15 {
+				marker(ctx, t, lf, fmt.Sprintf("/filler-%d-%d", k, n))
+			}
+			info, err := lf.Checkpointer().Checkpoint(ctx)
+			require.NoError(t, err)
+			image = info.Index
+		}
+		first, err := lf.Journal().FirstIndex()
+		require.NoError(t, err)
+		require.Greater(t, first, behind+1, "the lagging frontend needs an image")
+
+		// Then the worker dies: its epoch ends after the newest image.
+		c.StopWorker(4)
+		require.NoError(t, c.await(ctx, "the leader applies the death", func() bool { _, ok := lf.Tree().Get(goneTask); return !ok }))
+		m, _ := lf.Members().Member(4)
+		end := m.Modified
+		require.Greater(t, end, image)
+
+		c.Heal()
+		require.NoError(t, lag.Journal().WaitApplied(ctx, end))
+		ev, err := w.Next(ctx)
+		require.NoError(t, err)
+		require.Equal(t, catalog.OpResync, ev.Op, "the lagging frontend's next change is the image's install")
+		require.LessOrEqual(t, ev.Index, image)
+		idx, err := lag.Images().Indexes()
+		require.NoError(t, err)
+		require.Contains(t, idx, image, "the lagging frontend installed the leader's newest image")
+		installed := lag.NewTree()
+		info, err := lag.Images().LoadAtOrBefore(ctx, installed, image)
+		require.NoError(t, err)
+		require.Equal(t, image, info.Index)
+		for _, p := range []string{goneTask, keptTask} {
+			o, ok := installed.Owned(p)
+			require.True(t, ok, "the image holds %s, owned", p)
+			require.Equal(t, heartbeat.MemberPath(4), o.Path)
+		}
+
+		// The log after the image, as the lagging frontend applied it: the
+		// transition ends the owned nodes in its own apply.
+		var after []catalog.Event
+		rw, err := lag.Tree().WatchFrom(ctx, image, catalog.WatchOptions{}, lag.History(), func(ev catalog.Event) error {
+			after = append(after, ev)
+			return nil
+		})
+		require.NoError(t, err)
+		rw.Close()
+		var e ending
+		for _, ev := range after {
+			switch path := eventPath(ev); {
+			case path == heartbeat.MemberPath(4):
+				e.record = ev.Index
+			case path == goneTask && ev.Op == catalog.OpDelete:
+				e.gone = ev.Index
+			case path == goneKid && ev.Op == catalog.OpDelete:
+				e.kid = ev.Index
+			case path == keptTask:
+				e.kept, e.keptMark = ev.Index, ev.After.Attrs[catalog.OrphanedAttr]
+			}
+		}
+		require.Equal(t, end, requireOneIndex(t, e))
+		_, ok := lag.Tree().Get(goneTask)
+		require.False(t, ok)
+		kept, _ := lag.Tree().Get(keptTask)
+		require.Equal(t, catalog.Int(int64(end)), kept.Attrs[catalog.OrphanedAttr])
+		require.Equal(t, 1, lag.Tree().OwnedCount(), "another worker's owned node stays")
+	})
+}
