@@ -78,7 +78,7 @@ const (
 // apply the tasks.
 func ownTasks(ctx context.Context, t *testing.T, c *Cluster, f *frontend.Frontend, id, other uint64) {
 	t.Helper()
-	require.NoError(t, f.Journal().WaitClusterVersion(ctx, journal.NewestVersion), "owned nodes need batch format 3")
+	require.NoError(t, f.Journal().WaitClusterVersion(ctx, journal.NewestVersion), "owned nodes need cluster version 4 (batch format 3)")
 	owner := func(id uint64, orphan bool) catalog.Owner {
 		o, err := heartbeat.OwnerOf(f.Tree(), id, c.Worker(id).Epoch(), orphan)
 		require.NoError(t, err)
@@ -196,8 +196,8 @@ func changesUpTo(ctx context.Context, t *testing.T, w *catalog.Watcher, id, upTo
 	}
 }
 
-// defaults are the heartbeat settings the kit's frontends run with.
-var defaults = frontend.Config{}.WithDefaults()
+// kitDefaults are the settings, heartbeat ones included, the kit's frontends run with.
+var kitDefaults = frontend.Config{}.WithDefaults()
 
 // A worker's owned nodes go in the apply of the transition that ends its
 // epoch, on every frontend, within the bound in which its queries are
@@ -205,7 +205,7 @@ var defaults = frontend.Config{}.WithDefaults()
 // within DeadAfter + 1): the member record's change, the deletions, the
 // orphan mark and the queries' cancellation all carry the same index.
 func TestWorkersOwnedNodesGoWithItsEpochWithinTheCancellationBoundAtOneIndex(t *testing.T) {
-	interval := defaults.HeartbeatInterval
+	interval := kitDefaults.HeartbeatInterval
 	for _, tc := range []struct {
 		name  string
 		end   func(ctx context.Context, c *Cluster) error
@@ -215,7 +215,7 @@ func TestWorkersOwnedNodesGoWithItsEpochWithinTheCancellationBoundAtOneIndex(t *
 		{"restart", func(ctx context.Context, c *Cluster) error { _, err := c.RestartWorker(ctx, 4); return err },
 			cancel.ErrNodeRestarted, interval * 3 / 2},
 		{"death", func(_ context.Context, c *Cluster) error { c.StopWorker(4); return nil },
-			cancel.ErrNodeDead, time.Duration(defaults.DeadAfter+1) * interval},
+			cancel.ErrNodeDead, time.Duration(kitDefaults.DeadAfter+1) * interval},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -277,14 +277,14 @@ func TestSuspicionTheMonitorNeverRecordsRemovesNoOwnedNode(t *testing.T) {
 		misses := ms.MonitorStats().Misses
 		c.Network().Partition(WorkerAddr(4), Addr(leader))
 		require.NoError(t, c.await(ctx, "the leader misses DeadAfter-1 heartbeats", func() bool {
-			return ms.MonitorStats().Misses >= misses+uint64(defaults.DeadAfter-1)
+			return ms.MonitorStats().Misses >= misses+uint64(kitDefaults.DeadAfter-1)
 		}))
 		c.Heal()
 		// As many rounds again as a conviction takes: a miss counted in the
 		// cut would show by then.
 		rounds := ms.MonitorStats().Rounds
 		require.NoError(t, c.await(ctx, "DeadAfter+1 more heartbeat rounds", func() bool {
-			return ms.MonitorStats().Rounds >= rounds+uint64(defaults.DeadAfter+1)
+			return ms.MonitorStats().Rounds >= rounds+uint64(kitDefaults.DeadAfter+1)
 		}))
 
 		at := marker(ctx, t, c.Frontend(leader), "/marker")
@@ -354,7 +354,7 @@ func TestDeadWorkersOwnedNodesGoOnceAcrossALeaderCrash(t *testing.T) {
 				ms := c.Frontend(newLeader).Members()
 				rounds := ms.MonitorStats().Rounds
 				require.NoError(t, c.await(ctx, "2×DeadAfter+1 more heartbeat rounds", func() bool {
-					return ms.MonitorStats().Rounds >= rounds+uint64(2*defaults.DeadAfter+1)
+					return ms.MonitorStats().Rounds >= rounds+uint64(2*kitDefaults.DeadAfter+1)
 				}))
 				at := marker(ctx, t, c.Frontend(newLeader), "/marker")
 				d := ce.Index
