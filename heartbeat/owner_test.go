@@ -152,3 +152,39 @@ func TestOwnerOfRefusesBadArguments(t *testing.T) {
 		require.ErrorIs(t, err, heartbeat.ErrEpochEnded)
 	})
 }
+
+// applyEverywhere journals ops as one entry applied on every frontend's
+// tree and returns each replica's error, by frontend id.
+func (c *cluster) applyEverywhere(t *testing.T, ops ...catalog.Op) map[uint64]error {
+	t.Helper()
+	data, err := catalog.Batch{Ops: ops}.Encode()
+	require.NoError(t, err)
+	c.log.mu.Lock()
+	defer c.log.mu.Unlock()
+	c.log.index++
+	errs := map[uint64]error{}
+	for id, tree := range c.log.trees {
+		errs[id] = tree.Apply(c.log.index, data).(*catalog.Result).Err
+	}
+	return errs
+}
+
+func TestWriteFencedOnAnEndedEpochFailsAlikeOnEveryReplica(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, 1)
+		fence, err := heartbeat.Fence(c.frontends[1].tree, 10, c.workers[10].epoch)
+		require.NoError(t, err)
+		write := catalog.Op{Type: catalog.OpCreate, Path: "/fenced", Kind: "write"}
+		c.restartWorker(10)
+		c.advance(interval) // one round journals the restart
+
+		errs := c.applyEverywhere(t, fence, write)
+		require.Len(t, errs, 3)
+		for id, err := range errs {
+			require.ErrorIs(t, err, catalog.ErrConflict, "frontend %d", id)
+			require.Equal(t, errs[1].Error(), err.Error(), "frontend %d fails the batch as frontend 1 does", id)
+			_, ok := c.frontends[id].tree.Get("/fenced")
+			require.False(t, ok, "frontend %d applied the fenced write", id)
+		}
+	})
+}

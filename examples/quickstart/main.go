@@ -1,9 +1,11 @@
 // Command quickstart runs a whole metatree cluster in one process: three
 // frontends and two workers over loopback HTTP, with data dirs in a
 // temporary directory. It writes a small catalog, reads it back on every
-// frontend, runs demo queries, restarts a worker and shows the queries it
-// cancels, closes the leader and shows the failover, brings the old leader
-// back, forces a checkpoint, and prints a timeline as it goes.
+// frontend, runs demo queries and creates a task node owned by a worker's
+// epoch, restarts that worker and shows the task node go with the queries
+// the restart cancels, closes the leader and shows the failover, brings
+// the old leader back, forces a checkpoint, and prints a timeline as it
+// goes.
 //
 //	go run ./examples/quickstart
 package main
@@ -27,6 +29,7 @@ import (
 	"github.com/metatree/metatree/examples/internal/frontend"
 	"github.com/metatree/metatree/examples/internal/worker"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/journal"
 )
 
 // The heartbeat interval is short so the demo is quick; production uses
@@ -38,9 +41,12 @@ const (
 
 var start = time.Now()
 
+// out is where the timeline goes: stdout, or a test's buffer.
+var out io.Writer = os.Stdout
+
 // say prints one line of the timeline.
 func say(format string, args ...any) {
-	fmt.Printf("%7.3fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	fmt.Fprintf(out, "%7.3fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 }
 
 func main() {
@@ -62,6 +68,7 @@ type demo struct {
 	frontends map[uint64]*frontend.Frontend
 	addrs     map[uint64]string
 	workers   map[uint64]*worker.Worker
+	client    *http.Client // the demo's own API client
 }
 
 func run(ctx context.Context) error {
@@ -70,7 +77,8 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	d := &demo{dir: dir, token: rand.Text(), frontends: map[uint64]*frontend.Frontend{}, addrs: map[uint64]string{}, workers: map[uint64]*worker.Worker{}}
+	d := &demo{dir: dir, token: rand.Text(), frontends: map[uint64]*frontend.Frontend{}, addrs: map[uint64]string{}, workers: map[uint64]*worker.Worker{},
+		client: &http.Client{Transport: &http.Transport{}}}
 	defer d.closeAll()
 	say("data dirs under %s", dir)
 
@@ -131,7 +139,26 @@ func run(ctx context.Context) error {
 	}
 	say("4 queries running: q1 (101,102) on fe1, q2 (101) on fe2, q3 (102) on fe3, q4 (101,102) on fe3")
 
-	// 6. Restart worker 101: a new process, a new epoch.
+	// 6. A task worker 101 runs, as a node owned by its epoch: created
+	// through the HTTP API with "owner" = worker 101 and the epoch it runs
+	// with, it lives exactly as long as that process.
+	oldEpoch := d.workers[101].Epoch().String()
+	if err := d.frontends[1].Journal().WaitClusterVersion(ctx, journal.NewestVersion); err != nil {
+		return err
+	}
+	if code, err := d.txn(ctx, 1, map[string]any{"ops": []map[string]any{
+		{"op": "create", "path": "/tasks", "kind": "dir"},
+		{"op": "create", "path": "/tasks/load-101", "kind": "task", "owner": map[string]any{"member": 101, "epoch": oldEpoch}},
+	}}); err != nil || code != "" {
+		return fmt.Errorf("create the owned task: %s %w", code, err)
+	}
+	say("task /tasks/load-101 created, owned by worker 101's epoch %s: it lives as long as that process", oldEpoch[:8])
+	// Frontend 1 applied the create before it answered: a watch started
+	// now sees what comes after it.
+	tasks := d.frontends[1].Tree().Watch(catalog.WatchOptions{Prefix: "/tasks/load-101"})
+	defer tasks.Close()
+
+	// 7. Restart worker 101: a new process, a new epoch.
 	restartAt := time.Now()
 	addr101 := d.workers[101].Addr()
 	d.workers[101].Close()
@@ -139,6 +166,23 @@ func run(ctx context.Context) error {
 		return err
 	}
 	say("worker 101 restarted (new epoch %s)", d.workers[101].Epoch().String()[:8])
+	ev, err := tasks.Next(ctx)
+	if err != nil {
+		return fmt.Errorf("waiting for the owned task to go: %w", err)
+	}
+	if ev.Op != catalog.OpDelete {
+		return fmt.Errorf("the owned task had a %v at index %d, not its deletion", ev.Op, ev.Index)
+	}
+	for _, f := range d.frontends {
+		if err := f.Journal().WaitApplied(ctx, ev.Index); err != nil {
+			return err
+		}
+		if _, ok := f.Tree().Get("/tasks/load-101"); ok {
+			return fmt.Errorf("frontend %d still holds the task of the old epoch", f.ID())
+		}
+	}
+	say("  task /tasks/load-101 deleted %v after the restart, on every frontend, at index %d: the entry that records the restart",
+		time.Since(restartAt).Round(time.Millisecond), ev.Index)
 	for _, q := range []string{"q1", "q2", "q4"} {
 		v, err := d.waitQuery(ctx, coordinator[q], q, "cancelled")
 		if err != nil {
@@ -150,8 +194,17 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("q3 does not use worker 101 but is %s", v.State)
 	}
 	say("  q3 (worker 102 only) still running")
+	code, err := d.txn(ctx, 3, map[string]any{"fence": map[string]any{"member": 101, "epoch": oldEpoch},
+		"ops": []map[string]any{{"op": "create", "path": "/tasks/late-101", "kind": "task"}}})
+	if err != nil {
+		return err
+	}
+	if code != "epoch_ended" {
+		return fmt.Errorf("a txn fenced on worker 101's old epoch answered %q, want epoch_ended", code)
+	}
+	say("  a txn fenced on the old epoch is refused: 409 %s (the old process can no longer write)", code)
 
-	// 7. Close the leader: the others elect a new one.
+	// 8. Close the leader: the others elect a new one.
 	failAt := time.Now()
 	d.frontends[leader].Close()
 	delete(d.frontends, leader)
@@ -162,7 +215,7 @@ func run(ctx context.Context) error {
 	}
 	say("frontend %d leads after %v", newLeader, time.Since(failAt).Round(time.Millisecond))
 
-	// 8. Write more while the old leader is down.
+	// 9. Write more while the old leader is down.
 	var survivor *frontend.Frontend
 	for _, f := range d.frontends {
 		survivor = f
@@ -174,7 +227,7 @@ func run(ctx context.Context) error {
 	}
 	say("wrote /sales/after_failover at index %d with frontend %d down", idx, leader)
 
-	// 9. Bring the old leader back from its data dir: it catches up.
+	// 10. Bring the old leader back from its data dir: it catches up.
 	backAt := time.Now()
 	if err := d.startFrontend(ctx, leader, false, ""); err != nil {
 		return err
@@ -187,7 +240,7 @@ func run(ctx context.Context) error {
 	}
 	say("frontend %d restarted and caught up to index %d in %v", leader, idx, time.Since(backAt).Round(time.Millisecond))
 
-	// 10. A planned hand-off, as the metaserver does on SIGTERM: the leader
+	// 11. A planned hand-off, as the metaserver does on SIGTERM: the leader
 	// transfers leadership to the most caught-up voter, no election
 	// timeout passes.
 	handAt := time.Now()
@@ -197,7 +250,7 @@ func run(ctx context.Context) error {
 	say("frontend %d handed leadership to frontend %d in %v", newLeader,
 		d.frontends[newLeader].Journal().Status().Leader, time.Since(handAt).Round(time.Millisecond))
 
-	// 11. A checkpoint on demand.
+	// 12. A checkpoint on demand.
 	info, err := d.frontends[leader].Checkpointer().Checkpoint(ctx)
 	if err != nil {
 		return err
@@ -265,6 +318,7 @@ func (d *demo) closeAll() {
 		w.Close()
 		delete(d.workers, id)
 	}
+	d.client.CloseIdleConnections()
 }
 
 // poll calls cond every 20 ms until it holds or ctx ends.
@@ -378,7 +432,7 @@ func (d *demo) startQuery(ctx context.Context, coordinator uint64, id string, wo
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := d.client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -392,7 +446,7 @@ func (d *demo) startQuery(ctx context.Context, coordinator uint64, id string, wo
 
 func (d *demo) query(coordinator uint64, id string) (queryView, error) {
 	var v queryView
-	resp, err := http.Get("http://" + d.addrs[coordinator] + "/v1/queries/" + id)
+	resp, err := d.client.Get("http://" + d.addrs[coordinator] + "/v1/queries/" + id)
 	if err != nil {
 		return v, err
 	}
@@ -407,4 +461,36 @@ func (d *demo) waitQuery(ctx context.Context, coordinator uint64, id, state stri
 		return v.State == state
 	})
 	return v, err
+}
+
+// txn posts body to frontend id's /v1/txn, as a client would, and returns
+// the error code of a 409 answer ("" for 200).
+func (d *demo) txn(ctx context.Context, id uint64, body map[string]any) (string, error) {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+d.addrs[id]+"/v1/txn", bytes.NewReader(data))
+	if err != nil {
+		return "", err
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return "", nil
+	case http.StatusConflict:
+		var e struct {
+			Error string `json:"error"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+			return "", fmt.Errorf("txn: 409 with an unreadable body: %w", err)
+		}
+		return e.Error, nil
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	return "", fmt.Errorf("txn: %s: %s", resp.Status, msg)
 }

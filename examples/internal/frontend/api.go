@@ -423,7 +423,7 @@ func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
 	if body.Fence != nil {
 		op, err := f.fence(body.Fence)
 		if err != nil {
-			return err
+			return apiError(fmt.Errorf("fence: %w", err))
 		}
 		b.Ops = append(b.Ops, op)
 	}
@@ -455,7 +455,7 @@ func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
 			}
 			owner, err := f.owner(o.Owner)
 			if err != nil {
-				return fmt.Errorf("ops[%d]: %w", i, err)
+				return apiError(fmt.Errorf("ops[%d]: owner: %w", i, err))
 			}
 			op.Owner = owner
 		}
