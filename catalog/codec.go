@@ -24,6 +24,8 @@ import (
 //
 //	op    := ... [nmatch ... if flagMatch] [owner:str version:uvarint if flagOwner] nset:uvarint ...
 //
+// where version 0 stands for the owner's version when the batch applies.
+//
 // Set, unset and match keys are strictly increasing and every varint takes
 // its shortest form (decoding refuses longer ones), so the encoding of a
 // batch is canonical. A batch that needs no version 2 field still encodes
@@ -419,9 +421,6 @@ func (d *decoder) decode(data []byte, ops []rawOp, view bool) ([]rawOp, error) {
 			o.owner.Path = d.str("owner", MaxPathLen)
 			o.owner.Version = d.uvarint("owner version")
 			o.owner.Orphan = flags&flagOrphan != 0
-			if d.err == nil && o.owner.Version == 0 {
-				d.fail("op %d: owner with version 0", i)
-			}
 		}
 		sp.set0 = len(d.kvs)
 		nset := d.uvarint("set count")

@@ -54,10 +54,11 @@
 // multiset hash.
 //
 // A create can name an owner (Op.Owner): another node and its current
-// version, its Modified index. The operation that next changes the owner
+// version, its Modified index (or 0: the version it has when the batch
+// applies). The operation that next changes the owner
 // (an update or a move) or deletes it ends that version, and in the same
 // apply every node the version owns is deleted with its subtree or, if it
-// asked, kept and marked orphaned (OrphanedAttr, OrphanReasonAttr), on
+// asked, kept and marked orphaned (OrphanedAttr, ParseOrphanMark), on
 // every replica alike; an owner index makes that cost what the version
 // owns (see owner.go). The heartbeat package ties nodes to a member's
 // epoch this way (heartbeat.OwnerOf, heartbeat.Fence).

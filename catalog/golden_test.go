@@ -152,7 +152,7 @@ func TestImageBodyWithOwnershipsMatchesItsGoldenFile(t *testing.T) {
 		require.False(t, ok, "the owned job outlived its owner's version")
 		lock, ok := tr.Get("/db/lock")
 		require.True(t, ok, "the orphan-marked lock is kept")
-		require.Equal(t, catalog.Int(9), lock.Attrs[catalog.OrphanedAttr])
+		require.Equal(t, catalog.String("9 "+catalog.OrphanOwnerChanged), lock.Attrs[catalog.OrphanedAttr])
 	}
 	_, wd = want.Digest()
 	_, gd = got.Digest()

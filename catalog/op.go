@@ -88,9 +88,9 @@ type Op struct {
 	To        string           // move: the new path
 	Attr      string           // index ops: indexed attribute
 	Cond      Cond
-	// Owner (create only; zero: none) ties the new node to the current
-	// version of another node: when that node next changes or goes, the
-	// new node goes too (see Owner and owner.go). Batches that use it need
+	// Owner (create only; zero: none) ties the new node to a version of
+	// another node (Owner.Version, or 0 for the one current when the batch
+	// applies): when that node next changes or goes, the new node goes too (see Owner and owner.go). Batches that use it need
 	// batch format version 3 (see EncodeVersion).
 	Owner Owner
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/metatree/metatree/catalog/internal/slotmap"
@@ -14,16 +16,17 @@ import (
 // Owned nodes.
 //
 // A create can name an owner (Op.Owner): another node, and the version of
-// it that owns the new node, which is the owner's Modified index. The
-// create is refused (ErrConflict) unless the owner exists and was last
-// changed at exactly that index when the batch applies. Any later change
+// it that owns the new node, which is the owner's Modified index, or 0 for
+// the version the owner is at when the batch applies. The create is
+// refused (ErrConflict) unless the owner exists and, given a version, was
+// last changed at exactly that index when the batch applies. Any later change
 // of the owner (an update or a move, both of which set its Modified) or
 // its deletion ends that version, and the operation that ends it is
 // followed, within the same operation of the same batch, by the end of
 // everything the version owns, on every replica alike: each owned node is
 // deleted with its subtree or, if its create asked for it (Owner.Orphan),
-// kept and marked with the attributes OrphanedAttr (the index that ended
-// the version) and OrphanReasonAttr. The owned nodes go in decreasing id
+// kept and marked with the attribute OrphanedAttr, which names the index
+// that ended the version and how (see ParseOrphanMark). The owned nodes go in decreasing id
 // order, as ordinary deletes and updates: watchers see ordinary events at
 // the owner's index, the digest and the usage follow, and a batch that
 // fails later rolls the whole of it back. A marked node is no longer owned;
@@ -47,25 +50,26 @@ import (
 // Owner ties the node a create makes to a version of another node; see
 // Op.Owner.
 type Owner struct {
-	Path    string // the owner node: not the root, not the node created
-	Version uint64 // the owner's Modified index the node is tied to (not 0)
+	Path string // the owner node: not the root, not the node created
+	// Version is the owner's Modified index the node is tied to; 0 ties
+	// it to the version the owner is at when the batch applies, which
+	// every replica resolves alike. Owned returns the version resolved.
+	Version uint64
 	// Orphan keeps the node when the version ends, marked with
-	// OrphanedAttr and OrphanReasonAttr, instead of deleting it with its
-	// subtree.
+	// OrphanedAttr, instead of deleting it with its subtree.
 	Orphan bool
 }
 
 func (o Owner) zero() bool { return o == Owner{} }
 
-// The attributes that mark a node orphaned when its owner's version ended.
-const (
-	// OrphanedAttr is the log index (Int) of the batch that ended the
-	// version.
-	OrphanedAttr = "orphaned"
-	// OrphanReasonAttr (String) says how: OrphanOwnerChanged or
-	// OrphanOwnerDeleted.
-	OrphanReasonAttr = "orphan_reason"
+// OrphanedAttr is the attribute that marks a node orphaned when its
+// owner's version ended: a String "<index> <reason>", the log index of the
+// batch that ended the version and how it ended, OrphanOwnerChanged or
+// OrphanOwnerDeleted (ParseOrphanMark reads it).
+const OrphanedAttr = "_orphaned"
 
+// The reasons an orphan mark names.
+const (
 	OrphanOwnerChanged = "owner changed"
 	OrphanOwnerDeleted = "owner deleted"
 )
@@ -174,8 +178,7 @@ type ownerEnd struct {
 }
 
 // maxMarkBytes bounds what marking a node orphaned adds to Usage.Bytes:
-// the two attributes, their keys counted by name, and a longer attribute
-// count.
+// the attribute, its key counted by name, and a longer attribute count.
 const maxMarkBytes = 64
 
 // cascadeCannotFail reports whether a batch passes its quota check
@@ -234,7 +237,7 @@ func (t *Tree) checkOwner(s *state, o *Owner) (uint32, uint64, error) {
 		return 0, 0, conflict("owner %q does not exist", o.Path)
 	}
 	r := s.at(slot)
-	if r.modified != o.Version {
+	if o.Version != 0 && r.modified != o.Version {
 		return 0, 0, conflict("owner %q is at version %d, not %d (a version ends when the owner changes)", o.Path, r.modified, o.Version)
 	}
 	return slot, r.id, nil
@@ -315,6 +318,10 @@ func (t *Tree) endOwned(s *state, index uint64) {
 		if e.deleted {
 			reason = OrphanOwnerDeleted
 		}
+		var mark Value
+		if o.orphan.Len() > 0 {
+			mark = orphanMark(index, reason)
+		}
 		for _, x := range ends {
 			if s.at(x.slot).id != x.id {
 				continue // gone with an earlier owned node's subtree
@@ -329,11 +336,8 @@ func (t *Tree) endOwned(s *state, index uint64) {
 			path := t.ownPath(s, x.slot)
 			t.pc.reset()
 			if x.orphan {
-				mark := rawOp{typ: OpUpdate, path: path, set: []kv{
-					{OrphanReasonAttr, String(reason)},
-					{OrphanedAttr, Int(int64(index))},
-				}}
-				if t.update(s, index, x.slot, &mark) == nil {
+				op := rawOp{typ: OpUpdate, path: path, set: []kv{{OrphanedAttr, mark}}}
+				if t.update(s, index, x.slot, &op) == nil {
 					continue
 				}
 				// The marks do not fit the node's size limit: it goes.
@@ -349,6 +353,28 @@ func (t *Tree) endOwned(s *state, index uint64) {
 		t.ownEnds = nil
 	}
 	t.ownPathBuf = t.ownPathBuf[:0]
+}
+
+// orphanMark is the value of OrphanedAttr for a version that the batch at
+// index ended for reason.
+func orphanMark(index uint64, reason string) Value {
+	return String(strconv.FormatUint(index, 10) + " " + reason)
+}
+
+// ParseOrphanMark reads the value of OrphanedAttr, "<index> <reason>": the
+// log index of the batch that ended the owner's version, and how it ended
+// (OrphanOwnerChanged, OrphanOwnerDeleted). A value that is not such a
+// mark is ErrInvalid, naming what is wrong.
+func ParseOrphanMark(mark string) (index uint64, reason string, err error) {
+	num, reason, ok := strings.Cut(mark, " ")
+	if !ok || reason == "" {
+		return 0, "", fmt.Errorf("%w: orphan mark %q: want \"<index> <reason>\"", ErrInvalid, mark)
+	}
+	index, err = strconv.ParseUint(num, 10, 64)
+	if err != nil || index == 0 || num[0] == '0' || num[0] == '+' {
+		return 0, "", fmt.Errorf("%w: orphan mark %q: index %q is not a positive decimal", ErrInvalid, mark, num)
+	}
+	return index, reason, nil
 }
 
 // ownedEnd is an owned node whose owner's version ended.
@@ -410,9 +436,6 @@ func (o *rawOp) validOwner() error {
 	}
 	if w.Path == o.path || under(w.Path, o.path) {
 		return fmt.Errorf("%w: owner %q is the node created or below it", ErrInvalid, w.Path)
-	}
-	if w.Version == 0 {
-		return fmt.Errorf("%w: owner %q without a version", ErrInvalid, w.Path)
 	}
 	return nil
 }

@@ -312,7 +312,7 @@ func TestMarksThatMayCrossTheByteQuotaKeepTheUndoAndRollBack(t *testing.T) {
 	require.Zero(t, tr.OwnedCount())
 	n, ok := tr.Get("/t07")
 	require.True(t, ok)
-	require.Equal(t, Int(4), n.Attrs[OrphanedAttr])
+	require.Equal(t, String("4 "+OrphanOwnerChanged), n.Attrs[OrphanedAttr])
 	checkDigest(t, tr)
 }
 
@@ -320,7 +320,7 @@ func TestAnOrphanMarkAddsAtMostMaxMarkBytes(t *testing.T) {
 	tr := New()
 	const index = uint64(1) << 62 // the longest index a mark records
 	mustApply(t, tr, index-2, Batch{Ops: []Op{{Type: OpCreate, Path: "/m", Kind: "member"}}})
-	// 127 attributes: the two marks lengthen the attribute count.
+	// 127 attributes: the mark lengthens the attribute count.
 	set := map[string]Value{}
 	for i := range 127 {
 		set[fmt.Sprintf("a%03d", i)] = Int(1)
@@ -330,7 +330,7 @@ func TestAnOrphanMarkAddsAtMostMaxMarkBytes(t *testing.T) {
 	mustApply(t, tr, index, Batch{Ops: []Op{{Type: OpDelete, Path: "/m"}}})
 	n, ok := tr.Get("/t")
 	require.True(t, ok)
-	require.Equal(t, String(OrphanOwnerDeleted), n.Attrs[OrphanReasonAttr])
+	require.Equal(t, String(fmt.Sprintf("%d %s", index, OrphanOwnerDeleted)), n.Attrs[OrphanedAttr])
 	// The member's rec and blob went; the mark came.
 	grew := tr.Usage().Bytes - before + memberBytes(t)
 	require.Positive(t, grew)

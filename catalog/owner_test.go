@@ -54,7 +54,7 @@ func TestOwnedNodesGoInTheApplyThatUpdatesTheOwner(t *testing.T) {
 	if !ok {
 		t.Fatal("the orphan-marked node is gone")
 	}
-	if b.Attrs[OrphanedAttr] != Int(3) || b.Attrs[OrphanReasonAttr] != String(OrphanOwnerChanged) || b.Modified != 3 {
+	if b.Attrs[OrphanedAttr] != String("3 "+OrphanOwnerChanged) || b.Modified != 3 {
 		t.Fatalf("orphan marks: %v (modified %d)", b.Attrs, b.Modified)
 	}
 	if n := tr.OwnedCount(); n != 0 {
@@ -100,8 +100,9 @@ func TestOwnedNodesGoWhenTheOwnerIsDeletedOrMoved(t *testing.T) {
 			mustApply(t, tr, 3, Batch{Ops: []Op{tc.op}})
 			mustExist(t, tr, "/jobs/a", false)
 			b, _ := tr.Get("/jobs/b")
-			if b.Attrs[OrphanReasonAttr] != String(tc.reason) {
-				t.Fatalf("reason %v, want %q", b.Attrs[OrphanReasonAttr], tc.reason)
+			index, reason, err := ParseOrphanMark(b.Attrs[OrphanedAttr].Str())
+			if err != nil || index != 3 || reason != tc.reason {
+				t.Fatalf("mark %v: index %d, reason %q, %v; want 3, %q", b.Attrs[OrphanedAttr], index, reason, err, tc.reason)
 			}
 			checkDigest(t, tr)
 		})
@@ -155,7 +156,6 @@ func TestOwnerIsValidated(t *testing.T) {
 		{"root", Op{Type: OpCreate, Path: "/a", Kind: "k", Owner: Owner{Path: "/", Version: 1}}},
 		{"itself", Op{Type: OpCreate, Path: "/a", Kind: "k", Owner: Owner{Path: "/a", Version: 1}}},
 		{"below itself", Op{Type: OpCreate, Path: "/a", Kind: "k", Owner: Owner{Path: "/a/b", Version: 1}}},
-		{"no version", Op{Type: OpCreate, Path: "/a", Kind: "k", Owner: Owner{Path: "/m"}}},
 		{"bad path", Op{Type: OpCreate, Path: "/a", Kind: "k", Owner: Owner{Path: "m", Version: 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -337,4 +337,62 @@ func TestLoadRefusesOwnershipOfMissingNodes(t *testing.T) {
 	if _, err := readImage(bytes.NewReader(bad), false); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "owned by node 99") {
 		t.Fatalf("load: %v", err)
 	}
+}
+
+func TestOwnerWithoutAVersionTakesTheOwnersVersionWhenTheBatchApplies(t *testing.T) {
+	tr := ownedTree(t)
+	mustApply(t, tr, 3, Batch{Ops: []Op{{Type: OpUpdate, Path: "/m", Set: map[string]Value{"gen": Int(2)}}}})
+	// Encoded before the owner changes again, applied after: the version
+	// is the one the owner has at apply, not at encoding.
+	data := encode(t, Op{Type: OpCreate, Path: "/jobs/x", Kind: "job", Owner: Owner{Path: "/m", Orphan: true}})
+	mustApply(t, tr, 4, Batch{Ops: []Op{{Type: OpUpdate, Path: "/m", Set: map[string]Value{"gen": Int(3)}}}})
+	if res := tr.Apply(5, data).(*Result); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if o, ok := tr.Owned("/jobs/x"); !ok || o != (Owner{Path: "/m", Version: 4, Orphan: true}) {
+		t.Fatalf("Owned: %+v %v, want /m at version 4", o, ok)
+	}
+	mustApply(t, tr, 6, Batch{Ops: []Op{{Type: OpUpdate, Path: "/m", Set: map[string]Value{"gen": Int(4)}}}})
+	x, _ := tr.Get("/jobs/x")
+	if x.Attrs[OrphanedAttr] != String("6 "+OrphanOwnerChanged) {
+		t.Fatalf("mark %v, want the index of the owner's next change", x.Attrs[OrphanedAttr])
+	}
+	checkDigest(t, tr)
+
+	res := tr.Apply(7, encode(t, Op{Type: OpCreate, Path: "/jobs/y", Kind: "job", Owner: Owner{Path: "/nobody"}})).(*Result)
+	if !errors.Is(res.Err, ErrConflict) {
+		t.Fatalf("an owner that does not exist: %v, want ErrConflict", res.Err)
+	}
+}
+
+func TestParseOrphanMarkReadsWhatTheCascadeWritesAndRefusesTheRest(t *testing.T) {
+	index, reason, err := ParseOrphanMark(orphanMark(1<<63, OrphanOwnerDeleted).Str())
+	if err != nil || index != 1<<63 || reason != OrphanOwnerDeleted {
+		t.Fatalf("round trip: %d %q %v", index, reason, err)
+	}
+	for _, bad := range []string{"", "12", "12 ", " owner changed", "0 owner changed", "012 owner changed",
+		"+12 owner changed", "-1 owner changed", "x owner changed", "18446744073709551616 owner changed"} {
+		if _, _, err := ParseOrphanMark(bad); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("ParseOrphanMark(%q): %v, want ErrInvalid", bad, err)
+		}
+	}
+}
+
+func FuzzParseOrphanMark(f *testing.F) {
+	f.Add("12 owner changed")
+	f.Add("18446744073709551615 owner deleted")
+	f.Add("0 x")
+	f.Add("1")
+	f.Fuzz(func(t *testing.T, mark string) {
+		index, reason, err := ParseOrphanMark(mark)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("%q: %v is not ErrInvalid", mark, err)
+			}
+			return
+		}
+		if got := orphanMark(index, reason).Str(); got != mark {
+			t.Fatalf("%q parses to %d %q, which writes %q", mark, index, reason, got)
+		}
+	})
 }
