@@ -17,8 +17,4 @@ var (
 	ErrClosed = errors.New("heartbeat: closed")
 	// ErrInvalid: a bad argument or config value.
 	ErrInvalid = errors.New("heartbeat: invalid")
-	// ErrEpochEnded: the member is not alive with the epoch given (it
-	// restarted, was declared dead, or the epoch is not one it answered
-	// with).
-	ErrEpochEnded = errors.New("heartbeat: epoch not current")
 )

@@ -1,6 +1,7 @@
 package heartbeat_test
 
 import (
+	"fmt"
 	"testing"
 	"testing/synctest"
 
@@ -24,12 +25,9 @@ func (c *cluster) propose(t *testing.T, ops ...catalog.Op) error {
 // /tasks/kept (orphan-marked then), owned by id's current epoch.
 func (c *cluster) ownTasks(t *testing.T, id uint64, epoch heartbeat.Epoch) {
 	t.Helper()
-	tree := c.frontends[1].tree
-	gone, err := heartbeat.OwnerOf(tree, id, epoch, false)
-	require.NoError(t, err)
-	kept, err := heartbeat.OwnerOf(tree, id, epoch, true)
-	require.NoError(t, err)
-	require.NoError(t, c.propose(t,
+	check, gone := heartbeat.OwnerOf(id, epoch, false)
+	_, kept := heartbeat.OwnerOf(id, epoch, true)
+	require.NoError(t, c.propose(t, check,
 		catalog.Op{Type: catalog.OpCreate, Path: "/tasks", Kind: "dir"},
 		catalog.Op{Type: catalog.OpCreate, Path: "/tasks/gone", Kind: "task", Owner: gone},
 		catalog.Op{Type: catalog.OpCreate, Path: "/tasks/gone/part", Kind: "part"},
@@ -48,8 +46,10 @@ func (c *cluster) requireEnded(t *testing.T, id uint64, reason string) {
 		require.False(t, ok, "frontend %d still holds the owned task", fid)
 		kept, ok := f.tree.Get("/tasks/kept")
 		require.True(t, ok, "frontend %d lost the orphan-marked task", fid)
-		require.Equal(t, catalog.Int(int64(rec.Modified)), kept.Attrs[catalog.OrphanedAttr], "the mark names the transition's index")
-		require.Equal(t, catalog.String(reason), kept.Attrs[catalog.OrphanReasonAttr])
+		index, why, err := catalog.ParseOrphanMark(kept.Attrs[catalog.OrphanedAttr].Str())
+		require.NoError(t, err)
+		require.Equal(t, rec.Modified, index, "the mark names the transition's index")
+		require.Equal(t, reason, why)
 		require.Zero(t, f.tree.OwnedCount())
 	}
 }
@@ -69,19 +69,19 @@ func TestWorkerRestartRemovesItsOwnedNodesAndFencesItsOldEpoch(t *testing.T) {
 		c := newCluster(t, 3, 1)
 		old := c.workers[10].epoch
 		c.ownTasks(t, 10, old)
-		fence, err := heartbeat.Fence(c.frontends[1].tree, 10, old)
-		require.NoError(t, err)
+		fence := heartbeat.Fence(10, old)
 		require.NoError(t, c.propose(t, fence, catalog.Op{Type: catalog.OpCreate, Path: "/tasks/w1", Kind: "write"}), "the fence passes while the epoch is current")
 
 		c.restartWorker(10)
 		c.advance(interval) // one round journals the restart
 		c.requireEnded(t, 10, catalog.OrphanOwnerChanged)
-		err = c.propose(t, fence, catalog.Op{Type: catalog.OpCreate, Path: "/tasks/w2", Kind: "write"})
+		err := c.propose(t, fence, catalog.Op{Type: catalog.OpCreate, Path: "/tasks/w2", Kind: "write"})
 		require.ErrorIs(t, err, catalog.ErrConflict, "a write fenced on the ended epoch is refused")
-		_, err = heartbeat.OwnerOf(c.frontends[2].tree, 10, old, false)
-		require.ErrorIs(t, err, heartbeat.ErrEpochEnded)
-		// The stale owner, had a client read it before the restart, is
-		// refused at apply on every replica.
+		check, owner := heartbeat.OwnerOf(10, old, false)
+		err = c.propose(t, check, catalog.Op{Type: catalog.OpCreate, Path: "/tasks/late", Kind: "task", Owner: owner})
+		require.ErrorIs(t, err, catalog.ErrConflict, "a create owned by the ended epoch is refused")
+		// A version read before the restart is refused at apply on every
+		// replica.
 		err = c.propose(t, catalog.Op{Type: catalog.OpCreate, Path: "/tasks/late", Kind: "task", Owner: catalog.Owner{Path: heartbeat.MemberPath(10), Version: 1}})
 		require.ErrorIs(t, err, catalog.ErrConflict)
 		for _, f := range c.frontends {
@@ -112,7 +112,9 @@ func TestMemberRemovalRemovesItsOwnedNodes(t *testing.T) {
 			_, ok := f.tree.Get("/tasks/gone")
 			require.False(t, ok)
 			kept, _ := f.tree.Get("/tasks/kept")
-			require.Equal(t, catalog.String(catalog.OrphanOwnerDeleted), kept.Attrs[catalog.OrphanReasonAttr])
+			_, reason, err := catalog.ParseOrphanMark(kept.Attrs[catalog.OrphanedAttr].Str())
+			require.NoError(t, err)
+			require.Equal(t, catalog.OrphanOwnerDeleted, reason)
 		}
 	})
 }
@@ -140,16 +142,44 @@ func TestLeaderChangeAndUnrecordedSuspicionRemoveNothing(t *testing.T) {
 	})
 }
 
-func TestOwnerOfRefusesBadArguments(t *testing.T) {
+// OwnerOf's check and Fence hold only while the member exists and is
+// alive with the epoch given (the zero epoch: any); a create whose check
+// holds is owned by the record's version at apply.
+func TestOwnerOfAndFenceHoldOnlyWhileTheMemberIsAliveWithTheEpoch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 1, 1)
-		tree := c.frontends[1].tree
-		_, err := heartbeat.OwnerOf(tree, 99, heartbeat.NewEpoch(), false)
-		require.ErrorIs(t, err, heartbeat.ErrNotFound)
-		_, err = heartbeat.OwnerOf(tree, 10, heartbeat.Epoch{}, false)
-		require.ErrorIs(t, err, heartbeat.ErrInvalid)
-		_, err = heartbeat.Fence(tree, 10, heartbeat.NewEpoch())
-		require.ErrorIs(t, err, heartbeat.ErrEpochEnded)
+		current := c.workers[10].epoch
+		for i, tc := range []struct {
+			name  string
+			id    uint64
+			epoch heartbeat.Epoch
+			ok    bool
+		}{
+			{"an unknown member", 99, current, false},
+			{"another epoch", 10, heartbeat.NewEpoch(), false},
+			{"the current epoch", 10, current, true},
+			{"any epoch", 10, heartbeat.Epoch{}, true},
+		} {
+			check, owner := heartbeat.OwnerOf(tc.id, tc.epoch, false)
+			require.Equal(t, heartbeat.Fence(tc.id, tc.epoch), check, tc.name)
+			path := fmt.Sprintf("/task-%d", i)
+			err := c.propose(t, check, catalog.Op{Type: catalog.OpCreate, Path: path, Kind: "task", Owner: owner})
+			if !tc.ok {
+				require.ErrorIs(t, err, catalog.ErrConflict, tc.name)
+				continue
+			}
+			require.NoError(t, err, tc.name)
+			rec, _ := c.frontends[1].tree.Get(heartbeat.MemberPath(10))
+			o, ok := c.frontends[1].tree.Owned(path)
+			require.True(t, ok, tc.name)
+			require.Equal(t, catalog.Owner{Path: heartbeat.MemberPath(10), Version: rec.Modified}, o, tc.name)
+		}
+
+		c.net.set(addrOf(10), nil) // the worker's process is gone
+		c.advance((deadAfter + 1) * interval)
+		check, owner := heartbeat.OwnerOf(10, heartbeat.Epoch{}, false)
+		err := c.propose(t, check, catalog.Op{Type: catalog.OpCreate, Path: "/late", Kind: "task", Owner: owner})
+		require.ErrorIs(t, err, catalog.ErrConflict, "a dead member owns nothing new, whatever the epoch")
 	})
 }
 
@@ -172,8 +202,7 @@ func (c *cluster) applyEverywhere(t *testing.T, ops ...catalog.Op) map[uint64]er
 func TestWriteFencedOnAnEndedEpochFailsAlikeOnEveryReplica(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 3, 1)
-		fence, err := heartbeat.Fence(c.frontends[1].tree, 10, c.workers[10].epoch)
-		require.NoError(t, err)
+		fence := heartbeat.Fence(10, c.workers[10].epoch)
 		write := catalog.Op{Type: catalog.OpCreate, Path: "/fenced", Kind: "write"}
 		c.restartWorker(10)
 		c.advance(interval) // one round journals the restart

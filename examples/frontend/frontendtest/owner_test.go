@@ -36,19 +36,20 @@ func TestAFrontendsOwnedNodeGoesWhenItRestartsWithANewEpoch(t *testing.T) {
 	id := c.Frontend(owner).ID()
 	require.NoError(t, lf.Journal().WaitClusterVersion(ctx, journal.NewestVersion), "owned nodes need version 4")
 	awaitTree(ctx, t, lf.Tree(), func() bool {
-		_, err := heartbeat.OwnerOf(lf.Tree(), id, epoch, false)
-		return err == nil // the owner's epoch is journaled
+		m, ok := lf.Members().Member(id)
+		return ok && m.Epoch == epoch // the owner's epoch is journaled
 	})
-	o, err := heartbeat.OwnerOf(lf.Tree(), id, epoch, false)
-	require.NoError(t, err)
-	_, err = lf.Write(ctx, catalog.Batch{Ops: []catalog.Op{
+	check, o := heartbeat.OwnerOf(id, epoch, false)
+	_, err := lf.Write(ctx, catalog.Batch{Ops: []catalog.Op{
+		check,
 		{Type: catalog.OpCreate, Path: "/lock", Kind: "lock", Owner: o},
 		{Type: catalog.OpCreate, Path: "/other", Kind: "lock"},
 	}})
 	require.NoError(t, err)
 	got, ok := lf.Tree().Owned("/lock")
 	require.True(t, ok)
-	require.Equal(t, o, got)
+	rec, _ := lf.Tree().Get(heartbeat.MemberPath(id))
+	require.Equal(t, catalog.Owner{Path: heartbeat.MemberPath(id), Version: rec.Modified}, got)
 
 	restarted, err := c.RestartFrontend(ctx, owner)
 	require.NoError(t, err)
@@ -59,8 +60,8 @@ func TestAFrontendsOwnedNodeGoesWhenItRestartsWithANewEpoch(t *testing.T) {
 		_, ok := tree.Get("/other")
 		require.True(t, ok, "an unowned node stays")
 	}
-	_, err = heartbeat.OwnerOf(lf.Tree(), id, epoch, false)
-	require.ErrorIs(t, err, heartbeat.ErrEpochEnded)
+	_, err = lf.Write(ctx, catalog.Batch{Ops: []catalog.Op{check, {Type: catalog.OpCreate, Path: "/late", Kind: "lock", Owner: o}}})
+	require.ErrorIs(t, err, catalog.ErrConflict, "the ended epoch owns nothing new")
 }
 
 // The owned tasks of ownTasks.
@@ -80,11 +81,12 @@ func ownTasks(ctx context.Context, t *testing.T, c *Cluster, f *frontend.Fronten
 	t.Helper()
 	require.NoError(t, f.Journal().WaitClusterVersion(ctx, journal.NewestVersion), "owned nodes need cluster version 4 (batch format 3)")
 	owner := func(id uint64, orphan bool) catalog.Owner {
-		o, err := heartbeat.OwnerOf(f.Tree(), id, c.Worker(id).Epoch(), orphan)
-		require.NoError(t, err)
+		_, o := heartbeat.OwnerOf(id, c.Worker(id).Epoch(), orphan)
 		return o
 	}
 	res, err := f.Write(ctx, catalog.Batch{Ops: []catalog.Op{
+		heartbeat.Fence(id, c.Worker(id).Epoch()),
+		heartbeat.Fence(other, c.Worker(other).Epoch()),
 		{Type: catalog.OpCreate, Path: "/tasks", Kind: "dir"},
 		{Type: catalog.OpCreate, Path: goneTask, Kind: "task", Owner: owner(id, false)},
 		{Type: catalog.OpCreate, Path: goneKid, Kind: "part"},
@@ -101,7 +103,7 @@ func ownTasks(ctx context.Context, t *testing.T, c *Cluster, f *frontend.Fronten
 // index of each change, by what changed.
 type ending struct {
 	record, gone, kid, kept uint64 // indexes: the member record's transition, the deletions, the orphan mark
-	keptMark                catalog.Value
+	keptMark                uint64 // the index the orphan mark names
 }
 
 // awaitEnded reads w until it has seen goneTask deleted and keptTask
@@ -121,7 +123,7 @@ func awaitEnded(ctx context.Context, t *testing.T, w *catalog.Watcher, id uint64
 		case path == goneKid && ev.Op == catalog.OpDelete:
 			e.kid = ev.Index
 		case path == keptTask && ev.Op == catalog.OpUpdate:
-			e.kept, e.keptMark = ev.Index, ev.After.Attrs[catalog.OrphanedAttr]
+			e.kept, e.keptMark = ev.Index, markIndex(t, ev.After)
 		case strings.HasPrefix(path, "/tasks/"):
 			t.Fatalf("unexpected change of a task: %v %s at %d", ev.Op, path, ev.Index)
 		}
@@ -134,9 +136,17 @@ func awaitEnded(ctx context.Context, t *testing.T, w *catalog.Watcher, id uint64
 func requireOneIndex(t *testing.T, e ending) uint64 {
 	t.Helper()
 	require.NotZero(t, e.record, "the member record's transition is watched")
-	require.Equal(t, ending{record: e.record, gone: e.record, kid: e.record, kept: e.record, keptMark: catalog.Int(int64(e.record))}, e,
+	require.Equal(t, ending{record: e.record, gone: e.record, kid: e.record, kept: e.record, keptMark: e.record}, e,
 		"the transition, the deletions and the orphan mark carry one index")
 	return e.record
+}
+
+// markIndex is the index the orphan mark of n names.
+func markIndex(t *testing.T, n *catalog.Node) uint64 {
+	t.Helper()
+	index, _, err := catalog.ParseOrphanMark(n.Attrs[catalog.OrphanedAttr].Str())
+	require.NoError(t, err, "%s's orphan mark", n.Path)
+	return index
 }
 
 // eventPath is the path of the node an event is about.
@@ -377,7 +387,7 @@ func TestDeadWorkersOwnedNodesGoOnceAcrossALeaderCrash(t *testing.T) {
 					require.False(t, ok, "frontend %d", f.ID())
 					kept, ok := f.Tree().Get(keptTask)
 					require.True(t, ok, "frontend %d", f.ID())
-					require.Equal(t, catalog.Int(int64(d)), kept.Attrs[catalog.OrphanedAttr], "frontend %d", f.ID())
+					require.Equal(t, d, markIndex(t, &kept), "frontend %d", f.ID())
 					m, _ := f.Members().Member(4)
 					require.Equal(t, heartbeat.StatusDead, m.Status)
 					require.Equal(t, d, m.Modified, "frontend %d: the record's last change is the death", f.ID())
@@ -397,12 +407,11 @@ func TestWriteFencedOnAnEndedEpochIsRefusedAlikeOnEveryReplica(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, ctx, leader, followers := withWorkers(t)
 		lf := c.Frontend(leader)
-		fence, err := heartbeat.Fence(lf.Tree(), 4, c.Worker(4).Epoch())
-		require.NoError(t, err)
+		fence := heartbeat.Fence(4, c.Worker(4).Epoch())
 		fenced := func(path string) catalog.Batch {
 			return catalog.Batch{Ops: []catalog.Op{fence, {Type: catalog.OpCreate, Path: path, Kind: "write"}}}
 		}
-		_, err = c.Frontend(followers[0]).Write(ctx, fenced("/current"))
+		_, err := c.Frontend(followers[0]).Write(ctx, fenced("/current"))
 		require.NoError(t, err, "the fence passes while the epoch is current")
 
 		_, err = c.RestartWorker(ctx, 4)
@@ -525,14 +534,14 @@ func TestFrontendInstallingAnImageWithOwnedNodesEndsThemAtTheTransitionAfterIt(t
 			case path == goneKid && ev.Op == catalog.OpDelete:
 				e.kid = ev.Index
 			case path == keptTask:
-				e.kept, e.keptMark = ev.Index, ev.After.Attrs[catalog.OrphanedAttr]
+				e.kept, e.keptMark = ev.Index, markIndex(t, ev.After)
 			}
 		}
 		require.Equal(t, end, requireOneIndex(t, e))
 		_, ok := lag.Tree().Get(goneTask)
 		require.False(t, ok)
 		kept, _ := lag.Tree().Get(keptTask)
-		require.Equal(t, catalog.Int(int64(end)), kept.Attrs[catalog.OrphanedAttr])
+		require.Equal(t, end, markIndex(t, &kept))
 		require.Equal(t, 1, lag.Tree().OwnedCount(), "another worker's owned node stays")
 	})
 }
