@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -17,10 +18,10 @@ type ownedView struct {
 	Path  string         `json:"path"`
 	Attrs map[string]any `json:"attrs"`
 	Owner *struct {
-		Path    string `json:"path"`
-		Version uint64 `json:"version"`
-		Orphan  bool   `json:"orphan"`
+		Node  uint64 `json:"node"`
+		Epoch string `json:"epoch"`
 	} `json:"owner"`
+	OnOwnerLost string `json:"on_owner_lost"`
 }
 
 // workerEpoch returns worker id's epoch as the member list of p shows it
@@ -42,9 +43,10 @@ func workerEpoch(t *testing.T, p *proc, id uint64) string {
 // HTTP: a txn creates a task owned by worker 101's epoch (and one kept
 // orphaned), the worker process is killed and started again with a new
 // epoch, and the task is deleted on every frontend at the index of that
-// restart, which a watch shows as an ordinary delete; a txn fenced on, or
-// owned by, the old epoch then answers 409 epoch_ended through every
-// frontend.
+// restart, which a watch shows as an ordinary delete, and the kept one
+// gains the attribute _orphaned = "<index> <reason>"; a write with
+// if_epoch on the old epoch then answers 409 conflict, and one owned by
+// it 409 owner_not_current, through every frontend.
 func TestOwnedNodesGoWhenTheWorkerProcessRestarts(t *testing.T) {
 	c, leader, all := threeFrontends(t)
 	w := c.worker(101)
@@ -56,7 +58,11 @@ func TestOwnedNodesGoWhenTheWorkerProcessRestarts(t *testing.T) {
 	})
 
 	owned := func(path string, orphan bool) map[string]any {
-		return map[string]any{"op": "create", "path": path, "kind": "task", "owner": map[string]any{"member": 101, "epoch": old, "orphan": orphan}}
+		op := map[string]any{"op": "create", "path": path, "kind": "task", "owner": map[string]any{"node": 101, "epoch": old}}
+		if orphan {
+			op["on_owner_lost"] = "orphan"
+		}
+		return op
 	}
 	txn := map[string]any{"ops": []map[string]any{
 		{"op": "create", "path": "/tasks", "kind": "dir"}, owned("/tasks/t1", false), owned("/tasks/kept", true),
@@ -77,7 +83,9 @@ func TestOwnedNodesGoWhenTheWorkerProcessRestarts(t *testing.T) {
 			return call(t, "GET", p.url("/v1/catalog/tasks/t1"), nil, &v) == http.StatusOK
 		})
 		require.NotNil(t, v.Owner, "%s shows the task's owner", p.name)
-		require.Equal(t, "/_cluster/members/101", v.Owner.Path)
+		require.Equal(t, uint64(101), v.Owner.Node)
+		require.Equal(t, old, v.Owner.Epoch)
+		require.Equal(t, "delete", v.OnOwnerLost)
 	}
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -107,7 +115,7 @@ func TestOwnedNodesGoWhenTheWorkerProcessRestarts(t *testing.T) {
 		}
 	}
 	require.Equal(t, gone.Index, marked.Index, "the deletion and the orphan mark are one apply")
-	require.EqualValues(t, gone.Index, marked.Attrs["orphaned"], "the mark names the restart's index")
+	require.Equal(t, fmt.Sprintf("%d %s", gone.Index, catalog.OrphanOwnerChanged), marked.Attrs["_orphaned"], "the mark names the restart's index")
 	require.NotEqual(t, old, workerEpoch(t, follower, 101), "the worker runs with a new epoch")
 
 	for _, p := range all {
@@ -118,17 +126,32 @@ func TestOwnedNodesGoWhenTheWorkerProcessRestarts(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, call(t, "GET", p.url("/v1/catalog/tasks/t1"), nil, nil), "%s still holds the task", p.name)
 		var kept ownedView
 		require200(t, call(t, "GET", p.url("/v1/catalog/tasks/kept"), nil, &kept), "the kept task on "+p.name)
-		require.EqualValues(t, gone.Index, kept.Attrs["orphaned"])
+		require.Equal(t, fmt.Sprintf("%d %s", gone.Index, catalog.OrphanOwnerChanged), kept.Attrs["_orphaned"])
 		require.Nil(t, kept.Owner, "a marked node is no longer owned")
 
-		for _, body := range []map[string]any{
-			{"fence": map[string]any{"member": 101, "epoch": old}, "ops": []map[string]any{{"op": "create", "path": "/tasks/late", "kind": "task"}}},
-			{"ops": []map[string]any{owned("/tasks/late", false)}},
+		for _, tc := range []struct {
+			method, path string
+			body         map[string]any
+			code         string
+		}{
+			{"POST", "/v1/txn", map[string]any{"if_epoch": map[string]any{"node": 101, "epoch": old}, "ops": []map[string]any{{"op": "create", "path": "/tasks/late", "kind": "task"}}}, "conflict"},
+			{"PUT", "/v1/catalog/tasks/late", map[string]any{"kind": "task", "if_epoch": map[string]any{"node": 101, "epoch": old}}, "conflict"},
+			{"POST", "/v1/txn", map[string]any{"ops": []map[string]any{owned("/tasks/late", false)}}, "owner_not_current"},
+			{"PUT", "/v1/catalog/tasks/late", map[string]any{"kind": "task", "owner": map[string]any{"node": 101, "epoch": old}}, "owner_not_current"},
 		} {
 			var e apiError
-			require.Equal(t, http.StatusConflict, call(t, "POST", p.url("/v1/txn"), body, &e), "through %s: %+v", p.name, e)
-			require.Equal(t, "epoch_ended", e.Error, "through %s: %s", p.name, e.Message)
+			require.Equal(t, http.StatusConflict, call(t, tc.method, p.url(tc.path), tc.body, &e), "%s %s through %s: %+v", tc.method, tc.path, p.name, e)
+			require.Equal(t, tc.code, e.Error, "%s %s through %s: %s", tc.method, tc.path, p.name, e.Message)
 		}
 	}
 	require.Equal(t, http.StatusNotFound, call(t, "GET", leader.url("/v1/catalog/tasks/late?consistency=linearizable"), nil, nil), "no refused txn applied")
+
+	// Without an epoch, the owner is the epoch the worker runs with when
+	// the batch applies: the new one.
+	current := workerEpoch(t, follower, 101)
+	require200(t, call(t, "PUT", follower.url("/v1/catalog/tasks/next"), map[string]any{"kind": "task", "owner": map[string]any{"node": 101}}, nil), "a task owned by the running epoch")
+	var next ownedView
+	require200(t, call(t, "GET", follower.url("/v1/catalog/tasks/next"), nil, &next), "the new task")
+	require.NotNil(t, next.Owner)
+	require.Equal(t, current, next.Owner.Epoch, "owned by the epoch the worker runs with now")
 }

@@ -148,7 +148,7 @@ func run(ctx context.Context) error {
 	}
 	if code, err := d.txn(ctx, 1, map[string]any{"ops": []map[string]any{
 		{"op": "create", "path": "/tasks", "kind": "dir"},
-		{"op": "create", "path": "/tasks/load-101", "kind": "task", "owner": map[string]any{"member": 101, "epoch": oldEpoch}},
+		{"op": "create", "path": "/tasks/load-101", "kind": "task", "owner": map[string]any{"node": 101, "epoch": oldEpoch}},
 	}}); err != nil || code != "" {
 		return fmt.Errorf("create the owned task: %s %w", code, err)
 	}
@@ -194,15 +194,24 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("q3 does not use worker 101 but is %s", v.State)
 	}
 	say("  q3 (worker 102 only) still running")
-	code, err := d.txn(ctx, 3, map[string]any{"fence": map[string]any{"member": 101, "epoch": oldEpoch},
+	code, err := d.txn(ctx, 3, map[string]any{"if_epoch": map[string]any{"node": 101, "epoch": oldEpoch},
 		"ops": []map[string]any{{"op": "create", "path": "/tasks/late-101", "kind": "task"}}})
 	if err != nil {
 		return err
 	}
-	if code != "epoch_ended" {
-		return fmt.Errorf("a txn fenced on worker 101's old epoch answered %q, want epoch_ended", code)
+	if code != "conflict" {
+		return fmt.Errorf("a txn with if_epoch on worker 101's old epoch answered %q, want conflict", code)
 	}
-	say("  a txn fenced on the old epoch is refused: 409 %s (the old process can no longer write)", code)
+	say("  a txn with if_epoch on the old epoch is refused: 409 %s (the old process can no longer write)", code)
+	code, err = d.txn(ctx, 3, map[string]any{"ops": []map[string]any{
+		{"op": "create", "path": "/tasks/late-101", "kind": "task", "owner": map[string]any{"node": 101, "epoch": oldEpoch}}}})
+	if err != nil {
+		return err
+	}
+	if code != "owner_not_current" {
+		return fmt.Errorf("a create owned by worker 101's old epoch answered %q, want owner_not_current", code)
+	}
+	say("  a create owned by the old epoch is refused: 409 %s", code)
 
 	// 8. Close the leader: the others elect a new one.
 	failAt := time.Now()

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -118,8 +119,6 @@ func apiError(err error) error {
 		return httpjson.Errorf(http.StatusInsufficientStorage, "quota", "%v", err)
 	case errors.Is(err, catalog.ErrConflict):
 		return httpjson.Errorf(http.StatusConflict, "conflict", "%v", err)
-	case errors.Is(err, heartbeat.ErrEpochEnded):
-		return httpjson.Errorf(http.StatusConflict, "epoch_ended", "%v", err)
 	case errors.Is(err, catalog.ErrExists), errors.Is(err, heartbeat.ErrExists):
 		return httpjson.Errorf(http.StatusConflict, "exists", "%v", err)
 	case errors.Is(err, catalog.ErrNotEmpty):
@@ -212,52 +211,15 @@ type nodeJSON struct {
 	Created  uint64                   `json:"created"`
 	Modified uint64                   `json:"modified"`
 	Children []string                 `json:"children,omitempty"`
-	// Owner: the node goes when this version of its owner ends (a
-	// member's record: when the member restarts, dies or is removed).
-	Owner *ownerView `json:"owner,omitempty"`
-}
-
-type ownerView struct {
-	Path    string `json:"path"`
-	Version uint64 `json:"version"`
-	Orphan  bool   `json:"orphan,omitempty"`
-}
-
-// memberEpoch names a member's epoch: the owner of a created node, or a
-// write's fence.
-type memberEpoch struct {
-	Member uint64 `json:"member"`
-	Epoch  string `json:"epoch"`
-	// Orphan (owner only): keep the node, marked, when the epoch ends.
-	Orphan bool `json:"orphan,omitempty"`
-}
-
-// owner maps an owner given as a member's epoch onto the catalog's.
-func (f *Frontend) owner(m *memberEpoch) (catalog.Owner, error) {
-	e, err := heartbeat.ParseEpoch(m.Epoch)
-	if err != nil {
-		return catalog.Owner{}, httpjson.Errorf(http.StatusBadRequest, "bad_request", "owner epoch: %v", err)
-	}
-	return heartbeat.OwnerOf(f.tree, m.Member, e, m.Orphan)
-}
-
-// fence maps a fence given as a member's epoch onto a check of its record.
-func (f *Frontend) fence(m *memberEpoch) (catalog.Op, error) {
-	if m.Orphan {
-		return catalog.Op{}, httpjson.Errorf(http.StatusBadRequest, "bad_request", "a fence takes no orphan")
-	}
-	e, err := heartbeat.ParseEpoch(m.Epoch)
-	if err != nil {
-		return catalog.Op{}, httpjson.Errorf(http.StatusBadRequest, "bad_request", "fence epoch: %v", err)
-	}
-	return heartbeat.Fence(f.tree, m.Member, e)
+	// Owner: the member whose epoch owns the node, which goes (or, with
+	// OnOwnerLost "orphan", is marked) when that epoch ends.
+	Owner       *ownerJSON `json:"owner,omitempty"`
+	OnOwnerLost string     `json:"on_owner_lost,omitempty"`
 }
 
 func (f *Frontend) view(n catalog.Node, children bool) nodeJSON {
 	v := nodeJSON{ID: n.ID, Path: n.Path, Name: n.Name, Kind: n.Kind, Attrs: n.Attrs, Created: n.Created, Modified: n.Modified}
-	if o, ok := f.tree.Owned(n.Path); ok {
-		v.Owner = &ownerView{Path: o.Path, Version: o.Version, Orphan: o.Orphan}
-	}
+	v.Owner, v.OnOwnerLost = f.ownerView(n.Path)
 	if v.Attrs == nil {
 		v.Attrs = map[string]catalog.Value{}
 	}
@@ -326,9 +288,17 @@ type putBody struct {
 	Attrs      map[string]catalog.Value `json:"attrs"`
 	IfModified uint64                   `json:"if_modified"`
 	IfAbsent   bool                     `json:"if_absent"`
+	// Owner makes the PUT a create of a node owned by this member's epoch
+	// (see owned.go); OnOwnerLost says what its end does to the node.
+	Owner       *memberEpoch `json:"owner"`
+	OnOwnerLost string       `json:"on_owner_lost"`
+	// IfEpoch: the write applies only while this member's epoch is
+	// current.
+	IfEpoch *memberEpoch `json:"if_epoch"`
 }
 
-// putNode creates the node, or updates its attributes when it exists.
+// putNode creates the node, or updates its attributes when it exists. With
+// an owner it only creates: 409 exists when the node exists.
 func (f *Frontend) putNode(w http.ResponseWriter, r *http.Request) error {
 	p, err := catalogPath(r)
 	if err != nil {
@@ -342,20 +312,36 @@ func (f *Frontend) putNode(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	op := catalog.Op{Type: catalog.OpCreate, Path: p, Kind: body.Kind, Set: body.Attrs, Cond: catalog.Cond{Modified: body.IfModified}}
-	if _, exists := f.tree.Get(p); exists && !body.IfAbsent {
+	createOnly := body.IfAbsent || body.Owner != nil
+	if body.Owner == nil && body.OnOwnerLost != "" {
+		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "on_owner_lost without an owner")
+	}
+	if _, exists := f.tree.Get(p); exists && !createOnly {
 		// An update must find the node as this frontend saw it; if it
 		// vanished meanwhile the batch fails rather than recreating it.
 		op.Type = catalog.OpUpdate
 	} else if body.Kind == "" {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "creating %s needs a kind", p)
 	}
-	res, err := f.commit(r.Context(), catalog.Batch{Ops: []catalog.Op{op}})
-	if op.Type == catalog.OpCreate && !body.IfAbsent && res != nil && errors.Is(res.Err, catalog.ErrExists) {
+	var checks epochChecks
+	if body.IfEpoch != nil {
+		if err := checks.ifEpoch(body.IfEpoch); err != nil {
+			return err
+		}
+	}
+	if body.Owner != nil {
+		if op.Owner, err = f.owner(&checks, "owner", body.Owner, body.OnOwnerLost); err != nil {
+			return err
+		}
+	}
+	batch := func() catalog.Batch { return catalog.Batch{Ops: append(slices.Clip(checks.ops), op)} }
+	res, err := f.write(r, &checks, batch())
+	if op.Type == catalog.OpCreate && !createOnly && res != nil && errors.Is(res.Err, catalog.ErrExists) {
 		// The node was created after this frontend looked: by another
 		// client, or before this frontend (a follower that lags) applied
 		// it. The PUT updates it, as it would have.
 		op.Type = catalog.OpUpdate
-		res, err = f.commit(r.Context(), catalog.Batch{Ops: []catalog.Op{op}})
+		res, err = f.write(r, &checks, batch())
 	}
 	if err != nil {
 		return err
@@ -400,18 +386,20 @@ type txnOp struct {
 	// version is 1).
 	IfMatch   map[string]catalog.Value `json:"if_match"`
 	Recursive bool                     `json:"recursive"`
-	// Owner (create only): the node goes when this member's epoch ends
-	// (catalog.Op.Owner; batch format 3, refused with unsupported_version
-	// while the cluster version is below 4).
-	Owner *memberEpoch `json:"owner"`
+	// Owner (create only): the node goes when this member's epoch ends,
+	// or is marked, with OnOwnerLost "orphan" (catalog.Op.Owner; batch
+	// format 3, refused with unsupported_version while the cluster
+	// version is below 4).
+	Owner       *memberEpoch `json:"owner"`
+	OnOwnerLost string       `json:"on_owner_lost"`
 }
 
 func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Ops []txnOp `json:"ops"`
-		// Fence: the txn applies only while this member's epoch is
+		// IfEpoch: the txn applies only while this member's epoch is
 		// current.
-		Fence *memberEpoch `json:"fence"`
+		IfEpoch *memberEpoch `json:"if_epoch"`
 	}
 	if err := httpjson.Decode(w, r, &body); err != nil {
 		return err
@@ -419,14 +407,13 @@ func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
 	if len(body.Ops) == 0 {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "a txn needs at least one op")
 	}
-	var b catalog.Batch
-	if body.Fence != nil {
-		op, err := f.fence(body.Fence)
-		if err != nil {
-			return apiError(fmt.Errorf("fence: %w", err))
+	var checks epochChecks
+	if body.IfEpoch != nil {
+		if err := checks.ifEpoch(body.IfEpoch); err != nil {
+			return err
 		}
-		b.Ops = append(b.Ops, op)
 	}
+	var ops []catalog.Op
 	for i, o := range body.Ops {
 		op := catalog.Op{Path: o.Path, Cond: catalog.Cond{Modified: o.IfModified, Absent: o.IfAbsent, Match: o.IfMatch}}
 		if o.Op != "check" {
@@ -449,19 +436,21 @@ func (f *Frontend) postTxn(w http.ResponseWriter, r *http.Request) error {
 		default:
 			return httpjson.Errorf(http.StatusBadRequest, "bad_request", "ops[%d].op %q: want create, update, delete or check", i, o.Op)
 		}
+		if o.Owner == nil && o.OnOwnerLost != "" {
+			return httpjson.Errorf(http.StatusBadRequest, "bad_request", "ops[%d]: on_owner_lost without an owner", i)
+		}
 		if o.Owner != nil {
 			if op.Type != catalog.OpCreate {
 				return httpjson.Errorf(http.StatusBadRequest, "bad_request", "ops[%d]: an owner is for a create, not %s", i, o.Op)
 			}
-			owner, err := f.owner(o.Owner)
-			if err != nil {
-				return apiError(fmt.Errorf("ops[%d]: owner: %w", i, err))
+			var err error
+			if op.Owner, err = f.owner(&checks, fmt.Sprintf("ops[%d].owner", i), o.Owner, o.OnOwnerLost); err != nil {
+				return err
 			}
-			op.Owner = owner
 		}
-		b.Ops = append(b.Ops, op)
+		ops = append(ops, op)
 	}
-	res, err := f.commit(r.Context(), b)
+	res, err := f.write(r, &checks, catalog.Batch{Ops: append(checks.ops, ops...)})
 	if err != nil {
 		return err
 	}

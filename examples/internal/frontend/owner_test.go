@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,90 +11,139 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/catalog"
-	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/journal"
 )
 
-// A txn's "owner" and "fence", a member and its epoch, map onto the
-// member record's current version; a stale epoch answers 409
-// epoch_ended, a bad one 400, and a node view shows its owner.
-func TestOwnerAndFenceMapAMembersEpochOntoItsRecord(t *testing.T) {
-	tree := catalog.New()
-	epoch := heartbeat.NewEpoch()
-	apply := func(index uint64, ops ...catalog.Op) {
-		data, err := catalog.Batch{Ops: ops}.Encode()
-		require.NoError(t, err)
-		require.NoError(t, tree.Apply(index, data).(*catalog.Result).Err)
-	}
-	apply(1,
-		catalog.Op{Type: catalog.OpCreate, Path: heartbeat.ClusterPath, Kind: "cluster"},
-		catalog.Op{Type: catalog.OpCreate, Path: heartbeat.MembersPath, Kind: "members"},
-		catalog.Op{Type: catalog.OpCreate, Path: heartbeat.MemberPath(101), Kind: heartbeat.MemberKind, Set: map[string]catalog.Value{
-			"addr": catalog.String("w:1"), "kind": catalog.String("worker"), "role": catalog.String(""),
-			"epoch": catalog.String(epoch.String()), "generation": catalog.Int(1), "status": catalog.String("alive"),
-		}})
-	f := &Frontend{tree: tree}
-
-	owner, err := f.owner(&memberEpoch{Member: 101, Epoch: epoch.String(), Orphan: true})
-	require.NoError(t, err)
-	require.Equal(t, catalog.Owner{Path: heartbeat.MemberPath(101), Version: 1, Orphan: true}, owner)
-	fence, err := f.fence(&memberEpoch{Member: 101, Epoch: epoch.String()})
-	require.NoError(t, err)
-	apply(2, fence, catalog.Op{Type: catalog.OpCreate, Path: "/task", Kind: "task", Owner: owner})
-	n, _ := tree.Get("/task")
-	require.Equal(t, &ownerView{Path: heartbeat.MemberPath(101), Version: 1, Orphan: true}, f.view(n, false).Owner)
-
-	var he *httpjson.Error
-	_, err = f.owner(&memberEpoch{Member: 101, Epoch: heartbeat.NewEpoch().String()})
-	require.True(t, errors.As(apiError(err), &he))
-	require.Equal(t, http.StatusConflict, he.Status)
-	require.Equal(t, "epoch_ended", he.Code)
-	_, err = f.fence(&memberEpoch{Member: 101, Epoch: "not an epoch"})
-	require.True(t, errors.As(apiError(err), &he))
-	require.Equal(t, http.StatusBadRequest, he.Status)
-	_, err = f.owner(&memberEpoch{Member: 7, Epoch: epoch.String()})
-	require.True(t, errors.As(apiError(err), &he))
-	require.Equal(t, http.StatusNotFound, he.Status)
-}
-
-// Through the HTTP API, a txn whose "owner" or "fence" names an epoch
-// that is not the member's current one answers 409 epoch_ended, an
-// unknown member 404 not_found, and the current epoch applies.
-func TestTxnOwnerOrFenceOfAnEndedEpochAnswers409EpochEnded(t *testing.T) {
+// ownerLeader starts a leader whose own epoch (member 1's) is journaled,
+// and returns a function that serves one request through its API.
+func ownerLeader(t *testing.T) (*Frontend, func(method, path, body string) (int, map[string]any)) {
+	t.Helper()
 	f, ctx := startLeader(t)
 	require.NoError(t, f.Journal().WaitClusterVersion(ctx, journal.NewestVersion))
 	waitFor(t, 20*time.Second, "the frontend's own epoch recorded", func() bool {
 		m, ok := f.Members().Member(1)
 		return ok && m.Epoch == f.Epoch()
 	})
-	serve := func(body string) (int, map[string]any) {
+	return f, func(method, path, body string) (int, map[string]any) {
 		rec := httptest.NewRecorder()
-		f.routes().ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/txn", strings.NewReader(body)))
+		f.routes().ServeHTTP(rec, httptest.NewRequestWithContext(ctx, method, path, strings.NewReader(body)))
 		var out map[string]any
-		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out), "%s: %s", body, rec.Body.String())
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out), "%s %s %s: %s", method, path, body, rec.Body.String())
 		return rec.Code, out
 	}
-	current, ended := f.Epoch().String(), heartbeat.NewEpoch().String()
+}
+
+// PUT and a txn's create take "owner": {"node": N} (the member's epoch when
+// the batch applies) or {"node": N, "epoch": "E"}, and "on_owner_lost";
+// the node's GET shows "owner": {"node", "epoch"} and "on_owner_lost".
+func TestPutAndTxnCreateNodesOwnedByAMembersEpochThatGetShows(t *testing.T) {
+	f, serve := ownerLeader(t)
+	epoch := f.Epoch().String()
 	for _, tc := range []struct {
-		name, body string
-		status     int
-		code       string
+		name, method, path, body, node, onLost string
 	}{
-		{"fence of an ended epoch", `{"fence":{"member":1,"epoch":"` + ended + `"},"ops":[{"op":"create","path":"/a","kind":"task"}]}`, http.StatusConflict, "epoch_ended"},
-		{"owner of an ended epoch", `{"ops":[{"op":"create","path":"/a","kind":"task","owner":{"member":1,"epoch":"` + ended + `"}}]}`, http.StatusConflict, "epoch_ended"},
-		{"fence of an unknown member", `{"fence":{"member":7,"epoch":"` + current + `"},"ops":[{"op":"create","path":"/a","kind":"task"}]}`, http.StatusNotFound, "not_found"},
-		{"owner of an unknown member", `{"ops":[{"op":"create","path":"/a","kind":"task","owner":{"member":7,"epoch":"` + current + `"}}]}`, http.StatusNotFound, "not_found"},
+		{"PUT, current epoch", "PUT", "/v1/catalog/a", `{"kind":"task","owner":{"node":1}}`, "/a", "delete"},
+		{"PUT, the epoch given", "PUT", "/v1/catalog/b", `{"kind":"task","owner":{"node":1,"epoch":"` + epoch + `"},"on_owner_lost":"orphan"}`, "/b", "orphan"},
+		{"txn, current epoch", "POST", "/v1/txn", `{"ops":[{"op":"create","path":"/c","kind":"task","owner":{"node":1},"on_owner_lost":"delete"}]}`, "/c", "delete"},
+		{"txn, the epoch given", "POST", "/v1/txn", `{"ops":[{"op":"create","path":"/d","kind":"task","owner":{"node":1,"epoch":"` + epoch + `"},"on_owner_lost":"orphan"},
+			{"op":"create","path":"/e","kind":"task","owner":{"node":1,"epoch":"` + epoch + `"}}]}`, "/d", "orphan"},
 	} {
-		code, out := serve(tc.body)
+		code, out := serve(tc.method, tc.path, tc.body)
+		require.Equal(t, http.StatusOK, code, "%s: %v", tc.name, out)
+		code, out = serve("GET", "/v1/catalog"+tc.node, "")
+		require.Equal(t, http.StatusOK, code, "%s: %v", tc.name, out)
+		require.Equal(t, map[string]any{"node": 1.0, "epoch": epoch}, out["owner"], tc.name)
+		require.Equal(t, tc.onLost, out["on_owner_lost"], tc.name)
+		o, ok := f.Tree().Owned(tc.node)
+		require.True(t, ok, tc.name)
+		require.Equal(t, heartbeat.MemberPath(1), o.Path, tc.name)
+		require.Equal(t, tc.onLost == "orphan", o.Orphan, tc.name)
+	}
+	code, out := serve("GET", "/v1/catalog/e", "")
+	require.Equal(t, http.StatusOK, code, "%v", out)
+	require.Equal(t, map[string]any{"node": 1.0, "epoch": epoch}, out["owner"])
+
+	code, out = serve("PUT", "/v1/catalog/a", `{"kind":"task","owner":{"node":1}}`)
+	require.Equal(t, http.StatusConflict, code, "a PUT with an owner only creates: %v", out)
+	require.Equal(t, "exists", out["error"])
+	code, out = serve("PUT", "/v1/catalog/free", `{"kind":"task"}`)
+	require.Equal(t, http.StatusOK, code, "%v", out)
+	_, hasOwner := out["node"].(map[string]any)["owner"]
+	require.False(t, hasOwner, "an unowned node shows no owner: %v", out)
+}
+
+// An owner whose epoch is not the member's current one answers 409
+// owner_not_current, an unknown owner 404 not_found, an if_epoch that is
+// not current 409 conflict, through PUT and txn alike; malformed owners
+// and the former shapes 400. Nothing refused applies.
+func TestOwnerAndIfEpochRefusalsThroughPutAndTxn(t *testing.T) {
+	f, serve := ownerLeader(t)
+	current, ended := f.Epoch().String(), heartbeat.NewEpoch().String()
+	temporary := heartbeat.TemporaryEpoch(f.Epoch(), 3).String()
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+	}{
+		{"PUT owner of an ended epoch", "PUT", "/v1/catalog/x", `{"kind":"task","owner":{"node":1,"epoch":"` + ended + `"}}`, 409, "owner_not_current"},
+		{"txn owner of an ended epoch", "POST", "/v1/txn", `{"ops":[{"op":"create","path":"/x","kind":"task","owner":{"node":1,"epoch":"` + ended + `"}}]}`, 409, "owner_not_current"},
+		{"owner of a dead member's temporary epoch", "POST", "/v1/txn", `{"ops":[{"op":"create","path":"/x","kind":"task","owner":{"node":1,"epoch":"` + temporary + `"}}]}`, 409, "owner_not_current"},
+		{"PUT owner of an unknown member", "PUT", "/v1/catalog/x", `{"kind":"task","owner":{"node":7}}`, 404, "not_found"},
+		{"txn owner of an unknown member", "POST", "/v1/txn", `{"ops":[{"op":"create","path":"/x","kind":"task","owner":{"node":7,"epoch":"` + current + `"}}]}`, 404, "not_found"},
+		{"PUT if_epoch of an ended epoch", "PUT", "/v1/catalog/x", `{"kind":"task","if_epoch":{"node":1,"epoch":"` + ended + `"}}`, 409, "conflict"},
+		{"txn if_epoch of an ended epoch", "POST", "/v1/txn", `{"if_epoch":{"node":1,"epoch":"` + ended + `"},"ops":[{"op":"create","path":"/x","kind":"task"}]}`, 409, "conflict"},
+		{"if_epoch of an unknown member", "POST", "/v1/txn", `{"if_epoch":{"node":7,"epoch":"` + current + `"},"ops":[{"op":"create","path":"/x","kind":"task"}]}`, 409, "conflict"},
+		{"if_epoch without an epoch", "POST", "/v1/txn", `{"if_epoch":{"node":1},"ops":[{"op":"create","path":"/x","kind":"task"}]}`, 400, "bad_request"},
+		{"owner without a node", "PUT", "/v1/catalog/x", `{"kind":"task","owner":{"epoch":"` + current + `"}}`, 400, "bad_request"},
+		{"owner with a bad epoch", "PUT", "/v1/catalog/x", `{"kind":"task","owner":{"node":1,"epoch":"nope"}}`, 400, "bad_request"},
+		{"unknown on_owner_lost", "PUT", "/v1/catalog/x", `{"kind":"task","owner":{"node":1},"on_owner_lost":"keep"}`, 400, "bad_request"},
+		{"on_owner_lost without an owner", "POST", "/v1/txn", `{"ops":[{"op":"create","path":"/x","kind":"task","on_owner_lost":"orphan"}]}`, 400, "bad_request"},
+		{"owner on an update", "POST", "/v1/txn", `{"ops":[{"op":"update","path":"/x","owner":{"node":1}}]}`, 400, "bad_request"},
+		{"the former owner shape", "POST", "/v1/txn", `{"ops":[{"op":"create","path":"/x","kind":"task","owner":{"member":1,"epoch":"` + current + `"}}]}`, 400, "bad_request"},
+		{"the former orphan flag", "POST", "/v1/txn", `{"ops":[{"op":"create","path":"/x","kind":"task","owner":{"node":1,"orphan":true}}]}`, 400, "bad_request"},
+		{"the former fence", "POST", "/v1/txn", `{"fence":{"member":1,"epoch":"` + current + `"},"ops":[{"op":"create","path":"/x","kind":"task"}]}`, 400, "bad_request"},
+	} {
+		code, out := serve(tc.method, tc.path, tc.body)
 		require.Equal(t, tc.status, code, "%s: %v", tc.name, out)
 		require.Equal(t, tc.code, out["error"], "%s: %v", tc.name, out)
 	}
-	_, ok := f.Tree().Get("/a")
-	require.False(t, ok, "no refused txn applied")
+	_, ok := f.Tree().Get("/x")
+	require.False(t, ok, "no refused write applied")
 
-	code, out := serve(`{"fence":{"member":1,"epoch":"` + current + `"},"ops":[{"op":"create","path":"/a","kind":"task","owner":{"member":1,"epoch":"` + current + `"}}]}`)
+	code, out := serve("POST", "/v1/txn", `{"if_epoch":{"node":1,"epoch":"`+current+`"},"ops":[{"op":"create","path":"/x","kind":"task","owner":{"node":1,"epoch":"`+current+`"}}]}`)
 	require.Equal(t, http.StatusOK, code, "%v", out)
-	_, ok = f.Tree().Owned("/a")
-	require.True(t, ok, "the current epoch owns the node")
+	code, out = serve("PUT", "/v1/catalog/x", `{"attrs":{"n":1},"if_epoch":{"node":1,"epoch":"`+current+`"}}`)
+	require.Equal(t, http.StatusOK, code, "an update fenced on the current epoch applies: %v", out)
+	_, ok = f.Tree().Owned("/x")
+	require.True(t, ok, "the current epoch owns the node, and the update kept it owned")
+
+	// A user op that fails is named as the client counts its ops, not
+	// counting the checks put before them.
+	code, out = serve("POST", "/v1/txn", `{"if_epoch":{"node":1,"epoch":"`+current+`"},"ops":[{"op":"create","path":"/y","kind":"task","owner":{"node":1}},{"op":"check","path":"/nope"}]}`)
+	require.Equal(t, http.StatusConflict, code, "%v", out)
+	require.Contains(t, out["message"], "op 1 (check", "%v", out)
+}
+
+// An orphan mark reads as catalog.ParseOrphanMark says; the catalog's
+// cascade writes it (see catalog's tests), and a node view shows it as
+// an attribute.
+func TestNodeViewShowsTheOrphanMarkAsOneStringAttribute(t *testing.T) {
+	f, serve := ownerLeader(t)
+	code, out := serve("PUT", "/v1/catalog/m", `{"kind":"member"}`)
+	require.Equal(t, http.StatusOK, code, "%v", out)
+	m, _ := f.Tree().Get("/m")
+	res, err := f.Write(t.Context(), catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/k", Kind: "task", Owner: catalog.Owner{Path: "/m", Version: m.Modified, Orphan: true}}}})
+	require.NoError(t, err, "%v", res)
+	code, out = serve("PUT", "/v1/catalog/m", `{"attrs":{"gen":2}}`)
+	require.Equal(t, http.StatusOK, code, "%v", out)
+	end := out["index"].(float64)
+	code, out = serve("GET", "/v1/catalog/k", "")
+	require.Equal(t, http.StatusOK, code, "%v", out)
+	mark := out["attrs"].(map[string]any)["_orphaned"].(string)
+	index, reason, err := catalog.ParseOrphanMark(mark)
+	require.NoError(t, err)
+	require.Equal(t, uint64(end), index)
+	require.Equal(t, catalog.OrphanOwnerChanged, reason)
+	require.Nil(t, out["owner"], "a marked node is no longer owned")
 }
