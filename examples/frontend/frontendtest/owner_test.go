@@ -35,10 +35,10 @@ func TestAFrontendsOwnedNodeGoesWhenItRestartsWithANewEpoch(t *testing.T) {
 	epoch := c.Frontend(owner).Epoch()
 	id := c.Frontend(owner).ID()
 	require.NoError(t, lf.Journal().WaitClusterVersion(ctx, journal.NewestVersion), "owned nodes need version 4")
-	awaitTree(ctx, t, lf.Tree(), func() bool {
+	require.NoError(t, c.await(ctx, "the owner's epoch journaled", func() bool {
 		m, ok := lf.Members().Member(id)
-		return ok && m.Epoch == epoch // the owner's epoch is journaled
-	})
+		return ok && m.Epoch == epoch
+	}))
 	check, o := heartbeat.OwnerOf(id, epoch, false)
 	_, err := lf.Write(ctx, catalog.Batch{Ops: []catalog.Op{
 		check,
