@@ -19,18 +19,19 @@ import (
 // it that owns the new node, which is the owner's Modified index, or 0 for
 // the version the owner is at when the batch applies. The create is
 // refused (ErrConflict) unless the owner exists and, given a version, was
-// last changed at exactly that index when the batch applies. Any later change
-// of the owner (an update or a move, both of which set its Modified) or
-// its deletion ends that version, and the operation that ends it is
-// followed, within the same operation of the same batch, by the end of
-// everything the version owns, on every replica alike: each owned node is
-// deleted with its subtree or, if its create asked for it (Owner.Orphan),
-// kept and marked with the attribute OrphanedAttr, which names the index
-// that ended the version and how (see ParseOrphanMark). The owned nodes go in decreasing id
-// order, as ordinary deletes and updates: watchers see ordinary events at
-// the owner's index, the digest and the usage follow, and a batch that
-// fails later rolls the whole of it back. A marked node is no longer owned;
-// marking it is a change, so what it owns in turn ends too.
+// last changed at exactly that index when the batch applies. Any later
+// change of the owner (an update or a move, both of which set its
+// Modified) or its deletion ends that version, and the operation that ends
+// it is followed, within the same operation of the same batch, by the end
+// of everything the version owns, on every replica alike: each owned node
+// is deleted with its subtree or, if its create asked for it
+// (Owner.Orphan), kept and marked with the attribute OrphanedAttr, which
+// names the index that ended the version and how (see ParseOrphanMark).
+// The owned nodes go in decreasing id order, as ordinary deletes and
+// updates: watchers see ordinary events at the owner's index, the digest
+// and the usage follow, and a batch that fails later rolls the whole of it
+// back. A marked node is no longer owned; marking it is a change, so what
+// it owns in turn ends too.
 //
 // The heartbeat's member records are such owners: they change only
 // through transitions (restart, death, return), each a proposal that bumps
@@ -40,8 +41,9 @@ import (
 // member's epoch, with no clock and no renewal.
 //
 // Fencing needs nothing more: an OpCheck on the owner with Cond.Modified
-// set to the version makes a batch apply only while that version is
-// current, and a create that names an owner is fenced by it implicitly.
+// set to the version (or a Cond.Match on what the version holds) makes a
+// batch apply only while that version is current, and a create that
+// names an owner's version is fenced by it implicitly.
 //
 // The owner index maps an owner's slot to the slots it owns and each owned
 // slot back to its owner's, so ending a version costs time in proportion
@@ -340,7 +342,7 @@ func (t *Tree) endOwned(s *state, index uint64) {
 				if t.update(s, index, x.slot, &op) == nil {
 					continue
 				}
-				// The marks do not fit the node's size limit: it goes.
+				// The mark does not fit the node's size limit: it goes.
 			}
 			t.dg.subtree(s, x.slot, path, false)
 			t.deleteTree(s, x.slot, path)
