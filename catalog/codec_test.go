@@ -182,6 +182,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		{Ops: []Op{{Type: OpUpdate, Path: "/a", Cond: Cond{Match: map[string]Value{"x": Int(1), "y": String("z")}}, Set: map[string]Value{"x": Int(2)}}}},
 		{Ops: []Op{{Type: OpCreate, Path: "/a/o", Kind: "k", Owner: Owner{Path: "/a", Version: 1}}}},
 		{Ops: []Op{{Type: OpCreate, Path: "/o", Kind: "k", Owner: Owner{Path: "/a", Version: 1, Orphan: true}}, {Type: OpUpdate, Path: "/a", Set: map[string]Value{"x": Int(2)}}}},
+		{Ops: []Op{{Type: OpCheck, Path: "/a", Cond: Cond{Match: map[string]Value{"status": String("alive")}}}, {Type: OpCreate, Path: "/o", Kind: "k", Owner: Owner{Path: "/a", Orphan: true}}}},
 	} {
 		d, _ := b.Encode()
 		f.Add(d)
