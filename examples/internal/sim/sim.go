@@ -55,6 +55,10 @@ type Result struct {
 	// Ops is the number of client operations completed; Faults the
 	// number of faults injected.
 	Ops, Faults int
+	// Queries is the number of queries registered across a coordinator
+	// and workers; Cancelled of those a member's change cancelled, and
+	// Bounded of those whose cancellation was held to the README's bound.
+	Queries, Cancelled, Bounded int
 	// History is a hash of the run's events in the order they happened
 	// (each client operation with its outcome, each fault): two runs of
 	// one seed with the same hash saw the same history.
@@ -81,7 +85,7 @@ func (r *Result) Report() string {
 	if r.Failed() {
 		status = "FAILED"
 	}
-	s := fmt.Sprintf("seed %d: %s: %d frontends, %d ops, %d faults, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Ops, r.Faults, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
+	s := fmt.Sprintf("seed %d: %s: %d frontends, %d ops, %d faults, %d queries (%d cancelled, %d held to the bound), %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Ops, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
 	for _, f := range r.Failures {
 		s += "\n  - " + f
 	}
@@ -94,6 +98,7 @@ func (r *Result) Report() string {
 // run is the state of one run.
 type run struct {
 	opts     Options
+	cfg      frontend.Config // the frontends' config template
 	c        *frontendtest.Cluster
 	n        int // frontends
 	hist     *history
@@ -139,7 +144,7 @@ func Run(t *testing.T, opts Options) *Result {
 	}
 	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: n, InMemory: true, Config: cfg})
 	c.Network().Seed(rng.Uint64())
-	r := &run{opts: opts, c: c, n: n, hist: newHistory(start, opts.Trace)}
+	r := &run{opts: opts, cfg: cfg, c: c, n: n, hist: newHistory(start, opts.Trace)}
 	res := &Result{Seed: opts.Seed, Frontends: n}
 	defer func() {
 		for i := 1; i <= n; i++ {
@@ -161,10 +166,14 @@ func Run(t *testing.T, opts Options) *Result {
 	// and the checks run on a quiet cluster.
 	clients := startClients(ctx, r, 4, rng.Uint64())
 	r.cl = clients
+	members := r.startMembers(ctx, opts.Duration)
 	faults := r.nemesis(ctx, rand.New(rand.NewPCG(rng.Uint64(), 2)), opts.Duration)
+	members.endFaults(ctx)
 	r.recover(ctx)
+	members.finish(ctx)
 	clients.stop()
 	r.check(ctx, clients)
+	res.Queries, res.Cancelled, res.Bounded = members.checkQueries()
 
 	res.Ops, res.Faults = r.hist.ops(), faults
 	res.History, res.FaultHistory = r.hist.hashes()
