@@ -59,6 +59,8 @@ type Result struct {
 	// and workers; Cancelled of those a member's change cancelled, and
 	// Bounded of those whose cancellation was held to the README's bound.
 	Queries, Cancelled, Bounded int
+	// Resumes is the number of watch sessions, each resumed from an index.
+	Resumes int
 	// History is a hash of the run's events in the order they happened
 	// (each client operation with its outcome, each fault): two runs of
 	// one seed with the same hash saw the same history.
@@ -85,7 +87,7 @@ func (r *Result) Report() string {
 	if r.Failed() {
 		status = "FAILED"
 	}
-	s := fmt.Sprintf("seed %d: %s: %d frontends, %d ops, %d faults, %d queries (%d cancelled, %d held to the bound), %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Ops, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
+	s := fmt.Sprintf("seed %d: %s: %d frontends, %d ops, %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Ops, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
 	for _, f := range r.Failures {
 		s += "\n  - " + f
 	}
@@ -167,13 +169,17 @@ func Run(t *testing.T, opts Options) *Result {
 	clients := startClients(ctx, r, 4, rng.Uint64())
 	r.cl = clients
 	members := r.startMembers(ctx, opts.Duration)
+	watches := r.startWatches(ctx)
 	faults := r.nemesis(ctx, rand.New(rand.NewPCG(rng.Uint64(), 2)), opts.Duration)
 	members.endFaults(ctx)
 	r.recover(ctx)
 	members.finish(ctx)
 	clients.stop()
+	watches.end(ctx)
 	r.check(ctx, clients)
 	res.Queries, res.Cancelled, res.Bounded = members.checkQueries()
+	watches.check()
+	res.Resumes = watches.resumes
 
 	res.Ops, res.Faults = r.hist.ops(), faults
 	res.History, res.FaultHistory = r.hist.hashes()
