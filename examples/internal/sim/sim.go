@@ -61,6 +61,9 @@ type Result struct {
 	Queries, Cancelled, Bounded int
 	// Resumes is the number of watch sessions, each resumed from an index.
 	Resumes int
+	// Owned is the number of owned task nodes created; StaleFences of the
+	// writes sent with a fence whose epoch had ended.
+	Owned, StaleFences int
 	// History is a hash of the run's events in the order they happened
 	// (each client operation with its outcome, each fault): two runs of
 	// one seed with the same hash saw the same history.
@@ -87,7 +90,7 @@ func (r *Result) Report() string {
 	if r.Failed() {
 		status = "FAILED"
 	}
-	s := fmt.Sprintf("seed %d: %s: %d frontends, %d ops, %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Ops, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
+	s := fmt.Sprintf("seed %d: %s: %d frontends, %d ops, %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Ops, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
 	for _, f := range r.Failures {
 		s += "\n  - " + f
 	}
@@ -170,15 +173,22 @@ func Run(t *testing.T, opts Options) *Result {
 	r.cl = clients
 	members := r.startMembers(ctx, opts.Duration)
 	watches := r.startWatches(ctx)
+	owned, err := r.startOwned(ctx, members)
+	if err != nil {
+		t.Fatalf("seed %d: set-up of the owned nodes: %v", opts.Seed, err)
+	}
 	faults := r.nemesis(ctx, rand.New(rand.NewPCG(rng.Uint64(), 2)), opts.Duration)
 	members.endFaults(ctx)
 	r.recover(ctx)
 	members.finish(ctx)
+	owned.end()
 	clients.stop()
 	watches.end(ctx)
 	r.check(ctx, clients)
 	res.Queries, res.Cancelled, res.Bounded = members.checkQueries()
 	watches.check()
+	owned.checkAll()
+	res.Owned, res.StaleFences = len(owned.nodes), owned.stale
 	res.Resumes = watches.resumes
 
 	res.Ops, res.Faults = r.hist.ops(), faults
