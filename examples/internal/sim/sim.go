@@ -36,8 +36,9 @@ type Options struct {
 	Configure func(*frontend.Config)
 	// Extend, when set, runs once the cluster is up, before the workload,
 	// with the cluster and a random source of the seed's: the place where
-	// more members (workers, with their heartbeats and queries) join the
-	// run. What it starts must stop when ctx ends.
+	// more members or faults join the run (every run has its workers,
+	// queries, watchers and owned nodes already). What it starts must stop
+	// when ctx ends.
 	Extend func(ctx context.Context, c *frontendtest.Cluster, rng *rand.Rand)
 	// Trace, when set, receives every fault and non-register event as it
 	// happens, stamped with the simulated time since the start (a replay
