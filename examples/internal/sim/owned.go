@@ -112,13 +112,13 @@ func (o *owned) loop(ctx context.Context, rng *rand.Rand) {
 			o.fences[id] = fence
 			o.mu.Unlock()
 			_, _ = f.Write(ctx, catalog.Batch{Ops: []catalog.Op{fence, {Type: catalog.OpCreate, Path: fmt.Sprintf("%s/f%d-%d", fencedDir, id, seq), Kind: "fenced"}}})
-		default: // a fence kept from before, if its epoch has ended here
+		default: // a fence kept from before, if this catalog shows a later version
 			o.mu.Lock()
 			fence, ok := o.fences[id]
 			o.mu.Unlock()
 			rec, has := f.Tree().Get(heartbeat.MemberPath(id))
-			if !ok || !has || rec.Modified == fence.Cond.Modified {
-				continue
+			if !ok || !has || rec.Modified <= fence.Cond.Modified {
+				continue // the fence's version is current here, or not reached yet
 			}
 			o.mu.Lock()
 			o.stale++
@@ -126,7 +126,7 @@ func (o *owned) loop(ctx context.Context, rng *rand.Rand) {
 			path := fmt.Sprintf("%s/s%d-%d", fencedDir, id, seq)
 			res, err := f.Write(ctx, catalog.Batch{Ops: []catalog.Op{fence, {Type: catalog.OpCreate, Path: path, Kind: "fenced"}}})
 			if err == nil {
-				o.r.failf("a write fenced by worker %d's record version %d applied at %d through frontend %d, whose catalog had already moved the record to version %d", id, fence.Cond.Modified, res.Index, i, rec.Modified)
+				o.r.failf("a write fenced by worker %d's record version %d applied at %d through frontend %d, whose catalog had already moved the record on to version %d", id, fence.Cond.Modified, res.Index, i, rec.Modified)
 			}
 		}
 	}
