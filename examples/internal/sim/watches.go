@@ -47,6 +47,10 @@ type watches struct {
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 
+	// final is the index end read the registers at, values what it read.
+	final  uint64
+	values map[string]*catalog.Node
+
 	mu       sync.Mutex
 	segments []*segment
 	resumes  int // resumed sessions
@@ -63,9 +67,12 @@ func (r *run) startWatches(ctx context.Context) *watches {
 	return ws
 }
 
-// end stops the watchers; then each watches once more, on a quiet cluster,
-// from its last index until it has seen the final index, so that the
-// checks see every watcher reach the end.
+// end stops the watchers and reads the registers on the leader at one
+// index; then each watcher watches once more, on a quiet cluster, from its
+// last index until it has seen that index, so that the check can compare
+// the last event of each register up to it with its value there. (A write
+// whose client gave up may still apply after; the comparison stops at the
+// index read.)
 func (ws *watches) end(ctx context.Context) {
 	ws.stop()
 	ws.wg.Wait()
@@ -74,7 +81,12 @@ func (ws *watches) end(ctx context.Context) {
 		ws.r.failf("watches: no leader at the end: %v", err)
 		return
 	}
-	final, _ := ws.r.c.Frontend(l).Tree().Digest()
+	final, values, ok := registers(ws.r.c.Frontend(l).Tree())
+	if !ok {
+		ws.r.failf("watches: the leader's catalog never held still to be read")
+		return
+	}
+	ws.final, ws.values = final, values
 	for k := range watchers {
 		from := ws.lastIndex(k)
 		i := ws.r.running()[k%len(ws.r.running())]
@@ -87,6 +99,28 @@ func (ws *watches) end(ctx context.Context) {
 			ws.r.failf("watcher %d: the final watch on frontend %d from %d saw up to %d, not the final index %d", k, i, from, seg.upTo, final)
 		}
 	}
+}
+
+// registers reads every register's node (nil: absent) at one index of t,
+// retrying while t applies.
+func registers(t *catalog.Tree) (uint64, map[string]*catalog.Node, bool) {
+	for range 100 {
+		at := t.Index()
+		values := map[string]*catalog.Node{}
+		paths := []string{watchPrefix}
+		for k := range keys {
+			paths = append(paths, keyPath(k))
+		}
+		for _, p := range paths {
+			if n, ok := t.Get(p); ok {
+				values[p] = &n
+			}
+		}
+		if t.Index() == at {
+			return at, values, true
+		}
+	}
+	return 0, nil, false
 }
 
 // lastIndex is the index up to which watcher k last saw every event.
@@ -256,28 +290,26 @@ func (ws *watches) check() {
 			}
 		}
 	}
-	// Each register's last event ends on its final value.
-	l := ws.r.leader()
-	if l == 0 {
+	// Each register's last event up to the final index ends on its value
+	// there.
+	if ws.values == nil {
 		return
 	}
-	t := ws.r.c.Frontend(l).Tree()
-	final, _ := t.Digest()
-	values := map[string]seen{}
+	last := map[string]seen{}
 	for _, evs := range ref {
 		for _, e := range evs {
-			if v, ok := values[e.path]; !ok || e.index >= v.index {
-				values[e.path] = e
+			if v, ok := last[e.path]; e.index <= ws.final && (!ok || e.index >= v.index) {
+				last[e.path] = e
 			}
 		}
 	}
-	for p, e := range values {
-		n, ok := t.Get(p)
+	for p, e := range last {
+		n := ws.values[p]
 		switch {
-		case e.op == catalog.OpDelete && ok:
-			ws.r.failf("watchers saw %s deleted at %d, but it is at the final index %d", p, e.index, final)
-		case e.op != catalog.OpDelete && (!ok || n.Attrs["v"].Str() != e.value):
-			ws.r.failf("watchers saw %s = %q last, at %d, but the final index %d holds %v", p, e.value, e.index, final, n)
+		case e.op == catalog.OpDelete && n != nil:
+			ws.r.failf("watchers saw %s deleted at %d, but it is there at the final index %d", p, e.index, ws.final)
+		case e.op != catalog.OpDelete && (n == nil || n.Attrs["v"].Str() != e.value):
+			ws.r.failf("watchers saw %s = %q last, at %d, but the final index %d holds %v", p, e.value, e.index, ws.final, n)
 		}
 	}
 }
