@@ -68,7 +68,7 @@ func (m *members) queryLoop(ctx context.Context, rng *rand.Rand) {
 		if len(ws) == 0 {
 			continue
 		}
-		rec := m.startQuery(ctx, i, ws)
+		rec := m.startQuery(ctx, i, ws, rng.IntN(3) == 0)
 		if rec == nil {
 			continue
 		}
@@ -97,20 +97,24 @@ func (m *members) parts(i int, ws []uint64) (part, []part, bool) {
 }
 
 // published reports whether the coordinator's registry knows each of the
-// workers alive at the epoch it runs, and each worker knows the
-// coordinator at its epoch from the leader's heartbeats: the epochs a
-// coordinator dispatches against are the ones the cluster published. A
-// query registered against an epoch no event has named yet is ordered
-// after the events (cancel's "ahead" parts), and an event that skips
-// generations cancels it whatever it was about.
-func (m *members) published(coord part, workers []part) bool {
+// workers alive at the epoch it runs (unless ahead), and each worker knows
+// the coordinator at its epoch from the leader's heartbeats. A coordinator
+// dispatches against epochs the cluster published; with ahead, against a
+// worker's epoch its own registry may not have heard of yet (a member
+// view ahead of the events: the registry orders such a part after the
+// events it applied, cancel's "ahead" parts), as a coordinator that learnt
+// a worker's restart from the worker does. A fragment against a
+// coordinator's epoch the worker never heard of is not registered: if that
+// process ends before a heartbeat names it, no event ever reaches the
+// worker about it.
+func (m *members) published(coord part, workers []part, ahead bool) bool {
 	f := m.r.c.Frontend(int(coord.node))
 	if f == nil || f.Epoch() != coord.epoch {
 		return false
 	}
 	for _, w := range workers {
 		n, ok := f.Registry().Node(w.node)
-		if !ok || n.Epoch != w.epoch || n.Status != cancel.StatusAlive {
+		if !ok || (!ahead && (n.Epoch != w.epoch || n.Status != cancel.StatusAlive)) {
 			return false
 		}
 		cw := m.r.c.Worker(w.node)
@@ -130,9 +134,9 @@ func (m *members) published(coord part, workers []part) bool {
 // restarted or unreachable meanwhile) is no finding; a start whose
 // members changed while it ran is dropped, as its epochs are then not
 // known for sure.
-func (m *members) startQuery(ctx context.Context, i int, ws []uint64) *queryRecord {
+func (m *members) startQuery(ctx context.Context, i int, ws []uint64, ahead bool) *queryRecord {
 	coord, workers, ok := m.parts(i, ws)
-	if !ok || !m.published(coord, workers) {
+	if !ok || !m.published(coord, workers, ahead) {
 		return nil
 	}
 	start := time.Now()
