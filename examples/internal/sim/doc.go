@@ -25,9 +25,11 @@
 // Every run also has one to three workers (frontendtest's: a heartbeat
 // responder and a cancel registry each). Two query clients register
 // queries across a random coordinator frontend and some of the workers,
-// against the epochs the cluster has published to both sides (a
-// coordinator's registry knows each worker at its epoch, each worker knows
-// the coordinator at its), and hold each for a while. A worker nemesis
+// against epochs the cluster has published (each worker knows the
+// coordinator at its epoch from the leader's heartbeats, and, for two
+// queries in three, the coordinator's registry knows each worker at its;
+// the third registers against a worker's epoch the registry may not have
+// heard of yet, an "ahead" part), and hold each for a while. A worker nemesis
 // restarts workers (now and then twice in a row, before the cluster has
 // seen the first restart), stops one for longer than the death bound, and
 // takes one off the network for a while; the frontends' nemesis restarts
