@@ -28,8 +28,9 @@
 // against epochs the cluster has published (each worker knows the
 // coordinator at its epoch from the leader's heartbeats, and, for two
 // queries in three, the coordinator's registry knows each worker at its;
-// the third registers against a worker's epoch the registry may not have
-// heard of yet, an "ahead" part), and hold each for a while. A worker nemesis
+// the third registers against a worker's epoch that some frontend's
+// member records show but the registry may not have heard of yet, an
+// "ahead" part), and hold each for a while. A worker nemesis
 // restarts workers (now and then twice in a row, before the cluster has
 // seen the first restart), stops one for longer than the death bound, and
 // takes one off the network for a while; the frontends' nemesis restarts

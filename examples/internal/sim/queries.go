@@ -100,13 +100,12 @@ func (m *members) parts(i int, ws []uint64) (part, []part, bool) {
 // workers alive at the epoch it runs (unless ahead), and each worker knows
 // the coordinator at its epoch from the leader's heartbeats. A coordinator
 // dispatches against epochs the cluster published; with ahead, against a
-// worker's epoch its own registry may not have heard of yet (a member
-// view ahead of the events: the registry orders such a part after the
-// events it applied, cancel's "ahead" parts), as a coordinator that learnt
-// a worker's restart from the worker does. A fragment against a
-// coordinator's epoch the worker never heard of is not registered: if that
-// process ends before a heartbeat names it, no event ever reaches the
-// worker about it.
+// worker's epoch that some frontend's member records show but its own
+// registry may not have heard of yet (a member view ahead of the events:
+// the registry orders such a part after the events it applied, cancel's
+// "ahead" parts). An epoch no record ever showed is never dispatched
+// against: if its process ends before a heartbeat names it, no event about
+// it reaches any registry, and a part on it would never be cancelled.
 func (m *members) published(coord part, workers []part, ahead bool) bool {
 	f := m.r.c.Frontend(int(coord.node))
 	if f == nil || f.Epoch() != coord.epoch {
@@ -115,6 +114,9 @@ func (m *members) published(coord part, workers []part, ahead bool) bool {
 	for _, w := range workers {
 		n, ok := f.Registry().Node(w.node)
 		if !ok || (!ahead && (n.Epoch != w.epoch || n.Status != cancel.StatusAlive)) {
+			return false
+		}
+		if ahead && !m.recorded(w) {
 			return false
 		}
 		cw := m.r.c.Worker(w.node)
@@ -239,4 +241,17 @@ func (m *members) finishQuery(rec *queryRecord) {
 	rec.finished = time.Now()
 	rec.mu.Unlock()
 	rec.q.Finish()
+}
+
+// recorded reports whether some running frontend's member records show
+// worker part w's epoch.
+func (m *members) recorded(w part) bool {
+	for _, i := range m.r.running() {
+		if f := m.r.c.Frontend(i); f != nil {
+			if rec, ok := f.Members().Member(w.node); ok && rec.Epoch == w.epoch {
+				return true
+			}
+		}
+	}
+	return false
 }
