@@ -89,8 +89,21 @@ func (ws *watches) end(ctx context.Context) {
 	ws.final, ws.values = final, values
 	for k := range watchers {
 		from := ws.lastIndex(k)
-		i := ws.r.running()[k%len(ws.r.running())]
+		up := ws.r.running()
+		i := up[k%len(up)]
 		seg, err := ws.session(ctx, k, i, from, 0, final)
+		if errors.Is(err, catalog.ErrCompacted) {
+			// Right if the log no longer holds an image at or below from
+			// (checked as in loop); a client then re-reads and watches
+			// from where the log starts.
+			ws.judgeCompacted(k, i, from, err)
+			if f := ws.r.c.Frontend(i); f != nil {
+				if fi, ferr := f.Journal().FirstIndex(); ferr == nil && fi > 0 {
+					from = fi - 1
+					seg, err = ws.session(ctx, k, i, from, 0, final)
+				}
+			}
+		}
 		if err != nil {
 			ws.r.failf("watcher %d: the final resume from %d on frontend %d: %v", k, from, i, err)
 			continue
@@ -98,6 +111,19 @@ func (ws *watches) end(ctx context.Context) {
 		if seg.upTo < final {
 			ws.r.failf("watcher %d: the final watch on frontend %d from %d saw up to %d, not the final index %d", k, i, from, seg.upTo, final)
 		}
+	}
+}
+
+// judgeCompacted fails the run if watcher k's resume after from on
+// frontend i failed with catalog.ErrCompacted while the frontend's log
+// holds every entry after an image at or below from.
+func (ws *watches) judgeCompacted(k, i int, from uint64, err error) {
+	f := ws.r.c.Frontend(i)
+	if f == nil {
+		return
+	}
+	if fi, ferr := f.Journal().FirstIndex(); ferr == nil && from+1 >= fi {
+		ws.r.failf("watcher %d: resuming after %d on frontend %d failed with %v, while its log holds every entry after its image at %d", k, from, i, err, fi-1)
 	}
 }
 
@@ -158,13 +184,7 @@ func (ws *watches) loop(ctx context.Context, k int, rng *rand.Rand) {
 		}
 		_, err := ws.session(ctx, k, i, from, time.Duration(100+rng.IntN(5000))*time.Millisecond, 0)
 		if errors.Is(err, catalog.ErrCompacted) {
-			// The right answer only if the log no longer holds an image at
-			// or below from with the log after it.
-			if f := ws.r.c.Frontend(i); f != nil {
-				if fi, ferr := f.Journal().FirstIndex(); ferr == nil && from+1 >= fi {
-					ws.r.failf("watcher %d: resuming after %d on frontend %d failed with %v, while its log holds every entry after its image at %d", k, from, i, err, fi-1)
-				}
-			}
+			ws.judgeCompacted(k, i, from, err)
 		}
 	}
 }
