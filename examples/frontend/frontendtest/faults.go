@@ -78,6 +78,17 @@ func (n *Network) SetFaults(from, to string, f Faults) {
 	n.faults[dlink{from, to}] = f
 }
 
+// Link reports the state of the link from from to to: its faults
+// (SetFaults), and the error a dial from from to to fails with now
+// (ErrPartitioned: the link is cut both ways or that way, or an address
+// is down) or nil. A simulator reads its ground truth of who can reach
+// whom from it.
+func (n *Network) Link(from, to string) (Faults, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.faults[dlink{from, to}], n.blocked(from, to)
+}
+
 // ClearFaults clears the faults of every link.
 func (n *Network) ClearFaults() {
 	n.mu.Lock()

@@ -20,8 +20,29 @@
 // while, a restart from what was synced; a graceful restart (a leader
 // hands off first); a leadership transfer; a checkpoint; and a follower
 // cut off while the others write and checkpoint past it, so that it
-// catches up by installing an image. Options.Extend is where further
-// members (workers with their heartbeats and queries) join a run.
+// catches up by installing an image.
+//
+// Every run also has one to three workers (frontendtest's: a heartbeat
+// responder and a cancel registry each). Two query clients register
+// queries across a random coordinator frontend and some of the workers,
+// against epochs the cluster has published (each worker knows the
+// coordinator at its epoch from the leader's heartbeats, and, for two
+// queries in three, the coordinator's registry knows each worker at its;
+// the third registers against a worker's epoch that some frontend's
+// member records show but the registry may not have heard of yet, an
+// "ahead" part), and hold each for a while. A worker nemesis
+// restarts workers (now and then twice in a row, before the cluster has
+// seen the first restart), stops one for longer than the death bound, and
+// takes one off the network for a while; the frontends' nemesis restarts
+// and cuts the coordinators meanwhile. Two watchers watch the registers
+// on random frontends, disconnect, and resume on another from the last
+// index they saw, from the first index its log holds an image for
+// (Journal.FirstIndex()-1), or from an older index the log may no longer
+// hold. Task nodes are created owned by a worker's current epoch
+// (heartbeat.OwnerOf; some to be orphaned rather than deleted), writes
+// are fenced by it (heartbeat.Fence), and fences taken earlier are sent
+// again once the frontend's catalog shows the epoch ended.
+// Options.Extend is where further members join a run.
 //
 // # What it checks
 //
@@ -46,6 +67,37 @@
 //     gives the live catalog's digest;
 //   - a restart never fails, and no goroutine is left when the cluster
 //     closes (the bubble's own check, and goleak over the package).
+//
+// The members are judged against a ground truth: every process each
+// member ran (workers as the simulator starts and stops them, frontends
+// sampled every 100 ms) and, at each sample, which frontends considered
+// themselves leader and which links to them were cut or faulty
+// (frontendtest.Network.Link). Then:
+//
+//   - no query's part is cancelled unless a process it depends on ended
+//     (a restart, a stop, a closed registry) or, for a death, was cut off
+//     from a self-styled leader at some point of its life (a leader may
+//     decide a death long before its proposal commits);
+//   - a worker's restart or stop cancels the queries on its old process
+//     within the README's bound (1.5 heartbeat intervals from the new
+//     process's start, 4 from the stop), wherever the cluster could act
+//     on it throughout: one leader, with a quorum over clean links, clean
+//     links to the coordinator and the worker, the coordinator running
+//     (Result.Bounded counts them);
+//   - every ended process cancels, by the end of the run, every part that
+//     depends on it: the coordinator's part for a worker's, each fragment
+//     for the coordinator's;
+//   - every watch session delivers events after its resume index only, in
+//     log order, each once; any two sessions that covered an index saw the
+//     same events there (a missed, repeated or misplaced event shows as a
+//     disagreement); the final sessions, resumed on a quiet cluster, reach
+//     the final index and end on every register's final value; a resume
+//     fails with catalog.ErrCompacted only from below FirstIndex()-1;
+//   - on every frontend, all along and at the end, read at one index: an
+//     owned node whose owner's record version has ended there is gone or,
+//     if its create asked, marked orphaned; one whose version is current
+//     is there; a write with a fence whose version that frontend had
+//     already seen end is refused.
 //
 // # Replaying a seed
 //

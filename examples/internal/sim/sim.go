@@ -36,8 +36,9 @@ type Options struct {
 	Configure func(*frontend.Config)
 	// Extend, when set, runs once the cluster is up, before the workload,
 	// with the cluster and a random source of the seed's: the place where
-	// more members (workers, with their heartbeats and queries) join the
-	// run. What it starts must stop when ctx ends.
+	// more members or faults join the run (every run has its workers,
+	// queries, watchers and owned nodes already). What it starts must stop
+	// when ctx ends.
 	Extend func(ctx context.Context, c *frontendtest.Cluster, rng *rand.Rand)
 	// Trace, when set, receives every fault and non-register event as it
 	// happens, stamped with the simulated time since the start (a replay
@@ -55,6 +56,15 @@ type Result struct {
 	// Ops is the number of client operations completed; Faults the
 	// number of faults injected.
 	Ops, Faults int
+	// Queries is the number of queries registered across a coordinator
+	// and workers; Cancelled of those a member's change cancelled, and
+	// Bounded of those whose cancellation was held to the README's bound.
+	Queries, Cancelled, Bounded int
+	// Resumes is the number of watch sessions, each resumed from an index.
+	Resumes int
+	// Owned is the number of owned task nodes created; StaleFences of the
+	// writes sent with a fence whose epoch had ended.
+	Owned, StaleFences int
 	// History is a hash of the run's events in the order they happened
 	// (each client operation with its outcome, each fault): two runs of
 	// one seed with the same hash saw the same history.
@@ -81,7 +91,7 @@ func (r *Result) Report() string {
 	if r.Failed() {
 		status = "FAILED"
 	}
-	s := fmt.Sprintf("seed %d: %s: %d frontends, %d ops, %d faults, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Ops, r.Faults, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
+	s := fmt.Sprintf("seed %d: %s: %d frontends, %d ops, %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Ops, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
 	for _, f := range r.Failures {
 		s += "\n  - " + f
 	}
@@ -94,6 +104,7 @@ func (r *Result) Report() string {
 // run is the state of one run.
 type run struct {
 	opts     Options
+	cfg      frontend.Config // the frontends' config template
 	c        *frontendtest.Cluster
 	n        int // frontends
 	hist     *history
@@ -139,7 +150,7 @@ func Run(t *testing.T, opts Options) *Result {
 	}
 	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: n, InMemory: true, Config: cfg})
 	c.Network().Seed(rng.Uint64())
-	r := &run{opts: opts, c: c, n: n, hist: newHistory(start, opts.Trace)}
+	r := &run{opts: opts, cfg: cfg, c: c, n: n, hist: newHistory(start, opts.Trace)}
 	res := &Result{Seed: opts.Seed, Frontends: n}
 	defer func() {
 		for i := 1; i <= n; i++ {
@@ -161,10 +172,25 @@ func Run(t *testing.T, opts Options) *Result {
 	// and the checks run on a quiet cluster.
 	clients := startClients(ctx, r, 4, rng.Uint64())
 	r.cl = clients
+	members := r.startMembers(ctx, opts.Duration)
+	watches := r.startWatches(ctx)
+	owned, err := r.startOwned(ctx, members)
+	if err != nil {
+		t.Fatalf("seed %d: set-up of the owned nodes: %v", opts.Seed, err)
+	}
 	faults := r.nemesis(ctx, rand.New(rand.NewPCG(rng.Uint64(), 2)), opts.Duration)
+	members.endFaults(ctx)
 	r.recover(ctx)
+	members.finish(ctx)
+	owned.end()
 	clients.stop()
+	watches.end(ctx)
 	r.check(ctx, clients)
+	res.Queries, res.Cancelled, res.Bounded = members.checkQueries()
+	watches.check()
+	owned.checkAll()
+	res.Owned, res.StaleFences = len(owned.nodes), owned.stale
+	res.Resumes = watches.resumes
 
 	res.Ops, res.Faults = r.hist.ops(), faults
 	res.History, res.FaultHistory = r.hist.hashes()

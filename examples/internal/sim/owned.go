@@ -1,0 +1,198 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/heartbeat"
+)
+
+// ownedDir holds the workers' task nodes, each owned by its worker's
+// epoch; fencedDir the nodes of fenced writes.
+const (
+	ownedDir  = "/tasks"
+	fencedDir = "/fenced"
+)
+
+// ownedNode is a task node a frontend acknowledged, created with an owner.
+type ownedNode struct {
+	path   string
+	worker uint64
+	owner  catalog.Owner
+	index  uint64 // the create's
+}
+
+// owned is the run's owned-node workload: task nodes created through
+// random frontends, each owned by a worker's current epoch (some marked
+// to be orphaned rather than deleted when it ends), and writes fenced by
+// a worker's epoch, some held until after the epoch ended. A checker
+// reads every frontend's catalog all along.
+type owned struct {
+	r    *run
+	m    *members
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	nodes  []ownedNode
+	fences map[uint64]catalog.Op // per worker, a fence taken earlier
+	stale  int                   // fenced writes sent after their epoch ended
+}
+
+func (r *run) startOwned(ctx context.Context, m *members) (*owned, error) {
+	l, err := r.c.Leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f := r.c.Frontend(l)
+	if f == nil {
+		return nil, errors.New("the leader stopped")
+	}
+	if _, err := f.Write(ctx, catalog.Batch{Ops: []catalog.Op{
+		{Type: catalog.OpCreate, Path: ownedDir, Kind: "dir"},
+		{Type: catalog.OpCreate, Path: fencedDir, Kind: "dir"},
+	}}); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	o := &owned{r: r, m: m, stop: cancel, fences: map[uint64]catalog.Op{}}
+	rng := rand.New(rand.NewPCG(r.opts.Seed, 0x0f0e))
+	o.wg.Go(func() { o.loop(ctx, rng) })
+	o.wg.Go(func() {
+		for pause(ctx, 700*time.Millisecond) {
+			o.checkAll()
+		}
+	})
+	return o, nil
+}
+
+// end stops the workload and the checker.
+func (o *owned) end() {
+	o.stop()
+	o.wg.Wait()
+}
+
+func (o *owned) loop(ctx context.Context, rng *rand.Rand) {
+	for seq := 0; pause(ctx, time.Duration(100+rng.IntN(1200))*time.Millisecond); seq++ {
+		up := o.r.running()
+		if len(up) == 0 {
+			continue
+		}
+		i := up[rng.IntN(len(up))]
+		f := o.r.c.Frontend(i)
+		id := o.m.workers[rng.IntN(len(o.m.workers))]
+		w := o.r.c.Worker(id)
+		if f == nil || w == nil {
+			continue
+		}
+		switch p := rng.IntN(100); {
+		case p < 55: // a task node owned by the worker's epoch
+			owner, err := heartbeat.OwnerOf(f.Tree(), id, w.Epoch(), rng.IntN(3) == 0)
+			if err != nil {
+				continue // not published yet, or ended: a worker would retry
+			}
+			path := fmt.Sprintf("%s/t%d-%d", ownedDir, id, seq)
+			res, err := f.Write(ctx, catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: path, Kind: "task", Owner: owner}}})
+			if err == nil {
+				o.mu.Lock()
+				o.nodes = append(o.nodes, ownedNode{path: path, worker: id, owner: owner, index: res.Index})
+				o.mu.Unlock()
+			}
+		case p < 80: // a write fenced by the worker's epoch; the fence kept
+			fence, err := heartbeat.Fence(f.Tree(), id, w.Epoch())
+			if err != nil {
+				continue
+			}
+			o.mu.Lock()
+			o.fences[id] = fence
+			o.mu.Unlock()
+			_, _ = f.Write(ctx, catalog.Batch{Ops: []catalog.Op{fence, {Type: catalog.OpCreate, Path: fmt.Sprintf("%s/f%d-%d", fencedDir, id, seq), Kind: "fenced"}}})
+		default: // a fence kept from before, if this catalog shows a later version
+			o.mu.Lock()
+			fence, ok := o.fences[id]
+			o.mu.Unlock()
+			rec, has := f.Tree().Get(heartbeat.MemberPath(id))
+			if !ok || !has || rec.Modified <= fence.Cond.Modified {
+				continue // the fence's version is current here, or not reached yet
+			}
+			o.mu.Lock()
+			o.stale++
+			o.mu.Unlock()
+			path := fmt.Sprintf("%s/s%d-%d", fencedDir, id, seq)
+			res, err := f.Write(ctx, catalog.Batch{Ops: []catalog.Op{fence, {Type: catalog.OpCreate, Path: path, Kind: "fenced"}}})
+			if err == nil {
+				o.r.failf("a write fenced by worker %d's record version %d applied at %d through frontend %d, whose catalog had already moved the record on to version %d", id, fence.Cond.Modified, res.Index, i, rec.Modified)
+			}
+		}
+	}
+}
+
+// checkAll checks every running frontend's catalog.
+func (o *owned) checkAll() {
+	for _, i := range o.r.running() {
+		if f := o.r.c.Frontend(i); f != nil {
+			o.check(i, f.Tree())
+		}
+	}
+}
+
+// check reads the owned nodes and their owners' records on frontend i's
+// catalog at one index (retrying while it applies), and requires: an
+// owned node whose owner's version has ended there is gone or marked
+// orphaned; one whose owner's version is current is there.
+func (o *owned) check(i int, t *catalog.Tree) {
+	o.mu.Lock()
+	nodes := append([]ownedNode(nil), o.nodes...)
+	o.mu.Unlock()
+	type state struct {
+		node   catalog.Node
+		exists bool
+		rec    catalog.Node
+		hasRec bool
+	}
+	var states []state
+	var at uint64
+	for range 10 {
+		at = t.Index()
+		states = states[:0]
+		for _, n := range nodes {
+			var s state
+			s.node, s.exists = t.Get(n.path)
+			s.rec, s.hasRec = t.Get(heartbeat.MemberPath(n.worker))
+			states = append(states, s)
+		}
+		if t.Index() == at {
+			break
+		}
+		states = nil
+	}
+	if states == nil {
+		return // the catalog applied all along; the next round reads it
+	}
+	for k, n := range nodes {
+		s := states[k]
+		if n.index > at {
+			continue // not applied here yet
+		}
+		current := s.hasRec && s.rec.Modified == n.owner.Version
+		switch {
+		case current && !s.exists:
+			o.r.failf("frontend %d at index %d: owned node %s (created at %d) is gone while worker %d's record is still at its owner version %d", i, at, n.path, n.index, n.worker, n.owner.Version)
+		case !current && s.exists && !orphaned(s.node):
+			o.r.failf("frontend %d at index %d: owned node %s (created at %d, owner version %d) outlives its epoch: worker %d's record is at %d", i, at, n.path, n.index, n.owner.Version, n.worker, s.rec.Modified)
+		case !current && s.exists && !n.owner.Orphan:
+			o.r.failf("frontend %d at index %d: owned node %s was marked orphaned, but its create asked for it to go", i, at, n.path)
+		}
+	}
+}
+
+// orphaned reports whether n carries the mark of an ended owner.
+func orphaned(n catalog.Node) bool {
+	_, ok := n.Attrs[catalog.OrphanedAttr]
+	return ok
+}

@@ -1,0 +1,189 @@
+package sim
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/metatree/metatree/examples/frontend/frontendtest"
+	"github.com/metatree/metatree/heartbeat"
+)
+
+// sampleEvery is how often the ground truth samples the cluster. A death
+// takes DeadAfter missed heartbeats over at least DeadAfter intervals, so
+// a cut long enough to cause one spans many samples.
+const sampleEvery = 100 * time.Millisecond
+
+// incarnation is one process of a member: its epoch, when it started and
+// when it ended (zero while it runs).
+type incarnation struct {
+	epoch    heartbeat.Epoch
+	up, down time.Time
+}
+
+// sample is the cluster as the ground truth saw it at one instant.
+type sample struct {
+	at time.Time
+	// leader is the one running frontend that considers itself leader,
+	// or 0 when none or several do.
+	leader int
+	// quorum: a majority of the frontends run and the leader's links to
+	// them are clean (neither cut nor faulty, both ways).
+	quorum bool
+	// clean holds the members whose links with the leader are clean both
+	// ways (the leader's own id included).
+	clean map[uint64]bool
+	// cut holds the members that some self-styled leader cannot reach, or
+	// that cannot reach it, or whose link with it resets connections.
+	cut map[uint64]bool
+	// epochs are the running members' epochs.
+	epochs map[uint64]heartbeat.Epoch
+}
+
+// truth is the ground truth of a run's members: every process each
+// member ran (frontends sampled, workers recorded as the simulator starts
+// and stops them) and, every sampleEvery, who led and who could reach
+// whom. The query checks judge every cancellation against it.
+type truth struct {
+	r       *run
+	workers []uint64
+
+	mu      sync.Mutex
+	inc     map[uint64][]incarnation
+	samples []sample
+}
+
+func newTruth(r *run, workers []uint64) *truth {
+	return &truth{r: r, workers: workers, inc: map[uint64][]incarnation{}}
+}
+
+func memberAddr(n int, id uint64) string {
+	if id <= uint64(n) {
+		return frontendtest.Addr(int(id))
+	}
+	return frontendtest.WorkerAddr(id)
+}
+
+// started records that worker id runs a process with epoch e since at.
+func (tr *truth) started(id uint64, e heartbeat.Epoch, at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.inc[id] = append(tr.inc[id], incarnation{epoch: e, up: at})
+}
+
+// stopped records that worker id's running process ends at at.
+func (tr *truth) stopped(id uint64, at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if l := tr.inc[id]; len(l) > 0 && l[len(l)-1].down.IsZero() {
+		l[len(l)-1].down = at
+	}
+}
+
+// sampleLoop samples the cluster until ctx ends.
+func (tr *truth) sampleLoop(ctx context.Context) {
+	for {
+		tr.sample()
+		if !pause(ctx, sampleEvery) {
+			return
+		}
+	}
+}
+
+// sample takes one sample, and records the frontends' processes that
+// started or ended since the last.
+func (tr *truth) sample() {
+	r := tr.r
+	net := r.c.Network()
+	s := sample{at: time.Now(), clean: map[uint64]bool{}, cut: map[uint64]bool{}, epochs: map[uint64]heartbeat.Epoch{}}
+	var leaders []int
+	for i := 1; i <= r.n; i++ {
+		if f := r.c.Frontend(i); f != nil {
+			s.epochs[uint64(i)] = f.Epoch()
+			if f.Journal().Status().IsLeader() {
+				leaders = append(leaders, i)
+			}
+		}
+	}
+	for _, id := range tr.workers {
+		if w := r.c.Worker(id); w != nil {
+			s.epochs[id] = w.Epoch()
+		}
+	}
+	members := make([]uint64, 0, r.n+len(tr.workers))
+	for i := 1; i <= r.n; i++ {
+		members = append(members, uint64(i))
+	}
+	members = append(members, tr.workers...)
+	for _, l := range leaders {
+		// Every self-styled leader counts: one cut from a majority counts
+		// misses all the same, and journals the death once it reaches a
+		// majority again.
+		la := frontendtest.Addr(l)
+		for _, m := range members {
+			if m == uint64(l) {
+				continue
+			}
+			ma := memberAddr(r.n, m)
+			fo, eo := net.Link(la, ma)
+			fi, ei := net.Link(ma, la)
+			if eo != nil || ei != nil || fo.Reset > 0 || fi.Reset > 0 {
+				s.cut[m] = true
+			}
+			if len(leaders) == 1 && eo == nil && ei == nil && fo == (frontendtest.Faults{}) && fi == (frontendtest.Faults{}) {
+				s.clean[m] = true
+			}
+		}
+	}
+	if len(leaders) == 1 {
+		s.leader = leaders[0]
+		s.clean[uint64(s.leader)] = true
+		up := 0
+		for i := 1; i <= r.n; i++ {
+			if _, runs := s.epochs[uint64(i)]; runs && s.clean[uint64(i)] {
+				up++
+			}
+		}
+		s.quorum = up > r.n/2
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for i := 1; i <= r.n; i++ {
+		id := uint64(i)
+		l := tr.inc[id]
+		e, runs := s.epochs[id]
+		last := len(l) - 1
+		if last >= 0 && l[last].down.IsZero() && (!runs || l[last].epoch != e) {
+			l[last].down = s.at
+		}
+		if runs && (last < 0 || !l[last].down.IsZero() || l[last].epoch != e) {
+			l = append(l, incarnation{epoch: e, up: s.at})
+		}
+		tr.inc[id] = l
+	}
+	tr.samples = append(tr.samples, s)
+}
+
+// incarnationOf returns member id's process with epoch e.
+func (tr *truth) incarnationOf(id uint64, e heartbeat.Epoch) (incarnation, bool) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	i := slices.IndexFunc(tr.inc[id], func(in incarnation) bool { return in.epoch == e })
+	if i < 0 {
+		return incarnation{}, false
+	}
+	return tr.inc[id][i], true
+}
+
+// between returns the samples taken in [from, to].
+func (tr *truth) between(from, to time.Time) []sample {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	lo, _ := slices.BinarySearchFunc(tr.samples, from, func(s sample, t time.Time) int { return s.at.Compare(t) })
+	hi, found := slices.BinarySearchFunc(tr.samples, to, func(s sample, t time.Time) int { return s.at.Compare(t) })
+	if found {
+		hi++
+	}
+	return tr.samples[lo:hi]
+}
