@@ -96,8 +96,8 @@
 //   - on every frontend, all along and at the end, read at one index: an
 //     owned node whose owner's record version has ended there is gone or,
 //     if its create asked, marked orphaned; one whose version is current
-//     is there; a write with a fence whose version that frontend had
-//     already seen end is refused.
+//     is there; a write with a fence on an epoch that frontend had
+//     already seen replaced (a restart) is refused.
 //
 // # Replaying a seed
 //

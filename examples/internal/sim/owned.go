@@ -92,33 +92,33 @@ func (o *owned) loop(ctx context.Context, rng *rand.Rand) {
 		}
 		switch p := rng.IntN(100); {
 		case p < 55: // a task node owned by the worker's epoch
-			owner, err := heartbeat.OwnerOf(f.Tree(), id, w.Epoch(), rng.IntN(3) == 0)
+			check, owner := heartbeat.OwnerOf(id, w.Epoch(), rng.IntN(3) == 0)
+			path := fmt.Sprintf("%s/t%d-%d", ownedDir, id, seq)
+			res, err := f.Write(ctx, catalog.Batch{Ops: []catalog.Op{check, {Type: catalog.OpCreate, Path: path, Kind: "task", Owner: owner}}})
 			if err != nil {
 				continue // not published yet, or ended: a worker would retry
 			}
-			path := fmt.Sprintf("%s/t%d-%d", ownedDir, id, seq)
-			res, err := f.Write(ctx, catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: path, Kind: "task", Owner: owner}}})
-			if err == nil {
+			// The version that owns it is the record's when the batch
+			// applied; a node already gone (its epoch ended since) is not
+			// followed.
+			if owner, ok := f.Tree().Owned(path); ok {
 				o.mu.Lock()
 				o.nodes = append(o.nodes, ownedNode{path: path, worker: id, owner: owner, index: res.Index})
 				o.mu.Unlock()
 			}
 		case p < 80: // a write fenced by the worker's epoch; the fence kept
-			fence, err := heartbeat.Fence(f.Tree(), id, w.Epoch())
-			if err != nil {
-				continue
-			}
+			fence := heartbeat.Fence(id, w.Epoch())
 			o.mu.Lock()
 			o.fences[id] = fence
 			o.mu.Unlock()
 			_, _ = f.Write(ctx, catalog.Batch{Ops: []catalog.Op{fence, {Type: catalog.OpCreate, Path: fmt.Sprintf("%s/f%d-%d", fencedDir, id, seq), Kind: "fenced"}}})
-		default: // a fence kept from before, if this catalog shows a later version
+		default: // a fence kept from before, if this catalog shows its epoch ended
 			o.mu.Lock()
 			fence, ok := o.fences[id]
 			o.mu.Unlock()
 			rec, has := f.Tree().Get(heartbeat.MemberPath(id))
-			if !ok || !has || rec.Modified <= fence.Cond.Modified {
-				continue // the fence's version is current here, or not reached yet
+			if !ok || !has || !ended(fence, rec) {
+				continue // the fence's epoch is current here, or not reached yet
 			}
 			o.mu.Lock()
 			o.stale++
@@ -126,7 +126,7 @@ func (o *owned) loop(ctx context.Context, rng *rand.Rand) {
 			path := fmt.Sprintf("%s/s%d-%d", fencedDir, id, seq)
 			res, err := f.Write(ctx, catalog.Batch{Ops: []catalog.Op{fence, {Type: catalog.OpCreate, Path: path, Kind: "fenced"}}})
 			if err == nil {
-				o.r.failf("a write fenced by worker %d's record version %d applied at %d through frontend %d, whose catalog had already moved the record on to version %d", id, fence.Cond.Modified, res.Index, i, rec.Modified)
+				o.r.failf("a write fenced by worker %d's epoch %v applied at %d through frontend %d, whose catalog had already ended it (record at version %d: %v)", id, fence.Cond.Match, res.Index, i, rec.Modified, rec.Attrs)
 			}
 		}
 	}
@@ -189,6 +189,21 @@ func (o *owned) check(i int, t *catalog.Tree) {
 			o.r.failf("frontend %d at index %d: owned node %s was marked orphaned, but its create asked for it to go", i, at, n.path)
 		}
 	}
+}
+
+// ended reports whether member record rec shows that the epoch fence
+// matches ended for good: the member answered with another epoch (a
+// restart). An epoch never comes back once another replaced it, so a
+// write with the fence must be refused at every later index. A death
+// alone is not counted: a dead member that answers again with the same
+// epoch is alive with it again, and the fence holds again.
+func ended(fence catalog.Op, rec catalog.Node) bool {
+	want, ok := fence.Cond.Match["epoch"]
+	if !ok {
+		return false
+	}
+	got, ok := rec.Attrs["epoch"]
+	return ok && !got.Equal(want)
 }
 
 // orphaned reports whether n carries the mark of an ended owner.
