@@ -41,7 +41,7 @@ func (r *run) startMembers(ctx context.Context, d time.Duration) *members {
 	k := 1 + rng.IntN(3)
 	m := &members{
 		r:            r,
-		restartBound: cfg.HeartbeatInterval * 3 / 2,
+		restartBound: 2 * cfg.HeartbeatInterval,
 		deathBound:   4 * cfg.HeartbeatInterval,
 		stopping:     make(chan struct{}),
 		final:        make(chan struct{}),
