@@ -79,7 +79,7 @@
 //     from a self-styled leader at some point of its life (a leader may
 //     decide a death long before its proposal commits);
 //   - a worker's restart or stop cancels the queries on its old process
-//     within the README's bound (1.5 heartbeat intervals from the new
+//     within the README's bound (2 heartbeat intervals from the new
 //     process's start, 4 from the stop), wherever the cluster could act
 //     on it throughout: one leader, with a quorum over clean links, clean
 //     links to the coordinator and the worker, the coordinator running
