@@ -322,3 +322,22 @@ func BenchmarkSaveLoad(b *testing.B) {
 		b.ReportMetric(float64(tr.Len())*float64(b.N)/b.Elapsed().Seconds(), "nodes/s")
 	})
 }
+
+// BenchmarkDigestRecompute computes the digest of the 1/50 Doris catalog
+// from scratch in each format, as a switch of the kept format (or a tree
+// asked for the format it does not keep) does, and reports the time a
+// node.
+func BenchmarkDigestRecompute(b *testing.B) {
+	tr, _ := benchTree(b)
+	for _, f := range []DigestFormat{DigestV1, DigestV2} {
+		b.Run(fmt.Sprintf("format=%d", f), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				for range 10 {
+					tr.s.computeDigest(f)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*10*tr.Len()), "ns/node")
+		})
+	}
+}

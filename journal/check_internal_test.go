@@ -22,7 +22,7 @@ var voters5 = []uint64{1, 2, 3, 4, 5}
 // own.
 func tallyChecker(own []byte) *checker {
 	ck := &checker{}
-	ck.recordMark(10, own)
+	ck.recordMark(10, 1, own)
 	return ck
 }
 
@@ -105,7 +105,7 @@ func TestTallyWithoutAMajorityStopsWritesUntilCleared(t *testing.T) {
 func TestTallyKeepsRoundsOfMarksThisMemberHasNoDigestOf(t *testing.T) {
 	ck := &checker{}
 	for i := uint64(1); i <= checkKeep; i++ {
-		ck.recordMark(100+i, []byte("d"))
+		ck.recordMark(100+i, 1, []byte("d"))
 	}
 	require.Nil(t, tallyCE(ck, checkReportOf(50, 1, "a")), "older than every mark kept")
 	require.Len(t, ck.marks, checkKeep)
@@ -124,8 +124,8 @@ func TestTallyKeepsRoundsOfMarksThisMemberHasNoDigestOf(t *testing.T) {
 func TestTallyEndsTheCheckAtStartAtAMarkAfterTheImage(t *testing.T) {
 	ck := &checker{}
 	ck.startPending(20)
-	ck.recordMark(15, []byte("d"))
-	ck.recordMark(25, []byte("d"))
+	ck.recordMark(15, 1, []byte("d"))
+	ck.recordMark(25, 1, []byte("d"))
 	for _, id := range []uint64{1, 2, 3} {
 		require.Nil(t, tallyCE(ck, checkReportOf(15, id, "d")))
 	}
@@ -149,6 +149,9 @@ func TestDecodeCheckRejectsBadEntries(t *testing.T) {
 		{kindCheck, checkReport, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1},                  // no digest
 		append([]byte{kindCheck, checkReport, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 1), // mark 0
 		encodeCheckReport(1, 2, make([]byte, maxDigestLen+1)),
+		{kindCheck, checkMarkOf},       // no format
+		{kindCheck, checkMarkOf, 1},    // format 1 has the plain mark
+		{kindCheck, checkMarkOf, 2, 0}, // a trailing byte
 	} {
 		_, err := decodeCheck(b)
 		require.ErrorIs(t, err, ErrMalformed, "%x", b)
@@ -158,6 +161,9 @@ func TestDecodeCheckRejectsBadEntries(t *testing.T) {
 	require.Equal(t, checkClear, c.op)
 	_, err = decodeCheck([]byte{kindCheck, checkClear, 0})
 	require.ErrorIs(t, err, ErrMalformed)
+	c, err = decodeCheck(encodeCheckMark(2))
+	require.NoError(t, err)
+	require.Equal(t, checkEntry{op: checkMark, format: 2}, c)
 	_, err = decodeCheck([]byte{kindCheck, 9})
 	require.ErrorIs(t, err, ErrUnknownVersion)
 }
