@@ -283,25 +283,76 @@ func (g *digester) nodeHash(s *state, slot uint32, path []byte) [sha256.Size]byt
 	return h
 }
 
-// nodeHash2 returns the format 2 element hash of the node at slot.
+// nodeHash2 returns the format 2 element hash of the node at slot. It is
+// on the applier's path of every create, update and move, so it walks the
+// blob itself: one pass, one buffer, no call per attribute but the
+// copies.
 func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
 	r := s.at(slot)
 	var parent uint64
 	if r.id != rootID {
 		parent = s.at(r.parent).id
 	}
+	kind := s.kinds[r.kind]
+	blob := s.blob(r)
 	b := g.buf[:0]
-	b = binary.LittleEndian.AppendUint64(b, digestKey)
-	b = append(b, 'N')
-	b = binary.LittleEndian.AppendUint64(b, r.id)
-	b = binary.LittleEndian.AppendUint64(b, parent)
-	b = binary.LittleEndian.AppendUint64(b, r.created)
-	b = binary.LittleEndian.AppendUint64(b, r.modified)
-	b = appendStr(b, s.kinds[r.kind])
-	name, attrs := splitBlob(s.blob(r))
+	if cap(b) < 64+len(kind)+2*len(blob) {
+		b = make([]byte, 0, 2*(64+len(kind)+2*len(blob)))
+	}
+	b = b[:41]
+	binary.LittleEndian.PutUint64(b[0:], digestKey)
+	b[8] = 'N'
+	binary.LittleEndian.PutUint64(b[9:], r.id)
+	binary.LittleEndian.PutUint64(b[17:], parent)
+	binary.LittleEndian.PutUint64(b[25:], r.created)
+	binary.LittleEndian.PutUint64(b[33:], r.modified)
+	b = appendStr(b, kind)
+	name, attrs := splitBlob(blob)
 	b = binary.AppendUvarint(b, uint64(len(name)))
 	b = append(b, name...)
-	b = g.appendAttrs(s, b, attrs)
+	// The attributes: count, then per attribute the key number (replaced
+	// by the key's name) and the encoded value, copied whole.
+	n, w := binary.Uvarint(attrs)
+	b = append(b, attrs[:w]...)
+	// Blobs hold their attributes in strictly increasing key-name order,
+	// on every replica: batches are refused unless their keys are (op.go),
+	// an update merges in that order, and an image that is not is corrupt
+	// (load.go). So blob order is the canonical order, with no check here.
+	p := attrs[w:]
+	for i := uint64(0); i < n; i++ {
+		var k uint64
+		if p[0] < 0x80 {
+			k, p = uint64(p[0]), p[1:]
+		} else {
+			k, w = binary.Uvarint(p)
+			p = p[w:]
+		}
+		key := s.keys[k]
+		var vl int
+		switch ValueType(p[0]) {
+		case TypeString, TypeBytes:
+			if p[1] < 0x80 {
+				vl = 2 + int(p[1])
+			} else {
+				vl = valueLen(p)
+			}
+		case TypeInt:
+			vl = 2
+			for p[vl-1] >= 0x80 {
+				vl++
+			}
+		default:
+			vl = valueLen(p)
+		}
+		if len(key) < 0x80 {
+			b = append(b, byte(len(key)))
+		} else {
+			b = binary.AppendUvarint(b, uint64(len(key)))
+		}
+		b = append(b, key...)
+		b = append(b, p[:vl]...)
+		p = p[vl:]
+	}
 	lo, hi = keyedHash(b)
 	g.keep(b)
 	return lo, hi
