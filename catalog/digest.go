@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/zeebo/xxh3"
 )
 
 // The catalog digest.
@@ -33,10 +33,9 @@ import (
 // were interned in, or map iteration order. A node's element holds its
 // whole path, so a move changes the elements of the moved subtree.
 //
-// Format 2 (DigestV2) sums modulo 2^128 128-bit element hashes: the pair
-// of xxHash64 (github.com/cespare/xxhash/v2) of an element's encoding e and
-// of digestKey:u64le followed by e, the low and the high half. A node's
-// encoding is
+// Format 2 (DigestV2) sums modulo 2^128 128-bit element hashes: XXH3-128
+// (github.com/zeebo/xxh3) of an element's encoding seeded with digestSeed,
+// the low 64 bits in the low half of the sum. A node's encoding is
 //
 //	'N' id:u64le parent:u64le created:u64le modified:u64le kind:str name:str nattrs:uvarint (key:str value)*
 //
@@ -67,7 +66,7 @@ const (
 	// summed modulo 2^256 (32 bytes). Clusters below journal format
 	// version 5 compare it.
 	DigestV1 DigestFormat = 1
-	// DigestV2 is format 2: a 128-bit xxHash64 pair of each node's id,
+	// DigestV2 is format 2: a 128-bit XXH3 hash of each node's id,
 	// parent id, name and content, summed modulo 2^128 (16 bytes): the
 	// same guarantees at a fraction of the applier's time.
 	DigestV2 DigestFormat = 2
@@ -186,9 +185,10 @@ func (t *Tree) StateDigestOf(format int) []byte {
 // of the check marks that name no format.
 func (t *Tree) StateDigest() []byte { return t.StateDigestOf(int(DigestV1)) }
 
-// digestKey keys the high half of a format 2 element hash (the first
-// digits of pi's fraction in hex).
-const digestKey = 0x243f6a8885a308d3
+// digestSeed seeds the format 2 element hashes (the first digits of pi's
+// fraction in hex): a constant, so every replica hashes alike, that is not
+// XXH3's default.
+const digestSeed = 0x243f6a8885a308d3
 
 // sum256 is a 256-bit integer in little-endian 64-bit limbs: the running
 // sum of element hashes (format 2 fills the low two limbs of each element
@@ -299,13 +299,12 @@ func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
 	if cap(b) < 64+len(kind)+2*len(blob) {
 		b = make([]byte, 0, 2*(64+len(kind)+2*len(blob)))
 	}
-	b = b[:41]
-	binary.LittleEndian.PutUint64(b[0:], digestKey)
-	b[8] = 'N'
-	binary.LittleEndian.PutUint64(b[9:], r.id)
-	binary.LittleEndian.PutUint64(b[17:], parent)
-	binary.LittleEndian.PutUint64(b[25:], r.created)
-	binary.LittleEndian.PutUint64(b[33:], r.modified)
+	b = b[:33]
+	b[0] = 'N'
+	binary.LittleEndian.PutUint64(b[1:], r.id)
+	binary.LittleEndian.PutUint64(b[9:], parent)
+	binary.LittleEndian.PutUint64(b[17:], r.created)
+	binary.LittleEndian.PutUint64(b[25:], r.modified)
 	b = appendStr(b, kind)
 	name, attrs := splitBlob(blob)
 	b = binary.AppendUvarint(b, uint64(len(name)))
@@ -353,18 +352,15 @@ func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
 		b = append(b, p[:vl]...)
 		p = p[vl:]
 	}
-	lo, hi = keyedHash(b)
+	lo, hi = seededHash(b)
 	g.keep(b)
 	return lo, hi
 }
 
-// keyedHash returns the format 2 hash of the element encoding b[8:], whose
-// first 8 bytes hold digestKey: xxHash64 of the encoding, and of the key
-// and the encoding. The key shifts every byte of the encoding to another
-// place in xxHash64's 8-byte lanes and 32-byte stripes, so the two halves
-// mix the same bytes differently.
-func keyedHash(b []byte) (lo, hi uint64) {
-	return xxhash.Sum64(b[8:]), xxhash.Sum64(b)
+// seededHash returns the format 2 hash of the element encoding b.
+func seededHash(b []byte) (lo, hi uint64) {
+	h := xxh3.Hash128Seed(b, digestSeed)
+	return h.Lo, h.Hi
 }
 
 // keep keeps b as the scratch buffer unless it grew huge.
@@ -425,11 +421,7 @@ func (g *digester) sortedAttrs(s *state, b, attrs []byte) []byte {
 // indexElem returns the element of the secondary index on (kind, attr) in
 // format f.
 func (g *digester) indexElem(f DigestFormat, kind, attr string) sum256 {
-	b := g.buf[:0]
-	if f == DigestV2 {
-		b = binary.LittleEndian.AppendUint64(b, digestKey)
-	}
-	b = append(b, 'X')
+	b := append(g.buf[:0], 'X')
 	b = appendStr(b, kind)
 	b = appendStr(b, attr)
 	g.buf = b
@@ -444,19 +436,17 @@ func linkElem(f DigestFormat, owned uint64, l ownLink) sum256 {
 		e.add(&h)
 		return e
 	}
-	var b [8 + 18]byte
-	binary.LittleEndian.PutUint64(b[:], digestKey)
-	b[8] = 'O'
-	binary.BigEndian.PutUint64(b[9:], owned)
-	binary.BigEndian.PutUint64(b[17:], l.owner)
+	var b [18]byte
+	b[0] = 'O'
+	binary.BigEndian.PutUint64(b[1:], owned)
+	binary.BigEndian.PutUint64(b[9:], l.owner)
 	if l.orphan {
-		b[25] = 1
+		b[17] = 1
 	}
 	return elemOf(DigestV2, b[:])
 }
 
-// elemOf returns the element hash of the encoding b in format f (in
-// format 2, b starts with room for the key).
+// elemOf returns the element hash of the encoding b in format f.
 func elemOf(f DigestFormat, b []byte) sum256 {
 	var e sum256
 	if f == DigestV1 {
@@ -464,7 +454,7 @@ func elemOf(f DigestFormat, b []byte) sum256 {
 		e.add(&h)
 		return e
 	}
-	e[0], e[1] = keyedHash(b)
+	e[0], e[1] = seededHash(b)
 	return e
 }
 
