@@ -56,7 +56,8 @@ import (
 // adds the new, and a failed batch restores the sum it started with. The
 // other format is computed from scratch when asked for (DigestOf), and
 // StateDigestOf, the journal's question at a check mark, makes the format
-// it asks for the kept one. A tree starts keeping the newest format.
+// it asks for the kept one. A new tree, and one Load or Stage fills,
+// keeps the newest format.
 
 // DigestFormat names one of the ways to compute a Digest (see digest.go).
 type DigestFormat uint8
@@ -172,13 +173,22 @@ func (t *Tree) StateDigestOf(format int) []byte {
 	}
 	t.applyMu.Lock()
 	defer t.applyMu.Unlock()
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	// applyMu keeps the state as it is: the computation needs only the
+	// read lock, so readers go on meanwhile.
+	t.mu.RLock()
 	s := t.s
-	if s.digestFormat != f {
-		s.digest, s.digestFormat = s.computeDigest(f), f
+	switched := s.digestFormat != f
+	var sum sum256
+	if switched {
+		sum = s.computeDigest(f)
 	}
-	return s.digest.bytes(f).Bytes()
+	t.mu.RUnlock()
+	if switched {
+		t.mu.Lock()
+		s.digest, s.digestFormat = sum, f
+		t.mu.Unlock()
+	}
+	return s.digest.bytes(f).Bytes() // written only with applyMu held
 }
 
 // StateDigest is StateDigestOf(1): the journal.Digester hook, the digest
