@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/catalog"
@@ -99,5 +100,84 @@ func TestDigestFormatSwitchesOnceTheClusterVersionReadsIt(t *testing.T) {
 			_, d := n.StateMachine().(*formatTree).Digest()
 			require.Equal(t, catalog.DigestV2, d.Format())
 		}
+	})
+}
+
+// A log written across the rolling upgrade holds marks of both digest
+// formats; the offline check (Inspector.VerifyDigests) replays it and
+// compares at the marks of each in its format, and finds a catalog that
+// differs at the first, a format 1 mark.
+func TestVerifyDigestsComparesAtTheMarksOfEachFormat(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var upgraded [4]atomic.Bool
+		var mu sync.Mutex
+		var dir string
+		var fs vfs.FS
+		c := journaltest.NewCluster(t, journaltest.Options{
+			NewStateMachine: func(uint64) journal.StateMachine { return catalog.New() },
+			Configure: func(cfg *journal.Config) {
+				if !upgraded[cfg.ID].Load() {
+					cfg.MaxVersion = 4
+				}
+				if cfg.ID == 1 {
+					mu.Lock()
+					dir, fs = cfg.Dir, cfg.FS
+					mu.Unlock()
+				}
+			},
+		})
+		ctx := ctxFor(t, 120*time.Second)
+		via := func() *journaltest.Node {
+			l, err := c.WaitLeader(ctx)
+			require.NoError(t, err)
+			return c.Node(l)
+		}
+		runFor(ctx, t, via, 3*checkInterval)
+		for id := uint64(1); id <= 3; id++ {
+			require.NoError(t, c.Stop(id))
+			upgraded[id].Store(true)
+			require.NoError(t, c.Restart(ctx, id))
+		}
+		require.NoError(t, via().Journal().WaitClusterVersion(ctx, 5))
+		runFor(ctx, t, via, 3*checkInterval)
+		requireNoAlarm(t, c)
+		c.Close()
+
+		mu.Lock()
+		in, err := journal.Inspect(dir, journal.InspectOptions{FS: fs})
+		mu.Unlock()
+		require.NoError(t, err)
+		defer func() { require.NoError(t, in.Close()) }()
+		marks := map[int][]uint64{}
+		require.NoError(t, in.Entries(1, ^uint64(0), func(e journal.Entry) error {
+			if e.Kind == journal.KindCheckMark {
+				marks[e.DigestFormat] = append(marks[e.DigestFormat], e.Index)
+			}
+			return nil
+		}))
+		require.NotEmpty(t, marks[1], "marks of format 1 before the upgrade")
+		require.NotEmpty(t, marks[2], "marks of format 2 after it")
+		require.Less(t, slices.Max(marks[1]), slices.Min(marks[2]), "format 2 for good once it starts")
+
+		res, err := in.VerifyDigests(ctx, catalog.New(), 0, nil, 0)
+		require.NoError(t, err)
+		compared := map[int]int{}
+		for _, m := range res.Compared {
+			for f, idx := range marks {
+				if slices.Contains(idx, m) {
+					compared[f]++
+				}
+			}
+		}
+		require.Positive(t, compared[1], "marks of format 1 compared: %+v", res)
+		require.Positive(t, compared[2], "marks of format 2 compared: %+v", res)
+
+		bad := catalog.New()
+		require.NoError(t, bad.SetAttrForTesting("/", "x", catalog.Int(1)))
+		_, err = in.VerifyDigests(ctx, bad, 0, nil, 0)
+		var ce *journal.CorruptError
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, 1, ce.Format)
+		require.Equal(t, slices.Min(marks[1]), ce.Index)
 	})
 }
