@@ -51,7 +51,7 @@ func TestTallyComparesOnlyWithAMajorityOfVoters(t *testing.T) {
 	require.Nil(t, ck.current())
 	require.Nil(t, tallyCE(ck, checkReportOf(10, 4, "good")), "a majority agrees with this member")
 	require.Equal(t, uint64(1), ck.count())
-	require.Equal(t, &Alarm{Index: 10, Members: []uint64{1}, Majority: []byte("good")}, ck.current(),
+	require.Equal(t, &Alarm{Index: 10, Format: 1, Members: []uint64{1}, Majority: []byte("good")}, ck.current(),
 		"every member names the voter that differs")
 	require.Nil(t, tallyCE(ck, checkReportOf(10, 5, "bad")), "the round is decided")
 	require.Equal(t, []uint64{1, 5}, ck.current().Members, "a late report that differs joins the alarm")
@@ -65,8 +65,9 @@ func TestTallyComparesOnlyWithAMajorityOfVoters(t *testing.T) {
 	require.Zero(t, ck.count(), "a split that a last report can still decide raises nothing")
 	ce := tallyCE(ck, checkReportOf(10, 5, "y"))
 	require.ErrorIs(t, ce, ErrCorrupt)
-	require.Equal(t, &CorruptError{Index: 10, Local: []byte("mine"), Majority: []byte("y"), Agreeing: []uint64{3, 4, 5}}, ce)
+	require.Equal(t, &CorruptError{Index: 10, Format: 1, Local: []byte("mine"), Majority: []byte("y"), Agreeing: []uint64{3, 4, 5}}, ce)
 	require.ErrorContains(t, ce, "at index 10")
+	require.ErrorContains(t, ce, "(format 1)")
 }
 
 // Once no digest can reach a majority of the voters, every member (with
@@ -83,7 +84,7 @@ func TestTallyWithoutAMajorityStopsWritesUntilCleared(t *testing.T) {
 		require.Nil(t, tallyCE(ck, checkReportOf(10, 4, "z")))
 		require.Nil(t, ck.current(), "voter 5 may yet make x a majority")
 		require.Nil(t, tallyCE(ck, checkReportOf(10, 5, "y")))
-		require.Equal(t, &Alarm{Index: 10, Members: []uint64{1, 2, 3, 4, 5}, NoMajority: true}, ck.current())
+		require.Equal(t, &Alarm{Index: 10, Format: 1, Members: []uint64{1, 2, 3, 4, 5}, NoMajority: true}, ck.current())
 		err := ck.writeRefusal()
 		require.ErrorIs(t, err, ErrCorrupt)
 		require.ErrorContains(t, err, "index 10")
