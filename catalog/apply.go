@@ -233,9 +233,9 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 		if err := s.roomForKid(ps); err != nil {
 			return 0, err
 		}
-		t.dg.subtree(s, slot, o.path, false)
+		t.dg.moved(s, slot, o.path, false)
 		t.move(s, index, slot, ps, name, o.path, o.to)
-		t.dg.subtree(s, slot, o.to, true)
+		t.dg.moved(s, slot, o.to, true)
 	}
 	return id, nil
 }

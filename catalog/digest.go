@@ -9,68 +9,200 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+
+	"github.com/zeebo/xxh3"
 )
 
 // The catalog digest.
 //
-// A tree's digest is the sum, modulo 2^256, of one element hash for each
-// node and one for each secondary index definition. A node's element hash
-// is SHA-256 of its canonical encoding:
+// A tree's digest is the sum of one element hash for each node, one for
+// each secondary index definition and one for each ownership, in one of
+// two formats.
+//
+// Format 1 (DigestV1) sums modulo 2^256 SHA-256 hashes of canonical
+// encodings. A node's is
 //
 //	'N' path:str kind:str created:u64be modified:u64be nattrs:uvarint (key:str value)*
 //
 // with the attributes in increasing key-name order and each value in its
 // encoded form (type byte, then the payload in its shortest varint form,
 // which is also the form nodes keep and images carry). An index
-// definition's is SHA-256 of 'X' kind:str attr:str. An owned node adds
-// the element of its ownership, SHA-256 of 'O' owned:u64be owner:u64be
-// orphan:byte by node ids (replicated: Apply assigns them in log order and
-// images carry them), so an owned node digests differently from the same
-// node unowned. Nothing local enters it: not slots, node ids (but in
-// ownerships), the order attribute keys and kinds were interned in, or map
-// iteration order; so every replica holding the same
-// catalog holds the same digest, whether it replayed the log or loaded an
-// image.
+// definition's is 'X' kind:str attr:str, an ownership's 'O' owned:u64be
+// owner:u64be orphan:byte by node ids. Nothing else local enters it: not
+// slots, node ids (but in ownerships), the order attribute keys and kinds
+// were interned in, or map iteration order. A node's element holds its
+// whole path, so a move changes the elements of the moved subtree.
 //
-// A sum is kept current as batches apply: a created node adds its element
+// Format 2 (DigestV2) sums modulo 2^128 128-bit element hashes: XXH3-128
+// (github.com/zeebo/xxh3) of an element's encoding seeded with digestSeed,
+// the low 64 bits in the low half of the sum. A node's encoding is
+//
+//	'N' id:u64le parent:u64le created:u64le modified:u64le kind:str name:str nattrs:uvarint (key:str value)*
+//
+// by its id and its parent's id (0 for the root) instead of its path, the
+// attributes as in format 1; an index definition's and an ownership's are
+// format 1's. Node ids are replicated: Apply assigns them from a counter in
+// log order, images carry them and a move keeps them, so every correct
+// replica agrees on them as on the rest. The set of (id, parent, name)
+// triples is the tree's shape, so the element of every node still pins its
+// path; a move changes the moved node's element only, and a node's
+// element costs no path and one pass over its attributes (kept in key-name
+// order in its blob).
+//
+// In both formats every replica holding the same catalog holds the same
+// digest, whether it replayed the log or loaded an image. A tree keeps one
+// format's sum current as batches apply: a created node adds its element
 // hash, a deleted one subtracts it, a changed one subtracts the old and
 // adds the new, and a failed batch restores the sum it started with. The
-// cost of a batch is one hash per node it touches (a move touches the
-// moved subtree, whose paths change, as its path index entries do).
+// other format is computed from scratch when asked for (DigestOf), and
+// StateDigestOf, the journal's question at a check mark, makes the format
+// it asks for the kept one. A new tree, and one Load or Stage fills,
+// keeps the newest format.
 
-// Digest is a digest of a whole catalog: every node's path, kind,
-// attributes, created and modified indexes, and the secondary index
-// definitions. Two trees with the same content have the same Digest; see
-// the package documentation for why two trees with different content have
-// different ones except with negligible probability. Ownerships (see Owner)
-// are part of the content.
-type Digest [32]byte
+// DigestFormat names one of the ways to compute a Digest (see digest.go).
+type DigestFormat uint8
 
-// String returns the digest in hex.
-func (d Digest) String() string { return hex.EncodeToString(d[:]) }
+const (
+	// DigestV1 is format 1: SHA-256 of each node's path and content,
+	// summed modulo 2^256 (32 bytes). Clusters below journal format
+	// version 5 compare it.
+	DigestV1 DigestFormat = 1
+	// DigestV2 is format 2: a 128-bit XXH3 hash of each node's id,
+	// parent id, name and content, summed modulo 2^128 (16 bytes): the
+	// same guarantees at a fraction of the applier's time.
+	DigestV2 DigestFormat = 2
+	// NewestDigest is the newest format: Tree.Digest's.
+	NewestDigest = DigestV2
+)
 
-// ParseDigest parses the hex form String returns.
+// size is the length of the format's digest in bytes (0: no format).
+func (f DigestFormat) size() int {
+	switch f {
+	case DigestV1:
+		return 32
+	case DigestV2:
+		return 16
+	}
+	return 0
+}
+
+func (f DigestFormat) valid() error {
+	if f.size() == 0 {
+		return fmt.Errorf("%w: digest format %d (this code computes %d to %d)", ErrInvalid, f, DigestV1, NewestDigest)
+	}
+	return nil
+}
+
+// Digest is a digest of a whole catalog in one format: every node's path,
+// kind, attributes, created and modified indexes, the secondary index
+// definitions and the ownerships (see Owner). Two trees with the same
+// content have the same Digest of a format; see the package documentation
+// for why two trees with different content have different ones except
+// with negligible probability. Digests compare with ==, which tells
+// formats apart too.
+type Digest struct {
+	format DigestFormat
+	b      [32]byte // the first format.size() bytes
+}
+
+// Format returns the digest's format (0 for the zero Digest).
+func (d Digest) Format() DigestFormat { return d.format }
+
+// Bytes returns the digest's bytes: 32 in format 1, 16 in format 2.
+func (d Digest) Bytes() []byte { return slices.Clone(d.b[:d.format.size()]) }
+
+// String returns the digest's bytes in hex.
+func (d Digest) String() string { return hex.EncodeToString(d.b[:d.format.size()]) }
+
+// ParseDigest parses the hex form String returns; its length tells the
+// format (64 hex digits: format 1, 32: format 2).
 func ParseDigest(s string) (Digest, error) {
 	var d Digest
-	if len(s) != 2*len(d) {
-		return Digest{}, fmt.Errorf("%w: digest %q: want %d hex digits, have %d", ErrInvalid, s, 2*len(d), len(s))
+	switch len(s) {
+	case 2 * DigestV1.size():
+		d.format = DigestV1
+	case 2 * DigestV2.size():
+		d.format = DigestV2
+	default:
+		return Digest{}, fmt.Errorf("%w: digest %q: want %d (format 1) or %d (format 2) hex digits, have %d",
+			ErrInvalid, s, 2*DigestV1.size(), 2*DigestV2.size(), len(s))
 	}
-	if _, err := hex.Decode(d[:], []byte(s)); err != nil {
+	if _, err := hex.Decode(d.b[:], []byte(s)); err != nil {
 		return Digest{}, fmt.Errorf("%w: digest %q: %w", ErrInvalid, s, err)
 	}
 	return d, nil
 }
 
 // Digest returns the index of the last applied batch and the digest of the
-// catalog as of that index, read together.
+// catalog as of that index in the newest format (NewestDigest), read
+// together. A tree that keeps another format (see StateDigestOf) computes
+// it, in time proportional to the catalog.
 func (t *Tree) Digest() (index uint64, d Digest) {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.s.index, t.s.digest.bytes()
+	index, d, _ = t.DigestOf(NewestDigest)
+	return index, d
 }
 
+// DigestOf is Digest in format f: from the sum the tree keeps when it
+// keeps f, else computed from scratch under the read lock (in time
+// proportional to the catalog). A format this code does not compute is
+// ErrInvalid.
+func (t *Tree) DigestOf(f DigestFormat) (index uint64, d Digest, err error) {
+	if err := f.valid(); err != nil {
+		return 0, Digest{}, err
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	s := t.s
+	if s.digestFormat == f {
+		return s.index, s.digest.bytes(f), nil
+	}
+	sum := s.computeDigest(f)
+	return s.index, sum.bytes(f), nil
+}
+
+// StateDigestOf returns the digest's bytes in format (a DigestFormat) as
+// of the last applied batch, and keeps that format's sum from then on (a
+// switch costs one computation from scratch): the journal.FormatDigester
+// hook, through which the journal compares replicas at a check mark in the
+// format the mark names. It returns nil for a format this code does not
+// compute. Like Apply, it must not run concurrently with Apply or Load.
+func (t *Tree) StateDigestOf(format int) []byte {
+	f := DigestFormat(format)
+	if format < 0 || format > 255 || f.valid() != nil {
+		return nil
+	}
+	t.applyMu.Lock()
+	defer t.applyMu.Unlock()
+	// applyMu keeps the state as it is: the computation needs only the
+	// read lock, so readers go on meanwhile.
+	t.mu.RLock()
+	s := t.s
+	switched := s.digestFormat != f
+	var sum sum256
+	if switched {
+		sum = s.computeDigest(f)
+	}
+	t.mu.RUnlock()
+	if switched {
+		t.mu.Lock()
+		s.digest, s.digestFormat = sum, f
+		t.mu.Unlock()
+	}
+	return s.digest.bytes(f).Bytes() // written only with applyMu held
+}
+
+// StateDigest is StateDigestOf(1): the journal.Digester hook, the digest
+// of the check marks that name no format.
+func (t *Tree) StateDigest() []byte { return t.StateDigestOf(int(DigestV1)) }
+
+// digestSeed seeds the format 2 element hashes (the first digits of pi's
+// fraction in hex): a constant, so every replica hashes alike, that is not
+// XXH3's default.
+const digestSeed = 0x243f6a8885a308d3
+
 // sum256 is a 256-bit integer in little-endian 64-bit limbs: the running
-// sum of element hashes.
+// sum of element hashes (format 2 fills the low two limbs of each element
+// and reads the low two of the sum: the sum modulo 2^128).
 type sum256 [4]uint64
 
 func (a *sum256) add(h *[sha256.Size]byte) {
@@ -101,10 +233,27 @@ func (a *sum256) minus(b sum256) {
 	}
 }
 
-func (a *sum256) bytes() Digest {
-	var d Digest
-	for i, l := range a {
-		binary.LittleEndian.PutUint64(d[8*i:], l)
+// add128 adds (or subtracts) the 128-bit element lo, hi.
+func (a *sum256) add128(lo, hi uint64, add bool) {
+	var c uint64
+	if add {
+		a[0], c = bits.Add64(a[0], lo, 0)
+		a[1], c = bits.Add64(a[1], hi, c)
+		a[2], c = bits.Add64(a[2], 0, c)
+		a[3], _ = bits.Add64(a[3], 0, c)
+		return
+	}
+	a[0], c = bits.Sub64(a[0], lo, 0)
+	a[1], c = bits.Sub64(a[1], hi, c)
+	a[2], c = bits.Sub64(a[2], 0, c)
+	a[3], _ = bits.Sub64(a[3], 0, c)
+}
+
+// bytes returns the sum as a Digest of format f.
+func (a sum256) bytes(f DigestFormat) Digest {
+	d := Digest{format: f}
+	for i, l := range a[:f.size()/8] {
+		binary.LittleEndian.PutUint64(d.b[8*i:], l)
 	}
 	return d
 }
@@ -127,8 +276,8 @@ type digestAttr struct {
 	val  []byte
 }
 
-// nodeHash returns the element hash of the node at slot, whose path is
-// path.
+// nodeHash returns the format 1 element hash of the node at slot, whose
+// path is path.
 func (g *digester) nodeHash(s *state, slot uint32, path []byte) [sha256.Size]byte {
 	r := s.at(slot)
 	b := append(g.buf[:0], 'N')
@@ -138,6 +287,103 @@ func (g *digester) nodeHash(s *state, slot uint32, path []byte) [sha256.Size]byt
 	b = binary.BigEndian.AppendUint64(b, r.created)
 	b = binary.BigEndian.AppendUint64(b, r.modified)
 	_, attrs := splitBlob(s.blob(r))
+	b = g.appendAttrs(s, b, attrs)
+	h := sha256.Sum256(b)
+	g.keep(b)
+	return h
+}
+
+// nodeHash2 returns the format 2 element hash of the node at slot. It is
+// on the applier's path of every create, update and move, so it walks the
+// blob itself: one pass, one buffer, no call per attribute but the
+// copies.
+func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
+	r := s.at(slot)
+	var parent uint64
+	if r.id != rootID {
+		parent = s.at(r.parent).id
+	}
+	kind := s.kinds[r.kind]
+	blob := s.blob(r)
+	b := g.buf[:0]
+	if cap(b) < 64+len(kind)+2*len(blob) {
+		b = make([]byte, 0, 2*(64+len(kind)+2*len(blob)))
+	}
+	b = b[:33]
+	b[0] = 'N'
+	binary.LittleEndian.PutUint64(b[1:], r.id)
+	binary.LittleEndian.PutUint64(b[9:], parent)
+	binary.LittleEndian.PutUint64(b[17:], r.created)
+	binary.LittleEndian.PutUint64(b[25:], r.modified)
+	b = appendStr(b, kind)
+	name, attrs := splitBlob(blob)
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	// The attributes: count, then per attribute the key number (replaced
+	// by the key's name) and the encoded value, copied whole.
+	n, w := binary.Uvarint(attrs)
+	b = append(b, attrs[:w]...)
+	// Blobs hold their attributes in strictly increasing key-name order,
+	// on every replica: batches are refused unless their keys are (op.go),
+	// an update merges in that order, and an image that is not is corrupt
+	// (load.go). So blob order is the canonical order, with no check here.
+	p := attrs[w:]
+	for i := uint64(0); i < n; i++ {
+		var k uint64
+		if p[0] < 0x80 {
+			k, p = uint64(p[0]), p[1:]
+		} else {
+			k, w = binary.Uvarint(p)
+			p = p[w:]
+		}
+		key := s.keys[k]
+		var vl int
+		switch ValueType(p[0]) {
+		case TypeString, TypeBytes:
+			if p[1] < 0x80 {
+				vl = 2 + int(p[1])
+			} else {
+				vl = valueLen(p)
+			}
+		case TypeInt:
+			vl = 2
+			for p[vl-1] >= 0x80 {
+				vl++
+			}
+		default:
+			vl = valueLen(p)
+		}
+		if len(key) < 0x80 {
+			b = append(b, byte(len(key)))
+		} else {
+			b = binary.AppendUvarint(b, uint64(len(key)))
+		}
+		b = append(b, key...)
+		b = append(b, p[:vl]...)
+		p = p[vl:]
+	}
+	lo, hi = seededHash(b)
+	g.keep(b)
+	return lo, hi
+}
+
+// seededHash returns the format 2 hash of the element encoding b.
+func seededHash(b []byte) (lo, hi uint64) {
+	h := xxh3.Hash128Seed(b, digestSeed)
+	return h.Lo, h.Hi
+}
+
+// keep keeps b as the scratch buffer unless it grew huge.
+func (g *digester) keep(b []byte) {
+	g.buf = b
+	if cap(b) > 1<<20 { // a node of megabytes of attributes
+		g.buf = nil
+	}
+}
+
+// appendAttrs appends the canonical encoding of a blob's attributes: their
+// count, then each key's name and encoded value in key-name order.
+func (g *digester) appendAttrs(s *state, b, attrs []byte) []byte {
 	it := newAttrIter(attrs)
 	b = binary.AppendUvarint(b, uint64(it.n))
 	mark := len(b)
@@ -160,12 +406,7 @@ func (g *digester) nodeHash(s *state, slot uint32, path []byte) [sha256.Size]byt
 		// the encoding is still canonical.
 		b = g.sortedAttrs(s, b[:mark], attrs)
 	}
-	h := sha256.Sum256(b)
-	g.buf = b
-	if cap(b) > 1<<20 { // a node of megabytes of attributes
-		g.buf = nil
-	}
-	return h
+	return b
 }
 
 func (g *digester) sortedAttrs(s *state, b, attrs []byte) []byte {
@@ -187,19 +428,55 @@ func (g *digester) sortedAttrs(s *state, b, attrs []byte) []byte {
 	return b
 }
 
-// indexHash returns the element hash of the secondary index on (kind,
-// attr).
-func (g *digester) indexHash(kind, attr string) [sha256.Size]byte {
+// indexElem returns the element of the secondary index on (kind, attr) in
+// format f.
+func (g *digester) indexElem(f DigestFormat, kind, attr string) sum256 {
 	b := append(g.buf[:0], 'X')
 	b = appendStr(b, kind)
 	b = appendStr(b, attr)
 	g.buf = b
-	return sha256.Sum256(b)
+	return elemOf(f, b)
 }
 
-// node adds (or subtracts) the element hash of the node at slot.
+// linkElem returns the element of an ownership (see linkHash) in format f.
+func linkElem(f DigestFormat, owned uint64, l ownLink) sum256 {
+	if f == DigestV1 {
+		h := linkHash(owned, l)
+		var e sum256
+		e.add(&h)
+		return e
+	}
+	var b [18]byte
+	b[0] = 'O'
+	binary.BigEndian.PutUint64(b[1:], owned)
+	binary.BigEndian.PutUint64(b[9:], l.ownerID)
+	if l.orphan {
+		b[17] = 1
+	}
+	return elemOf(DigestV2, b[:])
+}
+
+// elemOf returns the element hash of the encoding b in format f.
+func elemOf(f DigestFormat, b []byte) sum256 {
+	var e sum256
+	if f == DigestV1 {
+		h := sha256.Sum256(b)
+		e.add(&h)
+		return e
+	}
+	e[0], e[1] = seededHash(b)
+	return e
+}
+
+// node adds (or subtracts) the element hash of the node at slot, whose
+// path is path (format 1 needs it).
 func (g *digester) node(s *state, slot uint32, path string, add bool) {
 	if g.off {
+		return
+	}
+	if s.digestFormat == DigestV2 {
+		lo, hi := g.nodeHash2(s, slot)
+		s.digest.add128(lo, hi, add)
 		return
 	}
 	g.path = append(g.path[:0], path...)
@@ -211,15 +488,31 @@ func (g *digester) node(s *state, slot uint32, path string, add bool) {
 	}
 }
 
+// moved adds (or subtracts) what a move changes of the digest: the moved
+// node's element in format 2, the elements of the moved subtree, whose
+// paths change, in format 1. It is called before the move with the old
+// path and after it with the new one.
+func (g *digester) moved(s *state, slot uint32, path string, add bool) {
+	if s.digestFormat == DigestV2 {
+		g.node(s, slot, path, add)
+		return
+	}
+	g.subtree(s, slot, path, add)
+}
+
 // subtree adds (or subtracts) the element hashes of the node at slot,
 // whose path is path, and of all its descendants.
 func (g *digester) subtree(s *state, slot uint32, path string, add bool) {
 	if g.off {
 		return
 	}
-	g.path = append(g.path[:0], path...)
 	var d sum256
-	g.walk(s, slot, &d)
+	if s.digestFormat == DigestV2 {
+		g.walk2(s, slot, &d)
+	} else {
+		g.path = append(g.path[:0], path...)
+		g.walk(s, slot, &d)
+	}
 	if add {
 		s.digest.plus(d)
 	} else {
@@ -227,8 +520,9 @@ func (g *digester) subtree(s *state, slot uint32, path string, add bool) {
 	}
 }
 
-// walk adds to d the element hashes of the node at slot, whose path is
-// g.path, and of its descendants; g.path is as it was when walk returns.
+// walk adds to d the format 1 element hashes of the node at slot, whose
+// path is g.path, and of its descendants; g.path is as it was when walk
+// returns.
 func (g *digester) walk(s *state, slot uint32, d *sum256) {
 	h := g.nodeHash(s, slot, g.path)
 	d.add(&h)
@@ -248,29 +542,50 @@ func (g *digester) walk(s *state, slot uint32, d *sum256) {
 	g.path = g.path[:n]
 }
 
+// walk2 adds to d the format 2 element hashes of the node at slot and of
+// its descendants.
+func (g *digester) walk2(s *state, slot uint32, d *sum256) {
+	lo, hi := g.nodeHash2(s, slot)
+	d.add128(lo, hi, true)
+	for _, k := range s.kidsOf(slot) {
+		g.walk2(s, k, d)
+	}
+}
+
 // index adds (or subtracts) the element hash of an index definition.
 func (g *digester) index(s *state, kind, attr string, add bool) {
 	if g.off {
 		return
 	}
-	h := g.indexHash(kind, attr)
+	e := g.indexElem(s.digestFormat, kind, attr)
 	if add {
-		s.digest.add(&h)
+		s.digest.plus(e)
 	} else {
-		s.digest.sub(&h)
+		s.digest.minus(e)
 	}
 }
 
-// computeDigest returns the digest of s from scratch: Load's way to set
-// it, and the tests' to check the incremental one.
-func (s *state) computeDigest() sum256 {
+// computeDigest returns the digest of s in format f from scratch: Load's
+// way to set it, a switch of the kept format's, and the tests' to check
+// the incremental one.
+func (s *state) computeDigest(f DigestFormat) sum256 {
 	var g digester
 	var d sum256
 	if s.nslots == 0 || s.at(rootSlot).id != rootID {
 		return d
 	}
-	g.path = append(g.path, '/')
-	g.walk(s, rootSlot, &d)
+	if f == DigestV2 {
+		// Elements need no path: every live slot in turn.
+		for slot := uint32(0); slot < s.nslots; slot++ {
+			if s.at(slot).id != 0 {
+				lo, hi := g.nodeHash2(s, slot)
+				d.add128(lo, hi, true)
+			}
+		}
+	} else {
+		g.path = append(g.path, '/')
+		g.walk(s, rootSlot, &d)
+	}
 	// Map order does not matter to a sum, but sorting keeps the walk
 	// reproducible for anyone stepping through it.
 	defs := make([][2]string, 0, len(s.indexes))
@@ -281,12 +596,10 @@ func (s *state) computeDigest() sum256 {
 		return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1]))
 	})
 	for _, def := range defs {
-		h := g.indexHash(def[0], def[1])
-		d.add(&h)
+		d.plus(g.indexElem(f, def[0], def[1]))
 	}
 	s.own.each(func(slot uint32, l ownLink) {
-		h := linkHash(s.at(slot).id, l)
-		d.add(&h)
+		d.plus(linkElem(f, s.at(slot).id, l))
 	})
 	return d
 }
@@ -331,11 +644,4 @@ func (t *Tree) SetAttrForTesting(path, attr string, v Value) error {
 	err := t.update(s, s.at(slot).modified, slot, &o)
 	t.undo, t.undoOld = t.undo[:0], t.undoOld[:0]
 	return err
-}
-
-// StateDigest returns the digest's bytes as of the last applied batch: the
-// journal.Digester hook, through which the journal compares replicas.
-func (t *Tree) StateDigest() []byte {
-	_, d := t.Digest()
-	return d[:]
 }

@@ -4,25 +4,45 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/zeebo/xxh3"
 )
 
-// referenceDigest computes a tree's digest from its public content (nodes
-// read with Get and Children, attributes from their maps), independently
-// of the state's records and blobs.
-func referenceDigest(t testing.TB, tr *Tree) Digest {
+// referenceDigest computes a tree's digest in format f from its public
+// content (nodes read with Get and Children, attributes from their maps),
+// independently of the state's records and blobs.
+func referenceDigest(t testing.TB, tr *Tree, f DigestFormat) Digest {
 	t.Helper()
 	var d sum256
+	elem := func(b []byte) {
+		if f == DigestV1 {
+			h := sha256.Sum256(b)
+			d.add(&h)
+			return
+		}
+		h := xxh3.Hash128Seed(b, 0x243f6a8885a308d3)
+		d.add128(h.Lo, h.Hi, true)
+	}
 	walkTree(tr, func(n Node) {
 		b := []byte{'N'}
-		b = appendStr(b, n.Path)
-		b = appendStr(b, n.Kind)
-		b = binary.BigEndian.AppendUint64(b, n.Created)
-		b = binary.BigEndian.AppendUint64(b, n.Modified)
+		if f == DigestV1 {
+			b = appendStr(b, n.Path)
+			b = appendStr(b, n.Kind)
+			b = binary.BigEndian.AppendUint64(b, n.Created)
+			b = binary.BigEndian.AppendUint64(b, n.Modified)
+		} else {
+			b = binary.LittleEndian.AppendUint64(b, n.ID)
+			b = binary.LittleEndian.AppendUint64(b, n.Parent)
+			b = binary.LittleEndian.AppendUint64(b, n.Created)
+			b = binary.LittleEndian.AppendUint64(b, n.Modified)
+			b = appendStr(b, n.Kind)
+			b = appendStr(b, n.Name)
+		}
 		b = binary.AppendUvarint(b, uint64(len(n.Attrs)))
 		keys := make([]string, 0, len(n.Attrs))
 		for k := range n.Attrs {
@@ -33,8 +53,7 @@ func referenceDigest(t testing.TB, tr *Tree) Digest {
 			b = appendStr(b, k)
 			b = appendValue(b, n.Attrs[k])
 		}
-		h := sha256.Sum256(b)
-		d.add(&h)
+		elem(b)
 		if o, ok := tr.Owned(n.Path); ok {
 			owner, _ := tr.Get(o.Path)
 			b := binary.BigEndian.AppendUint64([]byte{'O'}, n.ID)
@@ -44,30 +63,46 @@ func referenceDigest(t testing.TB, tr *Tree) Digest {
 			} else {
 				b = append(b, 0)
 			}
-			h := sha256.Sum256(b)
-			d.add(&h)
+			elem(b)
 		}
 	})
 	tr.mu.RLock()
 	for _, x := range tr.s.indexes {
-		h := sha256.Sum256(appendStr(appendStr([]byte{'X'}, x.kindName), x.keyName))
-		d.add(&h)
+		elem(appendStr(appendStr([]byte{'X'}, x.kindName), x.keyName))
 	}
 	tr.mu.RUnlock()
-	return d.bytes()
+	return d.bytes(f)
 }
 
 // requireDigestConsistent checks tr's incremental digest against a
-// recompute from its state and against the reference from its content.
+// recompute from its state and against the reference from its content,
+// and the format it does not keep against the reference too; it returns
+// the digest in the format tr keeps.
 func requireDigestConsistent(t testing.TB, tr *Tree) Digest {
 	t.Helper()
-	_, d := tr.Digest()
 	tr.mu.RLock()
-	full := tr.s.computeDigest()
+	f := tr.s.digestFormat
+	kept, full := tr.s.digest, tr.s.computeDigest(f)
 	tr.mu.RUnlock()
-	require.Equal(t, full.bytes(), d, "incremental digest against a recompute")
-	require.Equal(t, referenceDigest(t, tr), d, "digest against the reference from the content")
+	require.Equal(t, full, kept, "incremental digest against a recompute (format %d)", f)
+	_, d, err := tr.DigestOf(f)
+	require.NoError(t, err)
+	require.Equal(t, referenceDigest(t, tr, f), d, "digest against the reference from the content (format %d)", f)
+	for _, g := range []DigestFormat{DigestV1, DigestV2} {
+		if g != f {
+			_, o, err := tr.DigestOf(g)
+			require.NoError(t, err)
+			require.Equal(t, referenceDigest(t, tr, g), o, "the format not kept (%d) against the reference", g)
+		}
+	}
 	return d
+}
+
+// keeping makes tr keep format f, as a check mark of that format does.
+func keeping(t testing.TB, tr *Tree, f DigestFormat) *Tree {
+	t.Helper()
+	require.Len(t, tr.StateDigestOf(int(f)), f.size())
+	return tr
 }
 
 func loadedCopy(t testing.TB, tr *Tree) *Tree {
@@ -77,41 +112,55 @@ func loadedCopy(t testing.TB, tr *Tree) *Tree {
 	return c
 }
 
-func TestDigestOfReplayedTreeEqualsImageLoadedTree(t *testing.T) {
-	tr := sampleTree(t)
-	idx, d := tr.Digest()
-	require.Equal(t, uint64(9), idx)
-	requireDigestConsistent(t, tr)
-
-	loaded := loadedCopy(t, tr)
-	lidx, ld := loaded.Digest()
-	require.Equal(t, idx, lidx)
-	require.Equal(t, d, ld)
-
-	// Staged and committed, too; and both go on alike.
-	staged := New()
-	commit, err := staged.Stage(bytes.NewReader(saveBytes(t, tr)))
-	require.NoError(t, err)
-	commit()
-	_, sd := staged.Digest()
-	require.Equal(t, d, sd)
-
-	next := encode(t, Op{Type: OpUpdate, Path: "/db1/t1", Set: map[string]Value{"rows": Int(4)}},
-		Op{Type: OpMove, Path: "/db1/t1", To: "/t1"})
-	for _, x := range []*Tree{tr, loaded, staged} {
-		res := x.Apply(10, next).(*Result)
-		require.NoError(t, res.Err)
-	}
-	_, d10 := tr.Digest()
-	require.NotEqual(t, d, d10)
-	for _, x := range []*Tree{loaded, staged} {
-		_, xd := x.Digest()
-		require.Equal(t, d10, xd)
-		requireDigestConsistent(t, x)
+// digestFormats runs fn once per format, on trees that keep it.
+func digestFormats(t *testing.T, fn func(t *testing.T, f DigestFormat)) {
+	for _, f := range []DigestFormat{DigestV1, DigestV2} {
+		t.Run(fmt.Sprintf("format=%d", f), func(t *testing.T) { fn(t, f) })
 	}
 }
 
-func TestDigestIgnoresIDsAndInterningOrder(t *testing.T) {
+func TestDigestOfReplayedTreeEqualsImageLoadedTree(t *testing.T) {
+	digestFormats(t, func(t *testing.T, f DigestFormat) {
+		tr := keeping(t, sampleTree(t), f)
+		idx, d, err := tr.DigestOf(f)
+		require.NoError(t, err)
+		require.Equal(t, uint64(9), idx)
+		requireDigestConsistent(t, tr)
+
+		loaded := loadedCopy(t, tr)
+		lidx, ld, err := loaded.DigestOf(f)
+		require.NoError(t, err)
+		require.Equal(t, idx, lidx)
+		require.Equal(t, d, ld)
+		keeping(t, loaded, f)
+
+		// Staged and committed, too; and both go on alike.
+		staged := New()
+		commit, err := staged.Stage(bytes.NewReader(saveBytes(t, tr)))
+		require.NoError(t, err)
+		commit()
+		_, sd, err := staged.DigestOf(f)
+		require.NoError(t, err)
+		require.Equal(t, d, sd)
+		keeping(t, staged, f)
+
+		next := encode(t, Op{Type: OpUpdate, Path: "/db1/t1", Set: map[string]Value{"rows": Int(4)}},
+			Op{Type: OpMove, Path: "/db1/t1", To: "/t1"})
+		for _, x := range []*Tree{tr, loaded, staged} {
+			res := x.Apply(10, next).(*Result)
+			require.NoError(t, res.Err)
+		}
+		_, d10, _ := tr.DigestOf(f)
+		require.NotEqual(t, d, d10)
+		for _, x := range []*Tree{loaded, staged} {
+			_, xd, _ := x.DigestOf(f)
+			require.Equal(t, d10, xd)
+			requireDigestConsistent(t, x)
+		}
+	})
+}
+
+func TestDigestIgnoresInterningOrderAndFormat1IgnoresIDs(t *testing.T) {
 	// The same content reached by different routes: the nodes get other
 	// ids, and the attribute keys and kinds are interned in another order.
 	a := New()
@@ -130,7 +179,47 @@ func TestDigestIgnoresIDsAndInterningOrder(t *testing.T) {
 	na, _ := a.Get("/a")
 	nb, _ := b.Get("/a")
 	require.NotEqual(t, na.ID, nb.ID)
-	require.Equal(t, requireDigestConsistent(t, a), requireDigestConsistent(t, b))
+	requireDigestConsistent(t, a)
+	requireDigestConsistent(t, b)
+	_, a1, _ := a.DigestOf(DigestV1)
+	_, b1, _ := b.DigestOf(DigestV1)
+	require.Equal(t, a1, b1, "format 1 holds no node ids")
+	_, a2, _ := a.DigestOf(DigestV2)
+	_, b2, _ := b.DigestOf(DigestV2)
+	require.NotEqual(t, a2, b2, "format 2 holds the (replicated) node ids")
+
+	// The same ids, the keys and kinds interned in another order (by a
+	// batch that failed and rolled back): equal in both formats.
+	c := New()
+	r := c.Apply(1, encode(t,
+		Op{Type: OpCreate, Path: "/q", Kind: "k3", Set: map[string]Value{"z": Int(1), "y": Int(1)}},
+		Op{Type: OpCreate, Path: "/q/r", Kind: "k2"},
+		Op{Type: OpUpdate, Path: "/missing", Set: map[string]Value{"x": Int(1)}},
+	)).(*Result)
+	require.ErrorIs(t, r.Err, ErrNotFound)
+	r = c.Apply(2, encode(t,
+		Op{Type: OpCreate, Path: "/a", Kind: "k1", Set: map[string]Value{"x": Int(1)}},
+		Op{Type: OpCreate, Path: "/b", Kind: "k2", Set: map[string]Value{"y": Int(2), "x": Int(3)}},
+		Op{Type: OpCreate, Path: "/tmp", Kind: "k3", Set: map[string]Value{"z": Int(2)}},
+	)).(*Result)
+	require.NoError(t, r.Err)
+	mustApply(t, c, 3, Batch{Ops: []Op{{Type: OpDelete, Path: "/tmp"}}})
+	// a's nodes were created at 1, c's at 2: give a that history.
+	a2nd := New()
+	mustApply(t, a2nd, 2, Batch{Ops: []Op{
+		{Type: OpCreate, Path: "/a", Kind: "k1", Set: map[string]Value{"x": Int(1)}},
+		{Type: OpCreate, Path: "/b", Kind: "k2", Set: map[string]Value{"y": Int(2), "x": Int(3)}},
+		{Type: OpCreate, Path: "/tmp", Kind: "k3", Set: map[string]Value{"z": Int(2)}},
+	}})
+	mustApply(t, a2nd, 3, Batch{Ops: []Op{{Type: OpDelete, Path: "/tmp"}}})
+	c.mu.RLock()
+	require.Equal(t, "k3", c.s.kinds[1], "c interned its kinds in another order")
+	c.mu.RUnlock()
+	for _, f := range []DigestFormat{DigestV1, DigestV2} {
+		_, x, _ := a2nd.DigestOf(f)
+		_, y, _ := c.DigestOf(f)
+		require.Equal(t, x, y, "format %d", f)
+	}
 }
 
 func TestDigestChangesWithAnySingleChange(t *testing.T) {
@@ -143,7 +232,6 @@ func TestDigestChangesWithAnySingleChange(t *testing.T) {
 		return tr
 	}
 	ref := base(t)
-	_, want := ref.Digest()
 	cases := []struct {
 		name string
 		make func(t *testing.T) *Tree
@@ -156,6 +244,38 @@ func TestDigestChangesWithAnySingleChange(t *testing.T) {
 		{"attribute type", func(t *testing.T) *Tree {
 			tr := base(t)
 			require.NoError(t, tr.SetAttrForTesting("/db/t", "rows", String("3")))
+			return tr
+		}},
+		{"attribute type bytes", func(t *testing.T) *Tree {
+			tr := base(t)
+			require.NoError(t, tr.SetAttrForTesting("/db", "owner", Bytes([]byte("ann"))))
+			return tr
+		}},
+		{"attribute bool value", func(t *testing.T) *Tree {
+			tr := base(t)
+			require.NoError(t, tr.SetAttrForTesting("/db/t", "hot", Bool(false)))
+			return tr
+		}},
+		{"attribute type bool", func(t *testing.T) *Tree {
+			tr := base(t)
+			require.NoError(t, tr.SetAttrForTesting("/db/t", "rows", Bool(true)))
+			return tr
+		}},
+		{"parent", func(t *testing.T) *Tree {
+			tr := New()
+			mustApply(t, tr, 5, Batch{Ops: []Op{
+				{Type: OpCreate, Path: "/db", Kind: "database", Set: map[string]Value{"owner": String("ann")}},
+				{Type: OpCreate, Path: "/t", Kind: "table", Set: map[string]Value{"rows": Int(3), "hot": Bool(true)}},
+			}})
+			return tr
+		}},
+		{"ownership", func(t *testing.T) *Tree {
+			tr := New()
+			mustApply(t, tr, 5, Batch{Ops: []Op{
+				{Type: OpCreate, Path: "/db", Kind: "database", Set: map[string]Value{"owner": String("ann")}},
+				{Type: OpCreate, Path: "/db/t", Kind: "table", Set: map[string]Value{"rows": Int(3), "hot": Bool(true)},
+					Owner: Owner{Path: "/db", Version: 5}},
+			}})
 			return tr
 		}},
 		{"attribute name", func(t *testing.T) *Tree {
@@ -216,12 +336,15 @@ func TestDigestChangesWithAnySingleChange(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tr := c.make(t)
-			got := requireDigestConsistent(t, tr)
-			require.NotEqual(t, want, got)
-			// The difference survives an image.
-			_, ld := loadedCopy(t, tr).Digest()
-			require.Equal(t, got, ld)
+			for _, f := range []DigestFormat{DigestV1, DigestV2} {
+				tr := keeping(t, c.make(t), f)
+				got := requireDigestConsistent(t, tr)
+				_, want, _ := ref.DigestOf(f)
+				require.NotEqual(t, want, got, "format %d", f)
+				// The difference survives an image.
+				_, ld, _ := loadedCopy(t, tr).DigestOf(f)
+				require.Equal(t, got, ld, "format %d", f)
+			}
 		})
 	}
 }
@@ -232,10 +355,10 @@ func TestDigestChangesWithAnySingleChange(t *testing.T) {
 // and the reference; halfway it loads a copy from an image, which must
 // keep the same digest as the original from then on. It returns how many
 // batches applied and how many failed.
-func digestRandomRun(t *testing.T, seed uint64, steps int) (ok, failed int, moved bool) {
+func digestRandomRun(t *testing.T, f DigestFormat, seed uint64, steps int) (ok, failed int, moved bool) {
 	r := rand.New(rand.NewPCG(seed, 35))
 	m := newModel()
-	a := New()
+	a := keeping(t, New(), f)
 	var c *Tree
 	for i := 1; i <= steps; i++ {
 		index := m.index + 1 + uint64(r.IntN(2))
@@ -256,11 +379,11 @@ func digestRandomRun(t *testing.T, seed uint64, steps int) (ok, failed int, move
 		d := requireDigestConsistent(t, a)
 		if c != nil {
 			c.Apply(index, data)
-			_, cd := c.Digest()
+			_, cd, _ := c.DigestOf(f)
 			require.Equal(t, d, cd, "the image-loaded copy at index %d", index)
 		}
 		if i == steps/2 {
-			c = loadedCopy(t, a)
+			c = keeping(t, loadedCopy(t, a), f)
 		}
 	}
 	return ok, failed, moved
@@ -274,8 +397,9 @@ func TestDigestIncrementalEqualsRecomputeAfterRandomBatches(t *testing.T) {
 	var ok, failed int
 	var moved bool
 	for seed := uint64(1); seed <= 4; seed++ {
-		o, f, mv := digestRandomRun(t, seed, 400)
-		ok, failed, moved = ok+o, failed+f, moved || mv
+		f := DigestV1 + DigestFormat(seed%2)
+		o, fl, mv := digestRandomRun(t, f, seed, 400)
+		ok, failed, moved = ok+o, failed+fl, moved || mv
 	}
 	// The generator exercises both outcomes, and moves.
 	require.Positive(t, ok)
@@ -287,13 +411,17 @@ func FuzzDigestIncremental(f *testing.F) {
 	f.Add(uint64(1), uint16(60))
 	f.Add(uint64(7), uint16(200))
 	f.Fuzz(func(t *testing.T, seed uint64, steps uint16) {
-		digestRandomRun(t, seed, int(steps%256))
+		digestRandomRun(t, DigestV1+DigestFormat(seed%2), seed, int(steps%256))
 	})
 }
 
 func TestDigestOfFailedBatchIsUnchanged(t *testing.T) {
-	tr := sampleTree(t)
-	_, before := tr.Digest()
+	digestFormats(t, testDigestOfFailedBatchIsUnchanged)
+}
+
+func testDigestOfFailedBatchIsUnchanged(t *testing.T, f DigestFormat) {
+	tr := keeping(t, sampleTree(t), f)
+	_, before, _ := tr.DigestOf(f)
 	// Creates, an update, a move and a subtree delete, then a failing op.
 	data := encode(t,
 		Op{Type: OpCreate, Path: "/x", Kind: "dir", Set: map[string]Value{"a": Int(1)}},
@@ -305,20 +433,25 @@ func TestDigestOfFailedBatchIsUnchanged(t *testing.T) {
 	)
 	res := tr.Apply(10, data).(*Result)
 	require.ErrorIs(t, res.Err, ErrNotFound)
-	idx, after := tr.Digest()
+	idx, after, _ := tr.DigestOf(f)
 	require.Equal(t, uint64(10), idx)
 	require.Equal(t, before, after)
 	requireDigestConsistent(t, tr)
 }
 
-func TestParseDigestRoundTripsAndRejectsBadInput(t *testing.T) {
-	_, d := sampleTree(t).Digest()
-	got, err := ParseDigest(d.String())
-	require.NoError(t, err)
-	require.Equal(t, d, got)
-	for _, bad := range []string{"", "00", d.String()[1:], "zz" + d.String()[2:]} {
-		_, err := ParseDigest(bad)
-		require.ErrorIs(t, err, ErrInvalid, "%q", bad)
+func TestParseDigestRoundTripsEachFormatAndRejectsBadInput(t *testing.T) {
+	for _, f := range []DigestFormat{DigestV1, DigestV2} {
+		_, d, err := sampleTree(t).DigestOf(f)
+		require.NoError(t, err)
+		require.Equal(t, f, d.Format())
+		require.Len(t, d.Bytes(), f.size())
+		got, err := ParseDigest(d.String())
+		require.NoError(t, err)
+		require.Equal(t, d, got)
+		for _, bad := range []string{"", "00", d.String()[1:], "zz" + d.String()[2:], d.String() + "00"} {
+			_, err := ParseDigest(bad)
+			require.ErrorIs(t, err, ErrInvalid, "%q", bad)
+		}
 	}
 }
 
@@ -335,4 +468,109 @@ func TestSetAttrForTestingRejectsBadInput(t *testing.T) {
 	idx2, _ := tr.Digest()
 	require.Equal(t, idx, idx2)
 	requireDigestConsistent(t, tr)
+}
+
+func TestDigestOfAnUnknownFormatIsInvalid(t *testing.T) {
+	tr := sampleTree(t)
+	for _, f := range []DigestFormat{0, NewestDigest + 1} {
+		_, _, err := tr.DigestOf(f)
+		require.ErrorIs(t, err, ErrInvalid, "format %d", f)
+	}
+	for _, f := range []int{-1, 0, int(NewestDigest) + 1, 256 + int(DigestV1)} {
+		require.Nil(t, tr.StateDigestOf(f), "format %d", f)
+	}
+	requireDigestConsistent(t, tr)
+}
+
+func TestStateDigestOfSwitchesTheKeptFormatAndKeepsItCurrent(t *testing.T) {
+	tr := sampleTree(t)
+	tr.mu.RLock()
+	require.Equal(t, NewestDigest, tr.s.digestFormat, "a tree starts keeping the newest format")
+	tr.mu.RUnlock()
+	idx := uint64(10)
+	for _, f := range []DigestFormat{DigestV1, DigestV2, DigestV1} {
+		_, want, err := tr.DigestOf(f)
+		require.NoError(t, err)
+		require.Equal(t, want.Bytes(), tr.StateDigestOf(int(f)))
+		tr.mu.RLock()
+		require.Equal(t, f, tr.s.digestFormat)
+		tr.mu.RUnlock()
+		mustApply(t, tr, idx, Batch{Ops: []Op{
+			{Type: OpUpdate, Path: "/db1", Set: map[string]Value{"n": Int(int64(idx))}},
+			{Type: OpCreate, Path: fmt.Sprintf("/db1/x%d", idx), Kind: "dir"},
+		}})
+		idx++
+		require.Equal(t, f, requireDigestConsistent(t, tr).Format())
+	}
+	require.Equal(t, tr.StateDigestOf(int(DigestV1)), tr.StateDigest(), "StateDigest is format 1's")
+}
+
+func TestDigestTellsOwnedOrphanedAndFreeNodesApart(t *testing.T) {
+	build := func(o Owner) *Tree {
+		tr := New()
+		mustApply(t, tr, 5, Batch{Ops: []Op{
+			{Type: OpCreate, Path: "/m", Kind: "member"},
+			{Type: OpCreate, Path: "/j", Kind: "job", Owner: o},
+		}})
+		return tr
+	}
+	trees := []*Tree{build(Owner{}), build(Owner{Path: "/m", Version: 5}), build(Owner{Path: "/m", Version: 5, Orphan: true})}
+	for _, f := range []DigestFormat{DigestV1, DigestV2} {
+		seen := map[Digest]int{}
+		for i, tr := range trees {
+			d := requireDigestConsistent(t, keeping(t, tr, f))
+			_, dup := seen[d]
+			require.False(t, dup, "format %d: tree %d digests like tree %d", f, i, seen[d])
+			seen[d] = i
+		}
+	}
+}
+
+// A move gives the digest of a tree whose nodes were made in the places
+// they were moved to, with the same ids and indexes: in format 2 the
+// moved node's element is all that changes, its subtree's stay.
+func TestDigestAfterMoveEqualsTheTreeBuiltInPlace(t *testing.T) {
+	digestFormats(t, func(t *testing.T, f DigestFormat) {
+		moved := keeping(t, New(), f)
+		mustApply(t, moved, 5, Batch{Ops: []Op{
+			{Type: OpCreate, Path: "/a", Kind: "dir"},
+			{Type: OpCreate, Path: "/b", Kind: "dir"},
+			{Type: OpCreate, Path: "/a/x", Kind: "table", Set: map[string]Value{"rows": Int(1)}},
+			{Type: OpCreate, Path: "/a/x/c", Kind: "replica", Set: map[string]Value{"worker": Int(2)}},
+		}})
+		elem := func(path string) (lo, hi uint64) {
+			moved.mu.RLock()
+			defer moved.mu.RUnlock()
+			slot, ok := moved.s.resolve(path)
+			require.True(t, ok, path)
+			var g digester
+			return g.nodeHash2(moved.s, slot)
+		}
+		moved.mu.RLock()
+		before := moved.s.digest
+		moved.mu.RUnlock()
+		oldLo, oldHi := elem("/a/x")
+		mustApply(t, moved, 6, Batch{Ops: []Op{{Type: OpMove, Path: "/a/x", To: "/b/y"}}})
+		if f == DigestV2 {
+			// The sum changed by the moved node's element alone: its
+			// child's element stays.
+			newLo, newHi := elem("/b/y")
+			moved.mu.RLock()
+			after := moved.s.digest
+			moved.mu.RUnlock()
+			after.add128(newLo, newHi, false)
+			after.add128(oldLo, oldHi, true)
+			require.Equal(t, before, after)
+		}
+		inPlace := keeping(t, New(), f)
+		mustApply(t, inPlace, 5, Batch{Ops: []Op{
+			{Type: OpCreate, Path: "/a", Kind: "dir"},
+			{Type: OpCreate, Path: "/b", Kind: "dir"},
+			{Type: OpCreate, Path: "/b/y", Kind: "table", Set: map[string]Value{"rows": Int(1)}},
+			{Type: OpCreate, Path: "/b/y/c", Kind: "replica", Set: map[string]Value{"worker": Int(2)}},
+		}})
+		mustApply(t, inPlace, 6, Batch{Ops: []Op{{Type: OpUpdate, Path: "/b/y", Set: map[string]Value{"rows": Int(1)}}}})
+		require.Equal(t, dump(inPlace), dump(moved))
+		require.Equal(t, requireDigestConsistent(t, inPlace), requireDigestConsistent(t, moved))
+	})
 }

@@ -35,23 +35,37 @@
 // the image body, streamed and checksummed.
 //
 // Every tree keeps a [Digest] of its whole content ([Tree.Digest]): every
-// node's path, kind, attributes, created and modified indexes, and the
-// secondary index definitions, but nothing local (node ids, slots, the
-// order names were interned in). Replicas at the same index hold equal
-// digests, whether they replayed the log or loaded an image, so comparing
-// them finds a replica that diverged. The digest is the sum modulo 2^256 of
-// a SHA-256 hash of each node's canonical encoding (and of each index
-// definition), kept current as batches apply at the cost of one hash per
-// node a batch touches (see digest.go). Two different catalogs collide
-// only with negligible probability: each node's encoding includes its
-// path, which no other node shares, so the two catalogs' sets of encodings
-// differ in some encoding e that appears in one sum and not the other;
-// modelling SHA-256 as a random function, the hash of e is uniform and
-// independent of the rest, so the two sums are equal with probability
-// 2^-256. The argument is about accidents (bugs, flipped bits, a wrong
-// image), not an adversary: someone who chooses many nodes' contents to
-// make sums cancel can do much better than chance against any additive
-// multiset hash.
+// node's path, kind, attributes, created and modified indexes, the
+// secondary index definitions and the ownerships, but nothing local
+// (slots, the order names were interned in). Replicas at the same index
+// hold equal digests, whether they replayed the log or loaded an image, so
+// comparing them finds a replica that diverged. A digest is the sum of one
+// hash for each node (and index definition and ownership), kept current as
+// batches apply at the cost of one hash per node a batch touches (see
+// digest.go), in one of two formats ([DigestFormat]): format 1 sums
+// modulo 2^256 SHA-256 hashes of each node's path and content; format 2,
+// the newest and a fraction of the cost, sums modulo 2^128 seeded XXH3-128
+// hashes of each node's id, parent id, name and content. Node ids are
+// replicated (assigned in log order, carried by images, kept by moves),
+// and the (id, parent id, name) of every node fix every path, so format 2
+// covers what format 1 does, and a move changes one element instead of a
+// subtree's.
+//
+// Two different catalogs collide only with negligible probability. In
+// either format each node's encoding is unique within a catalog (it holds
+// the node's path, or its id), so the two catalogs' sets of encodings
+// differ in some encoding e that is in one sum and not in the other.
+// Modelling the hash as a random function of its input, the hash of e is
+// uniform and independent of the rest, so the sums are equal with
+// probability 2^-256 (format 1) or 2^-128 (format 2): comparing every
+// second for a century is 3*10^9 comparisons, which leaves format 2 a
+// chance of a missed divergence below 10^-29. XXH3 is no cryptographic
+// hash, but its 128-bit output passes the SMHasher tests of distribution
+// and independence, which is what the model asks of it for the faults it
+// meets here: accidents (bugs, flipped bits, a wrong image), not an
+// adversary. Someone who chooses many nodes' contents to make sums cancel
+// can do much better than chance against any additive multiset hash, and
+// against XXH3, whose seed is public, at once.
 //
 // A create can name an owner (Op.Owner): another node and its current
 // version, its Modified index (or 0: the version it has when the batch

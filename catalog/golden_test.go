@@ -170,3 +170,21 @@ func imageBodyRoundTrip(t *testing.T, path string, want *catalog.Tree) *catalog.
 	require.NoError(t, got.Load(bytes.NewReader(golden.Read(t, path))))
 	return got
 }
+
+// The digests of a fixed catalog, with ownerships and without, in every
+// format are the text checked in, for ever: replicas of different
+// releases compare them (format 1 below journal format version 5).
+func TestDigestsOfAFixedCatalogMatchTheirGoldenFile(t *testing.T) {
+	var out bytes.Buffer
+	for _, c := range []struct {
+		name string
+		tree *catalog.Tree
+	}{{"plain", goldenTree(t)}, {"owned", goldenOwnedTree(t)}} {
+		for _, f := range []catalog.DigestFormat{catalog.DigestV1, catalog.DigestV2} {
+			_, d, err := c.tree.DigestOf(f)
+			require.NoError(t, err)
+			fmt.Fprintf(&out, "%s format=%d %v\n", c.name, f, d)
+		}
+	}
+	golden.Check(t, "testdata/golden/digests.txt", out.Bytes())
+}

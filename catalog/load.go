@@ -41,7 +41,7 @@ func readImageWith(r io.Reader, verify, careful bool) (*state, error) {
 	if err := ld.run(); err != nil {
 		return nil, err
 	}
-	ld.s.digest = ld.s.computeDigest()
+	ld.s.digest, ld.s.digestFormat = ld.s.computeDigest(NewestDigest), NewestDigest
 	return ld.s, nil
 }
 

@@ -216,11 +216,11 @@ func (g *digester) link(s *state, slot uint32, l ownLink, add bool) {
 	if g.off {
 		return
 	}
-	h := linkHash(s.at(slot).id, l)
+	e := linkElem(s.digestFormat, s.at(slot).id, l)
 	if add {
-		s.digest.add(&h)
+		s.digest.plus(e)
 	} else {
-		s.digest.sub(&h)
+		s.digest.minus(e)
 	}
 }
 

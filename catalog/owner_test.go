@@ -30,8 +30,9 @@ func ownedTree(t *testing.T) *Tree {
 // checkDigest fails unless the incremental digest equals a recompute.
 func checkDigest(t *testing.T, tr *Tree) {
 	t.Helper()
-	if got, want := tr.s.digest, tr.s.computeDigest(); got != want {
-		t.Fatalf("incremental digest %x, recomputed %x", got.bytes(), want.bytes())
+	f := tr.s.digestFormat
+	if got, want := tr.s.digest, tr.s.computeDigest(f); got != want {
+		t.Fatalf("incremental digest %v, recomputed %v", got.bytes(f), want.bytes(f))
 	}
 }
 

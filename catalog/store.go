@@ -147,7 +147,9 @@ func (x *secIndex) remove(val []byte, id uint32) {
 type state struct {
 	index  uint64 // last applied log index
 	nextID uint64
-	digest sum256 // of the content (digest.go)
+	digest sum256 // of the content, in digestFormat (digest.go)
+	// digestFormat is the format digest is kept in.
+	digestFormat DigestFormat
 
 	slab   []*[slabSize]rec
 	nslots uint32

@@ -81,7 +81,7 @@ type Tree struct {
 // New returns an empty tree holding only the root "/" (id 1) at index 0.
 func New() *Tree {
 	s := newState()
-	s.digest = s.computeDigest()
+	s.digest, s.digestFormat = s.computeDigest(NewestDigest), NewestDigest
 	return &Tree{s: s}
 }
 

@@ -50,9 +50,18 @@ import (
 // version 3 adds: the leader journals them only while the cluster version
 // is at least 3, when every member reads them.
 //
-//	kindCheck mark:   [5][1]
-//	kindCheck report: [5][2][8-byte big-endian mark index][8-byte big-endian member id][digest...]
-//	kindCheck clear:  [5][3]
+//	kindCheck mark:           [5][1]
+//	kindCheck report:         [5][2][8-byte big-endian mark index][8-byte big-endian member id][digest...]
+//	kindCheck clear:          [5][3]
+//	kindCheck mark of format: [5][4][digest format, 2 to 255]
+//
+// A mark names the format of the digest compared at it: a state machine
+// may state its digest in more than one (FormatDigester), and a newer
+// format is compared only once every member computes it. A mark of format
+// 1 is the plain mark. Format version 5 adds the mark of a format, and the
+// leader names digest format 2 from cluster version 5 on (markFormat).
+// The format is in the entry, so every replica computes the same one at a
+// mark, whatever its binary or the cluster version it knows at apply.
 
 const (
 	kindCheck byte = 5
@@ -60,9 +69,13 @@ const (
 	checkMark   byte = 1
 	checkReport byte = 2
 	checkClear  byte = 3
+	checkMarkOf byte = 4
 
 	// checkVersion is the format version that reads kindCheck entries.
 	checkVersion = 3
+	// digestV2Version is the format version that reads marks of a format
+	// (checkMarkOf) and computes digest format 2.
+	digestV2Version = 5
 	// maxDigestLen bounds a report's digest.
 	maxDigestLen = 64
 	// checkKeep is how many recent marks a member keeps its digest of.
@@ -84,11 +97,42 @@ type Digester interface {
 	StateDigest() []byte
 }
 
+// FormatDigester is a Digester that states its digest in more than one
+// format (catalog.Tree does): at a check mark the journal compares
+// StateDigestOf(format), the format the mark names (see markFormat).
+// Format 1 is StateDigest's. StateDigestOf runs where StateDigest does and
+// returns nil for a format it does not compute (the mark is then skipped
+// here). A Digester that is no FormatDigester states one digest, compared
+// at every mark whatever its format.
+type FormatDigester interface {
+	Digester
+	StateDigestOf(format int) []byte
+}
+
+// markFormat is the digest format the leader names in the marks it
+// journals at cluster version cv: 2 once every member computes it.
+func markFormat(cv uint32) byte {
+	if cv >= digestV2Version {
+		return 2
+	}
+	return 1
+}
+
+// stateDigest returns d's digest in format.
+func stateDigest(d Digester, format byte) []byte {
+	if fd, ok := d.(FormatDigester); ok {
+		return fd.StateDigestOf(int(format))
+	}
+	return d.StateDigest()
+}
+
 // CorruptError is the corruption alarm: at log index Index this member's
 // state machine digest (Local) differs from the one a majority of the
-// voters (Agreeing) reported. errors.Is(err, ErrCorrupt) holds.
+// voters (Agreeing) reported, both in the digest format the mark named
+// (Format). errors.Is(err, ErrCorrupt) holds.
 type CorruptError struct {
 	Index    uint64
+	Format   int
 	Local    []byte
 	Majority []byte
 	// Agreeing are the voters that reported Majority, in increasing
@@ -98,8 +142,8 @@ type CorruptError struct {
 }
 
 func (e *CorruptError) Error() string {
-	return fmt.Sprintf("journal: corrupt: at index %d this member's state digest is %s, and voters %v report %s; this member stopped applying and serving: replace it (it restores from a healthy member's image)",
-		e.Index, hex.EncodeToString(e.Local), e.Agreeing, hex.EncodeToString(e.Majority))
+	return fmt.Sprintf("journal: corrupt: at index %d this member's state digest (format %d) is %s, and voters %v report %s; this member stopped applying and serving: replace it (it restores from a healthy member's image)",
+		e.Index, e.Format, hex.EncodeToString(e.Local), e.Agreeing, hex.EncodeToString(e.Majority))
 }
 
 func (e *CorruptError) Unwrap() error { return ErrCorrupt }
@@ -107,12 +151,20 @@ func (e *CorruptError) Unwrap() error { return ErrCorrupt }
 // checkEntry is a decoded kindCheck entry.
 type checkEntry struct {
 	op     byte
+	format byte   // mark: the digest format it names (1 for a plain mark)
 	mark   uint64 // report: the mark's index
 	from   uint64 // report: the reporting member
 	digest []byte // report: its digest at mark (aliases the entry)
 }
 
-func encodeCheckMark() []byte { return []byte{kindCheck, checkMark} }
+// encodeCheckMark encodes a mark naming digest format (a plain mark for
+// format 1).
+func encodeCheckMark(format byte) []byte {
+	if format <= 1 {
+		return []byte{kindCheck, checkMark}
+	}
+	return []byte{kindCheck, checkMarkOf, format}
+}
 
 func encodeCheckClear() []byte { return []byte{kindCheck, checkClear} }
 
@@ -135,7 +187,12 @@ func decodeCheck(b []byte) (checkEntry, error) {
 		if len(b) != 2 {
 			return checkEntry{}, fmt.Errorf("%w: check mark of %d bytes", ErrMalformed, len(b))
 		}
-		return checkEntry{op: checkMark}, nil
+		return checkEntry{op: checkMark, format: 1}, nil
+	case checkMarkOf:
+		if len(b) != 3 || b[2] < 2 {
+			return checkEntry{}, fmt.Errorf("%w: check mark of a format: %d bytes (want 3, of a format from 2)", ErrMalformed, len(b))
+		}
+		return checkEntry{op: checkMark, format: b[2]}, nil
 	case checkClear:
 		if len(b) != 2 {
 			return checkEntry{}, fmt.Errorf("%w: check clear of %d bytes", ErrMalformed, len(b))
@@ -175,6 +232,7 @@ type checker struct {
 
 type checkMarkRec struct {
 	index    uint64
+	format   byte              // the digest format the mark names (0: its mark not applied here)
 	digest   []byte            // this member's digest at the mark (nil: none, it loaded a later image)
 	votes    map[uint64][]byte // voter id -> reported digest
 	done     bool              // a majority of the voters agreed, or none can
@@ -184,24 +242,30 @@ type checkMarkRec struct {
 // Alarm is the consistency alarm as the applied log tells it: the same on
 // every member that applied as far (the reports are entries). At the mark
 // at Index, the voters in Members reported a digest other than the one a
-// majority of the voters reported (Majority); or, with NoMajority, no
+// majority of the voters reported (Majority, in the digest format the
+// mark named: Format, 0 when this member did not apply the mark); or, with NoMajority, no
 // digest had a majority of the voters, Members lists every voter that
 // reported, and every member refuses writes (ErrCorrupt) until the alarm
 // is cleared (Journal.ClearAlarm). A later disagreement adds its members
 // and moves Index to its mark.
 type Alarm struct {
 	Index      uint64
+	Format     int
 	Members    []uint64
 	Majority   []byte
 	NoMajority bool
 }
 
-// recordMark records this member's digest own (nil: none) at the mark at
-// idx.
-func (ck *checker) recordMark(idx uint64, own []byte) *checkMarkRec {
+// recordMark records this member's digest own (nil: none) in format at
+// the mark at idx.
+func (ck *checker) recordMark(idx uint64, format byte, own []byte) *checkMarkRec {
 	ck.mu.Lock()
 	defer ck.mu.Unlock()
-	return ck.markLocked(idx, own)
+	m := ck.markLocked(idx, own)
+	if m != nil {
+		m.format = format
+	}
+	return m
 }
 
 func (ck *checker) markLocked(idx uint64, own []byte) *checkMarkRec {
@@ -231,12 +295,12 @@ func (j *Journal) applyCheck(idx uint64, c checkEntry) *CorruptError {
 	ck := &j.checker
 	switch c.op {
 	case checkMark:
-		own := slices.Clone(d.StateDigest())
+		own := slices.Clone(stateDigest(d, c.format))
 		if len(own) == 0 || len(own) > maxDigestLen {
-			j.log.Error("state machine digest of unusable length; consistency checks skipped", "index", idx, "bytes", len(own))
+			j.log.Error("state machine digest of unusable length; consistency checks skipped", "index", idx, "format", c.format, "bytes", len(own))
 			return nil
 		}
-		ck.recordMark(idx, own)
+		ck.recordMark(idx, c.format, own)
 		if idx+checkReportLag >= j.committed.Load() {
 			rep := encodeCheckReport(idx, j.id, own)
 			j.checkReport.Store(&rep)
@@ -252,7 +316,7 @@ func (j *Journal) applyCheck(idx uint64, c checkEntry) *CorruptError {
 		ce, raised := ck.tally(voters, c)
 		if raised != nil {
 			j.log.Error("consistency alarm: voters disagree on the state digest",
-				"index", raised.Index, "members", raised.Members, "no_majority", raised.NoMajority, "majority", hex.EncodeToString(raised.Majority))
+				"index", raised.Index, "members", raised.Members, "no_majority", raised.NoMajority, "format", raised.Format, "majority", hex.EncodeToString(raised.Majority))
 		}
 		return ce
 	case checkClear:
@@ -289,7 +353,7 @@ func (ck *checker) tally(voters []uint64, c checkEntry) (ce *CorruptError, raise
 	if m.done {
 		// A late report: it counts against the decided majority.
 		if m.majority != nil && !bytes.Equal(m.majority, c.digest) {
-			return nil, ck.raiseLocked(Alarm{Index: m.index, Members: []uint64{c.from}, Majority: m.majority})
+			return nil, ck.raiseLocked(Alarm{Index: m.index, Format: int(m.format), Members: []uint64{c.from}, Majority: m.majority})
 		}
 		return nil, nil
 	}
@@ -318,7 +382,7 @@ func (ck *checker) tally(voters []uint64, c checkEntry) (ce *CorruptError, raise
 			}
 		}
 		if len(differ) > 0 {
-			raised = ck.raiseLocked(Alarm{Index: m.index, Members: differ, Majority: m.majority})
+			raised = ck.raiseLocked(Alarm{Index: m.index, Format: int(m.format), Members: differ, Majority: m.majority})
 		}
 		if m.digest == nil {
 			return nil, raised // this member has no digest of its own here
@@ -332,7 +396,7 @@ func (ck *checker) tally(voters []uint64, c checkEntry) (ce *CorruptError, raise
 				}
 			}
 			slices.Sort(agreeing)
-			return &CorruptError{Index: m.index, Local: m.digest, Majority: slices.Clone(m.majority), Agreeing: agreeing}, raised
+			return &CorruptError{Index: m.index, Format: int(m.format), Local: m.digest, Majority: slices.Clone(m.majority), Agreeing: agreeing}, raised
 		}
 		if m.index > ck.pendingAfter {
 			ck.pending.Store(false) // the check at start passed
@@ -348,7 +412,7 @@ func (ck *checker) tally(voters []uint64, c checkEntry) (ce *CorruptError, raise
 				reported = append(reported, id)
 			}
 		}
-		return nil, ck.raiseLocked(Alarm{Index: m.index, Members: reported, NoMajority: true})
+		return nil, ck.raiseLocked(Alarm{Index: m.index, Format: int(m.format), Members: reported, NoMajority: true})
 	}
 	return nil, nil
 }
@@ -359,6 +423,9 @@ func (ck *checker) raiseLocked(a Alarm) *Alarm {
 		ck.alarm = &Alarm{}
 	}
 	cur := ck.alarm
+	if a.Index >= cur.Index {
+		cur.Format = a.Format // the format of the newest mark's digests
+	}
 	cur.Index = max(cur.Index, a.Index)
 	for _, id := range a.Members {
 		if !slices.Contains(cur.Members, id) {
@@ -453,7 +520,7 @@ func (j *Journal) corruptErr() *CorruptError { return j.corrupt.Load() }
 func (j *Journal) raiseCorrupt(e *CorruptError) {
 	if j.corrupt.CompareAndSwap(nil, e) {
 		j.log.Error("consistency check failed: this member's state differs from the majority's",
-			"index", e.Index, "local", hex.EncodeToString(e.Local), "majority", hex.EncodeToString(e.Majority), "voters", e.Agreeing)
+			"index", e.Index, "format", e.Format, "local", hex.EncodeToString(e.Local), "majority", hex.EncodeToString(e.Majority), "voters", e.Agreeing)
 	}
 	select {
 	case j.checkc <- struct{}{}: // wake the loop
@@ -463,7 +530,7 @@ func (j *Journal) raiseCorrupt(e *CorruptError) {
 
 // maybeCheck is the leader's part, on the raft loop: journal a mark every
 // CheckInterval, once the cluster reads marks and the state machine is a
-// Digester. A new leader waits a full interval first, so that a change of
+// Digester, naming the digest format of the cluster version (markFormat). A new leader waits a full interval first, so that a change of
 // leader adds no round. A dropped proposal is retried at the next turn.
 // It runs every turn of the loop, so the clock comes first and the
 // membership's lock only once an interval has passed.
@@ -480,11 +547,12 @@ func (j *Journal) maybeCheck(last *time.Time) {
 	if now.Sub(*last) < j.cfg.CheckInterval {
 		return
 	}
-	if _, ok := j.cfg.StateMachine.(Digester); !ok || j.clusterVersion() < checkVersion {
+	cv := j.clusterVersion()
+	if _, ok := j.cfg.StateMachine.(Digester); !ok || cv < checkVersion {
 		*last = now
 		return
 	}
-	if j.rn.Propose(encodeCheckMark()) == nil {
+	if j.rn.Propose(encodeCheckMark(markFormat(cv))) == nil {
 		*last = now
 	}
 }

@@ -22,7 +22,7 @@ var voters5 = []uint64{1, 2, 3, 4, 5}
 // own.
 func tallyChecker(own []byte) *checker {
 	ck := &checker{}
-	ck.recordMark(10, own)
+	ck.recordMark(10, 1, own)
 	return ck
 }
 
@@ -51,7 +51,7 @@ func TestTallyComparesOnlyWithAMajorityOfVoters(t *testing.T) {
 	require.Nil(t, ck.current())
 	require.Nil(t, tallyCE(ck, checkReportOf(10, 4, "good")), "a majority agrees with this member")
 	require.Equal(t, uint64(1), ck.count())
-	require.Equal(t, &Alarm{Index: 10, Members: []uint64{1}, Majority: []byte("good")}, ck.current(),
+	require.Equal(t, &Alarm{Index: 10, Format: 1, Members: []uint64{1}, Majority: []byte("good")}, ck.current(),
 		"every member names the voter that differs")
 	require.Nil(t, tallyCE(ck, checkReportOf(10, 5, "bad")), "the round is decided")
 	require.Equal(t, []uint64{1, 5}, ck.current().Members, "a late report that differs joins the alarm")
@@ -65,8 +65,9 @@ func TestTallyComparesOnlyWithAMajorityOfVoters(t *testing.T) {
 	require.Zero(t, ck.count(), "a split that a last report can still decide raises nothing")
 	ce := tallyCE(ck, checkReportOf(10, 5, "y"))
 	require.ErrorIs(t, ce, ErrCorrupt)
-	require.Equal(t, &CorruptError{Index: 10, Local: []byte("mine"), Majority: []byte("y"), Agreeing: []uint64{3, 4, 5}}, ce)
+	require.Equal(t, &CorruptError{Index: 10, Format: 1, Local: []byte("mine"), Majority: []byte("y"), Agreeing: []uint64{3, 4, 5}}, ce)
 	require.ErrorContains(t, ce, "at index 10")
+	require.ErrorContains(t, ce, "(format 1)")
 }
 
 // Once no digest can reach a majority of the voters, every member (with
@@ -83,7 +84,7 @@ func TestTallyWithoutAMajorityStopsWritesUntilCleared(t *testing.T) {
 		require.Nil(t, tallyCE(ck, checkReportOf(10, 4, "z")))
 		require.Nil(t, ck.current(), "voter 5 may yet make x a majority")
 		require.Nil(t, tallyCE(ck, checkReportOf(10, 5, "y")))
-		require.Equal(t, &Alarm{Index: 10, Members: []uint64{1, 2, 3, 4, 5}, NoMajority: true}, ck.current())
+		require.Equal(t, &Alarm{Index: 10, Format: 1, Members: []uint64{1, 2, 3, 4, 5}, NoMajority: true}, ck.current())
 		err := ck.writeRefusal()
 		require.ErrorIs(t, err, ErrCorrupt)
 		require.ErrorContains(t, err, "index 10")
@@ -105,7 +106,7 @@ func TestTallyWithoutAMajorityStopsWritesUntilCleared(t *testing.T) {
 func TestTallyKeepsRoundsOfMarksThisMemberHasNoDigestOf(t *testing.T) {
 	ck := &checker{}
 	for i := uint64(1); i <= checkKeep; i++ {
-		ck.recordMark(100+i, []byte("d"))
+		ck.recordMark(100+i, 1, []byte("d"))
 	}
 	require.Nil(t, tallyCE(ck, checkReportOf(50, 1, "a")), "older than every mark kept")
 	require.Len(t, ck.marks, checkKeep)
@@ -124,8 +125,8 @@ func TestTallyKeepsRoundsOfMarksThisMemberHasNoDigestOf(t *testing.T) {
 func TestTallyEndsTheCheckAtStartAtAMarkAfterTheImage(t *testing.T) {
 	ck := &checker{}
 	ck.startPending(20)
-	ck.recordMark(15, []byte("d"))
-	ck.recordMark(25, []byte("d"))
+	ck.recordMark(15, 1, []byte("d"))
+	ck.recordMark(25, 1, []byte("d"))
 	for _, id := range []uint64{1, 2, 3} {
 		require.Nil(t, tallyCE(ck, checkReportOf(15, id, "d")))
 	}
@@ -149,6 +150,9 @@ func TestDecodeCheckRejectsBadEntries(t *testing.T) {
 		{kindCheck, checkReport, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1},                  // no digest
 		append([]byte{kindCheck, checkReport, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 1), // mark 0
 		encodeCheckReport(1, 2, make([]byte, maxDigestLen+1)),
+		{kindCheck, checkMarkOf},       // no format
+		{kindCheck, checkMarkOf, 1},    // format 1 has the plain mark
+		{kindCheck, checkMarkOf, 2, 0}, // a trailing byte
 	} {
 		_, err := decodeCheck(b)
 		require.ErrorIs(t, err, ErrMalformed, "%x", b)
@@ -158,6 +162,9 @@ func TestDecodeCheckRejectsBadEntries(t *testing.T) {
 	require.Equal(t, checkClear, c.op)
 	_, err = decodeCheck([]byte{kindCheck, checkClear, 0})
 	require.ErrorIs(t, err, ErrMalformed)
+	c, err = decodeCheck(encodeCheckMark(2))
+	require.NoError(t, err)
+	require.Equal(t, checkEntry{op: checkMark, format: 2}, c)
 	_, err = decodeCheck([]byte{kindCheck, 9})
 	require.ErrorIs(t, err, ErrUnknownVersion)
 }

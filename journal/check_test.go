@@ -125,7 +125,7 @@ func TestConsistencyCheckFindsTheFollowerWhoseCatalogDiffers(t *testing.T) {
 		}
 		require.Equal(t, healthy, ce.Agreeing)
 		_, local := bad.StateMachine().(*catalog.Tree).Digest()
-		require.Equal(t, local[:], ce.Local)
+		require.Equal(t, local.Bytes(), ce.Local)
 		_, good := ln.StateMachine().(*catalog.Tree).Digest()
 		require.NotEqual(t, good, local)
 

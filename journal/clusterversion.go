@@ -40,9 +40,11 @@ const (
 	// writes: version 2 carries catalog batches that use catalog.Cond.Match,
 	// version 3 the consistency checks' entries (check.go), version 4
 	// catalog batches that name an owner (catalog.Op.Owner, batch format
-	// 3). The journal itself reads every version alike: a version that
+	// 3), version 5 the check marks that name a digest format, and the
+	// catalog digest of format 2 (catalog.DigestV2) at them. The journal
+	// itself reads every version alike but for the marks: a version that
 	// only the state machine reads is for writers to gate on.
-	NewestVersion = 4
+	NewestVersion = 5
 	// OldestVersion is the oldest format version this code reads and writes.
 	OldestVersion = 1
 )

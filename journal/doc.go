@@ -192,7 +192,11 @@
 // majority goes on. Replace it: it restores from a healthy member's
 // image. A member without a digest of its own at a mark (it restored from
 // an image past it) does not compare, so images, restarts and compaction
-// raise no alarm; the checks run once the cluster version is 3.
+// raise no alarm; the checks run once the cluster version is 3. A mark
+// names the digest format compared at it: a [FormatDigester] states more
+// than one, and the leader names the newer one (2) only from cluster
+// version 5, when every member computes it, so a rolling upgrade switches
+// every member at the same mark.
 //
 // Every member also tallies the others' reports, so [Status.Alarm] shows
 // the cluster's alarm on healthy members too, naming the voters that

@@ -21,10 +21,12 @@ func FuzzEntryDecoders(f *testing.F) {
 	f.Add(encodeUserSince([16]byte{3}, 41, []byte("data")))
 	f.Add(encodeTimestamp(1_700_000_000_000_000_000))
 	f.Add(encodeVersion(2))
-	f.Add(encodeCheckMark())
+	f.Add(encodeCheckMark(1))
+	f.Add(encodeCheckMark(2))
+	f.Add([]byte{kindCheck, checkMarkOf, 1}) // format 1 has the plain mark
 	f.Add(encodeCheckClear())
 	f.Add(encodeCheckReport(7, 2, bytes.Repeat([]byte{0xab}, 32)))
-	f.Add([]byte{kindCheck, 3})                    // an operation of a newer format
+	f.Add([]byte{kindCheck, 9})                    // an operation of a newer format
 	f.Add([]byte{kindCheck, checkReport, 0, 0, 0}) // a report cut short
 	f.Add([]byte{})
 	f.Add([]byte{9, 0, 0, 0, 2})
@@ -42,7 +44,7 @@ func FuzzEntryDecoders(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if env, err := decodeEnvelope(b); err != nil {
 			unknown := len(b) > 0 && (b[0] < kindUser || b[0] > kindCheck) ||
-				len(b) > 1 && b[0] == kindCheck && b[1] != checkMark && b[1] != checkReport
+				len(b) > 1 && b[0] == kindCheck && (b[1] < checkMark || b[1] > checkMarkOf)
 			if errors.Is(err, ErrUnknownVersion) != unknown || errors.Is(err, ErrMalformed) == unknown {
 				t.Fatalf("envelope %x: %v", b, err)
 			}
@@ -66,7 +68,7 @@ func FuzzEntryDecoders(f *testing.F) {
 			case kindCheck:
 				switch c := env.check; c.op {
 				case checkMark:
-					again = encodeCheckMark()
+					again = encodeCheckMark(c.format)
 				case checkReport:
 					again = encodeCheckReport(c.mark, c.from, c.digest)
 				case checkClear:

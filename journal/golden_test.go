@@ -37,8 +37,11 @@ func TestEntryEnvelopesMatchTheirGoldenFiles(t *testing.T) {
 		{"envelope-k4-version.bin", encodeVersion(3), func(t *testing.T, env envelope) {
 			require.Equal(t, envelope{kind: kindVersion}, env)
 		}},
-		{"envelope-k5-check-mark.bin", encodeCheckMark(), func(t *testing.T, env envelope) {
-			require.Equal(t, envelope{kind: kindCheck, check: checkEntry{op: checkMark}}, env)
+		{"envelope-k5-check-mark.bin", encodeCheckMark(1), func(t *testing.T, env envelope) {
+			require.Equal(t, envelope{kind: kindCheck, check: checkEntry{op: checkMark, format: 1}}, env)
+		}},
+		{"envelope-k5-check-mark-of-format.bin", encodeCheckMark(2), func(t *testing.T, env envelope) {
+			require.Equal(t, envelope{kind: kindCheck, check: checkEntry{op: checkMark, format: 2}}, env)
 		}},
 		{"envelope-k5-check-report.bin", encodeCheckReport(7, 2, goldenDigest), func(t *testing.T, env envelope) {
 			require.Equal(t, envelope{kind: kindCheck, check: checkEntry{op: checkReport, mark: 7, from: 2, digest: goldenDigest}}, env)

@@ -313,6 +313,9 @@ type Entry struct {
 	// reporting member and its state digest there.
 	Mark, Member uint64
 	Digest       []byte
+	// DigestFormat is a check mark's: the format of the digests compared
+	// at it (1 for a mark that names none).
+	DigestFormat int
 	// Change is a conf change's content.
 	Change *ConfChange
 	// Err says why a malformed entry does not decode.
@@ -359,7 +362,7 @@ func DecodeEntry(e *raftpb.Entry) Entry {
 		case kindCheck:
 			switch c := env.check; c.op {
 			case checkMark:
-				out.Kind = KindCheckMark
+				out.Kind, out.DigestFormat = KindCheckMark, int(c.format)
 			case checkReport:
 				out.Kind, out.Mark, out.Member, out.Digest = KindCheckReport, c.mark, c.from, c.digest
 			case checkClear:

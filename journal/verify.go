@@ -107,7 +107,7 @@ func (in *Inspector) VerifyDigests(ctx context.Context, sm interface {
 			switch env.check.op {
 			case checkMark:
 				out.Marks = append(out.Marks, index)
-				ck.recordMark(index, slices.Clone(sm.StateDigest()))
+				ck.recordMark(index, env.check.format, slices.Clone(stateDigest(sm, env.check.format)))
 			case checkReport:
 				before := ck.count()
 				ce, _ := ck.tally(voters, env.check)

@@ -129,7 +129,7 @@ func TestCorruptReplicaIsFoundAndTheHealthyMajorityGoesOn(t *testing.T) {
 	require.NoError(t, victim.stop())
 	code, _, stderr := runMetactl(t, "check", victim.dir)
 	require.Equal(t, 1, code, stderr)
-	require.Regexp(t, `at the check mark at index \d+ the catalog \(image \d+ and the log after it\) has digest [0-9a-f]{64}, and voters \[[0-9 ]+\] recorded [0-9a-f]{64}`, stderr)
+	require.Regexp(t, `at the check mark at index \d+ the catalog \(image \d+ and the log after it\) has digest [0-9a-f]{32} \(format 2\), and voters \[[0-9 ]+\] recorded [0-9a-f]{32}`, stderr)
 	for _, p := range ms {
 		if p == victim {
 			continue

@@ -524,7 +524,8 @@ func maxVersion(catalogMax int) uint32 {
 // version clusterVersion reads (journal.Status.ClusterVersion): versions 1
 // and 2 carry the batch formats 1 and 2, version 3 adds only journal
 // entries (the consistency checks), version 4 carries batch format 3
-// (catalog.Op.Owner). Writers encode with
+// (catalog.Op.Owner), version 5 adds only the checks' digest format 2
+// (catalog.DigestV2). Writers encode with
 // catalog.Batch.EncodeVersion(BatchVersion(cv)).
 func BatchVersion(clusterVersion uint32) int {
 	switch {

@@ -173,6 +173,7 @@ func TestMaxVersionFollowsTheCatalogAndAdmitsJournalOnlyVersions(t *testing.T) {
 	}
 	require.Equal(t, catalog.BatchV2, BatchVersion(3), "version 3 adds no batch format")
 	require.Equal(t, catalog.BatchV3, BatchVersion(4), "version 4 carries owned nodes")
+	require.Equal(t, catalog.BatchV3, BatchVersion(5), "version 5 adds no batch format (the digest format 2 of the checks)")
 }
 
 // TestRestartWithoutQuorumFindsItsRecord: a frontend restarting while

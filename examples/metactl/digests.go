@@ -61,8 +61,8 @@ func checkDigests(ctx context.Context, fs vfs.FS, dir string, window uint64) (*d
 	out.Marks, out.Compared = len(res.Marks), len(res.Compared)
 	var ce *journal.CorruptError
 	if errors.As(err, &ce) {
-		return out, fmt.Errorf("digest: %s: at the check mark at index %d the catalog (image %d and the log after it) has digest %s, and voters %v recorded %s: %w",
-			dir, ce.Index, out.Image, hex.EncodeToString(ce.Local), ce.Agreeing, hex.EncodeToString(ce.Majority), journal.ErrCorrupt)
+		return out, fmt.Errorf("digest: %s: at the check mark at index %d the catalog (image %d and the log after it) has digest %s (format %d), and voters %v recorded %s: %w",
+			dir, ce.Index, out.Image, hex.EncodeToString(ce.Local), ce.Format, ce.Agreeing, hex.EncodeToString(ce.Majority), journal.ErrCorrupt)
 	}
 	if err != nil {
 		return out, fmt.Errorf("digest: %s: %w", dir, err)

@@ -99,7 +99,7 @@ func TestCheckComparesTheCatalogWithTheDigestsTheLogRecorded(t *testing.T) {
 	require.Equal(t, 0, metactl(t, "image", "verify", d.imagePath()).code, "the doctored image's checksums are valid")
 	r = metactl(t, "check", d.dir)
 	require.Equal(t, 1, r.code, r.stdout)
-	require.Regexp(t, `at the check mark at index \d+ the catalog \(image \d+ and the log after it\) has digest [0-9a-f]{64}, and voters \[1\] recorded [0-9a-f]{64}`, r.stderr)
+	require.Regexp(t, `at the check mark at index \d+ the catalog \(image \d+ and the log after it\) has digest [0-9a-f]{32} \(format 2\), and voters \[1\] recorded [0-9a-f]{32}`, r.stderr)
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out))
 	require.False(t, out.OK)
 

@@ -23,7 +23,8 @@ func clusterAlarmJSON(a *journal.Alarm) map[string]any {
 		out["detail"] = fmt.Sprintf("at index %d no state digest had a majority of the voters (voters %v reported): writes stop cluster-wide until the members that differ are replaced and the alarm is cleared (POST /v1/alarm/clear)", a.Index, a.Members)
 	} else {
 		out["majority"] = hex.EncodeToString(a.Majority)
-		out["detail"] = fmt.Sprintf("at index %d voters %v reported a state digest other than the majority's %s: replace them, then clear the alarm (POST /v1/alarm/clear)", a.Index, a.Members, hex.EncodeToString(a.Majority))
+		out["digest_format"] = a.Format
+		out["detail"] = fmt.Sprintf("at index %d voters %v reported a state digest other than the majority's %s (digest format %d): replace them, then clear the alarm (POST /v1/alarm/clear)", a.Index, a.Members, hex.EncodeToString(a.Majority), a.Format)
 	}
 	return out
 }

@@ -21,11 +21,12 @@ import (
 // member without an alarm shows null.
 func TestStatusShowsTheClusterAlarmOnHealthyMembers(t *testing.T) {
 	require.Nil(t, alarmJSON(journal.Status{ID: 1}))
-	got := alarmJSON(journal.Status{ID: 1, Alarm: &journal.Alarm{Index: 40, Members: []uint64{3}, Majority: []byte{0xab}}})
+	got := alarmJSON(journal.Status{ID: 1, Alarm: &journal.Alarm{Index: 40, Format: 2, Members: []uint64{3}, Majority: []byte{0xab}}})
 	require.Equal(t, "corrupt", got["kind"])
 	require.Equal(t, uint64(40), got["index"])
 	require.Equal(t, []uint64{3}, got["members"])
 	require.Equal(t, "ab", got["majority"])
+	require.Equal(t, 2, got["digest_format"], "the format of the digests compared")
 	require.Equal(t, false, got["no_majority"])
 	require.Contains(t, got["detail"], "index 40")
 

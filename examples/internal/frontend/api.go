@@ -165,7 +165,7 @@ func alarmJSON(st journal.Status) map[string]any {
 		return clusterAlarmJSON(st.Alarm)
 	}
 	return map[string]any{"kind": "corrupt", "index": ce.Index, "members": []uint64{st.ID},
-		"local": hex.EncodeToString(ce.Local), "majority": hex.EncodeToString(ce.Majority),
+		"local": hex.EncodeToString(ce.Local), "majority": hex.EncodeToString(ce.Majority), "digest_format": ce.Format,
 		"agreeing": ce.Agreeing, "detail": ce.Error()}
 }
 

@@ -121,7 +121,7 @@ func TestStartRefusesWithoutCredentials(t *testing.T) {
 // the index, the member and both digests; a member without one has a null
 // alarm.
 func TestCorruptionAlarmAnswers503CorruptAndShowsInStatus(t *testing.T) {
-	ce := &journal.CorruptError{Index: 77, Local: []byte{0xaa}, Majority: []byte{0xbb}, Agreeing: []uint64{1, 3}}
+	ce := &journal.CorruptError{Index: 77, Format: 2, Local: []byte{0xaa}, Majority: []byte{0xbb}, Agreeing: []uint64{1, 3}}
 	for _, err := range []error{
 		fmt.Errorf("journal: propose: %w: %w", journal.ErrClosed, ce),
 		fmt.Errorf("journal: read barrier: %w", ce),
@@ -136,6 +136,6 @@ func TestCorruptionAlarmAnswers503CorruptAndShowsInStatus(t *testing.T) {
 	require.Nil(t, alarmJSON(journal.Status{ID: 2}))
 	require.Nil(t, alarmJSON(journal.Status{ID: 2, Err: &journal.HaltError{Index: 4, What: "entry", Err: journal.ErrUnknownVersion}}))
 	require.Equal(t, map[string]any{"kind": "corrupt", "index": uint64(77), "members": []uint64{2},
-		"local": "aa", "majority": "bb", "agreeing": []uint64{1, 3}, "detail": ce.Error()},
+		"local": "aa", "majority": "bb", "digest_format": 2, "agreeing": []uint64{1, 3}, "detail": ce.Error()},
 		alarmJSON(journal.Status{ID: 2, Err: ce}))
 }
