@@ -213,7 +213,7 @@ func (r *run) slowDisk(rng *rand.Rand) {
 		fs.SetSyncDelay(0, "")
 		return
 	}
-	d := time.Duration(1200+rng.IntN(1800)) * time.Millisecond
+	d := time.Duration(1500+rng.IntN(700)) * time.Millisecond
 	r.hist.fault("disk of 1 slow: fsync %v", d)
 	fs.SetSyncDelay(d, ".log")
 }
@@ -289,11 +289,11 @@ func (r *run) retryAcrossImage(ctx context.Context, rng *rand.Rand) {
 		}
 	}
 	if f := r.c.Frontend(a); f != nil {
-		tally(proposeKeyed(ctx, f, key, putBatch(k, value)))
+		tally(r.proposeKeyed(ctx, f, key, putBatch(k, value)))
 	}
 	r.checkpointAll(ctx)
 	if f := r.c.Frontend(b); f != nil {
-		tally(proposeKeyed(ctx, f, key, putBatch(k, value)))
+		tally(r.proposeKeyed(ctx, f, key, putBatch(k, value)))
 	}
 	switch {
 	case applied:

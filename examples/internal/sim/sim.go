@@ -102,6 +102,7 @@ type run struct {
 	c        *frontendtest.Cluster
 	n        int // frontends: the voters 1..voters, then the observers
 	voters   int
+	timeout  time.Duration // a request's: the frontends' RequestTimeout
 	value    atomic.Int64 // numbers the nemesis's own writes
 	hist     *history
 	cl       *clients   // the workload, which the nemesis's own reads join
@@ -141,9 +142,16 @@ func Run(t *testing.T, opts Options) *Result {
 	// Images come often and the log keeps few entries behind them (the
 	// dedupe window is as wide as that margin), so that nodes replay from
 	// an image the log starts after and retried writes straddle images.
+	//
+	// A sole voter's disk may be slow (an fsync of up to 3 s): its
+	// requests wait up to 10 s, two fsyncs and an election.
+	timeout := 3 * time.Second
+	if voters == 1 {
+		timeout = 10 * time.Second
+	}
 	cfg := frontend.Config{
 		Token:              "sim",
-		RequestTimeout:     3 * time.Second,
+		RequestTimeout:     timeout,
 		CheckpointEntries:  []uint64{16, 32, 64}[rng.IntN(3)],
 		CheckpointInterval: 2 * time.Second,
 		CompactMargin:      []uint64{32, 64}[rng.IntN(2)],
@@ -153,7 +161,7 @@ func Run(t *testing.T, opts Options) *Result {
 	}
 	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: voters, Observers: observers, InMemory: true, Config: cfg})
 	c.Network().Seed(rng.Uint64())
-	r := &run{opts: opts, c: c, n: n, voters: voters, hist: newHistory(start, opts.Trace)}
+	r := &run{opts: opts, c: c, n: n, voters: voters, timeout: timeout, hist: newHistory(start, opts.Trace)}
 	res := &Result{Seed: opts.Seed, Frontends: n, Observers: observers}
 	defer func() {
 		for i := 1; i <= n; i++ {

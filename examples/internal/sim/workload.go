@@ -131,7 +131,7 @@ func (cl *clients) putRetried(ctx context.Context, rng *rand.Rand, id, k int, va
 		if f == nil {
 			continue
 		}
-		err := proposeKeyed(ctx, f, key, putBatch(k, value))
+		err := cl.r.proposeKeyed(ctx, f, key, putBatch(k, value))
 		switch {
 		case err == nil:
 			cl.r.hist.done(id, call, in, nil, true)
@@ -156,12 +156,12 @@ func putBatch(k int, value string) catalog.Batch {
 
 // proposeKeyed proposes b through f's journal under the idempotency key,
 // encoded at the cluster's version, within the frontends' request timeout.
-func proposeKeyed(ctx context.Context, f *frontend.Frontend, key [16]byte, b catalog.Batch) error {
+func (r *run) proposeKeyed(ctx context.Context, f *frontend.Frontend, key [16]byte, b catalog.Batch) error {
 	data, err := b.EncodeVersion(frontend.BatchVersion(f.Journal().ClusterVersion()))
 	if err != nil {
 		return fmt.Errorf("encode: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	_, _, err = f.Journal().ProposeWithKey(ctx, key, data)
 	return err
@@ -198,7 +198,7 @@ func (cl *clients) cas(ctx context.Context, f *frontend.Frontend, id, k int, val
 // read is a linearizable read on any frontend: a read barrier, then the
 // tree. It reports whether the read completed.
 func (cl *clients) read(ctx context.Context, f *frontend.Frontend, id, k int) bool {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, cl.r.timeout)
 	defer cancel()
 	call := cl.r.hist.call()
 	if err := f.Journal().ReadBarrier(ctx); err != nil {
