@@ -103,7 +103,7 @@ type run struct {
 	n        int // frontends: the voters 1..voters, then the observers
 	voters   int
 	timeout  time.Duration // a request's: the frontends' RequestTimeout
-	value    atomic.Int64 // numbers the nemesis's own writes
+	value    atomic.Int64  // numbers the nemesis's own writes
 	hist     *history
 	cl       *clients   // the workload, which the nemesis's own reads join
 	mu       sync.Mutex // guards failures
