@@ -368,9 +368,10 @@ func (r *run) lagBehindImage(ctx context.Context, rng *rand.Rand) {
 
 // crashLoop cuts a frontend's power two to four times, each time while
 // a linearizable read through it is in flight on slow links, restarts it
-// after a short outage and reads through it at once: a young run's first
-// read rounds meet the answers to the rounds of the run before, which the
-// leader may still send after the restart.
+// after a short outage (a write of the same register acknowledged
+// meanwhile through the leader) and reads it through the frontend at
+// once: a young run's first read rounds meet the answers to the rounds
+// of the run before, which the leader may still send after the restart.
 func (r *run) crashLoop(ctx context.Context, rng *rand.Rand) {
 	i := r.pick(rng)
 	loops := 2 + rng.IntN(3)
@@ -400,10 +401,17 @@ func (r *run) crashLoop(ctx context.Context, rng *rand.Rand) {
 			return
 		}
 		inflight.Wait()
+		// A write of the register acknowledged while i is down: the read
+		// through i after its restart must see it.
+		if l := r.leader(); l != 0 && l != i {
+			if g := r.c.Frontend(l); g != nil {
+				r.cl.put(ctx, g, 95, k, fmt.Sprintf("n%d", r.value.Add(1)))
+			}
+		}
 		pause(ctx, time.Duration(rng.IntN(30))*time.Millisecond)
 		r.restart(ctx, i, "in a crash loop")
 		if f := r.c.Frontend(i); f != nil {
-			r.cl.read(ctx, f, 91, rng.IntN(keys))
+			r.cl.read(ctx, f, 91, k)
 		}
 	}
 }
