@@ -2,7 +2,9 @@ package journaltest
 
 import (
 	"os"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -22,6 +24,9 @@ type CrashFS struct {
 	at      int // 0: never
 	crashed *vfs.MemFS
 	onCrash func()
+	// syncDelay and syncSuffix make a slow disk (SetSyncDelay).
+	syncDelay  time.Duration
+	syncSuffix string
 }
 
 // NewCrashFS returns an empty, unarmed CrashFS.
@@ -59,6 +64,36 @@ func (fs *CrashFS) Disarm() {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.at = -1
+}
+
+// SetSyncDelay makes every sync of a file whose name ends in suffix (""
+// for every file; directories never) take d longer, on the clock's time
+// (virtual inside a testing/synctest bubble): a slow disk. Pebble's WAL
+// files end in ".log", so SetSyncDelay(d, ".log") slows exactly the
+// journal's durable writes (entries, term and vote). 0 restores a fast
+// disk. The delay applies to files already open too.
+func (fs *CrashFS) SetSyncDelay(d time.Duration, suffix string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.syncDelay, fs.syncSuffix = d, suffix
+}
+
+// SyncDelay returns the delay and the suffix SetSyncDelay set.
+func (fs *CrashFS) SyncDelay() (time.Duration, string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.syncDelay, fs.syncSuffix
+}
+
+// slowSync waits out the sync delay of the file name.
+func (fs *CrashFS) slowSync(name string) {
+	d, suffix := fs.SyncDelay()
+	if d <= 0 || name == "" || !strings.HasSuffix(name, suffix) {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	<-t.C
 }
 
 // Steps returns the number of steps taken so far.
@@ -104,33 +139,40 @@ func (fs *CrashFS) take() {
 	}
 }
 
-func (fs *CrashFS) wrap(f vfs.File, err error) (vfs.File, error) {
+// wrap wraps an opened file; name is "" for a directory.
+func (fs *CrashFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return crashFile{File: f, fs: fs}, nil
+	return crashFile{File: f, fs: fs, name: name}, nil
 }
 
 // Create implements vfs.FS.
 func (fs *CrashFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
 	fs.step()
-	return fs.wrap(fs.MemFS.Create(name, c))
+	f, err := fs.MemFS.Create(name, c)
+	return fs.wrap(name, f, err)
 }
 
 // OpenReadWrite implements vfs.FS.
 func (fs *CrashFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, o ...vfs.OpenOption) (vfs.File, error) {
 	fs.step()
-	return fs.wrap(fs.MemFS.OpenReadWrite(name, c, o...))
+	f, err := fs.MemFS.OpenReadWrite(name, c, o...)
+	return fs.wrap(name, f, err)
 }
 
 // ReuseForWrite implements vfs.FS.
 func (fs *CrashFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
 	fs.step()
-	return fs.wrap(fs.MemFS.ReuseForWrite(old, name, c))
+	f, err := fs.MemFS.ReuseForWrite(old, name, c)
+	return fs.wrap(name, f, err)
 }
 
 // OpenDir implements vfs.FS.
-func (fs *CrashFS) OpenDir(name string) (vfs.File, error) { return fs.wrap(fs.MemFS.OpenDir(name)) }
+func (fs *CrashFS) OpenDir(name string) (vfs.File, error) {
+	f, err := fs.MemFS.OpenDir(name)
+	return fs.wrap("", f, err)
+}
 
 // Link implements vfs.FS.
 func (fs *CrashFS) Link(old, name string) error {
@@ -164,20 +206,24 @@ func (fs *CrashFS) MkdirAll(dir string, perm os.FileMode) error {
 
 type crashFile struct {
 	vfs.File
-	fs *CrashFS
+	fs   *CrashFS
+	name string // "" for a directory
 }
 
 func (f crashFile) Sync() error {
+	f.fs.slowSync(f.name)
 	f.fs.step()
 	return f.File.Sync()
 }
 
 func (f crashFile) SyncData() error {
+	f.fs.slowSync(f.name)
 	f.fs.step()
 	return f.File.SyncData()
 }
 
 func (f crashFile) SyncTo(n int64) (bool, error) {
+	f.fs.slowSync(f.name)
 	f.fs.step()
 	return f.File.SyncTo(n)
 }

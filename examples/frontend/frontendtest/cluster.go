@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/examples/frontend"
+	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/journaltest"
 	"github.com/stretchr/testify/require"
 )
@@ -19,6 +20,9 @@ import (
 type Options struct {
 	// Frontends is the number of voting frontends; default 3.
 	Frontends int
+	// Observers is the number of frontends that join after the voters as
+	// observers (journal.Observer), with the indexes after theirs.
+	Observers int
 	// Workers is the number of workers started with the cluster
 	// (Cluster.AddWorker), with the ids after the frontends'.
 	Workers int
@@ -33,7 +37,7 @@ type Options struct {
 	InMemory bool
 }
 
-// Cluster is a cluster of frontends, the production assembly
+// Cluster is a cluster of frontends (voters, then observers), the production assembly
 // (frontend.Start), talking over one in-memory Network. Frontend i (from
 // 1) has the address "frontend-i:7000" and a data dir under t.TempDir.
 // The cluster closes when the test ends.
@@ -67,7 +71,7 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 	t.Cleanup(c.close)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for i := 1; i <= opts.Frontends; i++ {
+	for i := 1; i <= opts.Frontends+opts.Observers; i++ {
 		join := ""
 		if i > 1 {
 			join = Addr(1)
@@ -76,11 +80,15 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 		require.NoError(t, err, "start frontend %d", i)
 	}
 	for k := 1; k <= opts.Workers; k++ {
-		_, err := c.AddWorker(ctx, uint64(opts.Frontends+k))
-		require.NoError(t, err, "start worker %d", opts.Frontends+k)
+		id := uint64(c.frontends() + k)
+		_, err := c.AddWorker(ctx, id)
+		require.NoError(t, err, "start worker %d", id)
 	}
 	return c
 }
+
+// frontends is the number of frontends, voters and observers.
+func (c *Cluster) frontends() int { return c.opts.Frontends + c.opts.Observers }
 
 // Addr is frontend i's address.
 func Addr(i int) string { return fmt.Sprintf("frontend-%d:7000", i) }
@@ -100,6 +108,9 @@ func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string)
 		cfg.FS, cfg.Dir = fs, memDir(i)
 	}
 	cfg.Bootstrap, cfg.Join = bootstrap, join
+	if i > c.opts.Frontends {
+		cfg.Role = journal.Observer
+	}
 	ln, err := c.net.Listen(cfg.Addr)
 	if err != nil {
 		return nil, err

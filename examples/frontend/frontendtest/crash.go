@@ -42,7 +42,8 @@ func (c *Cluster) FS(i int) *journaltest.CrashFS {
 // Crash cuts frontend i's power: it drops off the network at once (so it
 // acknowledges nothing the cut does not keep), its filesystem keeps only
 // what was synced, and the process is then closed on the disk nobody sees
-// again. RestartFrontend starts it from what the cut kept. It needs
+// again. RestartFrontend starts it from what the cut kept, on a disk as
+// slow as before (journaltest.CrashFS.SetSyncDelay). It needs
 // Options.InMemory (ErrNotInMemory).
 func (c *Cluster) Crash(i int) error {
 	fs := c.FS(i)
@@ -55,8 +56,10 @@ func (c *Cluster) Crash(i int) error {
 	c.mu.Unlock()
 	c.net.SetDown(Addr(i), true)
 	kept := fs.CutNow()
+	next := journaltest.WrapCrashFS(kept)
+	next.SetSyncDelay(fs.SyncDelay()) // the disk is as slow after the cut
 	c.mu.Lock()
-	c.fss[i] = journaltest.WrapCrashFS(kept)
+	c.fss[i] = next
 	c.mu.Unlock()
 	if f != nil {
 		_ = f.Close() // on the old filesystem, off the network

@@ -104,8 +104,8 @@ func (c *Cluster) AddWorker(ctx context.Context, id uint64) (*Worker, error) {
 	c.mu.Lock()
 	_, exists := c.workers[id]
 	c.mu.Unlock()
-	if id == 0 || id <= uint64(c.opts.Frontends) || exists {
-		return nil, fmt.Errorf("%w: id %d: want a new id above the frontends' 1..%d", ErrInvalidWorker, id, c.opts.Frontends)
+	if id == 0 || id <= uint64(c.frontends()) || exists {
+		return nil, fmt.Errorf("%w: id %d: want a new id above the frontends' 1..%d", ErrInvalidWorker, id, c.frontends())
 	}
 	w, err := c.startWorker(id)
 	if err != nil {

@@ -61,6 +61,17 @@ func (h *history) done(client int, call int64, in linearize.KV, output any, know
 	h.mix(fmt.Sprintf("op %d %+v %v %v", client, in, output, known))
 }
 
+// failed records a write that failed for certain (it did not and will
+// not apply): it stays out of the operations the check sees, so a read
+// of its value fails the check; its outcome is hashed.
+func (h *history) failed(in linearize.KV) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.clock++
+	h.n++
+	h.mix(fmt.Sprintf("failed %+v", in))
+}
+
 // event hashes one event that is not a register operation (a unique
 // create and its outcome).
 func (h *history) event(format string, args ...any) {

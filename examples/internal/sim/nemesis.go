@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/examples/frontend/frontendtest"
+	"github.com/metatree/metatree/internal/linearize"
 )
 
 // nemesis injects faults, one at a time, for d of simulated time, and
@@ -76,7 +78,7 @@ func (r *run) leader() int {
 
 func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 	net := r.c.Network()
-	switch p := rng.IntN(100); {
+	switch p := rng.IntN(120); {
 	case p < 12: // isolate one frontend, often the leader
 		i := r.pick(rng)
 		if l := r.leader(); l != 0 && rng.IntN(2) == 0 {
@@ -177,9 +179,164 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			_, _ = f.Checkpointer().Checkpoint(cctx) // the leader's is disabled; others may lag
 			cancel()
+			r.checkImagesNow(ctx, i)
 		}
-	default: // a lagging frontend catches up from an image
+	case p < 100: // a lagging frontend catches up from an image
 		r.lagBehindImage(ctx, rng)
+	case p < 106: // a slow disk, or a fast one again
+		r.slowDisk(rng)
+	case p < 114: // the leader's power cut right after a write, a lagging reader at once
+		r.crashAfterWrite(ctx, rng)
+	default: // a client's retry with the same key lands across an image
+		r.retryAcrossImage(ctx, rng)
+	}
+}
+
+// slowDisk makes the sole voter's WAL fsyncs (entries, term and vote)
+// take longer than the election timeout, or makes its disk fast again. A
+// slow disk stays slow across power cuts and through the recovery: it
+// must delay elections and writes, not prevent them. Only a sole voter's
+// disk is slowed: the journal's store holds its lock across the fsync of
+// an append that overwrites the log's tail, which a follower runs and a
+// sole voter never does, and a goroutine waiting on a lock (raft's reads)
+// stops a synctest bubble's clock for good.
+func (r *run) slowDisk(rng *rand.Rand) {
+	if r.voters != 1 {
+		return
+	}
+	fs := r.c.FS(1)
+	if fs == nil {
+		return
+	}
+	if rng.IntN(3) == 0 {
+		r.hist.fault("disk of 1 fast")
+		fs.SetSyncDelay(0, "")
+		return
+	}
+	d := time.Duration(1500+rng.IntN(700)) * time.Millisecond
+	r.hist.fault("disk of 1 slow: fsync %v", d)
+	fs.SetSyncDelay(d, ".log")
+}
+
+// crashAfterWrite writes through the leader while its link to another
+// frontend (the reader) is cut one way, so the reader lags; cuts the
+// leader's power right after the acknowledgement, a sole voter's
+// sometimes on a slow disk; restarts it, heals, and reads the register through the reader at
+// once, again and again until a read completes. A leader's commit index
+// on disk can lag what it acknowledged (a commit-only HardState is not
+// synced); with a sole voter, nobody else holds it.
+func (r *run) crashAfterWrite(ctx context.Context, rng *rand.Rand) {
+	l := r.leader()
+	f := r.c.Frontend(l)
+	if l == 0 || f == nil {
+		return
+	}
+	reader := r.others(l)[rng.IntN(r.n-1)]
+	k := rng.IntN(keys)
+	r.hist.fault("crash %d after a write of %s, %d reads at once", l, keyPath(k), reader)
+	net := r.c.Network()
+	net.CutOneWay(frontendtest.Addr(l), frontendtest.Addr(reader))
+	if rng.IntN(2) == 0 {
+		r.slowDisk(rng)
+	}
+	r.cl.put(ctx, f, 92, k, fmt.Sprintf("n%d", r.value.Add(1)))
+	if err := r.c.Crash(l); err != nil {
+		r.failf("crash frontend %d: %v", l, err)
+		return
+	}
+	pause(ctx, time.Duration(rng.IntN(300))*time.Millisecond)
+	r.restart(ctx, l, "after a power cut right after a write")
+	net.Heal()
+	for range 20 {
+		g := r.c.Frontend(reader)
+		if g == nil || ctx.Err() != nil || r.cl.read(ctx, g, 93, k) {
+			return
+		}
+	}
+}
+
+// retryAcrossImage is a client that lost the acknowledgement of a keyed
+// put and retries it through another frontend after the frontends
+// checkpointed: the retry lands after an image its first copy is in,
+// within the dedupe window, and the live appliers skip it. Then writes
+// and checkpoints compact the logs up to that image, and the
+// differential check replays from it on every frontend.
+func (r *run) retryAcrossImage(ctx context.Context, rng *rand.Rand) {
+	up := r.running()
+	if len(up) < 2 {
+		return
+	}
+	a, b := up[rng.IntN(len(up))], 0
+	for b == 0 || b == a {
+		b = up[rng.IntN(len(up))]
+	}
+	k := rng.IntN(keys)
+	value := fmt.Sprintf("n%d", r.value.Add(1))
+	r.hist.fault("keyed put of %s through %d, retried through %d across a checkpoint", keyPath(k), a, b)
+	var key [16]byte
+	for i := range key {
+		key[i] = byte(rng.Uint32())
+	}
+	in := linearize.KV{Put: true, Key: keyPath(k), Value: value}
+	call := r.hist.call()
+	applied, unknown := false, false
+	tally := func(err error) {
+		switch {
+		case err == nil:
+			applied = true
+		case !definite(err):
+			unknown = true
+		}
+	}
+	if f := r.c.Frontend(a); f != nil {
+		tally(r.proposeKeyed(ctx, f, key, putBatch(k, value)))
+	}
+	r.checkpointAll(ctx)
+	if f := r.c.Frontend(b); f != nil {
+		tally(r.proposeKeyed(ctx, f, key, putBatch(k, value)))
+	}
+	switch {
+	case applied:
+		r.hist.done(94, call, in, nil, true)
+	case unknown:
+		r.hist.done(94, call, in, nil, false)
+	default:
+		r.hist.failed(in)
+	}
+	if l := r.leader(); l != 0 {
+		r.fill(ctx, r.c.Frontend(l), fmt.Sprintf("retry-%d", r.value.Load()), 12+rng.IntN(30))
+	}
+	r.checkpointAll(ctx)
+	for _, i := range r.running() {
+		r.checkImagesNow(ctx, i)
+	}
+}
+
+// checkpointAll checkpoints every running frontend (the leader's may be
+// disabled; a lagging one may fail).
+func (r *run) checkpointAll(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, i := range r.running() {
+		if f := r.c.Frontend(i); f != nil {
+			_, _ = f.Checkpointer().Checkpoint(cctx)
+		}
+	}
+}
+
+// fill writes n batches through f that leave the tree as it was (a node
+// created and deleted), to move the log on.
+func (r *run) fill(ctx context.Context, f *frontend.Frontend, prefix string, n int) {
+	if f == nil {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for k := 0; k < n && wctx.Err() == nil; k++ {
+		_, _ = f.Write(wctx, catalog.Batch{Ops: []catalog.Op{
+			{Type: catalog.OpCreate, Path: fmt.Sprintf("/%s-%d", prefix, k), Kind: "filler"},
+			{Type: catalog.OpDelete, Path: fmt.Sprintf("/%s-%d", prefix, k)},
+		}})
 	}
 }
 
@@ -205,30 +362,16 @@ func (r *run) lagBehindImage(ctx context.Context, rng *rand.Rand) {
 	r.hist.fault("lag %d behind an image", lag)
 	r.c.Partition(lag, r.others(lag)...)
 	defer r.c.Network().Heal()
-	f := r.c.Frontend(l)
-	if f == nil {
-		return
-	}
-	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	for k := 0; k < 80 && wctx.Err() == nil; k++ {
-		_, _ = f.Write(wctx, catalog.Batch{Ops: []catalog.Op{
-			{Type: catalog.OpCreate, Path: fmt.Sprintf("/lag-%d-%d", lag, k), Kind: "filler"},
-			{Type: catalog.OpDelete, Path: fmt.Sprintf("/lag-%d-%d", lag, k)},
-		}})
-	}
-	for _, i := range r.others(lag) {
-		if g := r.c.Frontend(i); g != nil {
-			_, _ = g.Checkpointer().Checkpoint(wctx)
-		}
-	}
+	r.fill(ctx, r.c.Frontend(l), fmt.Sprintf("lag-%d", lag), 80)
+	r.checkpointAll(ctx)
 }
 
 // crashLoop cuts a frontend's power two to four times, each time while
 // a linearizable read through it is in flight on slow links, restarts it
-// after a short outage and reads through it at once: a young run's first
-// read rounds meet the answers to the rounds of the run before, which the
-// leader may still send after the restart.
+// after a short outage (a write of the same register acknowledged
+// meanwhile through the leader) and reads it through the frontend at
+// once: a young run's first read rounds meet the answers to the rounds
+// of the run before, which the leader may still send after the restart.
 func (r *run) crashLoop(ctx context.Context, rng *rand.Rand) {
 	i := r.pick(rng)
 	loops := 2 + rng.IntN(3)
@@ -258,10 +401,17 @@ func (r *run) crashLoop(ctx context.Context, rng *rand.Rand) {
 			return
 		}
 		inflight.Wait()
+		// A write of the register acknowledged while i is down: the read
+		// through i after its restart must see it.
+		if l := r.leader(); l != 0 && l != i {
+			if g := r.c.Frontend(l); g != nil {
+				r.cl.put(ctx, g, 95, k, fmt.Sprintf("n%d", r.value.Add(1)))
+			}
+		}
 		pause(ctx, time.Duration(rng.IntN(30))*time.Millisecond)
 		r.restart(ctx, i, "in a crash loop")
 		if f := r.c.Frontend(i); f != nil {
-			r.cl.read(ctx, f, 91, rng.IntN(keys))
+			r.cl.read(ctx, f, 91, k)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,7 +30,9 @@ type Options struct {
 	// Duration is the simulated time the workload runs under faults;
 	// default DefaultDuration.
 	Duration time.Duration
-	// Frontends is the number of frontends; 0 draws 3 to 5 from the seed.
+	// Frontends is the number of voting frontends; 0 draws the
+	// cluster's shape from the seed: three to five voters, or (one run in
+	// four) a sole voter with one to three observers.
 	Frontends int
 	// Configure, when set, adjusts the frontends' config template (a test
 	// that narrows a timeout, say).
@@ -48,8 +51,10 @@ type Options struct {
 
 // Result is what one run did and found.
 type Result struct {
-	Seed      uint64
-	Frontends int
+	Seed uint64
+	// Frontends is the number of frontends, Observers how many of them
+	// are observers (the others vote).
+	Frontends, Observers int
 	// Simulated is the virtual time the run took, set-up and checks
 	// included.
 	Simulated time.Duration
@@ -91,7 +96,7 @@ func (r *Result) Report() string {
 	if r.Failed() {
 		status = "FAILED"
 	}
-	s := fmt.Sprintf("seed %d: %s: %d frontends, %d ops, %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Ops, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
+	s := fmt.Sprintf("seed %d: %s: %d frontends (%d observers), %d ops, %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Observers, r.Ops, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
 	for _, f := range r.Failures {
 		s += "\n  - " + f
 	}
@@ -106,7 +111,10 @@ type run struct {
 	opts     Options
 	cfg      frontend.Config // the frontends' config template
 	c        *frontendtest.Cluster
-	n        int // frontends
+	n        int // frontends: the voters 1..voters, then the observers
+	voters   int
+	timeout  time.Duration // a request's: the frontends' RequestTimeout
+	value    atomic.Int64  // numbers the nemesis's own writes
 	hist     *history
 	cl       *clients   // the workload, which the nemesis's own reads join
 	mu       sync.Mutex // guards failures
@@ -133,25 +141,39 @@ func Run(t *testing.T, opts Options) *Result {
 		opts.Duration = DefaultDuration
 	}
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x5eed))
-	n := opts.Frontends
-	if n == 0 {
-		n = 3 + rng.IntN(3)
+	voters, observers := opts.Frontends, 0
+	if voters == 0 {
+		voters = 3 + rng.IntN(3)
+		if rng.IntN(4) == 0 {
+			voters, observers = 1, 1+rng.IntN(3)
+		}
 	}
+	n := voters + observers
 	start := time.Now()
+	// Images come often and the log keeps few entries behind them (the
+	// dedupe window is as wide as that margin), so that nodes replay from
+	// an image the log starts after and retried writes straddle images.
+	//
+	// A sole voter's disk may be slow (an fsync of up to 3 s): its
+	// requests wait up to 10 s, two fsyncs and an election.
+	timeout := 3 * time.Second
+	if voters == 1 {
+		timeout = 10 * time.Second
+	}
 	cfg := frontend.Config{
 		Token:              "sim",
-		RequestTimeout:     3 * time.Second,
-		CheckpointEntries:  64,
+		RequestTimeout:     timeout,
+		CheckpointEntries:  []uint64{16, 32, 64}[rng.IntN(3)],
 		CheckpointInterval: 2 * time.Second,
-		CompactMargin:      32,
+		CompactMargin:      []uint64{32, 64}[rng.IntN(2)],
 	}
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
 	}
-	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: n, InMemory: true, Config: cfg})
+	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: voters, Observers: observers, InMemory: true, Config: cfg})
 	c.Network().Seed(rng.Uint64())
-	r := &run{opts: opts, cfg: cfg, c: c, n: n, hist: newHistory(start, opts.Trace)}
-	res := &Result{Seed: opts.Seed, Frontends: n}
+	r := &run{opts: opts, cfg: cfg, c: c, n: n, voters: voters, timeout: timeout, hist: newHistory(start, opts.Trace)}
+	res := &Result{Seed: opts.Seed, Frontends: n, Observers: observers}
 	defer func() {
 		for i := 1; i <= n; i++ {
 			c.StopFrontend(i)

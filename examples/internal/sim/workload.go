@@ -11,6 +11,7 @@ import (
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/internal/linearize"
+	"github.com/metatree/metatree/journal"
 )
 
 // clients are the workload: goroutines that each pick, with their own
@@ -62,8 +63,10 @@ func (cl *clients) loop(ctx context.Context, id int, rng *rand.Rand) {
 		}
 		value := fmt.Sprintf("c%d-%d", id, seq)
 		switch p := rng.IntN(100); {
-		case p < 35:
+		case p < 27:
 			cl.put(ctx, f, id, rng.IntN(keys), value)
+		case p < 35:
+			cl.putRetried(ctx, rng, id, rng.IntN(keys), value)
 		case p < 50:
 			cl.cas(ctx, f, id, rng.IntN(keys), value)
 		case p < 70:
@@ -83,12 +86,85 @@ func (cl *clients) put(ctx context.Context, f *frontend.Frontend, id, k int, val
 		{Type: catalog.OpUpdate, Path: keyPath(k), Set: map[string]catalog.Value{"v": catalog.String(value)}},
 	}})
 	// A result means the batch applied (err is then its own failure, which
-	// an update of an existing register never has); without one the
-	// outcome is unknown.
-	if res != nil && err != nil {
+	// an update of an existing register never has). Without one, an error
+	// that does not wrap ErrOutcomeUnknown says the write did not and will
+	// not apply: it leaves the history, so a read that sees its value
+	// fails the check.
+	switch {
+	case res != nil && err != nil:
 		cl.r.failf("put %s=%s through frontend %d failed as a batch: %v", keyPath(k), value, f.ID(), err)
+		cl.r.hist.done(id, call, in, nil, false)
+	case res != nil:
+		cl.r.hist.done(id, call, in, nil, true)
+	case definite(err):
+		cl.r.hist.failed(in)
+	default:
+		cl.r.hist.done(id, call, in, nil, false)
 	}
-	cl.r.hist.done(id, call, in, nil, res != nil)
+}
+
+// definite reports whether err, a write's error without a result, says
+// the write did not and will not apply (journal.Propose's contract):
+// anything but ErrOutcomeUnknown.
+func definite(err error) bool {
+	return err != nil && !errors.Is(err, journal.ErrOutcomeUnknown)
+}
+
+// putRetried puts a register as a client that loses acknowledgements
+// does: the same batch under one idempotency key, proposed through a
+// random frontend and, while its outcome is unknown, again through
+// another, up to three times. The journal applies it once.
+func (cl *clients) putRetried(ctx context.Context, rng *rand.Rand, id, k int, value string) {
+	var key [16]byte
+	for i := range key {
+		key[i] = byte(rng.Uint32())
+	}
+	in := linearize.KV{Put: true, Key: keyPath(k), Value: value}
+	call := cl.r.hist.call()
+	unknown := false
+	for attempt := range 3 {
+		up := cl.r.running()
+		if len(up) == 0 || ctx.Err() != nil {
+			break
+		}
+		f := cl.r.c.Frontend(up[rng.IntN(len(up))])
+		if f == nil {
+			continue
+		}
+		err := cl.r.proposeKeyed(ctx, f, key, putBatch(k, value))
+		switch {
+		case err == nil:
+			cl.r.hist.done(id, call, in, nil, true)
+			return
+		case !definite(err):
+			unknown = true
+			cl.r.hist.event("keyed put %s=%s attempt %d through %d unknown", keyPath(k), value, attempt, f.ID())
+		}
+	}
+	if unknown {
+		cl.r.hist.done(id, call, in, nil, false)
+		return
+	}
+	cl.r.hist.failed(in)
+}
+
+func putBatch(k int, value string) catalog.Batch {
+	return catalog.Batch{Ops: []catalog.Op{
+		{Type: catalog.OpUpdate, Path: keyPath(k), Set: map[string]catalog.Value{"v": catalog.String(value)}},
+	}}
+}
+
+// proposeKeyed proposes b through f's journal under the idempotency key,
+// encoded at the cluster's version, within the frontends' request timeout.
+func (r *run) proposeKeyed(ctx context.Context, f *frontend.Frontend, key [16]byte, b catalog.Batch) error {
+	data, err := b.EncodeVersion(frontend.BatchVersion(f.Journal().ClusterVersion()))
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	_, _, err = f.Journal().ProposeWithKey(ctx, key, data)
+	return err
 }
 
 // cas sets the register over the value the frontend's tree shows now
@@ -105,6 +181,8 @@ func (cl *clients) cas(ctx context.Context, f *frontend.Frontend, id, k int, val
 			Cond: catalog.Cond{Match: map[string]catalog.Value{"v": catalog.String(expect)}}},
 	}})
 	switch {
+	case res == nil && definite(err):
+		cl.r.hist.failed(in)
 	case res == nil:
 		cl.r.hist.done(id, call, in, nil, false)
 	case err == nil:
@@ -118,20 +196,21 @@ func (cl *clients) cas(ctx context.Context, f *frontend.Frontend, id, k int, val
 }
 
 // read is a linearizable read on any frontend: a read barrier, then the
-// tree.
-func (cl *clients) read(ctx context.Context, f *frontend.Frontend, id, k int) {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+// tree. It reports whether the read completed.
+func (cl *clients) read(ctx context.Context, f *frontend.Frontend, id, k int) bool {
+	ctx, cancel := context.WithTimeout(ctx, cl.r.timeout)
 	defer cancel()
 	call := cl.r.hist.call()
 	if err := f.Journal().ReadBarrier(ctx); err != nil {
-		return // no outcome: a failed read constrains nothing
+		return false // no outcome: a failed read constrains nothing
 	}
 	n, ok := f.Tree().Get(keyPath(k))
 	if !ok {
 		cl.r.failf("register %s missing on frontend %d after a read barrier", keyPath(k), f.ID())
-		return
+		return false
 	}
 	cl.r.hist.done(id, call, linearize.KV{Key: keyPath(k)}, n.Attrs["v"].Str(), true)
+	return true
 }
 
 // readLocal reads the frontend's tree without a barrier: it may be stale,

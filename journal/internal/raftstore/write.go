@@ -259,15 +259,23 @@ func (s *Store) Compact(index uint64) error {
 			return err
 		}
 	}
+	// Readers see the log as compacted before the batch deletes a byte:
+	// a read that began earlier holds s.mu.RLock and finishes first, and
+	// no later one reads below the new truncation point. The commit then
+	// runs outside s.mu, so that raft's reads (the raft loop's) never wait
+	// for its fsync: on a slow disk that wait would stall the loop, its
+	// ticks and heartbeats, for an fsync. Should the commit fail, the
+	// store halts (s.commit), and a restart finds the old truncation
+	// point with every entry it names.
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.trunc = newTrunc
+	s.mu.cache.truncateFront(index)
+	s.mu.Unlock()
 	// Synced so that a crash cannot resurrect the old truncation point with
 	// some of its entries gone; compactions are rare.
 	if err := s.commit(b, true); err != nil {
 		return fmt.Errorf("raftstore: compact %d: commit: %w", index, err)
 	}
-	s.mu.trunc = newTrunc
-	s.mu.cache.truncateFront(index)
 	return nil
 }
 
