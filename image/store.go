@@ -639,10 +639,10 @@ func (s *Store) Retain(index uint64) {
 	s.mu.logBase = index
 }
 
-// Prune deletes all but the newest Keep images and the one Retain names,
-// fetched images older than the newest image, and quarantined (corrupt)
-// files older than the oldest of the newest Keep images. Images fetched
-// and not yet installed are kept.
+// Prune deletes all but the newest Keep images, the one Retain names and
+// those after it, fetched images older than the newest image, and
+// quarantined (corrupt) files older than the oldest of the newest Keep
+// images. Images fetched and not yet installed are kept.
 func (s *Store) Prune() error {
 	s.dirMu.Lock()
 	defer s.dirMu.Unlock()
@@ -656,10 +656,16 @@ func (s *Store) Prune() error {
 	s.mu.Unlock()
 	var victims []string
 	if len(l.installed) > s.cfg.Keep {
-		// The newest image at or below logBase stays; it may be among the
-		// newest Keep already (installed is newest first).
+		// The newest image at or below logBase stays, and so does every
+		// image after it: the journal compacts its log up to an image it
+		// was told of, perhaps after this call, and the one its log then
+		// starts after must be here. An unknown logBase (0) protects
+		// nothing beyond the newest Keep.
 		base := !slices.ContainsFunc(l.installed[:s.cfg.Keep], func(i uint64) bool { return i <= logBase })
 		for _, i := range l.installed[s.cfg.Keep:] {
+			if logBase > 0 && i > logBase {
+				continue
+			}
 			if base && i <= logBase {
 				base = false
 				continue

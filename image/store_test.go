@@ -226,3 +226,26 @@ func TestLoadLatestEveryImageBadWholeJournal(t *testing.T) {
 	names, _ := fs.List("/data/image")
 	require.Contains(t, names, "image.100.corrupt")
 }
+
+// Prune keeps every image after the one the log starts after, not only the
+// newest Keep: the journal may compact up to any image it was told of,
+// and the one its log then starts after must still be here (a watch
+// resumes from it, a checkpoint replays from it).
+func TestPruneKeepsEveryImageTheLogMayNextStartAfter(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openStore(t, fs, "/data", newKV(), func(c *Config) { c.Keep = 2 })
+	for _, i := range []uint64{100, 200, 300, 400} {
+		writeKV(t, s, i)
+	}
+	s.Retain(100)
+	require.NoError(t, s.Prune())
+	idx, err := s.Indexes()
+	require.NoError(t, err)
+	require.Equal(t, []uint64{400, 300, 200, 100}, idx, "the log may next be compacted up to 200")
+
+	s.Retain(300)
+	require.NoError(t, s.Prune())
+	idx, err = s.Indexes()
+	require.NoError(t, err)
+	require.Equal(t, []uint64{400, 300}, idx)
+}

@@ -211,10 +211,12 @@ func (r *run) slowDisk(rng *rand.Rand) {
 	if rng.IntN(3) == 0 {
 		r.hist.fault("disk of 1 fast")
 		fs.SetSyncDelay(0, "")
+		r.diskSlow.Store(false)
 		return
 	}
 	d := time.Duration(1500+rng.IntN(700)) * time.Millisecond
 	r.hist.fault("disk of 1 slow: fsync %v", d)
+	r.diskSlow.Store(true)
 	fs.SetSyncDelay(d, ".log")
 }
 

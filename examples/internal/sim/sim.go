@@ -115,6 +115,7 @@ type run struct {
 	voters   int
 	timeout  time.Duration // a request's: the frontends' RequestTimeout
 	value    atomic.Int64  // numbers the nemesis's own writes
+	diskSlow atomic.Bool   // a voter's fsyncs take longer than the election timeout
 	hist     *history
 	cl       *clients   // the workload, which the nemesis's own reads join
 	mu       sync.Mutex // guards failures

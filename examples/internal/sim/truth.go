@@ -28,8 +28,9 @@ type sample struct {
 	// leader is the one running frontend that considers itself leader,
 	// or 0 when none or several do.
 	leader int
-	// quorum: a majority of the frontends run and the leader's links to
-	// them are clean (neither cut nor faulty, both ways).
+	// quorum: a majority of the frontends run, the leader's links to
+	// them are clean (neither cut nor faulty, both ways) and no voter's
+	// disk is slow.
 	quorum bool
 	// clean holds the members whose links with the leader are clean both
 	// ways (the leader's own id included).
@@ -145,7 +146,9 @@ func (tr *truth) sample() {
 				up++
 			}
 		}
-		s.quorum = up > r.n/2
+		// A voter whose fsyncs outlast the election timeout commits
+		// nothing within the bounds: the cluster cannot act in time.
+		s.quorum = up > r.n/2 && !r.diskSlow.Load()
 	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
