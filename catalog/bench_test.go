@@ -2,11 +2,10 @@ package catalog
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
-	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -165,52 +164,32 @@ func BenchmarkDorisScale(b *testing.B) {
 }
 
 // BenchmarkDorisScaleDigest builds BenchmarkDorisScale's catalog through
-// Apply twice an iteration, once keeping the digest and once without it,
-// in alternating order, and reports both apply rates (per second of wall
-// time and of process CPU) and their ratios: what the digest costs the
+// Apply into two trees, one keeping the digest and one without it, batch
+// by batch in turn, and reports both apply rates (per second of wall time
+// and of process CPU) and their ratios: what the digest costs the
 // applier.
 func BenchmarkDorisScaleDigest(b *testing.B) {
 	var ops [2]int
 	var wall, cpu [2]time.Duration
-	build := func(digest bool) {
-		tr := New()
-		tr.dg.off = !digest
-		_, n, t, c := buildDorisCPU(b, dorisFull, tr, 1, 100)
-		if tr.Len() != dorisFull.Nodes() {
-			b.Fatalf("tree has %d nodes, want %d", tr.Len(), dorisFull.Nodes())
-		}
-		_, empty := New().Digest()
-		if _, d := tr.Digest(); digest == (d == empty) {
-			b.Fatalf("digest kept %v, yet the digest is %v and an empty tree's %v", digest, d, empty)
-		}
-		k := 0
-		if digest {
-			k = 1
-		}
-		ops[k], wall[k], cpu[k] = ops[k]+n, wall[k]+t, cpu[k]+c
-	}
-	// Each build runs under the profiler label digest=true or false, so
-	// that a CPU profile (-cpuprofile) splits them: pprof
-	// -tagfocus=digest=true shows what the digest adds to Apply, steadier
-	// than the rates on a shared machine.
-	labeled := func(digest bool) {
-		pprof.Do(context.Background(), pprof.Labels("digest", fmt.Sprint(digest)), func(context.Context) { build(digest) })
-	}
-	// The first build in a process grows the heap from the operating
-	// system (page faults, zeroed pages) and later ones reuse what the
-	// collector freed: an untimed build first makes both measured ones
-	// reuse it, or the first of them (the digest's, at one iteration)
-	// pays for the growth.
-	build(false)
-	ops, wall, cpu = [2]int{}, [2]time.Duration{}, [2]time.Duration{}
-	runtime.GC()
-	i := 0
 	for b.Loop() {
-		labeled(i%2 == 0)
+		// Both trees take every batch in turn (buildDorisPair), so that a
+		// drift of the machine's speed hits both alike; none owns a node.
+		trees := [2]*Tree{New(), New()}
+		trees[0].dg.off = true
+		o, w, c := buildDorisPair(b, dorisFull, trees, 100, math.MaxInt)
+		_, empty := New().Digest()
+		for k, tr := range trees {
+			if want := dorisFull.Nodes() + 1 + dorisFull.Workers; tr.Len() != want {
+				b.Fatalf("tree %d has %d nodes, want %d", k, tr.Len(), want)
+			}
+			if _, d := tr.Digest(); (k == 1) == (d == empty) {
+				b.Fatalf("tree %d: digest kept %v, yet the digest is %v and an empty tree's %v", k, k == 1, d, empty)
+			}
+			ops[k], wall[k], cpu[k] = ops[k]+o[k], wall[k]+w[k], cpu[k]+c[k]
+		}
+		runtime.KeepAlive(trees)
+		trees = [2]*Tree{}
 		runtime.GC()
-		labeled(i%2 != 0)
-		runtime.GC()
-		i++
 	}
 	plain, digest := float64(ops[0])/wall[0].Seconds(), float64(ops[1])/wall[1].Seconds()
 	b.ReportMetric(digest, "apply-ops/s-digest")
