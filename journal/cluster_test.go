@@ -203,25 +203,6 @@ func TestStartupChecks(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 }
 
-// reachable reports whether j counts peer id as reachable for a removal
-// check (it heard from it within its last election timeout of ticks).
-func reachable(t *testing.T, j *Journal, id uint64) bool {
-	var ok bool
-	require.NoError(t, j.do(ctxT(t, time.Second), func() { ok = j.reachable(id) }))
-	return ok
-}
-
-// awaitUnreachable waits until j counts peer id as unreachable: no message
-// from it arrives, so it is unreachable once j's loop has ticked an
-// election timeout's worth of ticks since the last one (n is j's node).
-func awaitUnreachable(t *testing.T, n *node, id uint64) {
-	t.Helper()
-	for k := 0; reachable(t, n.j, id); k++ {
-		require.Less(t, k, 2*testElectionTicks, "node %d still counts node %d reachable %d ticks after the cut", n.id, id, k)
-		awaitTicks(t, n, 1)
-	}
-}
-
 // awaitTicks waits until n's loop has ticked n more times.
 func awaitTicks(t *testing.T, n *node, ticks int) {
 	t.Helper()
@@ -231,81 +212,6 @@ func awaitTicks(t *testing.T, n *node, ticks int) {
 		require.True(t, time.Now().Before(deadline), "node %d ticked %d of %d times in 10s", n.id, ticks-int(end-n.ticks.Load()), ticks)
 		tick := time.NewTimer(testTick)
 		<-tick.C
-	}
-}
-
-func TestMembership(t *testing.T) {
-	c := newCluster(t)
-	c.start(3, 1)
-	leader := c.waitLeader()
-	ctx := ctxT(t, 10*time.Second)
-	lj := c.nodes[leader].j
-	var others []uint64
-	for id := uint64(1); id <= 3; id++ {
-		if id != leader {
-			others = append(others, id)
-		}
-	}
-	down, up := others[0], others[1]
-
-	// With one of three voters unreachable, removing another reachable one
-	// would leave a configuration without a live quorum: refused.
-	c.partition(down)
-	awaitUnreachable(t, c.nodes[leader], down)
-	err := c.nodes[4].j.RemoveMember(ctx, up, false) // through the observer
-	require.ErrorIs(t, err, ErrUnsafeRemoval)
-	require.Equal(t, 1, strings.Count(err.Error(), "unsafe member removal"), "the leader's reason, said once: %v", err)
-	require.ErrorContains(t, err, "below a quorum")
-	// Removing the unreachable node itself is safe; that the check allows
-	// it is TestRemovalCheckRefusesLeavingNoReachableQuorum's to show, on
-	// a clock that load cannot skew. Here it is forced: whether the check
-	// counts up reachable at this instant depends on how soon up answered
-	// the leader's last heartbeat on real HTTP.
-	require.NoError(t, c.nodes[up].j.RemoveMember(ctx, down, true))
-
-	// Promote the observer (through a follower), then hand it the leadership.
-	require.NoError(t, c.nodes[up].j.Promote(ctx, 4))
-	// Promote returns once the change is applied on the calling node; the
-	// observer's role changes before its applied index passes the change.
-	require.NoError(t, c.nodes[4].j.WaitApplied(ctx, c.nodes[up].j.Status().Applied))
-	require.Equal(t, Follower, c.nodes[4].j.Status().Role, "ROLE updated")
-	require.NoError(t, lj.TransferLeadership(ctx, 4))
-	require.Equal(t, uint64(4), c.waitLeaderSeen([]uint64{leader, up, 4}, 4))
-	propose(t, c.nodes[up], "after-transfer")
-	refused := c.nodes[4].j.refusedRemoved.Load() + c.nodes[up].j.refusedRemoved.Load()
-
-	// The removed node never received its removal: healed, it campaigns,
-	// the others refuse it, and their refusals tell it it was removed.
-	c.heal()
-	n3 := c.nodes[down]
-	camp := n3.j.campaigns.Load()
-	await(t, 10*time.Second, "removed node campaigns", n3.changed, func() bool { return n3.j.campaigns.Load() > camp })
-	propose(t, c.nodes[up], "after-removal")
-	st := c.nodes[4].j.Status()
-	require.NotEqual(t, down, st.Leader, "the removed node never leads")
-	// Its vote requests reach the others after the campaign began.
-	tick := time.NewTicker(testTick)
-	defer tick.Stop()
-	for deadline := time.Now().Add(10 * time.Second); c.nodes[4].j.refusedRemoved.Load()+c.nodes[up].j.refusedRemoved.Load() <= refused; <-tick.C {
-		require.True(t, time.Now().Before(deadline), "the removed node's vote requests were refused within 10s")
-	}
-	for _, id := range []uint64{leader, up, 4} {
-		require.NotEqual(t, down, c.nodes[id].j.Status().Leader)
-	}
-	require.False(t, n3.sm.has("after-removal"))
-	require.False(t, c.nodes[4].j.Status().Removed)
-	await(t, 10*time.Second, "the removed node learns of its removal from the refusals", n3.changed, func() bool { return n3.j.Status().Removed })
-	require.ErrorIs(t, n3.j.ReadBarrier(ctx), ErrRemoved)
-	// Knowing it, it stops its raft clock, and so campaigning: three
-	// election timeouts of its loop's ticks later, it has not campaigned.
-	camp, term := n3.j.campaigns.Load(), n3.j.Status().Term
-	awaitTicks(t, n3, 3*testElectionTicks)
-	require.Equal(t, camp, n3.j.campaigns.Load(), "campaigns after it learned of its removal")
-	require.Equal(t, term, n3.j.Status().Term)
-	// Removed ids cannot come back.
-	require.ErrorIs(t, c.nodes[1].j.AddMember(ctx, down, n3.addr, Follower), ErrUnknownMember)
-	for _, m := range st.Members {
-		require.NotEqual(t, down, m.ID)
 	}
 }
 

@@ -17,3 +17,21 @@ func (j *Journal) CheckRemovalForTest(ctx context.Context, id uint64) error {
 	}
 	return err
 }
+
+// ReachableForTest reports, from the raft loop, whether j counts peer id
+// as reachable for a removal check (it heard from it within its last
+// election timeout of ticks).
+func (j *Journal) ReachableForTest(ctx context.Context, id uint64) (bool, error) {
+	var ok bool
+	if err := j.do(ctx, func() { ok = j.reachable(id) }); err != nil {
+		return false, err
+	}
+	return ok, nil
+}
+
+// CampaignsForTest counts the vote requests j sent.
+func (j *Journal) CampaignsForTest() uint64 { return j.campaigns.Load() }
+
+// RefusedRemovedForTest counts the messages j refused because their
+// sender was removed.
+func (j *Journal) RefusedRemovedForTest() uint64 { return j.refusedRemoved.Load() }
