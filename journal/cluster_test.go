@@ -2,11 +2,8 @@ package journal
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,133 +21,6 @@ func propose(t *testing.T, n *node, v string) uint64 {
 	require.Equal(t, "ok:"+v, val)
 	require.True(t, n.sm.has(v), "node %d applied its own write %q before returning", n.id, v)
 	return idx
-}
-
-func TestFailoverAndRestart(t *testing.T) {
-	c := newCluster(t)
-	c.start(3, 1)
-	old := c.waitLeader()
-	for id := uint64(1); id <= 4; id++ {
-		propose(t, c.nodes[id], fmt.Sprintf("before-%d", id))
-	}
-	// Close the leader: a new one is elected among the other voters (never
-	// the observer), and writes go on through every remaining node.
-	c.nodes[old].closeJournal()
-	var rest []uint64
-	for id := uint64(1); id <= 3; id++ {
-		if id != old {
-			rest = append(rest, id)
-		}
-	}
-	leader := c.waitLeader(rest...)
-	require.NotEqual(t, old, leader)
-	for _, id := range append(rest, 4) {
-		propose(t, c.nodes[id], fmt.Sprintf("after-%d", id))
-	}
-	require.Zero(t, c.nodes[4].j.campaigns.Load(), "the observer never campaigns")
-
-	// Restart the old leader from its data dir: same cluster, same role, and
-	// the whole log replays into a fresh state machine.
-	n := c.nodes[old]
-	n.sm = newMemSM()
-	require.NoError(t, c.open(n, nil))
-	st := n.j.Status()
-	require.Equal(t, Follower, st.Role)
-	require.Equal(t, c.nodes[leader].j.Status().ClusterID, st.ClusterID)
-	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
-	for id := uint64(1); id <= 4; id++ {
-		require.True(t, n.sm.has(fmt.Sprintf("before-%d", id)))
-	}
-	for _, id := range append(rest, 4) {
-		require.True(t, n.sm.has(fmt.Sprintf("after-%d", id)), "restarted node replayed after-%d", id)
-	}
-	propose(t, n, "from-restarted")
-	// Every node applied the same sequence. (The proposer applied its write
-	// before returning; the leader may apply it a moment later.)
-	require.NoError(t, c.nodes[leader].j.ReadBarrier(ctxT(t, 5*time.Second)))
-	want := c.nodes[leader].sm.values()
-	for id := uint64(1); id <= 4; id++ {
-		require.NoError(t, c.nodes[id].j.ReadBarrier(ctxT(t, 5*time.Second)))
-		require.Equal(t, want, c.nodes[id].sm.values(), "node %d", id)
-	}
-}
-
-func TestPartitionAndHeal(t *testing.T) {
-	c := newCluster(t)
-	c.start(3, 1)
-	old := c.waitLeader()
-	propose(t, c.nodes[old], "a")
-	c.partition(old)
-	var rest []uint64
-	for id := uint64(1); id <= 3; id++ {
-		if id != old {
-			rest = append(rest, id)
-		}
-	}
-	c.waitLeaderSeen(append(slices.Clone(rest), 4), rest...)
-	// The isolated old leader steps down (check quorum) and cannot write.
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	_, _, err := c.nodes[old].j.Propose(ctx, []byte("lost"))
-	cancel()
-	require.Error(t, err)
-	require.True(t, errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrNoLeader), "got %v", err)
-	for _, id := range append(rest, 4) {
-		propose(t, c.nodes[id], fmt.Sprintf("during-%d", id))
-	}
-	c.heal()
-	require.NoError(t, c.nodes[old].j.ReadBarrier(ctxT(t, 10*time.Second)))
-	for _, id := range append(rest, 4) {
-		require.True(t, c.nodes[old].sm.has(fmt.Sprintf("during-%d", id)), "healed node caught up")
-	}
-	propose(t, c.nodes[old], "after-heal")
-	require.Zero(t, c.nodes[4].j.campaigns.Load(), "the observer never campaigns")
-}
-
-func TestQuorumLoss(t *testing.T) {
-	c := newCluster(t)
-	c.start(3, 1)
-	leader := c.waitLeader()
-	propose(t, c.nodes[4], "x")
-	require.NoError(t, c.nodes[4].j.CheckFresh())
-	// The observer's write returned once it applied there; the other nodes
-	// learn the commit on the leader's next append or heartbeat.
-	for id := uint64(1); id <= 3; id++ {
-		require.NoError(t, c.nodes[id].j.ReadBarrier(ctxT(t, 5*time.Second)))
-		require.True(t, c.nodes[id].sm.has("x"), "node %d applied x before the cut", id)
-	}
-	// Cut every link: no quorum anywhere.
-	for id := uint64(1); id <= 4; id++ {
-		c.partition(id)
-	}
-	for id := uint64(1); id <= 4; id++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
-		_, _, err := c.nodes[id].j.Propose(ctx, []byte("nope"))
-		cancel()
-		require.Error(t, err, "node %d", id)
-		require.True(t, errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrNoLeader), "node %d: %v", id, err)
-	}
-	// Reads go on locally until the staleness tolerance passes, then fail.
-	// The proposals above waited 4 × 400 ms with no quorum, well past the
-	// 300 ms tolerance since the last timestamp any node could apply, so
-	// every node is stale by now.
-	for id := uint64(1); id <= 4; id++ {
-		n := c.nodes[id]
-		require.True(t, n.sm.has("x"))
-		require.ErrorIs(t, n.j.CheckFresh(), ErrStale, "node %d", id)
-		require.True(t, n.j.Status().Stale)
-		require.NotEqual(t, StateLeader, n.j.Status().State, "node %d stepped down", id)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	err := c.nodes[2].j.ReadBarrier(ctx)
-	cancel()
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	c.heal()
-	c.waitLeader()
-	for id := uint64(1); id <= 4; id++ {
-		n := c.nodes[id]
-		await(t, 5*time.Second, "node fresh", n.changed, func() bool { return n.j.CheckFresh() == nil })
-	}
-	propose(t, c.nodes[leader], "back")
 }
 
 func TestStartupChecks(t *testing.T) {

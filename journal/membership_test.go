@@ -12,41 +12,6 @@ import (
 	"github.com/metatree/metatree/journal/journaltest"
 )
 
-// The membership tests run in a synctest bubble on journaltest's default
-// timing: a 10 ms tick, 20 ticks to an election timeout.
-const (
-	memberTick          = 10 * time.Millisecond
-	memberElectionTicks = 20
-)
-
-// afterTicks lets the bubble's time run n ticks on, and every goroutine
-// settle.
-func afterTicks(n int) {
-	time.Sleep(time.Duration(n) * memberTick)
-	synctest.Wait()
-}
-
-// awaitTicks waits, a tick at a time, until cond holds, and fails the
-// test if it does not within bound ticks of the bubble's time.
-func awaitTicks(t *testing.T, bound int, what string, cond func() bool) {
-	t.Helper()
-	synctest.Wait()
-	for k := 0; !cond(); k++ {
-		require.Less(t, k, bound, "%s: not within %d ticks", what, bound)
-		afterTicks(1)
-	}
-}
-
-// applied reports whether node n's Recorder applied v.
-func applied(n *journaltest.Node, v string) bool {
-	for _, a := range n.StateMachine().(*journaltest.Recorder).Applied() {
-		if string(a.Data) == v {
-			return true
-		}
-	}
-	return false
-}
-
 // With one of three voters cut off, removing another would leave no
 // reachable quorum: refused (through the observer, with the leader's
 // reason said once). The cut-off voter is then removed, the observer
@@ -70,7 +35,7 @@ func TestMembership(t *testing.T) {
 		uj := c.Node(up).Journal()
 
 		c.Net.Isolate(down)
-		awaitTicks(t, 2*memberElectionTicks, "the leader counts the cut-off voter unreachable", func() bool {
+		awaitTicks(t, 2*bubbleElectionTicks, "the leader counts the cut-off voter unreachable", func() bool {
 			ok, err := lj.ReachableForTest(ctx, down)
 			require.NoError(t, err)
 			return !ok
@@ -90,7 +55,7 @@ func TestMembership(t *testing.T) {
 		require.NoError(t, oj.WaitApplied(ctx, uj.Status().Applied))
 		require.Equal(t, journal.Follower, oj.Status().Role, "ROLE updated")
 		require.NoError(t, lj.TransferLeadership(ctx, 4))
-		awaitTicks(t, 2*memberElectionTicks, "node 4 leads", func() bool {
+		awaitTicks(t, 2*bubbleElectionTicks, "node 4 leads", func() bool {
 			return oj.Status().IsLeader() && uj.Status().Leader == 4 && lj.Status().Leader == 4
 		})
 		_, _, err = uj.Propose(ctx, []byte("after-transfer"))
@@ -103,12 +68,12 @@ func TestMembership(t *testing.T) {
 		c.Net.Heal()
 		dj := c.Node(down).Journal()
 		camp := dj.CampaignsForTest()
-		awaitTicks(t, 5*memberElectionTicks, "the removed node campaigns", func() bool { return dj.CampaignsForTest() > camp })
+		awaitTicks(t, 5*bubbleElectionTicks, "the removed node campaigns", func() bool { return dj.CampaignsForTest() > camp })
 		_, _, err = uj.Propose(ctx, []byte("after-removal"))
 		require.NoError(t, err)
 		st := oj.Status()
 		require.NotEqual(t, down, st.Leader, "the removed node never leads")
-		awaitTicks(t, 5*memberElectionTicks, "the removed node's vote requests are refused", func() bool {
+		awaitTicks(t, 5*bubbleElectionTicks, "the removed node's vote requests are refused", func() bool {
 			return oj.RefusedRemovedForTest()+uj.RefusedRemovedForTest() > refused
 		})
 		for _, id := range []uint64{leader, up, 4} {
@@ -116,12 +81,12 @@ func TestMembership(t *testing.T) {
 		}
 		require.False(t, applied(c.Node(down), "after-removal"))
 		require.False(t, oj.Status().Removed)
-		awaitTicks(t, 5*memberElectionTicks, "the removed node learns of its removal from the refusals", func() bool { return dj.Status().Removed })
+		awaitTicks(t, 5*bubbleElectionTicks, "the removed node learns of its removal from the refusals", func() bool { return dj.Status().Removed })
 		require.ErrorIs(t, dj.ReadBarrier(ctx), journal.ErrRemoved)
 		// Knowing it, it stops its raft clock, and so campaigning: three
 		// election timeouts later, it has not campaigned.
 		camp, term := dj.CampaignsForTest(), dj.Status().Term
-		afterTicks(3 * memberElectionTicks)
+		afterTicks(3 * bubbleElectionTicks)
 		require.Equal(t, camp, dj.CampaignsForTest(), "campaigns after it learned of its removal")
 		require.Equal(t, term, dj.Status().Term)
 		// Removed ids cannot come back.
