@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -102,35 +101,6 @@ func TestProposeEntrySizeLimit(t *testing.T) {
 	propose(t, c.nodes[leader], "after")
 }
 
-func TestIdempotentRetry(t *testing.T) {
-	c := newCluster(t)
-	c.start(3, 0)
-	c.waitLeader()
-	key := [16]byte{1, 2, 3}
-	ctx := ctxT(t, 5*time.Second)
-	i1, v1, err := c.nodes[2].j.ProposeWithKey(ctx, key, []byte("once"))
-	require.NoError(t, err)
-	require.Equal(t, "ok:once", v1)
-	// The same key again, through another node: applied once, same index.
-	i2, _, err := c.nodes[3].j.ProposeWithKey(ctx, key, []byte("once"))
-	require.NoError(t, err)
-	require.Equal(t, i1, i2)
-	i3, v3, err := c.nodes[2].j.ProposeWithKey(ctx, key, []byte("once"))
-	require.NoError(t, err)
-	require.Equal(t, i1, i3)
-	require.Equal(t, "ok:once", v3, "the proposer's node remembers the value")
-	propose(t, c.nodes[1], "barrier")
-	for id := uint64(1); id <= 3; id++ {
-		n := 0
-		for _, v := range c.nodes[id].sm.values() {
-			if v == "once" {
-				n++
-			}
-		}
-		require.Equal(t, 1, n, "node %d applied the keyed entry once", id)
-	}
-}
-
 // Several nodes joining through the same helper at once: raft takes one
 // membership change at a time, the others wait their turn.
 func TestConcurrentJoins(t *testing.T) {
@@ -185,42 +155,4 @@ func TestForwardedProposalChecks(t *testing.T) {
 	propose(t, c.nodes[leader], "after")
 	require.True(t, c.nodes[leader].sm.has("forwarded"), "a user entry forwarded in the stream is applied")
 	require.Len(t, c.nodes[leader].j.Status().Members, 3, "no membership change slipped through")
-}
-
-// Once Propose returns, the node's applied index covers the entry: a
-// checkpoint or WaitApplied right after a write sees it. Concurrent
-// proposers make the applier's batches long, so a proposer woken early in
-// a batch checks before the batch ends.
-func TestAppliedCoversReturnedProposals(t *testing.T) {
-	c := newCluster(t)
-	c.start(3, 0)
-	leader := c.waitLeader()
-	follower := leader%3 + 1
-	ctx := ctxT(t, 30*time.Second)
-	var wg sync.WaitGroup
-	errs := make(chan error, 32)
-	for g := range 32 {
-		n := c.nodes[leader]
-		if g%4 == 3 {
-			n = c.nodes[follower]
-		}
-		wg.Go(func() {
-			for i := range 30 {
-				idx, _, err := n.j.Propose(ctx, fmt.Appendf(nil, "g%d-%d", g, i))
-				if err != nil {
-					errs <- err
-					return
-				}
-				if applied := n.j.Status().Applied; applied < idx {
-					errs <- fmt.Errorf("node %d returned index %d with applied %d", n.id, idx, applied)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
 }
