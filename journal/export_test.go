@@ -35,3 +35,6 @@ func (j *Journal) CampaignsForTest() uint64 { return j.campaigns.Load() }
 // RefusedRemovedForTest counts the messages j refused because their
 // sender was removed.
 func (j *Journal) RefusedRemovedForTest() uint64 { return j.refusedRemoved.Load() }
+
+// ReadRoundsSentForTest counts the ReadIndex rounds j sent.
+func (j *Journal) ReadRoundsSentForTest() uint64 { return j.rounds.sent.Load() }
