@@ -2,6 +2,8 @@ package journal
 
 import (
 	"context"
+	"maps"
+	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -38,3 +40,14 @@ func (j *Journal) RefusedRemovedForTest() uint64 { return j.refusedRemoved.Load(
 
 // ReadRoundsSentForTest counts the ReadIndex rounds j sent.
 func (j *Journal) ReadRoundsSentForTest() uint64 { return j.rounds.sent.Load() }
+
+// RaftConfigForTest returns, from the raft loop, the voters and learners
+// of j's raft configuration, sorted.
+func (j *Journal) RaftConfigForTest(ctx context.Context) (voters, learners []uint64, err error) {
+	err = j.do(ctx, func() {
+		cfg := j.rn.Status().Config
+		learners = slices.Sorted(maps.Keys(cfg.Learners))
+		voters = slices.Sorted(maps.Keys(cfg.Voters.IDs()))
+	})
+	return voters, learners, err
+}
