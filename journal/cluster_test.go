@@ -2,7 +2,6 @@ package journal
 
 import (
 	"bytes"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -99,32 +98,6 @@ func TestProposeEntrySizeLimit(t *testing.T) {
 	require.ErrorIs(t, err, ErrTooLarge)
 	require.ErrorContains(t, err, "MaxEntryBytes")
 	propose(t, c.nodes[leader], "after")
-}
-
-// Several nodes joining through the same helper at once: raft takes one
-// membership change at a time, the others wait their turn.
-func TestConcurrentJoins(t *testing.T) {
-	c := newCluster(t)
-	n1 := c.listen(1)
-	require.NoError(t, c.open(n1, func(cfg *Config) { cfg.Bootstrap = true }))
-	c.waitLeader(1)
-	var joiners []*node
-	for id := uint64(2); id <= 4; id++ {
-		joiners = append(joiners, c.listen(id))
-	}
-	errs := make(chan error, len(joiners))
-	for _, n := range joiners {
-		go func() {
-			errs <- c.open(n, func(cfg *Config) { cfg.Join = n1.addr })
-		}()
-	}
-	for range joiners {
-		require.NoError(t, <-errs)
-	}
-	require.Len(t, n1.j.Status().Members, 4)
-	for _, n := range joiners {
-		propose(t, n, fmt.Sprintf("from-%d", n.id))
-	}
 }
 
 // A proposal forwarded inside raft's stream is admitted only with user
