@@ -1,17 +1,21 @@
-package journal
+package journal_test
 
 import (
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/internal/clock"
+	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/journaltest"
 )
 
-// jumpClock is a machine's clock: its monotonic time runs with the real
-// one plus a settable advance, and its wall clock can jump apart from it.
+// jumpClock is a machine's clock: its monotonic time runs with the
+// bubble's plus a settable advance, and its wall clock can jump apart from
+// it.
 type jumpClock struct {
 	clock.Real
 	origin  time.Time
@@ -37,59 +41,44 @@ func (c *jumpClock) Now() time.Time {
 // StaleAfter has passed on its monotonic clock, whatever its wall clock
 // says.
 func TestClockJumpsNeitherStaleNorHide(t *testing.T) {
-	const staleAfter = 3 * time.Second
-	clocks := map[uint64]*jumpClock{1: newJumpClock(), 2: newJumpClock(), 3: newJumpClock()}
-	c := clockCluster(t, clocks, staleAfter)
-	leader := c.nodes[c.waitLeader(1)]
-	caughtUp := func(what string) {
-		t.Helper()
-		idx := propose(t, leader, what)
-		for id := uint64(2); id <= 3; id++ {
-			f := c.nodes[id]
-			require.NoError(t, f.j.WaitApplied(ctxT(t, 5*time.Second), idx))
-			require.NoError(t, f.j.CheckFresh(), "%s: node %d is caught up", what, id)
-		}
-	}
-	caughtUp("before any jump")
-
-	for _, jump := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
-		clocks[2].jump.Store(int64(jump))
-		caughtUp("follower 2 jumped " + jump.String())
-		clocks[2].jump.Store(0)
-		clocks[1].jump.Store(int64(jump))
-		caughtUp("leader jumped " + jump.String())
-		clocks[1].jump.Store(0)
-	}
-
-	// Cut follower 3 off, set its wall clock back (which would make an old
-	// timestamp look new) and the leader's forward, and let StaleAfter pass
-	// on its monotonic clock: it is stale.
-	c.partition(3)
-	clocks[3].jump.Store(int64(-10 * time.Minute))
-	clocks[1].jump.Store(int64(10 * time.Minute))
-	clocks[3].advance.Add(int64(2 * staleAfter))
-	require.ErrorIs(t, c.nodes[3].j.CheckFresh(), ErrStale, "a cut-off follower is stale whatever its wall clock says")
-}
-
-// clockCluster starts three voters, node i on clocks[i], node 1 the
-// bootstrap node.
-func clockCluster(t *testing.T, clocks map[uint64]*jumpClock, staleAfter time.Duration) *cluster {
-	t.Helper()
-	c := newCluster(t)
-	n1 := c.listen(1)
-	require.NoError(t, c.open(n1, func(cfg *Config) {
-		cfg.Bootstrap = true
-		cfg.Clock = clocks[1]
-		cfg.StaleAfter = staleAfter
-	}))
-	c.waitLeader(1)
-	for id := uint64(2); id <= 3; id++ {
-		n := c.listen(id)
-		require.NoError(t, c.open(n, func(cfg *Config) {
-			cfg.Join = n1.addr
-			cfg.Clock = clocks[id]
+	synctest.Test(t, func(t *testing.T) {
+		const staleAfter = 3 * time.Second
+		clocks := map[uint64]*jumpClock{1: newJumpClock(), 2: newJumpClock(), 3: newJumpClock()}
+		c := journaltest.NewCluster(t, journaltest.Options{Voters: 3, Configure: func(cfg *journal.Config) {
+			cfg.Clock = clocks[cfg.ID]
 			cfg.StaleAfter = staleAfter
-		}))
-	}
-	return c
+		}})
+		ctx := ctxFor(t, time.Minute)
+		leader, err := c.WaitLeader(ctx)
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), leader, "the bootstrap node leads")
+		caughtUp := func(what string) {
+			t.Helper()
+			idx := proposeVia(ctx, t, c.Node(1), what)
+			for id := uint64(2); id <= 3; id++ {
+				f := c.Node(id).Journal()
+				require.NoError(t, f.WaitApplied(ctx, idx))
+				require.NoError(t, f.CheckFresh(), "%s: node %d is caught up", what, id)
+			}
+		}
+		caughtUp("before any jump")
+
+		for _, jump := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
+			clocks[2].jump.Store(int64(jump))
+			caughtUp("follower 2 jumped " + jump.String())
+			clocks[2].jump.Store(0)
+			clocks[1].jump.Store(int64(jump))
+			caughtUp("leader jumped " + jump.String())
+			clocks[1].jump.Store(0)
+		}
+
+		// Cut follower 3 off, set its wall clock back (which would make an
+		// old timestamp look new) and the leader's forward, and let
+		// StaleAfter pass on its monotonic clock: it is stale.
+		c.Net.Isolate(3)
+		clocks[3].jump.Store(int64(-10 * time.Minute))
+		clocks[1].jump.Store(int64(10 * time.Minute))
+		clocks[3].advance.Add(int64(2 * staleAfter))
+		require.ErrorIs(t, c.Node(3).Journal().CheckFresh(), journal.ErrStale, "a cut-off follower is stale whatever its wall clock says")
+	})
 }

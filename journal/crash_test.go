@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -45,33 +46,38 @@ func openThenClose(t *testing.T, cfg journal.Config) {
 // again under the same configuration, leads and commits.
 func TestCrashDuringBootstrap(t *testing.T) {
 	// How many steps a bootstrap takes, up to Open's return.
-	probe := journaltest.NewCrashFS()
-	pcfg := crashConfig(journaltest.NewNetwork(1), 1, probe)
-	pcfg.Bootstrap = true
-	openThenClose(t, pcfg)
-	steps := probe.Steps()
+	var steps int
+	synctest.Test(t, func(t *testing.T) {
+		probe := journaltest.NewCrashFS()
+		pcfg := crashConfig(journaltest.NewNetwork(1), 1, probe)
+		pcfg.Bootstrap = true
+		openThenClose(t, pcfg)
+		steps = probe.Steps()
+	})
 	require.Greater(t, steps, 5)
 	for at := 1; at <= steps; at++ {
 		t.Run(fmt.Sprintf("step%d", at), func(t *testing.T) {
-			net := journaltest.NewNetwork(1)
-			fs := journaltest.NewCrashFS()
-			fs.CrashAt(at)
-			cfg := crashConfig(net, 1, fs)
-			cfg.Bootstrap = true
-			openThenClose(t, cfg)
-			require.NotNil(t, fs.Crashed())
+			synctest.Test(t, func(t *testing.T) {
+				net := journaltest.NewNetwork(1)
+				fs := journaltest.NewCrashFS()
+				fs.CrashAt(at)
+				cfg := crashConfig(net, 1, fs)
+				cfg.Bootstrap = true
+				openThenClose(t, cfg)
+				require.NotNil(t, fs.Crashed())
 
-			cfg = crashConfig(net, 1, fs.Crashed())
-			cfg.Bootstrap = true
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			j, err := journal.Open(ctx, cfg)
-			require.NoError(t, err, "reopen after a power cut before step %d of %d", at, steps)
-			defer func() { require.NoError(t, j.Close()) }()
-			pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
-			defer pcancel()
-			_, _, err = j.Propose(pctx, []byte("x"))
-			require.NoError(t, err, "the restarted node leads and commits")
+				cfg = crashConfig(net, 1, fs.Crashed())
+				cfg.Bootstrap = true
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				j, err := journal.Open(ctx, cfg)
+				require.NoError(t, err, "reopen after a power cut before step %d of %d", at, steps)
+				defer func() { require.NoError(t, j.Close()) }()
+				pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+				defer pcancel()
+				_, _, err = j.Propose(pctx, []byte("x"))
+				require.NoError(t, err, "the restarted node leads and commits")
+			})
 		})
 	}
 }
@@ -80,39 +86,43 @@ func TestCrashDuringBootstrap(t *testing.T) {
 // under the same configuration (joining again where the dir says nothing
 // yet) and catches up with the cluster.
 func TestCrashDuringJoin(t *testing.T) {
-	probeCluster := journaltest.NewCluster(t, journaltest.Options{Voters: 1, TickInterval: time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1})
-	probe := journaltest.NewCrashFS()
-	cfg := crashConfig(probeCluster.Net, 2, probe)
-	cfg.Join = "node1"
-	openThenClose(t, cfg)
-	steps := probe.Steps()
+	var steps int
+	synctest.Test(t, func(t *testing.T) {
+		probeCluster := journaltest.NewCluster(t, journaltest.Options{Voters: 1, TickInterval: time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1})
+		probe := journaltest.NewCrashFS()
+		cfg := crashConfig(probeCluster.Net, 2, probe)
+		cfg.Join = "node1"
+		openThenClose(t, cfg)
+		steps = probe.Steps()
+	})
 	require.Greater(t, steps, 5)
-	probeCluster.Close()
 	for at := 1; at <= steps; at++ {
 		t.Run(fmt.Sprintf("step%d", at), func(t *testing.T) {
-			c := journaltest.NewCluster(t, journaltest.Options{Voters: 1, TickInterval: time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1})
-			// The power cut takes node 2 off the network at once: it
-			// acknowledges nothing the cut state does not hold.
-			fs := journaltest.NewCrashFS()
-			fs.CrashAt(at)
-			fs.OnCrash(func() { c.Net.SetDown(2, true) })
-			cfg := crashConfig(c.Net, 2, fs)
-			cfg.Join = "node1"
-			openThenClose(t, cfg)
-			require.NotNil(t, fs.Crashed())
+			synctest.Test(t, func(t *testing.T) {
+				c := journaltest.NewCluster(t, journaltest.Options{Voters: 1, TickInterval: time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1})
+				// The power cut takes node 2 off the network at once: it
+				// acknowledges nothing the cut state does not hold.
+				fs := journaltest.NewCrashFS()
+				fs.CrashAt(at)
+				fs.OnCrash(func() { c.Net.SetDown(2, true) })
+				cfg := crashConfig(c.Net, 2, fs)
+				cfg.Join = "node1"
+				openThenClose(t, cfg)
+				require.NotNil(t, fs.Crashed())
 
-			c.Net.SetDown(2, false)
-			cfg = crashConfig(c.Net, 2, fs.Crashed())
-			cfg.Join = "node1"
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			j, err := journal.Open(ctx, cfg)
-			require.NoError(t, err, "reopen after a power cut before step %d of %d", at, steps)
-			defer func() { require.NoError(t, j.Close()) }()
-			idx, _, err := c.Node(1).Journal().Propose(ctx, []byte("x"))
-			require.NoError(t, err)
-			require.NoError(t, j.WaitApplied(ctx, idx), "the restarted node catches up")
-			require.Contains(t, j.Status().Members, journal.Member{ID: 2, Addr: "node2", Role: journal.Follower, MaxVersion: journal.NewestVersion})
+				c.Net.SetDown(2, false)
+				cfg = crashConfig(c.Net, 2, fs.Crashed())
+				cfg.Join = "node1"
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				j, err := journal.Open(ctx, cfg)
+				require.NoError(t, err, "reopen after a power cut before step %d of %d", at, steps)
+				defer func() { require.NoError(t, j.Close()) }()
+				idx, _, err := c.Node(1).Journal().Propose(ctx, []byte("x"))
+				require.NoError(t, err)
+				require.NoError(t, j.WaitApplied(ctx, idx), "the restarted node catches up")
+				require.Contains(t, j.Status().Members, journal.Member{ID: 2, Addr: "node2", Role: journal.Follower, MaxVersion: journal.NewestVersion})
+			})
 		})
 	}
 }

@@ -2,6 +2,8 @@ package journal
 
 import (
 	"context"
+	"maps"
+	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -16,4 +18,36 @@ func (j *Journal) CheckRemovalForTest(ctx context.Context, id uint64) error {
 		return derr
 	}
 	return err
+}
+
+// ReachableForTest reports, from the raft loop, whether j counts peer id
+// as reachable for a removal check (it heard from it within its last
+// election timeout of ticks).
+func (j *Journal) ReachableForTest(ctx context.Context, id uint64) (bool, error) {
+	var ok bool
+	if err := j.do(ctx, func() { ok = j.reachable(id) }); err != nil {
+		return false, err
+	}
+	return ok, nil
+}
+
+// CampaignsForTest counts the vote requests j sent.
+func (j *Journal) CampaignsForTest() uint64 { return j.campaigns.Load() }
+
+// RefusedRemovedForTest counts the messages j refused because their
+// sender was removed.
+func (j *Journal) RefusedRemovedForTest() uint64 { return j.refusedRemoved.Load() }
+
+// ReadRoundsSentForTest counts the ReadIndex rounds j sent.
+func (j *Journal) ReadRoundsSentForTest() uint64 { return j.rounds.sent.Load() }
+
+// RaftConfigForTest returns, from the raft loop, the voters and learners
+// of j's raft configuration, sorted.
+func (j *Journal) RaftConfigForTest(ctx context.Context) (voters, learners []uint64, err error) {
+	err = j.do(ctx, func() {
+		cfg := j.rn.Status().Config
+		learners = slices.Sorted(maps.Keys(cfg.Learners))
+		voters = slices.Sorted(maps.Keys(cfg.Voters.IDs()))
+	})
+	return voters, learners, err
 }

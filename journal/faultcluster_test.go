@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,7 +25,9 @@ const faultDedupeWindow = 20
 
 // faultCluster is a cluster of journal nodes wired to image stores and
 // checkpointers as the examples wire them (examples/frontend),
-// on a journaltest network, each node on a crashable in-memory disk. Nodes
+// on a journaltest network, each node on a crashable in-memory disk, its
+// images served in process (handlerClient), so that it runs in a synctest
+// bubble. Nodes
 // join while faults are already injected: a power cut can hit any step of
 // a bootstrap, a join or a restart (journaltest.CrashFS).
 type faultCluster struct {
@@ -37,9 +37,9 @@ type faultCluster struct {
 
 	mu       sync.Mutex
 	nodes    map[uint64]*faultNode
-	servers  map[string]*httptest.Server
-	written  int          // images written or adopted, over every incarnation
-	installs atomic.Int64 // snapshots installed (raft snapshots taken)
+	images   map[string]http.Handler // each running node's image handler, by address
+	written  int                     // images written or adopted, over every incarnation
+	installs atomic.Int64            // snapshots installed (raft snapshots taken)
 }
 
 // faultNode is one node; its fields change only under faultCluster.mu
@@ -66,36 +66,19 @@ type faultRun struct {
 }
 
 func newFaultCluster(t *testing.T, seed uint64) *faultCluster {
-	c := &faultCluster{t: t, net: journaltest.NewNetwork(seed), nodes: map[uint64]*faultNode{}, servers: map[string]*httptest.Server{}}
-	base := &http.Transport{}
-	c.client = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	c := &faultCluster{t: t, net: journaltest.NewNetwork(seed), nodes: map[uint64]*faultNode{}, images: map[string]http.Handler{}}
+	c.client = handlerClient(func(host string) http.Handler {
 		c.mu.Lock()
-		srv := c.servers[r.URL.Host]
-		c.mu.Unlock()
-		if srv == nil {
-			return nil, fmt.Errorf("no node serves images at %s", r.URL.Host)
-		}
-		r = r.Clone(r.Context())
-		r.URL.Host = strings.TrimPrefix(srv.URL, "http://")
-		return base.RoundTrip(r)
-	})}
+		defer c.mu.Unlock()
+		return c.images[host]
+	})
 	t.Cleanup(func() {
 		for _, n := range c.all() {
 			c.stop(n)
 		}
-		c.mu.Lock()
-		for _, s := range c.servers {
-			s.Close()
-		}
-		c.mu.Unlock()
-		base.CloseIdleConnections()
 	})
 	return c
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func (c *faultCluster) add(id uint64, role journal.Role) *faultNode {
 	n := &faultNode{id: id, addr: fmt.Sprintf("node%d", id), role: role, disk: vfs.NewCrashableMem()}
@@ -175,12 +158,8 @@ func (c *faultCluster) start(ctx context.Context, n *faultNode, crashAt int) (cr
 	dir := "/" + n.addr
 	r.store, err = image.Open(image.Config{Dir: dir, FS: fs, State: r.sm, HTTPClient: c.client})
 	if err == nil {
-		srv := httptest.NewServer(r.store.Handler())
 		c.mu.Lock()
-		if old := c.servers[n.addr]; old != nil {
-			old.Close()
-		}
-		c.servers[n.addr] = srv
+		c.images[n.addr] = r.store.Handler()
 		c.mu.Unlock()
 		cfg := journal.Config{
 			ID: n.id, Dir: dir, Addr: n.addr, FS: fs,

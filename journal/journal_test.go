@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -363,55 +362,4 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-func TestClusterBasics(t *testing.T) {
-	c := newCluster(t)
-	t0 := time.Now()
-	c.start(3, 1)
-	logStep(t, t0, "started")
-	leader := c.waitLeader()
-	logStep(t, t0, "leader")
-	require.Equal(t, uint64(1), leader)
-	// Writes through every node; each returns after its own apply.
-	for id := uint64(1); id <= 4; id++ {
-		n := c.nodes[id]
-		v := fmt.Sprintf("w%d", id)
-		idx, val, err := n.j.Propose(ctxT(t, 5*time.Second), []byte(v))
-		require.NoError(t, err, "propose through node %d", id)
-		require.Equal(t, "ok:"+v, val)
-		require.GreaterOrEqual(t, n.j.Status().Applied, idx)
-		require.True(t, n.sm.has(v), "read-your-writes on node %d", id)
-		logStep(t, t0, v)
-	}
-	// The observer is a raft learner in the leader's configuration.
-	var learners, voters []uint64
-	require.NoError(t, c.nodes[leader].j.do(ctxT(t, time.Second), func() {
-		cfg := c.nodes[leader].j.rn.Status().Config
-		learners = slices.Sorted(maps.Keys(cfg.Learners))
-		voters = slices.Sorted(maps.Keys(cfg.Voters.IDs()))
-	}))
-	require.Equal(t, []uint64{4}, learners)
-	require.Equal(t, []uint64{1, 2, 3}, voters)
-	// A node can join through any member, here an observer (the helper
-	// forwards the membership change to the leader).
-	n5 := c.listen(5)
-	require.NoError(t, c.open(n5, func(cfg *Config) { cfg.Join = c.nodes[4].addr; cfg.Role = Observer }))
-	require.NoError(t, n5.j.ReadBarrier(ctxT(t, 5*time.Second)))
-	for id := uint64(1); id <= 4; id++ {
-		require.True(t, n5.sm.has(fmt.Sprintf("w%d", id)))
-	}
-	propose(t, n5, "w5")
-	st := c.nodes[leader].j.Status()
-	require.Len(t, st.Members, 5)
-	require.Equal(t, Observer, st.Members[4].Role)
-	require.Equal(t, n5.addr, st.Members[4].Addr)
-	// Adding it again with the same role is a no-op; another role is an
-	// error (a joining node gets it at startup).
-	require.NoError(t, c.nodes[2].j.AddMember(ctxT(t, 5*time.Second), 5, n5.addr, Observer))
-	require.ErrorIs(t, c.nodes[2].j.AddMember(ctxT(t, 5*time.Second), 5, n5.addr, Follower), ErrRoleMismatch)
-}
-
-func logStep(t *testing.T, start time.Time, what string) {
-	t.Logf("%8.3fs %s", time.Since(start).Seconds(), what)
 }

@@ -3,79 +3,11 @@ package journal
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-// TestReadBarrierCoalesces runs 64 concurrent barriers on the leader, a
-// follower and the observer while writes go on: every barrier sees every
-// write acknowledged before it began, and the node sends far fewer
-// ReadIndex requests than it answers barriers.
-func TestReadBarrierCoalesces(t *testing.T) {
-	c := newCluster(t)
-	c.start(3, 1)
-	leader := c.waitLeader()
-	follower := leader%3 + 1
-	for _, via := range []struct {
-		name string
-		id   uint64
-	}{{"leader", leader}, {"follower", follower}, {"observer", 4}} {
-		t.Run("via="+via.name, func(t *testing.T) {
-			n := c.nodes[via.id]
-			// acked is the last write the leader acknowledged; a barrier
-			// that starts after must see it applied on n.
-			var acked atomic.Int64
-			stop := make(chan struct{})
-			var writer sync.WaitGroup
-			writer.Go(func() {
-				for i := int64(1); ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					v := fmt.Sprintf("%s-%d", via.name, i)
-					if _, _, err := c.nodes[leader].j.Propose(context.Background(), []byte(v)); err != nil {
-						t.Errorf("propose %s: %v", v, err)
-						return
-					}
-					acked.Store(i)
-				}
-			})
-			const readers, each = 64, 20
-			sent0 := n.j.rounds.sent.Load()
-			var wg sync.WaitGroup
-			for range readers {
-				ctx := ctxT(t, 30*time.Second)
-				wg.Go(func() {
-					for range each {
-						seen := acked.Load()
-						if err := n.j.ReadBarrier(ctx); err != nil {
-							t.Errorf("barrier: %v", err)
-							return
-						}
-						if v := fmt.Sprintf("%s-%d", via.name, seen); seen > 0 && !n.sm.has(v) {
-							t.Errorf("a barrier begun after %s was acknowledged returned before node %d applied it", v, n.id)
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
-			close(stop)
-			writer.Wait()
-			sent := n.j.rounds.sent.Load() - sent0
-			require.NotZero(t, acked.Load(), "the writer made progress")
-			require.Less(t, sent*4, uint64(readers*each), "%d ReadIndex requests for %d barriers: not shared", sent, readers*each)
-			t.Logf("%d barriers, %d ReadIndex requests, %d writes", readers*each, sent, acked.Load())
-		})
-	}
-}
 
 // TestReadBarrierLeaderLossAndContext cuts a follower off: its barriers end
 // with their contexts (wrapping the context's error), the round they

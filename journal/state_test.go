@@ -43,16 +43,6 @@ func TestStateTextRefusesUnknownValues(t *testing.T) {
 	require.ErrorContains(t, json.Unmarshal([]byte(`"StateLeader"`), &s), `unknown state "StateLeader"`)
 }
 
-// TestStatusReportsTypedLeaderState: a leader's Status says StateLeader and
-// IsLeader agrees.
-func TestStatusReportsTypedLeaderState(t *testing.T) {
-	c := newCluster(t)
-	c.start(1, 0)
-	st := c.nodes[1].j.Status()
-	require.Equal(t, StateLeader, st.State)
-	require.True(t, st.IsLeader())
-}
-
 // FuzzStateUnmarshalText: any text either is refused or decodes to the
 // state whose name it is, and that state encodes back to the same text.
 func FuzzStateUnmarshalText(f *testing.F) {
