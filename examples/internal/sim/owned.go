@@ -40,8 +40,8 @@ type owned struct {
 
 	mu     sync.Mutex
 	nodes  []ownedNode
-	fences map[uint64]catalog.Op // per worker, a fence taken earlier
-	stale  int                   // fenced writes sent after their epoch ended
+	fences map[uint64]keptFence // per worker, a fence taken earlier
+	stale  int                  // fenced writes sent after their epoch ended
 }
 
 func (r *run) startOwned(ctx context.Context, m *members) (*owned, error) {
@@ -60,7 +60,7 @@ func (r *run) startOwned(ctx context.Context, m *members) (*owned, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	o := &owned{r: r, m: m, stop: cancel, fences: map[uint64]catalog.Op{}}
+	o := &owned{r: r, m: m, stop: cancel, fences: map[uint64]keptFence{}}
 	rng := rand.New(rand.NewPCG(r.opts.Seed, 0x0f0e))
 	o.wg.Go(func() { o.loop(ctx, rng) })
 	o.wg.Go(func() {
@@ -90,12 +90,7 @@ func (o *owned) loop(ctx context.Context, rng *rand.Rand) {
 		if f == nil || w == nil {
 			continue
 		}
-		// Fences kept from before a restart are not sent again yet: one
-		// applied where its epoch had ended (seed 4 of the merged faults:
-		// the record went back to the old epoch after the new one, an open
-		// defect, being looked into), and the check would fail every run
-		// that meets it.
-		switch p := rng.IntN(80); {
+		switch p := rng.IntN(100); {
 		case p < 55: // a task node owned by the worker's epoch
 			check, owner := heartbeat.OwnerOf(id, w.Epoch(), rng.IntN(3) == 0)
 			path := fmt.Sprintf("%s/t%d-%d", ownedDir, id, seq)
@@ -113,16 +108,21 @@ func (o *owned) loop(ctx context.Context, rng *rand.Rand) {
 			}
 		case p < 80: // a write fenced by the worker's epoch; the fence kept
 			fence := heartbeat.Fence(id, w.Epoch())
-			o.mu.Lock()
-			o.fences[id] = fence
-			o.mu.Unlock()
+			// Kept only where this catalog shows the epoch: the version it
+			// shows it at is what a later record must pass to end it.
+			if rec, ok := f.Tree().Get(heartbeat.MemberPath(id)); ok && rec.Attrs["epoch"].Equal(catalog.String(w.Epoch().String())) {
+				o.mu.Lock()
+				o.fences[id] = keptFence{op: fence, at: rec.Modified}
+				o.mu.Unlock()
+			}
 			_, _ = f.Write(ctx, catalog.Batch{Ops: []catalog.Op{fence, {Type: catalog.OpCreate, Path: fmt.Sprintf("%s/f%d-%d", fencedDir, id, seq), Kind: "fenced"}}})
 		default: // a fence kept from before, if this catalog shows its epoch ended
 			o.mu.Lock()
-			fence, ok := o.fences[id]
+			kept, ok := o.fences[id]
 			o.mu.Unlock()
+			fence := kept.op
 			rec, has := f.Tree().Get(heartbeat.MemberPath(id))
-			if !ok || !has || !ended(fence, rec) {
+			if !ok || !has || !kept.ended(rec) {
 				continue // the fence's epoch is current here, or not reached yet
 			}
 			o.mu.Lock()
@@ -196,15 +196,23 @@ func (o *owned) check(i int, t *catalog.Tree) {
 	}
 }
 
-// ended reports whether member record rec shows that the epoch fence
-// matches ended for good: the member answered with another epoch (a
+// keptFence is a fence on a worker's epoch and the version of the
+// worker's record at which a frontend's catalog showed that epoch.
+type keptFence struct {
+	op catalog.Op
+	at uint64
+}
+
+// ended reports whether member record rec shows that the fence's epoch
+// ended for good: a later version of the record names another epoch (a
 // restart). An epoch never comes back once another replaced it, so a
-// write with the fence must be refused at every later index. A death
-// alone is not counted: a dead member that answers again with the same
-// epoch is alive with it again, and the fence holds again.
-func ended(fence catalog.Op, rec catalog.Node) bool {
-	want, ok := fence.Cond.Match["epoch"]
-	if !ok {
+// write with the fence must be refused at every later index; a catalog
+// that shows an older version proves nothing. A death alone is not
+// counted: a dead member that answers again with the same epoch is alive
+// with it again, and the fence holds again.
+func (k keptFence) ended(rec catalog.Node) bool {
+	want, ok := k.op.Cond.Match["epoch"]
+	if !ok || rec.Modified <= k.at {
 		return false
 	}
 	got, ok := rec.Attrs["epoch"]
