@@ -56,21 +56,9 @@ func buildDorisCPU(tb testing.TB, d benchshape.Doris, tr *Tree, first uint64, ba
 	}
 	ops = append(ops, rawOp{typ: OpCreateIndex, kind: "replica", attr: "worker"})
 	d.Walk(func(n benchshape.Node) {
-		switch n.Kind {
-		case "table":
-			ops = append(ops, rawOp{typ: OpCreate, path: n.Path, kind: n.Kind, set: []kv{{"engine", String("olap")}}})
-		case "replica":
-			r, k := n.Replica, len(kvs)
-			kvs = append(kvs, // sorted by key, as the encoding requires
-				kv{"size", Int(r.Size)},
-				kv{"state", String(r.State)},
-				kv{"version", Int(r.Version)},
-				kv{"worker", Int(r.Worker)},
-			)
-			ops = append(ops, rawOp{typ: OpCreate, path: n.Path, kind: n.Kind, set: kvs[k:len(kvs):len(kvs)]})
-		default:
-			ops = append(ops, rawOp{typ: OpCreate, path: n.Path, kind: n.Kind})
-		}
+		var op rawOp
+		op, kvs = dorisCreate(n, kvs)
+		ops = append(ops, op)
 		tabletDone := (n.Kind == "replica" && n.Rep == d.Replicas-1) || (n.Kind == "tablet" && d.Replicas == 0)
 		if tabletDone && len(ops) >= batchOps {
 			flush()
@@ -163,6 +151,25 @@ func BenchmarkDorisScale(b *testing.B) {
 	}
 }
 
+// dorisCreate returns the create of node n of the Doris shape, its
+// attributes appended to kvs (returned, to be reused by the next).
+func dorisCreate(n benchshape.Node, kvs []kv) (rawOp, []kv) {
+	switch n.Kind {
+	case "table":
+		return rawOp{typ: OpCreate, path: n.Path, kind: n.Kind, set: []kv{{"engine", String("olap")}}}, kvs
+	case "replica":
+		r, k := n.Replica, len(kvs)
+		kvs = append(kvs, // sorted by key, as the encoding requires
+			kv{"size", Int(r.Size)},
+			kv{"state", String(r.State)},
+			kv{"version", Int(r.Version)},
+			kv{"worker", Int(r.Worker)},
+		)
+		return rawOp{typ: OpCreate, path: n.Path, kind: n.Kind, set: kvs[k:len(kvs):len(kvs)]}, kvs
+	}
+	return rawOp{typ: OpCreate, path: n.Path, kind: n.Kind}, kvs
+}
+
 // BenchmarkDorisScaleDigest builds BenchmarkDorisScale's catalog through
 // Apply into two trees, one keeping the digest and one without it, batch
 // by batch in turn, and reports both apply rates (per second of wall time
@@ -252,21 +259,9 @@ func buildDorisPair(tb testing.TB, d benchshape.Doris, trees [2]*Tree, batchOps,
 	batch = append(batch, rawOp{typ: OpCreateIndex, kind: "replica", attr: "worker"})
 	walked := 0
 	d.Walk(func(n benchshape.Node) {
-		switch n.Kind {
-		case "table":
-			batch = append(batch, rawOp{typ: OpCreate, path: n.Path, kind: n.Kind, set: []kv{{"engine", String("olap")}}})
-		case "replica":
-			r, k := n.Replica, len(kvs)
-			kvs = append(kvs, // sorted by key, as the encoding requires
-				kv{"size", Int(r.Size)},
-				kv{"state", String(r.State)},
-				kv{"version", Int(r.Version)},
-				kv{"worker", Int(r.Worker)},
-			)
-			batch = append(batch, rawOp{typ: OpCreate, path: n.Path, kind: n.Kind, set: kvs[k:len(kvs):len(kvs)]})
-		default:
-			batch = append(batch, rawOp{typ: OpCreate, path: n.Path, kind: n.Kind})
-		}
+		var op rawOp
+		op, kvs = dorisCreate(n, kvs)
+		batch = append(batch, op)
 		if walked++; walked%ownEvery == 0 {
 			w := walked / ownEvery
 			if n.Kind == "replica" {

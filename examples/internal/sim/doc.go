@@ -149,6 +149,28 @@
 // before that check was made conditional), so the differential check
 // from that image runs only when the store keeps it.
 //
+// # Open defects
+//
+// With every fault and check combined, a few seeds in a hundred fail on
+// defects found and not yet fixed (CI's long run reports them without
+// failing; the fixed seeds of the plain test gate):
+//
+//   - a sole voter that coordinates queries and restarts leaves the
+//     workers' fragments of its old process running (queries therefore
+//     run only with two or more voters);
+//   - an observer coordinating queries on a worker that restarts twice
+//     within 30 ms keeps their parts for ever: the cancel registry keeps a
+//     part on an epoch no event named (queries are therefore coordinated
+//     by voters);
+//   - a frontend's image store can lack every image at or below the
+//     index its log starts after, and a watch resumed there has no base
+//     (counted, not failed; the differential check skips that base);
+//   - a restart's cancellation now and then takes longer than 2 heartbeat
+//     intervals, and a worker is now and then declared dead while the
+//     cluster could reach it;
+//   - a sole voter on a slow disk with a small dedupe window can keep
+//     expiring writes past the recovery bound.
+//
 // # Replaying a seed
 //
 // A failed run's report names the seed and the command that replays it:
