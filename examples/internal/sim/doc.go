@@ -117,37 +117,13 @@
 //
 // # Defects it finds
 //
-// Review findings of issue 32, each reintroduced alone on a scratch
-// branch (its fix's own unit test failing there), with this package's
-// faults merged in, run with -seeds N -from 1 -simulated 1m; seeds 1 to
-// 60 pass on the fixed code:
-//
-//	finding                                      branch         seeds  first failing seed, check  seeds failed
-//	1  a read barrier takes a previous run's     w6-scratch-1   140    not found                  see below
-//	   answer
-//	2  a sole voter's read index below an        w6-scratch-2   60     2, linearizability         4
-//	   acknowledged write
-//	4  the dedupe window lost after an image     w6-scratch-4   60     13, differential (image)   5
-//	10 a sole voter on a slow disk never elects  w6-scratch-10  60     2, leader after healing    4
-//	15 an applied write reported as failed       w6-scratch-15  40     1, linearizability         16
-//	12 a coordinator restarted twice gets its    w6-scratch-w-12 60    22, a cancellation with    3
-//	   newest fragment cancelled                                      no cause
-//	13 a watch resumed from FirstIndex-1 fails   w6-scratch-w-13 7     1, watch resume            6
-//	16 a query started on a follower cannot      w6-scratch-w-16 100   not found: it lives in     0
-//	   reach a live worker                                            the HTTP API, not run here
-//
-// Findings 2 and 10 need the sole-voter shape (one run in four). Finding
-// 1 needs a leader's answer to a read round delivered after the asking
-// follower restarted; the in-memory network loses what a connection
-// holds when either end dies, so only a read still pending at the
-// leader across the restart can do it: no linearizability failure in
-// 140 seeds (80 before the crash loop wrote the register it reads, 60
-// after; one of those, 50, failed the liveness check once in four runs
-// with writes expiring past the dedupe window, which the fixed code's
-// runs of that seed have not shown). Open: a follower's image store can
-// lack the image its log starts after (seed 12, three runs in three,
-// before that check was made conditional), so the differential check
-// from that image runs only when the store keeps it.
+// Review findings reintroduced alone on scratch branches are found by
+// its checks: linearizability (a sole voter's read index below an
+// acknowledged write, an applied write reported as failed), the
+// differential check (the dedupe window lost after an image), the
+// liveness check (a sole voter on a slow disk), the cancellation checks
+// (a false cancel after a double restart) and the watch checks (a resume
+// from FirstIndex()-1 refused).
 //
 // # Open defects
 //

@@ -62,10 +62,8 @@ func (r *run) startMembers(ctx context.Context, d time.Duration) *members {
 		}
 		m.truth.started(id, w.Epoch(), time.Now())
 	}
-	// Queries run only with two or more voters while an open defect is
-	// fixed: a sole voter that coordinates queries and restarts leaves the
-	// workers' fragments of its old process running (seeds
-	// 1796526698633921543, …651, …658 and …623 with -simulated 2m).
+	// Queries run only with two or more voters: a sole voter that
+	// coordinates them meets an open defect (see the package doc).
 	clients := querying
 	if r.voters < 2 {
 		clients = 0

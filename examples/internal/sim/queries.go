@@ -54,11 +54,8 @@ func (m *members) queryLoop(ctx context.Context, rng *rand.Rand) {
 		if !pause(ctx, time.Duration(50+rng.IntN(500))*time.Millisecond) {
 			return
 		}
-		// Queries are coordinated by voters only while an open defect is
-		// fixed: an observer coordinating queries on a worker that
-		// restarts twice within 30 ms keeps their parts for ever (seed 2
-		// with every fault: a sole voter and one observer), the cancel
-		// registry's gap for a part on an epoch no event named.
+		// Queries are coordinated by voters: an observer coordinator meets
+		// the cancel registry's open defect (see the package doc).
 		up := slices.DeleteFunc(m.r.running(), func(i int) bool { return i > m.r.voters })
 		if len(up) == 0 {
 			continue
