@@ -20,10 +20,15 @@
 //     frontends' published epochs. It journals only transitions: restarted
 //     (a new epoch answered), dead (DeadAfter misses in a row, over at least
 //     DeadAfter intervals, and not before Grace has passed since it was
-//     elected), alive again. Misses that fall in the leader's own pause (a
-//     tick that comes late) convict nobody. Each transition is fenced twice:
-//     by the record's last change (catalog precondition) and by the
-//     leader's claim at MonitorPath, so a deposed leader changes nothing.
+//     elected), alive (a first answer). An epoch declared dead ended for
+//     good: a member that answers again with it (it was only cut off) is
+//     told so in the next heartbeat (Request.Ended), draws a fresh epoch
+//     and answers with that, and its return is journaled as a restart, so
+//     a fence on the ended epoch (Fence, OwnerOf) never holds again.
+//     Misses that fall in the leader's own pause (a tick that comes late)
+//     convict nobody. Each transition is fenced twice: by the record's
+//     last change (catalog precondition) and by the leader's claim at
+//     MonitorPath, so a deposed leader changes nothing.
 //  4. On every frontend, Membership replays the member records from the
 //     catalog (a watch, and a full re-read after an image load) and hands
 //     each transition to Config.OnEvent in log order. A re-read that finds
@@ -31,7 +36,8 @@
 //     they did all the same: a later generation with the same epoch is a
 //     death in between (Dead, then Alive); see Event.
 //  5. A Responder (an http.Handler mounted at Path on every member) answers
-//     with its epoch, refuses lower raft terms before taking any lock
+//     with its current epoch (a fresh one once told that the log ended its
+//     epoch), refuses lower raft terms before taking any lock
 //     while the higher term's sender keeps beating (after StaleAfter of
 //     silence a lower term is accepted again, so a forged or vanished term
 //     fences no one off for ever), tracks the frontends' epochs from the leader's lists and emits an Event

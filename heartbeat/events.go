@@ -49,8 +49,11 @@ const (
 	// Dead: the member missed DeadAfter heartbeats in a row. Work tied to
 	// it is void. NewEpoch is the temporary epoch published for it.
 	Dead
-	// Alive: the member answered again with the epoch it had before it was
-	// declared dead, or answered for the first time (OldEpoch zero).
+	// Alive: the member answered for the first time (OldEpoch zero). A
+	// member declared dead comes back with a fresh epoch (Restarted); an
+	// Alive after Dead with the same epoch comes only from a log that an
+	// older monitor wrote, or from a comparison across skipped transitions
+	// (see Event).
 	Alive
 	// Removed: the member was removed from the cluster. Work tied to it is
 	// void.

@@ -78,16 +78,23 @@ func TestWorkerDeathCancelsAfterNMisses(t *testing.T) {
 		require.Equal(t, heartbeat.StatusDead, m.Status)
 		require.Equal(t, 1, countType(f2.events(), 10, heartbeat.Dead))
 		alive := countType(f2.events(), 10, heartbeat.Alive) // its first answer
+		old := c.workers[10].resp.Epoch()
 
-		// It comes back with the same epoch (it was only cut off): alive
-		// again, and new queries are accepted.
+		// The same process comes back (it was only cut off): told that its
+		// epoch ended, it answers with a fresh one, recorded as a restart.
+		// New queries are accepted against it, none against the ended one.
 		c.net.cut("*", addrOf(10), false)
-		c.advance(interval)
+		c.advance(2 * interval)
 		m, _ = f2.ms.Member(10)
 		require.Equal(t, heartbeat.StatusAlive, m.Status)
-		require.Equal(t, alive+1, countType(f2.events(), 10, heartbeat.Alive))
+		require.NotEqual(t, old, m.Epoch)
+		require.Equal(t, c.workers[10].resp.Epoch(), m.Epoch)
+		require.Equal(t, alive, countType(f2.events(), 10, heartbeat.Alive))
+		require.Equal(t, 1, countType(f2.events(), 10, heartbeat.Restarted))
 		_, err = f2.reg.Register(t.Context(), member(f2.ms, 2), []cancel.Member{member(f2.ms, 10)})
 		require.NoError(t, err)
+		_, err = f2.reg.Register(t.Context(), member(f2.ms, 2), []cancel.Member{{Node: 10, Epoch: old}})
+		require.ErrorIs(t, err, cancel.ErrNodeRestarted)
 	})
 }
 
@@ -350,9 +357,10 @@ func TestResyncAfterImageLoad(t *testing.T) {
 }
 
 // A frontend that catches up through an image across a worker's death and
-// return (the image holds only the record after both) cancels its queries
-// on that worker, as the frontends that replayed the transitions did, and
-// accepts new ones against the worker's epoch.
+// return (the image holds only the record after both: alive with the
+// fresh epoch the worker drew) cancels its queries on that worker, as the
+// frontends that replayed the transitions did, and accepts new ones
+// against the worker's new epoch.
 func TestImageCatchUpAcrossADeathCancels(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 1, 1)
@@ -383,18 +391,20 @@ func TestImageCatchUpAcrossADeathCancels(t *testing.T) {
 		require.Equal(t, heartbeat.StatusAlive, m.Status, "worker 10 is back")
 
 		load()
-		requireCancelled(t, q, cancel.ErrNodeDead, 10)
+		requireCancelled(t, q, cancel.ErrNodeRestarted, 10)
 		st, _ := reg.Node(10)
 		require.Equal(t, cancel.StatusAlive, st.Status)
-		require.Equal(t, c.workers[10].epoch, st.Epoch)
+		require.Equal(t, c.workers[10].resp.Epoch(), st.Epoch)
+		require.NotEqual(t, c.workers[10].epoch, st.Epoch, "the epoch declared dead never comes back")
 		_, err = reg.Register(t.Context(), cancel.Member{Node: 1}, []cancel.Member{member(ms, 10)})
 		require.NoError(t, err)
 	})
 }
 
 // A worker cut off from the leader while a coordinator frontend died and
-// came back hears of it from the next list: the coordinator's fragments
-// are cancelled, as its queries were.
+// came back (with a fresh epoch: the one declared dead ended) hears of it
+// from the next list: the coordinator's fragments are cancelled, as its
+// queries were, and its new epoch's fragments are accepted.
 func TestWorkerThatMissedACoordinatorsDeathCancels(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 2, 1)
@@ -412,13 +422,18 @@ func TestWorkerThatMissedACoordinatorsDeathCancels(t *testing.T) {
 		c.advance(interval)
 		m, _ = c.frontends[1].ms.Member(2)
 		require.Equal(t, heartbeat.StatusAlive, m.Status, "frontend 2 is back")
+		fresh := c.frontends[2].ms.Epoch()
+		require.NotEqual(t, e2, fresh, "frontend 2 drew a fresh epoch")
+		require.Equal(t, fresh, m.Epoch)
 		require.NoError(t, frag.Context().Err(), "the worker has heard nothing yet")
 
 		c.net.cut("*", addrOf(10), false)
 		c.advance(interval)
-		requireCancelled(t, frag, cancel.ErrNodeDead, 2)
+		requireCancelled(t, frag, cancel.ErrNodeRestarted, 2)
 		_, err = w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 2, Epoch: e2})
-		require.NoError(t, err, "frontend 2 is alive again with its epoch")
+		require.ErrorIs(t, err, cancel.ErrNodeRestarted, "frontend 2's ended epoch sends no fragment")
+		_, err = w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 2, Epoch: fresh})
+		require.NoError(t, err, "frontend 2 works again with its fresh epoch")
 	})
 }
 

@@ -34,7 +34,8 @@ type Journal interface {
 type Config struct {
 	// ID is this frontend's member id (its record need not exist yet).
 	ID uint64
-	// Epoch is this process's epoch: NewEpoch() once per process start.
+	// Epoch is this process's epoch at start: NewEpoch() once per process
+	// start. Membership.Epoch is the current one.
 	Epoch Epoch
 	// Cluster is the cluster id sent in heartbeats; members configured with
 	// another refuse them. Optional.
@@ -205,8 +206,10 @@ func New(cfg Config) (*Membership, error) {
 // Path): the leader probes frontends too, to learn their epochs.
 func (m *Membership) Handler() http.Handler { return m.responder }
 
-// Epoch returns this process's epoch.
-func (m *Membership) Epoch() Epoch { return m.cfg.Epoch }
+// Epoch returns this process's current epoch: Config.Epoch, until the log
+// records that it ended (this frontend was declared dead) and the process
+// draws a fresh one (see Responder).
+func (m *Membership) Epoch() Epoch { return m.responder.Epoch() }
 
 // Members returns the member records as this frontend has replayed them,
 // ordered by id.

@@ -141,6 +141,7 @@ func (mo *monitor) tick(ctx context.Context, probes *sync.WaitGroup, now time.Ti
 	mo.mu.Unlock()
 
 	if claim == 0 {
+		mo.m.selfEpoch() // the claim names the epoch this leader runs with
 		cctx, cancel := context.WithCancel(ctx)
 		stopTimer := mo.cfg.Clock.AfterFunc(mo.cfg.Interval, cancel)
 		idx, err := mo.m.claim(cctx, term)
@@ -196,7 +197,7 @@ func (mo *monitor) round(ctx context.Context, probes *sync.WaitGroup, term uint6
 
 	// Ourselves: the leader answers its own heartbeat.
 	if self, ok := mo.m.Member(mo.cfg.ID); ok {
-		if next, typ := decide(self, mo.cfg.Epoch); next != nil {
+		if next, typ := decide(self, mo.m.selfEpoch()); next != nil {
 			probes.Go(func() { mo.journal(ctx, term, self, next, typ) })
 		}
 	}
@@ -272,17 +273,27 @@ func (mo *monitor) probe(ctx context.Context, term, pauses uint64, common []byte
 
 // decide returns the record after a member answered with epoch, or nil if
 // nothing changed.
+//
+// A member declared dead that answers with the epoch it was declared dead
+// with changes nothing: the log recorded that epoch's end (its owned nodes
+// went, its queries were cancelled), and a record alive with it again
+// would let heartbeat.Fence and OwnerOf on that epoch hold again, so the
+// dead incarnation could write. The monitor tells such a member that its
+// epoch ended (Request.Ended); its Responder draws a fresh epoch and
+// answers with it, which is journaled here as a restart. The member works
+// again under an epoch that never ended, and no record ever shows an
+// ended epoch alive, on any replica, whatever leader journals it.
 func decide(cur Member, epoch Epoch) (*Member, EventType) {
 	next := cur
 	next.Status = StatusAlive
 	next.Epoch = epoch
 	switch {
+	case cur.Status == StatusDead && cur.Epoch == epoch:
+		return nil, 0
 	case cur.Epoch.IsZero():
 		return &next, Alive
 	case cur.Epoch != epoch:
 		return &next, Restarted
-	case cur.Status == StatusDead:
-		return &next, Alive
 	}
 	return nil, 0
 }
@@ -336,10 +347,17 @@ func (mo *monitor) send(ctx context.Context, r Member, term uint64, common []byt
 		return Epoch{}, fmt.Errorf("%w: no heartbeat body", ErrInvalid)
 	}
 	// common is a JSON object; add this member's id before its closing brace.
-	body := make([]byte, 0, len(common)+32)
+	body := make([]byte, 0, len(common)+80)
 	body = append(body, common[:len(common)-1]...)
 	body = append(body, `,"member":`...)
 	body = strconv.AppendUint(body, r.ID, 10)
+	if r.Status == StatusDead && !r.Epoch.IsZero() {
+		// Tell it that its epoch ended (Request.Ended): a member still
+		// running with it answers with a fresh one.
+		body = append(body, `,"ended":"`...)
+		body = append(body, r.Epoch.String()...)
+		body = append(body, '"')
+	}
 	body = append(body, '}')
 	mo.stats.bytesSent.Add(uint64(len(body)))
 	ctx, cancel := context.WithCancel(ctx)
@@ -409,6 +427,17 @@ func (m *Membership) frontendList() (uint64, []FrontendEpoch) {
 	return version, fronts
 }
 
+// selfEpoch returns this frontend's current epoch for its own heartbeat
+// answer: if its record shows that epoch declared dead (by an earlier
+// leader), the epoch ended, and the process draws a fresh one first, as
+// its Responder does when told so.
+func (m *Membership) selfEpoch() Epoch {
+	if self, ok := m.Member(m.cfg.ID); ok && self.Status == StatusDead {
+		return m.responder.renew(self.Epoch)
+	}
+	return m.responder.Epoch()
+}
+
 // claim journals this leader's claim of the monitor for term and returns
 // the catalog index of the claim (transitions check it is still the last).
 func (m *Membership) claim(ctx context.Context, term uint64) (uint64, error) {
@@ -425,7 +454,7 @@ func (m *Membership) claim(ctx context.Context, term uint64) (uint64, error) {
 	res, err := m.propose(ctx, catalog.Op{Type: catalog.OpUpdate, Path: MonitorPath, Set: map[string]catalog.Value{
 		attrLeader: catalog.Int(int64(m.cfg.ID)),
 		attrTerm:   catalog.Int(int64(term)),
-		attrEpoch:  catalog.String(m.cfg.Epoch.String()),
+		attrEpoch:  catalog.String(m.Epoch().String()),
 	}, Cond: catalog.Cond{Modified: cur.Modified}})
 	if err != nil {
 		return 0, err

@@ -7,14 +7,21 @@ import (
 // State tied to a member's epoch.
 //
 // A member record changes only through journaled transitions (each bumps
-// its generation: a restart to a new epoch, a death, a return) and its
-// removal; a leader change writes the monitor's claim, never the records.
+// its generation: a restart to a new epoch, a death, a first answer) and
+// its removal; a leader change writes the monitor's claim, never the records.
 // So the record's Modified index names one stretch of one epoch, and the
 // catalog's owned nodes (catalog.Owner) tied to it go, in the apply of the
 // transition that ends it, on every replica alike. OwnerOf and Fence map a
 // member and its epoch onto that version when the batch applies, not when
 // it is built: a host whose catalog lags the log builds the same batch as
 // one that does not.
+//
+// An epoch ends once: no record shows an epoch alive again after the log
+// recorded its death. A member cut off and declared dead that answers
+// again with its epoch is told that it ended and returns with a fresh one
+// (see decide in the monitor), so a fence or an owner on the ended epoch
+// is refused on every replica, across leader changes and image installs,
+// for as long as the record exists.
 
 // OwnerOf returns what ties a node a batch creates to member id's epoch:
 // check, an operation to put in the batch before the create, which holds

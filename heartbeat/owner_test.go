@@ -217,3 +217,123 @@ func TestWriteFencedOnAnEndedEpochFailsAlikeOnEveryReplica(t *testing.T) {
 		}
 	})
 }
+
+// A worker cut off past the death bound and declared dead, whose process
+// was never restarted, comes back answering with the epoch it was declared
+// dead with. The log recorded that epoch's end: on every replica, a write
+// fenced on it and a create owned by it stay refused, and its owned nodes
+// stay gone. The leader tells the worker its epoch ended; the worker draws
+// a fresh one, which the monitor records as a restart, and works again
+// with it.
+func TestWorkerDeclaredDeadThatComesBackWithItsEpochIsFencedAndWorksWithANewOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, 1)
+		w := c.workers[10]
+		old := w.resp.Epoch()
+		c.ownTasks(t, 10, old)
+		fence := heartbeat.Fence(10, old)
+		check, owner := heartbeat.OwnerOf(10, old, false)
+
+		c.net.cut("*", addrOf(10), true)
+		c.advance((deadAfter + 2) * interval)
+		for _, f := range c.frontends {
+			m, _ := f.ms.Member(10)
+			require.Equal(t, heartbeat.StatusDead, m.Status, "frontend %d", f.id)
+		}
+		c.requireEnded(t, 10, catalog.OrphanOwnerChanged)
+		dead, _ := c.frontends[1].tree.Get(heartbeat.MemberPath(10))
+
+		// The same process answers again.
+		c.net.cut("*", addrOf(10), false)
+		c.advance(3 * interval)
+		for id, err := range c.applyEverywhere(t, fence, catalog.Op{Type: catalog.OpCreate, Path: "/tasks/fenced", Kind: "write"}) {
+			require.ErrorIs(t, err, catalog.ErrConflict, "frontend %d: a write fenced on the ended epoch", id)
+		}
+		for id, err := range c.applyEverywhere(t, check, catalog.Op{Type: catalog.OpCreate, Path: "/tasks/late", Kind: "task", Owner: owner}) {
+			require.ErrorIs(t, err, catalog.ErrConflict, "frontend %d: a create owned by the ended epoch", id)
+		}
+		fresh := w.resp.Epoch()
+		require.NotEqual(t, old, fresh, "the worker drew a fresh epoch")
+		require.False(t, fresh.Temporary())
+		for _, f := range c.frontends {
+			for _, p := range []string{"/tasks/gone", "/tasks/fenced", "/tasks/late"} {
+				_, ok := f.tree.Get(p)
+				require.False(t, ok, "frontend %d holds %s", f.id, p)
+			}
+			m, _ := f.ms.Member(10)
+			require.Equal(t, heartbeat.StatusAlive, m.Status, "frontend %d", f.id)
+			require.Equal(t, fresh, m.Epoch, "frontend %d records the fresh epoch", f.id)
+			require.Equal(t, dead.Attrs["generation"].Int64()+1, int64(m.Generation), "one transition after the death: the restart")
+			evs := f.events()
+			require.Equal(t, heartbeat.Restarted, evs[len(evs)-1].Type, "frontend %d: the return is a restart", f.id)
+			require.Zero(t, countType(evs, 10, heartbeat.Alive)-1, "frontend %d: no Alive but the first answer", f.id)
+		}
+
+		// The fresh epoch works: fenced writes and owned creates apply,
+		// and go when it ends.
+		require.NoError(t, c.propose(t, heartbeat.Fence(10, fresh), catalog.Op{Type: catalog.OpCreate, Path: "/tasks/again", Kind: "write"}))
+		check, owner = heartbeat.OwnerOf(10, fresh, false)
+		require.NoError(t, c.propose(t, check, catalog.Op{Type: catalog.OpCreate, Path: "/tasks/new", Kind: "task", Owner: owner}))
+		for _, f := range c.frontends {
+			require.Equal(t, 1, f.tree.OwnedCount(), "frontend %d", f.id)
+		}
+	})
+}
+
+// A worker declared dead and back with its epoch under a new leader: the
+// leader that journaled the death is gone, and the new one, which never
+// heard the worker alive, tells it all the same, from the record.
+func TestWorkerBackWithItsEndedEpochAfterALeaderChangeGetsANewOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, 1)
+		old := c.workers[10].resp.Epoch()
+		c.net.cut("*", addrOf(10), true)
+		c.advance((deadAfter + 2) * interval)
+		m, _ := c.frontends[2].ms.Member(10)
+		require.Equal(t, heartbeat.StatusDead, m.Status)
+
+		c.setLeader(2, 2)
+		c.net.cut("*", addrOf(10), false)
+		c.advance(3 * interval)
+		fresh := c.workers[10].resp.Epoch()
+		require.NotEqual(t, old, fresh)
+		for _, f := range c.frontends {
+			m, _ := f.ms.Member(10)
+			require.Equal(t, heartbeat.StatusAlive, m.Status, "frontend %d", f.id)
+			require.Equal(t, fresh, m.Epoch, "frontend %d", f.id)
+		}
+		for id, err := range c.applyEverywhere(t, heartbeat.Fence(10, old)) {
+			require.ErrorIs(t, err, catalog.ErrConflict, "frontend %d", id)
+		}
+	})
+}
+
+// A frontend declared dead that is elected leader while its record says
+// so answers its own heartbeat: its epoch ended in the log, so it draws a
+// fresh one and journals its return as a restart, never the ended epoch
+// alive again.
+func TestLeaderDeclaredDeadByAnEarlierLeaderRecordsItsReturnWithANewEpoch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, 1)
+		old := c.frontends[2].ms.Epoch()
+		c.net.cut("*", addrOf(2), true)
+		c.advance((deadAfter + 2) * interval)
+		m, _ := c.frontends[1].ms.Member(2)
+		require.Equal(t, heartbeat.StatusDead, m.Status)
+
+		c.setLeader(2, 2) // still cut off: no heartbeat reaches it, it answers its own
+		c.advance(2 * interval)
+		fresh := c.frontends[2].ms.Epoch()
+		require.NotEqual(t, old, fresh)
+		for _, f := range c.frontends {
+			m, _ := f.ms.Member(2)
+			require.Equal(t, heartbeat.StatusAlive, m.Status, "frontend %d", f.id)
+			require.Equal(t, fresh, m.Epoch, "frontend %d", f.id)
+		}
+		for id, err := range c.applyEverywhere(t, heartbeat.Fence(2, old)) {
+			require.ErrorIs(t, err, catalog.ErrConflict, "frontend %d", id)
+		}
+		claim, _ := c.frontends[1].tree.Get(heartbeat.MonitorPath)
+		require.Equal(t, fresh.String(), claim.Attrs["epoch"].Str(), "the claim names the leader's current epoch")
+	})
+}

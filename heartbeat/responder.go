@@ -19,7 +19,8 @@ type ResponderConfig struct {
 	// ID is this member's id. Heartbeats addressed to another id (a reused
 	// address) are refused. Required.
 	ID uint64
-	// Epoch is this process's epoch (NewEpoch at start). Required.
+	// Epoch is this process's epoch at start (NewEpoch). Required. It
+	// changes once the log records its end (Responder.Epoch).
 	Epoch Epoch
 	// Cluster, when set, refuses heartbeats from another cluster.
 	Cluster string
@@ -51,7 +52,8 @@ type ResponderConfig struct {
 
 // Responder answers the leader's heartbeats on a member (worker or
 // frontend): it is an http.Handler to mount at Path. It answers with its
-// epoch, refuses heartbeats from a lower raft term than it has seen while
+// current epoch (a fresh one from the heartbeat that says the log ended
+// the one before: Request.Ended), refuses heartbeats from a lower raft term than it has seen while
 // that term's sender keeps beating (checked before taking any lock; once
 // no heartbeat came for StaleAfter, a lower term is accepted again, so a
 // higher term that only a forger or a vanished leader sent cannot fence
@@ -73,6 +75,9 @@ type Responder struct {
 	beat atomic.Int64
 	// refused counts heartbeats refused for their credential.
 	refused atomic.Uint64
+	// epoch is this process's current epoch: ResponderConfig.Epoch until
+	// a heartbeat says the log recorded its end (renew).
+	epoch atomic.Pointer[Epoch]
 
 	mu struct {
 		sync.Mutex
@@ -116,11 +121,37 @@ func NewResponder(cfg ResponderConfig) (*Responder, error) {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	r.mu.frontends = make(map[uint64]*frontendState)
+	e := cfg.Epoch
+	r.epoch.Store(&e)
 	return r, nil
 }
 
-// Epoch returns this process's epoch.
-func (r *Responder) Epoch() Epoch { return r.cfg.Epoch }
+// Epoch returns this process's current epoch: ResponderConfig.Epoch, until
+// a heartbeat from the leader says that the log recorded its end (the
+// member was declared dead: Request.Ended); the process then draws a
+// fresh epoch, answers with it, and the monitor records a restart. A host
+// reads it for every write it fences or owns by its epoch
+// (heartbeat.Fence, OwnerOf), never once at start: the ended epoch's
+// fences are refused for good.
+func (r *Responder) Epoch() Epoch { return *r.epoch.Load() }
+
+// renew draws a fresh epoch if the current one is ended, and returns the
+// current epoch. The ended epoch never comes back: its owned nodes went
+// and its fences are refused once the log recorded its end, and the work
+// tied to it (queries, fragments) was cancelled then.
+func (r *Responder) renew(ended Epoch) Epoch {
+	for {
+		cur := r.epoch.Load()
+		if ended.IsZero() || *cur != ended {
+			return *cur
+		}
+		fresh := NewEpoch()
+		if r.epoch.CompareAndSwap(cur, &fresh) {
+			r.log.Warn("heartbeat: the log recorded this process's epoch as ended (declared dead): drawing a fresh one", "member", r.cfg.ID, "ended", ended.String(), "epoch", fresh.String())
+			return fresh
+		}
+	}
+}
 
 // Term returns the highest raft term seen in a heartbeat.
 func (r *Responder) Term() uint64 { return r.term.Load() }
@@ -258,7 +289,7 @@ func (r *Responder) handle(hb *Request) (int, any) {
 		r.mu.version = hb.Version
 		r.mu.listAt = now
 	}
-	return http.StatusOK, Response{Member: r.cfg.ID, Epoch: r.cfg.Epoch, Term: r.term.Load(), Version: r.cfg.Version}
+	return http.StatusOK, Response{Member: r.cfg.ID, Epoch: r.renew(hb.Ended), Term: r.term.Load(), Version: r.cfg.Version}
 }
 
 // lapsed reports whether no heartbeat was accepted within StaleAfter of

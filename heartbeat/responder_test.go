@@ -77,6 +77,41 @@ func TestResponderAnswersWithItsEpoch(t *testing.T) {
 	require.Equal(t, uint64(3), resp.Term)
 }
 
+// A heartbeat that names this process's epoch as ended (the member was
+// declared dead) makes it answer with a fresh epoch, once; one that names
+// another epoch (a leader's stale view), or one refused for its term,
+// changes nothing.
+func TestResponderDrawsAFreshEpochOnlyWhenToldItsOwnEnded(t *testing.T) {
+	f := newResponderFixture(t)
+	answer := func(hb Request) (int, Epoch) {
+		code, body := f.beat(t, hb)
+		var resp Response
+		if code == http.StatusOK {
+			require.NoError(t, json.Unmarshal(body, &resp))
+		}
+		return code, resp.Epoch
+	}
+	old := f.r.Epoch()
+	code, got := answer(Request{Leader: 1, Term: 5, Ended: NewEpoch()})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, old, got, "another epoch ended: not this process's")
+
+	code, _ = answer(Request{Leader: 2, Term: 4, Ended: old})
+	require.Equal(t, http.StatusConflict, code, "a deposed leader is refused")
+	require.Equal(t, old, f.r.Epoch(), "and changes nothing")
+
+	code, fresh := answer(Request{Leader: 1, Term: 5, Ended: old})
+	require.Equal(t, http.StatusOK, code)
+	require.NotEqual(t, old, fresh)
+	require.False(t, fresh.Temporary())
+	require.Equal(t, fresh, f.r.Epoch())
+	// The same news again (the answer was lost, or the record lags): the
+	// epoch it ended is no longer this process's.
+	_, again := answer(Request{Leader: 1, Term: 5, Ended: old})
+	require.Equal(t, fresh, again)
+	require.Empty(t, f.take(), "its own epoch is no frontend event")
+}
+
 func TestResponderRejectsBadRequests(t *testing.T) {
 	f := newResponderFixture(t)
 	for _, tc := range []struct {

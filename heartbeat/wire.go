@@ -26,6 +26,13 @@ type Request struct {
 	// while lists at the newer version keep coming (within StaleAfter).
 	Version   uint64          `json:"version"`
 	Frontends []FrontendEpoch `json:"frontends"`
+	// Ended is the epoch the member's record shows declared dead (zero:
+	// the record is not dead). The log recorded that this epoch ended, so
+	// it never becomes current again: a member still running with it
+	// draws a fresh epoch and answers with that one (Responder), which
+	// the monitor records as a restart. The monitor appends it last, after
+	// Member.
+	Ended Epoch `json:"ended,omitzero"`
 }
 
 // FrontendEpoch is one frontend's published epoch in a heartbeat.

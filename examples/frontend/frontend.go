@@ -121,7 +121,7 @@ type Config struct {
 type Frontend struct {
 	cfg    Config
 	logger *slog.Logger
-	epoch  heartbeat.Epoch
+	epoch  heartbeat.Epoch // at start; Epoch is the current one
 
 	tree     *catalog.Tree
 	images   *image.Store
@@ -407,9 +407,18 @@ func (f *Frontend) Members() *heartbeat.Membership { return f.members }
 // when its coordinator or one of its workers restarts or dies.
 func (f *Frontend) Registry() *cancel.Registry { return f.registry }
 
-// Epoch is this frontend's epoch: a query it coordinates registers with
-// cancel.Member{Node: f.ID(), Epoch: f.Epoch()}.
-func (f *Frontend) Epoch() heartbeat.Epoch { return f.epoch }
+// Epoch is this frontend's current epoch: a query it coordinates registers
+// with cancel.Member{Node: f.ID(), Epoch: f.Epoch()}. It is the epoch the
+// process drew at start until the log records its end (this frontend was
+// declared dead while cut off); the process then draws a fresh one
+// (heartbeat.Membership.Epoch), so read it for every query, fence or
+// owner, never once.
+func (f *Frontend) Epoch() heartbeat.Epoch {
+	if f.members == nil {
+		return f.epoch
+	}
+	return f.members.Epoch()
+}
 
 // Checkpointer writes images on its schedule or on demand.
 func (f *Frontend) Checkpointer() *image.Checkpointer { return f.ckpt }

@@ -144,7 +144,7 @@ func (f *Frontend) getStatus(w http.ResponseWriter, _ *http.Request) error {
 		role = "observer"
 	}
 	out := map[string]any{
-		"id": st.ID, "cluster_id": st.ClusterID, "epoch": f.epoch.String(),
+		"id": st.ID, "cluster_id": st.ClusterID, "epoch": f.Epoch().String(),
 		"role": role, "state": raftState(st), "leader": st.Leader, "term": st.Term,
 		"applied": st.Applied, "committed": st.Committed, "image": st.Image, "stale": st.Stale,
 		"cluster_version": st.ClusterVersion,
@@ -593,11 +593,12 @@ func (f *Frontend) postQuery(w http.ResponseWriter, r *http.Request) error {
 		workers = append(workers, cancel.Member{Node: id, Epoch: m.PublishedEpoch()})
 		addrs = append(addrs, m.Addr)
 	}
-	q, err := f.registry.Register(context.Background(), cancel.Member{Node: f.cfg.ID, Epoch: f.epoch}, workers)
+	epoch := f.Epoch()
+	q, err := f.registry.Register(context.Background(), cancel.Member{Node: f.cfg.ID, Epoch: epoch}, workers)
 	if err != nil {
 		return httpjson.Errorf(http.StatusConflict, "cancelled", "%v", err)
 	}
-	frag := demo.Fragment{Query: body.ID, Coordinator: f.cfg.ID, CoordinatorEpoch: f.epoch.String(), DurationMS: body.DurationMS}
+	frag := demo.Fragment{Query: body.ID, Coordinator: f.cfg.ID, CoordinatorEpoch: epoch.String(), DurationMS: body.DurationMS}
 	ctx, cancelDispatch := context.WithTimeout(r.Context(), f.cfg.RequestTimeout)
 	defer cancelDispatch()
 	for i, addr := range addrs {

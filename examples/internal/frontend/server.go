@@ -47,7 +47,6 @@ type Frontend struct {
 	cfg    Config
 	logger *slog.Logger
 	// The parts, from the public frontend once it started.
-	epoch    heartbeat.Epoch
 	tree     *catalog.Tree
 	images   *image.Store
 	journal  *journal.Journal
@@ -107,7 +106,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	f.metrics = ops.MetricsHandler(reg)
-	f.epoch, f.tree, f.images, f.journal = f.Epoch(), f.Tree(), f.Images(), f.Journal()
+	f.tree, f.images, f.journal = f.Tree(), f.Images(), f.Journal()
 	f.ckpt, f.registry, f.members, f.client = f.Checkpointer(), f.Registry(), f.Members(), f.Client()
 	f.ready.Store(true)
 	return f, nil
