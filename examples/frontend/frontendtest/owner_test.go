@@ -545,3 +545,123 @@ func TestFrontendInstallingAnImageWithOwnedNodesEndsThemAtTheTransitionAfterIt(t
 		require.Equal(t, 1, lag.Tree().OwnedCount(), "another worker's owned node stays")
 	})
 }
+
+// A worker cut off from every frontend past the death bound is declared
+// dead; its process was never restarted and answers again with the epoch
+// it was declared dead with. That epoch ended in the log and never becomes
+// current again, also when the leader that journaled the death crashed
+// before the worker came back: through every frontend, a write fenced on
+// it and a create owned by it are refused alike and applied by no
+// replica, and the owned nodes the death ended stay gone. The worker is
+// told that its epoch ended and works again with a fresh one, recorded
+// as a restart: a query registered against it is not cancelled by the
+// return.
+func TestWorkerDeclaredDeadThatComesBackWithItsEpochIsFencedOnEveryReplica(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		crash bool // the leader that journaled the death crashes before the return
+	}{{"same leader", false}, {"leader crashed after the death", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, ctx, leader, followers := threeWithLeaderIn(t, Options{Frontends: 3, Workers: 2, InMemory: true})
+				ownTasks(ctx, t, c, c.Frontend(leader), 4, 5)
+				w := c.Worker(4)
+				old := w.Epoch()
+				q, err := c.StartQuery(ctx, followers[0], 4)
+				require.NoError(t, err)
+				defer q.Finish()
+
+				c.Network().Partition(WorkerAddr(4), Addr(1), Addr(2), Addr(3))
+				ce := requireCancelled(t, ctx, q.Context(), cancel.ErrNodeDead, 4)
+				death := ce.Index
+				var dead heartbeat.Member
+				for _, f := range c.running() {
+					// The membership replays the record after the tree applies it.
+					require.NoError(t, c.await(ctx, fmt.Sprintf("frontend %d replays the death", f.ID()), func() bool {
+						m, _ := f.Members().Member(4)
+						return m.Modified >= death
+					}))
+					m, _ := f.Members().Member(4)
+					require.Equal(t, heartbeat.StatusDead, m.Status, "frontend %d", f.ID())
+					require.Equal(t, old, m.Epoch)
+					dead = m
+				}
+				if tc.crash {
+					require.NoError(t, c.Crash(leader))
+					_, err := c.RestartFrontend(ctx, leader)
+					require.NoError(t, err)
+				}
+
+				c.Heal()
+				require.NoError(t, c.AwaitWorker(ctx, 4))
+				// The ended epoch, through every frontend.
+				fence := heartbeat.Fence(4, old)
+				check, owner := heartbeat.OwnerOf(4, old, false)
+				var refused []string
+				var at []uint64
+				for i := 1; i <= 3; i++ {
+					f := c.Frontend(i)
+					res, err := f.Write(ctx, catalog.Batch{Ops: []catalog.Op{fence, {Type: catalog.OpCreate, Path: fmt.Sprintf("/fenced-%d", i), Kind: "write"}}})
+					require.ErrorIs(t, err, catalog.ErrConflict, "a write fenced on the ended epoch, through frontend %d", i)
+					var oe *catalog.OpError
+					require.ErrorAs(t, err, &oe)
+					require.Equal(t, heartbeat.MemberPath(4), oe.Path, "the fence fails")
+					refused = append(refused, err.Error())
+					at = append(at, res.Index)
+					res, err = f.Write(ctx, catalog.Batch{Ops: []catalog.Op{check, {Type: catalog.OpCreate, Path: fmt.Sprintf("/tasks/late-%d", i), Kind: "task", Owner: owner}}})
+					require.ErrorIs(t, err, catalog.ErrConflict, "a create owned by the ended epoch, through frontend %d", i)
+					refused = append(refused, err.Error())
+					at = append(at, res.Index)
+				}
+				for k := 2; k < len(refused); k++ {
+					require.Equal(t, refused[k%2], refused[k], "one error through every frontend")
+				}
+
+				require.Same(t, w, c.Worker(4), "the same process")
+				fresh := w.Epoch()
+				require.NotEqual(t, old, fresh, "the worker works with a fresh epoch")
+				lf := c.Frontend(leader)
+				if tc.crash {
+					l, err := c.Leader(ctx)
+					require.NoError(t, err)
+					lf = c.Frontend(l)
+				}
+				m, _ := lf.Members().Member(4)
+				require.Equal(t, fresh, m.Epoch)
+				require.Equal(t, dead.Generation+1, m.Generation, "one transition after the death: the return, as a restart")
+				again, err := c.StartQuery(ctx, followers[1], 4)
+				require.NoError(t, err)
+				defer again.Finish()
+
+				// The fresh epoch works.
+				check, owner = heartbeat.OwnerOf(4, fresh, false)
+				_, err = lf.Write(ctx, catalog.Batch{Ops: []catalog.Op{heartbeat.Fence(4, fresh), check, {Type: catalog.OpCreate, Path: "/tasks/new", Kind: "task", Owner: owner}}})
+				require.NoError(t, err, "the fresh epoch fences and owns")
+				last := marker(ctx, t, lf, "/marker")
+				for _, f := range c.running() {
+					require.NoError(t, f.Journal().WaitApplied(ctx, last))
+					for i := 1; i <= 3; i++ {
+						for _, p := range []string{fmt.Sprintf("/fenced-%d", i), fmt.Sprintf("/tasks/late-%d", i)} {
+							_, ok := f.Tree().Get(p)
+							require.False(t, ok, "frontend %d applied %s", f.ID(), p)
+						}
+					}
+					_, ok := f.Tree().Get(goneTask)
+					require.False(t, ok, "frontend %d: the owned node the death ended stays gone", f.ID())
+					kept, ok := f.Tree().Get(keptTask)
+					require.True(t, ok)
+					require.Equal(t, death, markIndex(t, &kept), "frontend %d: the orphan mark names the death", f.ID())
+					require.Equal(t, 2, f.Tree().OwnedCount(), "frontend %d: worker 5's task and the fresh epoch's", f.ID())
+					o, ok := f.Tree().Owned("/tasks/new")
+					require.True(t, ok)
+					rec, _ := f.Tree().Get(heartbeat.MemberPath(4))
+					require.Equal(t, rec.Modified, o.Version, "frontend %d: owned by the record's current version", f.ID())
+					m, _ := f.Members().Member(4)
+					require.Equal(t, heartbeat.StatusAlive, m.Status)
+					require.Equal(t, fresh, m.Epoch, "frontend %d", f.ID())
+				}
+				require.NoError(t, again.Context().Err(), "a query against the fresh epoch runs on")
+			})
+		})
+	}
+}

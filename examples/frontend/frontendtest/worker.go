@@ -73,7 +73,9 @@ func (w *Worker) ID() uint64 { return w.id }
 // Addr is the worker's address (WorkerAddr).
 func (w *Worker) Addr() string { return w.addr }
 
-// Epoch is this worker process's epoch.
+// Epoch is this worker process's current epoch: the one it drew at start,
+// or, once the log recorded that epoch's end (the worker was declared dead
+// while cut off), the fresh one it drew when the leader told it so.
 func (w *Worker) Epoch() heartbeat.Epoch { return w.responder.Epoch() }
 
 // Registry is the worker's cancel registry: a fragment registered in it
