@@ -113,7 +113,11 @@
 //     owned node whose owner's record version has ended there is gone or,
 //     if its create asked, marked orphaned; one whose version is current
 //     is there; a write with a fence on an epoch that frontend had
-//     already seen replaced (a restart) is refused.
+//     already seen end (a restart to another epoch, or a death, also one
+//     the worker came back from: a worker cut off past the death bound
+//     returns with a fresh epoch) is refused. The ground truth takes a
+//     worker's fresh epoch as a new process from the sample that first
+//     shows it.
 //
 // # Defects it finds
 //
@@ -122,8 +126,10 @@
 // acknowledged write, an applied write reported as failed), the
 // differential check (the dedupe window lost after an image), the
 // liveness check (a sole voter on a slow disk), the cancellation checks
-// (a false cancel after a double restart) and the watch checks (a resume
-// from FirstIndex()-1 refused).
+// (a false cancel after a double restart), the watch checks (a resume
+// from FirstIndex()-1 refused) and the owned checks (a worker declared
+// dead that came back alive with the epoch the log had ended, so that a
+// fence on it held again).
 //
 // # Open defects
 //

@@ -112,7 +112,7 @@ func (o *owned) loop(ctx context.Context, rng *rand.Rand) {
 			// shows it at is what a later record must pass to end it.
 			if rec, ok := f.Tree().Get(heartbeat.MemberPath(id)); ok && rec.Attrs["epoch"].Equal(catalog.String(w.Epoch().String())) {
 				o.mu.Lock()
-				o.fences[id] = keptFence{op: fence, at: rec.Modified}
+				o.fences[id] = keptFence{op: fence, at: rec.Modified, gen: rec.Attrs["generation"].Int64()}
 				o.mu.Unlock()
 			}
 			_, _ = f.Write(ctx, catalog.Batch{Ops: []catalog.Op{fence, {Type: catalog.OpCreate, Path: fmt.Sprintf("%s/f%d-%d", fencedDir, id, seq), Kind: "fenced"}}})
@@ -196,27 +196,34 @@ func (o *owned) check(i int, t *catalog.Tree) {
 	}
 }
 
-// keptFence is a fence on a worker's epoch and the version of the
-// worker's record at which a frontend's catalog showed that epoch.
+// keptFence is a fence on a worker's epoch, and the version and the
+// generation of the worker's record at which a frontend's catalog showed
+// that epoch.
 type keptFence struct {
-	op catalog.Op
-	at uint64
+	op  catalog.Op
+	at  uint64
+	gen int64
 }
 
 // ended reports whether member record rec shows that the fence's epoch
-// ended for good: a later version of the record names another epoch (a
-// restart). An epoch never comes back once another replaced it, so a
-// write with the fence must be refused at every later index; a catalog
-// that shows an older version proves nothing. A death alone is not
-// counted: a dead member that answers again with the same epoch is alive
-// with it again, and the fence holds again.
+// ended: a later version of the record names another epoch (a restart),
+// shows the member dead, or, alive with the same epoch, has a later
+// generation. Every transition bumps the generation and only a death
+// keeps the epoch, so that record went through a death, which ended the
+// epoch as surely as a restart: a member declared dead comes back with a
+// fresh epoch, never with the ended one. An ended epoch never becomes
+// current again, so a write with the fence must be refused at every
+// later index; a catalog that shows an older version proves nothing.
 func (k keptFence) ended(rec catalog.Node) bool {
 	want, ok := k.op.Cond.Match["epoch"]
 	if !ok || rec.Modified <= k.at {
 		return false
 	}
 	got, ok := rec.Attrs["epoch"]
-	return ok && !got.Equal(want)
+	if !ok {
+		return false
+	}
+	return !got.Equal(want) || rec.Attrs["status"].Str() != heartbeat.StatusAlive.String() || rec.Attrs["generation"].Int64() > k.gen
 }
 
 // orphaned reports whether n carries the mark of an ended owner.

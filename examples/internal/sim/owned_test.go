@@ -44,3 +44,29 @@ func TestOwnedCheckFindsNodesThatOutliveOrPredeceaseTheirEpoch(t *testing.T) {
 	require.Contains(t, failures(ownedNode{path: "/tasks/gone", worker: 4, owner: current, index: 2}), "is gone while")
 	require.Contains(t, failures(ownedNode{path: "/tasks/kept", worker: 4, owner: ended, index: 2}), "asked for it to go")
 }
+
+// A kept fence's epoch ended once a later version of the member record
+// names another epoch, shows the member dead, or shows it alive with the
+// same epoch at a later generation (a death and a return in between); the
+// record at the fence's version, or an older one, proves nothing.
+func TestKeptFenceEndsWithADeathNotOnlyARestart(t *testing.T) {
+	e, other := heartbeat.NewEpoch(), heartbeat.NewEpoch()
+	k := keptFence{op: heartbeat.Fence(4, e), at: 10, gen: 2}
+	rec := func(modified uint64, epoch heartbeat.Epoch, status heartbeat.Status, gen int64) catalog.Node {
+		return catalog.Node{Path: heartbeat.MemberPath(4), Modified: modified, Attrs: map[string]catalog.Value{
+			"epoch": catalog.String(epoch.String()), "status": catalog.String(status.String()), "generation": catalog.Int(gen)}}
+	}
+	for _, tc := range []struct {
+		name  string
+		rec   catalog.Node
+		ended bool
+	}{
+		{"the fence's version", rec(10, e, heartbeat.StatusAlive, 2), false},
+		{"an older version", rec(9, other, heartbeat.StatusAlive, 1), false},
+		{"restarted", rec(11, other, heartbeat.StatusAlive, 3), true},
+		{"declared dead", rec(11, e, heartbeat.StatusDead, 3), true},
+		{"dead and back with the epoch", rec(12, e, heartbeat.StatusAlive, 4), true},
+	} {
+		require.Equal(t, tc.ended, k.ended(tc.rec), tc.name)
+	}
+}

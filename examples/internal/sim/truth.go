@@ -75,11 +75,29 @@ func (tr *truth) started(id uint64, e heartbeat.Epoch, at time.Time) {
 
 // stopped records that worker id's running process ends at at.
 func (tr *truth) stopped(id uint64, at time.Time) {
+	w := tr.r.c.Worker(id)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	if w != nil {
+		tr.renewedLocked(id, w.Epoch(), at)
+	}
 	if l := tr.inc[id]; len(l) > 0 && l[len(l)-1].down.IsZero() {
 		l[len(l)-1].down = at
 	}
+}
+
+// renewedLocked records that running worker id's process runs with epoch
+// e, which it did not at the time before: a process declared dead while
+// cut off draws a fresh epoch when it hears from a leader again, since
+// the log ended the one it had. The query checks judge its epochs as two
+// processes, the first ending at before, when the second starts.
+func (tr *truth) renewedLocked(id uint64, e heartbeat.Epoch, before time.Time) {
+	l := tr.inc[id]
+	if len(l) == 0 || !l[len(l)-1].down.IsZero() || l[len(l)-1].epoch == e {
+		return
+	}
+	l[len(l)-1].down = before
+	tr.inc[id] = append(l, incarnation{epoch: e, up: before})
 }
 
 // sampleLoop samples the cluster until ctx ends.
@@ -152,6 +170,15 @@ func (tr *truth) sample() {
 	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	before := s.at
+	if len(tr.samples) > 0 {
+		before = tr.samples[len(tr.samples)-1].at
+	}
+	for _, id := range tr.workers {
+		if e, runs := s.epochs[id]; runs {
+			tr.renewedLocked(id, e, before)
+		}
+	}
 	for i := 1; i <= r.n; i++ {
 		id := uint64(i)
 		l := tr.inc[id]
