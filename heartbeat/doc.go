@@ -10,10 +10,10 @@
 //     transition of a member record bumps its generation, so an older view
 //     (a lagging leader, a late response) can never flip an epoch back.
 //  2. Member records (frontends and workers) live in the catalog under
-//     MembersPath ("/_cluster/members/<id>", kind "member", attributes addr,
-//     kind, role, epoch, generation, status, since, term) and change only
-//     through journal proposals, so they are the same on every frontend and
-//     survive images.
+//     MembersPath ("/_cluster/members/<id>", kind "member", attributes
+//     addr, kind, role, epoch, generation, status, since, term, died) and
+//     change only through journal proposals, so they are the same on every
+//     frontend and survive images.
 //  3. While a frontend is the raft leader, its Membership runs the monitor:
 //     every Interval it heartbeats every member in parallel, each request
 //     with its own Timeout, carrying the leader's id and raft term and the
@@ -33,8 +33,9 @@
 //     catalog (a watch, and a full re-read after an image load) and hands
 //     each transition to Config.OnEvent in log order. A re-read that finds
 //     a record some transitions later (an image folded them) delivers what
-//     they did all the same: a later generation with the same epoch is a
-//     death in between (Dead, then Alive); see Event.
+//     they did all the same: a death the record names (its died
+//     attribute) after the view, or a later generation with the same
+//     epoch, is a death in between (Dead, then the return); see Event.
 //  5. A Responder (an http.Handler mounted at Path on every member) answers
 //     with its current epoch (a fresh one once told that the log ended its
 //     epoch), refuses lower raft terms before taking any lock

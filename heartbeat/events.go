@@ -85,8 +85,10 @@ func (t EventType) String() string {
 // (a frontend's resync after an image load, a worker that missed lists).
 // It comes just before the event that revealed it, is delivered once, and
 // must be applied (cancel.Registry always applies Index 0): a member that
-// was declared dead and came back with its epoch arrives as Dead (Index 0)
-// then Alive.
+// was declared dead and came back arrives as Dead (Index 0) then Restarted
+// to the fresh epoch it came back with (the record names its last death:
+// Member.Died), or, from a log an older monitor wrote, Dead then Alive
+// with its epoch.
 //
 // On a frontend, events come from replaying the member records in the
 // catalog, so every frontend sees the same events in the same order, and

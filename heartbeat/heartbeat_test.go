@@ -391,7 +391,7 @@ func TestImageCatchUpAcrossADeathCancels(t *testing.T) {
 		require.Equal(t, heartbeat.StatusAlive, m.Status, "worker 10 is back")
 
 		load()
-		requireCancelled(t, q, cancel.ErrNodeRestarted, 10)
+		requireCancelled(t, q, cancel.ErrNodeDead, 10)
 		st, _ := reg.Node(10)
 		require.Equal(t, cancel.StatusAlive, st.Status)
 		require.Equal(t, c.workers[10].resp.Epoch(), st.Epoch)
@@ -429,7 +429,7 @@ func TestWorkerThatMissedACoordinatorsDeathCancels(t *testing.T) {
 
 		c.net.cut("*", addrOf(10), false)
 		c.advance(interval)
-		requireCancelled(t, frag, cancel.ErrNodeRestarted, 2)
+		requireCancelled(t, frag, cancel.ErrNodeDead, 2)
 		_, err = w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 2, Epoch: e2})
 		require.ErrorIs(t, err, cancel.ErrNodeRestarted, "frontend 2's ended epoch sends no fragment")
 		_, err = w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 2, Epoch: fresh})

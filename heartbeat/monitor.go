@@ -257,6 +257,7 @@ func (mo *monitor) probe(ctx context.Context, term, pauses uint64, common []byte
 			now.Sub(p.lastOK) >= time.Duration(mo.cfg.DeadAfter)*mo.cfg.Interval {
 			d := cur
 			d.Status = StatusDead
+			d.Died = cur.Generation + 1 // the generation journal gives it
 			next, typ = &d, Dead
 			mo.m.log.Info("heartbeat: member missed heartbeats", "member", r.ID, "misses", p.misses, "err", err)
 		}
@@ -421,7 +422,7 @@ func (m *Membership) frontendList() (uint64, []FrontendEpoch) {
 		if err != nil {
 			continue
 		}
-		fronts = append(fronts, FrontendEpoch{ID: r.ID, Gen: r.Generation, Epoch: r.PublishedEpoch(), Dead: r.Status == StatusDead, Since: n.Created})
+		fronts = append(fronts, FrontendEpoch{ID: r.ID, Gen: r.Generation, Epoch: r.PublishedEpoch(), Dead: r.Status == StatusDead, Died: r.Died, Since: n.Created})
 	}
 	slices.SortFunc(fronts, func(a, b FrontendEpoch) int { return cmp.Compare(a.ID, b.ID) })
 	return version, fronts

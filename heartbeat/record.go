@@ -32,6 +32,7 @@ const (
 	attrStatus     = "status"
 	attrSince      = "since" // unix milliseconds, the leader's wall clock (informational)
 	attrTerm       = "term"  // raft term of the leader that journaled the last transition
+	attrDied       = "died"  // generation of the member's last death (absent: never declared dead)
 	attrLeader     = "leader"
 )
 
@@ -81,7 +82,13 @@ type Member struct {
 	Status     Status
 	Since      time.Time // when the last transition was journaled (leader's clock)
 	Term       uint64    // raft term of the leader that journaled it
-	Modified   uint64    // catalog index of the record's last change
+	// Died is the generation at which the member was last declared dead
+	// (0: never). It stays through the return and later transitions, so
+	// a view that skipped transitions (an image, missed lists) sees that a
+	// death came between: a member comes back from one with a fresh
+	// epoch, which alone would look like a restart.
+	Died     uint64
+	Modified uint64 // catalog index of the record's last change
 	// Created is the catalog index that created the record: a member
 	// removed and added again under its id is a new incarnation, whose
 	// generations count from zero again.
@@ -118,6 +125,7 @@ func memberFromNode(n *catalog.Node) (Member, error) {
 	}
 	m.Generation = uint64(n.Attrs[attrGeneration].Int64())
 	m.Term = uint64(n.Attrs[attrTerm].Int64())
+	m.Died = uint64(n.Attrs[attrDied].Int64())
 	if ms := n.Attrs[attrSince].Int64(); ms != 0 {
 		m.Since = time.UnixMilli(ms)
 	}
@@ -126,13 +134,17 @@ func memberFromNode(n *catalog.Node) (Member, error) {
 
 // stateAttrs are the attributes a transition sets.
 func (m Member) stateAttrs() map[string]catalog.Value {
-	return map[string]catalog.Value{
+	a := map[string]catalog.Value{
 		attrEpoch:      catalog.String(m.Epoch.String()),
 		attrGeneration: catalog.Int(int64(m.Generation)),
 		attrStatus:     catalog.String(m.Status.String()),
 		attrSince:      catalog.Int(m.Since.UnixMilli()),
 		attrTerm:       catalog.Int(int64(m.Term)),
 	}
+	if m.Died != 0 {
+		a[attrDied] = catalog.Int(int64(m.Died))
+	}
+	return a
 }
 
 // attrs are all the attributes of a new record.
@@ -154,9 +166,14 @@ func (m Member) attrs() map[string]catalog.Value {
 // record no longer shows as an event with Index 0 (unknown) ahead of the
 // one at index:
 //   - removed and added again (another Created): Removed, then as if new;
-//   - alive with the same epoch but a later generation: it was declared
-//     dead in between and came back, so Dead, then Alive (every transition
-//     bumps the generation, and only a death and a return keep the epoch);
+//   - alive, with a death recorded after the earlier view (Died above its
+//     generation): Dead, then what the return was, Restarted to the fresh
+//     epoch the member came back with (or Alive, for a log in which it
+//     came back with the same one);
+//   - alive with the same epoch but a later generation (a record with no
+//     Died): it was declared dead in between and came back, so Dead, then
+//     Alive (every transition bumps the generation, and only a death and
+//     a return keep the epoch);
 //   - alive at a later generation than its first answer would give, from
 //     no epoch: it restarted or died in between, so Restarted.
 func eventsBetween(before, after *Member, index uint64) []Event {
@@ -184,6 +201,14 @@ func eventsBetween(before, after *Member, index uint64) []Event {
 		return nil
 	case after.Epoch.IsZero():
 		return nil // alive, never answered: nothing to act on
+	case before.Status != StatusDead && !before.Epoch.IsZero() && after.Died > before.Generation:
+		died := Event{Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: before.Epoch, NewEpoch: TemporaryEpoch(before.Epoch, after.Died), Generation: after.Died}
+		ev.Type = Restarted
+		if after.Epoch == before.Epoch {
+			ev.Type = Alive
+		}
+		ev.OldEpoch = died.NewEpoch
+		return []Event{died, ev}
 	case before.Status != StatusDead && before.Epoch == after.Epoch && after.Generation > before.Generation:
 		gen := before.Generation + 1
 		died := Event{Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: before.Epoch, NewEpoch: TemporaryEpoch(before.Epoch, gen), Generation: gen}

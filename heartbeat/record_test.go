@@ -81,6 +81,13 @@ func TestEventsBetween(t *testing.T) {
 	readded := alive
 	readded.Created = 20
 	tmp := TemporaryEpoch(e1, 2)
+	// Declared dead at generation 2, back with a fresh epoch at 3.
+	returned := Member{ID: 5, Kind: KindWorker, Epoch: e2, Generation: 3, Status: StatusAlive, Died: 2, Created: 1}
+	deadDied := dead
+	deadDied.Died = 2
+	e3 := NewEpoch()
+	later := returned
+	later.Epoch, later.Generation = e3, 4
 	for _, tc := range []struct {
 		name          string
 		before, after *Member
@@ -99,6 +106,11 @@ func TestEventsBetween(t *testing.T) {
 			{Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2},
 			{Index: 9, Node: 5, Kind: KindWorker, Type: Alive, OldEpoch: tmp, NewEpoch: e1, Generation: 3}}},
 		{"dead, back, dead again, folded", &dead, &deadAgain, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: TemporaryEpoch(e1, 4), Generation: 4}}},
+		{"back from a death with a fresh epoch", &deadDied, &returned, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 3}}},
+		{"dead and back with a fresh epoch, folded", &alive, &returned, []Event{
+			{Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2},
+			{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 3}}},
+		{"a death before the earlier view", &returned, &later, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: e2, NewEpoch: e3, Generation: 4}}},
 		{"restarted or dead after its first answer, folded", &fresh, &back, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, NewEpoch: e1, Generation: 3}}},
 		{"removed and added again, folded", &alive, &readded, []Event{
 			{Node: 5, Kind: KindWorker, Type: Removed, OldEpoch: e1, Generation: 1},

@@ -356,6 +356,18 @@ func (r *Responder) diffLocked(hb *Request) []Event {
 		case f.Dead && (!p.Dead || f.Epoch != p.Epoch):
 			ev(f.ID, Dead, p.Epoch, f.Epoch, f.Gen)
 		case f.Dead || f.Epoch.IsZero():
+		case !p.Dead && !p.Epoch.IsZero() && f.Died > p.Gen:
+			// Declared dead after the list held, and back since: with a
+			// fresh epoch (Restarted), or, from an older leader's log, the
+			// same one (Alive).
+			tmp := TemporaryEpoch(p.Epoch, f.Died)
+			ev(f.ID, Dead, p.Epoch, tmp, f.Died)
+			evs[len(evs)-1].Index = 0
+			if f.Epoch == p.Epoch {
+				ev(f.ID, Alive, tmp, f.Epoch, f.Gen)
+			} else {
+				ev(f.ID, Restarted, tmp, f.Epoch, f.Gen)
+			}
 		case !p.Dead && f.Epoch == p.Epoch:
 			gen := p.Gen + 1
 			tmp := TemporaryEpoch(p.Epoch, gen)

@@ -295,6 +295,18 @@ func TestResponderSeesADeathItMissed(t *testing.T) {
 	code, _ = f.beat(t, Request{Leader: 1, Term: 1, Version: 30, Frontends: []FrontendEpoch{{ID: 1, Gen: 3, Epoch: e1}, {ID: 2, Gen: 2, Epoch: e2}}})
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, []Event{{Index: 30, Node: 2, Kind: KindFrontend, Type: Restarted, NewEpoch: e2, Generation: 2}}, f.take())
+
+	// Declared dead at generation 4 and back with a fresh epoch: the list
+	// names the death (Died), so a skipped one is still a death, not a
+	// restart alone.
+	e3 := NewEpoch()
+	tmp = TemporaryEpoch(e1, 4)
+	code, _ = f.beat(t, Request{Leader: 1, Term: 1, Version: 40, Frontends: []FrontendEpoch{{ID: 1, Gen: 5, Epoch: e3, Died: 4}, {ID: 2, Gen: 2, Epoch: e2}}})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, []Event{
+		{Node: 1, Kind: KindFrontend, Type: Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 4},
+		{Index: 40, Node: 1, Kind: KindFrontend, Type: Restarted, OldEpoch: tmp, NewEpoch: e3, Generation: 5},
+	}, f.take())
 }
 
 // A heartbeat with a higher term fences lower terms off only while its

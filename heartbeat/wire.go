@@ -44,6 +44,11 @@ type FrontendEpoch struct {
 	// is declared dead (Dead set). Zero: unknown, never acted on.
 	Epoch Epoch `json:"epoch"`
 	Dead  bool  `json:"dead,omitempty"`
+	// Died is the generation of the frontend's last death (Member.Died;
+	// zero: none, or an older leader): a member whose lists skipped from
+	// before it to the frontend's return with a fresh epoch learns that a
+	// death came between.
+	Died uint64 `json:"died,omitempty"`
 	// Since is the log index that created the frontend's member record. A
 	// record removed and added again under the same id (a replaced host)
 	// is a new incarnation whose generations count from zero again, so
