@@ -128,7 +128,9 @@ func Start(cfg Config) (*Worker, error) {
 // Addr is the address the worker serves on.
 func (w *Worker) Addr() string { return w.ln.Addr().String() }
 
-// Epoch is this worker process's epoch.
+// Epoch is this worker process's current epoch: the one it drew at
+// start, or the fresh one it drew when the leader told it that the log
+// ended that one (it was declared dead while cut off).
 func (w *Worker) Epoch() heartbeat.Epoch { return w.responder.Epoch() }
 
 // Fragments lists the fragments this worker ran or runs.
