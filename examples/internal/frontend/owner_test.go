@@ -1,16 +1,20 @@
 package frontend
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/catalog"
+	fe "github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/journal"
 )
@@ -146,4 +150,87 @@ func TestNodeViewShowsTheOrphanMarkAsOneStringAttribute(t *testing.T) {
 	require.Equal(t, uint64(end), index)
 	require.Equal(t, catalog.OrphanOwnerChanged, reason)
 	require.Nil(t, out["owner"], "a marked node is no longer owned")
+}
+
+// A worker cut off until it is declared dead, whose process runs on and
+// answers again: through the API, an owner or an if_epoch naming the
+// epoch declared dead stays refused (409 owner_not_current, 409
+// conflict), the node it owned stays gone, and the worker works again
+// with the fresh epoch it drew, which GET /v1/members shows.
+func TestOwnerOfAnEpochDeclaredDeadIsRefusedAfterTheWorkerReturns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	f, err := Start(ctx, Config{Config: fe.Config{ID: 1, Dir: filepath.Join(t.TempDir(), "1"), Addr: freeAddr(t), Bootstrap: true, Insecure: true,
+		HeartbeatInterval: 50 * time.Millisecond}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, f.Close()) }()
+	waitFor(t, 20*time.Second, "a leader", func() bool { return f.Journal().Status().Leader == 1 })
+	require.NoError(t, f.Journal().WaitClusterVersion(ctx, journal.NewestVersion))
+	serve := func(method, path, body string) (int, map[string]any) {
+		rec := httptest.NewRecorder()
+		f.routes().ServeHTTP(rec, httptest.NewRequestWithContext(ctx, method, path, strings.NewReader(body)))
+		var out map[string]any
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out), "%s %s %s: %s", method, path, body, rec.Body.String())
+		return rec.Code, out
+	}
+
+	// The worker: a heartbeat responder behind a switch that cuts it off.
+	r, err := heartbeat.NewResponder(heartbeat.ResponderConfig{ID: 101, Epoch: heartbeat.NewEpoch()})
+	require.NoError(t, err)
+	var cut atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if cut.Load() {
+			http.Error(w, "cut off", http.StatusServiceUnavailable)
+			return
+		}
+		r.ServeHTTP(w, req)
+	}))
+	defer srv.Close()
+	require.NoError(t, f.Members().Add(ctx, heartbeat.Member{ID: 101, Addr: strings.TrimPrefix(srv.URL, "http://"), Kind: heartbeat.KindWorker}))
+	old := r.Epoch()
+	waitFor(t, 20*time.Second, "the worker's epoch recorded", func() bool {
+		m, ok := f.Members().Member(101)
+		return ok && m.Epoch == old && m.Status == heartbeat.StatusAlive
+	})
+	owner := `"owner":{"node":101,"epoch":"` + old.String() + `"}`
+	code, out := serve("PUT", "/v1/catalog/a", `{"kind":"task",`+owner+`}`)
+	require.Equal(t, http.StatusOK, code, "%v", out)
+
+	cut.Store(true)
+	waitFor(t, 20*time.Second, "the worker declared dead", func() bool {
+		m, _ := f.Members().Member(101)
+		return m.Status == heartbeat.StatusDead
+	})
+	cut.Store(false)
+	waitFor(t, 20*time.Second, "the worker back", func() bool {
+		m, _ := f.Members().Member(101)
+		return m.Status == heartbeat.StatusAlive
+	})
+
+	code, out = serve("PUT", "/v1/catalog/b", `{"kind":"task",`+owner+`}`)
+	require.Equal(t, http.StatusConflict, code, "%v", out)
+	require.Equal(t, "owner_not_current", out["error"], "%v", out)
+	code, out = serve("POST", "/v1/txn", `{"if_epoch":{"node":101,"epoch":"`+old.String()+`"},"ops":[{"op":"create","path":"/c","kind":"task"}]}`)
+	require.Equal(t, http.StatusConflict, code, "%v", out)
+	require.Equal(t, "conflict", out["error"], "%v", out)
+	code, _ = serve("GET", "/v1/catalog/a", "")
+	require.Equal(t, http.StatusNotFound, code, "the node the death ended stays gone")
+
+	fresh := r.Epoch()
+	require.NotEqual(t, old, fresh, "the worker drew a fresh epoch")
+	m, _ := f.Members().Member(101)
+	require.Equal(t, fresh, m.Epoch)
+	code, out = serve("PUT", "/v1/catalog/d", `{"kind":"task","owner":{"node":101,"epoch":"`+fresh.String()+`"}}`)
+	require.Equal(t, http.StatusOK, code, "the fresh epoch owns: %v", out)
+	var members []map[string]any
+	rec := httptest.NewRecorder()
+	f.routes().ServeHTTP(rec, httptest.NewRequestWithContext(ctx, "GET", "/v1/members", nil))
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &members))
+	var shown string
+	for _, m := range members {
+		if m["id"] == 101.0 {
+			shown, _ = m["epoch"].(string)
+		}
+	}
+	require.Equal(t, fresh.String(), shown)
 }
