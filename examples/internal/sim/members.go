@@ -130,7 +130,7 @@ func (m *members) nemesis(ctx context.Context, rng *rand.Rand, d time.Duration) 
 		case p < 75:
 			down := m.deathBound + time.Duration(rng.IntN(4000))*time.Millisecond
 			m.r.hist.fault("stop worker %d for %v", id, down)
-			m.truth.stopped(id, time.Now())
+			m.truth.stopping(id, time.Now())
 			m.r.c.StopWorker(id)
 			pause(ctx, down)
 			m.restartWorker(ctx, id, 10*time.Second)
@@ -150,7 +150,7 @@ func (m *members) nemesis(ctx context.Context, rng *rand.Rand, d time.Duration) 
 // it, for a second restart to land on.
 func (m *members) restartWorker(ctx context.Context, id uint64, wait time.Duration) {
 	at := time.Now()
-	m.truth.stopped(id, at)
+	m.truth.stopping(id, at)
 	rctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	_, _ = m.r.c.RestartWorker(rctx, id) // the wait fails under partitions; the restart happened

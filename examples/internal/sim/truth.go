@@ -75,15 +75,24 @@ func (tr *truth) started(id uint64, e heartbeat.Epoch, at time.Time) {
 
 // stopped records that worker id's running process ends at at.
 func (tr *truth) stopped(id uint64, at time.Time) {
-	w := tr.r.c.Worker(id)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	if w != nil {
-		tr.renewedLocked(id, w.Epoch(), at)
-	}
 	if l := tr.inc[id]; len(l) > 0 && l[len(l)-1].down.IsZero() {
 		l[len(l)-1].down = at
 	}
+}
+
+// stopping records that worker id's process, about to stop at at, runs
+// with the epoch it has then (a fresh one the samples may not have seen
+// yet), and that it stops.
+func (tr *truth) stopping(id uint64, at time.Time) {
+	w := tr.r.c.Worker(id)
+	tr.mu.Lock()
+	if w != nil {
+		tr.renewedLocked(id, w.Epoch(), at)
+	}
+	tr.mu.Unlock()
+	tr.stopped(id, at)
 }
 
 // renewedLocked records that running worker id's process runs with epoch
