@@ -283,7 +283,10 @@ func (mo *monitor) probe(ctx context.Context, term, pauses uint64, common []byte
 // epoch ended (Request.Ended); its Responder draws a fresh epoch and
 // answers with it, which is journaled here as a restart. The member works
 // again under an epoch that never ended, and no record ever shows an
-// ended epoch alive, on any replica, whatever leader journals it.
+// ended epoch alive, on any replica, whatever leader journals it. A
+// member whose Responder does not know Request.Ended (an older version)
+// answers with the ended epoch on and stays dead until its process
+// restarts: safety over its return.
 func decide(cur Member, epoch Epoch) (*Member, EventType) {
 	next := cur
 	next.Status = StatusAlive
