@@ -53,11 +53,12 @@ type ResponderConfig struct {
 // Responder answers the leader's heartbeats on a member (worker or
 // frontend): it is an http.Handler to mount at Path. It answers with its
 // current epoch (a fresh one from the heartbeat that says the log ended
-// the one before: Request.Ended), refuses heartbeats from a lower raft term than it has seen while
-// that term's sender keeps beating (checked before taking any lock; once
-// no heartbeat came for StaleAfter, a lower term is accepted again, so a
-// higher term that only a forger or a vanished leader sent cannot fence
-// the real leader off for ever), and tracks the frontends' epochs from
+// the one before: Request.Ended), refuses heartbeats from a lower raft
+// term than it has seen while that term's sender keeps beating (checked
+// before taking any lock; once no heartbeat came for StaleAfter, a lower
+// term is accepted again, so a higher term that only a forger or a
+// vanished leader sent cannot fence the real leader off for ever), and
+// tracks the frontends' epochs from
 // the leader's lists, emitting an event when a frontend restarted, was
 // declared dead, came back or was removed.
 //
