@@ -638,8 +638,18 @@ func TestWorkerDeclaredDeadThatComesBackWithItsEpochIsFencedOnEveryReplica(t *te
 				_, err = lf.Write(ctx, catalog.Batch{Ops: []catalog.Op{heartbeat.Fence(4, fresh), check, {Type: catalog.OpCreate, Path: "/tasks/new", Kind: "task", Owner: owner}}})
 				require.NoError(t, err, "the fresh epoch fences and owns")
 				last := marker(ctx, t, lf, "/marker")
+				logged := map[uint64][]byte{}
 				for _, f := range c.running() {
 					require.NoError(t, f.Journal().WaitApplied(ctx, last))
+					for _, x := range at {
+						require.NoError(t, f.Journal().ReadEntries(ctx, x-1, x, func(_ uint64, data []byte) error {
+							if logged[x] == nil {
+								logged[x] = data
+							}
+							require.Equal(t, logged[x], data, "frontend %d logs the refused batch at %d alike", f.ID(), x)
+							return nil
+						}))
+					}
 					for i := 1; i <= 3; i++ {
 						for _, p := range []string{fmt.Sprintf("/fenced-%d", i), fmt.Sprintf("/tasks/late-%d", i)} {
 							_, ok := f.Tree().Get(p)
@@ -660,6 +670,7 @@ func TestWorkerDeclaredDeadThatComesBackWithItsEpochIsFencedOnEveryReplica(t *te
 					require.Equal(t, heartbeat.StatusAlive, m.Status)
 					require.Equal(t, fresh, m.Epoch, "frontend %d", f.ID())
 				}
+				require.Len(t, logged, len(at), "every refused batch is in the log")
 				require.NoError(t, again.Context().Err(), "a query against the fresh epoch runs on")
 			})
 		})
