@@ -461,7 +461,7 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 		}
 	}
 	t.undo = append(t.undo, undoRec{op: uCreate, slot: slot, fromFree: fromFree})
-	t.dg.node(s, slot, o.path, true)
+	t.dg.created(s, slot, ps, o, name)
 	if t.wOn && t.wanted(o.path, o.kind, "") {
 		after := t.noteNode(s, s.at(slot), s.at(ps).id, t.notePath(o.path))
 		t.pend = append(t.pend, pendEvent{op: OpCreate, index: index, kind: s.kinds[kind], after: after})

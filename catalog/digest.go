@@ -47,7 +47,10 @@ import (
 // triples is the tree's shape, so the element of every node still pins its
 // path; a move changes the moved node's element only, and a node's
 // element costs no path and one pass over its attributes (kept in key-name
-// order in its blob).
+// order in its blob). A create's element costs not even that pass: the
+// attributes' part of the encoding is, byte for byte, the set the create's
+// entry carries (canonical: keys in increasing order, shortest varints),
+// which it hashes as read (digester.created).
 //
 // In both formats every replica holding the same catalog holds the same
 // digest, whether it replayed the log or loaded an image. A tree keeps one
@@ -305,20 +308,8 @@ func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
 	}
 	kind := s.kinds[r.kind]
 	blob := s.blob(r)
-	b := g.buf[:0]
-	if cap(b) < 64+len(kind)+2*len(blob) {
-		b = make([]byte, 0, 2*(64+len(kind)+2*len(blob)))
-	}
-	b = b[:33]
-	b[0] = 'N'
-	binary.LittleEndian.PutUint64(b[1:], r.id)
-	binary.LittleEndian.PutUint64(b[9:], parent)
-	binary.LittleEndian.PutUint64(b[17:], r.created)
-	binary.LittleEndian.PutUint64(b[25:], r.modified)
-	b = appendStr(b, kind)
 	name, attrs := splitBlob(blob)
-	b = binary.AppendUvarint(b, uint64(len(name)))
-	b = append(b, name...)
+	b := g.head(2*len(blob), r, parent, kind, name)
 	// The attributes: count, then per attribute the key number (replaced
 	// by the key's name) and the encoded value, copied whole.
 	n, w := binary.Uvarint(attrs)
@@ -365,6 +356,49 @@ func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
 	lo, hi = seededHash(b)
 	g.keep(b)
 	return lo, hi
+}
+
+// head starts a format 2 node element in the scratch buffer, with room
+// for more bytes after it: 'N', the ids and indexes of r (its parent's id
+// given), its kind and its name.
+func (g *digester) head(more int, r *rec, parent uint64, kind string, name []byte) []byte {
+	n := 33 + 2*binary.MaxVarintLen32 + len(kind) + len(name) + more
+	b := g.buf[:0]
+	if cap(b) < n {
+		b = make([]byte, 0, 2*n)
+	}
+	b = b[:33]
+	b[0] = 'N'
+	binary.LittleEndian.PutUint64(b[1:], r.id)
+	binary.LittleEndian.PutUint64(b[9:], parent)
+	binary.LittleEndian.PutUint64(b[17:], r.created)
+	binary.LittleEndian.PutUint64(b[25:], r.modified)
+	b = appendStr(b, kind)
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	return append(b, name...)
+}
+
+// created adds the element hash of the node a create op o has just made at
+// slot, under the parent at parent. In format 2, when the op was decoded
+// from an entry, the element's attributes are o.setEnc as is: the op's set
+// holds exactly the node's attributes, and its encoding is the element's
+// (the count, then each key's name and value in increasing key-name order,
+// every varint in its shortest form: the decoder takes no other), so the
+// element costs no pass over the blob and one copy of the attributes.
+func (g *digester) created(s *state, slot, parent uint32, o *rawOp, name string) {
+	if g.off {
+		return
+	}
+	if s.digestFormat != DigestV2 || o.setEnc == nil {
+		g.node(s, slot, o.path, true)
+		return
+	}
+	r := s.at(slot)
+	b := g.head(len(o.setEnc), r, s.at(parent).id, o.kind, unsafeBytes(name))
+	b = append(b, o.setEnc...)
+	lo, hi := seededHash(b)
+	g.keep(b)
+	s.digest.add128(lo, hi, true)
 }
 
 // seededHash returns the format 2 hash of the element encoding b.
