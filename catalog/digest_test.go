@@ -598,11 +598,12 @@ func edgeAttrs() map[string]Value {
 	}
 }
 
-// Creates take their format 2 element from the entry (digester.created),
-// every other element is computed from the node as it is kept: the two
-// must agree for any attributes, or replicas that replay and replicas that
-// load an image would disagree.
-func TestDigestOfCreatesEqualsTheRecomputeForEveryEncodingForm(t *testing.T) {
+// Creates take their format 2 element from the entry (digester.created)
+// and updates build theirs in their merge (digester.updating), where a
+// recompute and a loaded image compute every element from the node as it
+// is kept: the ways must agree for any attributes, or replicas that replay
+// and replicas that load an image would disagree.
+func TestDigestOfCreatesAndUpdatesEqualsTheRecomputeForEveryEncodingForm(t *testing.T) {
 	many := map[string]Value{}
 	for i := range 200 { // a count that takes two varint bytes
 		many[fmt.Sprintf("a%03d", i)] = Int(int64(i) - 100)
@@ -614,6 +615,20 @@ func TestDigestOfCreatesEqualsTheRecomputeForEveryEncodingForm(t *testing.T) {
 		{Type: OpCreate, Path: "/" + long + "/many", Kind: "k", Set: many},
 		{Type: OpCreate, Path: "/bare/ü", Kind: "ü", Set: map[string]Value{"v": String(strings.Repeat("v", 1000))}},
 	}
+	// Updates replace, add and unset attributes of each form; the update
+	// builds the elements before and after itself (digester.updating).
+	long2 := map[string]Value{}
+	for k := range edgeAttrs() {
+		long2[k] = String(strings.Repeat("w", 130))
+	}
+	updates := []Op{
+		{Type: OpUpdate, Path: "/bare", Set: edgeAttrs()},
+		{Type: OpUpdate, Path: "/" + long, Set: map[string]Value{"s": Int(-1), "zz": Bool(true), "a": Bytes(nil)},
+			Unset: []string{"b", "max", strings.Repeat("k", 200)}},
+		{Type: OpUpdate, Path: "/" + long + "/many", Set: long2, Unset: []string{"a000", "a100", "a199"}},
+		{Type: OpUpdate, Path: "/bare/ü", Unset: []string{"v"}},
+		{Type: OpUpdate, Path: "/", Set: map[string]Value{"root": Int(1)}},
+	}
 	digestFormats(t, func(t *testing.T, f DigestFormat) {
 		tr := keeping(t, New(), f)
 		mustApply(t, tr, 1, Batch{Ops: ops[:1]})
@@ -621,6 +636,12 @@ func TestDigestOfCreatesEqualsTheRecomputeForEveryEncodingForm(t *testing.T) {
 		d := requireDigestConsistent(t, tr)
 		_, ld, _ := loadedCopy(t, tr).DigestOf(f)
 		require.Equal(t, d, ld)
+		for i, u := range updates {
+			mustApply(t, tr, 1<<40+1+uint64(i), Batch{Ops: []Op{u}})
+			d := requireDigestConsistent(t, tr)
+			_, ld, _ := loadedCopy(t, tr).DigestOf(f)
+			require.Equal(t, d, ld, "after update %d", i)
+		}
 	})
 }
 
