@@ -555,7 +555,8 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 	name, old := splitBlob(s.blob(r))
 	it := newAttrIter(old)
 	// In format 2 the node's digest elements before and after are built
-	// in the passes below over its attributes (digester.updating).
+	// in the passes below over its attributes (digester.updating), in the
+	// digester's two buffers, which nothing else uses until changed.
 	var elOld, elNew []byte
 	el := t.dg.updating(s)
 	if el {

@@ -425,11 +425,7 @@ func (g *digester) changed(s *state, old, new []byte) {
 	s.digest.add128(lo, hi, false)
 	lo, hi = seededHash(new)
 	s.digest.add128(lo, hi, true)
-	g.keep(old)
-	g.alt = new
-	if cap(new) > 1<<20 {
-		g.alt = nil
-	}
+	g.buf, g.alt = scratch(old), scratch(new)
 }
 
 // seededHash returns the format 2 hash of the element encoding b.
@@ -439,11 +435,15 @@ func seededHash(b []byte) (lo, hi uint64) {
 }
 
 // keep keeps b as the scratch buffer unless it grew huge.
-func (g *digester) keep(b []byte) {
-	g.buf = b
-	if cap(b) > 1<<20 { // a node of megabytes of attributes
-		g.buf = nil
+func (g *digester) keep(b []byte) { g.buf = scratch(b) }
+
+// scratch returns b to be kept as a scratch buffer, or nil when it grew
+// huge (for a node of megabytes of attributes).
+func scratch(b []byte) []byte {
+	if cap(b) > 1<<20 {
+		return nil
 	}
+	return b
 }
 
 // appendAttrs appends the canonical encoding of a blob's attributes: their
