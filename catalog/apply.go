@@ -461,7 +461,7 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 		}
 	}
 	t.undo = append(t.undo, undoRec{op: uCreate, slot: slot, fromFree: fromFree})
-	t.dg.node(s, slot, o.path, true)
+	t.dg.created(s, slot, ps, o, name)
 	if t.wOn && t.wanted(o.path, o.kind, "") {
 		after := t.noteNode(s, s.at(slot), s.at(ps).id, t.notePath(o.path))
 		t.pend = append(t.pend, pendEvent{op: OpCreate, index: index, kind: s.kinds[kind], after: after})
@@ -553,6 +553,16 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 		before = t.noteNode(s, r, s.parentID(r), t.notePath(o.path))
 	}
 	name, old := splitBlob(s.blob(r))
+	it := newAttrIter(old)
+	// In format 2 the node's digest elements before and after are built
+	// in the passes below over its attributes (digester.updating), in the
+	// digester's two buffers, which nothing else uses until changed.
+	var elOld, elNew []byte
+	el := t.dg.updating(s)
+	if el {
+		elOld = elemHead(t.dg.buf, 2*len(old), r.id, s.parentID(r), r.created, r.modified, s.kinds[r.kind], name)
+		elOld = binary.AppendUvarint(elOld, uint64(it.n))
+	}
 	// Merge the old attributes (sorted by key name) with set and unset
 	// (sorted too).
 	vals := t.vbuf[:0]
@@ -563,7 +573,6 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 		start, end int    // a new value in vals
 	}
 	merged := make([]src, 0, 8)
-	it := newAttrIter(old)
 	k, v, ok := it.next()
 	si, ui := 0, 0
 	for ok || si < len(o.set) {
@@ -578,6 +587,9 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 			vals = appendValue(vals, e.v)
 			merged = append(merged, src{key: s.internKey(e.k), name: e.k, start: st, end: len(vals)})
 			if ok && e.k == oldName {
+				if el {
+					elOld = elemAttr(elOld, oldName, v)
+				}
 				k, v, ok = it.next()
 			}
 			si++
@@ -588,10 +600,17 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 			if !(ui < len(o.unset) && o.unset[ui] == oldName) {
 				merged = append(merged, src{key: k, name: oldName, old: v})
 			}
+			if el {
+				elOld = elemAttr(elOld, oldName, v)
+			}
 			k, v, ok = it.next()
 		}
 	}
 	t.attrs = t.attrs[:0]
+	if el {
+		elNew = elemHead(t.dg.alt, len(elOld)+len(vals), r.id, s.parentID(r), r.created, index, s.kinds[r.kind], name)
+		elNew = binary.AppendUvarint(elNew, uint64(len(merged)))
+	}
 	size := 0 // what the keys add to len(b) for the node's size
 	for _, m := range merged {
 		val := m.old
@@ -600,6 +619,9 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 		}
 		t.attrs = append(t.attrs, attrEnt{key: m.key, val: val})
 		size += keyCost(m.name) - uvarintLen(uint64(m.key))
+		if el {
+			elNew = elemAttr(elNew, m.name, val)
+		}
 	}
 	t.vbuf = vals
 	b := t.encodeBlob(name, t.attrs)
@@ -608,7 +630,9 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 		return fmt.Errorf("%w: the node's name and attributes would take %d bytes (at most %d)", ErrInvalid, size, maxBlobBytes)
 	}
 	s.size += int64(size) - int64(s.nodeSize(s.blob(r)))
-	t.dg.node(s, slot, o.path, false)
+	if !el {
+		t.dg.node(s, slot, o.path, false)
+	}
 	blob, blen := s.arena.put(b)
 	s.preWrite(slot)
 	r = s.at(slot)
@@ -620,7 +644,11 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 		s.secUpdate(slot, r.kind, &oldRec, r)
 	}
 	t.pushUndoOld(uSetBlob, slot, oldRec)
-	t.dg.node(s, slot, o.path, true)
+	if el {
+		t.dg.changed(s, elOld, elNew)
+	} else {
+		t.dg.node(s, slot, o.path, true)
+	}
 	if wantEv {
 		after := t.noteNode(s, r, before.parent, before.path)
 		t.pend = append(t.pend, pendEvent{op: OpUpdate, index: index, kind: s.kinds[r.kind], before: before, after: after})

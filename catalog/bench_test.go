@@ -451,3 +451,49 @@ func BenchmarkDigestRecompute(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDigestCreateElement computes the format 2 element of one Doris
+// replica node the way a create adds it, from the attributes' encoding its
+// entry carries (digester.created), and the way every other change does,
+// from the node's blob (nodeHash2): the digest's cost a create in
+// BenchmarkDorisScaleDigest.
+func BenchmarkDigestCreateElement(b *testing.B) {
+	// The smallest Doris shape: one node of each kind, the last a replica.
+	var ops []rawOp
+	benchshape.Doris{DBs: 1, Tables: 1, Parts: 1, Tablets: 1, Replicas: 1, Workers: 1}.Walk(func(n benchshape.Node) {
+		op, _ := dorisCreate(n, nil)
+		ops = append(ops, op)
+	})
+	data := appendOps(nil, ops, BatchV1)
+	tr := New()
+	if res := tr.Apply(1, data).(*Result); res.Err != nil {
+		b.Fatal(res.Err)
+	}
+	var d decoder
+	decoded, err := d.decode(data, nil, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := &decoded[len(decoded)-1]
+	_, name := splitPath(o.path)
+	s := tr.s
+	slot, ok := s.resolve(o.path)
+	if !ok || o.kind != "replica" {
+		b.Fatalf("the last node is %s %q", o.kind, o.path)
+	}
+	parent := s.at(slot).parent
+	b.Run("from=entry", func(b *testing.B) {
+		var g digester
+		b.ReportAllocs()
+		for b.Loop() {
+			g.created(s, slot, parent, o, name)
+		}
+	})
+	b.Run("from=blob", func(b *testing.B) {
+		var g digester
+		b.ReportAllocs()
+		for b.Loop() {
+			g.nodeHash2(s, slot)
+		}
+	})
+}

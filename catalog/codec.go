@@ -423,6 +423,7 @@ func (d *decoder) decode(data []byte, ops []rawOp, view bool) ([]rawOp, error) {
 			o.owner.Orphan = flags&flagOrphan != 0
 		}
 		sp.set0 = len(d.kvs)
+		setStart := d.off
 		nset := d.uvarint("set count")
 		if nset > uint64(len(data)-d.off)/3 {
 			d.fail("op %d: set count %d impossible", i, nset)
@@ -433,6 +434,11 @@ func (d *decoder) decode(data []byte, ops []rawOp, view bool) ([]rawOp, error) {
 			d.kvs = append(d.kvs, kv{k, v})
 		}
 		sp.set1 = len(d.kvs)
+		if o.typ == OpCreate && d.err == nil {
+			// The count and pairs as read: the canonical encoding of the
+			// created node's attributes (see rawOp.setEnc).
+			o.setEnc = data[setStart:d.off:d.off]
+		}
 		sp.un0 = len(d.keys)
 		nunset := d.uvarint("unset count")
 		if nunset > uint64(len(data)-d.off) {

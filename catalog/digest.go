@@ -47,7 +47,12 @@ import (
 // triples is the tree's shape, so the element of every node still pins its
 // path; a move changes the moved node's element only, and a node's
 // element costs no path and one pass over its attributes (kept in key-name
-// order in its blob).
+// order in its blob). A create's element costs not even that pass: the
+// attributes' part of the encoding is, byte for byte, the set the create's
+// entry carries (canonical: keys in increasing order, shortest varints),
+// which it hashes as read (digester.created); an update builds the node's
+// elements before and after in the passes its merge of the attributes
+// makes anyway (digester.updating).
 //
 // In both formats every replica holding the same catalog holds the same
 // digest, whether it replayed the log or loaded an image. A tree keeps one
@@ -265,6 +270,7 @@ type digester struct {
 	// it, on a tree of its own, to measure what keeping the digest costs.
 	off   bool
 	buf   []byte
+	alt   []byte // a second element's scratch: an update builds two at once
 	path  []byte
 	attrs []digestAttr
 }
@@ -305,20 +311,8 @@ func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
 	}
 	kind := s.kinds[r.kind]
 	blob := s.blob(r)
-	b := g.buf[:0]
-	if cap(b) < 64+len(kind)+2*len(blob) {
-		b = make([]byte, 0, 2*(64+len(kind)+2*len(blob)))
-	}
-	b = b[:33]
-	b[0] = 'N'
-	binary.LittleEndian.PutUint64(b[1:], r.id)
-	binary.LittleEndian.PutUint64(b[9:], parent)
-	binary.LittleEndian.PutUint64(b[17:], r.created)
-	binary.LittleEndian.PutUint64(b[25:], r.modified)
-	b = appendStr(b, kind)
 	name, attrs := splitBlob(blob)
-	b = binary.AppendUvarint(b, uint64(len(name)))
-	b = append(b, name...)
+	b := elemHead(g.buf, 2*len(blob), r.id, parent, r.created, r.modified, kind, name)
 	// The attributes: count, then per attribute the key number (replaced
 	// by the key's name) and the encoded value, copied whole.
 	n, w := binary.Uvarint(attrs)
@@ -353,18 +347,85 @@ func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
 		default:
 			vl = valueLen(p)
 		}
-		if len(key) < 0x80 {
-			b = append(b, byte(len(key)))
-		} else {
-			b = binary.AppendUvarint(b, uint64(len(key)))
-		}
-		b = append(b, key...)
-		b = append(b, p[:vl]...)
+		b = elemAttr(b, key, p[:vl])
 		p = p[vl:]
 	}
 	lo, hi = seededHash(b)
 	g.keep(b)
 	return lo, hi
+}
+
+// elemHead returns b[:0], grown to hold at least more bytes past the
+// head, with the head of a format 2 node element appended: 'N', the node's
+// id, its parent's id, its created and modified indexes, its kind and its
+// name.
+func elemHead(b []byte, more int, id, parent, created, modified uint64, kind string, name []byte) []byte {
+	n := 33 + 2*binary.MaxVarintLen32 + len(kind) + len(name) + more
+	b = b[:0]
+	if cap(b) < n {
+		b = make([]byte, 0, 2*n)
+	}
+	b = b[:33]
+	b[0] = 'N'
+	binary.LittleEndian.PutUint64(b[1:], id)
+	binary.LittleEndian.PutUint64(b[9:], parent)
+	binary.LittleEndian.PutUint64(b[17:], created)
+	binary.LittleEndian.PutUint64(b[25:], modified)
+	b = appendStr(b, kind)
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	return append(b, name...)
+}
+
+// elemAttr appends one attribute to a format 2 node element: its key's
+// name and its encoded value.
+func elemAttr(b []byte, key string, val []byte) []byte {
+	if len(key) < 0x80 {
+		b = append(b, byte(len(key)))
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(key)))
+	}
+	b = append(b, key...)
+	return append(b, val...)
+}
+
+// created adds the element hash of the node a create op o has just made at
+// slot, under the parent at parent. In format 2, when the op was decoded
+// from an entry, the element's attributes are o.setEnc as is: the op's set
+// holds exactly the node's attributes, and its encoding is the element's
+// (the count, then each key's name and value in increasing key-name order,
+// every varint in its shortest form: the decoder takes no other), so the
+// element costs no pass over the blob and one copy of the attributes.
+func (g *digester) created(s *state, slot, parent uint32, o *rawOp, name string) {
+	if g.off {
+		return
+	}
+	if s.digestFormat != DigestV2 || o.setEnc == nil {
+		g.node(s, slot, o.path, true)
+		return
+	}
+	r := s.at(slot)
+	b := elemHead(g.buf, len(o.setEnc), r.id, s.at(parent).id, r.created, r.modified, o.kind, unsafeBytes(name))
+	b = append(b, o.setEnc...)
+	lo, hi := seededHash(b)
+	g.keep(b)
+	s.digest.add128(lo, hi, true)
+}
+
+// updating reports whether an update builds the node's format 2 elements
+// before and after the change itself (elemHead, elemAttr), in the passes
+// over the attributes that its merge makes anyway, and hands them to
+// changed, instead of two walks of the blobs: when the tree keeps format 2.
+func (g *digester) updating(s *state) bool { return !g.off && s.digestFormat == DigestV2 }
+
+// changed subtracts the element old and adds the element new, a node's
+// format 2 encodings before and after a change, and keeps their buffers
+// (g.buf and g.alt, where the update built them) for the next.
+func (g *digester) changed(s *state, old, new []byte) {
+	lo, hi := seededHash(old)
+	s.digest.add128(lo, hi, false)
+	lo, hi = seededHash(new)
+	s.digest.add128(lo, hi, true)
+	g.buf, g.alt = scratch(old), scratch(new)
 }
 
 // seededHash returns the format 2 hash of the element encoding b.
@@ -374,11 +435,15 @@ func seededHash(b []byte) (lo, hi uint64) {
 }
 
 // keep keeps b as the scratch buffer unless it grew huge.
-func (g *digester) keep(b []byte) {
-	g.buf = b
-	if cap(b) > 1<<20 { // a node of megabytes of attributes
-		g.buf = nil
+func (g *digester) keep(b []byte) { g.buf = scratch(b) }
+
+// scratch returns b to be kept as a scratch buffer, or nil when it grew
+// huge (for a node of megabytes of attributes).
+func scratch(b []byte) []byte {
+	if cap(b) > 1<<20 {
+		return nil
 	}
+	return b
 }
 
 // appendAttrs appends the canonical encoding of a blob's attributes: their

@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -573,4 +576,93 @@ func TestDigestAfterMoveEqualsTheTreeBuiltInPlace(t *testing.T) {
 		require.Equal(t, dump(inPlace), dump(moved))
 		require.Equal(t, requireDigestConsistent(t, inPlace), requireDigestConsistent(t, moved))
 	})
+}
+
+// edgeAttrs returns attributes whose encodings take every length form the
+// format has: values of each type, strings and keys whose lengths need a
+// two-byte varint, integers at the zigzag boundaries and the extremes.
+func edgeAttrs() map[string]Value {
+	return map[string]Value{
+		"s":                      String(strings.Repeat("é", 100)),
+		"b":                      Bytes(bytes.Repeat([]byte{0, 0xff}, 70)),
+		"e":                      String(""),
+		"i63":                    Int(63),
+		"i64":                    Int(64),
+		"neg":                    Int(-64),
+		"min":                    Int(math.MinInt64),
+		"max":                    Int(math.MaxInt64),
+		"t":                      Bool(true),
+		"f":                      Bool(false),
+		strings.Repeat("k", 200): Int(1),
+		strings.Repeat("ü", 100): String("x"),
+	}
+}
+
+// Creates take their format 2 element from the entry (digester.created)
+// and updates build theirs in their merge (digester.updating), where a
+// recompute and a loaded image compute every element from the node as it
+// is kept: the ways must agree for any attributes, or replicas that replay
+// and replicas that load an image would disagree.
+func TestDigestOfCreatesAndUpdatesEqualsTheRecomputeForEveryEncodingForm(t *testing.T) {
+	many := map[string]Value{}
+	for i := range 200 { // a count that takes two varint bytes
+		many[fmt.Sprintf("a%03d", i)] = Int(int64(i) - 100)
+	}
+	long := strings.Repeat("n", MaxNameLen)
+	ops := []Op{
+		{Type: OpCreate, Path: "/bare", Kind: "dir"},
+		{Type: OpCreate, Path: "/" + long, Kind: strings.Repeat("K", MaxNameLen), Set: edgeAttrs()},
+		{Type: OpCreate, Path: "/" + long + "/many", Kind: "k", Set: many},
+		{Type: OpCreate, Path: "/bare/ü", Kind: "ü", Set: map[string]Value{"v": String(strings.Repeat("v", 1000))}},
+	}
+	// Updates replace, add and unset attributes of each form; the update
+	// builds the elements before and after itself (digester.updating).
+	long2 := map[string]Value{}
+	for k := range edgeAttrs() {
+		long2[k] = String(strings.Repeat("w", 130))
+	}
+	updates := []Op{
+		{Type: OpUpdate, Path: "/bare", Set: edgeAttrs()},
+		{Type: OpUpdate, Path: "/" + long, Set: map[string]Value{"s": Int(-1), "zz": Bool(true), "a": Bytes(nil)},
+			Unset: []string{"b", "max", strings.Repeat("k", 200)}},
+		{Type: OpUpdate, Path: "/" + long + "/many", Set: long2, Unset: []string{"a000", "a100", "a199"}},
+		{Type: OpUpdate, Path: "/bare/ü", Unset: []string{"v"}},
+		{Type: OpUpdate, Path: "/", Set: map[string]Value{"root": Int(1)}},
+	}
+	digestFormats(t, func(t *testing.T, f DigestFormat) {
+		tr := keeping(t, New(), f)
+		mustApply(t, tr, 1, Batch{Ops: ops[:1]})
+		mustApply(t, tr, 1<<40, Batch{Ops: ops[1:]})
+		d := requireDigestConsistent(t, tr)
+		_, ld, _ := loadedCopy(t, tr).DigestOf(f)
+		require.Equal(t, d, ld)
+		for i, u := range updates {
+			mustApply(t, tr, 1<<40+1+uint64(i), Batch{Ops: []Op{u}})
+			d := requireDigestConsistent(t, tr)
+			_, ld, _ := loadedCopy(t, tr).DigestOf(f)
+			require.Equal(t, d, ld, "after update %d", i)
+		}
+	})
+}
+
+// The set encoding a decoded create carries is the attributes' canonical
+// encoding, the one a format 2 element holds; other ops carry none.
+func TestDecodedCreateCarriesItsAttributesEncoding(t *testing.T) {
+	attrs := edgeAttrs()
+	data := encode(t,
+		Op{Type: OpCreate, Path: "/a", Kind: "k", Set: attrs},
+		Op{Type: OpCreate, Path: "/b", Kind: "k"},
+		Op{Type: OpUpdate, Path: "/a", Set: attrs},
+	)
+	var d decoder
+	ops, err := d.decode(data, nil, true)
+	require.NoError(t, err)
+	keys := slices.Sorted(maps.Keys(attrs))
+	want := binary.AppendUvarint(nil, uint64(len(keys)))
+	for _, k := range keys {
+		want = appendValue(appendStr(want, k), attrs[k])
+	}
+	require.Equal(t, want, ops[0].setEnc)
+	require.Equal(t, []byte{0}, ops[1].setEnc)
+	require.Nil(t, ops[2].setEnc)
 }

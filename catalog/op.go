@@ -251,6 +251,11 @@ type rawOp struct {
 	match     []kv     // cond.Match sorted by key (cond.Match itself is nil)
 	set       []kv     // sorted by key, no duplicates
 	unset     []string // sorted, no duplicates
+	// setEnc is set's encoding in the entry a create was decoded from
+	// (nset:uvarint (key:str value)*, see codec.go), nil for an op built
+	// otherwise: the canonical encoding of the created node's attributes,
+	// which its format 2 digest element holds as is (digester.created).
+	setEnc []byte
 }
 
 func (o *Op) raw() rawOp {
