@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"maps"
+	"net/http"
 	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -50,4 +51,10 @@ func (j *Journal) RaftConfigForTest(ctx context.Context) (voters, learners []uin
 		voters = slices.Sorted(maps.Keys(cfg.Voters.IDs()))
 	})
 	return voters, learners, err
+}
+
+// HandlerClientForTest is handlerClient: an HTTP client serving each
+// request in process, with the handler lookup returns for its host.
+func HandlerClientForTest(lookup func(host string) http.Handler) *http.Client {
+	return handlerClient(lookup)
 }

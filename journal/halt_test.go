@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -49,54 +50,56 @@ func (c *offsetClock) Now() time.Time { return c.Real.Now().Add(time.Duration(c.
 // staleness guard; Close returns; the restarted node has every
 // acknowledged write and takes writes again.
 func TestFailedWALSyncHaltsTheNode(t *testing.T) {
-	c := newCluster(t)
-	n := c.listen(1)
-	fault := &walSyncFault{}
-	clock := &offsetClock{}
-	faulty := func(cfg *Config) {
-		cfg.FS = errorfs.Wrap(vfs.Default, fault)
-		cfg.Clock = clock
-		cfg.StaleAfter = 10 * time.Second // fresh throughout, until the clock is moved
-	}
-	require.NoError(t, c.open(n, func(cfg *Config) { cfg.Bootstrap = true; faulty(cfg) }))
-	c.waitLeader(1)
-	propose(t, n, "a")
-	propose(t, n, "b")
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		n := c.listen(1)
+		fault := &walSyncFault{}
+		clock := &offsetClock{}
+		faulty := func(cfg *Config) {
+			cfg.FS = errorfs.Wrap(vfs.Default, fault)
+			cfg.Clock = clock
+			cfg.StaleAfter = 10 * time.Second // fresh throughout, until the clock is moved
+		}
+		require.NoError(t, c.open(n, func(cfg *Config) { cfg.Bootstrap = true; faulty(cfg) }))
+		c.waitLeader(1)
+		propose(t, n, "a")
+		propose(t, n, "b")
 
-	fault.armed.Store(true)
-	_, _, err := n.j.Propose(ctxT(t, 5*time.Second), []byte("c"))
-	require.ErrorIs(t, err, ErrHalted)
-	require.ErrorIs(t, err, ErrClosed, "a halted node is not worth retrying")
-	require.ErrorIs(t, err, errorfs.ErrInjected)
-	require.Regexp(t, `sync \S+/journal/\d+\.log`, err.Error())
+		fault.armed.Store(true)
+		_, _, err := n.j.Propose(ctxT(t, 5*time.Second), []byte("c"))
+		require.ErrorIs(t, err, ErrHalted)
+		require.ErrorIs(t, err, ErrClosed, "a halted node is not worth retrying")
+		require.ErrorIs(t, err, errorfs.ErrInjected)
+		require.Regexp(t, `sync \S+/journal/\d+\.log`, err.Error())
 
-	fault.armed.Store(false)
-	_, _, err = n.j.Propose(ctxT(t, 5*time.Second), []byte("d"))
-	require.ErrorIs(t, err, ErrHalted, "the disk works again, but the node needs a restart")
-	require.ErrorIs(t, n.j.Status().Err, ErrHalted)
-	rec := httptest.NewRecorder()
-	writeError(rec, err)
-	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
-	require.Contains(t, rec.Body.String(), `"halted"`)
+		fault.armed.Store(false)
+		_, _, err = n.j.Propose(ctxT(t, 5*time.Second), []byte("d"))
+		require.ErrorIs(t, err, ErrHalted, "the disk works again, but the node needs a restart")
+		require.ErrorIs(t, n.j.Status().Err, ErrHalted)
+		rec := httptest.NewRecorder()
+		writeError(rec, err)
+		require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+		require.Contains(t, rec.Body.String(), `"halted"`)
 
-	// Reads go on while the replayed state is fresh, and stop being fresh
-	// once StaleAfter passes without the leader's clock.
-	require.NoError(t, n.j.CheckFresh())
-	require.True(t, n.sm.has("a") && n.sm.has("b"))
-	clock.offset.Store(int64(time.Minute))
-	require.ErrorIs(t, n.j.CheckFresh(), ErrStale)
+		// Reads go on while the replayed state is fresh, and stop being fresh
+		// once StaleAfter passes without the leader's clock.
+		require.NoError(t, n.j.CheckFresh())
+		require.True(t, n.sm.has("a") && n.sm.has("b"))
+		clock.offset.Store(int64(time.Minute))
+		require.ErrorIs(t, n.j.CheckFresh(), ErrStale)
 
-	j := n.j
-	n.j = nil
-	_ = j.Close() // may repeat the failure; it must return
-	require.NoError(t, j.Close(), "Close is idempotent")
+		j := n.j
+		n.j = nil
+		_ = j.Close() // may repeat the failure; it must return
+		require.NoError(t, j.Close(), "Close is idempotent")
 
-	n.sm = newMemSM()
-	require.NoError(t, c.open(n, nil))
-	require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
-	require.True(t, n.sm.has("a") && n.sm.has("b"), "acknowledged writes survive: %v", n.sm.values())
-	require.False(t, n.sm.has("d"), "a write refused after the halt never applies")
-	propose(t, n, "e")
+		n.sm = newMemSM()
+		require.NoError(t, c.open(n, nil))
+		require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
+		require.True(t, n.sm.has("a") && n.sm.has("b"), "acknowledged writes survive: %v", n.sm.values())
+		require.False(t, n.sm.has("d"), "a write refused after the halt never applies")
+		propose(t, n, "e")
+	})
 }
 
 // TestHostHaltStopsWrites: a host that saw a storage failure of its own on
@@ -104,26 +107,28 @@ func TestFailedWALSyncHaltsTheNode(t *testing.T) {
 // ErrHalted and the cause, reads go on, Close returns, a restart takes
 // writes again.
 func TestHostHaltStopsWrites(t *testing.T) {
-	c := newCluster(t)
-	n := c.listen(1)
-	require.NoError(t, c.open(n, func(cfg *Config) { cfg.Bootstrap = true; cfg.StaleAfter = 10 * time.Second }))
-	c.waitLeader(1)
-	propose(t, n, "a")
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		n := c.listen(1)
+		require.NoError(t, c.open(n, func(cfg *Config) { cfg.Bootstrap = true; cfg.StaleAfter = 10 * time.Second }))
+		c.waitLeader(1)
+		propose(t, n, "a")
 
-	cause := errors.New("image: sync /data/image/image.ckpt: input/output error")
-	n.j.Halt(cause)
-	_, _, err := n.j.Propose(ctxT(t, 5*time.Second), []byte("b"))
-	require.ErrorIs(t, err, ErrHalted)
-	require.ErrorIs(t, err, cause)
-	require.ErrorIs(t, n.j.Status().Err, ErrHalted)
-	require.NoError(t, n.j.CheckFresh())
+		cause := errors.New("image: sync /data/image/image.ckpt: input/output error")
+		n.j.Halt(cause)
+		_, _, err := n.j.Propose(ctxT(t, 5*time.Second), []byte("b"))
+		require.ErrorIs(t, err, ErrHalted)
+		require.ErrorIs(t, err, cause)
+		require.ErrorIs(t, n.j.Status().Err, ErrHalted)
+		require.NoError(t, n.j.CheckFresh())
 
-	n.closeJournal()
-	n.sm = newMemSM()
-	require.NoError(t, c.open(n, nil))
-	require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
-	require.True(t, n.sm.has("a"))
-	propose(t, n, "c")
+		n.closeJournal()
+		n.sm = newMemSM()
+		require.NoError(t, c.open(n, nil))
+		require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
+		require.True(t, n.sm.has("a"))
+		propose(t, n, "c")
+	})
 }
 
 // pebbleFault fails the operations match selects on the journal's Pebble
@@ -162,52 +167,54 @@ func TestPebbleFailureHaltsTheNode(t *testing.T) {
 		}, `(write|sync) \S+/journal/MANIFEST-\d+`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t)
-			n := c.listen(1)
-			fault := &pebbleFault{match: tc.match}
-			require.NoError(t, c.open(n, func(cfg *Config) {
-				cfg.Bootstrap = true
-				cfg.FS = errorfs.Wrap(vfs.Default, fault)
-				cfg.StaleAfter = 10 * time.Second // fresh throughout
-			}))
-			c.waitLeader(1)
-			propose(t, n, "a")
+			synctest.Test(t, func(t *testing.T) {
+				c := newCluster(t)
+				n := c.listen(1)
+				fault := &pebbleFault{match: tc.match}
+				require.NoError(t, c.open(n, func(cfg *Config) {
+					cfg.Bootstrap = true
+					cfg.FS = errorfs.Wrap(vfs.Default, fault)
+					cfg.StaleAfter = 10 * time.Second // fresh throughout
+				}))
+				c.waitLeader(1)
+				propose(t, n, "a")
 
-			// Entries of the largest size fill Pebble's memtable: it rotates
-			// the WAL on the journal's append goroutine and flushes the old
-			// memtable in the background.
-			fault.armed.Store(true)
-			var acked []string
-			var err error
-			for i := 0; err == nil && i < 100; i++ {
-				v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n.j.cfg.MaxEntryBytes)-3)
-				if _, _, err = n.j.Propose(ctxT(t, 10*time.Second), []byte(v)); err == nil {
-					acked = append(acked, v)
+				// Entries of the largest size fill Pebble's memtable: it rotates
+				// the WAL on the journal's append goroutine and flushes the old
+				// memtable in the background.
+				fault.armed.Store(true)
+				var acked []string
+				var err error
+				for i := 0; err == nil && i < 100; i++ {
+					v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n.j.cfg.MaxEntryBytes)-3)
+					if _, _, err = n.j.Propose(ctxT(t, 10*time.Second), []byte(v)); err == nil {
+						acked = append(acked, v)
+					}
 				}
-			}
-			fault.armed.Store(false)
-			require.ErrorIs(t, err, ErrHalted)
-			require.ErrorIs(t, err, errorfs.ErrInjected)
-			require.Regexp(t, tc.re, err.Error())
-			require.ErrorIs(t, n.j.Status().Err, ErrHalted)
-			_, _, err = n.j.Propose(ctxT(t, 5*time.Second), []byte("late"))
-			require.ErrorIs(t, err, ErrHalted)
-			require.NoError(t, n.j.CheckFresh(), "reads go on")
-			require.True(t, n.sm.has("a"))
+				fault.armed.Store(false)
+				require.ErrorIs(t, err, ErrHalted)
+				require.ErrorIs(t, err, errorfs.ErrInjected)
+				require.Regexp(t, tc.re, err.Error())
+				require.ErrorIs(t, n.j.Status().Err, ErrHalted)
+				_, _, err = n.j.Propose(ctxT(t, 5*time.Second), []byte("late"))
+				require.ErrorIs(t, err, ErrHalted)
+				require.NoError(t, n.j.CheckFresh(), "reads go on")
+				require.True(t, n.sm.has("a"))
 
-			j := n.j
-			n.j = nil
-			_ = j.Close() // may repeat the failure; it must return
+				j := n.j
+				n.j = nil
+				_ = j.Close() // may repeat the failure; it must return
 
-			n.sm = newMemSM()
-			require.NoError(t, c.open(n, nil))
-			require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
-			require.True(t, n.sm.has("a"))
-			for _, v := range acked {
-				require.True(t, n.sm.has(v), "acknowledged write %s survives", v[:3])
-			}
-			require.False(t, n.sm.has("late"))
-			propose(t, n, "b")
+				n.sm = newMemSM()
+				require.NoError(t, c.open(n, nil))
+				require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
+				require.True(t, n.sm.has("a"))
+				for _, v := range acked {
+					require.True(t, n.sm.has(v), "acknowledged write %s survives", v[:3])
+				}
+				require.False(t, n.sm.has("late"))
+				propose(t, n, "b")
+			})
 		})
 	}
 }
@@ -246,65 +253,67 @@ func (f *flushWatch) MaybeError(op errorfs.Op) error {
 // the process lives, writes fail with ErrHalted, Close returns, and the
 // restarted node has every acknowledged write.
 func TestFailedLogReadHaltsTheLeader(t *testing.T) {
-	c := newCluster(t)
-	logs := &logtest.Warnings{}
-	watch := &flushWatch{flushed: make(chan struct{})}
-	n1 := c.listen(1)
-	require.NoError(t, c.open(n1, func(cfg *Config) {
-		cfg.Bootstrap = true
-		cfg.FS = errorfs.Wrap(vfs.Default, watch)
-		cfg.Logger = slog.New(logs)
-	}))
-	c.waitLeader(1)
-	for id := uint64(2); id <= 3; id++ {
-		require.NoError(t, c.open(c.listen(id), func(cfg *Config) { cfg.Join = n1.addr }))
-	}
-	n3 := c.nodes[3]
-	propose(t, n1, "a")
-	require.NoError(t, n3.j.ReadBarrier(ctxT(t, 30*time.Second)))
-	n3.closeJournal()
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		logs := &logtest.Warnings{}
+		watch := &flushWatch{flushed: make(chan struct{})}
+		n1 := c.listen(1)
+		require.NoError(t, c.open(n1, func(cfg *Config) {
+			cfg.Bootstrap = true
+			cfg.FS = errorfs.Wrap(vfs.Default, watch)
+			cfg.Logger = slog.New(logs)
+		}))
+		c.waitLeader(1)
+		for id := uint64(2); id <= 3; id++ {
+			require.NoError(t, c.open(c.listen(id), func(cfg *Config) { cfg.Join = n1.addr }))
+		}
+		n3 := c.nodes[3]
+		propose(t, n1, "a")
+		require.NoError(t, n3.j.ReadBarrier(ctxT(t, 30*time.Second)))
+		n3.closeJournal()
 
-	// More than the leader's entry cache and memtable hold: the oldest
-	// entries are read back from an sstable once flushed.
-	var acked []string
-	for i := 0; i < 30; i++ {
-		v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n1.j.cfg.MaxEntryBytes)-3)
-		_, _, err := n1.j.Propose(ctxT(t, 10*time.Second), []byte(v))
-		require.NoError(t, err)
-		acked = append(acked, v)
-	}
-	select {
-	case <-watch.flushed:
-	case <-t.Context().Done():
-		t.Fatal("no flush")
-	}
-	watch.armed.Store(true)
-	n3.sm = newMemSM()
-	require.NoError(t, c.open(n3, nil))
-	select {
-	case <-n1.j.store.HaltedCh():
-	case <-t.Context().Done():
-		t.Fatal("the failed read did not halt the leader")
-	}
-	watch.armed.Store(false)
-	_, _, err := n1.j.Propose(ctxT(t, 5*time.Second), []byte("late"))
-	require.ErrorIs(t, err, ErrHalted)
-	require.ErrorIs(t, err, errorfs.ErrInjected)
+		// More than the leader's entry cache and memtable hold: the oldest
+		// entries are read back from an sstable once flushed.
+		var acked []string
+		for i := 0; i < 30; i++ {
+			v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n1.j.cfg.MaxEntryBytes)-3)
+			_, _, err := n1.j.Propose(ctxT(t, 10*time.Second), []byte(v))
+			require.NoError(t, err)
+			acked = append(acked, v)
+		}
+		select {
+		case <-watch.flushed:
+		case <-t.Context().Done():
+			t.Fatal("no flush")
+		}
+		watch.armed.Store(true)
+		n3.sm = newMemSM()
+		require.NoError(t, c.open(n3, nil))
+		select {
+		case <-n1.j.store.HaltedCh():
+		case <-t.Context().Done():
+			t.Fatal("the failed read did not halt the leader")
+		}
+		watch.armed.Store(false)
+		_, _, err := n1.j.Propose(ctxT(t, 5*time.Second), []byte("late"))
+		require.ErrorIs(t, err, ErrHalted)
+		require.ErrorIs(t, err, errorfs.ErrInjected)
 
-	j := n1.j
-	n1.j = nil
-	_ = j.Close() // the loop stopped; Close returns
-	require.Equal(t, 1, logs.Count("raft stopped on a storage failure"), "raft's panic was recovered")
+		j := n1.j
+		n1.j = nil
+		_ = j.Close() // the loop stopped; Close returns
+		require.Equal(t, 1, logs.Count("raft stopped on a storage failure"), "raft's panic was recovered")
 
-	n1.sm = newMemSM()
-	require.NoError(t, c.open(n1, nil))
-	// The restarted leader replays some 45 MB of entries, and the node it
-	// left catches up on as much: under -race on a loaded machine that
-	// takes more than the usual 10 s.
-	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 30*time.Second)))
-	require.True(t, n1.sm.has("a"))
-	for _, v := range acked {
-		require.True(t, n1.sm.has(v), "acknowledged write %s survives", v[:3])
-	}
-	require.False(t, n1.sm.has("late"))
+		n1.sm = newMemSM()
+		require.NoError(t, c.open(n1, nil))
+		// The restarted leader replays some 45 MB of entries, and the node it
+		// left catches up on as much: under -race on a loaded machine that
+		// takes more than the usual 10 s.
+		require.NoError(t, n1.j.ReadBarrier(ctxT(t, 30*time.Second)))
+		require.True(t, n1.sm.has("a"))
+		for _, v := range acked {
+			require.True(t, n1.sm.has(v), "acknowledged write %s survives", v[:3])
+		}
+		require.False(t, n1.sm.has("late"))
+	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"reflect"
@@ -63,19 +62,20 @@ func (s *memSM) has(v string) bool {
 	return false
 }
 
-// node is one journal served over real HTTP on loopback.
+// node is one journal served over the HTTP transport, in process: its
+// peers' requests reach its handler through the cluster's client, with no
+// socket, so that the cluster runs in a synctest bubble on virtual time.
 type node struct {
-	t     *testing.T
-	id    uint64
-	dir   string
-	addr  string
-	ln    net.Listener
-	srv   *http.Server
-	sm    *memSM
-	j     *Journal
-	tr    *HTTPTransport
-	mux   *switchHandler
-	srvWG sync.WaitGroup
+	t    *testing.T
+	id   uint64
+	dir  string
+	addr string
+	sm   *memSM
+	j    *Journal
+	tr   *HTTPTransport
+	mux  *switchHandler
+	// client is the cluster's client, which reaches every node.
+	client *http.Client
 	// changed receives a token when the journal's changed knob fires
 	// (coalesced: one pending token stands for any number of changes).
 	changed chan struct{}
@@ -91,7 +91,7 @@ func (n *node) signal() {
 	}
 }
 
-// switchHandler lets a restarted journal take over the same listener.
+// switchHandler lets a restarted journal take over the same address.
 type switchHandler struct {
 	mu sync.Mutex
 	h  http.Handler
@@ -110,21 +110,25 @@ func (s *switchHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.ServeHTTP(w, r)
 }
 
+// cluster is a set of nodes on the HTTP transport in process. Its tests
+// run in synctest bubbles: ticks, timeouts and awaits are on virtual time.
 type cluster struct {
 	t     *testing.T
 	nodes map[uint64]*node
-	token string
-	drop  func(from, to uint64) bool
-	mu    sync.Mutex
-	cut   map[[2]uint64]bool
+	// client carries every request of the nodes' transports to the
+	// handler of the node its host names.
+	client *http.Client
+	token  string
+	drop   func(from, to uint64) bool
+	mu     sync.Mutex
+	cut    map[[2]uint64]bool
 	// oneWay drops the messages of one direction only (from, to).
 	oneWay map[[2]uint64]bool
 	root   string
 }
 
-// The test clusters' timing: a 200 ms election timeout keeps the tests
-// short, yet elects no leader spuriously on a loaded 2-core machine under
-// -race.
+// The test clusters' timing, on the bubble's virtual clock: a 200 ms
+// election timeout.
 const (
 	testTick            = 10 * time.Millisecond
 	testElectionTicks   = 20
@@ -145,13 +149,25 @@ func testConfig(n *node) Config {
 	return cfg
 }
 
+// newCluster returns an empty cluster; t is the test of a synctest
+// bubble.
 func newCluster(t *testing.T) *cluster {
 	// The data dirs live under one TempDir registered before the cleanup
 	// that stops the nodes, so they are removed after the nodes stopped.
 	c := &cluster{t: t, nodes: map[uint64]*node{}, token: "secret", cut: map[[2]uint64]bool{}, root: t.TempDir()}
+	c.client = handlerClient(func(host string) http.Handler {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, n := range c.nodes {
+			if n.addr == host {
+				return n.mux
+			}
+		}
+		return nil
+	})
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
-			n.stop()
+			n.closeJournal()
 		}
 	})
 	return c
@@ -181,22 +197,21 @@ func (c *cluster) heal() {
 	c.oneWay = nil
 }
 
+// listen adds node id, not started, at the address "nodeN".
 func (c *cluster) listen(id uint64) *node {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(c.t, err)
 	dir, err := os.MkdirTemp(c.root, fmt.Sprintf("n%d-", id))
 	require.NoError(c.t, err)
-	n := &node{t: c.t, id: id, dir: dir, addr: ln.Addr().String(), ln: ln, sm: newMemSM(), mux: &switchHandler{}, changed: make(chan struct{}, 1)}
-	n.srv = &http.Server{Handler: n.mux}
-	n.srvWG.Go(func() { _ = n.srv.Serve(ln) })
+	n := &node{t: c.t, id: id, dir: dir, addr: fmt.Sprintf("node%d", id), sm: newMemSM(), mux: &switchHandler{}, client: c.client, changed: make(chan struct{}, 1)}
+	c.mu.Lock()
 	c.nodes[id] = n
+	c.mu.Unlock()
 	return n
 }
 
 // open starts (or restarts) the journal of n with cfg adjusted by mod.
 func (c *cluster) open(n *node, mod func(*Config)) error {
 	cfg := testConfig(n)
-	n.tr = NewHTTPTransport(HTTPOptions{Logger: cfg.Logger})
+	n.tr = NewHTTPTransport(HTTPOptions{Logger: cfg.Logger, Client: c.client})
 	drop := c.dropFn
 	n.tr.drop.Store(&drop)
 	cfg.Transport = n.tr
@@ -236,14 +251,6 @@ func (n *node) closeJournal() {
 	n.mux.mu.Unlock()
 	require.NoError(n.t, n.j.Close())
 	n.j = nil
-}
-
-func (n *node) stop() {
-	n.closeJournal()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = n.srv.Shutdown(ctx)
-	n.srvWG.Wait()
 }
 
 // start bootstraps node 1 and joins nodes 2 to voters as voters and the
