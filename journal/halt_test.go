@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -99,35 +98,6 @@ func TestFailedWALSyncHaltsTheNode(t *testing.T) {
 		require.True(t, n.sm.has("a") && n.sm.has("b"), "acknowledged writes survive: %v", n.sm.values())
 		require.False(t, n.sm.has("d"), "a write refused after the halt never applies")
 		propose(t, n, "e")
-	})
-}
-
-// TestHostHaltStopsWrites: a host that saw a storage failure of its own on
-// the same disk (an image fsync) halts the journal: writes fail with
-// ErrHalted and the cause, reads go on, Close returns, a restart takes
-// writes again.
-func TestHostHaltStopsWrites(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
-		n := c.listen(1)
-		require.NoError(t, c.open(n, func(cfg *Config) { cfg.Bootstrap = true; cfg.StaleAfter = 10 * time.Second }))
-		c.waitLeader(1)
-		propose(t, n, "a")
-
-		cause := errors.New("image: sync /data/image/image.ckpt: input/output error")
-		n.j.Halt(cause)
-		_, _, err := n.j.Propose(ctxT(t, 5*time.Second), []byte("b"))
-		require.ErrorIs(t, err, ErrHalted)
-		require.ErrorIs(t, err, cause)
-		require.ErrorIs(t, n.j.Status().Err, ErrHalted)
-		require.NoError(t, n.j.CheckFresh())
-
-		n.closeJournal()
-		n.sm = newMemSM()
-		require.NoError(t, c.open(n, nil))
-		require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
-		require.True(t, n.sm.has("a"))
-		propose(t, n, "c")
 	})
 }
 

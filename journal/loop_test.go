@@ -248,32 +248,6 @@ func imageKeys(keys [][16]byte, n, window int) []appliedKey {
 	return out
 }
 
-func TestCloseIsIdempotentAndFailsCalls(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
-		c.start(1, 0)
-		n := c.nodes[1]
-		propose(t, n, "a")
-		j := n.j
-		n.mux.mu.Lock()
-		n.mux.h = nil
-		n.mux.mu.Unlock()
-		require.NoError(t, j.Close())
-		require.NoError(t, j.Close())
-		n.j = nil
-		_, _, err := j.Propose(ctxT(t, time.Second), []byte("b"))
-		require.ErrorIs(t, err, ErrClosed)
-		require.ErrorIs(t, j.ReadBarrier(ctxT(t, time.Second)), ErrClosed)
-		require.ErrorIs(t, j.WaitApplied(ctxT(t, time.Second), 1<<40), ErrClosed)
-		require.ErrorIs(t, j.AddMember(ctxT(t, time.Second), 9, "x:1", Observer), ErrClosed)
-		// The data dir is free again: reopen and find the write.
-		n.sm = newMemSM()
-		require.NoError(t, c.open(n, nil))
-		require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
-		require.True(t, n.sm.has("a"))
-	})
-}
-
 // A proposer woken by fail (the loop or the applier stopped) leaves the
 // waiter map with its answer: the applier resolving the same key afterwards
 // (the rest of its batch) does not block on the full channel, and neither
