@@ -81,8 +81,7 @@ func TestProposeEntrySizeLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t)
 		// The context bounds the forwarded attempts, not their count: each
-		// waits two election timeouts of the test's short ticks, which an entry
-		// of the largest size can outlast on a loaded machine under -race.
+		// waits two election timeouts.
 		c.start(3, 0, func(cfg *Config) { cfg.ForwardRetries = 1000 })
 		leader := c.waitLeader()
 		follower := leader%3 + 1

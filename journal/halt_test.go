@@ -34,8 +34,9 @@ func (f *walSyncFault) MaybeError(op errorfs.Op) error {
 	return nil
 }
 
-// offsetClock is the real clock whose Now is moved forward by a settable
-// offset; its timers are the real ones.
+// offsetClock is the default clock (the bubble's, in a synctest test)
+// whose Now is moved forward by a settable offset; its timers are the
+// default ones.
 type offsetClock struct {
 	clock.Real
 	offset atomic.Int64
@@ -277,8 +278,7 @@ func TestFailedLogReadHaltsTheLeader(t *testing.T) {
 		n1.sm = newMemSM()
 		require.NoError(t, c.open(n1, nil))
 		// The restarted leader replays some 45 MB of entries, and the node it
-		// left catches up on as much: under -race on a loaded machine that
-		// takes more than the usual 10 s.
+		// left catches up on as much.
 		require.NoError(t, n1.j.ReadBarrier(ctxT(t, 30*time.Second)))
 		require.True(t, n1.sm.has("a"))
 		for _, v := range acked {

@@ -237,8 +237,8 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 		}))
 		require.NotEmpty(t, replayed)
 		// The retry lands within the window of the first copy unless leader
-		// timestamps pushed it out (a loaded machine); either way the replay
-		// decides as the live applier did.
+		// timestamps pushed it out; either way the replay decides as the
+		// live applier did.
 		keyed := 0
 		for _, v := range n3.sm.values() {
 			if v == "keyed" {
