@@ -58,3 +58,14 @@ func (j *Journal) RaftConfigForTest(ctx context.Context) (voters, learners []uin
 func HandlerClientForTest(lookup func(host string) http.Handler) *http.Client {
 	return handlerClient(lookup)
 }
+
+// MaxEntryBytesForTest returns j's Config.MaxEntryBytes, its default
+// filled in.
+func (j *Journal) MaxEntryBytesForTest() uint64 { return j.cfg.MaxEntryBytes }
+
+// HaltedForTest returns a channel closed once j's log store halted on a
+// storage failure.
+func (j *Journal) HaltedForTest() <-chan struct{} { return j.store.HaltedCh() }
+
+// WriteErrorForTest writes err as the journal's HTTP handler answers it.
+func WriteErrorForTest(w http.ResponseWriter, err error) { writeError(w, err) }

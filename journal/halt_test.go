@@ -1,4 +1,4 @@
-package journal
+package journal_test
 
 import (
 	"fmt"
@@ -12,12 +12,13 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/internal/clock"
 	"github.com/metatree/metatree/internal/logtest"
+	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/journaltest"
 )
 
 // walSyncFault fails every fsync of a WAL file under the journal's Pebble
@@ -51,54 +52,55 @@ func (c *offsetClock) Now() time.Time { return c.Real.Now().Add(time.Duration(c.
 // acknowledged write and takes writes again.
 func TestFailedWALSyncHaltsTheNode(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
-		n := c.listen(1)
 		fault := &walSyncFault{}
 		clock := &offsetClock{}
-		faulty := func(cfg *Config) {
-			cfg.FS = errorfs.Wrap(vfs.Default, fault)
+		var restarted atomic.Bool
+		c := journaltest.NewCluster(t, journaltest.Options{Voters: 1, OnDisk: true, Configure: func(cfg *journal.Config) {
+			if restarted.Load() {
+				return // the restart runs on the plain disk and clock
+			}
+			cfg.FS = errorfs.Wrap(cfg.FS, fault)
 			cfg.Clock = clock
 			cfg.StaleAfter = 10 * time.Second // fresh throughout, until the clock is moved
-		}
-		require.NoError(t, c.open(n, func(cfg *Config) { cfg.Bootstrap = true; faulty(cfg) }))
-		c.waitLeader(1)
-		propose(t, n, "a")
-		propose(t, n, "b")
+		}})
+		ctx := ctxFor(t, time.Minute)
+		n := c.Node(1)
+		proposeVia(ctx, t, n, "a")
+		proposeVia(ctx, t, n, "b")
 
 		fault.armed.Store(true)
-		_, _, err := n.j.Propose(ctxT(t, 5*time.Second), []byte("c"))
-		require.ErrorIs(t, err, ErrHalted)
-		require.ErrorIs(t, err, ErrClosed, "a halted node is not worth retrying")
+		_, _, err := n.Journal().Propose(ctx, []byte("c"))
+		require.ErrorIs(t, err, journal.ErrHalted)
+		require.ErrorIs(t, err, journal.ErrClosed, "a halted node is not worth retrying")
 		require.ErrorIs(t, err, errorfs.ErrInjected)
 		require.Regexp(t, `sync \S+/journal/\d+\.log`, err.Error())
 
 		fault.armed.Store(false)
-		_, _, err = n.j.Propose(ctxT(t, 5*time.Second), []byte("d"))
-		require.ErrorIs(t, err, ErrHalted, "the disk works again, but the node needs a restart")
-		require.ErrorIs(t, n.j.Status().Err, ErrHalted)
+		_, _, err = n.Journal().Propose(ctx, []byte("d"))
+		require.ErrorIs(t, err, journal.ErrHalted, "the disk works again, but the node needs a restart")
+		require.ErrorIs(t, n.Journal().Status().Err, journal.ErrHalted)
 		rec := httptest.NewRecorder()
-		writeError(rec, err)
+		journal.WriteErrorForTest(rec, err)
 		require.Equal(t, http.StatusServiceUnavailable, rec.Code)
 		require.Contains(t, rec.Body.String(), `"halted"`)
 
 		// Reads go on while the replayed state is fresh, and stop being fresh
 		// once StaleAfter passes without the leader's clock.
-		require.NoError(t, n.j.CheckFresh())
-		require.True(t, n.sm.has("a") && n.sm.has("b"))
+		require.NoError(t, n.Journal().CheckFresh())
+		require.True(t, applied(n, "a") && applied(n, "b"))
 		clock.offset.Store(int64(time.Minute))
-		require.ErrorIs(t, n.j.CheckFresh(), ErrStale)
+		require.ErrorIs(t, n.Journal().CheckFresh(), journal.ErrStale)
 
-		j := n.j
-		n.j = nil
-		_ = j.Close() // may repeat the failure; it must return
+		j := n.Journal()
+		_ = c.Stop(1) // may repeat the failure; it must return
 		require.NoError(t, j.Close(), "Close is idempotent")
 
-		n.sm = newMemSM()
-		require.NoError(t, c.open(n, nil))
-		require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
-		require.True(t, n.sm.has("a") && n.sm.has("b"), "acknowledged writes survive: %v", n.sm.values())
-		require.False(t, n.sm.has("d"), "a write refused after the halt never applies")
-		propose(t, n, "e")
+		restarted.Store(true)
+		require.NoError(t, c.Restart(ctx, 1))
+		require.NoError(t, n.Journal().ReadBarrier(ctx))
+		require.True(t, applied(n, "a") && applied(n, "b"), "acknowledged writes survive: %v", appliedData(n))
+		require.False(t, applied(n, "d"), "a write refused after the halt never applies")
+		proposeVia(ctx, t, n, "e")
 	})
 }
 
@@ -139,16 +141,18 @@ func TestPebbleFailureHaltsTheNode(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := newCluster(t)
-				n := c.listen(1)
 				fault := &pebbleFault{match: tc.match}
-				require.NoError(t, c.open(n, func(cfg *Config) {
-					cfg.Bootstrap = true
-					cfg.FS = errorfs.Wrap(vfs.Default, fault)
+				var restarted atomic.Bool
+				c := journaltest.NewCluster(t, journaltest.Options{Voters: 1, OnDisk: true, Configure: func(cfg *journal.Config) {
+					if restarted.Load() {
+						return // the restart runs on the plain disk
+					}
+					cfg.FS = errorfs.Wrap(cfg.FS, fault)
 					cfg.StaleAfter = 10 * time.Second // fresh throughout
-				}))
-				c.waitLeader(1)
-				propose(t, n, "a")
+				}})
+				ctx := ctxFor(t, time.Minute)
+				n := c.Node(1)
+				proposeVia(ctx, t, n, "a")
 
 				// Entries of the largest size fill Pebble's memtable: it rotates
 				// the WAL on the journal's append goroutine and flushes the old
@@ -157,34 +161,32 @@ func TestPebbleFailureHaltsTheNode(t *testing.T) {
 				var acked []string
 				var err error
 				for i := 0; err == nil && i < 100; i++ {
-					v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n.j.cfg.MaxEntryBytes)-3)
-					if _, _, err = n.j.Propose(ctxT(t, 10*time.Second), []byte(v)); err == nil {
+					v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n.Journal().MaxEntryBytesForTest())-3)
+					if _, _, err = n.Journal().Propose(ctx, []byte(v)); err == nil {
 						acked = append(acked, v)
 					}
 				}
 				fault.armed.Store(false)
-				require.ErrorIs(t, err, ErrHalted)
+				require.ErrorIs(t, err, journal.ErrHalted)
 				require.ErrorIs(t, err, errorfs.ErrInjected)
 				require.Regexp(t, tc.re, err.Error())
-				require.ErrorIs(t, n.j.Status().Err, ErrHalted)
-				_, _, err = n.j.Propose(ctxT(t, 5*time.Second), []byte("late"))
-				require.ErrorIs(t, err, ErrHalted)
-				require.NoError(t, n.j.CheckFresh(), "reads go on")
-				require.True(t, n.sm.has("a"))
+				require.ErrorIs(t, n.Journal().Status().Err, journal.ErrHalted)
+				_, _, err = n.Journal().Propose(ctx, []byte("late"))
+				require.ErrorIs(t, err, journal.ErrHalted)
+				require.NoError(t, n.Journal().CheckFresh(), "reads go on")
+				require.True(t, applied(n, "a"))
 
-				j := n.j
-				n.j = nil
-				_ = j.Close() // may repeat the failure; it must return
+				_ = c.Stop(1) // may repeat the failure; it must return
 
-				n.sm = newMemSM()
-				require.NoError(t, c.open(n, nil))
-				require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
-				require.True(t, n.sm.has("a"))
+				restarted.Store(true)
+				require.NoError(t, c.Restart(ctx, 1))
+				require.NoError(t, n.Journal().ReadBarrier(ctx))
+				require.True(t, applied(n, "a"))
 				for _, v := range acked {
-					require.True(t, n.sm.has(v), "acknowledged write %s survives", v[:3])
+					require.True(t, applied(n, v), "acknowledged write %s survives", v[:3])
 				}
-				require.False(t, n.sm.has("late"))
-				propose(t, n, "b")
+				require.False(t, applied(n, "late"))
+				proposeVia(ctx, t, n, "b")
 			})
 		})
 	}
@@ -225,65 +227,63 @@ func (f *flushWatch) MaybeError(op errorfs.Op) error {
 // restarted node has every acknowledged write.
 func TestFailedLogReadHaltsTheLeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
 		logs := &logtest.Warnings{}
 		watch := &flushWatch{flushed: make(chan struct{})}
-		n1 := c.listen(1)
-		require.NoError(t, c.open(n1, func(cfg *Config) {
-			cfg.Bootstrap = true
-			cfg.FS = errorfs.Wrap(vfs.Default, watch)
+		var restarted atomic.Bool
+		c := journaltest.NewCluster(t, journaltest.Options{Voters: 3, OnDisk: true, Configure: func(cfg *journal.Config) {
+			if cfg.ID != 1 || restarted.Load() {
+				return // the others, and node 1's restart, run on the plain disk
+			}
+			cfg.FS = errorfs.Wrap(cfg.FS, watch)
 			cfg.Logger = slog.New(logs)
-		}))
-		c.waitLeader(1)
-		for id := uint64(2); id <= 3; id++ {
-			require.NoError(t, c.open(c.listen(id), func(cfg *Config) { cfg.Join = n1.addr }))
-		}
-		n3 := c.nodes[3]
-		propose(t, n1, "a")
-		require.NoError(t, n3.j.ReadBarrier(ctxT(t, 30*time.Second)))
-		n3.closeJournal()
+		}})
+		ctx := ctxFor(t, time.Minute)
+		n1, n3 := c.Node(1), c.Node(3)
+		leader, err := c.WaitLeader(ctx)
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), leader, "the bootstrapping node leads")
+		proposeVia(ctx, t, n1, "a")
+		require.NoError(t, n3.Journal().ReadBarrier(ctx))
+		require.NoError(t, c.Stop(3))
 
 		// More than the leader's entry cache and memtable hold: the oldest
 		// entries are read back from an sstable once flushed.
 		var acked []string
 		for i := 0; i < 30; i++ {
-			v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n1.j.cfg.MaxEntryBytes)-3)
-			_, _, err := n1.j.Propose(ctxT(t, 10*time.Second), []byte(v))
+			v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n1.Journal().MaxEntryBytesForTest())-3)
+			_, _, err := n1.Journal().Propose(ctx, []byte(v))
 			require.NoError(t, err)
 			acked = append(acked, v)
 		}
 		select {
 		case <-watch.flushed:
-		case <-t.Context().Done():
+		case <-ctx.Done():
 			t.Fatal("no flush")
 		}
 		watch.armed.Store(true)
-		n3.sm = newMemSM()
-		require.NoError(t, c.open(n3, nil))
+		require.NoError(t, c.Restart(ctx, 3))
 		select {
-		case <-n1.j.store.HaltedCh():
-		case <-t.Context().Done():
+		case <-n1.Journal().HaltedForTest():
+		case <-ctx.Done():
 			t.Fatal("the failed read did not halt the leader")
 		}
 		watch.armed.Store(false)
-		_, _, err := n1.j.Propose(ctxT(t, 5*time.Second), []byte("late"))
-		require.ErrorIs(t, err, ErrHalted)
+		_, _, err = n1.Journal().Propose(ctx, []byte("late"))
+		require.ErrorIs(t, err, journal.ErrHalted)
 		require.ErrorIs(t, err, errorfs.ErrInjected)
 
-		j := n1.j
-		n1.j = nil
-		_ = j.Close() // the loop stopped; Close returns
+		_ = c.Stop(1) // the loop stopped; Close returns
 		require.Equal(t, 1, logs.Count("raft stopped on a storage failure"), "raft's panic was recovered")
 
-		n1.sm = newMemSM()
-		require.NoError(t, c.open(n1, nil))
+		restarted.Store(true)
+		require.NoError(t, c.Restart(ctx, 1))
 		// The restarted leader replays some 45 MB of entries, and the node it
 		// left catches up on as much.
-		require.NoError(t, n1.j.ReadBarrier(ctxT(t, 30*time.Second)))
-		require.True(t, n1.sm.has("a"))
+		require.NoError(t, n1.Journal().ReadBarrier(ctx))
+		require.True(t, applied(n1, "a"))
 		for _, v := range acked {
-			require.True(t, n1.sm.has(v), "acknowledged write %s survives", v[:3])
+			require.True(t, applied(n1, v), "acknowledged write %s survives", v[:3])
 		}
-		require.False(t, n1.sm.has("late"))
+		require.False(t, applied(n1, "late"))
 	})
 }
