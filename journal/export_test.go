@@ -69,3 +69,16 @@ func (j *Journal) HaltedForTest() <-chan struct{} { return j.store.HaltedCh() }
 
 // WriteErrorForTest writes err as the journal's HTTP handler answers it.
 func WriteErrorForTest(w http.ResponseWriter, err error) { writeError(w, err) }
+
+// BallastNameForTest is the name of the emergency ballast file in the
+// data dir.
+const BallastNameForTest = ballastName
+
+// CheckSpaceForTest runs j's free-space guard's check once, without
+// reporting a change of its alarm to the cluster.
+func (j *Journal) CheckSpaceForTest() error { return j.space.check() }
+
+// CheckAndReportSpaceForTest runs j's free-space check as its interval
+// does: the guard's check, then the alarm reported to the cluster if it
+// changed, waiting (bounded) for that change to apply.
+func (j *Journal) CheckAndReportSpaceForTest() { j.checkSpace() }
