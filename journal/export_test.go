@@ -82,3 +82,18 @@ func (j *Journal) CheckSpaceForTest() error { return j.space.check() }
 // does: the guard's check, then the alarm reported to the cluster if it
 // changed, waiting (bounded) for that change to apply.
 func (j *Journal) CheckAndReportSpaceForTest() { j.checkSpace() }
+
+// WritableForTest returns why j refuses new writes at once (halted, its
+// disk nearly full, a voter's no-space alarm, removed), or nil.
+func (j *Journal) WritableForTest() error { return j.writable() }
+
+// AdmitForwardedForTest returns what of msgs, received in raft's stream,
+// j passes to raft: the forwarded entries it does not take now are
+// dropped, the rest delivered.
+func (j *Journal) AdmitForwardedForTest(msgs []*raftpb.Message) []*raftpb.Message {
+	return j.admitForwarded(msgs)
+}
+
+// EncodeUserForTest returns the entry envelope of a user proposal of data
+// under key.
+func EncodeUserForTest(key [16]byte, data []byte) []byte { return encodeUser(key, data) }
