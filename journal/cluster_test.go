@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 func propose(t *testing.T, n *node, v string) uint64 {
@@ -100,37 +98,5 @@ func TestProposeEntrySizeLimit(t *testing.T) {
 		require.ErrorIs(t, err, ErrTooLarge)
 		require.ErrorContains(t, err, "MaxEntryBytes")
 		propose(t, c.nodes[leader], "after")
-	})
-}
-
-// A proposal forwarded inside raft's stream is admitted only with user
-// entries: a membership change must go through HandleForward's checks, and
-// only the leader journals its clock.
-func TestForwardedProposalChecks(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
-		c.start(3, 0)
-		leader := c.waitLeader()
-		from := leader%3 + 1
-		ctx := ctxT(t, 5*time.Second)
-		prop := func(e *raftpb.Entry) []*raftpb.Message {
-			return []*raftpb.Message{{Type: raftpb.MsgProp.Enum(), From: new(from), To: new(leader), Entries: []*raftpb.Entry{e}}}
-		}
-		cc, err := proto.Marshal(&raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(leader)})
-		require.NoError(t, err)
-		for name, e := range map[string]*raftpb.Entry{
-			"conf change": {Type: raftpb.EntryConfChange.Enum(), Data: cc},
-			"timestamp":   {Data: encodeTimestamp(time.Now().UnixNano())},
-			"garbage":     {Data: []byte{9, 9, 9}},
-		} {
-			err := c.nodes[leader].j.receive(ctx, prop(e))
-			require.ErrorIs(t, err, ErrMalformed, name)
-			require.Contains(t, err.Error(), "forwarded proposal", name)
-		}
-		key := [16]byte{7}
-		require.NoError(t, c.nodes[leader].j.receive(ctx, prop(&raftpb.Entry{Data: encodeUser(key, []byte("forwarded"))})))
-		propose(t, c.nodes[leader], "after")
-		require.True(t, c.nodes[leader].sm.has("forwarded"), "a user entry forwarded in the stream is applied")
-		require.Len(t, c.nodes[leader].j.Status().Members, 3, "no membership change slipped through")
 	})
 }

@@ -97,3 +97,13 @@ func (j *Journal) AdmitForwardedForTest(msgs []*raftpb.Message) []*raftpb.Messag
 // EncodeUserForTest returns the entry envelope of a user proposal of data
 // under key.
 func EncodeUserForTest(key [16]byte, data []byte) []byte { return encodeUser(key, data) }
+
+// ReceiveForTest steps msgs into j as its transport's Receiver does with
+// what arrives from a peer.
+func (j *Journal) ReceiveForTest(ctx context.Context, msgs []*raftpb.Message) error {
+	return j.receive(ctx, msgs)
+}
+
+// EncodeTimestampForTest returns the entry envelope of a leader's
+// timestamp of unixNano.
+func EncodeTimestampForTest(unixNano int64) []byte { return encodeTimestamp(unixNano) }

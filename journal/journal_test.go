@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,8 +78,6 @@ type node struct {
 	// changed receives a token when the journal's changed knob fires
 	// (coalesced: one pending token stands for any number of changes).
 	changed chan struct{}
-	// ticks counts the raft ticks of the journal's loop.
-	ticks atomic.Uint64
 }
 
 // signal is the journal's changed knob: it leaves a token without blocking.
@@ -215,7 +212,7 @@ func (c *cluster) open(n *node, mod func(*Config)) error {
 	drop := c.dropFn
 	n.tr.drop.Store(&drop)
 	cfg.Transport = n.tr
-	cfg.knobs = &testingKnobs{changed: n.signal, ticked: func() { n.ticks.Add(1) }}
+	cfg.knobs = &testingKnobs{changed: n.signal}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -297,18 +294,11 @@ func await(t *testing.T, d time.Duration, what string, changed <-chan struct{}, 
 }
 
 // waitLeader waits until every running node agrees on one leader among
-// the candidates (nil = any) and returns it.
+// the candidates (none: any) and returns it. It re-checks at every
+// leadership change on a running node (Journal.Leadership) rather than
+// polling, and at least once an election timeout for changes that do not
+// notify (a node restarting or learning the leader second-hand).
 func (c *cluster) waitLeader(candidates ...uint64) uint64 {
-	c.t.Helper()
-	return c.waitLeaderSeen(nil, candidates...)
-}
-
-// waitLeaderSeen is waitLeader where only the nodes in seen (nil: all)
-// must agree. It re-checks at every leadership change on a running node
-// (Journal.Leadership) rather than polling, and at least once an election
-// timeout for changes that do not notify (a node restarting or learning the
-// leader second-hand).
-func (c *cluster) waitLeaderSeen(seen []uint64, candidates ...uint64) uint64 {
 	c.t.Helper()
 	deadline := time.NewTimer(10 * time.Second)
 	defer deadline.Stop()
@@ -321,7 +311,7 @@ func (c *cluster) waitLeaderSeen(seen []uint64, candidates ...uint64) uint64 {
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(n.j.Leadership())})
 			}
 		}
-		if leader := c.agreedLeader(seen, candidates); leader != 0 {
+		if leader := c.agreedLeader(candidates); leader != 0 {
 			return leader
 		}
 		recheck := time.NewTimer(testElectionTimeout)
@@ -334,13 +324,12 @@ func (c *cluster) waitLeaderSeen(seen []uint64, candidates ...uint64) uint64 {
 	}
 }
 
-// agreedLeader returns the leader every running node in seen (nil: all)
-// follows, if it is among the candidates (none: any) and leads in its own
-// view; else 0.
-func (c *cluster) agreedLeader(seen, candidates []uint64) uint64 {
+// agreedLeader returns the leader every running node follows, if it is
+// among the candidates (none: any) and leads in its own view; else 0.
+func (c *cluster) agreedLeader(candidates []uint64) uint64 {
 	var leader uint64
-	for id, n := range c.nodes {
-		if n.j == nil || (seen != nil && !slices.Contains(seen, id)) {
+	for _, n := range c.nodes {
+		if n.j == nil {
 			continue
 		}
 		st := n.j.Status()
