@@ -107,3 +107,32 @@ func (j *Journal) ReceiveForTest(ctx context.Context, msgs []*raftpb.Message) er
 // EncodeTimestampForTest returns the entry envelope of a leader's
 // timestamp of unixNano.
 func EncodeTimestampForTest(unixNano int64) []byte { return encodeTimestamp(unixNano) }
+
+// HandleForwardForTest runs on j what a peer's forwarded request asks, as
+// its transport's Receiver does.
+func (j *Journal) HandleForwardForTest(ctx context.Context, req *ForwardRequest) (*ForwardResponse, error) {
+	return j.handleForward(ctx, req)
+}
+
+// ProposeConfChangeUncheckedForTest proposes the membership change typ of
+// node id under key on leader j's raft loop, past the proposal checks (as
+// an older version or a forged append would put it in the log), and
+// returns what its apply answered.
+func (j *Journal) ProposeConfChangeUncheckedForTest(ctx context.Context, typ raftpb.ConfChangeType, id uint64, key [16]byte) error {
+	w := j.addWaiter(key)
+	defer j.removeWaiter(key, w)
+	cc := &raftpb.ConfChange{Type: typ.Enum(), NodeId: new(id), Context: mustJSON(confContext{Key: key})}
+	var perr error
+	if err := j.do(ctx, func() { perr = j.rn.ProposeConfChange(cc) }); err != nil {
+		return err
+	}
+	if perr != nil {
+		return perr
+	}
+	select {
+	case r := <-w:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
