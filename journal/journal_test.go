@@ -115,8 +115,6 @@ type cluster struct {
 	// client carries every request of the nodes' transports to the
 	// handler of the node its host names.
 	client *http.Client
-	token  string
-	drop   func(from, to uint64) bool
 	mu     sync.Mutex
 	cut    map[[2]uint64]bool
 	// oneWay drops the messages of one direction only (from, to).
@@ -151,7 +149,7 @@ func testConfig(n *node) Config {
 func newCluster(t *testing.T) *cluster {
 	// The data dirs live under one TempDir registered before the cleanup
 	// that stops the nodes, so they are removed after the nodes stopped.
-	c := &cluster{t: t, nodes: map[uint64]*node{}, token: "secret", cut: map[[2]uint64]bool{}, root: t.TempDir()}
+	c := &cluster{t: t, nodes: map[uint64]*node{}, cut: map[[2]uint64]bool{}, root: t.TempDir()}
 	c.client = handlerClient(func(host string) http.Handler {
 		c.mu.Lock()
 		defer c.mu.Unlock()
