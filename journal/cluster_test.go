@@ -71,7 +71,8 @@ func TestStartupChecks(t *testing.T) {
 	})
 }
 
-// A proposal of Config.MaxEntryBytes commits over real HTTP through the
+// A proposal of Config.MaxEntryBytes commits over the HTTP transport (its
+// frames and its handler's body limit, served in process) through the
 // leader and through a follower (the default frame limit carries it); one
 // byte more fails at once with ErrTooLarge instead of an append the
 // followers refuse forever.
