@@ -114,20 +114,29 @@ func (j *Journal) HandleForwardForTest(ctx context.Context, req *ForwardRequest)
 	return j.handleForward(ctx, req)
 }
 
-// ProposeConfChangeUncheckedForTest proposes the membership change typ of
-// node id under key on leader j's raft loop, past the proposal checks (as
-// an older version or a forged append would put it in the log), and
-// returns what its apply answered.
-func (j *Journal) ProposeConfChangeUncheckedForTest(ctx context.Context, typ raftpb.ConfChangeType, id uint64, key [16]byte) error {
-	w := j.addWaiter(key)
-	defer j.removeWaiter(key, w)
-	cc := &raftpb.ConfChange{Type: typ.Enum(), NodeId: new(id), Context: mustJSON(confContext{Key: key})}
+// ConfContextForTest is the context a membership change carries.
+type ConfContextForTest = confContext
+
+// ProposeConfChangeRawForTest proposes the membership change typ of node
+// id, with cctx, on leader j's raft loop, past the proposal checks (as an
+// older version, an earlier leader or a forged append would put it in the
+// log), and returns once raft took the proposal.
+func (j *Journal) ProposeConfChangeRawForTest(ctx context.Context, typ raftpb.ConfChangeType, id uint64, cctx ConfContextForTest) error {
+	cc := &raftpb.ConfChange{Type: typ.Enum(), NodeId: new(id), Context: mustJSON(cctx)}
 	var perr error
 	if err := j.do(ctx, func() { perr = j.rn.ProposeConfChange(cc) }); err != nil {
 		return err
 	}
-	if perr != nil {
-		return perr
+	return perr
+}
+
+// ProposeConfChangeUncheckedForTest is ProposeConfChangeRawForTest of a
+// change under key alone, which returns what its apply answered.
+func (j *Journal) ProposeConfChangeUncheckedForTest(ctx context.Context, typ raftpb.ConfChangeType, id uint64, key [16]byte) error {
+	w := j.addWaiter(key)
+	defer j.removeWaiter(key, w)
+	if err := j.ProposeConfChangeRawForTest(ctx, typ, id, ConfContextForTest{Key: key}); err != nil {
+		return err
 	}
 	select {
 	case r := <-w:
@@ -135,4 +144,38 @@ func (j *Journal) ProposeConfChangeUncheckedForTest(ctx context.Context, typ raf
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// ProposeRawForTest proposes the entry data, an envelope, on leader j's
+// raft loop, past the proposal checks, and returns once raft took it.
+func (j *Journal) ProposeRawForTest(ctx context.Context, data []byte) error {
+	var perr error
+	if err := j.do(ctx, func() { perr = j.rn.Propose(data) }); err != nil {
+		return err
+	}
+	return perr
+}
+
+// EncodeVersionForTest returns the entry envelope raising the cluster to
+// format version v.
+func EncodeVersionForTest(v uint32) []byte { return encodeVersion(v) }
+
+// HandleJoinForTest runs on j a joining node's request, as its
+// transport's Receiver does.
+func (j *Journal) HandleJoinForTest(ctx context.Context, req *JoinRequest) (*JoinResponse, error) {
+	return j.handleJoin(ctx, req)
+}
+
+// LogEntriesForTest returns the entries of j's log store in [lo, hi).
+func (j *Journal) LogEntriesForTest(lo, hi uint64) ([]*raftpb.Entry, error) {
+	return j.store.Entries(lo, hi, 1<<62)
+}
+
+// IsVersionEntryForTest reports whether e raises the cluster version.
+func IsVersionEntryForTest(e *raftpb.Entry) bool { return isVersionEntry(e) }
+
+// DecodeConfChangeForTest returns the membership change e carries.
+func DecodeConfChangeForTest(e *raftpb.Entry) (*raftpb.ConfChange, error) {
+	cc, _, err := decodeConfChange(e)
+	return cc, err
 }
