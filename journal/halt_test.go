@@ -1,6 +1,7 @@
 package journal_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -178,14 +179,7 @@ func TestPebbleFailureHaltsTheNode(t *testing.T) {
 
 				_ = c.Stop(1) // may repeat the failure; it must return
 
-				restarted.Store(true)
-				require.NoError(t, c.Restart(ctx, 1))
-				require.NoError(t, n.Journal().ReadBarrier(ctx))
-				require.True(t, applied(n, "a"))
-				for _, v := range acked {
-					require.True(t, applied(n, v), "acknowledged write %s survives", v[:3])
-				}
-				require.False(t, applied(n, "late"))
+				restartAfterHalt(ctx, t, c, n, &restarted, acked)
 				proposeVia(ctx, t, n, "b")
 			})
 		})
@@ -275,15 +269,24 @@ func TestFailedLogReadHaltsTheLeader(t *testing.T) {
 		_ = c.Stop(1) // the loop stopped; Close returns
 		require.Equal(t, 1, logs.Count("raft stopped on a storage failure"), "raft's panic was recovered")
 
-		restarted.Store(true)
-		require.NoError(t, c.Restart(ctx, 1))
 		// The restarted leader replays some 45 MB of entries, and the node it
 		// left catches up on as much.
-		require.NoError(t, n1.Journal().ReadBarrier(ctx))
-		require.True(t, applied(n1, "a"))
-		for _, v := range acked {
-			require.True(t, applied(n1, v), "acknowledged write %s survives", v[:3])
-		}
-		require.False(t, applied(n1, "late"))
+		restartAfterHalt(ctx, t, c, n1, &restarted, acked)
 	})
+}
+
+// restartAfterHalt restarts the halted node n of c once restarted is set
+// (the cluster's Configure then leaves the faulty disk out), and checks
+// that it holds the write "a" and every acknowledged one, and not the
+// write "late" it refused.
+func restartAfterHalt(ctx context.Context, t *testing.T, c *journaltest.Cluster, n *journaltest.Node, restarted *atomic.Bool, acked []string) {
+	t.Helper()
+	restarted.Store(true)
+	require.NoError(t, c.Restart(ctx, n.ID))
+	require.NoError(t, n.Journal().ReadBarrier(ctx))
+	require.True(t, applied(n, "a"))
+	for _, v := range acked {
+		require.True(t, applied(n, v), "acknowledged write %s survives", v[:3])
+	}
+	require.False(t, applied(n, "late"))
 }
