@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -196,48 +197,50 @@ func (s *skewSM) StateDigest() []byte {
 // loop there is) still has its report reach the log as it stops, so the
 // healthy voters name it in their alarm.
 func TestTheMemberThatDiffersReportsItsDigestBeforeItStops(t *testing.T) {
-	c := newCluster(t)
-	var mu sync.Mutex
-	sms := map[uint64]*skewSM{}
-	c.start(3, 0, func(cfg *Config) {
-		d := &skewSM{memSM: cfg.StateMachine.(*memSM)}
-		mu.Lock()
-		sms[cfg.ID] = d
-		mu.Unlock()
-		cfg.StateMachine = d
-		cfg.CheckInterval = 50 * time.Millisecond
-		if cfg.ID == 3 {
-			cfg.knobs.holdReports = true
-		}
-	})
-	leader := c.nodes[c.waitLeader()]
-	await(t, 10*time.Second, "the cluster version that reads check entries", leader.changed, func() bool {
-		for _, n := range c.nodes {
-			if n.j.Status().ClusterVersion < checkVersion {
-				return false
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var mu sync.Mutex
+		sms := map[uint64]*skewSM{}
+		c.start(3, 0, func(cfg *Config) {
+			d := &skewSM{memSM: cfg.StateMachine.(*memSM)}
+			mu.Lock()
+			sms[cfg.ID] = d
+			mu.Unlock()
+			cfg.StateMachine = d
+			cfg.CheckInterval = 50 * time.Millisecond
+			if cfg.ID == 3 {
+				cfg.knobs.holdReports = true
 			}
-		}
-		return true
-	})
-	ctx := ctxT(t, 10*time.Second)
-	_, _, err := leader.j.Propose(ctx, []byte("a"))
-	require.NoError(t, err)
-	await(t, 10*time.Second, "a check on the healthy voters", leader.changed, func() bool {
-		return leader.j.checker.count() > 0
-	})
-	require.Nil(t, leader.j.Status().Alarm)
-
-	mu.Lock()
-	sms[3].skew.Store(true)
-	mu.Unlock()
-	await(t, 10*time.Second, "the corruption alarm on member 3", leader.changed, func() bool {
-		return errors.Is(c.nodes[3].j.Status().Err, ErrCorrupt)
-	})
-	for _, id := range []uint64{1, 2} {
-		n := c.nodes[id]
-		await(t, 10*time.Second, fmt.Sprintf("member %d naming member 3", id), n.changed, func() bool {
-			a := n.j.Status().Alarm
-			return a != nil && slices.Equal(a.Members, []uint64{3})
 		})
-	}
+		leader := c.nodes[c.waitLeader()]
+		await(t, 10*time.Second, "the cluster version that reads check entries", leader.changed, func() bool {
+			for _, n := range c.nodes {
+				if n.j.Status().ClusterVersion < checkVersion {
+					return false
+				}
+			}
+			return true
+		})
+		ctx := ctxT(t, 10*time.Second)
+		_, _, err := leader.j.Propose(ctx, []byte("a"))
+		require.NoError(t, err)
+		await(t, 10*time.Second, "a check on the healthy voters", leader.changed, func() bool {
+			return leader.j.checker.count() > 0
+		})
+		require.Nil(t, leader.j.Status().Alarm)
+
+		mu.Lock()
+		sms[3].skew.Store(true)
+		mu.Unlock()
+		await(t, 10*time.Second, "the corruption alarm on member 3", leader.changed, func() bool {
+			return errors.Is(c.nodes[3].j.Status().Err, ErrCorrupt)
+		})
+		for _, id := range []uint64{1, 2} {
+			n := c.nodes[id]
+			await(t, 10*time.Second, fmt.Sprintf("member %d naming member 3", id), n.changed, func() bool {
+				a := n.j.Status().Alarm
+				return a != nil && slices.Equal(a.Members, []uint64{3})
+			})
+		}
+	})
 }

@@ -32,3 +32,27 @@ func TestReadsAfterCloseWrapErrClosed(t *testing.T) {
 		require.ErrorIs(t, err, journal.ErrClosed, "MembershipAt")
 	})
 }
+
+// TestCloseIsIdempotentAndFailsCalls: Close twice returns nil both times;
+// afterwards writes, barriers, waits and membership changes fail with
+// ErrClosed; the data dir is free again, and the reopened node holds the
+// write made before.
+func TestCloseIsIdempotentAndFailsCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := journaltest.NewCluster(t, journaltest.Options{Voters: 1})
+		ctx := ctxFor(t, time.Minute)
+		proposeVia(ctx, t, c.Node(1), "a")
+		j := c.Node(1).Journal()
+		require.NoError(t, c.Stop(1))
+		require.NoError(t, j.Close(), "a second Close")
+		_, _, err := j.Propose(ctx, []byte("b"))
+		require.ErrorIs(t, err, journal.ErrClosed)
+		require.ErrorIs(t, j.ReadBarrier(ctx), journal.ErrClosed)
+		require.ErrorIs(t, j.WaitApplied(ctx, 1<<40), journal.ErrClosed)
+		require.ErrorIs(t, j.AddMember(ctx, 9, "node9", journal.Observer), journal.ErrClosed)
+
+		require.NoError(t, c.Restart(ctx, 1))
+		require.NoError(t, c.Node(1).Journal().ReadBarrier(ctx))
+		require.True(t, applied(c.Node(1), "a"), "the reopened node replayed the write")
+	})
+}

@@ -5,11 +5,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 func propose(t *testing.T, n *node, v string) uint64 {
@@ -22,110 +21,83 @@ func propose(t *testing.T, n *node, v string) uint64 {
 }
 
 func TestStartupChecks(t *testing.T) {
-	c := newCluster(t)
-	c.start(2, 0)
-	n1, n2 := c.nodes[1], c.nodes[2]
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		c.start(2, 0)
+		n1, n2 := c.nodes[1], c.nodes[2]
 
-	// A second process on the same data dir fails at once.
-	cfg := testConfig(n1)
-	cfg.Transport = NewHTTPTransport(HTTPOptions{})
-	_, err := Open(ctxT(t, 5*time.Second), cfg)
-	require.ErrorIs(t, err, ErrLocked)
+		// A second process on the same data dir fails at once.
+		cfg := testConfig(n1)
+		cfg.Transport = NewHTTPTransport(HTTPOptions{})
+		_, err := Open(ctxT(t, 5*time.Second), cfg)
+		require.ErrorIs(t, err, ErrLocked)
 
-	// A wrong token cannot join.
-	bad := c.listen(3)
-	err = c.open(bad, func(cfg *Config) { cfg.Join = n1.addr; cfg.Token = "wrong" })
-	require.ErrorIs(t, err, ErrClusterMismatch)
-	// Nor can a node that expects another cluster id, and the helper
-	// refuses it before admitting it.
-	err = c.open(bad, func(cfg *Config) { cfg.Join = n1.addr; cfg.ClusterID = "other" })
-	require.ErrorIs(t, err, ErrClusterMismatch)
-	require.Len(t, n1.j.Status().Members, 2, "the refused node was not added")
+		// A wrong token cannot join.
+		bad := c.listen(3)
+		err = c.open(bad, func(cfg *Config) { cfg.Join = n1.addr; cfg.Token = "wrong" })
+		require.ErrorIs(t, err, ErrClusterMismatch)
+		// Nor can a node that expects another cluster id, and the helper
+		// refuses it before admitting it.
+		err = c.open(bad, func(cfg *Config) { cfg.Join = n1.addr; cfg.ClusterID = "other" })
+		require.ErrorIs(t, err, ErrClusterMismatch)
+		require.Len(t, n1.j.Status().Members, 2, "the refused node was not added")
 
-	// Restart checks: cluster id, token and role must match the data dir.
-	n2.closeJournal()
-	require.ErrorIs(t, c.open(n2, func(cfg *Config) { cfg.ClusterID = "other" }), ErrClusterMismatch)
-	require.ErrorIs(t, c.open(n2, func(cfg *Config) { cfg.Token = "other" }), ErrClusterMismatch)
-	require.ErrorIs(t, c.open(n2, func(cfg *Config) { cfg.Role = Observer }), ErrRoleMismatch)
-	require.NoError(t, c.open(n2, func(cfg *Config) { cfg.Role = Follower }))
+		// Restart checks: cluster id, token and role must match the data dir.
+		n2.closeJournal()
+		require.ErrorIs(t, c.open(n2, func(cfg *Config) { cfg.ClusterID = "other" }), ErrClusterMismatch)
+		require.ErrorIs(t, c.open(n2, func(cfg *Config) { cfg.Token = "other" }), ErrClusterMismatch)
+		require.ErrorIs(t, c.open(n2, func(cfg *Config) { cfg.Role = Observer }), ErrRoleMismatch)
+		require.NoError(t, c.open(n2, func(cfg *Config) { cfg.Role = Follower }))
 
-	// Requests with a wrong cluster id or token are refused by the handler.
-	for _, h := range []map[string]string{
-		{hdrCluster: "other", hdrToken: "secret"},
-		{hdrCluster: n1.j.Status().ClusterID, hdrToken: "nope"},
-	} {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+n1.addr+pathPropose, strings.NewReader(strings.Repeat("x", 40)))
-		for k, v := range h {
-			req.Header.Set(k, v)
+		// Requests with a wrong cluster id or token are refused by the handler.
+		for _, h := range []map[string]string{
+			{hdrCluster: "other", hdrToken: "secret"},
+			{hdrCluster: n1.j.Status().ClusterID, hdrToken: "nope"},
+		} {
+			req, _ := http.NewRequest(http.MethodPost, "http://"+n1.addr+pathPropose, strings.NewReader(strings.Repeat("x", 40)))
+			for k, v := range h {
+				req.Header.Set(k, v)
+			}
+			req.Header.Set(hdrFrom, "2")
+			req.Header.Set(hdrTo, "1")
+			resp, err := c.client.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusForbidden, resp.StatusCode)
 		}
-		req.Header.Set(hdrFrom, "2")
-		req.Header.Set(hdrTo, "1")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, http.StatusForbidden, resp.StatusCode)
-	}
-	// A config error names the field.
-	_, err = Open(ctxT(t, time.Second), Config{})
-	require.ErrorContains(t, err, "ID must be non-zero")
-	http.DefaultClient.CloseIdleConnections()
+		// A config error names the field.
+		_, err = Open(ctxT(t, time.Second), Config{})
+		require.ErrorContains(t, err, "ID must be non-zero")
+	})
 }
 
-// A proposal of Config.MaxEntryBytes commits over real HTTP through the
+// A proposal of Config.MaxEntryBytes commits over the HTTP transport (its
+// frames and its handler's body limit, served in process) through the
 // leader and through a follower (the default frame limit carries it); one
 // byte more fails at once with ErrTooLarge instead of an append the
 // followers refuse forever.
 func TestProposeEntrySizeLimit(t *testing.T) {
-	c := newCluster(t)
-	// The context bounds the forwarded attempts, not their count: each
-	// waits two election timeouts of the test's short ticks, which an entry
-	// of the largest size can outlast on a loaded machine under -race.
-	c.start(3, 0, func(cfg *Config) { cfg.ForwardRetries = 1000 })
-	leader := c.waitLeader()
-	follower := leader%3 + 1
-	limit := c.nodes[leader].j.cfg.MaxEntryBytes
-	require.Equal(t, uint64(3<<19), limit, "the default")
-	for i, id := range []uint64{leader, follower} {
-		data := bytes.Repeat([]byte{'a' + byte(i)}, int(limit))
-		_, _, err := c.nodes[id].j.Propose(ctxT(t, 10*time.Second), data)
-		require.NoError(t, err, "node %d", id)
-		for _, n := range c.nodes {
-			require.NoError(t, n.j.ReadBarrier(ctxT(t, 10*time.Second)))
-			require.True(t, n.sm.has(string(data)), "node %d applied the entry of node %d", n.id, id)
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		// The context bounds the forwarded attempts, not their count: each
+		// waits two election timeouts.
+		c.start(3, 0, func(cfg *Config) { cfg.ForwardRetries = 1000 })
+		leader := c.waitLeader()
+		follower := leader%3 + 1
+		limit := c.nodes[leader].j.cfg.MaxEntryBytes
+		require.Equal(t, uint64(3<<19), limit, "the default")
+		for i, id := range []uint64{leader, follower} {
+			data := bytes.Repeat([]byte{'a' + byte(i)}, int(limit))
+			_, _, err := c.nodes[id].j.Propose(ctxT(t, 10*time.Second), data)
+			require.NoError(t, err, "node %d", id)
+			for _, n := range c.nodes {
+				require.NoError(t, n.j.ReadBarrier(ctxT(t, 10*time.Second)))
+				require.True(t, n.sm.has(string(data)), "node %d applied the entry of node %d", n.id, id)
+			}
 		}
-	}
-	_, _, err := c.nodes[follower].j.Propose(ctxT(t, 10*time.Second), make([]byte, limit+1))
-	require.ErrorIs(t, err, ErrTooLarge)
-	require.ErrorContains(t, err, "MaxEntryBytes")
-	propose(t, c.nodes[leader], "after")
-}
-
-// A proposal forwarded inside raft's stream is admitted only with user
-// entries: a membership change must go through HandleForward's checks, and
-// only the leader journals its clock.
-func TestForwardedProposalChecks(t *testing.T) {
-	c := newCluster(t)
-	c.start(3, 0)
-	leader := c.waitLeader()
-	from := leader%3 + 1
-	ctx := ctxT(t, 5*time.Second)
-	prop := func(e *raftpb.Entry) []*raftpb.Message {
-		return []*raftpb.Message{{Type: raftpb.MsgProp.Enum(), From: new(from), To: new(leader), Entries: []*raftpb.Entry{e}}}
-	}
-	cc, err := proto.Marshal(&raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(leader)})
-	require.NoError(t, err)
-	for name, e := range map[string]*raftpb.Entry{
-		"conf change": {Type: raftpb.EntryConfChange.Enum(), Data: cc},
-		"timestamp":   {Data: encodeTimestamp(time.Now().UnixNano())},
-		"garbage":     {Data: []byte{9, 9, 9}},
-	} {
-		err := c.nodes[leader].j.receive(ctx, prop(e))
-		require.ErrorIs(t, err, ErrMalformed, name)
-		require.Contains(t, err.Error(), "forwarded proposal", name)
-	}
-	key := [16]byte{7}
-	require.NoError(t, c.nodes[leader].j.receive(ctx, prop(&raftpb.Entry{Data: encodeUser(key, []byte("forwarded"))})))
-	propose(t, c.nodes[leader], "after")
-	require.True(t, c.nodes[leader].sm.has("forwarded"), "a user entry forwarded in the stream is applied")
-	require.Len(t, c.nodes[leader].j.Status().Members, 3, "no membership change slipped through")
+		_, _, err := c.nodes[follower].j.Propose(ctxT(t, 10*time.Second), make([]byte, limit+1))
+		require.ErrorIs(t, err, ErrTooLarge)
+		require.ErrorContains(t, err, "MaxEntryBytes")
+		propose(t, c.nodes[leader], "after")
+	})
 }

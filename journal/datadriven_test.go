@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
-	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/metatree/metatree/internal/durable"
 	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/journaltest"
 )
@@ -36,7 +34,7 @@ import (
 // the leader by default):
 //
 //	add-nodes voters=N [observers=N]   start the cluster (node 1 bootstraps)
-//	join id=N [role=observer]          open a new node that joins through node 1
+//	join id=N [role=observer]          add node N, the next id, joined through the lowest-numbered running node
 //	propose [on=N] [timeout=D] DATA    propose DATA, print its index
 //	partition 1 2 / 3                  split the network into groups
 //	isolate id=N                       a partition of one
@@ -55,8 +53,7 @@ func TestScenarios(t *testing.T) {
 	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
 		cryptotest.SetGlobalRandom(t, 1)
 		synctest.Test(t, func(t *testing.T) {
-			e := &scenarioEnv{t: t, extra: map[uint64]*extraNode{}}
-			t.Cleanup(e.closeExtra)
+			e := &scenarioEnv{t: t}
 			datadriven.RunTest(t, path, e.handle)
 		})
 	})
@@ -74,26 +71,8 @@ const (
 )
 
 type scenarioEnv struct {
-	t     *testing.T
-	c     *journaltest.Cluster
-	extra map[uint64]*extraNode // nodes added by join, outside Cluster
-}
-
-// extraNode is a node opened by the script's join command on the cluster's
-// network; journaltest.Cluster only knows the nodes it started.
-type extraNode struct {
-	sm *journaltest.Recorder
-	j  *journal.Journal
-}
-
-func (e *scenarioEnv) closeExtra() {
-	for id, n := range e.extra {
-		if n.j != nil {
-			if err := n.j.Close(); err != nil {
-				e.t.Errorf("close node %d: %v", id, err)
-			}
-		}
-	}
+	t *testing.T
+	c *journaltest.Cluster
 }
 
 func (e *scenarioEnv) handle(t *testing.T, d *datadriven.TestData) string {
@@ -288,46 +267,23 @@ func (e *scenarioEnv) converged(l, committed uint64) bool {
 	return true
 }
 
-// join opens node id on the cluster's network, joined through node 1.
+// join adds node id, which must be the cluster's next, joined through its
+// lowest-numbered running node.
 func (e *scenarioEnv) join(ctx context.Context, id uint64, role journal.Role) error {
-	if e.c.Node(id) != nil || e.extra[id] != nil {
-		return fmt.Errorf("join: node %d exists", id)
+	if next := uint64(len(e.c.Nodes())) + 1; id != next {
+		return fmt.Errorf("join: node %d is not the next node, %d", id, next)
 	}
-	addr := fmt.Sprintf("node%d", id)
-	fs := vfs.NewMem()
-	if err := durable.MkdirAll(fs, "/"+addr); err != nil {
-		return err
-	}
-	tr := e.c.Net.Transport(addr)
-	sm := &journaltest.Recorder{}
-	j, err := journal.Open(ctx, journal.Config{
-		ID: id, Dir: "/" + addr, Addr: addr, FS: fs,
-		Transport:     tr,
-		StateMachine:  sm,
-		TickInterval:  scenarioTick,
-		ElectionTicks: scenarioElectionTicks, HeartbeatTicks: scenarioHeartbeatTicks,
-		StaleAfter: scenarioStaleAfter,
-		Join:       "node1", Role: role,
-	})
-	if err != nil {
-		_ = tr.Close()
-		return err
-	}
-	e.extra[id] = &extraNode{sm: sm, j: j}
-	return nil
+	_, err := e.c.AddNode(ctx, role)
+	return err
 }
 
-// journals returns every running journal by id, the cluster's and the
-// joined ones.
+// journals returns every running journal by id.
 func (e *scenarioEnv) journals() map[uint64]*journal.Journal {
 	out := map[uint64]*journal.Journal{}
 	for _, n := range e.c.Running() {
 		if j := n.Journal(); j != nil {
 			out[n.ID] = j
 		}
-	}
-	for id, n := range e.extra {
-		out[id] = n.j
 	}
 	return out
 }
@@ -350,8 +306,8 @@ func (e *scenarioEnv) on(d *datadriven.TestData) (*journal.Journal, error) {
 
 // leader returns the running node that considers itself leader and that a
 // majority of the voters in its membership follow, or 0. Unlike
-// journaltest.Cluster.Leader it counts the joined nodes and the membership
-// as it is now, after removals and promotions.
+// journaltest.Cluster.Leader it counts the membership as it is now, after
+// removals and promotions.
 func (e *scenarioEnv) leader() uint64 {
 	js := e.journals()
 	for id, j := range js {
@@ -442,8 +398,6 @@ func (e *scenarioEnv) applied(id uint64) (string, error) {
 	var sm *journaltest.Recorder
 	if n := e.c.Node(id); n != nil {
 		sm, _ = n.StateMachine().(*journaltest.Recorder)
-	} else if n := e.extra[id]; n != nil {
-		sm = n.sm
 	}
 	if sm == nil {
 		return "", fmt.Errorf("applied: no node %d", id)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -131,44 +132,46 @@ func (fs *diskFS) OpenDir(name string) (vfs.File, error) {
 // crash between role=observer and role=follower must not make the next
 // Open fail with ErrRoleMismatch).
 func TestReplayNeverWritesTheDurableFilesBackwards(t *testing.T) {
-	c := newCluster(t)
-	c.start(1, 1)
-	c.waitLeader(1)
-	n1, n2 := c.nodes[1], c.nodes[2]
-	propose(t, n2, "as-observer")
-	require.NoError(t, n1.j.Promote(ctxT(t, 5*time.Second), 2))
-	propose(t, n2, "as-follower")
-	require.Equal(t, Follower, n2.j.Status().Role)
-	members, err := n2.j.readMembers()
-	require.NoError(t, err)
-	require.Equal(t, Follower, members.Members[2].Role)
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		c.start(1, 1)
+		c.waitLeader(1)
+		n1, n2 := c.nodes[1], c.nodes[2]
+		propose(t, n2, "as-observer")
+		require.NoError(t, n1.j.Promote(ctxT(t, 5*time.Second), 2))
+		propose(t, n2, "as-follower")
+		require.Equal(t, Follower, n2.j.Status().Role)
+		members, err := n2.j.readMembers()
+		require.NoError(t, err)
+		require.Equal(t, Follower, members.Members[2].Role)
 
-	n2.closeJournal()
-	fs := newDiskFS()
-	n2.sm = newMemSM()
-	require.NoError(t, c.open(n2, func(cfg *Config) { cfg.FS = fs }))
-	require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)))
-	require.True(t, n2.sm.has("as-observer"), "the whole log replayed")
-	for _, w := range fs.taken() {
-		switch w.name {
-		case "ROLE":
-			require.Equal(t, "role=follower\n", w.data, "ROLE written backwards during the replay")
-		case "MEMBERS":
-			m, err := decodeMembership([]byte(w.data))
-			require.NoError(t, err)
-			require.Greater(t, m.Index, members.Index, "MEMBERS written backwards during the replay")
+		n2.closeJournal()
+		fs := newDiskFS()
+		n2.sm = newMemSM()
+		require.NoError(t, c.open(n2, func(cfg *Config) { cfg.FS = fs }))
+		require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)))
+		require.True(t, n2.sm.has("as-observer"), "the whole log replayed")
+		for _, w := range fs.taken() {
+			switch w.name {
+			case "ROLE":
+				require.Equal(t, "role=follower\n", w.data, "ROLE written backwards during the replay")
+			case "MEMBERS":
+				m, err := decodeMembership([]byte(w.data))
+				require.NoError(t, err)
+				require.Greater(t, m.Index, members.Index, "MEMBERS written backwards during the replay")
+			}
 		}
-	}
-	require.Equal(t, Follower, n2.j.Status().Role)
+		require.Equal(t, Follower, n2.j.Status().Role)
 
-	// A later change is written as before.
-	n3 := c.listen(3)
-	require.NoError(t, c.open(n3, func(cfg *Config) { cfg.Join = n1.addr; cfg.Role = Observer }))
-	require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)))
-	after, err := n2.j.readMembers()
-	require.NoError(t, err)
-	require.Contains(t, after.Members, uint64(3))
-	require.Greater(t, after.Index, members.Index)
+		// A later change is written as before.
+		n3 := c.listen(3)
+		require.NoError(t, c.open(n3, func(cfg *Config) { cfg.Join = n1.addr; cfg.Role = Observer }))
+		require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)))
+		after, err := n2.j.readMembers()
+		require.NoError(t, err)
+		require.Contains(t, after.Members, uint64(3))
+		require.Greater(t, after.Index, members.Index)
+	})
 }
 
 // loopResponds fails the test unless j's raft loop runs an operation
@@ -195,37 +198,39 @@ func loopResponds(t *testing.T, j *Journal, what string) {
 // for ImageWritten's snapshot record and compaction (the append goroutine
 // does).
 func TestLoopDoesNotWaitForTheDisk(t *testing.T) {
-	c := newCluster(t)
-	fs := newDiskFS()
-	n1 := c.listen(1)
-	require.NoError(t, c.open(n1, func(cfg *Config) { cfg.Bootstrap = true; cfg.FS = fs }))
-	c.waitLeader(1)
-	n2 := c.listen(2)
-	require.NoError(t, c.open(n2, func(cfg *Config) { cfg.Join = n1.addr; cfg.Role = Observer }))
-	propose(t, n1, "a")
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		fs := newDiskFS()
+		n1 := c.listen(1)
+		require.NoError(t, c.open(n1, func(cfg *Config) { cfg.Bootstrap = true; cfg.FS = fs }))
+		c.waitLeader(1)
+		n2 := c.listen(2)
+		require.NoError(t, c.open(n2, func(cfg *Config) { cfg.Join = n1.addr; cfg.Role = Observer }))
+		propose(t, n1, "a")
 
-	release := fs.hold(func(p string) bool { return filepath.Base(p) == "MEMBERS.tmp" })
-	t.Cleanup(release)
-	promoted := make(chan error, 1)
-	go func() { promoted <- n1.j.Promote(context.Background(), 2) }()
-	<-fs.hit
-	loopResponds(t, n1.j, "MEMBERS is synced")
-	release()
-	require.NoError(t, <-promoted)
+		release := fs.hold(func(p string) bool { return filepath.Base(p) == "MEMBERS.tmp" })
+		t.Cleanup(release)
+		promoted := make(chan error, 1)
+		go func() { promoted <- n1.j.Promote(context.Background(), 2) }()
+		<-fs.hit
+		loopResponds(t, n1.j, "MEMBERS is synced")
+		release()
+		require.NoError(t, <-promoted)
 
-	idx := propose(t, n1, "b")
-	term, err := n1.j.TermAt(idx)
-	require.NoError(t, err)
-	blob, err := n1.j.membershipBlobAt(idx)
-	require.NoError(t, err)
-	journalDir := filepath.Join(n1.dir, "journal")
-	release = fs.hold(func(p string) bool { return strings.HasPrefix(p, journalDir) })
-	t.Cleanup(release)
-	written := make(chan error, 1)
-	go func() { written <- n1.j.imageWritten(context.Background(), idx, term, blob) }()
-	<-fs.hit
-	loopResponds(t, n1.j, "the image is recorded")
-	release()
-	require.NoError(t, <-written)
-	require.Equal(t, idx, n1.j.Status().Image)
+		idx := propose(t, n1, "b")
+		term, err := n1.j.TermAt(idx)
+		require.NoError(t, err)
+		blob, err := n1.j.membershipBlobAt(idx)
+		require.NoError(t, err)
+		journalDir := filepath.Join(n1.dir, "journal")
+		release = fs.hold(func(p string) bool { return strings.HasPrefix(p, journalDir) })
+		t.Cleanup(release)
+		written := make(chan error, 1)
+		go func() { written <- n1.j.imageWritten(context.Background(), idx, term, blob) }()
+		<-fs.hit
+		loopResponds(t, n1.j, "the image is recorded")
+		release()
+		require.NoError(t, <-written)
+		require.Equal(t, idx, n1.j.Status().Image)
+	})
 }

@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"maps"
+	"net/http"
 	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -50,4 +51,131 @@ func (j *Journal) RaftConfigForTest(ctx context.Context) (voters, learners []uin
 		voters = slices.Sorted(maps.Keys(cfg.Voters.IDs()))
 	})
 	return voters, learners, err
+}
+
+// HandlerClientForTest is handlerClient: an HTTP client serving each
+// request in process, with the handler lookup returns for its host.
+func HandlerClientForTest(lookup func(host string) http.Handler) *http.Client {
+	return handlerClient(lookup)
+}
+
+// MaxEntryBytesForTest returns j's Config.MaxEntryBytes, its default
+// filled in.
+func (j *Journal) MaxEntryBytesForTest() uint64 { return j.cfg.MaxEntryBytes }
+
+// HaltedForTest returns a channel closed once j's log store halted on a
+// storage failure.
+func (j *Journal) HaltedForTest() <-chan struct{} { return j.store.HaltedCh() }
+
+// WriteErrorForTest writes err as the journal's HTTP handler answers it.
+func WriteErrorForTest(w http.ResponseWriter, err error) { writeError(w, err) }
+
+// BallastNameForTest is the name of the emergency ballast file in the
+// data dir.
+const BallastNameForTest = ballastName
+
+// CheckSpaceForTest runs j's free-space guard's check once, without
+// reporting a change of its alarm to the cluster.
+func (j *Journal) CheckSpaceForTest() error { return j.space.check() }
+
+// CheckAndReportSpaceForTest runs j's free-space check as its interval
+// does: the guard's check, then the alarm reported to the cluster if it
+// changed, waiting (bounded) for that change to apply.
+func (j *Journal) CheckAndReportSpaceForTest() { j.checkSpace() }
+
+// WritableForTest returns why j refuses new writes at once (halted, its
+// disk nearly full, a voter's no-space alarm, removed), or nil.
+func (j *Journal) WritableForTest() error { return j.writable() }
+
+// AdmitForwardedForTest returns what of msgs, received in raft's stream,
+// j passes to raft: the forwarded entries it does not take now are
+// dropped, the rest delivered.
+func (j *Journal) AdmitForwardedForTest(msgs []*raftpb.Message) []*raftpb.Message {
+	return j.admitForwarded(msgs)
+}
+
+// EncodeUserForTest returns the entry envelope of a user proposal of data
+// under key.
+func EncodeUserForTest(key [16]byte, data []byte) []byte { return encodeUser(key, data) }
+
+// ReceiveForTest steps msgs into j as its transport's Receiver does with
+// what arrives from a peer.
+func (j *Journal) ReceiveForTest(ctx context.Context, msgs []*raftpb.Message) error {
+	return j.receive(ctx, msgs)
+}
+
+// EncodeTimestampForTest returns the entry envelope of a leader's
+// timestamp of unixNano.
+func EncodeTimestampForTest(unixNano int64) []byte { return encodeTimestamp(unixNano) }
+
+// HandleForwardForTest runs on j what a peer's forwarded request asks, as
+// its transport's Receiver does.
+func (j *Journal) HandleForwardForTest(ctx context.Context, req *ForwardRequest) (*ForwardResponse, error) {
+	return j.handleForward(ctx, req)
+}
+
+// ConfContextForTest is the context a membership change carries.
+type ConfContextForTest = confContext
+
+// ProposeConfChangeRawForTest proposes the membership change typ of node
+// id, with cctx, on leader j's raft loop, past the proposal checks (as an
+// older version, an earlier leader or a forged append would put it in the
+// log), and returns once raft took the proposal.
+func (j *Journal) ProposeConfChangeRawForTest(ctx context.Context, typ raftpb.ConfChangeType, id uint64, cctx ConfContextForTest) error {
+	cc := &raftpb.ConfChange{Type: typ.Enum(), NodeId: new(id), Context: mustJSON(cctx)}
+	var perr error
+	if err := j.do(ctx, func() { perr = j.rn.ProposeConfChange(cc) }); err != nil {
+		return err
+	}
+	return perr
+}
+
+// ProposeConfChangeUncheckedForTest is ProposeConfChangeRawForTest of a
+// change under key alone, which returns what its apply answered.
+func (j *Journal) ProposeConfChangeUncheckedForTest(ctx context.Context, typ raftpb.ConfChangeType, id uint64, key [16]byte) error {
+	w := j.addWaiter(key)
+	defer j.removeWaiter(key, w)
+	if err := j.ProposeConfChangeRawForTest(ctx, typ, id, ConfContextForTest{Key: key}); err != nil {
+		return err
+	}
+	select {
+	case r := <-w:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ProposeRawForTest proposes the entry data, an envelope, on leader j's
+// raft loop, past the proposal checks, and returns once raft took it.
+func (j *Journal) ProposeRawForTest(ctx context.Context, data []byte) error {
+	var perr error
+	if err := j.do(ctx, func() { perr = j.rn.Propose(data) }); err != nil {
+		return err
+	}
+	return perr
+}
+
+// EncodeVersionForTest returns the entry envelope raising the cluster to
+// format version v.
+func EncodeVersionForTest(v uint32) []byte { return encodeVersion(v) }
+
+// HandleJoinForTest runs on j a joining node's request, as its
+// transport's Receiver does.
+func (j *Journal) HandleJoinForTest(ctx context.Context, req *JoinRequest) (*JoinResponse, error) {
+	return j.handleJoin(ctx, req)
+}
+
+// LogEntriesForTest returns the entries of j's log store in [lo, hi).
+func (j *Journal) LogEntriesForTest(lo, hi uint64) ([]*raftpb.Entry, error) {
+	return j.store.Entries(lo, hi, 1<<62)
+}
+
+// IsVersionEntryForTest reports whether e raises the cluster version.
+func IsVersionEntryForTest(e *raftpb.Entry) bool { return isVersionEntry(e) }
+
+// DecodeConfChangeForTest returns the membership change e carries.
+func DecodeConfChangeForTest(e *raftpb.Entry) (*raftpb.ConfChange, error) {
+	cc, _, err := decodeConfChange(e)
+	return cc, err
 }

@@ -26,7 +26,7 @@ const faultDedupeWindow = 20
 // faultCluster is a cluster of journal nodes wired to image stores and
 // checkpointers as the examples wire them (examples/frontend),
 // on a journaltest network, each node on a crashable in-memory disk, its
-// images served in process (handlerClient), so that it runs in a synctest
+// images served in process (HandlerClientForTest), so that it runs in a synctest
 // bubble. Nodes
 // join while faults are already injected: a power cut can hit any step of
 // a bootstrap, a join or a restart (journaltest.CrashFS).
@@ -67,7 +67,7 @@ type faultRun struct {
 
 func newFaultCluster(t *testing.T, seed uint64) *faultCluster {
 	c := &faultCluster{t: t, net: journaltest.NewNetwork(seed), nodes: map[uint64]*faultNode{}, images: map[string]http.Handler{}}
-	c.client = handlerClient(func(host string) http.Handler {
+	c.client = journal.HandlerClientForTest(func(host string) http.Handler {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.images[host]

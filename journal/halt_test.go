@@ -1,7 +1,7 @@
-package journal
+package journal_test
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -10,14 +10,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/internal/clock"
 	"github.com/metatree/metatree/internal/logtest"
+	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/journaltest"
 )
 
 // walSyncFault fails every fsync of a WAL file under the journal's Pebble
@@ -34,8 +36,9 @@ func (f *walSyncFault) MaybeError(op errorfs.Op) error {
 	return nil
 }
 
-// offsetClock is the real clock whose Now is moved forward by a settable
-// offset; its timers are the real ones.
+// offsetClock is the default clock (the bubble's, in a synctest test)
+// whose Now is moved forward by a settable offset; its timers are the
+// default ones.
 type offsetClock struct {
 	clock.Real
 	offset atomic.Int64
@@ -49,81 +52,57 @@ func (c *offsetClock) Now() time.Time { return c.Real.Now().Add(time.Duration(c.
 // staleness guard; Close returns; the restarted node has every
 // acknowledged write and takes writes again.
 func TestFailedWALSyncHaltsTheNode(t *testing.T) {
-	c := newCluster(t)
-	n := c.listen(1)
-	fault := &walSyncFault{}
-	clock := &offsetClock{}
-	faulty := func(cfg *Config) {
-		cfg.FS = errorfs.Wrap(vfs.Default, fault)
-		cfg.Clock = clock
-		cfg.StaleAfter = 10 * time.Second // fresh throughout, until the clock is moved
-	}
-	require.NoError(t, c.open(n, func(cfg *Config) { cfg.Bootstrap = true; faulty(cfg) }))
-	c.waitLeader(1)
-	propose(t, n, "a")
-	propose(t, n, "b")
+	synctest.Test(t, func(t *testing.T) {
+		fault := &walSyncFault{}
+		clock := &offsetClock{}
+		var restarted atomic.Bool
+		c := journaltest.NewCluster(t, journaltest.Options{Voters: 1, OnDisk: true, Configure: func(cfg *journal.Config) {
+			if restarted.Load() {
+				return // the restart runs on the plain disk and clock
+			}
+			cfg.FS = errorfs.Wrap(cfg.FS, fault)
+			cfg.Clock = clock
+			cfg.StaleAfter = 10 * time.Second // fresh throughout, until the clock is moved
+		}})
+		ctx := ctxFor(t, time.Minute)
+		n := c.Node(1)
+		proposeVia(ctx, t, n, "a")
+		proposeVia(ctx, t, n, "b")
 
-	fault.armed.Store(true)
-	_, _, err := n.j.Propose(ctxT(t, 5*time.Second), []byte("c"))
-	require.ErrorIs(t, err, ErrHalted)
-	require.ErrorIs(t, err, ErrClosed, "a halted node is not worth retrying")
-	require.ErrorIs(t, err, errorfs.ErrInjected)
-	require.Regexp(t, `sync \S+/journal/\d+\.log`, err.Error())
+		fault.armed.Store(true)
+		_, _, err := n.Journal().Propose(ctx, []byte("c"))
+		require.ErrorIs(t, err, journal.ErrHalted)
+		require.ErrorIs(t, err, journal.ErrClosed, "a halted node is not worth retrying")
+		require.ErrorIs(t, err, errorfs.ErrInjected)
+		require.Regexp(t, `sync \S+/journal/\d+\.log`, err.Error())
 
-	fault.armed.Store(false)
-	_, _, err = n.j.Propose(ctxT(t, 5*time.Second), []byte("d"))
-	require.ErrorIs(t, err, ErrHalted, "the disk works again, but the node needs a restart")
-	require.ErrorIs(t, n.j.Status().Err, ErrHalted)
-	rec := httptest.NewRecorder()
-	writeError(rec, err)
-	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
-	require.Contains(t, rec.Body.String(), `"halted"`)
+		fault.armed.Store(false)
+		_, _, err = n.Journal().Propose(ctx, []byte("d"))
+		require.ErrorIs(t, err, journal.ErrHalted, "the disk works again, but the node needs a restart")
+		require.ErrorIs(t, n.Journal().Status().Err, journal.ErrHalted)
+		rec := httptest.NewRecorder()
+		journal.WriteErrorForTest(rec, err)
+		require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+		require.Contains(t, rec.Body.String(), `"halted"`)
 
-	// Reads go on while the replayed state is fresh, and stop being fresh
-	// once StaleAfter passes without the leader's clock.
-	require.NoError(t, n.j.CheckFresh())
-	require.True(t, n.sm.has("a") && n.sm.has("b"))
-	clock.offset.Store(int64(time.Minute))
-	require.ErrorIs(t, n.j.CheckFresh(), ErrStale)
+		// Reads go on while the replayed state is fresh, and stop being fresh
+		// once StaleAfter passes without the leader's clock.
+		require.NoError(t, n.Journal().CheckFresh())
+		require.True(t, applied(n, "a") && applied(n, "b"))
+		clock.offset.Store(int64(time.Minute))
+		require.ErrorIs(t, n.Journal().CheckFresh(), journal.ErrStale)
 
-	j := n.j
-	n.j = nil
-	_ = j.Close() // may repeat the failure; it must return
-	require.NoError(t, j.Close(), "Close is idempotent")
+		j := n.Journal()
+		_ = c.Stop(1) // may repeat the failure; it must return
+		require.NoError(t, j.Close(), "Close is idempotent")
 
-	n.sm = newMemSM()
-	require.NoError(t, c.open(n, nil))
-	require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
-	require.True(t, n.sm.has("a") && n.sm.has("b"), "acknowledged writes survive: %v", n.sm.values())
-	require.False(t, n.sm.has("d"), "a write refused after the halt never applies")
-	propose(t, n, "e")
-}
-
-// TestHostHaltStopsWrites: a host that saw a storage failure of its own on
-// the same disk (an image fsync) halts the journal: writes fail with
-// ErrHalted and the cause, reads go on, Close returns, a restart takes
-// writes again.
-func TestHostHaltStopsWrites(t *testing.T) {
-	c := newCluster(t)
-	n := c.listen(1)
-	require.NoError(t, c.open(n, func(cfg *Config) { cfg.Bootstrap = true; cfg.StaleAfter = 10 * time.Second }))
-	c.waitLeader(1)
-	propose(t, n, "a")
-
-	cause := errors.New("image: sync /data/image/image.ckpt: input/output error")
-	n.j.Halt(cause)
-	_, _, err := n.j.Propose(ctxT(t, 5*time.Second), []byte("b"))
-	require.ErrorIs(t, err, ErrHalted)
-	require.ErrorIs(t, err, cause)
-	require.ErrorIs(t, n.j.Status().Err, ErrHalted)
-	require.NoError(t, n.j.CheckFresh())
-
-	n.closeJournal()
-	n.sm = newMemSM()
-	require.NoError(t, c.open(n, nil))
-	require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
-	require.True(t, n.sm.has("a"))
-	propose(t, n, "c")
+		restarted.Store(true)
+		require.NoError(t, c.Restart(ctx, 1))
+		require.NoError(t, n.Journal().ReadBarrier(ctx))
+		require.True(t, applied(n, "a") && applied(n, "b"), "acknowledged writes survive: %v", appliedData(n))
+		require.False(t, applied(n, "d"), "a write refused after the halt never applies")
+		proposeVia(ctx, t, n, "e")
+	})
 }
 
 // pebbleFault fails the operations match selects on the journal's Pebble
@@ -162,52 +141,47 @@ func TestPebbleFailureHaltsTheNode(t *testing.T) {
 		}, `(write|sync) \S+/journal/MANIFEST-\d+`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t)
-			n := c.listen(1)
-			fault := &pebbleFault{match: tc.match}
-			require.NoError(t, c.open(n, func(cfg *Config) {
-				cfg.Bootstrap = true
-				cfg.FS = errorfs.Wrap(vfs.Default, fault)
-				cfg.StaleAfter = 10 * time.Second // fresh throughout
-			}))
-			c.waitLeader(1)
-			propose(t, n, "a")
+			synctest.Test(t, func(t *testing.T) {
+				fault := &pebbleFault{match: tc.match}
+				var restarted atomic.Bool
+				c := journaltest.NewCluster(t, journaltest.Options{Voters: 1, OnDisk: true, Configure: func(cfg *journal.Config) {
+					if restarted.Load() {
+						return // the restart runs on the plain disk
+					}
+					cfg.FS = errorfs.Wrap(cfg.FS, fault)
+					cfg.StaleAfter = 10 * time.Second // fresh throughout
+				}})
+				ctx := ctxFor(t, time.Minute)
+				n := c.Node(1)
+				proposeVia(ctx, t, n, "a")
 
-			// Entries of the largest size fill Pebble's memtable: it rotates
-			// the WAL on the journal's append goroutine and flushes the old
-			// memtable in the background.
-			fault.armed.Store(true)
-			var acked []string
-			var err error
-			for i := 0; err == nil && i < 100; i++ {
-				v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n.j.cfg.MaxEntryBytes)-3)
-				if _, _, err = n.j.Propose(ctxT(t, 10*time.Second), []byte(v)); err == nil {
-					acked = append(acked, v)
+				// Entries of the largest size fill Pebble's memtable: it rotates
+				// the WAL on the journal's append goroutine and flushes the old
+				// memtable in the background.
+				fault.armed.Store(true)
+				var acked []string
+				var err error
+				for i := 0; err == nil && i < 100; i++ {
+					v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n.Journal().MaxEntryBytesForTest())-3)
+					if _, _, err = n.Journal().Propose(ctx, []byte(v)); err == nil {
+						acked = append(acked, v)
+					}
 				}
-			}
-			fault.armed.Store(false)
-			require.ErrorIs(t, err, ErrHalted)
-			require.ErrorIs(t, err, errorfs.ErrInjected)
-			require.Regexp(t, tc.re, err.Error())
-			require.ErrorIs(t, n.j.Status().Err, ErrHalted)
-			_, _, err = n.j.Propose(ctxT(t, 5*time.Second), []byte("late"))
-			require.ErrorIs(t, err, ErrHalted)
-			require.NoError(t, n.j.CheckFresh(), "reads go on")
-			require.True(t, n.sm.has("a"))
+				fault.armed.Store(false)
+				require.ErrorIs(t, err, journal.ErrHalted)
+				require.ErrorIs(t, err, errorfs.ErrInjected)
+				require.Regexp(t, tc.re, err.Error())
+				require.ErrorIs(t, n.Journal().Status().Err, journal.ErrHalted)
+				_, _, err = n.Journal().Propose(ctx, []byte("late"))
+				require.ErrorIs(t, err, journal.ErrHalted)
+				require.NoError(t, n.Journal().CheckFresh(), "reads go on")
+				require.True(t, applied(n, "a"))
 
-			j := n.j
-			n.j = nil
-			_ = j.Close() // may repeat the failure; it must return
+				_ = c.Stop(1) // may repeat the failure; it must return
 
-			n.sm = newMemSM()
-			require.NoError(t, c.open(n, nil))
-			require.NoError(t, n.j.ReadBarrier(ctxT(t, 30*time.Second)))
-			require.True(t, n.sm.has("a"))
-			for _, v := range acked {
-				require.True(t, n.sm.has(v), "acknowledged write %s survives", v[:3])
-			}
-			require.False(t, n.sm.has("late"))
-			propose(t, n, "b")
+				restartAfterHalt(ctx, t, c, n, &restarted, acked)
+				proposeVia(ctx, t, n, "b")
+			})
 		})
 	}
 }
@@ -246,65 +220,73 @@ func (f *flushWatch) MaybeError(op errorfs.Op) error {
 // the process lives, writes fail with ErrHalted, Close returns, and the
 // restarted node has every acknowledged write.
 func TestFailedLogReadHaltsTheLeader(t *testing.T) {
-	c := newCluster(t)
-	logs := &logtest.Warnings{}
-	watch := &flushWatch{flushed: make(chan struct{})}
-	n1 := c.listen(1)
-	require.NoError(t, c.open(n1, func(cfg *Config) {
-		cfg.Bootstrap = true
-		cfg.FS = errorfs.Wrap(vfs.Default, watch)
-		cfg.Logger = slog.New(logs)
-	}))
-	c.waitLeader(1)
-	for id := uint64(2); id <= 3; id++ {
-		require.NoError(t, c.open(c.listen(id), func(cfg *Config) { cfg.Join = n1.addr }))
-	}
-	n3 := c.nodes[3]
-	propose(t, n1, "a")
-	require.NoError(t, n3.j.ReadBarrier(ctxT(t, 30*time.Second)))
-	n3.closeJournal()
-
-	// More than the leader's entry cache and memtable hold: the oldest
-	// entries are read back from an sstable once flushed.
-	var acked []string
-	for i := 0; i < 30; i++ {
-		v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n1.j.cfg.MaxEntryBytes)-3)
-		_, _, err := n1.j.Propose(ctxT(t, 10*time.Second), []byte(v))
+	synctest.Test(t, func(t *testing.T) {
+		logs := &logtest.Warnings{}
+		watch := &flushWatch{flushed: make(chan struct{})}
+		var restarted atomic.Bool
+		c := journaltest.NewCluster(t, journaltest.Options{Voters: 3, OnDisk: true, Configure: func(cfg *journal.Config) {
+			if cfg.ID != 1 || restarted.Load() {
+				return // the others, and node 1's restart, run on the plain disk
+			}
+			cfg.FS = errorfs.Wrap(cfg.FS, watch)
+			cfg.Logger = slog.New(logs)
+		}})
+		ctx := ctxFor(t, time.Minute)
+		n1, n3 := c.Node(1), c.Node(3)
+		leader, err := c.WaitLeader(ctx)
 		require.NoError(t, err)
-		acked = append(acked, v)
-	}
-	select {
-	case <-watch.flushed:
-	case <-t.Context().Done():
-		t.Fatal("no flush")
-	}
-	watch.armed.Store(true)
-	n3.sm = newMemSM()
-	require.NoError(t, c.open(n3, nil))
-	select {
-	case <-n1.j.store.HaltedCh():
-	case <-t.Context().Done():
-		t.Fatal("the failed read did not halt the leader")
-	}
-	watch.armed.Store(false)
-	_, _, err := n1.j.Propose(ctxT(t, 5*time.Second), []byte("late"))
-	require.ErrorIs(t, err, ErrHalted)
-	require.ErrorIs(t, err, errorfs.ErrInjected)
+		require.Equal(t, uint64(1), leader, "the bootstrapping node leads")
+		proposeVia(ctx, t, n1, "a")
+		require.NoError(t, n3.Journal().ReadBarrier(ctx))
+		require.NoError(t, c.Stop(3))
 
-	j := n1.j
-	n1.j = nil
-	_ = j.Close() // the loop stopped; Close returns
-	require.Equal(t, 1, logs.Count("raft stopped on a storage failure"), "raft's panic was recovered")
+		// More than the leader's entry cache and memtable hold: the oldest
+		// entries are read back from an sstable once flushed.
+		var acked []string
+		for i := 0; i < 30; i++ {
+			v := fmt.Sprintf("%03d", i) + strings.Repeat("x", int(n1.Journal().MaxEntryBytesForTest())-3)
+			_, _, err := n1.Journal().Propose(ctx, []byte(v))
+			require.NoError(t, err)
+			acked = append(acked, v)
+		}
+		select {
+		case <-watch.flushed:
+		case <-ctx.Done():
+			t.Fatal("no flush")
+		}
+		watch.armed.Store(true)
+		require.NoError(t, c.Restart(ctx, 3))
+		select {
+		case <-n1.Journal().HaltedForTest():
+		case <-ctx.Done():
+			t.Fatal("the failed read did not halt the leader")
+		}
+		watch.armed.Store(false)
+		_, _, err = n1.Journal().Propose(ctx, []byte("late"))
+		require.ErrorIs(t, err, journal.ErrHalted)
+		require.ErrorIs(t, err, errorfs.ErrInjected)
 
-	n1.sm = newMemSM()
-	require.NoError(t, c.open(n1, nil))
-	// The restarted leader replays some 45 MB of entries, and the node it
-	// left catches up on as much: under -race on a loaded machine that
-	// takes more than the usual 10 s.
-	require.NoError(t, n1.j.ReadBarrier(ctxT(t, 30*time.Second)))
-	require.True(t, n1.sm.has("a"))
+		_ = c.Stop(1) // the loop stopped; Close returns
+		require.Equal(t, 1, logs.Count("raft stopped on a storage failure"), "raft's panic was recovered")
+
+		// The restarted leader replays some 45 MB of entries, and the node it
+		// left catches up on as much.
+		restartAfterHalt(ctx, t, c, n1, &restarted, acked)
+	})
+}
+
+// restartAfterHalt restarts the halted node n of c once restarted is set
+// (the cluster's Configure then leaves the faulty disk out), and checks
+// that it holds the write "a" and every acknowledged one, and not the
+// write "late" it refused.
+func restartAfterHalt(ctx context.Context, t *testing.T, c *journaltest.Cluster, n *journaltest.Node, restarted *atomic.Bool, acked []string) {
+	t.Helper()
+	restarted.Store(true)
+	require.NoError(t, c.Restart(ctx, n.ID))
+	require.NoError(t, n.Journal().ReadBarrier(ctx))
+	require.True(t, applied(n, "a"))
 	for _, v := range acked {
-		require.True(t, n1.sm.has(v), "acknowledged write %s survives", v[:3])
+		require.True(t, applied(n, v), "acknowledged write %s survives", v[:3])
 	}
-	require.False(t, n1.sm.has("late"))
+	require.False(t, applied(n, "late"))
 }

@@ -1,4 +1,4 @@
-package journal_test
+package journal
 
 import (
 	"fmt"
@@ -10,9 +10,9 @@ import (
 
 // handlerClient returns an HTTP client that serves each request in
 // process with the handler lookup returns for the request's host, with
-// no socket: the image transfers of a cluster in a synctest bubble,
-// where a goroutine blocked on a socket would keep virtual time from
-// moving.
+// no socket: the raft streams, forwarded proposals and image transfers
+// of a cluster in a synctest bubble, where a goroutine blocked on a
+// socket would keep virtual time from moving.
 func handlerClient(lookup func(host string) http.Handler) *http.Client {
 	return &http.Client{Transport: handlerRoundTripper(lookup)}
 }

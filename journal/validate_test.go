@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -24,7 +25,7 @@ func postStream(t *testing.T, n *node, from uint64, msgs ...*raftpb.Message) (in
 	req.Header.Set(hdrToken, "secret")
 	req.Header.Set(hdrFrom, strconv.FormatUint(from, 10))
 	req.Header.Set(hdrTo, strconv.FormatUint(n.id, 10))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := n.client.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
@@ -36,61 +37,63 @@ func postStream(t *testing.T, n *node, from uint64, msgs ...*raftpb.Message) (in
 // stepped (the forged term is not adopted either). The nodes keep leading
 // and following as before.
 func TestForgedMessagesCannotCrashANode(t *testing.T) {
-	c := newCluster(t)
-	c.start(3, 0)
-	leader := c.waitLeader()
-	follower := leader%3 + 1
-	propose(t, c.nodes[leader], "before")
-	L, F := c.nodes[leader], c.nodes[follower]
-	st := F.j.Status()
-	term := st.Term
-	last, err := F.j.store.LastIndex() // durable: TermAt reads it
-	require.NoError(t, err)
-	lastTerm, err := F.j.TermAt(last)
-	require.NoError(t, err)
-	user := &raftpb.Entry{Data: encodeUser([16]byte{1}, []byte("forged"))}
-	cases := []struct {
-		name string
-		to   *node
-		msg  *raftpb.Message
-		want string
-	}{
-		{"heartbeat committing beyond the log", F,
-			&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(leader), To: new(follower), Term: new(term + 1), Commit: new(uint64(1 << 40))},
-			"beyond this log's last index"},
-		{"append rewriting a committed entry", F,
-			&raftpb.Message{Type: raftpb.MsgApp.Enum(), From: new(leader), To: new(follower), Term: new(term + 1),
-				Index: new(last), LogTerm: new(lastTerm),
-				Entries: []*raftpb.Entry{{Index: new(st.Committed), Term: new(term + 1)}}},
-			"entry 0 is"},
-		{"proposal carrying a term", F,
-			&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(leader), To: new(follower), Term: new(term), Entries: []*raftpb.Entry{user}},
-			"carries term"},
-		{"read index without its entry", L,
-			&raftpb.Message{Type: raftpb.MsgReadIndex.Enum(), From: new(follower), To: new(leader)},
-			"with 0 entries"},
-		{"acknowledgement beyond the log", L,
-			&raftpb.Message{Type: raftpb.MsgAppResp.Enum(), From: new(follower), To: new(leader), Term: new(term), Index: new(uint64(1 << 40))},
-			"beyond this log's last index"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		c.start(3, 0)
+		leader := c.waitLeader()
+		follower := leader%3 + 1
+		propose(t, c.nodes[leader], "before")
+		L, F := c.nodes[leader], c.nodes[follower]
+		st := F.j.Status()
+		term := st.Term
+		last, err := F.j.store.LastIndex() // durable: TermAt reads it
+		require.NoError(t, err)
+		lastTerm, err := F.j.TermAt(last)
+		require.NoError(t, err)
+		user := &raftpb.Entry{Data: encodeUser([16]byte{1}, []byte("forged"))}
+		cases := []struct {
+			name string
+			to   *node
+			msg  *raftpb.Message
+			want string
+		}{
+			{"heartbeat committing beyond the log", F,
+				&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(leader), To: new(follower), Term: new(term + 1), Commit: new(uint64(1 << 40))},
+				"beyond this log's last index"},
+			{"append rewriting a committed entry", F,
+				&raftpb.Message{Type: raftpb.MsgApp.Enum(), From: new(leader), To: new(follower), Term: new(term + 1),
+					Index: new(last), LogTerm: new(lastTerm),
+					Entries: []*raftpb.Entry{{Index: new(st.Committed), Term: new(term + 1)}}},
+				"entry 0 is"},
+			{"proposal carrying a term", F,
+				&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(leader), To: new(follower), Term: new(term), Entries: []*raftpb.Entry{user}},
+				"carries term"},
+			{"read index without its entry", L,
+				&raftpb.Message{Type: raftpb.MsgReadIndex.Enum(), From: new(follower), To: new(leader)},
+				"with 0 entries"},
+			{"acknowledgement beyond the log", L,
+				&raftpb.Message{Type: raftpb.MsgAppResp.Enum(), From: new(follower), To: new(leader), Term: new(term), Index: new(uint64(1 << 40))},
+				"beyond this log's last index"},
+		}
+		for _, tc := range cases {
+			// One cluster takes every case, in a bubble, where t.Run
+			// cannot start subtests: each assertion names its case.
 			before := tc.to.j.Status().RefusedMessages
 			code, body := postStream(t, tc.to, tc.msg.GetFrom(), tc.msg)
-			require.Equal(t, http.StatusBadRequest, code, body)
-			require.Contains(t, body, tc.want)
-			require.Equal(t, before+1, tc.to.j.Status().RefusedMessages)
-		})
-	}
-	for i, n := range []*node{L, F, L, F} {
-		propose(t, n, fmt.Sprintf("after-%d", i))
-	}
-	for _, n := range c.nodes {
-		st := n.j.Status()
-		require.NoError(t, st.Err)
-		require.Equal(t, leader, st.Leader)
-		require.Equal(t, term, st.Term, "node %d did not adopt a forged term", n.id)
-	}
+			require.Equal(t, http.StatusBadRequest, code, "%s: %s", tc.name, body)
+			require.Contains(t, body, tc.want, tc.name)
+			require.Equal(t, before+1, tc.to.j.Status().RefusedMessages, tc.name)
+		}
+		for i, n := range []*node{L, F, L, F} {
+			propose(t, n, fmt.Sprintf("after-%d", i))
+		}
+		for _, n := range c.nodes {
+			st := n.j.Status()
+			require.NoError(t, st.Err)
+			require.Equal(t, leader, st.Leader)
+			require.Equal(t, term, st.Term, "node %d did not adopt a forged term", n.id)
+		}
+	})
 }
 
 // The checks made on a message alone, case by case (the snapshot ones
