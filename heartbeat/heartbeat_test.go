@@ -117,6 +117,28 @@ func TestCoordinatorRestartCancelsFragments(t *testing.T) {
 	})
 }
 
+// A leader whose commits take longer than a heartbeat interval (a sole
+// voter on a slow disk) still claims the monitor and journals
+// transitions: when it restarts, the workers hear its new epoch and
+// cancel the fragments of its old process.
+func TestSlowCommitsStillPublishARestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, 1)
+		w := c.workers[10]
+		frag, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 1, Epoch: c.frontends[1].epoch})
+		require.NoError(t, err)
+
+		c.log.slowCommits(interval + interval*6/10)
+		f := c.restartFrontend(1)
+		c.advance(10 * interval)
+		requireCancelled(t, frag, cancel.ErrNodeRestarted, 1)
+		fe, ok := w.resp.Frontend(1)
+		require.True(t, ok)
+		require.Equal(t, f.epoch, fe.Epoch)
+		require.Positive(t, f.ms.MonitorStats().Transitions, "the restarted leader journaled no transition")
+	})
+}
+
 // A coordinator frontend that dies is published with a temporary epoch once
 // declared dead, and its fragments are cancelled then, not before.
 func TestCoordinatorDeathCancelsFragments(t *testing.T) {

@@ -142,7 +142,7 @@ func (mo *monitor) tick(ctx context.Context, probes *sync.WaitGroup, now time.Ti
 
 	if claim == 0 {
 		cctx, cancel := context.WithCancel(ctx)
-		stopTimer := mo.cfg.Clock.AfterFunc(mo.cfg.Interval, cancel)
+		stopTimer := mo.cfg.Clock.AfterFunc(mo.cfg.ProposeTimeout, cancel)
 		idx, err := mo.m.claim(cctx, term)
 		stopTimer()
 		cancel()
@@ -302,7 +302,7 @@ func (mo *monitor) journal(ctx context.Context, term uint64, cur Member, next *M
 	next.Since = mo.cfg.Clock.Now()
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := mo.cfg.Clock.AfterFunc(mo.cfg.Interval, cancel)
+	stop := mo.cfg.Clock.AfterFunc(mo.cfg.ProposeTimeout, cancel)
 	defer stop()
 	_, err := mo.m.propose(pctx,
 		catalog.Op{Type: catalog.OpCheck, Path: MonitorPath, Cond: catalog.Cond{Modified: claim}},
