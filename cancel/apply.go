@@ -180,16 +180,18 @@ func (n *node) skipped(ev heartbeat.Event) (hidden uint64, ordered bool) {
 // x is newer than every epoch the applied events have shown. So an event
 // naming x as its old epoch ends it; one naming x as its new epoch
 // confirms it, unless the skipped transitions have room for x to have been
-// current, declared dead and back (two of them), the only way an epoch
-// ends and is published again; any other event, about an older epoch,
-// leaves it alone, unless it skipped a transition, which may have been to
-// x and away from it.
+// current, declared dead and back (two of them after x was first
+// recorded, ev.EpochGeneration when the record says), the only way an
+// epoch ends and is published again; any other event, about an older
+// epoch, leaves it alone, unless it skipped a transition, which may have
+// been to x and away from it.
 func aheadVerdict(x heartbeat.Epoch, ev heartbeat.Event, hidden uint64, reason Reason) (bool, Reason) {
 	switch {
 	case x == ev.OldEpoch:
 		return false, reason
 	case x == ev.NewEpoch:
-		return hidden < 2, Dead
+		recordedLate := ev.EpochGeneration != 0 && ev.Generation-ev.EpochGeneration < 2
+		return hidden < 2 || recordedLate, Dead
 	default:
 		return hidden == 0, reason
 	}

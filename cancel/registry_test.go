@@ -598,3 +598,44 @@ func TestPartOnAnUnnamedEpochCancelledByALaterOne(t *testing.T) {
 		})
 	}
 }
+
+// A part on an epoch no event has named survives an event that skipped
+// generations and names that epoch, when the event says the epoch was
+// first recorded too late to have died and come back in the gap
+// (Event.EpochGeneration): a frontend that installed an image across a
+// worker's death, restart, death and restart keeps a query registered
+// against the worker's newest process. Recorded two or more generations
+// before the event, the epoch may have died in the gap, and the part is
+// cancelled as before.
+func TestPartOnAnUnnamedEpochKeptWhenItsRecordLeavesNoRoomForADeath(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		recorded uint64 // Event.EpochGeneration
+		kept     bool
+	}{
+		{"recorded by the event", 12, true},
+		{"recorded one generation before", 11, true},
+		{"recorded two generations before", 10, false},
+		{"recorded when unknown", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := New(Config{})
+			defer r.Close()
+			e1, x := heartbeat.NewEpoch(), heartbeat.NewEpoch()
+			tmp := heartbeat.TemporaryEpoch(e1, 7)
+			r.Apply(heartbeat.Event{Index: 1, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Added, NewEpoch: e1, Generation: 6})
+			r.Apply(heartbeat.Event{Index: 2, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 7})
+			q, err := r.Register(t.Context(), m(1, heartbeat.NewEpoch()), []Member{m(10, x)})
+			require.NoError(t, err)
+			n := r.Apply(heartbeat.Event{Index: 9, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Restarted, OldEpoch: tmp, NewEpoch: x, Generation: 12, EpochGeneration: tc.recorded})
+			if tc.kept {
+				require.Zero(t, n)
+				require.NoError(t, q.Context().Err())
+				q.Finish()
+				return
+			}
+			require.Equal(t, 1, n)
+			requireCause(t, q, ErrNodeDead, 10)
+		})
+	}
+}

@@ -101,6 +101,11 @@ type Event struct {
 	OldEpoch   Epoch  // the epoch before the change (zero if none)
 	NewEpoch   Epoch  // the epoch after it (temporary for Dead, zero for Removed)
 	Generation uint64 // the member record's generation after the change
+	// EpochGeneration is the generation at which the member record's
+	// real epoch after the change (Member.Epoch) was first recorded, 0
+	// when unknown: between it and Generation the member can have been
+	// declared dead and come back with that epoch, never before it.
+	EpochGeneration uint64
 }
 
 // String formats e for logs.

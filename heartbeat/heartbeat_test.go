@@ -139,6 +139,36 @@ func TestSlowCommitsStillPublishARestart(t *testing.T) {
 	})
 }
 
+// A member record says at which generation its epoch was recorded: a
+// restart records it, a death and a return keep it.
+func TestRecordKeepsTheGenerationItsEpochWasRecordedAt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, 1)
+		ms := c.frontends[1].ms
+		w := c.restartWorker(10)
+		c.advance(2 * interval)
+		rec, ok := ms.Member(10)
+		require.True(t, ok)
+		require.Equal(t, w.epoch, rec.Epoch)
+		require.Equal(t, rec.Generation, rec.EpochGeneration, "a restart records the epoch")
+		recorded := rec.EpochGeneration
+
+		c.net.cut("*", w.addr, true)
+		c.advance(time.Duration(deadAfter+2) * interval)
+		rec, _ = ms.Member(10)
+		require.Equal(t, heartbeat.StatusDead, rec.Status)
+		require.Equal(t, recorded, rec.EpochGeneration, "a death keeps it")
+
+		c.net.cut("*", w.addr, false)
+		c.advance(2 * interval)
+		rec, _ = ms.Member(10)
+		require.Equal(t, heartbeat.StatusAlive, rec.Status)
+		require.Equal(t, w.epoch, rec.Epoch)
+		require.Equal(t, recorded, rec.EpochGeneration, "a return keeps it")
+		require.Equal(t, recorded+2, rec.Generation)
+	})
+}
+
 // A coordinator frontend that dies is published with a temporary epoch once
 // declared dead, and its fragments are cancelled then, not before.
 func TestCoordinatorDeathCancelsFragments(t *testing.T) {

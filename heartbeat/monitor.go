@@ -298,6 +298,9 @@ func (mo *monitor) journal(ctx context.Context, term uint64, cur Member, next *M
 		return
 	}
 	next.Generation = cur.Generation + 1
+	if next.Epoch != cur.Epoch {
+		next.EpochGeneration = next.Generation
+	}
 	next.Term = term
 	next.Since = mo.cfg.Clock.Now()
 	pctx, cancel := context.WithCancel(ctx)
