@@ -139,6 +139,39 @@ func TestSlowCommitsStillPublishARestart(t *testing.T) {
 	})
 }
 
+// One answer from a member's process that started before the one its
+// record shows (a late answer of a process since replaced) changes
+// nothing: the record keeps the newer epoch and no query on it is
+// cancelled. A process that keeps answering with such an epoch (a
+// restart whose clock stepped back) is recorded at its second answer.
+func TestLateAnswerFromAnOlderProcessIsIgnored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, 1)
+		old := c.workers[10]
+		w := c.restartWorker(10)
+		c.advance(2 * interval)
+		rec, _ := c.frontends[1].ms.Member(10)
+		require.Equal(t, w.epoch, rec.Epoch)
+		q, err := c.frontends[1].reg.Register(t.Context(), member(c.frontends[1].ms, 1), []cancel.Member{member(c.frontends[1].ms, 10)})
+		require.NoError(t, err)
+
+		c.net.set(w.addr, old.resp)
+		c.advance(interval)
+		c.net.set(w.addr, w.resp)
+		c.advance(3 * interval)
+		require.NoError(t, q.Context().Err(), "a late answer of the replaced process cancelled the query")
+		rec, _ = c.frontends[1].ms.Member(10)
+		require.Equal(t, w.epoch, rec.Epoch)
+		require.Equal(t, 1, countType(c.frontends[1].events(), 10, heartbeat.Restarted))
+
+		c.net.set(w.addr, old.resp)
+		c.advance(3 * interval)
+		requireCancelled(t, q, cancel.ErrNodeRestarted, 10)
+		rec, _ = c.frontends[1].ms.Member(10)
+		require.Equal(t, old.epoch, rec.Epoch, "a process answering again and again is recorded")
+	})
+}
+
 // A member record says at which generation its epoch was recorded: a
 // restart records it, a death and a return keep it.
 func TestRecordKeepsTheGenerationItsEpochWasRecordedAt(t *testing.T) {

@@ -49,6 +49,9 @@ type peer struct {
 	// reported (for Answers).
 	answered time.Time
 	version  string
+	// older is an epoch that started before the recorded one and
+	// answered once (see probe): recorded if it answers again.
+	older Epoch
 }
 
 type monitorCounters struct {
@@ -259,9 +262,18 @@ func (mo *monitor) probe(ctx context.Context, term, pauses uint64, common []byte
 			next, typ = &d, Dead
 			mo.m.log.Info("heartbeat: member missed heartbeats", "member", r.ID, "misses", p.misses, "err", err)
 		}
+	case epoch != cur.Epoch && epoch.StartedBefore(cur.Epoch) && p.older != epoch:
+		// A process that started before the recorded one answered: the
+		// late answer of a process since replaced, which must not bring
+		// its epoch back, or a restart whose clock stepped back, which
+		// answers again at the next round and is recorded then.
+		p.misses = 0
+		p.lastOK = now
+		p.older = epoch
 	default:
 		p.misses = 0
 		p.lastOK = now
+		p.older = Epoch{}
 		next, typ = decide(cur, epoch)
 	}
 	mo.mu.Unlock()
