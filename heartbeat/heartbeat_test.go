@@ -119,8 +119,8 @@ func TestCoordinatorRestartCancelsFragments(t *testing.T) {
 
 // A leader whose commits take longer than a heartbeat interval (a sole
 // voter on a slow disk) still claims the monitor and journals
-// transitions: when it restarts, the workers hear its new epoch and
-// cancel the fragments of its old process.
+// transitions, each once: when it restarts, the workers hear its new
+// epoch and cancel the fragments of its old process.
 func TestSlowCommitsStillPublishARestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 1, 1)
@@ -129,13 +129,22 @@ func TestSlowCommitsStillPublishARestart(t *testing.T) {
 		require.NoError(t, err)
 
 		c.log.slowCommits(interval + interval*6/10)
+		c.log.mu.Lock()
+		before := c.log.index
+		c.log.mu.Unlock()
 		f := c.restartFrontend(1)
 		c.advance(10 * interval)
+		c.log.mu.Lock()
+		entries := c.log.index - before
+		c.log.mu.Unlock()
 		requireCancelled(t, frag, cancel.ErrNodeRestarted, 1)
 		fe, ok := w.resp.Frontend(1)
 		require.True(t, ok)
 		require.Equal(t, f.epoch, fe.Epoch)
 		require.Positive(t, f.ms.MonitorStats().Transitions, "the restarted leader journaled no transition")
+		// Its claim and its own restart, each proposed once: a transition
+		// waiting for its commit is not proposed again meanwhile.
+		require.Equal(t, uint64(2), entries)
 	})
 }
 

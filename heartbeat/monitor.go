@@ -52,6 +52,9 @@ type peer struct {
 	// older is an epoch that started before the recorded one and
 	// answered once (see probe): recorded if it answers again.
 	older Epoch
+	// journaling is set while a transition of the member waits for its
+	// commit (see journal).
+	journaling bool
 }
 
 type monitorCounters struct {
@@ -300,14 +303,31 @@ func decide(cur Member, epoch Epoch) (*Member, EventType) {
 }
 
 // journal proposes one transition, fenced by our claim and by the record's
-// last change.
+// last change. One transition of a member is in flight at a time: while
+// one waits for its commit, the rounds decide nothing new for that member
+// (any other would be fenced by the same record's change), and the round
+// after it decides again from the replayed record.
 func (mo *monitor) journal(ctx context.Context, term uint64, cur Member, next *Member, typ EventType) {
 	mo.mu.Lock()
 	claim := mo.mu.claim
 	ok := mo.mu.leading && mo.mu.term == term && claim != 0
+	p := mo.mu.peers[cur.ID]
+	if p != nil && p.journaling {
+		ok = false
+	}
+	if ok && p != nil {
+		p.journaling = true
+	}
 	mo.mu.Unlock()
 	if !ok {
 		return
+	}
+	if p != nil {
+		defer func() {
+			mo.mu.Lock()
+			p.journaling = false
+			mo.mu.Unlock()
+		}()
 	}
 	next.Generation = cur.Generation + 1
 	if next.Epoch != cur.Epoch {
