@@ -26,7 +26,11 @@ type victim struct {
 // event applied before it registered, so an event about an older epoch
 // never cancels it. The events' generations (heartbeat.Event.Generation)
 // tell whether one skipped transitions that could hide the end of that
-// epoch; such an event cancels it (see aheadVerdict).
+// epoch; such an event cancels it (see aheadVerdict). So does an event
+// that shows the member at an epoch that started after the part's
+// (heartbeat.Epoch.StartedBefore): the part's process has ended, even
+// when no event will ever name it (a worker that restarted again before
+// any heartbeat recorded the process the part runs on).
 //
 // Events must be applied in log order. An event whose Index is not above
 // the last one applied for the same node is a replay and is ignored (Index
@@ -48,15 +52,20 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 		}
 		n.lastIndex = ev.Index
 	}
-	// Parts on epochs no event had named are judged by their order when
-	// ev has one, and like the others when it has none.
+	// Parts on epochs no event had named end once ev shows the member at
+	// an epoch that started after theirs; the others are judged by their
+	// order when ev has one, and like the others when it has none.
 	hidden, ordered := n.skipped(ev)
 	ahead := func(s *epochSlot) bool { return s.ahead && ordered }
+	overtaken := func(s *epochSlot) bool { return s.ahead && startedAfter(s.epoch, ev) }
 	var victims []victim
 	switch ev.Type {
 	case heartbeat.Restarted:
 		victims = r.detachLocked(idx, n, ev, func(s *epochSlot) (bool, Reason) {
-			if ahead(s) {
+			switch {
+			case overtaken(s):
+				return false, Restarted
+			case ahead(s):
 				return aheadVerdict(s.epoch, ev, hidden, Restarted)
 			}
 			return s.epoch == ev.NewEpoch, Restarted
@@ -68,7 +77,10 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 		n.status = StatusAlive
 	case heartbeat.Dead:
 		victims = r.detachLocked(idx, n, ev, func(s *epochSlot) (bool, Reason) {
-			if ahead(s) {
+			switch {
+			case overtaken(s):
+				return false, Restarted
+			case ahead(s):
 				return aheadVerdict(s.epoch, ev, hidden, Dead)
 			}
 			return false, Dead
@@ -97,6 +109,8 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 		readded := switched && !n.current.IsZero() && !n.current.Temporary() && ev.Type == heartbeat.Added
 		victims = r.detachLocked(idx, n, ev, func(s *epochSlot) (bool, Reason) {
 			switch {
+			case overtaken(s):
+				return false, Restarted
 			case ahead(s):
 				return aheadVerdict(s.epoch, ev, hidden, Restarted)
 			case readded:
@@ -115,6 +129,8 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 		n.status = StatusAlive
 	}
 	n.gen = ev.Generation
+	n.noteLatest(ev.OldEpoch)
+	n.noteLatest(ev.NewEpoch)
 	n.confirm()
 	r.mu.cancelled += uint64(len(victims))
 	for _, v := range victims {
@@ -164,18 +180,36 @@ func (n *node) skipped(ev heartbeat.Event) (hidden uint64, ordered bool) {
 // x is newer than every epoch the applied events have shown. So an event
 // naming x as its old epoch ends it; one naming x as its new epoch
 // confirms it, unless the skipped transitions have room for x to have been
-// current, declared dead and back (two of them), the only way an epoch
-// ends and is published again; any other event, about an older epoch,
-// leaves it alone, unless it skipped a transition, which may have been to
-// x and away from it.
+// current, declared dead and back (two of them after x was first
+// recorded, ev.EpochGeneration when the record says): a leader of an
+// older release records a return after a death with the same epoch, the
+// only way an epoch ends and is published again; any other event, about an older
+// epoch, leaves it alone, unless it skipped a transition, which may have
+// been to x and away from it.
 func aheadVerdict(x heartbeat.Epoch, ev heartbeat.Event, hidden uint64, reason Reason) (bool, Reason) {
 	switch {
 	case x == ev.OldEpoch:
 		return false, reason
 	case x == ev.NewEpoch:
-		return hidden < 2, Dead
+		recordedLate := ev.EpochGeneration != 0 && ev.Generation-ev.EpochGeneration < 2
+		return hidden < 2 || recordedLate, Dead
 	default:
 		return hidden == 0, reason
+	}
+}
+
+// startedAfter reports whether ev shows the member at a real epoch that
+// started after x: a process of the member ran after x's, so x's has
+// ended, whatever the events' order (a late event about an older epoch
+// shows none that started after x).
+func startedAfter(x heartbeat.Epoch, ev heartbeat.Event) bool {
+	return x.StartedBefore(ev.OldEpoch) || x.StartedBefore(ev.NewEpoch)
+}
+
+// noteLatest records that an event showed the node at epoch e.
+func (n *node) noteLatest(e heartbeat.Epoch) {
+	if e.Ordered() && (!n.latest.Ordered() || n.latest.StartedBefore(e)) {
+		n.latest = e
 	}
 }
 

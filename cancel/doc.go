@@ -20,7 +20,11 @@
 // from heartbeat.Responder on a worker. Registering against an epoch that an
 // earlier event already superseded fails at once with the same cause, so a
 // query that races an event either fails to register or is cancelled by
-// it: none escapes, and none is cancelled twice.
+// it: none escapes, and none is cancelled twice. A participant's epoch
+// that no event has named (the caller learnt it first) is judged by the
+// events that follow, and by the epochs' start times
+// (heartbeat.Epoch.StartedBefore): an event that shows the member at an
+// epoch that started later ends it.
 //
 // Costs: an event takes time in proportion to the queries on the node it
 // names (a per-node index), never to all live queries; memory is bounded by

@@ -75,9 +75,11 @@ type Stats struct {
 }
 
 // tombstones is how many superseded epochs each member remembers.
-// Registering against one fails at once; an epoch older than that is
-// taken for one no event has named yet (accepted, and judged by the events
-// that follow as aheadVerdict says).
+// Registering against one fails at once, as against any epoch that
+// started before the latest one the events have shown; an older
+// superseded epoch without a start time (heartbeat.Epoch.Ordered) is
+// taken for one no event has named yet (accepted, and judged by the
+// events that follow as aheadVerdict says).
 const tombstones = 8
 
 type node struct {
@@ -87,7 +89,11 @@ type node struct {
 	lastIndex uint64
 	// gen is the member record's generation after the last event applied
 	// (heartbeat.Event.Generation): the order of the node's epochs.
-	gen      uint64
+	gen uint64
+	// latest is the real epoch that started last (Epoch.StartedBefore)
+	// among those the applied events have shown: every epoch of the node
+	// that started before it has ended.
+	latest   heartbeat.Epoch
 	tomb     [tombstones]heartbeat.Epoch // ring of superseded epochs
 	tombNext uint8
 	slots    []epochSlot // epochs that live parts run against; part.slot indexes it
@@ -301,13 +307,15 @@ func (r *Registry) checkLocked(m Member) error {
 		return &CanceledError{Node: n.id, OldEpoch: epoch, Reason: Removed, Index: n.lastIndex}
 	case n.status == StatusDead && (epoch == n.current || n.superseded(epoch)):
 		return &CanceledError{Node: n.id, OldEpoch: epoch, NewEpoch: n.current, Reason: Dead, Index: n.lastIndex}
-	case epoch != n.current && n.superseded(epoch):
+	case epoch != n.current && (n.superseded(epoch) || epoch.StartedBefore(n.latest)):
+		// Superseded, or never named but started before an epoch the
+		// events have shown: it has ended.
 		return &CanceledError{Node: n.id, OldEpoch: epoch, NewEpoch: n.current, Reason: Restarted, Index: n.lastIndex}
 	}
 	// The current epoch, or one the registry has not seen yet (it may lag
-	// the caller): accept. A part on an unseen epoch is ordered after every
-	// event applied so far; the events that follow confirm it or cancel it
-	// (aheadVerdict).
+	// the caller) and that started after every epoch it has: accept. A
+	// part on an unseen epoch is ordered after every event applied so far;
+	// the events that follow confirm it or cancel it (aheadVerdict).
 	return nil
 }
 

@@ -555,3 +555,87 @@ func TestPartOnAnUnnamedEpochCancelledWhenAnEventMayHideItsEnd(t *testing.T) {
 		q.Finish()
 	})
 }
+
+// A part on an epoch no event has named is cancelled once an event shows
+// the member at an epoch that started after it, even with no generation
+// skipped: a worker that restarted twice (E1 -> E2 -> E3) before a
+// heartbeat recorded E2 shows up as Restarted(E1 -> E3), and E2, which no
+// event will ever name, has ended. A part on an epoch that started after
+// the one an event shows is kept until an event names it, and a
+// registration against an unnamed epoch that started before the current
+// one is refused.
+func TestPartOnAnUnnamedEpochCancelledByALaterOne(t *testing.T) {
+	for _, side := range []string{"worker", "frontend"} {
+		t.Run(side, func(t *testing.T) {
+			r := New(Config{})
+			defer r.Close()
+			e1, e2, e3, e4 := heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch()
+			w := heartbeat.NewEpoch()
+			r.Apply(heartbeat.Event{Index: 1, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Added, NewEpoch: e1, Generation: 1})
+			r.Apply(heartbeat.Event{Index: 2, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Added, NewEpoch: w, Generation: 1})
+			register := func(e heartbeat.Epoch) (*Query, error) {
+				if side == "worker" {
+					return r.RegisterFragment(t.Context(), m(1, e))
+				}
+				return r.Register(t.Context(), m(1, e), []Member{m(10, w)})
+			}
+			skipped, err := register(e2)
+			require.NoError(t, err)
+			ahead, err := register(e4)
+			require.NoError(t, err)
+
+			require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 3, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, OldEpoch: e1, NewEpoch: e3, Generation: 2}))
+			ce := requireCause(t, skipped, ErrNodeRestarted, 1)
+			require.Equal(t, e2, ce.OldEpoch)
+			require.Equal(t, e3, ce.NewEpoch)
+			require.NoError(t, ahead.Context().Err(), "Restarted(E1 -> E3) cancelled the part on E4, which started after E3")
+			_, err = register(e2)
+			require.ErrorIs(t, err, ErrNodeRestarted, "E2 started before the current E3")
+
+			require.Zero(t, r.Apply(heartbeat.Event{Index: 4, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, OldEpoch: e3, NewEpoch: e4, Generation: 3}))
+			require.NoError(t, ahead.Context().Err())
+			ahead.Finish()
+		})
+	}
+}
+
+// A part on an epoch no event has named survives an event that skipped
+// generations and names that epoch, when the event says the epoch was
+// first recorded too late to have died and come back in the gap
+// (Event.EpochGeneration): a frontend that installed an image across a
+// worker's death, restart, death and restart keeps a query registered
+// against the worker's newest process. Recorded two or more generations
+// before the event, the epoch may have died in the gap, and the part is
+// cancelled as before.
+func TestPartOnAnUnnamedEpochKeptWhenItsRecordLeavesNoRoomForADeath(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		recorded uint64 // Event.EpochGeneration
+		kept     bool
+	}{
+		{"recorded by the event", 12, true},
+		{"recorded one generation before", 11, true},
+		{"recorded two generations before", 10, false},
+		{"recorded when unknown", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := New(Config{})
+			defer r.Close()
+			e1, x := heartbeat.NewEpoch(), heartbeat.NewEpoch()
+			tmp := heartbeat.TemporaryEpoch(e1, 7)
+			r.Apply(heartbeat.Event{Index: 1, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Added, NewEpoch: e1, Generation: 6})
+			r.Apply(heartbeat.Event{Index: 2, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 7})
+			q, err := r.Register(t.Context(), m(1, heartbeat.NewEpoch()), []Member{m(10, x)})
+			require.NoError(t, err)
+			n := r.Apply(heartbeat.Event{Index: 9, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Restarted, OldEpoch: tmp, NewEpoch: x, Generation: 12, EpochGeneration: tc.recorded})
+			if tc.kept {
+				require.Zero(t, n)
+				require.NoError(t, q.Context().Err())
+				q.Finish()
+				return
+			}
+			require.Equal(t, 1, n)
+			requireCause(t, q, ErrNodeDead, 10)
+		})
+	}
+}

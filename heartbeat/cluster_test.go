@@ -25,13 +25,16 @@ const (
 	deadAfter = 3
 )
 
-// fakeLog is a journal that commits every proposal at once on every
-// frontend's tree, in one order: what raft gives when nothing fails.
+// fakeLog is a journal that commits every proposal on every frontend's
+// tree, in one order: what raft gives when nothing fails. Commits take
+// latency (a slow disk's fsync); a proposal whose caller gives up
+// meanwhile commits all the same, as one raft has accepted does.
 type fakeLog struct {
-	mu     sync.Mutex
-	index  uint64
-	trees  map[uint64]*catalog.Tree
-	leases map[uint64]lease // what each frontend believes: term, leader
+	mu      sync.Mutex
+	latency time.Duration
+	index   uint64
+	trees   map[uint64]*catalog.Tree
+	leases  map[uint64]lease // what each frontend believes: term, leader
 }
 
 type lease struct {
@@ -49,21 +52,40 @@ func (j fakeJournal) Propose(ctx context.Context, data []byte) (uint64, any, err
 		return 0, nil, err
 	}
 	j.l.mu.Lock()
+	latency := j.l.latency
+	j.l.mu.Unlock()
+	time.Sleep(latency)
+	j.l.mu.Lock()
 	defer j.l.mu.Unlock()
-	j.l.index++
-	ids := make([]uint64, 0, len(j.l.trees))
-	for id := range j.l.trees {
+	if err := ctx.Err(); err != nil {
+		j.l.apply(data) // committed; the caller no longer waits
+		return 0, nil, err
+	}
+	mine := j.l.apply(data)[j.id]
+	return j.l.index, mine, nil
+}
+
+// apply commits data at the next index on every tree and returns each
+// tree's result.
+func (l *fakeLog) apply(data []byte) map[uint64]any {
+	l.index++
+	ids := make([]uint64, 0, len(l.trees))
+	for id := range l.trees {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
-	var mine any
+	out := make(map[uint64]any, len(ids))
 	for _, id := range ids {
-		v := j.l.trees[id].Apply(j.l.index, data)
-		if id == j.id {
-			mine = v
-		}
+		out[id] = l.trees[id].Apply(l.index, data)
 	}
-	return j.l.index, mine, nil
+	return out
+}
+
+// slowCommits makes every commit from now on take d.
+func (l *fakeLog) slowCommits(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.latency = d
 }
 
 func (j fakeJournal) LeaderTerm() (uint64, bool) {

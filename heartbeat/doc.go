@@ -5,15 +5,18 @@
 // It replaces Doris's HeartbeatMgr plus the BE start time and FE start
 // UUID of apache/doris#23704:
 //
-//  1. Every process draws a fresh Epoch (a UUID) when it starts. The journal
-//     pairs it with an ordered generation when it is recorded: every
-//     transition of a member record bumps its generation, so an older view
-//     (a lagging leader, a late response) can never flip an epoch back.
+//  1. Every process draws a fresh Epoch (a UUID that begins with its start
+//     time) when it starts. The journal pairs it with an ordered generation
+//     when it is recorded: every transition of a member record bumps its
+//     generation, so an older view (a lagging leader) can never flip an
+//     epoch back; and one answer from a process that started before the
+//     recorded one (a late response of a replaced process) records
+//     nothing.
 //  2. Member records (frontends and workers) live in the catalog under
 //     MembersPath ("/_cluster/members/<id>", kind "member", attributes
-//     addr, kind, role, epoch, generation, status, since, term, died) and
-//     change only through journal proposals, so they are the same on every
-//     frontend and survive images.
+//     addr, kind, role, epoch, generation, epoch_generation, status,
+//     since, term, died) and change only through journal proposals, so
+//     they are the same on every frontend and survive images.
 //  3. While a frontend is the raft leader, its Membership runs the monitor:
 //     every Interval it heartbeats every member in parallel, each request
 //     with its own Timeout, carrying the leader's id and raft term and the

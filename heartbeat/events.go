@@ -106,6 +106,13 @@ type Event struct {
 	OldEpoch   Epoch  // the epoch before the change (zero if none)
 	NewEpoch   Epoch  // the epoch after it (temporary for Dead, zero for Removed)
 	Generation uint64 // the member record's generation after the change
+	// EpochGeneration is the generation at which the member record's
+	// real epoch after the change (Member.Epoch) was first recorded, 0
+	// when unknown: only between it and Generation can the member have
+	// been declared dead and recorded back with that epoch, which a leader
+	// of an older release does (this one records a return after a death
+	// with the fresh epoch the member draws).
+	EpochGeneration uint64
 }
 
 // String formats e for logs.

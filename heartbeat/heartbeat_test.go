@@ -124,6 +124,102 @@ func TestCoordinatorRestartCancelsFragments(t *testing.T) {
 	})
 }
 
+// A leader whose commits take longer than a heartbeat interval (a sole
+// voter on a slow disk) still claims the monitor and journals
+// transitions, each once: when it restarts, the workers hear its new
+// epoch and cancel the fragments of its old process.
+func TestSlowCommitsStillPublishARestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, 1)
+		w := c.workers[10]
+		frag, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 1, Epoch: c.frontends[1].epoch})
+		require.NoError(t, err)
+
+		c.log.slowCommits(interval + interval*6/10)
+		c.log.mu.Lock()
+		before := c.log.index
+		c.log.mu.Unlock()
+		f := c.restartFrontend(1)
+		c.advance(10 * interval)
+		c.log.mu.Lock()
+		entries := c.log.index - before
+		c.log.mu.Unlock()
+		requireCancelled(t, frag, cancel.ErrNodeRestarted, 1)
+		fe, ok := w.resp.Frontend(1)
+		require.True(t, ok)
+		require.Equal(t, f.epoch, fe.Epoch)
+		require.Positive(t, f.ms.MonitorStats().Transitions, "the restarted leader journaled no transition")
+		// Its claim and its own restart, each proposed once: a transition
+		// waiting for its commit is not proposed again meanwhile.
+		require.Equal(t, uint64(2), entries)
+	})
+}
+
+// One answer from a member's process that started before the one its
+// record shows (a late answer of a process since replaced) changes
+// nothing: the record keeps the newer epoch and no query on it is
+// cancelled. A process that keeps answering with such an epoch (a
+// restart whose clock stepped back) is recorded at its second answer.
+func TestLateAnswerFromAnOlderProcessIsIgnored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, 1)
+		old := c.workers[10]
+		w := c.restartWorker(10)
+		c.advance(2 * interval)
+		rec, _ := c.frontends[1].ms.Member(10)
+		require.Equal(t, w.epoch, rec.Epoch)
+		q, err := c.frontends[1].reg.Register(t.Context(), member(c.frontends[1].ms, 1), []cancel.Member{member(c.frontends[1].ms, 10)})
+		require.NoError(t, err)
+
+		c.net.set(w.addr, old.resp)
+		c.advance(interval)
+		c.net.set(w.addr, w.resp)
+		c.advance(3 * interval)
+		require.NoError(t, q.Context().Err(), "a late answer of the replaced process cancelled the query")
+		rec, _ = c.frontends[1].ms.Member(10)
+		require.Equal(t, w.epoch, rec.Epoch)
+		require.Equal(t, 1, countType(c.frontends[1].events(), 10, heartbeat.Restarted))
+
+		c.net.set(w.addr, old.resp)
+		c.advance(3 * interval)
+		requireCancelled(t, q, cancel.ErrNodeRestarted, 10)
+		rec, _ = c.frontends[1].ms.Member(10)
+		require.Equal(t, old.epoch, rec.Epoch, "a process answering again and again is recorded")
+	})
+}
+
+// A member record says at which generation its epoch was recorded: a
+// restart records it, a death keeps it, and the return after a death
+// records the fresh epoch it comes with.
+func TestRecordKeepsTheGenerationItsEpochWasRecordedAt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, 1)
+		ms := c.frontends[1].ms
+		w := c.restartWorker(10)
+		c.advance(2 * interval)
+		rec, ok := ms.Member(10)
+		require.True(t, ok)
+		require.Equal(t, w.epoch, rec.Epoch)
+		require.Equal(t, rec.Generation, rec.EpochGeneration, "a restart records the epoch")
+		recorded := rec.EpochGeneration
+
+		c.net.cut("*", w.addr, true)
+		c.advance(time.Duration(deadAfter+2) * interval)
+		rec, _ = ms.Member(10)
+		require.Equal(t, heartbeat.StatusDead, rec.Status)
+		require.Equal(t, recorded, rec.EpochGeneration, "a death keeps it")
+
+		c.net.cut("*", w.addr, false)
+		c.advance(2 * interval)
+		rec, _ = ms.Member(10)
+		require.Equal(t, heartbeat.StatusAlive, rec.Status)
+		require.NotEqual(t, w.epoch, rec.Epoch, "a return after a death comes with a fresh epoch")
+		require.Equal(t, w.resp.Epoch(), rec.Epoch)
+		require.Equal(t, recorded+2, rec.Generation)
+		require.Equal(t, rec.Generation, rec.EpochGeneration, "the return records its fresh epoch")
+	})
+}
+
 // A coordinator frontend that dies is published with a temporary epoch once
 // declared dead, and its fragments are cancelled then, not before.
 func TestCoordinatorDeathCancelsFragments(t *testing.T) {

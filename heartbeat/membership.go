@@ -63,6 +63,13 @@ type Config struct {
 	Interval time.Duration
 	// Timeout of one heartbeat request. Default Interval/2; at most Interval.
 	Timeout time.Duration
+	// ProposeTimeout is how long the leader's claim of the monitor and
+	// each transition it journals wait for their commit before the next
+	// round decides again. It must outlast a commit on the slowest disk
+	// the cluster runs on (a sole voter's fsync): a shorter one gives up
+	// on every claim there, and the monitor never runs. Default 10 ×
+	// Interval.
+	ProposeTimeout time.Duration
 	// DeadAfter is how many heartbeats in a row a member must miss, over at
 	// least DeadAfter intervals, to be declared dead. Default 3.
 	DeadAfter int
@@ -98,6 +105,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = c.Interval / 2
+	}
+	if c.ProposeTimeout <= 0 {
+		c.ProposeTimeout = 10 * c.Interval
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = 3

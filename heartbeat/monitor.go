@@ -49,6 +49,12 @@ type peer struct {
 	// reported (for Answers).
 	answered time.Time
 	version  string
+	// older is an epoch that started before the recorded one and
+	// answered once (see probe): recorded if it answers again.
+	older Epoch
+	// journaling is set while a transition of the member waits for its
+	// commit (see journal).
+	journaling bool
 }
 
 type monitorCounters struct {
@@ -143,7 +149,7 @@ func (mo *monitor) tick(ctx context.Context, probes *sync.WaitGroup, now time.Ti
 	if claim == 0 {
 		mo.m.selfEpoch() // the claim names the epoch this leader runs with
 		cctx, cancel := context.WithCancel(ctx)
-		stopTimer := mo.cfg.Clock.AfterFunc(mo.cfg.Interval, cancel)
+		stopTimer := mo.cfg.Clock.AfterFunc(mo.cfg.ProposeTimeout, cancel)
 		idx, err := mo.m.claim(cctx, term)
 		stopTimer()
 		cancel()
@@ -261,9 +267,18 @@ func (mo *monitor) probe(ctx context.Context, term, pauses uint64, common []byte
 			next, typ = &d, Dead
 			mo.m.log.Info("heartbeat: member missed heartbeats", "member", r.ID, "misses", p.misses, "err", err)
 		}
+	case epoch != cur.Epoch && epoch.StartedBefore(cur.Epoch) && p.older != epoch:
+		// A process that started before the recorded one answered: the
+		// late answer of a process since replaced, which must not bring
+		// its epoch back, or a restart whose clock stepped back, which
+		// answers again at the next round and is recorded then.
+		p.misses = 0
+		p.lastOK = now
+		p.older = epoch
 	default:
 		p.misses = 0
 		p.lastOK = now
+		p.older = Epoch{}
 		next, typ = decide(cur, epoch)
 	}
 	mo.mu.Unlock()
@@ -303,21 +318,41 @@ func decide(cur Member, epoch Epoch) (*Member, EventType) {
 }
 
 // journal proposes one transition, fenced by our claim and by the record's
-// last change.
+// last change. One transition of a member is in flight at a time: while
+// one waits for its commit, the rounds decide nothing new for that member
+// (any other would be fenced by the same record's change), and the round
+// after it decides again from the replayed record.
 func (mo *monitor) journal(ctx context.Context, term uint64, cur Member, next *Member, typ EventType) {
 	mo.mu.Lock()
 	claim := mo.mu.claim
 	ok := mo.mu.leading && mo.mu.term == term && claim != 0
+	p := mo.mu.peers[cur.ID]
+	if p != nil && p.journaling {
+		ok = false
+	}
+	if ok && p != nil {
+		p.journaling = true
+	}
 	mo.mu.Unlock()
 	if !ok {
 		return
 	}
+	if p != nil {
+		defer func() {
+			mo.mu.Lock()
+			p.journaling = false
+			mo.mu.Unlock()
+		}()
+	}
 	next.Generation = cur.Generation + 1
+	if next.Epoch != cur.Epoch {
+		next.EpochGeneration = next.Generation
+	}
 	next.Term = term
 	next.Since = mo.cfg.Clock.Now()
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := mo.cfg.Clock.AfterFunc(mo.cfg.Interval, cancel)
+	stop := mo.cfg.Clock.AfterFunc(mo.cfg.ProposeTimeout, cancel)
 	defer stop()
 	_, err := mo.m.propose(pctx,
 		catalog.Op{Type: catalog.OpCheck, Path: MonitorPath, Cond: catalog.Cond{Modified: claim}},

@@ -29,11 +29,14 @@ const (
 	attrRole       = "role"
 	attrEpoch      = "epoch"
 	attrGeneration = "generation"
-	attrStatus     = "status"
-	attrSince      = "since" // unix milliseconds, the leader's wall clock (informational)
-	attrTerm       = "term"  // raft term of the leader that journaled the last transition
-	attrDied       = "died"  // generation of the member's last death (absent: never declared dead)
-	attrLeader     = "leader"
+	// attrEpochGeneration is the generation at which the epoch was first
+	// recorded (absent in records of older releases: unknown).
+	attrEpochGeneration = "epoch_generation"
+	attrStatus          = "status"
+	attrSince           = "since" // unix milliseconds, the leader's wall clock (informational)
+	attrTerm            = "term"  // raft term of the leader that journaled the last transition
+	attrDied            = "died"  // generation of the member's last death (absent: never declared dead)
+	attrLeader          = "leader"
 )
 
 // Status is a member's journaled status.
@@ -79,9 +82,13 @@ type Member struct {
 	// dead; PublishedEpoch gives the temporary epoch then.
 	Epoch      Epoch
 	Generation uint64 // bumped by every journaled transition
-	Status     Status
-	Since      time.Time // when the last transition was journaled (leader's clock)
-	Term       uint64    // raft term of the leader that journaled it
+	// EpochGeneration is the generation at which Epoch was first recorded
+	// (0: unknown, in a record of an older release, or no epoch yet). An
+	// epoch's death can only come in the generations after it.
+	EpochGeneration uint64
+	Status          Status
+	Since           time.Time // when the last transition was journaled (leader's clock)
+	Term            uint64    // raft term of the leader that journaled it
 	// Died is the generation at which the member was last declared dead
 	// (0: never). It stays through the return and later transitions, so
 	// a view that skipped transitions (an image, missed lists) sees that a
@@ -124,6 +131,7 @@ func memberFromNode(n *catalog.Node) (Member, error) {
 		return Member{}, fmt.Errorf("member record %q: %w", n.Path, err)
 	}
 	m.Generation = uint64(n.Attrs[attrGeneration].Int64())
+	m.EpochGeneration = uint64(n.Attrs[attrEpochGeneration].Int64())
 	m.Term = uint64(n.Attrs[attrTerm].Int64())
 	m.Died = uint64(n.Attrs[attrDied].Int64())
 	if ms := n.Attrs[attrSince].Int64(); ms != 0 {
@@ -135,11 +143,12 @@ func memberFromNode(n *catalog.Node) (Member, error) {
 // stateAttrs are the attributes a transition sets.
 func (m Member) stateAttrs() map[string]catalog.Value {
 	a := map[string]catalog.Value{
-		attrEpoch:      catalog.String(m.Epoch.String()),
-		attrGeneration: catalog.Int(int64(m.Generation)),
-		attrStatus:     catalog.String(m.Status.String()),
-		attrSince:      catalog.Int(m.Since.UnixMilli()),
-		attrTerm:       catalog.Int(int64(m.Term)),
+		attrEpoch:           catalog.String(m.Epoch.String()),
+		attrGeneration:      catalog.Int(int64(m.Generation)),
+		attrEpochGeneration: catalog.Int(int64(m.EpochGeneration)),
+		attrStatus:          catalog.String(m.Status.String()),
+		attrSince:           catalog.Int(m.Since.UnixMilli()),
+		attrTerm:            catalog.Int(int64(m.Term)),
 	}
 	if m.Died != 0 {
 		a[attrDied] = catalog.Int(int64(m.Died))
@@ -184,15 +193,15 @@ func eventsBetween(before, after *Member, index uint64) []Event {
 		// One event per member and index (consumers drop a repeated index
 		// as a replay): a member first seen dead is a single Dead event.
 		if after.Status == StatusDead {
-			return []Event{{Index: index, Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: after.Epoch, NewEpoch: after.PublishedEpoch(), Generation: after.Generation}}
+			return []Event{{Index: index, Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: after.Epoch, NewEpoch: after.PublishedEpoch(), Generation: after.Generation, EpochGeneration: after.EpochGeneration}}
 		}
-		return []Event{{Index: index, Node: after.ID, Kind: after.Kind, Type: Added, NewEpoch: after.Epoch, Generation: after.Generation}}
+		return []Event{{Index: index, Node: after.ID, Kind: after.Kind, Type: Added, NewEpoch: after.Epoch, Generation: after.Generation, EpochGeneration: after.EpochGeneration}}
 	case after == nil:
 		return []Event{{Index: index, Node: before.ID, Kind: before.Kind, Type: Removed, OldEpoch: before.PublishedEpoch(), Generation: before.Generation}}
 	case before.Created != 0 && after.Created != 0 && before.Created != after.Created:
 		return append(eventsBetween(before, nil, 0), eventsBetween(nil, after, index)...)
 	}
-	ev := Event{Index: index, Node: after.ID, Kind: after.Kind, OldEpoch: before.PublishedEpoch(), NewEpoch: after.PublishedEpoch(), Generation: after.Generation}
+	ev := Event{Index: index, Node: after.ID, Kind: after.Kind, OldEpoch: before.PublishedEpoch(), NewEpoch: after.PublishedEpoch(), Generation: after.Generation, EpochGeneration: after.EpochGeneration}
 	switch {
 	case after.Status == StatusDead && (before.Status != StatusDead || before.PublishedEpoch() != after.PublishedEpoch()):
 		ev.Type = Dead
@@ -202,7 +211,7 @@ func eventsBetween(before, after *Member, index uint64) []Event {
 	case after.Epoch.IsZero():
 		return nil // alive, never answered: nothing to act on
 	case before.Status != StatusDead && !before.Epoch.IsZero() && after.Died > before.Generation:
-		died := Event{Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: before.Epoch, NewEpoch: TemporaryEpoch(before.Epoch, after.Died), Generation: after.Died}
+		died := Event{Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: before.Epoch, NewEpoch: TemporaryEpoch(before.Epoch, after.Died), Generation: after.Died, EpochGeneration: before.EpochGeneration}
 		ev.Type = Restarted
 		if after.Epoch == before.Epoch {
 			ev.Type = Alive
@@ -211,7 +220,7 @@ func eventsBetween(before, after *Member, index uint64) []Event {
 		return []Event{died, ev}
 	case before.Status != StatusDead && before.Epoch == after.Epoch && after.Generation > before.Generation:
 		gen := before.Generation + 1
-		died := Event{Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: before.Epoch, NewEpoch: TemporaryEpoch(before.Epoch, gen), Generation: gen}
+		died := Event{Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: before.Epoch, NewEpoch: TemporaryEpoch(before.Epoch, gen), Generation: gen, EpochGeneration: before.EpochGeneration}
 		ev.Type = Alive
 		ev.OldEpoch = died.NewEpoch
 		return []Event{died, ev}

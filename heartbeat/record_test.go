@@ -80,6 +80,10 @@ func TestEventsBetween(t *testing.T) {
 	restarted.Created, deadRestarted.Created, moved.Created = 1, 1, 1
 	readded := alive
 	readded.Created = 20
+	// Dead at gen 2, then restarted, dead and restarted again with E2 at
+	// gen 5: the record says when E2 was recorded.
+	late := deadRestarted
+	late.Generation, late.EpochGeneration = 5, 5
 	tmp := TemporaryEpoch(e1, 2)
 	// Declared dead at generation 2, back with a fresh epoch at 3.
 	returned := Member{ID: 5, Kind: KindWorker, Epoch: e2, Generation: 3, Status: StatusAlive, Died: 2, Created: 1}
@@ -99,6 +103,7 @@ func TestEventsBetween(t *testing.T) {
 		{"dead", &alive, &dead, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2}}},
 		{"alive again", &dead, &back, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Alive, OldEpoch: tmp, NewEpoch: e1, Generation: 3}}},
 		{"back with a new epoch", &dead, &deadRestarted, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 3}}},
+		{"restarted in a gap, folded", &dead, &late, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 5, EpochGeneration: 5}}},
 		{"removed", &alive, nil, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Removed, OldEpoch: e1, Generation: 1}}},
 		{"address change", &alive, &moved, nil},
 		// Resyncs compare records that are not consecutive.

@@ -85,8 +85,10 @@ type Config struct {
 	CompactMargin      uint64        // entries kept behind an image for slow followers; default the journal's
 	PromoteMaxLag      uint64        // entries an observer may trail and still be promoted; default the journal's
 	ReserveBytes       int64         // free space under which writes are refused (journal.ErrNoSpace); default the journal's, 64 MiB; negative: no guard
-	// RequestTimeout bounds a write's ([Frontend.Write]) or a member
-	// change's wait for a quorum; default 10 s (DefaultRequestTimeout).
+	// RequestTimeout bounds a write's ([Frontend.Write]), a member
+	// change's and a heartbeat transition's wait for a quorum
+	// (heartbeat.Config.ProposeTimeout); default 10 s
+	// (DefaultRequestTimeout).
 	RequestTimeout time.Duration
 	// Quota bounds the catalog (catalog.Quota; zero: none). Every member
 	// must run with the same one: replicas decide each batch alike only
@@ -290,8 +292,12 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID, Token: cfg.Token, TLS: secure.ClientTLS(certs), Client: peerClient,
 		Tree: f.tree, Journal: f.journal,
 		Interval: cfg.HeartbeatInterval, DeadAfter: cfg.DeadAfter,
-		OnEvent: func(ev heartbeat.Event) { f.registry.Apply(ev) },
-		Logger:  cfg.Logger,
+		// The monitor's claim and transitions wait for their commit as
+		// long as a write does: on a disk whose fsyncs outlast a
+		// heartbeat interval they commit all the same.
+		ProposeTimeout: cfg.RequestTimeout,
+		OnEvent:        func(ev heartbeat.Event) { f.registry.Apply(ev) },
+		Logger:         cfg.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -34,13 +34,14 @@
 //
 // Every run also has one to three workers (frontendtest's: a heartbeat
 // responder and a cancel registry each). Two query clients register
-// queries across a random coordinator frontend and some of the workers,
-// against epochs the cluster has published (each worker knows the
-// coordinator at its epoch from the leader's heartbeats, and, for two
-// queries in three, the coordinator's registry knows each worker at its;
-// the third registers against a worker's epoch that some frontend's
-// member records show but the registry may not have heard of yet, an
-// "ahead" part), and hold each for a while. A worker nemesis
+// queries across a random coordinator frontend (a voter or an observer)
+// and some of the workers, against epochs the cluster has published
+// (each worker knows the coordinator at its epoch from the leader's
+// heartbeats, and, for two queries in three, the coordinator's registry
+// knows each worker at its; the third registers against a worker's
+// epoch that some frontend's member records show but the registry may
+// not have heard of yet, an "ahead" part), and hold each for a while. A
+// worker nemesis
 // restarts workers (now and then twice in a row, before the cluster has
 // seen the first restart), stops one for longer than the death bound, and
 // takes one off the network for a while; the frontends' nemesis restarts
@@ -102,7 +103,10 @@
 //     (Result.Bounded counts them);
 //   - every ended process cancels, by the end of the run, every part that
 //     depends on it: the coordinator's part for a worker's, each fragment
-//     for the coordinator's;
+//     for the coordinator's (the run ends the death bound and a heartbeat
+//     interval after the recovery, and, while a sole voter's disk is
+//     still slow, waits up to RecoveryBound more for them, as for a
+//     write);
 //   - every watch session delivers events after its resume index only, in
 //     log order, each once; any two sessions that covered an index saw the
 //     same events there (a missed, repeated or misplaced event shows as a
@@ -134,24 +138,12 @@
 // # Open defects
 //
 // With every fault and check combined, a few seeds in a hundred meet
-// defects found and not yet fixed. The query checks' violations
-// (Result.Open) are reported with the run without failing it; CI's long
-// run reports its failing seeds without failing; the fixed seeds of the
-// plain test gate:
+// defects found and not yet fixed. CI's long run reports its failing
+// seeds without failing; the fixed seeds of the plain test gate:
 //
-//   - a sole voter that coordinates queries and restarts leaves the
-//     workers' fragments of its old process running (queries therefore
-//     run only with two or more voters);
-//   - an observer coordinating queries on a worker that restarts twice
-//     within 30 ms keeps their parts for ever: the cancel registry keeps a
-//     part on an epoch no event named (queries are therefore coordinated
-//     by voters);
 //   - a frontend's image store can lack every image at or below the
 //     index its log starts after, and a watch resumed there has no base
 //     (counted, not failed; the differential check skips that base);
-//   - a restart's cancellation now and then takes longer than 2 heartbeat
-//     intervals, and a worker is now and then declared dead while the
-//     cluster could reach it;
 //   - a sole voter on a slow disk with a small dedupe window can keep
 //     expiring writes past the recovery bound.
 //

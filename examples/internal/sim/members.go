@@ -62,13 +62,7 @@ func (r *run) startMembers(ctx context.Context, d time.Duration) *members {
 		}
 		m.truth.started(id, w.Epoch(), time.Now())
 	}
-	// Queries run only with two or more voters: a sole voter that
-	// coordinates them meets an open defect (see the package doc).
-	clients := querying
-	if r.voters < 2 {
-		clients = 0
-	}
-	for q := range clients {
+	for q := range querying {
 		qrng := rand.New(rand.NewPCG(rng.Uint64(), uint64(q)))
 		m.loops.Go(func() { m.queryLoop(ctx, qrng) })
 	}
@@ -93,9 +87,18 @@ func (m *members) endFaults(ctx context.Context) {
 
 // finish, on a healed cluster, gives the cancellations still due the
 // death bound and a heartbeat to land, then ends every query and the
-// sampler.
+// sampler. A sole voter's disk may still be slow (it stays slow through
+// the recovery): every commit of the monitor's (its claim, the
+// transitions) then takes fsyncs longer than a heartbeat interval, so
+// the cancellations still due get up to RecoveryBound more, as a write
+// does.
 func (m *members) finish(ctx context.Context) {
 	pause(ctx, m.deathBound+m.restartBound)
+	for limit := time.Now().Add(RecoveryBound); m.r.diskSlow.Load() && m.anyDue() && time.Now().Before(limit); {
+		if !pause(ctx, sampleEvery) {
+			break
+		}
+	}
 	close(m.final)
 	m.cancel()
 	m.loops.Wait()

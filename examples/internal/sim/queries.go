@@ -54,9 +54,7 @@ func (m *members) queryLoop(ctx context.Context, rng *rand.Rand) {
 		if !pause(ctx, time.Duration(50+rng.IntN(500))*time.Millisecond) {
 			return
 		}
-		// Queries are coordinated by voters: an observer coordinator meets
-		// the cancel registry's open defect (see the package doc).
-		up := slices.DeleteFunc(m.r.running(), func(i int) bool { return i > m.r.voters })
+		up := m.r.running()
 		if len(up) == 0 {
 			continue
 		}
@@ -231,6 +229,22 @@ func (m *members) due(rec *queryRecord) bool {
 			if rec.fragEnds[w.node] == nil {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// anyDue reports whether a cancellation of some unfinished query is due.
+func (m *members) anyDue() bool {
+	m.mu.Lock()
+	qs := m.queries
+	m.mu.Unlock()
+	for _, rec := range qs {
+		rec.mu.Lock()
+		finishing := rec.finishing
+		rec.mu.Unlock()
+		if !finishing && m.due(rec) {
+			return true
 		}
 	}
 	return false

@@ -79,9 +79,6 @@ type Result struct {
 	// Failures are the checks that failed, each a sentence naming what it
 	// saw; empty: the run passed.
 	Failures []string
-	// Open are violations of the query checks, which meet open defects
-	// (see the package doc): reported with the run, not failing it.
-	Open []string
 }
 
 // Failed reports whether a check failed.
@@ -103,10 +100,7 @@ func (r *Result) Report() string {
 	for _, f := range r.Failures {
 		s += "\n  - " + f
 	}
-	for _, f := range r.Open {
-		s += "\n  - open defect: " + f
-	}
-	if r.Failed() || len(r.Open) > 0 {
+	if r.Failed() {
 		s += "\n  replay: " + r.Replay()
 	}
 	return s
@@ -127,19 +121,6 @@ type run struct {
 	cl       *clients   // the workload, which the nemesis's own reads join
 	mu       sync.Mutex // guards failures
 	failures []string
-	open     []string // violations of checks that meet open defects
-}
-
-// openf records a violation of a check that meets an open defect: it is
-// reported, and the run does not fail on it.
-func (r *run) openf(format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
-	r.mu.Lock()
-	r.open = append(r.open, s)
-	r.mu.Unlock()
-	if r.opts.Trace != nil {
-		r.opts.Trace("OPEN DEFECT: " + s)
-	}
 }
 
 func (r *run) failf(format string, args ...any) {
@@ -237,7 +218,7 @@ func Run(t *testing.T, opts Options) *Result {
 
 	res.Ops, res.Faults = r.hist.ops(), faults
 	res.History, res.FaultHistory = r.hist.hashes()
-	res.Failures, res.Open = r.failures, r.open
+	res.Failures = r.failures
 	return res
 }
 

@@ -150,7 +150,7 @@ func TestRunReportsQueriesCancelledLaterThanTheBound(t *testing.T) {
 	var reports []string
 	for seed := uint64(1); seed <= 12; seed++ {
 		res := runCorrupted(t, Options{Seed: seed, Frontends: 3, Duration: time.Minute, Configure: func(c *frontend.Config) { c.DeadAfter = 20 }})
-		if strings.Contains(strings.Join(res.Open, "\n"), "stopped at") {
+		if strings.Contains(strings.Join(res.Failures, "\n"), "stopped at") {
 			return
 		}
 		reports = append(reports, res.Report())
