@@ -176,36 +176,58 @@ func dorisCreate(n benchshape.Node, kvs []kv) (rawOp, []kv) {
 // and of process CPU) and their ratios: what the digest costs the
 // applier.
 func BenchmarkDorisScaleDigest(b *testing.B) {
-	var ops [2]int
-	var wall, cpu [2]time.Duration
-	for b.Loop() {
-		// Both trees take every batch in turn (buildDorisPair), so that a
-		// drift of the machine's speed hits both alike; none owns a node.
-		trees := [2]*Tree{New(), New()}
+	_, empty := New().Digest()
+	// None owns a node.
+	wall, cpu := benchDorisPair(b, math.MaxInt, func(trees [2]*Tree) {
 		trees[0].dg.off = true
-		o, w, c := buildDorisPair(b, dorisFull, trees, 100, math.MaxInt)
-		_, empty := New().Digest()
+	}, func(trees [2]*Tree) {
+		for k, tr := range trees {
+			if _, d := tr.Digest(); (k == 1) == (d == empty) {
+				b.Fatalf("tree %d: digest kept %v, yet the digest is %v and an empty tree's %v", k, k == 1, d, empty)
+			}
+		}
+	})
+	b.ReportMetric(wall[1], "apply-ops/s-digest")
+	b.ReportMetric(wall[0], "apply-ops/s-plain")
+	b.ReportMetric(wall[1]/wall[0], "digest-ratio")
+	if cpu[0] > 0 && cpu[1] > 0 {
+		b.ReportMetric(cpu[1]/cpu[0], "digest-cpu-ratio")
+	}
+}
+
+// benchDorisPair runs the loop of the benchmarks that build dorisFull into
+// two trees at once (buildDorisPair), every ownEvery-th node owned in the
+// second: each iteration makes two new trees, hands them to prepare
+// before the build and to check after it (which fails the benchmark if
+// they are not what it built). It returns each tree's apply rate over all
+// the iterations, per second of wall time and of process CPU (0 where the
+// CPU time is not known). Both trees take every batch in turn, so that a
+// drift of the machine's speed hits both alike.
+func benchDorisPair(b *testing.B, ownEvery int, prepare, check func([2]*Tree)) (wall, cpu [2]float64) {
+	var ops [2]int
+	var wallTime, cpuTime [2]time.Duration
+	for b.Loop() {
+		trees := [2]*Tree{New(), New()}
+		prepare(trees)
+		o, w, c := buildDorisPair(b, dorisFull, trees, 100, ownEvery)
 		for k, tr := range trees {
 			if want := dorisFull.Nodes() + 1 + dorisFull.Workers; tr.Len() != want {
 				b.Fatalf("tree %d has %d nodes, want %d", k, tr.Len(), want)
 			}
-			if _, d := tr.Digest(); (k == 1) == (d == empty) {
-				b.Fatalf("tree %d: digest kept %v, yet the digest is %v and an empty tree's %v", k, k == 1, d, empty)
-			}
-			ops[k], wall[k], cpu[k] = ops[k]+o[k], wall[k]+w[k], cpu[k]+c[k]
+			ops[k], wallTime[k], cpuTime[k] = ops[k]+o[k], wallTime[k]+w[k], cpuTime[k]+c[k]
 		}
+		check(trees)
 		runtime.KeepAlive(trees)
 		trees = [2]*Tree{}
 		runtime.GC()
 	}
-	plain, digest := float64(ops[0])/wall[0].Seconds(), float64(ops[1])/wall[1].Seconds()
-	b.ReportMetric(digest, "apply-ops/s-digest")
-	b.ReportMetric(plain, "apply-ops/s-plain")
-	b.ReportMetric(digest/plain, "digest-ratio")
-	if cpu[0] > 0 && cpu[1] > 0 {
-		plainCPU, digestCPU := float64(ops[0])/cpu[0].Seconds(), float64(ops[1])/cpu[1].Seconds()
-		b.ReportMetric(digestCPU/plainCPU, "digest-cpu-ratio")
+	for k := range 2 {
+		wall[k] = float64(ops[k]) / wallTime[k].Seconds()
+		if cpuTime[k] > 0 {
+			cpu[k] = float64(ops[k]) / cpuTime[k].Seconds()
+		}
 	}
+	return wall, cpu
 }
 
 // buildDorisPair builds the shape d into two trees through Apply, batch by
@@ -287,31 +309,16 @@ func buildDorisPair(tb testing.TB, d benchshape.Doris, trees [2]*Tree, batchOps,
 // gives both trees the same machine, however loaded.
 func BenchmarkDorisScaleOwned(b *testing.B) {
 	const ownEvery = 100
-	var ops [2]int
-	var wall, cpu [2]time.Duration
-	for b.Loop() {
-		trees := [2]*Tree{New(), New()}
-		o, w, c := buildDorisPair(b, dorisFull, trees, 100, ownEvery)
-		for k, tr := range trees {
-			if want := dorisFull.Nodes() + 1 + dorisFull.Workers; tr.Len() != want {
-				b.Fatalf("tree %d has %d nodes, want %d", k, tr.Len(), want)
-			}
-			ops[k], wall[k], cpu[k] = ops[k]+o[k], wall[k]+w[k], cpu[k]+c[k]
-		}
+	wall, cpu := benchDorisPair(b, ownEvery, func([2]*Tree) {}, func(trees [2]*Tree) {
 		if got, want := trees[1].OwnedCount(), (dorisFull.Nodes()-1)/ownEvery; got != want {
 			b.Fatalf("%d nodes owned, want %d", got, want)
 		}
-		runtime.KeepAlive(trees)
-		trees = [2]*Tree{}
-		runtime.GC()
-	}
-	none, owned := float64(ops[0])/wall[0].Seconds(), float64(ops[1])/wall[1].Seconds()
-	b.ReportMetric(none, "apply-ops/s-none")
-	b.ReportMetric(owned, "apply-ops/s-owned")
-	b.ReportMetric(owned/none, "owned-ratio")
+	})
+	b.ReportMetric(wall[0], "apply-ops/s-none")
+	b.ReportMetric(wall[1], "apply-ops/s-owned")
+	b.ReportMetric(wall[1]/wall[0], "owned-ratio")
 	if cpu[0] > 0 && cpu[1] > 0 {
-		noneCPU, ownedCPU := float64(ops[0])/cpu[0].Seconds(), float64(ops[1])/cpu[1].Seconds()
-		b.ReportMetric(ownedCPU/noneCPU, "owned-cpu-ratio")
+		b.ReportMetric(cpu[1]/cpu[0], "owned-cpu-ratio")
 	}
 }
 
@@ -390,7 +397,10 @@ func BenchmarkReadsDuringApply(b *testing.B) {
 			applied.Add(100)
 		}
 	})
+	// The applier's rate counts the operations it applied while the timer
+	// ran, not those before the readers started or after they stopped.
 	b.ResetTimer()
+	applied0 := applied.Load()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
@@ -403,9 +413,10 @@ func BenchmarkReadsDuringApply(b *testing.B) {
 		}
 	})
 	b.StopTimer()
+	applied1 := applied.Load()
 	close(stop)
 	wg.Wait()
-	b.ReportMetric(float64(applied.Load())/b.Elapsed().Seconds(), "apply-ops/s")
+	b.ReportMetric(float64(applied1-applied0)/b.Elapsed().Seconds(), "apply-ops/s")
 }
 
 // BenchmarkSaveLoad saves and loads the 1/50 Doris catalog.

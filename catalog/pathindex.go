@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/maphash"
+	"iter"
 	"math/bits"
 	"math/rand/v2"
 	"unicode/utf8"
@@ -223,9 +224,7 @@ func matchBytes(w uint64, t uint8) uint64 {
 // table flushed).
 func (x *pathIndex) find(s *state, h uint64, parent uint32, name []byte) (uint32, bool) {
 	t := tagOf(h)
-	m := uint64(len(x.buckets) - 1)
-	for i, left := h&m, len(x.buckets); ; i, left = (i+1)&m, left-1 {
-		b := &x.buckets[i]
+	for _, b := range x.probe(h) {
 		lo, hi := matchTags(b, t)
 		for ; lo != 0; lo &= lo - 1 {
 			if c := b.slots[bits.TrailingZeros64(lo)>>3]; s.isKid(c, parent, name) {
@@ -237,8 +236,24 @@ func (x *pathIndex) find(s *state, h uint64, parent uint32, name []byte) (uint32
 				return c, true
 			}
 		}
-		if b.overflow == 0 || left == 1 {
-			return 0, false
+	}
+	return 0, false
+}
+
+// probe yields the buckets an entry of key h may be in, in the order put
+// tries them, each with its index: its home bucket (the low bits of h)
+// and the ones after it, wrapping, until a bucket that no entry passed
+// full (its overflow, read once the loop's body has run, is 0) or until
+// every bucket has been yielded. It is the one probe sequence of the
+// table: lookups, put and remove all walk it.
+func (x *pathIndex) probe(h uint64) iter.Seq2[uint64, *pathBucket] {
+	return func(yield func(uint64, *pathBucket) bool) {
+		m := uint64(len(x.buckets) - 1)
+		for i, left := h&m, len(x.buckets); left > 0; i, left = (i+1)&m, left-1 {
+			b := &x.buckets[i]
+			if !yield(i, b) || b.overflow == 0 {
+				return
+			}
 		}
 	}
 }
@@ -304,7 +319,6 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 	var cands [guessDepth]uint32
 	var ends [guessDepth]int32
 	var keys [guessDepth]uint64
-	m := uint64(len(x.buckets) - 1)
 	var sum uint64
 	depth := 0
 	for start := 1; ; {
@@ -324,21 +338,21 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 		}
 		h := x.key(sum)
 		t := tagOf(h)
-		for i, left := h&m, len(x.buckets); ; i, left = (i+1)&m, left-1 {
-			b := &x.buckets[i]
+		found := false
+		for _, b := range x.probe(h) {
 			lo, hi := matchTags(b, t)
 			if lo != 0 {
-				cands[depth] = b.slots[bits.TrailingZeros64(lo)>>3]
+				cands[depth], found = b.slots[bits.TrailingZeros64(lo)>>3], true
 				break
 			}
 			if hi != 0 {
-				cands[depth] = b.slots[8+bits.TrailingZeros64(hi)>>3]
+				cands[depth], found = b.slots[8+bits.TrailingZeros64(hi)>>3], true
 				break
 			}
-			if b.overflow == 0 || left == 1 {
-				// No entry has the tag: nothing is at this level's path.
-				return 0, false
-			}
+		}
+		if !found {
+			// No entry has the tag: nothing is at this level's path.
+			return 0, false
 		}
 		keys[depth], ends[depth] = h, int32(end)
 		depth++
@@ -428,12 +442,9 @@ func (s *state) isKid(slot, parent uint32, name []byte) bool {
 // add).
 func (x *pathIndex) put(h uint64, slot uint32) {
 	t := tagOf(h)
-	m := uint64(len(x.buckets) - 1)
-	for i, left := h&m, len(x.buckets); ; i, left = (i+1)&m, left-1 {
-		if left == 0 {
-			panic("catalog: the path index has no room for an entry") // internal invariant: reserve makes room
-		}
-		b := &x.buckets[i]
+	// A full bucket's overflow counts the entry before probe reads it, so
+	// the probe goes on to the next.
+	for _, b := range x.probe(h) {
 		lo, hi := matchTags(b, 0)
 		j := -1
 		if lo != 0 {
@@ -447,6 +458,7 @@ func (x *pathIndex) put(h uint64, slot uint32) {
 		}
 		b.overflow++
 	}
+	panic("catalog: the path index has no room for an entry") // internal invariant: reserve makes room
 }
 
 // flush puts the pending entries in their buckets. It reads their home
@@ -565,8 +577,7 @@ func (x *pathIndex) remove(h uint64, slot uint32) {
 	t := tagOf(h)
 	m := uint64(len(x.buckets) - 1)
 	home := h & m
-	for i, left := home, len(x.buckets); ; i, left = (i+1)&m, left-1 {
-		b := &x.buckets[i]
+	for i, b := range x.probe(h) {
 		for j := range bucketSlots {
 			if b.tags[j] == t && b.slots[j] == slot {
 				b.tags[j], b.slots[j] = 0, 0
@@ -577,8 +588,6 @@ func (x *pathIndex) remove(h uint64, slot uint32) {
 				return
 			}
 		}
-		if b.overflow == 0 || left == 1 {
-			panic("catalog: removing a child the path index does not hold") // internal invariant
-		}
 	}
+	panic("catalog: removing a child the path index does not hold") // internal invariant
 }

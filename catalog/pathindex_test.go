@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -594,4 +595,48 @@ func TestPathIndexLookupEndsWhenEveryBucketOverflows(t *testing.T) {
 			t.Fatal("a lookup did not end within 10s: its probe goes round the table")
 		}
 	})
+}
+
+// TestPathIndexProbe checks the one probe sequence: from the key's home
+// bucket on, wrapping, through every bucket that entries passed full, to
+// the first that none did, and never past the table's every bucket.
+func TestPathIndexProbe(t *testing.T) {
+	visit := func(x *pathIndex, h uint64) []uint64 {
+		var got []uint64
+		for i, b := range x.probe(h) {
+			if b != &x.buckets[i] {
+				t.Fatalf("probe(%d) yielded bucket %d with another bucket's pointer", h, i)
+			}
+			got = append(got, i)
+		}
+		return got
+	}
+	x := pathIndex{buckets: make([]pathBucket, 4)}
+	for _, c := range []struct {
+		overflow [4]uint32
+		h        uint64
+		want     []uint64
+	}{
+		{[4]uint32{}, 6, []uint64{2}},
+		{[4]uint32{0, 0, 1, 0}, 2, []uint64{2, 3}},
+		{[4]uint32{0, 0, 1, 2}, 7, []uint64{3, 0}},
+		{[4]uint32{1, 0, 1, 2}, 6, []uint64{2, 3, 0, 1}},
+		{[4]uint32{1, 1, 1, 1}, 1, []uint64{1, 2, 3, 0}},
+	} {
+		for i, o := range c.overflow {
+			x.buckets[i].overflow = o
+		}
+		if got := visit(&x, c.h); !slices.Equal(got, c.want) {
+			t.Errorf("overflows %v: probe(%d) = %v, want %v", c.overflow, c.h, got, c.want)
+		}
+	}
+	// A body that breaks ends the sequence at once.
+	n := 0
+	for range x.probe(0) {
+		n++
+		break
+	}
+	if n != 1 {
+		t.Fatalf("a loop that breaks saw %d buckets", n)
+	}
 }

@@ -142,17 +142,6 @@ func (t *Tree) Children(path string) []string {
 	return names
 }
 
-// ChildCount returns the number of children of the node at path.
-func (t *Tree) ChildCount(path string) int {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	slot, ok := t.s.resolve(path)
-	if !ok {
-		return 0
-	}
-	return len(t.s.kidsOf(slot))
-}
-
 // OfKind returns all nodes of a kind, in increasing id order, as of one
 // index.
 func (t *Tree) OfKind(kind string) []Node {
@@ -195,15 +184,6 @@ func (t *Tree) Find(kind, attr string, v Value) []Node {
 			return ok && string(got) == string(want)
 		}
 	})
-}
-
-// HasIndex reports whether the secondary index on (kind, attr) exists.
-func (t *Tree) HasIndex(kind, attr string) bool {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	k, ok1 := t.s.kindIdx[kind]
-	key, ok2 := t.s.keyIdx[attr]
-	return ok1 && ok2 && t.s.indexes[[2]uint32{k, key}] != nil
 }
 
 // collect runs a long read: pick chooses the ids (and an optional filter)

@@ -17,9 +17,12 @@ import (
 // goroutine through Next, while the applier applies one-update batches
 // under that subtree as fast as it can. A watcher cut off for falling
 // behind watches again at once, as a consumer that re-reads would, so the
-// load lasts the whole run. It reports the events delivered per second
-// (all watchers together), the p99 delay from a batch's Apply to a watcher
-// receiving its event, the cut-offs per second, and the applier's rate
+// load lasts the whole run. Over the applier's timed run it reports the
+// events the watchers received per second (all watchers together), the
+// p99 delay from a batch's Apply to a watcher receiving its event, the
+// cut-offs per second, the allocations of the whole process (applier and
+// watchers; with no reader, the applier's own) per batch applied, and the
+// applier's rate
 // against the same batches with no watchers, applied before and after the
 // watched run: in wall time (applier-ratio, which on few cores includes
 // the time the scheduler gives the watchers' goroutines instead) and in
@@ -108,7 +111,13 @@ func benchWatchFanout(b *testing.B, watchers int, unread bool) {
 		tr.Apply(index, batches[i%len(batches)])
 	}
 	var appliedAt stampRing
-	var delivered, dropped atomic.Int64
+	// Each reader counts its events and cut-offs in a slot of its own
+	// (a cache line each, so that counting costs no shared line), read
+	// when the applier's timed run ends: the rates are of what the
+	// readers received while the applier ran, not of what they drain
+	// after it stops. Delays are sampled over the same window (open).
+	var open atomic.Bool
+	open.Store(true)
 	var mu sync.Mutex
 	var delays []time.Duration
 	var wg sync.WaitGroup
@@ -121,12 +130,13 @@ func benchWatchFanout(b *testing.B, watchers int, unread bool) {
 		defer w.Close()
 		readers = 0
 	}
+	counts := make([]readerCount, readers)
 	for i := range readers {
 		w := tr.Watch(opts)
 		sample := i%100 == 0 // a hundred watchers record their delays
+		count := &counts[i]
 		wg.Go(func() {
 			var mine []time.Duration
-			var n, cut int64
 			for {
 				ev, err := w.Next(ctx)
 				if err != nil {
@@ -134,23 +144,25 @@ func benchWatchFanout(b *testing.B, watchers int, unread bool) {
 					if ctx.Err() != nil {
 						break
 					}
-					cut++
+					count.cut.Add(1)
 					w = tr.Watch(opts)
 					continue
 				}
-				n++
-				if sample {
+				count.events.Add(1)
+				if sample && open.Load() {
 					mine = append(mine, appliedAt.since(ev.Index))
 				}
 			}
-			delivered.Add(n)
-			dropped.Add(cut)
 			mu.Lock()
 			delays = append(delays, mine...)
 			mu.Unlock()
 		})
 	}
-	b.ReportAllocs()
+	// The process's allocations during the timed run, every goroutine's:
+	// the applier's and, with readers, theirs (testing's allocs/op would
+	// charge them all to the applier's batches).
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 	b.ResetTimer()
 	start, cpu0 := time.Now(), benchshape.ThreadCPU()
 	vol0, invol0 := benchshape.ThreadSwitches()
@@ -164,10 +176,16 @@ func benchWatchFanout(b *testing.B, watchers int, unread bool) {
 	applyTime := time.Since(start)
 	applyCPU := benchshape.ThreadCPU() - cpu0
 	vol, invol := benchshape.ThreadSwitches()
+	var delivered, cut int64
+	for k := range counts {
+		delivered += counts[k].events.Load()
+		cut += counts[k].cut.Load()
+	}
+	open.Store(false)
 	b.StopTimer()
+	runtime.ReadMemStats(&ms1)
 	cancel()
 	wg.Wait()
-	elapsed := time.Since(start)
 	wall2, cpu2 := applyUnwatched()
 	baseRate := 2 * baseline / (baseWall + wall2).Seconds()
 	baseCPU = (baseCPU + cpu2) / (2 * baseline)
@@ -180,14 +198,23 @@ func benchWatchFanout(b *testing.B, watchers int, unread bool) {
 		// The applier's own cost: its CPU time per batch, against none.
 		b.ReportMetric(float64(baseCPU)/(float64(applyCPU)/float64(i)), "applier-cpu-ratio")
 	}
+	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(i), "process-allocs/batch")
+	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(i), "process-B/batch")
 	if readers > 0 {
-		b.ReportMetric(float64(delivered.Load())/elapsed.Seconds(), "events/s")
-		b.ReportMetric(float64(dropped.Load())/elapsed.Seconds(), "cut-offs/s")
+		b.ReportMetric(float64(delivered)/applyTime.Seconds(), "events/s")
+		b.ReportMetric(float64(cut)/applyTime.Seconds(), "cut-offs/s")
 		if len(delays) > 0 {
 			slices.Sort(delays)
 			b.ReportMetric(float64(delays[len(delays)*99/100])/1e6, "p99-ms")
 		}
 	}
+}
+
+// readerCount is one reader's events and cut-offs, on a cache line of its
+// own.
+type readerCount struct {
+	events, cut atomic.Int64
+	_           [48]byte
 }
 
 // stampRing holds when each of the last batches started applying, each

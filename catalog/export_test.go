@@ -1,0 +1,25 @@
+package catalog
+
+// This file gives the package's tests what they inspect and no user
+// needs: a node's child count and whether an index exists, each read under
+// the tree's read lock as one consistent state.
+
+// ChildCount returns the number of children of the node at path.
+func (t *Tree) ChildCount(path string) int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	slot, ok := t.s.resolve(path)
+	if !ok {
+		return 0
+	}
+	return len(t.s.kidsOf(slot))
+}
+
+// HasIndex reports whether the secondary index on (kind, attr) exists.
+func (t *Tree) HasIndex(kind, attr string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	k, ok1 := t.s.kindIdx[kind]
+	key, ok2 := t.s.keyIdx[attr]
+	return ok1 && ok2 && t.s.indexes[[2]uint32{k, key}] != nil
+}
