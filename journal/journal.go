@@ -133,6 +133,9 @@ type Journal struct {
 	// is lastIndex lowered by the appends and snapshots stepped since,
 	// which may have cut the log's tail (loop goroutine only).
 	lastIndex, logBound uint64
+	// stepped counts the entries this node's proposals added to raft's
+	// log since the last Ready (loop goroutine only; landsAt).
+	stepped uint64
 	// readFloor is the lowest index this node answers a ReadIndex with
 	// while it leads: its last index when it took the lead (0 while it
 	// does not lead; loop goroutine only; readindex.go).

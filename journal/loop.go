@@ -25,6 +25,10 @@ type proposal struct {
 	// quiet: done hears only of a refusal. The proposer waits for the
 	// apply (or a leader change) instead, and wakes once, not twice.
 	quiet bool
+	// bounded: a user entry carrying since (encodeUserSince), which
+	// expires when it lands more than the dedupe window after since.
+	bounded bool
+	since   uint64
 }
 
 // run is the raft loop: the only goroutine that touches j.rn. Each
@@ -125,6 +129,7 @@ func (j *Journal) run() {
 			if now-lastStamp >= int64(staleEvery) {
 				// Dropped (uncommitted limit, transfer): retried next time.
 				if j.rn.Propose(encodeTimestamp(now)) == nil {
+					j.stepped++
 					lastStamp = now
 				}
 				j.maybeRaiseVersion()
@@ -309,6 +314,10 @@ func (j *Journal) propose(p *proposal) {
 		return
 	}
 	if p.cc == nil {
+		if p.bounded && j.state.Load() == uint32(raft.StateLeader) && j.landsAt(p)-p.since > j.dedupeWindow() {
+			j.answer(p, errBeyondWindow)
+			return
+		}
 		j.batch = append(j.batch, p)
 		j.batchBytes += uint64(len(p.data))
 		if j.batchBytes >= j.cfg.MaxSizePerMsg {
@@ -330,6 +339,17 @@ func (j *Journal) propose(p *proposal) {
 		}
 	}
 	j.answer(p, err)
+}
+
+// landsAt is a lower bound of the index a leader's copy of p lands at:
+// after raft's last index as of the last Ready, the proposals stepped
+// since, and those batched ahead of p. While an fsync of a slow disk runs,
+// the tail it has not made durable grows by every proposal made meanwhile,
+// and a copy appended behind more than a dedupe window of it lands past
+// its since's window: it could only expire (dedupe.judge), and proposing
+// it again at once would append another copy behind the next tail.
+func (j *Journal) landsAt(p *proposal) uint64 {
+	return max(j.lastIndex+j.stepped+uint64(len(j.batch))+1, p.since+1)
 }
 
 // answer tells a proposer whether raft took its proposal.
@@ -364,6 +384,9 @@ func (j *Journal) flushProposals() {
 	// On a follower the batch holds forwardable proposals only (propose
 	// refused the rest): raft sends them to the leader it knows.
 	err := j.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(j.id), Entries: ptrs})
+	if err == nil {
+		j.stepped += uint64(len(j.batch))
+	}
 	for i, p := range j.batch {
 		j.answer(p, err)
 		j.batch[i] = nil
@@ -438,6 +461,7 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 	if n := len(rd.Entries); n > 0 {
 		j.lastIndex = rd.Entries[n-1].GetIndex()
 	}
+	j.stepped = 0
 	j.logBound = j.lastIndex
 	j.lastIndexPub.Store(j.lastIndex)
 	// The ReadIndex answers of this Ready were made under the leadership

@@ -82,7 +82,7 @@ func (j *Journal) proposeData(ctx context.Context, data []byte, key [16]byte) (i
 			if s != since || env == nil {
 				since, env = s, encodeUserSince(key, s, data)
 			}
-			return &proposal{data: env}
+			return &proposal{data: env, bounded: true, since: since}
 		},
 		&ForwardRequest{Kind: ForwardData, Key: key, Data: data})
 	if err != nil {
@@ -100,6 +100,13 @@ func (j *Journal) electionTimeout() time.Duration {
 // indexes after its since (dedupe.judge): no copy of it applies any more,
 // so the proposer proposes again with a newer since.
 var errExpired = fmt.Errorf("%w: the proposal reached the log more than Config.DedupeWindow entries after it was made", ErrBusy)
+
+// errBeyondWindow is a leader's refusal of a copy of a user entry that
+// would land more than DedupeWindow indexes after its since, behind an
+// unsynced tail that long (landsAt): it never reaches the log. Once no
+// copy carrying that since can apply, the proposer proposes again with a
+// newer one, after the tail has become durable.
+var errBeyondWindow = fmt.Errorf("%w: the proposal would reach the log more than Config.DedupeWindow entries after it was made, behind the entries the leader's disk has not yet made durable", ErrBusy)
 
 // checkEntrySize refuses data over Config.MaxEntryBytes: no retry could
 // commit it, since followers refuse the frame that would carry it.

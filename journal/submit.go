@@ -47,6 +47,28 @@ func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uin
 			s.inLog = false
 			continue
 		}
+		if errors.Is(err, errBeyondWindow) {
+			// The leader's unsynced tail is longer than the window: it
+			// clears as the leader's fsyncs return, however slow, so
+			// waiting for it spends no attempt (ctx bounds it, as it
+			// bounds the wait for a copy in the log).
+			if !s.inLog || s.dead(j.applied.Load()) {
+				// No copy carrying since can apply (none reached raft, or
+				// every index one could apply at is applied here): the
+				// next copy carries a newer one, which lands within its
+				// window once the tail is durable.
+				s.since = j.sinceNow()
+				s.inLog = false
+			}
+			attempt--
+			if r, done, err := s.awaitRoom(); done {
+				if err != nil {
+					return s.settle(err, false)
+				}
+				return r, nil
+			}
+			continue
+		}
 		if !retryable(err) {
 			return s.settle(err, false)
 		}

@@ -207,22 +207,24 @@ func (r *run) checkImages(ctx context.Context) {
 		if err := r.replayCheck(ctx, f, at, true); err != nil {
 			r.failf("frontend %d: %v", i, err)
 		}
-		// The image the log starts after, when the store keeps it: a
-		// follower's store can lack it (an open finding of the
-		// simulator's, in doc.go), and an older image cannot be replayed
-		// from.
-		if first, err := f.Journal().FirstIndex(); err == nil && first > 1 && r.keeps(f, first-1) {
-			if err := r.replayCheck(ctx, f, first-1, true); err != nil {
-				r.failf("frontend %d: %v", i, err)
-			}
+		// The image the log starts after, which the store must keep: the
+		// log can be replayed from no other.
+		first, err := f.Journal().FirstIndex()
+		if err != nil {
+			r.failf("frontend %d: %v", i, err)
+			continue
+		}
+		if first <= 1 {
+			continue
+		}
+		if kept, err := f.Images().Indexes(); err != nil || !slices.Contains(kept, first-1) {
+			r.failf("frontend %d: its log starts after %d, and its image store lacks that image (images kept: %v, %v)", i, first-1, kept, err)
+			continue
+		}
+		if err := r.replayCheck(ctx, f, first-1, true); err != nil {
+			r.failf("frontend %d: %v", i, err)
 		}
 	}
-}
-
-// keeps reports whether f's image store holds the image at index.
-func (r *run) keeps(f *frontend.Frontend, index uint64) bool {
-	kept, err := f.Images().Indexes()
-	return err == nil && slices.Contains(kept, index)
 }
 
 // checkImagesNow runs the differential check on frontend i while the

@@ -77,7 +77,7 @@
 //     digest checks run on every frontend all along, and on a correct
 //     cluster an alarm is a false one;
 //   - the differential check: on every frontend, its newest image and the
-//     image its log starts after (when its store keeps it), each loaded
+//     image its log starts after (which its store must keep), each loaded
 //     into a fresh catalog, and the log replayed onto it (ReadEntries, with
 //     the applier's duplicate skipping) up to the live catalog's index,
 //     give the live catalog's digest; it runs after every checkpoint
@@ -143,9 +143,10 @@
 //
 //   - a frontend's image store can lack every image at or below the
 //     index its log starts after, and a watch resumed there has no base
-//     (counted, not failed; the differential check skips that base);
-//   - a sole voter on a slow disk with a small dedupe window can keep
-//     expiring writes past the recovery bound.
+//     (a failure of the run: the watch check and the differential check,
+//     which always replays from that base, report it); an image installed
+//     from a peer is renamed into place after the snapshot that moves the
+//     log's start past it is durable, so a resume in between finds none.
 //
 // # Replaying a seed
 //

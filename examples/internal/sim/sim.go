@@ -116,7 +116,6 @@ type run struct {
 	timeout  time.Duration // a request's: the frontends' RequestTimeout
 	value    atomic.Int64  // numbers the nemesis's own writes
 	diskSlow atomic.Bool   // a voter's fsyncs take longer than the election timeout
-	noBase   atomic.Int64  // watch resumes refused for want of an image (an open defect)
 	hist     *history
 	cl       *clients   // the workload, which the nemesis's own reads join
 	mu       sync.Mutex // guards failures

@@ -122,17 +122,14 @@ func (ws *watches) judgeCompacted(k, i int, from uint64, err error) {
 	if f == nil {
 		return
 	}
-	// An open defect: a frontend's image store can lack every image at or
-	// below the index its log starts after (crashes around an image's
-	// install), and a resume then has no base. Counted, not failed, until
-	// it is fixed; the differential check skips that base alike.
-	if idx, ierr := f.Images().Indexes(); ierr == nil && !slices.ContainsFunc(idx, func(x uint64) bool { return x <= from }) {
-		ws.r.noBase.Add(1)
+	fi, ferr := f.Journal().FirstIndex()
+	if ferr != nil || from+1 < fi {
 		return
 	}
-	if fi, ferr := f.Journal().FirstIndex(); ferr == nil && from+1 >= fi {
-		ws.r.failf("watcher %d: resuming after %d on frontend %d failed with %v, while its log holds every entry after its image at %d", k, from, i, err, fi-1)
-	}
+	// The log holds every entry after from, so the image it starts after
+	// (at or below from) must be in the store: the resume has a base.
+	kept, _ := f.Images().Indexes()
+	ws.r.failf("watcher %d: resuming after %d on frontend %d failed with %v, while its log holds every entry after its image at %d (images kept: %v)", k, from, i, err, fi-1, kept)
 }
 
 // registers reads every register's node (nil: absent) at one index of t,
