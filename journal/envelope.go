@@ -308,13 +308,17 @@ func (m *membership) list() []Member {
 
 // dedupe remembers the idempotency keys that reached the log in the last
 // window indexes. A copy of a key within the window of the key's previous
-// copy is a duplicate: it is skipped, and the window slides to it. So the
-// state after index N is a function of the entries in (N-window, N] alone
-// (every copy there, applied or skipped, recorded in order), and a replica
-// that rebuilds it from those entries (a restart, an image, a shadow
-// checkpoint) decides every later entry exactly as the live applier does.
-// (Counting only applied copies would make the state depend on how far back
-// a chain of retries started, beyond any bounded scan.)
+// copy is a duplicate: it is skipped, and the window slides to it. The
+// state after index N holds the copies in (N-window, N] that were recorded
+// (every copy there, applied or skipped, but one that expired), in order.
+// Whether a copy past its since's window is recorded depends on the copy
+// of its key before it (within the window: a duplicate, recorded; else
+// expired, not), which can lie before the window: so the window's entries
+// alone do not give the state, and a replica rebuilds it (a restart, an
+// image, a shadow checkpoint, a watch resumed from the log) from a state
+// recorded earlier, an image's window, and every entry after it
+// (Journal.dedupeAt); it then decides every later entry exactly as the
+// live applier does.
 type dedupe struct {
 	window uint64
 	byKey  map[[16]byte]dedupeRec

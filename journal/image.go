@@ -309,34 +309,46 @@ func (j *Journal) waitDurableCommit(ctx context.Context, index uint64) error {
 	}
 }
 
-// dedupeAt rebuilds the dedupe window ending at index: every copy of a key
-// in the log's entries of the window (see dedupe). The part of the window
-// before the log's start comes from the dedupe window recorded with the
-// image the log starts after: the membership record at FirstIndex()-1 that
-// recordImage writes for an image this node compacted to, that a snapshot
-// from the leader or a seed writes for theirs. Without it the decisions
-// after the log's start are unknown, and dedupeAt fails with ErrCompacted
-// rather than rebuild a window that would decide otherwise.
+// dedupeAt rebuilds the dedupe window ending at index, as the applier
+// held it there: it starts from a window recorded with an image, that of
+// the newest image this journal knows at or below index (the membership
+// record recordImage writes, that Open writes for the image it loaded,
+// that a snapshot from the leader or a seed writes for theirs) or else
+// that of the image the log starts after (FirstIndex()-1), or from an
+// empty one when the log starts at 1, and replays every entry of the log
+// after it up to index through judge, as the applier did. Whether a copy
+// is recorded depends on the key's copy before it (a copy past its since's
+// window is recorded as a duplicate when an earlier copy lies within the
+// window, and not at all otherwise), which can lie before the window: a
+// replay of the window's entries alone would decide otherwise than the
+// applier did. Without a recorded window the decisions after the log's
+// start are unknown, and dedupeAt fails with ErrCompacted rather than
+// rebuild a window that would decide otherwise.
 func (j *Journal) dedupeAt(index uint64) (*dedupe, error) {
-	window := j.dedupeWindow()
-	d := newDedupe(window)
+	d := newDedupe(j.dedupeWindow())
 	first, err := j.store.FirstIndex()
 	if err != nil {
 		return nil, err
 	}
-	lo := index - min(index, window) + 1 // the window's first index
-	if first > lo && first > 1 {
-		if index < first-1 {
-			return nil, fmt.Errorf("%w: the dedupe window ending at %d lies before the log's start %d", ErrCompacted, index, first)
+	if first > 1 && index < first-1 {
+		return nil, fmt.Errorf("%w: the dedupe window ending at %d lies before the log's start %d", ErrCompacted, index, first)
+	}
+	from := first - 1 // the index of the recorded window the replay starts after
+	if img := j.images.atOrBelow(index); img > from {
+		if keys, err := j.windowAt(img); err == nil {
+			d.reset(keys)
+			from = img
 		}
-		keys, err := j.windowAt(first - 1)
+	}
+	if from == first-1 && from > 0 {
+		keys, err := j.windowAt(from)
 		if err != nil {
 			return nil, err
 		}
 		d.reset(keys)
 	}
-	if from := max(first, lo); from <= index {
-		if err := j.scanEntries(from-1, index, func(i uint64, env envelope) error {
+	if from < index {
+		if err := j.scanEntries(from, index, func(i uint64, env envelope) error {
 			if env.kind != kindUser {
 				return nil
 			}

@@ -67,7 +67,10 @@
 //     error does not wrap journal.ErrOutcomeUnknown did not and will not
 //     apply (journal.Propose's contract): it stays out of the history, so
 //     a read of its value fails the check; a write of unknown outcome may
-//     take effect at any time after its call;
+//     take effect at any time after its call; each call of a keyed retry
+//     is an operation of its own (the journal applies a key's copies once
+//     only while each lands within the dedupe window of the one before),
+//     and one that returns a copy applied before it began adds none;
 //   - every acknowledged unique create is present on every frontend;
 //   - a local read never sees an older index than the one before it on the
 //     same catalog;

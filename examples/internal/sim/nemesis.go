@@ -10,7 +10,6 @@ import (
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/examples/frontend/frontendtest"
-	"github.com/metatree/metatree/internal/linearize"
 )
 
 // nemesis injects faults, one at a time, for d of simulated time, and
@@ -260,9 +259,11 @@ func (r *run) crashAfterWrite(ctx context.Context, rng *rand.Rand) {
 // retryAcrossImage is a client that lost the acknowledgement of a keyed
 // put and retries it through another frontend after the frontends
 // checkpointed: the retry lands after an image its first copy is in,
-// within the dedupe window, and the live appliers skip it. Then writes
-// and checkpoints compact the logs up to that image, and the
-// differential check replays from it on every frontend.
+// within the dedupe window unless the checkpoints took long while the
+// clients wrote (each call is recorded apart, keyedPut), and the live
+// appliers skip it. Then writes and checkpoints compact the logs up to
+// that image, and the differential check replays from it on every
+// frontend.
 func (r *run) retryAcrossImage(ctx context.Context, rng *rand.Rand) {
 	up := r.running()
 	if len(up) < 2 {
@@ -279,31 +280,12 @@ func (r *run) retryAcrossImage(ctx context.Context, rng *rand.Rand) {
 	for i := range key {
 		key[i] = byte(rng.Uint32())
 	}
-	in := linearize.KV{Put: true, Key: keyPath(k), Value: value}
-	call := r.hist.call()
-	applied, unknown := false, false
-	tally := func(err error) {
-		switch {
-		case err == nil:
-			applied = true
-		case !definite(err):
-			unknown = true
-		}
-	}
 	if f := r.c.Frontend(a); f != nil {
-		tally(r.proposeKeyed(ctx, f, key, putBatch(k, value)))
+		_ = r.keyedPut(ctx, 94, f, key, k, value)
 	}
 	r.checkpointAll(ctx)
 	if f := r.c.Frontend(b); f != nil {
-		tally(r.proposeKeyed(ctx, f, key, putBatch(k, value)))
-	}
-	switch {
-	case applied:
-		r.hist.done(94, call, in, nil, true)
-	case unknown:
-		r.hist.done(94, call, in, nil, false)
-	default:
-		r.hist.failed(in)
+		_ = r.keyedPut(ctx, 96, f, key, k, value)
 	}
 	if l := r.leader(); l != 0 {
 		r.fill(ctx, r.c.Frontend(l), fmt.Sprintf("retry-%d", r.value.Load()), 12+rng.IntN(30))

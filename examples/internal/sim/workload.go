@@ -113,39 +113,62 @@ func definite(err error) bool {
 // putRetried puts a register as a client that loses acknowledgements
 // does: the same batch under one idempotency key, proposed through a
 // random frontend and, while its outcome is unknown, again through
-// another, up to three times. The journal applies it once.
+// another, up to three times. Each call is recorded apart (keyedPut).
 func (cl *clients) putRetried(ctx context.Context, rng *rand.Rand, id, k int, value string) {
 	var key [16]byte
 	for i := range key {
 		key[i] = byte(rng.Uint32())
 	}
-	in := linearize.KV{Put: true, Key: keyPath(k), Value: value}
-	call := cl.r.hist.call()
-	unknown := false
-	for attempt := range 3 {
+	for range 3 {
 		up := cl.r.running()
 		if len(up) == 0 || ctx.Err() != nil {
-			break
+			return
 		}
 		f := cl.r.c.Frontend(up[rng.IntN(len(up))])
 		if f == nil {
 			continue
 		}
-		err := cl.r.proposeKeyed(ctx, f, key, putBatch(k, value))
-		switch {
-		case err == nil:
-			cl.r.hist.done(id, call, in, nil, true)
+		if err := cl.r.keyedPut(ctx, id, f, key, k, value); err == nil || definite(err) {
 			return
-		case !definite(err):
-			unknown = true
-			cl.r.hist.event("keyed put %s=%s attempt %d through %d unknown", keyPath(k), value, attempt, f.ID())
 		}
 	}
-	if unknown {
-		cl.r.hist.done(id, call, in, nil, false)
-		return
+}
+
+// keyedPut is one call of a client that puts register k under an
+// idempotency key its other calls use too, recorded apart from them: the
+// journal applies the copies of a key once only while each lands within
+// the dedupe window of the copy before it (journal.ProposeWithKey), and a
+// retry that lands past it (behind a slow disk, a checkpoint, other
+// clients' writes) applies again. A call that returns a copy applied
+// before it began (a duplicate of an earlier call's copy, which that
+// call's record covers) adds no operation; one that returns a copy
+// applied since is a put within the call; one of unknown outcome may take
+// effect at any time after it began.
+func (r *run) keyedPut(ctx context.Context, client int, f *frontend.Frontend, key [16]byte, k int, value string) error {
+	in := linearize.KV{Put: true, Key: keyPath(k), Value: value}
+	// Every copy applied before the call is at or below some frontend's
+	// applied index: its proposer applied it before it returned, and a
+	// read that saw it ran on a frontend that had.
+	var before uint64
+	for _, i := range r.running() {
+		if g := r.c.Frontend(i); g != nil {
+			before = max(before, g.Journal().Status().Applied)
+		}
 	}
-	cl.r.hist.failed(in)
+	call := r.hist.call()
+	index, err := r.proposeKeyed(ctx, f, key, putBatch(k, value))
+	switch {
+	case err == nil && index <= before:
+		r.hist.event("keyed put %s=%s through %d: the copy at %d", keyPath(k), value, f.ID(), index)
+	case err == nil:
+		r.hist.done(client, call, in, nil, true)
+	case definite(err):
+		r.hist.failed(in)
+	default:
+		r.hist.event("keyed put %s=%s through %d unknown", keyPath(k), value, f.ID())
+		r.hist.done(client, call, in, nil, false)
+	}
+	return err
 }
 
 func putBatch(k int, value string) catalog.Batch {
@@ -155,16 +178,17 @@ func putBatch(k int, value string) catalog.Batch {
 }
 
 // proposeKeyed proposes b through f's journal under the idempotency key,
-// encoded at the cluster's version, within the frontends' request timeout.
-func (r *run) proposeKeyed(ctx context.Context, f *frontend.Frontend, key [16]byte, b catalog.Batch) error {
+// encoded at the cluster's version, within the frontends' request timeout,
+// and returns the index of the copy that applied.
+func (r *run) proposeKeyed(ctx context.Context, f *frontend.Frontend, key [16]byte, b catalog.Batch) (uint64, error) {
 	data, err := b.EncodeVersion(frontend.BatchVersion(f.Journal().ClusterVersion()))
 	if err != nil {
-		return fmt.Errorf("encode: %w", err)
+		return 0, fmt.Errorf("encode: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	_, _, err = f.Journal().ProposeWithKey(ctx, key, data)
-	return err
+	index, _, err := f.Journal().ProposeWithKey(ctx, key, data)
+	return index, err
 }
 
 // cas sets the register over the value the frontend's tree shows now
