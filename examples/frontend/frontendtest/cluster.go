@@ -35,6 +35,11 @@ type Options struct {
 	// data dir "/frontend-i", instead of a dir under t.TempDir: Crash
 	// needs it.
 	InMemory bool
+	// DiskFree, with InMemory, is the free space each frontend's
+	// filesystem reports from the start (journaltest.CrashFS.SetFree), so
+	// that the journal's free-space guard runs and a test can fill the
+	// disk (Cluster.FS); 0 reports none, and the guard is off.
+	DiskFree int64
 }
 
 // Cluster is a cluster of frontends (voters, then observers), the production assembly
@@ -212,4 +217,5 @@ func (c *Cluster) close() {
 	for _, f := range fes {
 		_ = f.Close()
 	}
+	c.net.Close()
 }
