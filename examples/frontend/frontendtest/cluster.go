@@ -40,6 +40,10 @@ type Options struct {
 	// that the journal's free-space guard runs and a test can fill the
 	// disk (Cluster.FS); 0 reports none, and the guard is off.
 	DiskFree int64
+	// Clock, when set, returns the clock a member runs on as it starts
+	// (frontend.Config.Clock for frontend i, the heartbeat responder's for
+	// worker i); nil, or a nil result, is the real clock.
+	Clock func(i uint64) journal.Clock
 }
 
 // Cluster is a cluster of frontends (voters, then observers), the production assembly
@@ -113,6 +117,7 @@ func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string)
 		cfg.FS, cfg.Dir = fs, memDir(i)
 	}
 	cfg.Bootstrap, cfg.Join = bootstrap, join
+	cfg.Clock = c.clock(uint64(i))
 	if i > c.opts.Frontends {
 		cfg.Role = journal.Observer
 	}
@@ -131,6 +136,14 @@ func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string)
 	c.fes[i] = f
 	c.mu.Unlock()
 	return f, nil
+}
+
+// clock returns the clock member i starts on (Options.Clock), or nil.
+func (c *Cluster) clock(i uint64) journal.Clock {
+	if c.opts.Clock == nil {
+		return nil
+	}
+	return c.opts.Clock(i)
 }
 
 // Frontend is frontend i, or nil while it is stopped.

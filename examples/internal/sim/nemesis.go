@@ -78,7 +78,7 @@ func (r *run) leader() int {
 
 func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 	net := r.c.Network()
-	switch p := rng.IntN(120); {
+	switch p := rng.IntN(150); {
 	case p < 12: // isolate one frontend, often the leader
 		i := r.pick(rng)
 		if l := r.leader(); l != 0 && rng.IntN(2) == 0 {
@@ -187,8 +187,14 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 		r.slowDisk(rng)
 	case p < 114: // the leader's power cut right after a write, a lagging reader at once
 		r.crashAfterWrite(ctx, rng)
-	default: // a client's retry with the same key lands across an image
+	case p < 120: // a client's retry with the same key lands across an image
 		r.retryAcrossImage(ctx, rng)
+	case p < 130: // links that deliver requests twice, the copies late
+		r.duplicateLinks(rng)
+	case p < 138: // a member's wall clock set off from the others
+		r.skewClock(ctx, rng)
+	default: // a full disk, then space again
+		r.fullDisk(ctx, rng)
 	}
 }
 
