@@ -93,6 +93,7 @@ func (n *Network) sendCopy(from, to string, data []byte, lag time.Duration) {
 	}
 	n.pairs[p] = struct{}{}
 	n.mu.Unlock()
+	n.delivered.Add(1)
 	var ends sync.WaitGroup
 	ends.Go(func() { _, _ = io.Copy(io.Discard, client) })
 	ends.Go(func() { _, _ = client.Write(data) })
@@ -109,6 +110,9 @@ func (n *Network) sendCopy(from, to string, data []byte, lag time.Duration) {
 	p.close()
 	ends.Wait()
 }
+
+// Copies returns the number of copies a listener accepted so far.
+func (n *Network) Copies() uint64 { return n.delivered.Load() }
 
 // Close drops the copies not yet sent and closes those open, and waits
 // for their goroutines. Close the servers and clients on the network

@@ -1,6 +1,9 @@
 package frontendtest
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/catalog"
 )
 
 func TestDuplicateDeliversARequestAgainLaterOnAConnectionOfItsOwn(t *testing.T) {
@@ -58,6 +63,7 @@ func TestDuplicateDeliversARequestAgainLaterOnAConnectionOfItsOwn(t *testing.T) 
 		defer mu.Unlock()
 		require.Equal(t, []string{"first", "second", "first"}, bodies, "the first request arrives again, after the second")
 		require.Equal(t, "b:1", remotes[2], "the copy comes from the original's address")
+		require.Equal(t, uint64(1), n.Copies())
 	})
 }
 
@@ -90,5 +96,60 @@ func TestACopyToACutLinkIsDropped(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		require.Equal(t, 1, count, "the copy met the cut and was dropped")
+	})
+}
+
+// A cluster whose every link copies requests (raft streams and the
+// proposals in them, heartbeats to a worker), the copies late and out of
+// order, applies each write once: a register written 1, 2, ... through
+// every frontend in turn, each write retried with its key until it is
+// acknowledged, ends on the last value on every frontend, and the
+// replicas agree.
+func TestAClusterWhoseLinksCopyRequestsLateAppliesEachWriteOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := NewCluster(t, Options{Frontends: 3, Workers: 1, InMemory: true})
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		defer cancel()
+		_, err := c.Leader(ctx)
+		require.NoError(t, err)
+		addrs := []string{Addr(1), Addr(2), Addr(3), WorkerAddr(4)}
+		for _, a := range addrs[:3] {
+			for _, b := range addrs {
+				if a != b {
+					c.Network().SetFaults(a, b, Faults{Duplicate: 0.3, Lag: 700 * time.Millisecond, Reset: 0.05})
+				}
+			}
+		}
+		require.NoError(t, c.retry(ctx, "create the register", func() error {
+			_, err := c.anyFrontend().Write(ctx, catalog.Batch{Ops: []catalog.Op{
+				{Type: catalog.OpCreate, Path: "/r", Kind: "register", Cond: catalog.Cond{Absent: true}},
+			}})
+			if errors.Is(err, catalog.ErrExists) {
+				return nil
+			}
+			return err
+		}))
+		const writes = 40
+		for k := 1; k <= writes; k++ {
+			b := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpUpdate, Path: "/r", Set: map[string]catalog.Value{"v": catalog.Int(int64(k))}}}}
+			key := [16]byte{byte(k), 0x5e}
+			f := c.Frontend(1 + k%3)
+			data, err := b.Encode()
+			require.NoError(t, err)
+			require.NoError(t, c.retry(ctx, fmt.Sprintf("write %d", k), func() error {
+				_, _, err := f.Journal().ProposeWithKey(ctx, key, data)
+				return err
+			}))
+		}
+		c.Network().ClearFaults()
+		require.NotZero(t, c.Network().Copies())
+		time.Sleep(5 * time.Second) // the copies still on their way land
+		for i := 1; i <= 3; i++ {
+			f := c.Frontend(i)
+			require.NoError(t, f.Journal().ReadBarrier(ctx))
+			n, ok := f.Tree().Get("/r")
+			require.True(t, ok)
+			require.Equal(t, catalog.Int(writes), n.Attrs["v"], "frontend %d: a copy of an older write applied again", i)
+		}
 	})
 }

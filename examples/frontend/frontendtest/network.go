@@ -38,6 +38,7 @@ type Network struct {
 	// copies runs the copies of connections (Faults.Duplicate) until done
 	// closes (Close).
 	copies    sync.WaitGroup
+	delivered atomic.Uint64 // copies accepted
 	done      chan struct{}
 	closeOnce sync.Once
 }
