@@ -118,7 +118,9 @@ func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string)
 	}
 	cfg.Bootstrap, cfg.Join = bootstrap, join
 	cfg.Clock = c.clock(uint64(i))
-	if i > c.opts.Frontends {
+	// An observer joins as one; a restart takes the role its data dir
+	// holds (a promotion may have made it a voter since).
+	if i > c.opts.Frontends && join != "" {
 		cfg.Role = journal.Observer
 	}
 	ln, err := c.net.Listen(cfg.Addr)

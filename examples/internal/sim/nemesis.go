@@ -193,8 +193,10 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 		r.duplicateLinks(rng)
 	case p < 138: // a member's wall clock set off from the others
 		r.skewClock(ctx, rng)
-	default: // a full disk, then space again
+	case p < 146: // a full disk, then space again
 		r.fullDisk(ctx, rng)
+	default: // an operator promotes an observer
+		r.promote(ctx, rng)
 	}
 }
 
@@ -207,7 +209,7 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 // sole voter never does, and a goroutine waiting on a lock (raft's reads)
 // stops a synctest bubble's clock for good.
 func (r *run) slowDisk(rng *rand.Rand) {
-	if r.voters != 1 {
+	if r.voters != 1 || r.promoted.Load() {
 		return
 	}
 	fs := r.c.FS(1)

@@ -123,6 +123,7 @@ type run struct {
 	value    atomic.Int64  // numbers the nemesis's own writes
 	diskSlow atomic.Bool   // a voter's fsyncs take longer than the election timeout
 	diskLow  atomic.Bool   // a frontend's disk is under the journal's reserve (fullDisk)
+	promoted atomic.Bool   // an observer's promotion was tried (promote): no slow disk
 	noBase   atomic.Int64  // watch resumes refused for want of an image (an open defect)
 	hist     *history
 	clocks   *clocks    // the members' wall clocks
