@@ -110,6 +110,9 @@ func TestAPromotedObserverRestarts(t *testing.T) {
 		_, err := c.Leader(ctx)
 		require.NoError(t, err)
 		require.NoError(t, c.retry(ctx, "promote 2", func() error { return c.Frontend(1).Journal().Promote(ctx, 2) }))
+		require.NoError(t, c.await(ctx, "frontend 2 applies its promotion", func() bool {
+			return c.Frontend(2).Journal().Status().Role == journal.Follower
+		}))
 		f, err := c.RestartFrontend(ctx, 2)
 		require.NoError(t, err)
 		require.Equal(t, journal.Follower, f.Journal().Status().Role, "frontend 2 votes after its restart")
