@@ -40,7 +40,13 @@
 // (its no-space alarm makes the cluster refuse writes with
 // journal.ErrNoSpace), one time in three ENOSPC on every write that needs
 // space (the journal halts, and the frontend is restarted once space is
-// back), for up to 8.5 s, after which the alarm must clear.
+// back), for up to 8.5 s, after which the alarm must clear; and, in a
+// run of a sole voter and observers, an operator's promotion of an
+// observer to a voter (through any frontend), after which the observer
+// restarts as a voter. The other operations an operator runs (adding and
+// removing members, forcing a new cluster after a quorum loss, backup
+// and restore) are not injected yet: the checks expect the frontends a
+// run starts with, each until the end.
 //
 // # Wall clocks
 //
