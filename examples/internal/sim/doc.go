@@ -201,7 +201,14 @@
 //     expiring writes past the recovery bound ("journal: busy: the
 //     proposal reached the log more than Config.DedupeWindow entries
 //     after it was made"; go run ./examples/sim -seed 126 meets it in
-//     most runs, its slow disk with links that copy requests).
+//     most runs, its slow disk with links that copy requests);
+//   - once in a few hundred seeds with every fault combined, a register's
+//     history is not linearizable: a put whose acknowledgement the client
+//     waited long for (its copies retried), a compare-and-set over it
+//     acknowledged, and then a linearizable read of the put's value, as
+//     if the put applied again or the read was stale (go run
+//     ./examples/sim -seed 1796533543442523517; not met again in 14
+//     replays).
 //
 // # Replaying a seed
 //
