@@ -16,7 +16,9 @@
 // followers and observers alike: puts and compare-and-sets of a few
 // registers (batches with a precondition), puts retried as a client that
 // lost the acknowledgement does (the same idempotency key through
-// another frontend), unique creates under a precondition retried through
+// another frontend; a retry that lands more than the dedupe window after
+// the copy before it may apply again, as journal.ProposeWithKey says,
+// and the history allows it), unique creates under a precondition retried through
 // other frontends, linearizable reads (a read barrier on any frontend,
 // then its tree) and local reads. Meanwhile a nemesis injects one fault
 // at a time: a frontend isolated (often the leader), a minority split
@@ -201,14 +203,7 @@
 //     expiring writes past the recovery bound ("journal: busy: the
 //     proposal reached the log more than Config.DedupeWindow entries
 //     after it was made"; go run ./examples/sim -seed 126 meets it in
-//     most runs, its slow disk with links that copy requests);
-//   - once in a few hundred seeds with every fault combined, a register's
-//     history is not linearizable: a put whose acknowledgement the client
-//     waited long for (its copies retried), a compare-and-set over it
-//     acknowledged, and then a linearizable read of the put's value, as
-//     if the put applied again or the read was stale (go run
-//     ./examples/sim -seed 1796533543442523517; not met again in 14
-//     replays).
+//     most runs, its slow disk with links that copy requests).
 //
 // # Replaying a seed
 //

@@ -113,14 +113,24 @@ func definite(err error) bool {
 // putRetried puts a register as a client that loses acknowledgements
 // does: the same batch under one idempotency key, proposed through a
 // random frontend and, while its outcome is unknown, again through
-// another, up to three times. The journal applies it once.
+// another, up to three times.
+//
+// The journal applies the copies of one key once only while each lands
+// within DedupeWindow entries of the copy before it
+// (journal.ProposeWithKey); a retry made after a long wait can land
+// further on and apply again (the run's window is 32 or 64 entries, a
+// few seconds of its writes). So the history holds the put from the first
+// attempt on (acknowledged when an attempt is, the applied copy being
+// any attempt's), and, for every later attempt that may have proposed, a
+// put of the same value that may take effect at any time after that
+// attempt began.
 func (cl *clients) putRetried(ctx context.Context, rng *rand.Rand, id, k int, value string) {
 	var key [16]byte
 	for i := range key {
 		key[i] = byte(rng.Uint32())
 	}
 	in := linearize.KV{Put: true, Key: keyPath(k), Value: value}
-	call := cl.r.hist.call()
+	first := cl.r.hist.call()
 	unknown := false
 	for attempt := range 3 {
 		up := cl.r.running()
@@ -131,10 +141,17 @@ func (cl *clients) putRetried(ctx context.Context, rng *rand.Rand, id, k int, va
 		if f == nil {
 			continue
 		}
+		call := first
+		if attempt > 0 {
+			call = cl.r.hist.call()
+		}
 		err := cl.r.proposeKeyed(ctx, f, key, putBatch(k, value))
+		if attempt > 0 && (err == nil || !definite(err)) {
+			cl.r.hist.done(id, call, in, nil, false) // this attempt's copy may apply again
+		}
 		switch {
 		case err == nil:
-			cl.r.hist.done(id, call, in, nil, true)
+			cl.r.hist.done(id, first, in, nil, true)
 			return
 		case !definite(err):
 			unknown = true
@@ -142,7 +159,7 @@ func (cl *clients) putRetried(ctx context.Context, rng *rand.Rand, id, k int, va
 		}
 	}
 	if unknown {
-		cl.r.hist.done(id, call, in, nil, false)
+		cl.r.hist.done(id, first, in, nil, false)
 		return
 	}
 	cl.r.hist.failed(in)
