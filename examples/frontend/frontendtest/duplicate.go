@@ -46,6 +46,11 @@ func (p *pair) copying(from string) bool { return p.copied && p.from == from }
 // on a connection of its own (the copy's goroutine, which Close waits
 // for); n.mu is held.
 func (n *Network) duplicate(p *pair, lag time.Duration) {
+	select {
+	case <-n.done: // closed: no copy starts after Close began to wait
+		return
+	default:
+	}
 	p.recMu.Lock()
 	data := append([]byte(nil), p.rec...)
 	p.recMu.Unlock()
@@ -118,6 +123,8 @@ func (n *Network) Copies() uint64 { return n.delivered.Load() }
 // for their goroutines. Close the servers and clients on the network
 // first; the network is not used after Close.
 func (n *Network) Close() {
+	n.mu.Lock() // duplicate starts copies under n.mu, seeing done open
 	n.closeOnce.Do(func() { close(n.done) })
+	n.mu.Unlock()
 	n.copies.Wait()
 }
