@@ -44,7 +44,7 @@ func (p *pair) copying(from string) bool { return p.copied && p.from == from }
 
 // duplicate sends what p's dialing end wrote so far again, lag from now,
 // on a connection of its own (the copy's goroutine, which Close waits
-// for); n.mu is held.
+// for), unless a copy of p is on its way or open; n.mu is held.
 func (n *Network) duplicate(p *pair, lag time.Duration) {
 	select {
 	case <-n.done: // closed: no copy starts after Close began to wait
@@ -54,10 +54,13 @@ func (n *Network) duplicate(p *pair, lag time.Duration) {
 	p.recMu.Lock()
 	data := append([]byte(nil), p.rec...)
 	p.recMu.Unlock()
-	if len(data) == 0 {
-		return
+	if len(data) == 0 || !p.inCopy.CompareAndSwap(false, true) {
+		return // one copy of a connection at a time: a busy stream copies no faster
 	}
-	n.copies.Go(func() { n.sendCopy(p.from, p.to, data, lag) })
+	n.copies.Go(func() {
+		defer p.inCopy.Store(false)
+		n.sendCopy(p.from, p.to, data, lag)
+	})
 }
 
 // sendCopy waits lag, dials to from from as Dial does (a cut link or a

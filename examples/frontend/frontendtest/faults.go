@@ -28,8 +28,8 @@ type Faults struct {
 	// everything that end wrote on it so far again, on a fresh connection
 	// to the same listener, Lag later (see duplicate.go): each request and
 	// message in it arrives twice, and the copy after messages sent
-	// later, out of order. A connection dialed while the link's Duplicate
-	// is 0 is never copied.
+	// later, out of order. A connection has one copy at a time; one
+	// dialed while the link's Duplicate is 0 is never copied.
 	Duplicate float64
 	// Lag is how much later than its original a copy leaves: uniform in
 	// [0, Lag), then the link's Delay and Jitter.

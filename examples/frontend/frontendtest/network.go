@@ -201,6 +201,7 @@ type pair struct {
 	copied bool
 	recMu  sync.Mutex
 	rec    []byte
+	inCopy atomic.Bool // a copy of p is on its way or open
 }
 
 func (p *pair) close() {
