@@ -203,7 +203,10 @@
 //     expiring writes past the recovery bound ("journal: busy: the
 //     proposal reached the log more than Config.DedupeWindow entries
 //     after it was made"; go run ./examples/sim -seed 126 meets it in
-//     most runs, its slow disk with links that copy requests).
+//     most runs, its slow disk with links that copy requests), or
+//     accepts none within it after a power cut on the slow disk (go run
+//     ./examples/sim -seed 1796535416818898116, once in a long run, not
+//     met again in four replays).
 //
 // # Replaying a seed
 //
