@@ -70,10 +70,14 @@ type Responder struct {
 	clock Clock
 	log   *slog.Logger
 	term  atomic.Uint64 // highest term seen
-	// beat is when the last heartbeat was accepted (unix nanoseconds on
-	// the Clock, 0: never): a term whose sender is silent for StaleAfter
-	// no longer fences lower ones off.
-	beat atomic.Int64
+	// beat is when the last heartbeat was accepted, as one plus the
+	// nanoseconds since origin (0: never): a term whose sender is silent
+	// for StaleAfter no longer fences lower ones off. It is measured from
+	// origin, a reading of the Clock at NewResponder, and not kept as a
+	// wall time (UnixNano), so that a difference of two readings uses the
+	// monotonic clock and a step of the wall clock is no silence.
+	beat   atomic.Int64
+	origin time.Time
 	// refused counts heartbeats refused for their credential.
 	refused atomic.Uint64
 	// epoch is this process's current epoch: ResponderConfig.Epoch until
@@ -118,6 +122,7 @@ func NewResponder(cfg ResponderConfig) (*Responder, error) {
 	if r.clock == nil {
 		r.clock = clock.Real{}
 	}
+	r.origin = r.clock.Now()
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -269,7 +274,7 @@ func (r *Responder) handle(hb *Request) (int, any) {
 		}
 	}
 	r.mu.lastBeat = now
-	r.beat.Store(now.UnixNano())
+	r.beat.Store(int64(now.Sub(r.origin)) + 1)
 	r.mu.leader = hb.Leader
 	// A list older than the one held is ignored (a new leader may lag the
 	// old one), but only while lists at the held version keep coming: a
@@ -297,7 +302,7 @@ func (r *Responder) handle(hb *Request) (int, any) {
 // now (or none ever was).
 func (r *Responder) lapsed(now time.Time) bool {
 	last := r.beat.Load()
-	return last == 0 || now.Sub(time.Unix(0, last)) > r.cfg.StaleAfter
+	return last == 0 || now.Sub(r.origin)-time.Duration(last-1) > r.cfg.StaleAfter
 }
 
 // diffLocked applies a frontend list and returns the events it implies.

@@ -110,6 +110,11 @@ type Config struct {
 	// synced when a test cuts its power (journaltest.CrashFS). Default:
 	// the OS (vfs.Default).
 	FS vfs.FS
+	// Clock, when set, is the time source of every part (the journal's
+	// ticks and staleness guard, the heartbeats, the checkpointer), for
+	// tests and simulators that skew a member's wall clock; default the
+	// real clock.
+	Clock journal.Clock
 
 	// Logger receives every part's log; nil discards it.
 	Logger *slog.Logger
@@ -253,6 +258,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		DedupeWindow: min(cfg.CompactMargin, 10_000),
 		// The node advertises the formats its catalog reads.
 		MaxVersion: maxVersion(f.tree.MaxFormat()),
+		Clock:      cfg.Clock,
 		Logger:     cfg.Logger,
 	})
 	if err != nil {
@@ -273,6 +279,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		// so that its log is compacted too.
 		Enabled: func() bool { return !f.journal.Status().IsLeader() },
 		Peers:   f.peerAddrs,
+		Clock:   cfg.Clock,
 		Logger:  cfg.Logger,
 	})
 	if err != nil {
@@ -297,6 +304,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		// heartbeat interval they commit all the same.
 		ProposeTimeout: cfg.RequestTimeout,
 		OnEvent:        func(ev heartbeat.Event) { f.registry.Apply(ev) },
+		Clock:          cfg.Clock,
 		Logger:         cfg.Logger,
 	})
 	if err != nil {

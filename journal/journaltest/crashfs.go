@@ -27,6 +27,10 @@ type CrashFS struct {
 	// syncDelay and syncSuffix make a slow disk (SetSyncDelay).
 	syncDelay  time.Duration
 	syncSuffix string
+	// free, reportFree and full make a disk that fills (diskspace.go).
+	free       int64
+	reportFree bool
+	full       bool
 }
 
 // NewCrashFS returns an empty, unarmed CrashFS.
@@ -149,6 +153,9 @@ func (fs *CrashFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
 
 // Create implements vfs.FS.
 func (fs *CrashFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if err := fs.noSpace("create", name); err != nil {
+		return nil, err
+	}
 	fs.step()
 	f, err := fs.MemFS.Create(name, c)
 	return fs.wrap(name, f, err)
@@ -200,6 +207,11 @@ func (fs *CrashFS) Rename(old, name string) error {
 
 // MkdirAll implements vfs.FS.
 func (fs *CrashFS) MkdirAll(dir string, perm os.FileMode) error {
+	if _, err := fs.MemFS.Stat(dir); err != nil {
+		if err := fs.noSpace("mkdir", dir); err != nil {
+			return err
+		}
+	}
 	fs.step()
 	return fs.MemFS.MkdirAll(dir, perm)
 }

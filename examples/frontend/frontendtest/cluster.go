@@ -35,6 +35,15 @@ type Options struct {
 	// data dir "/frontend-i", instead of a dir under t.TempDir: Crash
 	// needs it.
 	InMemory bool
+	// DiskFree, with InMemory, is the free space each frontend's
+	// filesystem reports from the start (journaltest.CrashFS.SetFree), so
+	// that the journal's free-space guard runs and a test can fill the
+	// disk (Cluster.FS); 0 reports none, and the guard is off.
+	DiskFree int64
+	// Clock, when set, returns the clock a member runs on as it starts
+	// (frontend.Config.Clock for frontend i, the heartbeat responder's for
+	// worker i); nil, or a nil result, is the real clock.
+	Clock func(i uint64) journal.Clock
 }
 
 // Cluster is a cluster of frontends (voters, then observers), the production assembly
@@ -108,7 +117,10 @@ func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string)
 		cfg.FS, cfg.Dir = fs, memDir(i)
 	}
 	cfg.Bootstrap, cfg.Join = bootstrap, join
-	if i > c.opts.Frontends {
+	cfg.Clock = c.clock(uint64(i))
+	// An observer joins as one; a restart takes the role its data dir
+	// holds (a promotion may have made it a voter since).
+	if i > c.opts.Frontends && join != "" {
 		cfg.Role = journal.Observer
 	}
 	ln, err := c.net.Listen(cfg.Addr)
@@ -126,6 +138,14 @@ func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string)
 	c.fes[i] = f
 	c.mu.Unlock()
 	return f, nil
+}
+
+// clock returns the clock member i starts on (Options.Clock), or nil.
+func (c *Cluster) clock(i uint64) journal.Clock {
+	if c.opts.Clock == nil {
+		return nil
+	}
+	return c.opts.Clock(i)
 }
 
 // Frontend is frontend i, or nil while it is stopped.
@@ -212,4 +232,5 @@ func (c *Cluster) close() {
 	for _, f := range fes {
 		_ = f.Close()
 	}
+	c.net.Close()
 }

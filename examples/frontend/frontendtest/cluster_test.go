@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/journal"
 	"github.com/stretchr/testify/require"
 )
 
@@ -96,5 +97,24 @@ func TestRestartedFrontendCatchesUpFromItsDataDir(t *testing.T) {
 		require.NoError(t, f.Journal().WaitApplied(ctx, res.Index))
 		_, ok := f.Tree().Get("/while-down")
 		require.True(t, ok, "the restarted frontend has the write it missed")
+	})
+}
+
+// An observer promoted to a voter restarts as the voter its data dir
+// says it is: the cluster configures its role only when it joins.
+func TestAPromotedObserverRestarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := NewCluster(t, Options{Frontends: 1, Observers: 1, InMemory: true})
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		_, err := c.Leader(ctx)
+		require.NoError(t, err)
+		require.NoError(t, c.retry(ctx, "promote 2", func() error { return c.Frontend(1).Journal().Promote(ctx, 2) }))
+		require.NoError(t, c.await(ctx, "frontend 2 applies its promotion", func() bool {
+			return c.Frontend(2).Journal().Status().Role == journal.Follower
+		}))
+		f, err := c.RestartFrontend(ctx, 2)
+		require.NoError(t, err)
+		require.Equal(t, journal.Follower, f.Journal().Status().Role, "frontend 2 votes after its restart")
 	})
 }

@@ -25,6 +25,9 @@ func (c *Cluster) memFS(i int) (*journaltest.CrashFS, error) {
 		return fs, nil
 	}
 	fs := journaltest.NewCrashFS()
+	if c.opts.DiskFree > 0 {
+		fs.SetFree(c.opts.DiskFree)
+	}
 	if err := durable.MkdirAll(fs, memDir(i)); err != nil {
 		return nil, fmt.Errorf("frontendtest: data dir of frontend %d: %w", i, err)
 	}
@@ -43,8 +46,8 @@ func (c *Cluster) FS(i int) *journaltest.CrashFS {
 // acknowledges nothing the cut does not keep), its filesystem keeps only
 // what was synced, and the process is then closed on the disk nobody sees
 // again. RestartFrontend starts it from what the cut kept, on a disk as
-// slow as before (journaltest.CrashFS.SetSyncDelay). It needs
-// Options.InMemory (ErrNotInMemory).
+// slow and as full as before (journaltest.CrashFS.SetSyncDelay, SetFree,
+// SetFull). It needs Options.InMemory (ErrNotInMemory).
 func (c *Cluster) Crash(i int) error {
 	fs := c.FS(i)
 	if fs == nil {
@@ -57,7 +60,9 @@ func (c *Cluster) Crash(i int) error {
 	c.net.SetDown(Addr(i), true)
 	kept := fs.CutNow()
 	next := journaltest.WrapCrashFS(kept)
-	next.SetSyncDelay(fs.SyncDelay()) // the disk is as slow after the cut
+	next.SetSyncDelay(fs.SyncDelay()) // the disk is as slow, and as full, after the cut
+	next.SetFree(fs.Free())
+	next.SetFull(fs.Full())
 	c.mu.Lock()
 	c.fss[i] = next
 	c.mu.Unlock()

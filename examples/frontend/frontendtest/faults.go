@@ -23,6 +23,17 @@ type Faults struct {
 	// network carries byte streams, so it drops connections, not single
 	// messages.
 	Reset float64
+	// Duplicate is the probability that a write by the end that dialed
+	// the connection (a request, or a frame of a raft stream) also sends
+	// everything that end wrote on it so far again, on a fresh connection
+	// to the same listener, Lag later (see duplicate.go): each request and
+	// message in it arrives twice, and the copy after messages sent
+	// later, out of order. A connection has one copy at a time; one
+	// dialed while the link's Duplicate is 0 is never copied.
+	Duplicate float64
+	// Lag is how much later than its original a copy leaves: uniform in
+	// [0, Lag), then the link's Delay and Jitter.
+	Lag time.Duration
 }
 
 // dlink is a directed link: bytes written by from to to.
@@ -104,6 +115,16 @@ func (n *Network) fault(p *pair, from, to string) error {
 	f, ok := n.faults[dlink{from, to}]
 	var delay time.Duration
 	reset := false
+	if ok && p.copying(from) && f.Duplicate > 0 && n.rng.Float64() < f.Duplicate {
+		lag := f.Delay
+		if f.Lag > 0 {
+			lag += time.Duration(n.rng.Int64N(int64(f.Lag)))
+		}
+		if f.Jitter > 0 {
+			lag += time.Duration(n.rng.Int64N(int64(f.Jitter)))
+		}
+		n.duplicate(p, lag)
+	}
 	if ok {
 		delay = f.Delay
 		if f.Jitter > 0 {

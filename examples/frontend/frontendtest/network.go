@@ -35,6 +35,12 @@ type Network struct {
 	faults map[dlink]Faults
 	rng    *rand.Rand
 	pairs  map[*pair]struct{}
+	// copies runs the copies of connections (Faults.Duplicate) until done
+	// closes (Close).
+	copies    sync.WaitGroup
+	delivered atomic.Uint64 // copies accepted
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 // link is an unordered pair of addresses.
@@ -57,6 +63,7 @@ func NewNetwork() *Network {
 		faults:    map[dlink]Faults{},
 		rng:       rand.New(rand.NewPCG(1, 1)),
 		pairs:     map[*pair]struct{}{},
+		done:      make(chan struct{}),
 	}
 }
 
@@ -78,6 +85,7 @@ func (n *Network) Dial(ctx context.Context, from, to string) (net.Conn, error) {
 	n.mu.Lock()
 	l, ok := n.listeners[to]
 	err := n.blocked(from, to)
+	copied := n.faults[dlink{from, to}].Duplicate > 0
 	n.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -86,7 +94,7 @@ func (n *Network) Dial(ctx context.Context, from, to string) (net.Conn, error) {
 		return nil, fmt.Errorf("dial %s: %w", to, ErrRefused)
 	}
 	client, server := net.Pipe()
-	p := &pair{n: n, from: from, to: to, closed: make(chan struct{})}
+	p := &pair{n: n, from: from, to: to, closed: make(chan struct{}), copied: copied}
 	p.client = &conn{Conn: client, local: addr(from), remote: addr(to), p: p}
 	p.server = &conn{Conn: server, local: addr(to), remote: addr(from), p: p}
 	select {
@@ -187,6 +195,13 @@ type pair struct {
 	// both ends' reads and writes then fail with ErrReset, whichever end
 	// notices first.
 	reset atomic.Bool
+	// copied is set when the link copied connections as p was dialed
+	// (Faults.Duplicate): rec keeps what the dialing end wrote, for the
+	// copies.
+	copied bool
+	recMu  sync.Mutex
+	rec    []byte
+	inCopy atomic.Bool // a copy of p is on its way or open
 }
 
 func (p *pair) close() {
@@ -211,6 +226,9 @@ func (c *conn) RemoteAddr() net.Addr { return c.remote }
 // Write passes b on after the link's delay (Faults), or resets the
 // connection when the link's dice say so.
 func (c *conn) Write(b []byte) (int, error) {
+	if c == c.p.client && c.p.copied {
+		c.p.record(b)
+	}
 	if err := c.p.n.fault(c.p, string(c.local), string(c.remote)); err != nil {
 		return 0, err
 	}

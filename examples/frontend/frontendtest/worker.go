@@ -43,6 +43,7 @@ func (c *Cluster) startWorker(id uint64) (*Worker, error) {
 		Epoch:   heartbeat.NewEpoch(),
 		Token:   c.opts.Config.Token,
 		OnEvent: func(ev heartbeat.Event) { registry.Apply(ev) },
+		Clock:   c.clock(id),
 	})
 	if err != nil {
 		_ = registry.Close()

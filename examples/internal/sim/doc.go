@@ -16,7 +16,9 @@
 // followers and observers alike: puts and compare-and-sets of a few
 // registers (batches with a precondition), puts retried as a client that
 // lost the acknowledgement does (the same idempotency key through
-// another frontend), unique creates under a precondition retried through
+// another frontend; a retry that lands more than the dedupe window after
+// the copy before it may apply again, as journal.ProposeWithKey says,
+// and the history allows it), unique creates under a precondition retried through
 // other frontends, linearizable reads (a read barrier on any frontend,
 // then its tree) and local reads. Meanwhile a nemesis injects one fault
 // at a time: a frontend isolated (often the leader), a minority split
@@ -29,8 +31,59 @@
 // than the election timeout, through power cuts and the recovery); a
 // graceful restart (a leader hands off first); a leadership transfer; a
 // checkpoint; a keyed put retried across a checkpoint of every frontend;
-// and a follower cut off while the others write and checkpoint past it,
-// so that it catches up by installing an image.
+// a follower cut off while the others write and checkpoint past it,
+// so that it catches up by installing an image; links that deliver
+// requests twice, the copy up to 3 s late, after what was sent since
+// (frontendtest.Faults.Duplicate: raft streams and the proposals and
+// votes in them, membership changes, image fetches, and the leader's
+// heartbeats to workers, whose lists of frontends then come back out of
+// order); a member's wall clock set off from the others' (see below);
+// and a full disk: a frontend's free space under the journal's reserve
+// (its no-space alarm makes the cluster refuse writes with
+// journal.ErrNoSpace), one time in three ENOSPC on every write that needs
+// space (the journal halts, and the frontend is restarted once space is
+// back), for up to 8.5 s, after which the alarm must clear; and, in a
+// run of a sole voter and observers, an operator's promotion of an
+// observer to a voter (through any frontend), after which the observer
+// restarts as a voter. The other operations an operator runs (adding and
+// removing members, forcing a new cluster after a quorum loss, backup
+// and restore) are not injected yet: the checks expect the frontends a
+// run starts with, each until the end.
+//
+// # Wall clocks
+//
+// What reads the wall clock for a decision: the journal's staleness
+// guard (the leader journals its clock; a non-leader compares the last
+// stamp it applied with its own clock, read as the wall time at Open
+// plus the monotonic time since, so a step after Open moves neither); a
+// worker's responder (how long its leader has been silent, which decides
+// whether a lower term is accepted: measured on the monotonic clock, so
+// that a step is no silence, TestResponderFencesALowerTermAcrossAWallClockStep
+// in package heartbeat); and the member records' Since, the leader's wall
+// time at each transition, journaled, and compared by a worker between
+// lists of different leaders to tell an incarnation from the one before
+// (a frontend removed and added again under its id): two leaders' clocks
+// further apart than the time between the removal and the re-add can
+// make a worker take the new incarnation for the old one. The simulator
+// does not remove and re-add members yet, so it cannot meet that.
+// Everything else measures intervals between two readings of one
+// process (timers, tickers, the heartbeat monitor's misses and pauses,
+// slow-operation logs), which a step of a real machine's clock does not
+// move; epochs are random (UUIDs), image names are indexes.
+//
+// Each process a member runs starts on a clock.Stepped offset by the
+// member's skew at that moment (frontendtest.Options.Clock,
+// frontend.Config.Clock). The clock fault sets a member's skew, by up to
+// 20 s either way or, one time in five, by up to two minutes (beyond the
+// staleness guard's tolerance: local reads may then be refused or stale,
+// and nothing else may break): a frontend restarts on it at once, a
+// worker's next restart runs on it. The processes' wall clocks thus
+// disagree, and the stamps and Since values they journal with them. A
+// running process's clock is not stepped: inside a synctest bubble
+// time.Now carries no monotonic reading, so a step would move every
+// interval the process measures too, which a real step does not; a step
+// in a process's life is tested outside the bubble instead, on the real
+// clock (clock.Stepped moves the wall reading only).
 //
 // Every run also has one to three workers (frontendtest's: a heartbeat
 // responder and a cancel registry each). Two query clients register

@@ -77,7 +77,7 @@ func (r *run) leader() int {
 
 func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 	net := r.c.Network()
-	switch p := rng.IntN(120); {
+	switch p := rng.IntN(150); {
 	case p < 12: // isolate one frontend, often the leader
 		i := r.pick(rng)
 		if l := r.leader(); l != 0 && rng.IntN(2) == 0 {
@@ -186,8 +186,16 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 		r.slowDisk(rng)
 	case p < 114: // the leader's power cut right after a write, a lagging reader at once
 		r.crashAfterWrite(ctx, rng)
-	default: // a client's retry with the same key lands across an image
+	case p < 120: // a client's retry with the same key lands across an image
 		r.retryAcrossImage(ctx, rng)
+	case p < 130: // links that deliver requests twice, the copies late
+		r.duplicateLinks(rng)
+	case p < 138: // a member's wall clock set off from the others
+		r.skewClock(ctx, rng)
+	case p < 146: // a full disk, then space again
+		r.fullDisk(ctx, rng)
+	default: // an operator promotes an observer
+		r.promote(ctx, rng)
 	}
 }
 
@@ -200,7 +208,7 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 // sole voter never does, and a goroutine waiting on a lock (raft's reads)
 // stops a synctest bubble's clock for good.
 func (r *run) slowDisk(rng *rand.Rand) {
-	if r.voters != 1 {
+	if r.voters != 1 || r.promoted.Load() {
 		return
 	}
 	fs := r.c.FS(1)

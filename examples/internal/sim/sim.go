@@ -116,7 +116,10 @@ type run struct {
 	timeout  time.Duration // a request's: the frontends' RequestTimeout
 	value    atomic.Int64  // numbers the nemesis's own writes
 	diskSlow atomic.Bool   // a voter's fsyncs take longer than the election timeout
+	diskLow  atomic.Bool   // a frontend's disk is under the journal's reserve (fullDisk)
+	promoted atomic.Bool   // an observer's promotion was tried (promote): no slow disk
 	hist     *history
+	clocks   *clocks    // the members' wall clocks
 	cl       *clients   // the workload, which the nemesis's own reads join
 	mu       sync.Mutex // guards failures
 	failures []string
@@ -171,9 +174,11 @@ func Run(t *testing.T, opts Options) *Result {
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
 	}
-	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: voters, Observers: observers, InMemory: true, Config: cfg})
+	clocks := newClocks()
+	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: voters, Observers: observers, InMemory: true, Config: cfg,
+		DiskFree: diskFree, Clock: clocks.clock})
 	c.Network().Seed(rng.Uint64())
-	r := &run{opts: opts, cfg: cfg, c: c, n: n, voters: voters, timeout: timeout, hist: newHistory(start, opts.Trace)}
+	r := &run{opts: opts, cfg: cfg, c: c, n: n, voters: voters, timeout: timeout, hist: newHistory(start, opts.Trace), clocks: clocks}
 	res := &Result{Seed: opts.Seed, Frontends: n, Observers: observers}
 	defer func() {
 		for i := 1; i <= n; i++ {

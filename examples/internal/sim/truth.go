@@ -174,8 +174,9 @@ func (tr *truth) sample() {
 			}
 		}
 		// A voter whose fsyncs outlast the election timeout commits
-		// nothing within the bounds: the cluster cannot act in time.
-		s.quorum = up > r.n/2 && !r.diskSlow.Load()
+		// nothing within the bounds, and a full disk's alarm refuses
+		// every write: the cluster cannot act in time.
+		s.quorum = up > r.n/2 && !r.diskSlow.Load() && !r.noSpace(s.leader)
 	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
