@@ -35,6 +35,11 @@ type Options struct {
 	// data dir "/frontend-i", instead of a dir under t.TempDir: Crash
 	// needs it.
 	InMemory bool
+	// Start, when set, starts each frontend in place of frontend.Start
+	// with the config the cluster built for it: a host that mounts its own
+	// API (Config.Handler) on the frontend, as the metaserver does, runs
+	// its assembly here.
+	Start func(context.Context, frontend.Config) (*frontend.Frontend, error)
 }
 
 // Cluster is a cluster of frontends (voters, then observers), the production assembly
@@ -117,7 +122,11 @@ func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string)
 	}
 	cfg.Listener = ln
 	cfg.Dial = func(ctx context.Context, _, to string) (net.Conn, error) { return c.net.Dial(ctx, cfg.Addr, to) }
-	f, err := frontend.Start(ctx, cfg)
+	start := frontend.Start
+	if c.opts.Start != nil {
+		start = c.opts.Start
+	}
+	f, err := start(ctx, cfg)
 	if err != nil {
 		_ = ln.Close()
 		return nil, err

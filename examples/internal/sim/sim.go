@@ -67,6 +67,10 @@ type Result struct {
 	Queries, Cancelled, Bounded int
 	// Resumes is the number of watch sessions, each resumed from an index.
 	Resumes int
+	// Quota is the catalog quota every frontend ran with (zero: none);
+	// QuotaRefusals the writes it refused (507 quota over HTTP).
+	Quota         catalog.Quota
+	QuotaRefusals int
 	// Owned is the number of owned task nodes created; StaleFences of the
 	// writes sent with a fence whose epoch had ended.
 	Owned, StaleFences int
@@ -99,7 +103,7 @@ func (r *Result) Report() string {
 	if r.Failed() {
 		status = "FAILED"
 	}
-	s := fmt.Sprintf("seed %d: %s: %d frontends (%d observers), %d ops, %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Observers, r.Ops, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
+	s := fmt.Sprintf("seed %d: %s: %d frontends (%d observers), %d ops, %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, quota %+v (%d refusals), %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Observers, r.Ops, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Quota, r.QuotaRefusals, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
 	for _, f := range r.Failures {
 		s += "\n  - " + f
 	}
@@ -123,11 +127,13 @@ type run struct {
 	value    atomic.Int64  // numbers the nemesis's own writes
 	diskSlow atomic.Bool   // a voter's fsyncs take longer than the election timeout
 	noBase   atomic.Int64  // watch resumes refused for want of an image (an open defect)
-	hist     *history
-	cl       *clients   // the workload, which the nemesis's own reads join
-	mu       sync.Mutex // guards failures
-	failures []string
-	open     []string // violations of checks that meet open defects
+	// quotaRefusals counts the clients' writes the quota refused.
+	quotaRefusals atomic.Int64
+	hist          *history
+	cl            *clients   // the workload, which the nemesis's own reads join
+	mu            sync.Mutex // guards failures
+	failures      []string
+	open          []string // violations of checks that meet open defects
 }
 
 // openf records a violation of a check that meets an open defect: it is
@@ -187,14 +193,15 @@ func Run(t *testing.T, opts Options) *Result {
 		CheckpointEntries:  []uint64{16, 32, 64}[rng.IntN(3)],
 		CheckpointInterval: 2 * time.Second,
 		CompactMargin:      []uint64{32, 64}[rng.IntN(2)],
+		Quota:              drawQuota(opts.Seed),
 	}
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
 	}
-	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: voters, Observers: observers, InMemory: true, Config: cfg})
+	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: voters, Observers: observers, InMemory: true, Config: cfg, Start: startAPI})
 	c.Network().Seed(rng.Uint64())
 	r := &run{opts: opts, cfg: cfg, c: c, n: n, voters: voters, timeout: timeout, hist: newHistory(start, opts.Trace)}
-	res := &Result{Seed: opts.Seed, Frontends: n, Observers: observers}
+	res := &Result{Seed: opts.Seed, Frontends: n, Observers: observers, Quota: cfg.Quota}
 	defer func() {
 		for i := 1; i <= n; i++ {
 			c.StopFrontend(i)
@@ -236,6 +243,7 @@ func Run(t *testing.T, opts Options) *Result {
 	res.Resumes = watches.resumes
 
 	res.Ops, res.Faults = r.hist.ops(), faults
+	res.QuotaRefusals = int(r.quotaRefusals.Load())
 	res.History, res.FaultHistory = r.hist.hashes()
 	res.Failures, res.Open = r.failures, r.open
 	return res

@@ -28,15 +28,19 @@ type clients struct {
 	// local read saw (a tree never goes back).
 	acked []string
 	local map[*catalog.Tree]uint64
+	// httpLocal holds, per register of a tree, the modified index the
+	// HTTP clients' last local GET of it saw.
+	httpLocal map[httpLocal]uint64
 }
 
 func startClients(ctx context.Context, r *run, n int, seed uint64) *clients {
 	ctx, cancel := context.WithCancel(ctx)
-	cl := &clients{r: r, cancel: cancel, local: map[*catalog.Tree]uint64{}}
+	cl := &clients{r: r, cancel: cancel, local: map[*catalog.Tree]uint64{}, httpLocal: map[httpLocal]uint64{}}
 	for id := range n {
 		rng := rand.New(rand.NewPCG(seed, uint64(id)))
 		cl.wg.Go(func() { cl.loop(ctx, id, rng) })
 	}
+	cl.startHTTP(ctx, 1+int(seed%2), n, seed)
 	return cl
 }
 
@@ -91,6 +95,8 @@ func (cl *clients) put(ctx context.Context, f *frontend.Frontend, id, k int, val
 	// not apply: it leaves the history, so a read that sees its value
 	// fails the check.
 	switch {
+	case res != nil && cl.r.quotaRefused(err):
+		cl.r.hist.failed(in)
 	case res != nil && err != nil:
 		cl.r.failf("put %s=%s through frontend %d failed as a batch: %v", keyPath(k), value, f.ID(), err)
 		cl.r.hist.done(id, call, in, nil, false)
@@ -163,7 +169,10 @@ func (r *run) proposeKeyed(ctx context.Context, f *frontend.Frontend, key [16]by
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	_, _, err = f.Journal().ProposeWithKey(ctx, key, data)
+	_, v, err := f.Journal().ProposeWithKey(ctx, key, data)
+	if res, ok := v.(*catalog.Result); ok && err == nil && res.Err != nil {
+		return res.Err // applied as a failure (a quota's refusal): changed nothing
+	}
 	return err
 }
 
@@ -189,6 +198,8 @@ func (cl *clients) cas(ctx context.Context, f *frontend.Frontend, id, k int, val
 		cl.r.hist.done(id, call, in, true, true)
 	case errors.Is(err, catalog.ErrConflict):
 		cl.r.hist.done(id, call, in, false, true)
+	case cl.r.quotaRefused(err):
+		cl.r.hist.failed(in)
 	default:
 		cl.r.failf("cas %s through frontend %d failed as a batch: %v", keyPath(k), f.ID(), err)
 		cl.r.hist.done(id, call, in, nil, false)
@@ -258,6 +269,8 @@ func (cl *clients) create(ctx context.Context, rng *rand.Rand, id int, name stri
 			cl.mu.Unlock()
 			cl.r.hist.event("create %s acked", path)
 			cl.r.hist.counted()
+		case cl.r.quotaRefused(err):
+			cl.r.hist.event("create %s refused by the quota", path)
 		default:
 			cl.r.failf("create %s through frontend %d (attempt %d): %v", path, f.ID(), attempt+1, err)
 		}
