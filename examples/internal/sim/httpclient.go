@@ -194,27 +194,28 @@ func (h *httpClient) judge(what string, i int, a apiAnswer) {
 
 // put PUTs a register's value on frontend i. Retried, it is sent again,
 // through another frontend, while the answer leaves its outcome unknown,
-// as API.md tells a client to (the PUT sets a value: applying it twice
-// is applying it once); the forwarding inside carries its own
-// idempotency key.
+// as API.md lets a client (read before writing again). The API has no
+// client idempotency key (the forwarding inside carries its own), so
+// every attempt is an operation of its own in the history: an attempt of
+// unknown outcome may apply after a later one, and after other clients'
+// writes.
 func (h *httpClient) put(ctx context.Context, rng *rand.Rand, i, k int, value string, retried bool) {
 	r := h.cl.r
 	in := linearize.KV{Put: true, Key: keyPath(k), Value: value}
-	call := r.hist.call()
 	body := map[string]any{"kind": "register", "attrs": map[string]any{"v": value}}
 	attempts := 1
 	if retried {
 		attempts = 3
 	}
-	sawUnknown := false
 	for attempt := range attempts {
 		if attempt > 0 {
 			up := r.running()
 			if len(up) == 0 || ctx.Err() != nil {
-				break
+				return
 			}
 			i = up[rng.IntN(len(up))]
 		}
+		call := r.hist.call()
 		a := h.do(ctx, i, http.MethodPut, "/v1/catalog"+keyPath(k), body)
 		h.judge("put", i, a)
 		switch a.outcome() {
@@ -222,19 +223,14 @@ func (h *httpClient) put(ctx context.Context, rng *rand.Rand, i, k int, value st
 			r.hist.done(h.id, call, in, nil, true)
 			return
 		case unknown:
-			sawUnknown = true
-			r.hist.event("http put %s=%s attempt %d through %d unknown", keyPath(k), value, attempt, i)
-			continue
-		}
-		if !retried {
-			break
+			r.hist.done(h.id, call, in, nil, false)
+		default:
+			r.hist.failed(in)
+			if a.status != http.StatusServiceUnavailable {
+				return // refused for good: another frontend refuses it too
+			}
 		}
 	}
-	if sawUnknown {
-		r.hist.done(h.id, call, in, nil, false)
-		return
-	}
-	r.hist.failed(in)
 }
 
 // cas is a txn that sets the register if it holds the value a local GET
