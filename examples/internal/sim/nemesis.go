@@ -10,7 +10,6 @@ import (
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/examples/frontend/frontendtest"
-	"github.com/metatree/metatree/internal/linearize"
 )
 
 // nemesis injects faults, one at a time, for d of simulated time, and
@@ -279,32 +278,15 @@ func (r *run) retryAcrossImage(ctx context.Context, rng *rand.Rand) {
 	for i := range key {
 		key[i] = byte(rng.Uint32())
 	}
-	in := linearize.KV{Put: true, Key: keyPath(k), Value: value}
-	call := r.hist.call()
-	applied, unknown := false, false
-	tally := func(err error) {
-		switch {
-		case err == nil:
-			applied = true
-		case !definite(err):
-			unknown = true
-		}
-	}
+	p := r.newKeyedPut(94, k, value, key)
 	if f := r.c.Frontend(a); f != nil {
-		tally(r.proposeKeyed(ctx, f, key, putBatch(k, value)))
+		_, _ = p.attempt(ctx, f)
 	}
 	r.checkpointAll(ctx)
 	if f := r.c.Frontend(b); f != nil {
-		tally(r.proposeKeyed(ctx, f, key, putBatch(k, value)))
+		_, _ = p.attempt(ctx, f)
 	}
-	switch {
-	case applied:
-		r.hist.done(94, call, in, nil, true)
-	case unknown:
-		r.hist.done(94, call, in, nil, false)
-	default:
-		r.hist.failed(in)
-	}
+	p.finish()
 	if l := r.leader(); l != 0 {
 		r.fill(ctx, r.c.Frontend(l), fmt.Sprintf("retry-%d", r.value.Load()), 12+rng.IntN(30))
 	}

@@ -119,61 +119,37 @@ func definite(err error) bool {
 // putRetried puts a register as a client that loses acknowledgements
 // does: the same batch under one idempotency key, proposed through a
 // random frontend and, while its outcome is unknown, again through
-// another, up to three times. The journal applies it once.
+// another, up to three times (keyedPut records it).
 func (cl *clients) putRetried(ctx context.Context, rng *rand.Rand, id, k int, value string) {
 	var key [16]byte
 	for i := range key {
 		key[i] = byte(rng.Uint32())
 	}
-	in := linearize.KV{Put: true, Key: keyPath(k), Value: value}
-	call := cl.r.hist.call()
-	unknown := false
+	p := cl.r.newKeyedPut(id, k, value, key)
+	defer p.finish()
 	for attempt := range 3 {
 		up := cl.r.running()
 		if len(up) == 0 || ctx.Err() != nil {
-			break
+			return
 		}
 		f := cl.r.c.Frontend(up[rng.IntN(len(up))])
 		if f == nil {
 			continue
 		}
-		err := cl.r.proposeKeyed(ctx, f, key, putBatch(k, value))
-		switch {
-		case err == nil:
-			cl.r.hist.done(id, call, in, nil, true)
+		ok, err := p.attempt(ctx, f)
+		if ok {
 			return
-		case !definite(err):
-			unknown = true
+		}
+		if !definite(err) {
 			cl.r.hist.event("keyed put %s=%s attempt %d through %d unknown", keyPath(k), value, attempt, f.ID())
 		}
 	}
-	if unknown {
-		cl.r.hist.done(id, call, in, nil, false)
-		return
-	}
-	cl.r.hist.failed(in)
 }
 
 func putBatch(k int, value string) catalog.Batch {
 	return catalog.Batch{Ops: []catalog.Op{
 		{Type: catalog.OpUpdate, Path: keyPath(k), Set: map[string]catalog.Value{"v": catalog.String(value)}},
 	}}
-}
-
-// proposeKeyed proposes b through f's journal under the idempotency key,
-// encoded at the cluster's version, within the frontends' request timeout.
-func (r *run) proposeKeyed(ctx context.Context, f *frontend.Frontend, key [16]byte, b catalog.Batch) error {
-	data, err := b.EncodeVersion(frontend.BatchVersion(f.Journal().ClusterVersion()))
-	if err != nil {
-		return fmt.Errorf("encode: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	_, v, err := f.Journal().ProposeWithKey(ctx, key, data)
-	if res, ok := v.(*catalog.Result); ok && err == nil && res.Err != nil {
-		return res.Err // applied as a failure (a quota's refusal): changed nothing
-	}
-	return err
 }
 
 // cas sets the register over the value the frontend's tree shows now
