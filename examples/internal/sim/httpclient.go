@@ -221,6 +221,7 @@ func (h *httpClient) put(ctx context.Context, rng *rand.Rand, i, k int, value st
 		switch a.outcome() {
 		case applied:
 			r.hist.done(h.id, call, in, nil, true)
+			r.httpOK.Add(1)
 			return
 		case unknown:
 			r.hist.done(h.id, call, in, nil, false)
@@ -252,6 +253,7 @@ func (h *httpClient) cas(ctx context.Context, i, k int, value string) {
 	switch {
 	case a.outcome() == applied:
 		r.hist.done(h.id, call, in, true, true)
+		r.httpOK.Add(1)
 	case a.outcome() == unknown:
 		r.hist.done(h.id, call, in, nil, false)
 	case a.status == http.StatusConflict && a.code == "conflict":
@@ -296,6 +298,7 @@ func (h *httpClient) read(ctx context.Context, i, k int) {
 		return // no outcome: a failed read constrains nothing
 	}
 	h.cl.r.hist.done(h.id, call, linearize.KV{Key: keyPath(k)}, n.Attrs["v"].Str(), true)
+	h.cl.r.httpOK.Add(1)
 }
 
 // readLocal is a local GET: stale or not, the register it shows was
@@ -319,6 +322,10 @@ func (h *httpClient) readLocal(ctx context.Context, i, k int) {
 	cl.r.hist.counted()
 }
 
+// attrKeys is the number of attribute names the HTTP creates draw from:
+// more than a tree numbers in one byte.
+const attrKeys = 400
+
 // httpLocal names a register on one catalog, for the local reads.
 type httpLocal struct {
 	t *catalog.Tree
@@ -330,12 +337,21 @@ type httpLocal struct {
 // outcome is unknown; a retry that finds the node (409 exists) finds
 // what an earlier attempt made: it counts as acknowledged. A 507 quota
 // made nothing.
+//
+// The node carries one to three attributes whose keys come from a few
+// hundred names, so that replicas number attribute keys past 127 (two
+// bytes) in different orders: a size counted by the local numbers
+// instead of the names shows as replicas deciding a bytes quota apart.
 func (h *httpClient) create(ctx context.Context, rng *rand.Rand, name string) {
 	r := h.cl.r
 	path := "/acked/" + name
+	attrs := map[string]any{}
+	for range 1 + rng.IntN(3) {
+		attrs[fmt.Sprintf("a%d", rng.IntN(attrKeys))] = name
+	}
 	body := map[string]any{"ops": []map[string]any{
 		{"op": "check", "path": "/kv"},
-		{"op": "create", "path": path, "kind": "item", "if_absent": true},
+		{"op": "create", "path": path, "kind": "item", "attrs": attrs, "if_absent": true},
 	}}
 	sawUnknown := false
 	for attempt := range 4 {
@@ -359,6 +375,7 @@ func (h *httpClient) create(ctx context.Context, rng *rand.Rand, name string) {
 			h.cl.mu.Unlock()
 			r.hist.event("http create %s acked", path)
 			r.hist.counted()
+			r.httpOK.Add(1)
 			return
 		case a.status == http.StatusInsufficientStorage && a.code == "quota" && r.cfg.Quota != (catalog.Quota{}):
 			r.hist.event("http create %s refused by the quota", path)

@@ -71,6 +71,8 @@ type Result struct {
 	// QuotaRefusals the writes it refused (507 quota over HTTP).
 	Quota         catalog.Quota
 	QuotaRefusals int
+	// HTTPOps is the number of the HTTP clients' requests answered 2xx.
+	HTTPOps int
 	// Owned is the number of owned task nodes created; StaleFences of the
 	// writes sent with a fence whose epoch had ended.
 	Owned, StaleFences int
@@ -103,7 +105,7 @@ func (r *Result) Report() string {
 	if r.Failed() {
 		status = "FAILED"
 	}
-	s := fmt.Sprintf("seed %d: %s: %d frontends (%d observers), %d ops, %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, quota %+v (%d refusals), %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Observers, r.Ops, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Quota, r.QuotaRefusals, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
+	s := fmt.Sprintf("seed %d: %s: %d frontends (%d observers), %d ops (%d over HTTP), %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, quota %+v (%d refusals), %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Observers, r.Ops, r.HTTPOps, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Quota, r.QuotaRefusals, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
 	for _, f := range r.Failures {
 		s += "\n  - " + f
 	}
@@ -129,11 +131,13 @@ type run struct {
 	noBase   atomic.Int64  // watch resumes refused for want of an image (an open defect)
 	// quotaRefusals counts the clients' writes the quota refused.
 	quotaRefusals atomic.Int64
-	hist          *history
-	cl            *clients   // the workload, which the nemesis's own reads join
-	mu            sync.Mutex // guards failures
-	failures      []string
-	open          []string // violations of checks that meet open defects
+	// httpOK counts the HTTP clients' operations that completed (2xx).
+	httpOK   atomic.Int64
+	hist     *history
+	cl       *clients   // the workload, which the nemesis's own reads join
+	mu       sync.Mutex // guards failures
+	failures []string
+	open     []string // violations of checks that meet open defects
 }
 
 // openf records a violation of a check that meets an open defect: it is
@@ -244,6 +248,7 @@ func Run(t *testing.T, opts Options) *Result {
 
 	res.Ops, res.Faults = r.hist.ops(), faults
 	res.QuotaRefusals = int(r.quotaRefusals.Load())
+	res.HTTPOps = int(r.httpOK.Load())
 	res.History, res.FaultHistory = r.hist.hashes()
 	res.Failures, res.Open = r.failures, r.open
 	return res
