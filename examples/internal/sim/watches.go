@@ -76,7 +76,11 @@ func (r *run) startWatches(ctx context.Context) *watches {
 func (ws *watches) end(ctx context.Context) {
 	ws.stop()
 	ws.wg.Wait()
-	l, err := ws.r.c.Leader(ctx)
+	// Bounded: a cluster that lost its leader for good (a failed run) must
+	// end the run with a report rather than wait on virtual time for ever.
+	lctx, cancel := context.WithTimeout(ctx, RecoveryBound)
+	l, err := ws.r.c.Leader(lctx)
+	cancel()
 	if err != nil {
 		ws.r.failf("watches: no leader at the end: %v", err)
 		return
