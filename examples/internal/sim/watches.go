@@ -64,6 +64,8 @@ func (r *run) startWatches(ctx context.Context) *watches {
 		wrng := rand.New(rand.NewPCG(rng.Uint64(), uint64(k)))
 		ws.wg.Go(func() { ws.loop(ctx, k, wrng) })
 	}
+	hrng := rand.New(rand.NewPCG(rng.Uint64(), watchers))
+	ws.wg.Go(func() { ws.httpWatcher(ctx, watchers, hrng) })
 	return ws
 }
 
