@@ -61,7 +61,8 @@
 // on random frontends, disconnect, and resume on another from the last
 // index they saw, from the first index its log holds an image for
 // (Journal.FirstIndex()-1), or from an older index the log may no longer
-// hold. Task nodes are created owned by a worker's current epoch
+// hold; a third does the same through the API's watch stream (GET
+// /v1/watch with from_index), its sessions checked alike. Task nodes are created owned by a worker's current epoch
 // (heartbeat.OwnerOf; some to be orphaned rather than deleted), writes
 // are fenced by it (heartbeat.Fence), and fences taken earlier are sent
 // again once the frontend's catalog shows the epoch ended.
