@@ -44,6 +44,11 @@ type Options struct {
 	// (frontend.Config.Clock for frontend i, the heartbeat responder's for
 	// worker i); nil, or a nil result, is the real clock.
 	Clock func(i uint64) journal.Clock
+	// Start, when set, starts each frontend in place of frontend.Start
+	// with the config the cluster built for it: a host that mounts its own
+	// API (Config.Handler) on the frontend, as the metaserver does, runs
+	// its assembly here.
+	Start func(context.Context, frontend.Config) (*frontend.Frontend, error)
 }
 
 // Cluster is a cluster of frontends (voters, then observers), the production assembly
@@ -129,7 +134,11 @@ func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string)
 	}
 	cfg.Listener = ln
 	cfg.Dial = func(ctx context.Context, _, to string) (net.Conn, error) { return c.net.Dial(ctx, cfg.Addr, to) }
-	f, err := frontend.Start(ctx, cfg)
+	start := frontend.Start
+	if c.opts.Start != nil {
+		start = c.opts.Start
+	}
+	f, err := start(ctx, cfg)
 	if err != nil {
 		_ = ln.Close()
 		return nil, err

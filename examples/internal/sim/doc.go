@@ -20,7 +20,20 @@
 // the copy before it may apply again, as journal.ProposeWithKey says,
 // and the history allows it), unique creates under a precondition retried through
 // other frontends, linearizable reads (a read barrier on any frontend,
-// then its tree) and local reads. Meanwhile a nemesis injects one fault
+// then its tree) and local reads. One or two more clients do the same
+// through the metaserver's HTTP API (examples/API.md): each frontend
+// runs as the metaserver does, with the demo API mounted on it
+// (frontendtest.Options.Start), and these clients reach a random one over
+// the same network from their own address, whose links they delay and
+// make reset connections now and then: PUTs of a register, retried
+// through other frontends while the answer leaves the outcome unknown;
+// txns with an if_match precondition; creates under a precondition
+// (with attributes from a few hundred names, so that replicas number
+// attribute keys past one byte in different orders); linearizable and
+// local GETs. One run in two every frontend runs with the same catalog
+// quota (-quota-nodes, -quota-bytes, or both) near what the workload
+// reaches, so that creates and puts of longer values meet 507 quota now
+// and then. Meanwhile a nemesis injects one fault
 // at a time: a frontend isolated (often the leader), a minority split
 // off, one-way cuts out of or into a frontend, a flapping link, delayed
 // links that reset connections, heal; a power cut and, after a while, a
@@ -102,7 +115,8 @@
 // on random frontends, disconnect, and resume on another from the last
 // index they saw, from the first index its log holds an image for
 // (Journal.FirstIndex()-1), or from an older index the log may no longer
-// hold. Task nodes are created owned by a worker's current epoch
+// hold; a third does the same through the API's watch stream (GET
+// /v1/watch with from_index), its sessions checked alike. Task nodes are created owned by a worker's current epoch
 // (heartbeat.OwnerOf; some to be orphaned rather than deleted), writes
 // are fenced by it (heartbeat.Fence), and fences taken earlier are sent
 // again once the frontend's catalog shows the epoch ended.
@@ -120,10 +134,20 @@
 //     error does not wrap journal.ErrOutcomeUnknown did not and will not
 //     apply (journal.Propose's contract): it stays out of the history, so
 //     a read of its value fails the check; a write of unknown outcome may
-//     take effect at any time after its call; each call of a keyed retry
-//     is an operation of its own (the journal applies a key's copies once
-//     only while each lands within the dedupe window of the one before),
-//     and one that returns a copy applied before it began adds none;
+//     take effect at any time after its call. Over HTTP a 2xx is
+//     acknowledged; no answer (a reset, a timeout, a frontend that
+//     stopped) and 503 outcome_unknown are unknown; any other status
+//     (4xx, 507, the other 503s) did not apply, as API.md says. A 507
+//     quota is a refusal like the library's catalog.ErrQuota. A put
+//     retried without a key is one operation an attempt (each may
+//     apply); one retried under an idempotency key is one operation while
+//     its copies land within the dedupe window of each other
+//     (journal.ProposeWithKey's contract), and a second copy applied
+//     within it fails the run;
+//   - an HTTP answer API.md does not give (a 500, a 404 of a register, a
+//     507 quota in a run without a quota) fails the run; a local GET
+//     never shows a register modified earlier than the one before it on
+//     the same catalog;
 //   - every acknowledged unique create is present on every frontend;
 //   - a local read never sees an older index than the one before it on the
 //     same catalog;
@@ -189,7 +213,11 @@
 // (a false cancel after a double restart), the watch checks (a resume
 // from FirstIndex()-1 refused) and the owned checks (a worker declared
 // dead that came back alive with the epoch the log had ended, so that a
-// fence on it held again).
+// fence on it held again). A quota decided on a local detail is found by
+// the digests at one index and the differential check: a create's size
+// counted with the tree's own numbers of its attribute keys, often in the
+// runs with a bytes quota; the node count taken with the free slots,
+// rarely.
 //
 // # Open defects
 //

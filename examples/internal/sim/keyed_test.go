@@ -34,18 +34,26 @@ func TestKeyedRetriesPastTheWindowAreRecordedApart(t *testing.T) {
 			require.True(t, ok)
 			r.hist.done(client, call, linearize.KV{Key: keyPath(0)}, n.Attrs["v"].Str(), true)
 		}
-		key := [16]byte{0xe1}
-		require.NoError(t, r.keyedPut(ctx, 1, f, key, 0, "once"))
-		require.NoError(t, r.keyedPut(ctx, 2, f, key, 0, "once"))
+		attempt := func(p *keyedPut) {
+			ok, err := p.attempt(ctx, f)
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+		once := r.newKeyedPut(1, 0, "once", [16]byte{0xe1})
+		attempt(once)
+		attempt(once)
 		require.Len(t, r.hist.operations(), 1, "a retry within the window adds no operation")
 		read(3)
-		require.NoError(t, r.keyedPut(ctx, 4, f, [16]byte{0xe2}, 0, "other"))
+		other := r.newKeyedPut(4, 0, "other", [16]byte{0xe2})
+		attempt(other)
+		other.finish()
 		read(3)
 		for i := range margin + 1 {
 			_, err := r.proposeKeyed(ctx, f, [16]byte{0xe3, byte(i)}, putBatch(1, "filler"))
 			require.NoError(t, err)
 		}
-		require.NoError(t, r.keyedPut(ctx, 2, f, key, 0, "once"))
+		attempt(once)
+		once.finish()
 		read(3)
 		n, _ := f.Tree().Get(keyPath(0))
 		require.Equal(t, "once", n.Attrs["v"].Str(), "the retry past the window applied again")

@@ -288,13 +288,15 @@ func (r *run) retryAcrossImage(ctx context.Context, rng *rand.Rand) {
 	for i := range key {
 		key[i] = byte(rng.Uint32())
 	}
+	p := r.newKeyedPut(94, k, value, key)
 	if f := r.c.Frontend(a); f != nil {
-		_ = r.keyedPut(ctx, 94, f, key, k, value)
+		_, _ = p.attempt(ctx, f)
 	}
 	r.checkpointAll(ctx)
 	if f := r.c.Frontend(b); f != nil {
-		_ = r.keyedPut(ctx, 96, f, key, k, value)
+		_, _ = p.attempt(ctx, f)
 	}
+	p.finish()
 	if l := r.leader(); l != 0 {
 		r.fill(ctx, r.c.Frontend(l), fmt.Sprintf("retry-%d", r.value.Load()), 12+rng.IntN(30))
 	}

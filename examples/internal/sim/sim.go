@@ -67,6 +67,12 @@ type Result struct {
 	Queries, Cancelled, Bounded int
 	// Resumes is the number of watch sessions, each resumed from an index.
 	Resumes int
+	// Quota is the catalog quota every frontend ran with (zero: none);
+	// QuotaRefusals the writes it refused (507 quota over HTTP).
+	Quota         catalog.Quota
+	QuotaRefusals int
+	// HTTPOps is the number of the HTTP clients' requests answered 2xx.
+	HTTPOps int
 	// Owned is the number of owned task nodes created; StaleFences of the
 	// writes sent with a fence whose epoch had ended.
 	Owned, StaleFences int
@@ -96,7 +102,7 @@ func (r *Result) Report() string {
 	if r.Failed() {
 		status = "FAILED"
 	}
-	s := fmt.Sprintf("seed %d: %s: %d frontends (%d observers), %d ops, %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Observers, r.Ops, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
+	s := fmt.Sprintf("seed %d: %s: %d frontends (%d observers), %d ops (%d over HTTP), %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, quota %+v (%d refusals), %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Observers, r.Ops, r.HTTPOps, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Quota, r.QuotaRefusals, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
 	for _, f := range r.Failures {
 		s += "\n  - " + f
 	}
@@ -118,6 +124,10 @@ type run struct {
 	diskSlow atomic.Bool   // a voter's fsyncs take longer than the election timeout
 	diskLow  atomic.Bool   // a frontend's disk is under the journal's reserve (fullDisk)
 	promoted atomic.Bool   // an observer's promotion was tried (promote): no slow disk
+	// quotaRefusals counts the clients' writes the quota refused.
+	quotaRefusals atomic.Int64
+	// httpOK counts the HTTP clients' operations that completed (2xx).
+	httpOK   atomic.Int64
 	hist     *history
 	clocks   *clocks    // the members' wall clocks
 	cl       *clients   // the workload, which the nemesis's own reads join
@@ -170,16 +180,17 @@ func Run(t *testing.T, opts Options) *Result {
 		CheckpointEntries:  []uint64{16, 32, 64}[rng.IntN(3)],
 		CheckpointInterval: 2 * time.Second,
 		CompactMargin:      []uint64{32, 64}[rng.IntN(2)],
+		Quota:              drawQuota(opts.Seed),
 	}
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
 	}
 	clocks := newClocks()
 	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: voters, Observers: observers, InMemory: true, Config: cfg,
-		DiskFree: diskFree, Clock: clocks.clock})
+		DiskFree: diskFree, Clock: clocks.clock, Start: startAPI})
 	c.Network().Seed(rng.Uint64())
 	r := &run{opts: opts, cfg: cfg, c: c, n: n, voters: voters, timeout: timeout, hist: newHistory(start, opts.Trace), clocks: clocks}
-	res := &Result{Seed: opts.Seed, Frontends: n, Observers: observers}
+	res := &Result{Seed: opts.Seed, Frontends: n, Observers: observers, Quota: cfg.Quota}
 	defer func() {
 		for i := 1; i <= n; i++ {
 			c.StopFrontend(i)
@@ -198,14 +209,16 @@ func Run(t *testing.T, opts Options) *Result {
 
 	// The clients and the nemesis run for Duration; then the faults heal
 	// and the checks run on a quiet cluster.
-	clients := startClients(ctx, r, 4, rng.Uint64())
-	r.cl = clients
+	// The owned nodes' set-up runs before the clients, which can fill a
+	// run's quota.
 	members := r.startMembers(ctx, opts.Duration)
-	watches := r.startWatches(ctx)
 	owned, err := r.startOwned(ctx, members)
 	if err != nil {
 		t.Fatalf("seed %d: set-up of the owned nodes: %v", opts.Seed, err)
 	}
+	clients := startClients(ctx, r, 4, rng.Uint64())
+	r.cl = clients
+	watches := r.startWatches(ctx)
 	faults := r.nemesis(ctx, rand.New(rand.NewPCG(rng.Uint64(), 2)), opts.Duration)
 	members.endFaults(ctx)
 	r.recover(ctx)
@@ -221,6 +234,8 @@ func Run(t *testing.T, opts Options) *Result {
 	res.Resumes = watches.resumes
 
 	res.Ops, res.Faults = r.hist.ops(), faults
+	res.QuotaRefusals = int(r.quotaRefusals.Load())
+	res.HTTPOps = int(r.httpOK.Load())
 	res.History, res.FaultHistory = r.hist.hashes()
 	res.Failures = r.failures
 	return res

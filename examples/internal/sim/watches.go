@@ -64,6 +64,8 @@ func (r *run) startWatches(ctx context.Context) *watches {
 		wrng := rand.New(rand.NewPCG(rng.Uint64(), uint64(k)))
 		ws.wg.Go(func() { ws.loop(ctx, k, wrng) })
 	}
+	hrng := rand.New(rand.NewPCG(rng.Uint64(), watchers))
+	ws.wg.Go(func() { ws.httpWatcher(ctx, watchers, hrng) })
 	return ws
 }
 
@@ -76,7 +78,11 @@ func (r *run) startWatches(ctx context.Context) *watches {
 func (ws *watches) end(ctx context.Context) {
 	ws.stop()
 	ws.wg.Wait()
-	l, err := ws.r.c.Leader(ctx)
+	// Bounded: a cluster that lost its leader for good (a failed run) must
+	// end the run with a report rather than wait on virtual time for ever.
+	lctx, cancel := context.WithTimeout(ctx, RecoveryBound)
+	l, err := ws.r.c.Leader(lctx)
+	cancel()
 	if err != nil {
 		ws.r.failf("watches: no leader at the end: %v", err)
 		return

@@ -28,15 +28,19 @@ type clients struct {
 	// local read saw (a tree never goes back).
 	acked []string
 	local map[*catalog.Tree]uint64
+	// httpLocal holds, per register of a tree, the modified index the
+	// HTTP clients' last local GET of it saw.
+	httpLocal map[httpLocal]uint64
 }
 
 func startClients(ctx context.Context, r *run, n int, seed uint64) *clients {
 	ctx, cancel := context.WithCancel(ctx)
-	cl := &clients{r: r, cancel: cancel, local: map[*catalog.Tree]uint64{}}
+	cl := &clients{r: r, cancel: cancel, local: map[*catalog.Tree]uint64{}, httpLocal: map[httpLocal]uint64{}}
 	for id := range n {
 		rng := rand.New(rand.NewPCG(seed, uint64(id)))
 		cl.wg.Go(func() { cl.loop(ctx, id, rng) })
 	}
+	cl.startHTTP(ctx, 1+int(seed%2), n, seed)
 	return cl
 }
 
@@ -91,6 +95,8 @@ func (cl *clients) put(ctx context.Context, f *frontend.Frontend, id, k int, val
 	// not apply: it leaves the history, so a read that sees its value
 	// fails the check.
 	switch {
+	case res != nil && cl.r.quotaRefused(err):
+		cl.r.hist.failed(in)
 	case res != nil && err != nil:
 		cl.r.failf("put %s=%s through frontend %d failed as a batch: %v", keyPath(k), value, f.ID(), err)
 		cl.r.hist.done(id, call, in, nil, false)
@@ -113,13 +119,15 @@ func definite(err error) bool {
 // putRetried puts a register as a client that loses acknowledgements
 // does: the same batch under one idempotency key, proposed through a
 // random frontend and, while its outcome is unknown, again through
-// another, up to three times. Each call is recorded apart (keyedPut).
+// another, up to three times (keyedPut records it).
 func (cl *clients) putRetried(ctx context.Context, rng *rand.Rand, id, k int, value string) {
 	var key [16]byte
 	for i := range key {
 		key[i] = byte(rng.Uint32())
 	}
-	for range 3 {
+	p := cl.r.newKeyedPut(id, k, value, key)
+	defer p.finish()
+	for attempt := range 3 {
 		up := cl.r.running()
 		if len(up) == 0 || ctx.Err() != nil {
 			return
@@ -128,67 +136,20 @@ func (cl *clients) putRetried(ctx context.Context, rng *rand.Rand, id, k int, va
 		if f == nil {
 			continue
 		}
-		if err := cl.r.keyedPut(ctx, id, f, key, k, value); err == nil || definite(err) {
+		ok, err := p.attempt(ctx, f)
+		if ok {
 			return
 		}
-	}
-}
-
-// keyedPut is one call of a client that puts register k under an
-// idempotency key its other calls use too, recorded apart from them: the
-// journal applies the copies of a key once only while each lands within
-// the dedupe window of the copy before it (journal.ProposeWithKey), and a
-// retry that lands past it (behind a slow disk, a checkpoint, other
-// clients' writes) applies again. A call that returns a copy applied
-// before it began (a duplicate of an earlier call's copy, which that
-// call's record covers) adds no operation; one that returns a copy
-// applied since is a put within the call; one of unknown outcome may take
-// effect at any time after it began.
-func (r *run) keyedPut(ctx context.Context, client int, f *frontend.Frontend, key [16]byte, k int, value string) error {
-	in := linearize.KV{Put: true, Key: keyPath(k), Value: value}
-	// Every copy applied before the call is at or below some frontend's
-	// applied index: its proposer applied it before it returned, and a
-	// read that saw it ran on a frontend that had.
-	var before uint64
-	for _, i := range r.running() {
-		if g := r.c.Frontend(i); g != nil {
-			before = max(before, g.Journal().Status().Applied)
+		if !definite(err) {
+			cl.r.hist.event("keyed put %s=%s attempt %d through %d unknown", keyPath(k), value, attempt, f.ID())
 		}
 	}
-	call := r.hist.call()
-	index, err := r.proposeKeyed(ctx, f, key, putBatch(k, value))
-	switch {
-	case err == nil && index <= before:
-		r.hist.event("keyed put %s=%s through %d: the copy at %d", keyPath(k), value, f.ID(), index)
-	case err == nil:
-		r.hist.done(client, call, in, nil, true)
-	case definite(err):
-		r.hist.failed(in)
-	default:
-		r.hist.event("keyed put %s=%s through %d unknown", keyPath(k), value, f.ID())
-		r.hist.done(client, call, in, nil, false)
-	}
-	return err
 }
 
 func putBatch(k int, value string) catalog.Batch {
 	return catalog.Batch{Ops: []catalog.Op{
 		{Type: catalog.OpUpdate, Path: keyPath(k), Set: map[string]catalog.Value{"v": catalog.String(value)}},
 	}}
-}
-
-// proposeKeyed proposes b through f's journal under the idempotency key,
-// encoded at the cluster's version, within the frontends' request timeout,
-// and returns the index of the copy that applied.
-func (r *run) proposeKeyed(ctx context.Context, f *frontend.Frontend, key [16]byte, b catalog.Batch) (uint64, error) {
-	data, err := b.EncodeVersion(frontend.BatchVersion(f.Journal().ClusterVersion()))
-	if err != nil {
-		return 0, fmt.Errorf("encode: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	index, _, err := f.Journal().ProposeWithKey(ctx, key, data)
-	return index, err
 }
 
 // cas sets the register over the value the frontend's tree shows now
@@ -213,6 +174,8 @@ func (cl *clients) cas(ctx context.Context, f *frontend.Frontend, id, k int, val
 		cl.r.hist.done(id, call, in, true, true)
 	case errors.Is(err, catalog.ErrConflict):
 		cl.r.hist.done(id, call, in, false, true)
+	case cl.r.quotaRefused(err):
+		cl.r.hist.failed(in)
 	default:
 		cl.r.failf("cas %s through frontend %d failed as a batch: %v", keyPath(k), f.ID(), err)
 		cl.r.hist.done(id, call, in, nil, false)
@@ -282,6 +245,8 @@ func (cl *clients) create(ctx context.Context, rng *rand.Rand, id int, name stri
 			cl.mu.Unlock()
 			cl.r.hist.event("create %s acked", path)
 			cl.r.hist.counted()
+		case cl.r.quotaRefused(err):
+			cl.r.hist.event("create %s refused by the quota", path)
 		default:
 			cl.r.failf("create %s through frontend %d (attempt %d): %v", path, f.ID(), attempt+1, err)
 		}
