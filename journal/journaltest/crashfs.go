@@ -27,6 +27,8 @@ type CrashFS struct {
 	// syncDelay and syncSuffix make a slow disk (SetSyncDelay).
 	syncDelay  time.Duration
 	syncSuffix string
+	// onRename runs before each rename (OnRename).
+	onRename func(old, name string)
 }
 
 // NewCrashFS returns an empty, unarmed CrashFS.
@@ -192,8 +194,22 @@ func (fs *CrashFS) RemoveAll(name string) error {
 	return fs.MemFS.RemoveAll(name)
 }
 
+// OnRename sets f to run before each rename, unlocked: a test holds a
+// rename (f blocks) to stop a writer between two of its durable steps.
+func (fs *CrashFS) OnRename(f func(old, name string)) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.onRename = f
+}
+
 // Rename implements vfs.FS.
 func (fs *CrashFS) Rename(old, name string) error {
+	fs.mu.Lock()
+	f := fs.onRename
+	fs.mu.Unlock()
+	if f != nil {
+		f(old, name)
+	}
 	fs.step()
 	return fs.MemFS.Rename(old, name)
 }
