@@ -21,6 +21,27 @@ func (f *Frontend) History() catalog.History {
 	}
 	return catalog.History{
 		Base: func(ctx context.Context, at uint64) (*catalog.Tree, uint64, error) {
+			// A follower installing an image from a peer makes the
+			// snapshot durable (the log starts after its index) before
+			// image.Store.Install renames image.N.fetched to image.N, and
+			// the journal counts N applied only once Install returned
+			// (journal/apply.go). Waiting until min(at, FirstIndex()-1) is
+			// applied keeps a resume out of that window, so the image the
+			// log starts after is in place. Accepting the fetched file
+			// instead would load an image Install has not verified and a
+			// prune may remove; the wait relies on the journal's order
+			// alone. A concurrent prune and compaction past the image
+			// chosen below still ends in ErrCompacted (the TermAt check),
+			// and after a crash in the window the restart promotes the
+			// fetched image (LoadLatest) before the journal applies
+			// anything, so the wait returns at once.
+			first, err := f.journal.FirstIndex()
+			if err != nil {
+				return nil, 0, err
+			}
+			if err := f.journal.WaitApplied(ctx, min(at, first-1)); err != nil {
+				return nil, 0, err
+			}
 			// Refuse before loading an image whose log is gone.
 			var base uint64
 			idx, err := f.images.Indexes()

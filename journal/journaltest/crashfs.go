@@ -31,6 +31,8 @@ type CrashFS struct {
 	free       int64
 	reportFree bool
 	full       bool
+	// onRename runs before each rename (OnRename).
+	onRename func(old, name string)
 }
 
 // NewCrashFS returns an empty, unarmed CrashFS.
@@ -199,8 +201,22 @@ func (fs *CrashFS) RemoveAll(name string) error {
 	return fs.MemFS.RemoveAll(name)
 }
 
+// OnRename sets f to run before each rename, unlocked: a test holds a
+// rename (f blocks) to stop a writer between two of its durable steps.
+func (fs *CrashFS) OnRename(f func(old, name string)) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.onRename = f
+}
+
 // Rename implements vfs.FS.
 func (fs *CrashFS) Rename(old, name string) error {
+	fs.mu.Lock()
+	f := fs.onRename
+	fs.mu.Unlock()
+	if f != nil {
+		f(old, name)
+	}
 	fs.step()
 	return fs.MemFS.Rename(old, name)
 }

@@ -221,16 +221,8 @@
 //
 // # Open defects
 //
-// With every fault and check combined, a few seeds in a hundred meet
-// defects found and not yet fixed. CI's long run reports its failing
-// seeds without failing; the fixed seeds of the plain test gate:
-//
-//   - a frontend's image store can lack every image at or below the
-//     index its log starts after, and a watch resumed there has no base
-//     (a failure of the run: the watch check and the differential check,
-//     which always replays from that base, report it); an image installed
-//     from a peer is renamed into place after the snapshot that moves the
-//     log's start past it is durable, so a resume in between finds none.
+// None known. CI's long run reports its failing seeds without failing;
+// the fixed seeds of the plain test gate.
 //
 // # Replaying a seed
 //
