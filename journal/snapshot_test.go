@@ -270,20 +270,8 @@ func TestSnapshotCatchUpAndRestart(t *testing.T) {
 // to the latest copy, so it is skipped everywhere).
 func TestDedupeAgreesAcrossRestartAndShadowReplay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
-		registry := &sync.Map{}
-		n1 := c.listen(1)
-		imgs := &fakeImages{sm: func() *memSM { return n1.sm }, images: map[uint64]fakeImage{}, registry: registry, requests: make(chan struct{}, 1)}
-		registry.Store(n1.addr, imgs)
 		const window = 4
-		opt := func(cfg *Config) {
-			cfg.Snapshots = imgs
-			cfg.CompactMargin = window
-			cfg.DedupeWindow = window
-			cfg.StaleAfter = time.Hour // no leader timestamps between the copies
-		}
-		require.NoError(t, c.open(n1, func(cfg *Config) { opt(cfg); cfg.Bootstrap = true }))
-		c.waitLeader(1)
+		c, n1, imgs, opt := soleVoterWithImages(t, window)
 		ctx := ctxT(t, 10*time.Second)
 		key := [16]byte{42}
 		i1, _, err := n1.j.ProposeWithKey(ctx, key, []byte("k"))
@@ -417,20 +405,8 @@ func (f *fakeImages) installCount() int {
 // the retry too.
 func TestReplayFromTheImageTheLogStartsAfterDecidesAsTheApplier(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
-		registry := &sync.Map{}
-		n1 := c.listen(1)
-		imgs := &fakeImages{sm: func() *memSM { return n1.sm }, images: map[uint64]fakeImage{}, registry: registry, requests: make(chan struct{}, 1)}
-		registry.Store(n1.addr, imgs)
 		const window = 4
-		opt := func(cfg *Config) {
-			cfg.Snapshots = imgs
-			cfg.CompactMargin = window
-			cfg.DedupeWindow = window
-			cfg.StaleAfter = time.Hour // no leader timestamps between the copies
-		}
-		require.NoError(t, c.open(n1, func(cfg *Config) { opt(cfg); cfg.Bootstrap = true }))
-		c.waitLeader(1)
+		c, n1, imgs, opt := soleVoterWithImages(t, window)
 		ctx := ctxT(t, 10*time.Second)
 		key := [16]byte{7, 7}
 		i1, _, err := n1.j.ProposeWithKey(ctx, key, []byte("k"))
@@ -482,4 +458,25 @@ func TestReplayFromTheImageTheLogStartsAfterDecidesAsTheApplier(t *testing.T) {
 		err = n1.j.ReadEntries(ctx, first, n1.j.Status().Applied, func(uint64, []byte) error { return nil })
 		require.ErrorIs(t, err, ErrCompacted)
 	})
+}
+
+// soleVoterWithImages bootstraps node 1 alone, leading, with fake images,
+// a compaction margin and dedupe window of window entries, and no leader
+// timestamps between copies; opt reopens it alike.
+func soleVoterWithImages(t *testing.T, window uint64) (*cluster, *node, *fakeImages, func(*Config)) {
+	t.Helper()
+	c := newCluster(t)
+	registry := &sync.Map{}
+	n1 := c.listen(1)
+	imgs := &fakeImages{sm: func() *memSM { return n1.sm }, images: map[uint64]fakeImage{}, registry: registry, requests: make(chan struct{}, 1)}
+	registry.Store(n1.addr, imgs)
+	opt := func(cfg *Config) {
+		cfg.Snapshots = imgs
+		cfg.CompactMargin = window
+		cfg.DedupeWindow = window
+		cfg.StaleAfter = time.Hour
+	}
+	require.NoError(t, c.open(n1, func(cfg *Config) { opt(cfg); cfg.Bootstrap = true }))
+	c.waitLeader(1)
+	return c, n1, imgs, opt
 }

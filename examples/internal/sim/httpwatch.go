@@ -23,23 +23,9 @@ func (ws *watches) httpWatcher(ctx context.Context, k int, rng *rand.Rand) {
 	hc := &http.Client{Transport: ws.r.c.Network().Transport(addr)}
 	defer hc.CloseIdleConnections()
 	for pause(ctx, time.Duration(50+rng.IntN(1000))*time.Millisecond) {
-		up := ws.r.running()
-		if len(up) == 0 {
+		i, from, ok := ws.resumePoint(k, rng)
+		if !ok {
 			continue
-		}
-		i := up[rng.IntN(len(up))]
-		f := ws.r.c.Frontend(i)
-		if f == nil {
-			continue
-		}
-		from := ws.lastIndex(k)
-		switch p := rng.IntN(100); {
-		case p < 15:
-			if fi, err := f.Journal().FirstIndex(); err == nil && fi > 0 {
-				from = fi - 1
-			}
-		case p < 25:
-			from /= uint64(2 + rng.IntN(8))
 		}
 		ws.httpSession(ctx, hc, k, i, from, time.Duration(100+rng.IntN(5000))*time.Millisecond)
 	}

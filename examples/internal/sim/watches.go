@@ -175,29 +175,41 @@ func (ws *watches) lastIndex(k int) uint64 {
 
 func (ws *watches) loop(ctx context.Context, k int, rng *rand.Rand) {
 	for pause(ctx, time.Duration(50+rng.IntN(1000))*time.Millisecond) {
-		up := ws.r.running()
-		if len(up) == 0 {
+		i, from, ok := ws.resumePoint(k, rng)
+		if !ok {
 			continue
-		}
-		i := up[rng.IntN(len(up))]
-		f := ws.r.c.Frontend(i)
-		if f == nil {
-			continue
-		}
-		from := ws.lastIndex(k)
-		switch p := rng.IntN(100); {
-		case p < 15: // the first index the log holds an image for
-			if fi, err := f.Journal().FirstIndex(); err == nil && fi > 0 {
-				from = fi - 1
-			}
-		case p < 25: // an old index, perhaps compacted away
-			from /= uint64(2 + rng.IntN(8))
 		}
 		_, err := ws.session(ctx, k, i, from, time.Duration(100+rng.IntN(5000))*time.Millisecond, 0)
 		if errors.Is(err, catalog.ErrCompacted) {
 			ws.judgeCompacted(k, i, from, err)
 		}
 	}
+}
+
+// resumePoint draws where watcher k resumes next: a random running
+// frontend, and after the last index it saw, the first index that
+// frontend's log holds an image for, or an older index, perhaps compacted
+// away.
+func (ws *watches) resumePoint(k int, rng *rand.Rand) (i int, from uint64, ok bool) {
+	up := ws.r.running()
+	if len(up) == 0 {
+		return 0, 0, false
+	}
+	i = up[rng.IntN(len(up))]
+	f := ws.r.c.Frontend(i)
+	if f == nil {
+		return 0, 0, false
+	}
+	from = ws.lastIndex(k)
+	switch p := rng.IntN(100); {
+	case p < 15: // the first index the log holds an image for
+		if fi, err := f.Journal().FirstIndex(); err == nil && fi > 0 {
+			from = fi - 1
+		}
+	case p < 25: // an old index, perhaps compacted away
+		from /= uint64(2 + rng.IntN(8))
+	}
+	return i, from, true
 }
 
 // session watches the registers on frontend i, resumed after from, for d
