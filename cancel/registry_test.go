@@ -639,3 +639,28 @@ func TestPartOnAnUnnamedEpochKeptWhenItsRecordLeavesNoRoomForADeath(t *testing.T
 		})
 	}
 }
+
+// A death and a return folded by a resync arrive as Dead at the
+// generation after the one last applied, then the return at the record's
+// generation (heartbeat's eventsBetween and Responder): a part on the
+// returned epoch, learnt ahead of the events, survives both, and a part
+// on the epoch that died is cancelled by the Dead.
+func TestFoldedDeathKeepsAPartOnTheReturnedEpoch(t *testing.T) {
+	r := New(Config{})
+	defer r.Close()
+	c, e1, x := heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch()
+	r.Apply(heartbeat.Event{Index: 1, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Added, NewEpoch: c, Generation: 1})
+	r.Apply(heartbeat.Event{Index: 2, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Added, NewEpoch: e1, Generation: 13, EpochGeneration: 13})
+	old, err := r.Register(t.Context(), m(1, c), []Member{m(10, e1)})
+	require.NoError(t, err)
+	ahead, err := r.Register(t.Context(), m(1, c), []Member{m(10, x)})
+	require.NoError(t, err)
+
+	tmp := heartbeat.TemporaryEpoch(e1, 16)
+	require.Equal(t, 1, r.Apply(heartbeat.Event{Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 14, EpochGeneration: 13}))
+	requireCause(t, old, ErrNodeDead, 10)
+	require.NoError(t, ahead.Context().Err(), "the folded Dead cancelled the part on the epoch the member returned with")
+	require.Zero(t, r.Apply(heartbeat.Event{Index: 3, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Restarted, OldEpoch: tmp, NewEpoch: x, Generation: 18, EpochGeneration: 18}))
+	require.NoError(t, ahead.Context().Err())
+	ahead.Finish()
+}

@@ -176,7 +176,9 @@ func (m Member) attrs() map[string]catalog.Value {
 // one at index:
 //   - removed and added again (another Created): Removed, then as if new;
 //   - alive, with a death recorded after the earlier view (Died above its
-//     generation): Dead, then what the return was, Restarted to the fresh
+//     generation): Dead (at the generation after the earlier view, so
+//     that the transitions skipped show on the next event), then what the
+//     return was, Restarted to the fresh
 //     epoch the member came back with (or Alive, for a log in which it
 //     came back with the same one);
 //   - alive with the same epoch but a later generation (a record with no
@@ -211,7 +213,14 @@ func eventsBetween(before, after *Member, index uint64) []Event {
 	case after.Epoch.IsZero():
 		return nil // alive, never answered: nothing to act on
 	case before.Status != StatusDead && !before.Epoch.IsZero() && after.Died > before.Generation:
-		died := Event{Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: before.Epoch, NewEpoch: TemporaryEpoch(before.Epoch, after.Died), Generation: after.Died, EpochGeneration: before.EpochGeneration}
+		// The Dead takes the generation right after the earlier view, not
+		// the death's: it ends before.Epoch, and the transitions between
+		// (epochs recorded and ended there) stay for the next event, whose
+		// generation shows them skipped. A Dead that showed them skipped
+		// would end parts on an epoch a consumer learnt ahead of the
+		// events (cancel: aheadVerdict) though the record first shows that
+		// epoch after the death.
+		died := Event{Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: before.Epoch, NewEpoch: TemporaryEpoch(before.Epoch, after.Died), Generation: before.Generation + 1, EpochGeneration: before.EpochGeneration}
 		ev.Type = Restarted
 		if after.Epoch == before.Epoch {
 			ev.Type = Alive

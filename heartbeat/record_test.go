@@ -92,6 +92,9 @@ func TestEventsBetween(t *testing.T) {
 	e3 := NewEpoch()
 	later := returned
 	later.Epoch, later.Generation = e3, 4
+	// Declared dead at generation 4 (an epoch restarted to at 3), back
+	// with E3, first recorded at 6.
+	twice := Member{ID: 5, Kind: KindWorker, Epoch: e3, Generation: 6, EpochGeneration: 6, Status: StatusAlive, Died: 4, Created: 1}
 	for _, tc := range []struct {
 		name          string
 		before, after *Member
@@ -115,6 +118,13 @@ func TestEventsBetween(t *testing.T) {
 		{"dead and back with a fresh epoch, folded", &alive, &returned, []Event{
 			{Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2},
 			{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 3}}},
+		// The death folded into a restart is delivered as the transition
+		// right after the earlier view: a part on the later epoch, which
+		// a consumer learnt ahead of the events, must not be judged by a
+		// Dead that seems to skip the transitions that recorded it.
+		{"dead, restarted twice, folded", &alive, &twice, []Event{
+			{Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: TemporaryEpoch(e1, 4), Generation: 2, EpochGeneration: alive.EpochGeneration},
+			{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: TemporaryEpoch(e1, 4), NewEpoch: e3, Generation: 6, EpochGeneration: 6}}},
 		{"a death before the earlier view", &returned, &later, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: e2, NewEpoch: e3, Generation: 4}}},
 		{"restarted or dead after its first answer, folded", &fresh, &back, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, NewEpoch: e1, Generation: 3}}},
 		{"removed and added again, folded", &alive, &readded, []Event{

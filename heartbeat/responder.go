@@ -366,8 +366,11 @@ func (r *Responder) diffLocked(hb *Request) []Event {
 			// Declared dead after the list held, and back since: with a
 			// fresh epoch (Restarted), or, from an older leader's log, the
 			// same one (Alive).
+			// The Dead at the generation after the list held, as
+			// eventsBetween does: the transitions skipped show on the
+			// return's event.
 			tmp := TemporaryEpoch(p.Epoch, f.Died)
-			ev(f.ID, Dead, p.Epoch, tmp, f.Died)
+			ev(f.ID, Dead, p.Epoch, tmp, p.Gen+1)
 			evs[len(evs)-1].Index = 0
 			if f.Epoch == p.Epoch {
 				ev(f.ID, Alive, tmp, f.Epoch, f.Gen)

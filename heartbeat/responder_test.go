@@ -307,6 +307,19 @@ func TestResponderSeesADeathItMissed(t *testing.T) {
 		{Node: 1, Kind: KindFrontend, Type: Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 4},
 		{Index: 40, Node: 1, Kind: KindFrontend, Type: Restarted, OldEpoch: tmp, NewEpoch: e3, Generation: 5},
 	}, f.take())
+
+	// Restarted at 6, declared dead at 7 and back with e4 at 9: the Dead
+	// takes the generation after the list's (6), the Restarted shows the
+	// transitions skipped, so a part on e4 learnt ahead of the events is
+	// judged by the event that names e4.
+	e4 := NewEpoch()
+	tmp = TemporaryEpoch(e3, 7)
+	code, _ = f.beat(t, Request{Leader: 1, Term: 1, Version: 50, Frontends: []FrontendEpoch{{ID: 1, Gen: 9, Epoch: e4, Died: 7}, {ID: 2, Gen: 2, Epoch: e2}}})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, []Event{
+		{Node: 1, Kind: KindFrontend, Type: Dead, OldEpoch: e3, NewEpoch: tmp, Generation: 6},
+		{Index: 50, Node: 1, Kind: KindFrontend, Type: Restarted, OldEpoch: tmp, NewEpoch: e4, Generation: 9},
+	}, f.take())
 }
 
 // A heartbeat with a higher term fences lower terms off only while its
