@@ -39,6 +39,12 @@ type queryRecord struct {
 	coordEnd  *ending
 	fragEnds  map[uint64]*ending
 	finishing bool
+	// ranAtFinish holds the members whose process of the query still ran
+	// when it finished: nothing of the query was left to cancel for them.
+	// The ground truth dates a cut-off worker's end at the sample before
+	// the one that shows its fresh epoch, which can precede a finish that
+	// came while the old process still ran.
+	ranAtFinish map[uint64]bool
 }
 
 // queryLoop starts queries on random running frontends spanning random
@@ -211,11 +217,10 @@ func (m *members) hold(ctx context.Context, rec *queryRecord, d time.Duration) {
 // come: a member's process ended and a context that depends on it still
 // runs.
 func (m *members) due(rec *queryRecord) bool {
-	f := m.r.c.Frontend(int(rec.coord.node))
-	coordGone := f == nil || f.Epoch() != rec.coord.epoch
+	running := m.running(rec)
 	workerGone := false
 	for _, w := range rec.workers {
-		if cw := m.r.c.Worker(w.node); cw == nil || cw.Epoch() != w.epoch {
+		if !running[w.node] {
 			workerGone = true
 		}
 	}
@@ -224,7 +229,7 @@ func (m *members) due(rec *queryRecord) bool {
 	if workerGone && rec.coordEnd == nil {
 		return true
 	}
-	if coordGone {
+	if !running[rec.coord.node] {
 		for _, w := range rec.workers {
 			if rec.fragEnds[w.node] == nil {
 				return true
@@ -252,11 +257,34 @@ func (m *members) anyDue() bool {
 
 // finishQuery ends the query; cancellations from here on are its own.
 func (m *members) finishQuery(rec *queryRecord) {
-	rec.mu.Lock()
-	rec.finishing = true
-	rec.finished = time.Now()
-	rec.mu.Unlock()
+	rec.finish(time.Now(), m.running(rec))
 	rec.q.Finish()
+}
+
+// finish records that the query finished at at, with the members in
+// running still on its processes.
+func (rec *queryRecord) finish(at time.Time, running map[uint64]bool) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rec.finishing = true
+	rec.finished = at
+	rec.ranAtFinish = running
+}
+
+// running returns the query's members whose process of the query runs
+// now: the coordinator's frontend and each worker at the epoch the query
+// was registered against.
+func (m *members) running(rec *queryRecord) map[uint64]bool {
+	running := map[uint64]bool{}
+	if f := m.r.c.Frontend(int(rec.coord.node)); f != nil && f.Epoch() == rec.coord.epoch {
+		running[rec.coord.node] = true
+	}
+	for _, w := range rec.workers {
+		if cw := m.r.c.Worker(w.node); cw != nil && cw.Epoch() == w.epoch {
+			running[w.node] = true
+		}
+	}
+	return running
 }
 
 // recorded reports whether some running frontend's member records show

@@ -30,7 +30,7 @@ func (m *members) checkQueries() (queries, cancelled, bounded int) {
 	m.mu.Unlock()
 	for _, rec := range qs {
 		rec.mu.Lock()
-		coordEnd, fragEnds, finished := rec.coordEnd, rec.fragEnds, rec.finished
+		coordEnd, fragEnds, finished, ran := rec.coordEnd, rec.fragEnds, rec.finished, rec.ranAtFinish
 		rec.mu.Unlock()
 		if coordEnd != nil {
 			if why := m.unjustified(rec, rec.coord, coordEnd); why != "" {
@@ -47,8 +47,8 @@ func (m *members) checkQueries() (queries, cancelled, bounded int) {
 		if coordEnd != nil {
 			cancelled++
 		}
-		bounded += m.checkBound(rec, coordEnd, finished)
-		m.checkEventual(rec, coordEnd, fragEnds, finished)
+		bounded += m.checkBound(rec, coordEnd, finished, ran)
+		m.checkEventual(rec, coordEnd, fragEnds, finished, ran)
 	}
 	return len(qs), cancelled, bounded
 }
@@ -142,10 +142,10 @@ func (m *members) nextAfter(node uint64, in incarnation) (incarnation, bool) {
 // while it ran, the coordinator's part cancelled within the bound, where
 // the cluster could act on it throughout. It returns how many changes it
 // held to the bound.
-func (m *members) checkBound(rec *queryRecord, coordEnd *ending, finished time.Time) (n int) {
+func (m *members) checkBound(rec *queryRecord, coordEnd *ending, finished time.Time, ran map[uint64]bool) (n int) {
 	for _, w := range rec.workers {
-		in, ok := m.truth.incarnationOf(w.node, w.epoch)
-		if !ok || in.down.IsZero() || !in.down.After(rec.start) || !in.down.Before(finished) {
+		in, ok := m.endedWhileLive(rec, w, finished, ran)
+		if !ok {
 			continue
 		}
 		if coordEnd != nil && !coordEnd.at.After(in.down) {
@@ -197,25 +197,30 @@ func (m *members) actionable(rec *queryRecord, worker uint64, from, to time.Time
 	return true
 }
 
+// endedWhileLive returns the process of part p of the query if it ended
+// while the query ran: after its start, before it finished at finished,
+// and not still running then (ran, as the query saw its members when it
+// finished: the ground truth may date an end early, see ranAtFinish).
+func (m *members) endedWhileLive(rec *queryRecord, p part, finished time.Time, ran map[uint64]bool) (incarnation, bool) {
+	in, ok := m.truth.incarnationOf(p.node, p.epoch)
+	return in, ok && !ran[p.node] && !in.down.IsZero() && in.down.After(rec.start) && in.down.Before(finished)
+}
+
 // checkEventual requires, once the run healed, every part of the query
 // that depends on an ended process cancelled: the coordinator's for a
 // worker's process, every fragment for the coordinator's.
-func (m *members) checkEventual(rec *queryRecord, coordEnd *ending, fragEnds map[uint64]*ending, finished time.Time) {
-	endedWhileLive := func(p part) (time.Time, bool) {
-		in, ok := m.truth.incarnationOf(p.node, p.epoch)
-		return in.down, ok && !in.down.IsZero() && in.down.After(rec.start) && in.down.Before(finished)
-	}
+func (m *members) checkEventual(rec *queryRecord, coordEnd *ending, fragEnds map[uint64]*ending, finished time.Time, ran map[uint64]bool) {
 	if coordEnd == nil {
 		for _, w := range rec.workers {
-			if at, ok := endedWhileLive(w); ok {
-				m.r.failf("%s: worker %d's process ended at %v and the coordinator's part was never cancelled", rec, w.node, m.r.since(at))
+			if in, ok := m.endedWhileLive(rec, w, finished, ran); ok {
+				m.r.failf("%s: worker %d's process ended at %v and the coordinator's part was never cancelled", rec, w.node, m.r.since(in.down))
 			}
 		}
 	}
-	if at, ok := endedWhileLive(rec.coord); ok {
+	if in, ok := m.endedWhileLive(rec, rec.coord, finished, ran); ok {
 		for _, w := range rec.workers {
 			if fragEnds[w.node] == nil {
-				m.r.failf("%s: the coordinator's process ended at %v and the fragment on worker %d was never cancelled", rec, m.r.since(at), w.node)
+				m.r.failf("%s: the coordinator's process ended at %v and the fragment on worker %d was never cancelled", rec, m.r.since(in.down), w.node)
 			}
 		}
 	}

@@ -37,3 +37,44 @@ func TestQueryCheckJudgesCancellationsByTheGroundTruth(t *testing.T) {
 	require.Empty(t, m.unjustified(rec, rec.coord, restarted), "a restart of an ended process")
 	require.Empty(t, m.unjustified(rec, rec.workers[0], closed), "the ended process's registry")
 }
+
+// A query that finished while its worker's process still ran has no part
+// left to cancel, even when the ground truth dates that process's end
+// before the finish: a cut-off worker's fresh epoch ends the old process
+// at the sample before the one that shows it. A query that finished after
+// its worker's process ended still needs the cancellation.
+func TestQueryCheckSparesAQueryFinishedBeforeItsWorkerEnded(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		ran  map[uint64]bool
+		fail bool
+	}{
+		{"worker still ran at the finish", map[uint64]bool{1: true, 4: true}, false},
+		{"worker had ended at the finish", map[uint64]bool{1: true}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &run{n: 3, hist: newHistory(t0, nil)}
+			m := &members{r: r, workers: []uint64{4}, truth: newTruth(r, []uint64{4}), deathBound: 4 * time.Second, restartBound: 2 * time.Second}
+			coord, old, fresh := heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch()
+			m.truth.inc[1] = []incarnation{{epoch: coord, up: t0}}
+			m.truth.started(4, old, t0)
+			rec := &queryRecord{coord: part{1, coord}, workers: []part{{4, old}}, start: t0.Add(time.Second), fragEnds: map[uint64]*ending{}}
+			m.queries = []*queryRecord{rec}
+			rec.finish(t0.Add(2*time.Second+10*time.Millisecond), c.ran)
+			// The sample at 2.1 s first shows the fresh epoch: the old
+			// process is dated to have ended at the one before, 2 s.
+			m.truth.mu.Lock()
+			m.truth.renewedLocked(4, fresh, t0.Add(2*time.Second))
+			m.truth.mu.Unlock()
+
+			m.checkQueries()
+			if c.fail {
+				require.Len(t, r.failures, 1)
+				require.Contains(t, r.failures[0], "worker 4's process ended at 2s and the coordinator's part was never cancelled")
+			} else {
+				require.Empty(t, r.failures)
+			}
+		})
+	}
+}
