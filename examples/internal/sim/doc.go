@@ -186,7 +186,11 @@
 //     for the coordinator's (the run ends the death bound and a heartbeat
 //     interval after the recovery, and, while a sole voter's disk is
 //     still slow, waits up to RecoveryBound more for them, as for a
-//     write);
+//     write). A query that finished while the process still ran has no
+//     part left to cancel: the query records, as it finishes, which of
+//     its members still run its processes, since the ground truth dates
+//     a cut-off worker's end at the sample before the one that shows its
+//     fresh epoch;
 //   - every watch session delivers events after its resume index only, in
 //     log order, each once; any two sessions that covered an index saw the
 //     same events there (a missed, repeated or misplaced event shows as a
