@@ -226,17 +226,8 @@
 // # Open defects
 //
 // CI's long run reports its failing seeds without failing; the fixed
-// seeds of the plain test gate. With every fault and check combined, a
-// few seeds in a hundred still fail one check:
-//
-//   - an observer of a sole voter that coordinates queries, cut off from
-//     the log while a worker restarts, now and then leaves a query on the
-//     worker's old process uncancelled ("the coordinator's part was never
-//     cancelled"; go run ./examples/sim -seed 1796535630161893150 meets
-//     it about once in fifteen runs). The observer applies the worker's
-//     death only when it catches up; whether the query had finished by
-//     then, which the check does not allow for, or an event is missing on
-//     the observer is not known yet.
+// seeds of the plain test gate. A seed that fails there is filed as an
+// issue and named here while its cause is not known.
 //
 // # Replaying a seed
 //
