@@ -226,8 +226,14 @@
 // # Open defects
 //
 // CI's long run reports its failing seeds without failing; the fixed
-// seeds of the plain test gate. A seed that fails there is filed as an
-// issue and named here while its cause is not known.
+// seeds of the plain test gate. A seed that fails there is named here
+// while its cause is not known:
+//
+//   - now and then a worker's process ends and a coordinator's part on it
+//     is never cancelled, with queries finished before the end excluded
+//     (go run ./examples/sim -seed 1796538683186244378 met it once in a
+//     long run and passed its replay): whether a coordinator misses an
+//     event or the ground truth dates an end wrongly is not known yet.
 //
 // # Replaying a seed
 //
