@@ -229,11 +229,11 @@
 // seeds of the plain test gate. A seed that fails there is named here
 // while its cause is not known:
 //
-//   - now and then a worker's process ends and a coordinator's part on it
-//     is never cancelled, with queries finished before the end excluded
-//     (go run ./examples/sim -seed 1796538683186244378 met it once in a
-//     long run and passed its replay): whether a coordinator misses an
-//     event or the ground truth dates an end wrongly is not known yet.
+//   - a worker's process ends and a coordinator's part on it is never
+//     cancelled, queries finished before the end excluded (replay: go
+//     run ./examples/sim -seed 1796538683186244378, not every run): a
+//     coordinator missing an event, or the ground truth dating an end
+//     wrongly, is not told apart yet.
 //
 // # Replaying a seed
 //
