@@ -20,6 +20,32 @@ func propose(t *testing.T, n *node, v string) uint64 {
 	return idx
 }
 
+// A restart's Role: an observer configured as a follower is refused (only
+// a promotion makes a voter), and a promoted observer restarted with the
+// flags it joined with starts as the voter it is.
+func TestRestartRole(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		c.start(1, 1)
+		c.waitLeader(1)
+		n1, n2 := c.nodes[1], c.nodes[2]
+		n2.closeJournal()
+		require.ErrorIs(t, c.open(n2, func(cfg *Config) { cfg.Role = Follower }), ErrRoleMismatch)
+		n2.sm = newMemSM()
+		require.NoError(t, c.open(n2, func(cfg *Config) { cfg.Role = Observer }))
+		require.Equal(t, Observer, n2.j.Status().Role)
+
+		require.NoError(t, n1.j.Promote(ctxT(t, 5*time.Second), 2))
+		propose(t, n2, "as-follower")
+		require.Equal(t, Follower, n2.j.Status().Role)
+		n2.closeJournal()
+		n2.sm = newMemSM()
+		require.NoError(t, c.open(n2, func(cfg *Config) { cfg.Role = Observer }))
+		require.Equal(t, Follower, n2.j.Status().Role, "a promoted observer restarts as a voter")
+		propose(t, n2, "after-restart")
+	})
+}
+
 func TestStartupChecks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t)
@@ -46,7 +72,6 @@ func TestStartupChecks(t *testing.T) {
 		n2.closeJournal()
 		require.ErrorIs(t, c.open(n2, func(cfg *Config) { cfg.ClusterID = "other" }), ErrClusterMismatch)
 		require.ErrorIs(t, c.open(n2, func(cfg *Config) { cfg.Token = "other" }), ErrClusterMismatch)
-		require.ErrorIs(t, c.open(n2, func(cfg *Config) { cfg.Role = Observer }), ErrRoleMismatch)
 		require.NoError(t, c.open(n2, func(cfg *Config) { cfg.Role = Follower }))
 
 		// Requests with a wrong cluster id or token are refused by the handler.

@@ -98,7 +98,10 @@ type Config struct {
 	// Role is Follower (voter) or Observer (learner). RoleUnset means
 	// Follower for bootstrap and join, and the ROLE file on restart. A Role
 	// that disagrees with the ROLE file or with the cluster is an error at
-	// startup (ErrRoleMismatch).
+	// startup (ErrRoleMismatch), except Observer on a node the cluster
+	// promoted since (its ROLE says Follower): promotion is one-way, so a
+	// restart with the flags the node joined with starts it as the voter
+	// it is.
 	Role Role
 	// ClusterID names a new cluster at bootstrap (default: a random UUID).
 	// On restart or join, a non-empty ClusterID must match the cluster's.

@@ -333,7 +333,13 @@ func (j *Journal) checkRestart(ver map[string]string) error {
 	if err != nil {
 		return operr.Errorf("journal: %s: ROLE: %w", j.cfg.Dir, err)
 	}
-	if j.cfg.Role != RoleUnset && j.cfg.Role != role {
+	switch {
+	case j.cfg.Role == Observer && role == Follower:
+		// A voter never becomes an observer again, so a node that joined
+		// as an observer and was promoted restarts with the command line
+		// it joined with: the cluster's promotion outranks the flag.
+		j.log.Info("configured as an observer; the data dir says follower (promoted): starting as a follower")
+	case j.cfg.Role != RoleUnset && j.cfg.Role != role:
 		return operr.Errorf("journal: %w: configured %s, data dir says %s", ErrRoleMismatch, j.cfg.Role, role)
 	}
 	j.role.Store(uint32(role))

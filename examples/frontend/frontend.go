@@ -47,7 +47,10 @@ type Config struct {
 	Bootstrap bool
 	Join      string
 	// Role is journal.Follower (a voter; the default) or journal.Observer
-	// (a learner); it is read only when joining.
+	// (a learner) when joining. On a restart the data dir's role holds: a
+	// Role that disagrees fails Start (journal.ErrRoleMismatch), except
+	// Observer on a member promoted since, which starts as the voter it
+	// is (journal.Config.Role).
 	Role journal.Role
 	// Token is the cluster's join token: joins, images, forwarded writes
 	// and heartbeats carry it.
@@ -378,10 +381,7 @@ func (f *Frontend) registerSelf(ctx context.Context) error {
 			return fmt.Errorf("replace frontend %d's record at %s: %w", f.cfg.ID, m.Addr, err)
 		}
 	}
-	role := journal.Follower
-	if f.cfg.Role == journal.Observer {
-		role = journal.Observer
-	}
+	role := f.journal.Status().Role // the data dir's on a restart, which a promotion changes
 	retry := time.NewTicker(100 * time.Millisecond)
 	defer retry.Stop()
 	for {

@@ -123,9 +123,10 @@ func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string)
 	}
 	cfg.Bootstrap, cfg.Join = bootstrap, join
 	cfg.Clock = c.clock(uint64(i))
-	// An observer joins as one; a restart takes the role its data dir
-	// holds (a promotion may have made it a voter since).
-	if i > c.opts.Frontends && join != "" {
+	// An observer starts with the role it joined with, as a metaserver
+	// restarted with its command line does; a restart takes the role its
+	// data dir holds (a promotion may have made it a voter since).
+	if i > c.opts.Frontends {
 		cfg.Role = journal.Observer
 	}
 	ln, err := c.net.Listen(cfg.Addr)
