@@ -73,6 +73,9 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	t.dg0 = s.digest
 	ids := make([]uint64, len(ops))
 	q, before := t.quota.get(), s.usage()
+	if q.exempts(ops) {
+		q = Quota{}
+	}
 	for i := range ops {
 		id, err := t.applyOp(s, index, &ops[i])
 		if err == nil && len(t.ended) > 0 {

@@ -23,6 +23,31 @@ type Quota struct {
 	MaxNodes int
 	// MaxBytes bounds the approximate in-memory bytes (Usage.Bytes).
 	MaxBytes int64
+	// Exempt, when set, is a subtree whose batches the quota never
+	// refuses: a batch whose every operation names paths at Exempt or
+	// under it passes, with what it cascades (owned nodes it deletes or
+	// marks orphaned). It is for the host's own records, bounded by the
+	// host rather than by its users (a cluster's member records under
+	// heartbeat.ClusterPath), which must land even once users have filled
+	// the tree; users must not be able to write there.
+	Exempt string
+}
+
+// exempts reports whether every operation of a batch stays within
+// q.Exempt.
+func (q Quota) exempts(ops []rawOp) bool {
+	if q.Exempt == "" {
+		return false
+	}
+	within := func(p string) bool {
+		return p == q.Exempt || len(p) > len(q.Exempt) && p[len(q.Exempt)] == '/' && p[:len(q.Exempt)] == q.Exempt
+	}
+	for i := range ops {
+		if !within(ops[i].path) || ops[i].to != "" && !within(ops[i].to) {
+			return false
+		}
+	}
+	return true
 }
 
 // Usage is the size of a tree as Quota counts it.

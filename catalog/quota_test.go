@@ -112,3 +112,47 @@ func gauge(t *testing.T, tree *catalog.Tree, name string) float64 {
 	t.Fatalf("no series %s", name)
 	return 0
 }
+
+// TestQuotaExemptSubtreePassesWhenTheTreeIsFull: once users have filled
+// the tree, a batch wholly under Quota.Exempt still applies on every
+// replica, while one that also writes elsewhere, or moves a node out,
+// is refused.
+func TestQuotaExemptSubtreePassesWhenTheTreeIsFull(t *testing.T) {
+	for _, q := range []catalog.Quota{{MaxNodes: 3, Exempt: "/_cluster"}, {MaxBytes: 300, Exempt: "/_cluster"}} {
+		tr := catalog.New()
+		tr.SetQuota(q)
+		if res := apply(tr, 1, catalog.Op{Type: catalog.OpCreate, Path: "/_cluster", Kind: "dir"}); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		idx := uint64(2)
+		for ; ; idx++ {
+			res := apply(tr, idx, catalog.Op{Type: catalog.OpCreate, Path: fmt.Sprintf("/u%d", idx), Kind: "dir",
+				Set: map[string]catalog.Value{"c": catalog.String(strings.Repeat("x", 40))}})
+			if errors.Is(res.Err, catalog.ErrQuota) {
+				break
+			}
+			if res.Err != nil || idx > 100 {
+				t.Fatalf("%+v: filling the tree at %d: %v", q, idx, res.Err)
+			}
+		}
+		idx++
+		if res := apply(tr, idx, catalog.Op{Type: catalog.OpCreate, Path: "/_cluster/m1", Kind: "member",
+			Set: map[string]catalog.Value{"epoch": catalog.String(strings.Repeat("e", 36))}}); res.Err != nil {
+			t.Fatalf("%+v: a create under the exempt subtree of a full tree: %v", q, res.Err)
+		}
+		idx++
+		if res := apply(tr, idx, catalog.Op{Type: catalog.OpUpdate, Path: "/_cluster/m1",
+			Set: map[string]catalog.Value{"died": catalog.Int(3)}}); res.Err != nil {
+			t.Fatalf("%+v: an update under the exempt subtree of a full tree: %v", q, res.Err)
+		}
+		for _, ops := range [][]catalog.Op{
+			{{Type: catalog.OpCreate, Path: "/_cluster/m2", Kind: "member"}, {Type: catalog.OpCreate, Path: "/v", Kind: "dir"}},
+			{{Type: catalog.OpCreate, Path: "/_clusterx", Kind: "dir"}},
+		} {
+			idx++
+			if res := apply(tr, idx, ops...); !errors.Is(res.Err, catalog.ErrQuota) {
+				t.Fatalf("%+v: batch %+v reaching out of the exempt subtree: %v, want ErrQuota", q, ops, res.Err)
+			}
+		}
+	}
+}

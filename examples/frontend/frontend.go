@@ -95,7 +95,9 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Quota bounds the catalog (catalog.Quota; zero: none). Every member
 	// must run with the same one: replicas decide each batch alike only
-	// then.
+	// then. Start exempts the cluster's own records (Exempt is
+	// heartbeat.ClusterPath), so members join, restart and die in a full
+	// catalog.
 	Quota catalog.Quota
 	// ForceNewCluster restarts from Dir as the only voter, keeping its
 	// data (after permanent quorum loss): journal.Config.ForceNewCluster.
@@ -522,11 +524,16 @@ func (f *Frontend) Close() error {
 	return f.closeErr
 }
 
-// newTree returns an empty catalog under quota q. The live tree and every
-// copy replayed from the journal (shadow checkpoints, historical watches)
-// carry the same quota, or they would decide batches differently.
+// newTree returns an empty catalog under quota q, the cluster's own
+// records (heartbeat.ClusterPath) exempt: members join, restart and die
+// whatever the users wrote. The live tree and every copy replayed from the
+// journal (shadow checkpoints, historical watches) carry the same quota,
+// or they would decide batches differently.
 func newTree(q catalog.Quota) *catalog.Tree {
 	t := catalog.New()
+	if q != (catalog.Quota{}) {
+		q.Exempt = heartbeat.ClusterPath
+	}
 	t.SetQuota(q)
 	return t
 }
