@@ -93,3 +93,21 @@ func (c *entryCache) truncateFront(index uint64) {
 	c.ents = c.ents[n:]
 	c.first = index + 1
 }
+
+// truncateBack drops cached entries with index >= next, so that the cache
+// ends before next (a view cut to last = next-1).
+func (c *entryCache) truncateBack(next uint64) {
+	switch {
+	case next >= c.end():
+		return
+	case next <= c.first:
+		c.reset(next)
+		return
+	}
+	n := next - c.first
+	for _, e := range c.ents[n:] {
+		c.bytes -= entryBytes(e)
+	}
+	clear(c.ents[n:])
+	c.ents = c.ents[:n]
+}

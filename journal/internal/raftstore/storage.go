@@ -142,8 +142,8 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 		return limitSize(cached, maxSize), nil
 	}
 	// Create the iterator under the lock so that it sees exactly the log
-	// the view describes (writers that delete hold the write lock across
-	// their commit).
+	// the view describes (a writer that deletes or overwrites entries
+	// applies its batch under the write lock and cuts the view with it).
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(lo), UpperBound: entryKey(diskHi)})
 	if err != nil {
 		s.mu.RUnlock()

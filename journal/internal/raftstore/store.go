@@ -43,13 +43,14 @@ type Store struct {
 	halt  *halt // the first storage failure; set, the store refuses writes
 	syncs atomic.Uint64
 
-	// writeMu serialises writers (Append, SetSnapshot, Compact,
-	// SaveMembership, Close), so each builds its batch against a view no one
-	// else changes meanwhile.
+	// writeMu serialises writers (Append, SetSnapshot, Compact, Close), so
+	// each builds its batch against a view no one else changes meanwhile.
+	// SaveMembership writes a key outside that view and does not take it.
 	writeMu sync.Mutex
 
-	// readers counts reads in flight on db outside mu; Close waits for them.
-	// Add happens only under mu.RLock with closed false.
+	// readers counts reads (and SaveMembership's writes) in flight on db
+	// outside mu; Close waits for them. Add happens only under mu.RLock with
+	// closed false.
 	readers sync.WaitGroup
 
 	mu struct {

@@ -22,8 +22,11 @@ import (
 //  3. hs, if non-empty.
 //
 // The batch is committed with fsync when sync is true or snap is non-empty
-// (pass raft's Ready.MustSync). The view raft reads changes only after the
-// commit has returned. Append refuses, with an error and without writing,
+// (pass raft's Ready.MustSync). The view raft reads gains the batch only
+// after its commit (and fsync) has returned; no lock readers take is held
+// across that fsync, except for a snapshot or an overwrite at or below the
+// durable commit. A synced overwrite of an uncommitted tail hides that
+// tail from the view while its fsync runs. Append refuses, with an error and without writing,
 // entries that would leave a gap, a snapshot older than the current one,
 // and a HardState whose Commit is past the last entry.
 //
@@ -47,6 +50,7 @@ func (s *Store) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.
 	b := s.db.NewBatch()
 	defer b.Close()
 	deletes := false // the batch removes entries readers may be looking at
+	oldLast := last
 
 	hasSnap := !raft.IsEmptySnap(snap)
 	if hasSnap {
@@ -143,8 +147,15 @@ func (s *Store) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.
 		}
 	}
 	sync = sync || hasSnap
-	if deletes {
-		// Hold readers off while entries they could see disappear.
+	// hide: a synced batch that overwrites or deletes an uncommitted tail.
+	hide := !hasSnap && sync && len(ents) > 0 &&
+		ents[0].GetIndex() <= oldLast && ents[0].GetIndex() > curCommit
+	if deletes && !hide {
+		// Hold readers off while entries they could see disappear. A
+		// snapshot removes the whole log, committed entries included, and
+		// an overwrite at or below the durable commit has no view to show
+		// meanwhile that is both consistent and durable; an unsynced batch
+		// holds the lock for no fsync.
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err := s.commit(b, sync); err != nil {
@@ -153,12 +164,55 @@ func (s *Store) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.
 		publish()
 		return nil
 	}
-	if err := s.commit(b, sync); err != nil {
+	if hide {
+		// A synced overwrite of an uncommitted tail. The batch is applied
+		// under the write lock, without waiting for its fsync, and the
+		// view stops before the first entry it overwrites or deletes:
+		// Pebble no longer holds them, and their replacements are not
+		// durable yet. Raft's reads (the raft loop's) and the readers of
+		// committed entries go on during the fsync; raft keeps the
+		// replacements in its unstable log until this Append returns, so
+		// it reads nothing from the hidden tail. The full view is
+		// published once the fsync returns.
+		if err := s.commitNoSyncWait(b, ents[0].GetIndex()); err != nil {
+			return fmt.Errorf("raftstore: append: commit: %w", err)
+		}
+	} else if err := s.commit(b, sync); err != nil {
 		return fmt.Errorf("raftstore: append: commit: %w", err)
 	}
 	s.mu.Lock()
 	publish()
 	s.mu.Unlock()
+	return nil
+}
+
+// commitNoSyncWait commits b, a synced batch that overwrites the log from
+// index hideFrom on, with the view hidden from hideFrom while its fsync
+// runs: it applies b under s.mu, cuts the view (last and the cache) to
+// hideFrom-1, and waits for the fsync outside s.mu. The caller publishes
+// the full view.
+func (s *Store) commitNoSyncWait(b *pebble.Batch, hideFrom uint64) error {
+	s.mu.Lock()
+	if err := s.halt.check(); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		s.mu.Unlock()
+		return s.halted(err)
+	}
+	s.mu.last = min(s.mu.last, hideFrom-1)
+	s.mu.cache.truncateBack(hideFrom)
+	s.mu.Unlock()
+	if err := b.SyncWait(); err != nil {
+		return s.halted(err)
+	}
+	// As in commit: a failed WAL write or fsync halts the store, whatever
+	// SyncWait returns.
+	if err := s.halt.check(); err != nil {
+		return err
+	}
+	s.syncs.Add(1)
 	return nil
 }
 
@@ -283,15 +337,20 @@ func (s *Store) Compact(index uint64) error {
 // addresses) as of index. It is not synced: the journal saves it when it
 // applies the conf change at index, and after a crash raft replays that
 // entry again; a later synced commit makes it durable anyway.
+//
+// It does not take writeMu: it writes one key no other writer's batch
+// depends on, so the applier that calls it never waits for an Append's
+// fsync. A Compact that runs beside it prunes only records older than the
+// one it keeps, which a concurrent save at a newer index is not.
 func (s *Store) SaveMembership(index uint64, blob []byte) error {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
 	s.mu.RLock()
-	closed := s.mu.closed
-	s.mu.RUnlock()
-	if closed {
+	if s.mu.closed {
+		s.mu.RUnlock()
 		return ErrClosed
 	}
+	s.readers.Add(1) // Close waits for the write before closing db
+	s.mu.RUnlock()
+	defer s.readers.Done()
 	if err := s.halt.check(); err != nil {
 		return err
 	}
