@@ -45,6 +45,10 @@ type HTTPOptions struct {
 	Clock Clock
 }
 
+// peerConnBuffer is the write and read buffer of the transport's own
+// client connections.
+const peerConnBuffer = 64 << 10
+
 // HTTPTransport is the default Transport: raft messages travel over one
 // long-lived streaming POST per peer (/raft/stream), written by one sender
 // goroutine per peer in length-prefixed batches (pipelined: the sender never
@@ -125,6 +129,13 @@ func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
 			IdleConnTimeout:     90 * time.Second,
 			DisableCompression:  true,
 			TLSClientConfig:     opts.TLS,
+			// A stream frame is one chunk of the request body, flushed
+			// after it is written: with a buffer that holds a typical
+			// frame (up to peerConnBuffer) the chunk's header, data and
+			// trailer leave in one write, where the default 4 KiB buffer
+			// splits them into several.
+			WriteBufferSize: peerConnBuffer,
+			ReadBufferSize:  peerConnBuffer,
 		}}
 		t.ownCli = true
 	}
