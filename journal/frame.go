@@ -8,7 +8,6 @@ import (
 	"io"
 
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // Framing of the raft message stream: length-prefixed batches of encoded
@@ -166,8 +165,8 @@ func decodeFrameBody(b []byte) ([]*raftpb.Message, error) {
 		if n <= 0 || l > uint64(len(b)-n) {
 			return nil, fmt.Errorf("%w: bad message length in frame", ErrMalformed)
 		}
-		m := &raftpb.Message{}
-		if err := proto.Unmarshal(b[n:n+int(l)], m); err != nil {
+		m, err := decodeMessage(b[n : n+int(l)])
+		if err != nil {
 			return nil, fmt.Errorf("%w: raft message: %w", ErrMalformed, err)
 		}
 		if m.Type == nil || m.To == nil || m.From == nil {
