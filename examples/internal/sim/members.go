@@ -27,8 +27,8 @@ type members struct {
 	// op is held (a token sent) by a worker fault and by removeWorker: a
 	// channel, since a goroutine waiting on a mutex stops a synctest
 	// bubble's clock.
-	op chan struct{}
-	loops    sync.WaitGroup     // the query clients, holders and sampler
+	op    chan struct{}
+	loops sync.WaitGroup // the query clients, holders and sampler
 
 	mu      sync.Mutex
 	queries []*queryRecord
