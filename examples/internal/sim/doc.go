@@ -202,8 +202,8 @@
 //     on it throughout: one leader, with a quorum over clean links, clean
 //     links to the coordinator and the worker, the coordinator running
 //     (Result.Bounded counts them);
-//   - a cancellation for a removal needs that member's removal asked for
-//     first; every removed member's queries registered before the
+//   - a cancellation for a removal needs a removal of that member that
+//     had started by then; every removed member's queries registered before the
 //     removal returned have their dependent parts cancelled (the
 //     coordinator's for a worker, every fragment for a coordinator)
 //     within the death bound of its return, wherever the cluster could
