@@ -66,6 +66,10 @@ type Cluster struct {
 	// workers holds every worker added, nil while it is stopped.
 	workers map[uint64]*Worker
 	fss     map[int]*journaltest.CrashFS // with InMemory: each frontend's filesystem
+	// joined holds the frontends JoinFrontend started, with the role each
+	// joined with (a restart starts with it, as a metaserver restarted
+	// with its command line does).
+	joined map[int]journal.Role
 }
 
 // NewCluster starts the cluster: frontend 1 bootstraps and the others
@@ -78,7 +82,7 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 	if opts.Config.Token == "" {
 		opts.Config.Token = "frontendtest"
 	}
-	c := &Cluster{t: t, net: NewNetwork(), opts: opts, fes: map[int]*frontend.Frontend{}, workers: map[uint64]*Worker{}, fss: map[int]*journaltest.CrashFS{}}
+	c := &Cluster{t: t, net: NewNetwork(), opts: opts, fes: map[int]*frontend.Frontend{}, workers: map[uint64]*Worker{}, fss: map[int]*journaltest.CrashFS{}, joined: map[int]journal.Role{}}
 	if !opts.InMemory {
 		c.root = t.TempDir()
 	}
@@ -126,7 +130,13 @@ func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string)
 	// An observer starts with the role it joined with, as a metaserver
 	// restarted with its command line does; a restart takes the role its
 	// data dir holds (a promotion may have made it a voter since).
-	if i > c.opts.Frontends {
+	c.mu.Lock()
+	role, joined := c.joined[i]
+	c.mu.Unlock()
+	switch {
+	case joined:
+		cfg.Role = role
+	case i > c.opts.Frontends:
 		cfg.Role = journal.Observer
 	}
 	ln, err := c.net.Listen(cfg.Addr)

@@ -6,7 +6,9 @@
 // (frontend.Start with the Listener, Dial and FS seams), and workers (a
 // heartbeat responder with its epoch feeding a cancel registry, as the
 // example worker runs one) on one Network: leader, partitions, heal, stop,
-// graceful shutdown and restart of frontends and workers, power cuts that
+// graceful shutdown and restart of frontends and workers, frontends that
+// join the running cluster (JoinFrontend, as a metaserver's -join does)
+// and workers added again after their removal (ReaddWorker), power cuts that
 // lose what was not synced (on in-memory filesystems), and queries
 // spanning a coordinator frontend and workers (Cluster.StartQuery) that
 // are cancelled when any of them restarts or dies.

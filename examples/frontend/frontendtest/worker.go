@@ -13,8 +13,8 @@ import (
 )
 
 // ErrInvalidWorker is the error of AddWorker for an id that is zero, a
-// frontend's or an existing worker's, and of RestartWorker for an id that
-// was never added.
+// frontend's or an existing worker's, and of RestartWorker and ReaddWorker
+// for an id that was never added.
 var ErrInvalidWorker = errors.New("frontendtest: invalid worker")
 
 // Worker is a worker as the example worker binary runs one: a heartbeat
@@ -106,8 +106,9 @@ func (w *Worker) close() {
 func (c *Cluster) AddWorker(ctx context.Context, id uint64) (*Worker, error) {
 	c.mu.Lock()
 	_, exists := c.workers[id]
+	_, joined := c.joined[int(id)]
 	c.mu.Unlock()
-	if id == 0 || id <= uint64(c.frontends()) || exists {
+	if id == 0 || id <= uint64(c.frontends()) || exists || joined {
 		return nil, fmt.Errorf("%w: id %d: want a new id above the frontends' 1..%d", ErrInvalidWorker, id, c.frontends())
 	}
 	w, err := c.startWorker(id)

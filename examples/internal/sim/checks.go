@@ -24,7 +24,7 @@ func (r *run) recover(ctx context.Context) {
 	net := r.c.Network()
 	net.Heal()
 	net.ClearFaults()
-	for i := 1; i <= r.n; i++ {
+	for _, i := range r.ids() {
 		if r.c.Frontend(i) == nil {
 			r.restart(ctx, i, "after the faults healed")
 		}

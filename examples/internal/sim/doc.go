@@ -58,10 +58,30 @@
 // back), for up to 8.5 s, after which the alarm must clear; and, in a
 // run of a sole voter and observers, an operator's promotion of an
 // observer to a voter (through any frontend), after which the observer
-// restarts as a voter. The other operations an operator runs (adding and
-// removing members, forcing a new cluster after a quorum loss, backup
-// and restore) are not injected yet: the checks expect the frontends a
-// run starts with, each until the end.
+// restarts as a voter. An operator also changes the membership
+// (membership.go): a frontend joins the running cluster through a random
+// member, as a metaserver started with -join does
+// (frontendtest.Cluster.JoinFrontend), as a voter or as an observer that
+// is then promoted half the time (at most three joins a run, each with a
+// new id after the workers'; a join that fails is undone by removing its
+// id); a frontend is removed, a voter (the leader half the time) once the
+// run has more voters than it started with, else an observer, and its
+// process runs on for up to 3 s with a client's writes and linearizable
+// reads through it, recorded in the history (a removed frontend must
+// refuse them or fail them, never acknowledge a write the cluster loses;
+// over HTTP it answers 410 removed), then stops; half the time its id
+// then tries to join again on an empty data dir, which the cluster must
+// refuse; a removal that would leave too few reachable voters (of a sole
+// voter, or of a follower while enough other followers are cut off past
+// the election timeout) must be refused with journal.ErrUnsafeRemoval;
+// and a worker is removed and, up to 3 s later, added again as a new
+// process (frontendtest.Cluster.ReaddWorker), the worker faults waiting
+// meanwhile. The run keeps at least the voters and the frontends it
+// started with; the nemesis, the clients and the checks act on the
+// frontends the cluster holds at the time, joined ones included (the
+// replica-equality and differential checks run on them), and the ground
+// truth samples every frontend that ever ran. Forcing a new cluster after
+// a quorum loss, and backup and restore, are not injected yet.
 //
 // # Wall clocks
 //
@@ -78,7 +98,8 @@
 // (a frontend removed and added again under its id): two leaders' clocks
 // further apart than the time between the removal and the re-add can
 // make a worker take the new incarnation for the old one. The simulator
-// does not remove and re-add members yet, so it cannot meet that.
+// re-adds removed workers, not removed frontends (a removed frontend's id
+// is never reused), so it does not meet that either.
 // Everything else measures intervals between two readings of one
 // process (timers, tickers, the heartbeat monitor's misses and pauses,
 // slow-operation logs), which a step of a real machine's clock does not
@@ -181,6 +202,12 @@
 //     on it throughout: one leader, with a quorum over clean links, clean
 //     links to the coordinator and the worker, the coordinator running
 //     (Result.Bounded counts them);
+//   - a cancellation for a removal needs a removal of that member that
+//     had started by then; every removed member's queries registered before the
+//     removal returned have their dependent parts cancelled (the
+//     coordinator's for a worker, every fragment for a coordinator)
+//     within the death bound of its return, wherever the cluster could
+//     act on it throughout (checkRemovalBound);
 //   - every ended process cancels, by the end of the run, every part that
 //     depends on it: the coordinator's part for a worker's, each fragment
 //     for the coordinator's (the run ends the death bound and a heartbeat

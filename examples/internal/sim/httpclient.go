@@ -189,6 +189,8 @@ func (h *httpClient) judge(what string, i int, a apiAnswer) {
 	case a.status == http.StatusInsufficientStorage && a.code == "no_space":
 		// A full disk (the nemesis's fullDisk): refused, nothing changed.
 	case a.status == http.StatusServiceUnavailable, a.status == http.StatusConflict && what == "cas":
+	case a.status == http.StatusGone && a.code == "removed" && r.removalAsked(uint64(i)):
+		// A removed frontend still up (API.md, DELETE /v1/members).
 	default:
 		r.failf("http %s through frontend %d: %v", what, i, a)
 	}

@@ -22,7 +22,7 @@ func (r *run) duplicateLinks(rng *rand.Rand) {
 	net := r.c.Network()
 	for range 1 + rng.IntN(3) {
 		a := r.pick(rng)
-		to := frontendtest.Addr(r.others(a)[rng.IntN(r.n-1)])
+		to := frontendtest.Addr(r.other(rng, a))
 		if w := r.runningWorkers(); len(w) > 0 && rng.IntN(3) == 0 {
 			to = frontendtest.WorkerAddr(w[rng.IntN(len(w))])
 		}

@@ -24,7 +24,11 @@ type members struct {
 	stopping chan struct{}      // closed: no new query, no new fault
 	final    chan struct{}      // closed: a query waiting for its cancellation gives up
 	faults   sync.WaitGroup     // the worker nemesis
-	loops    sync.WaitGroup     // the query clients, holders and sampler
+	// op is held (a token sent) by a worker fault and by removeWorker: a
+	// channel, since a goroutine waiting on a mutex stops a synctest
+	// bubble's clock.
+	op    chan struct{}
+	loops sync.WaitGroup // the query clients, holders and sampler
 
 	mu      sync.Mutex
 	queries []*queryRecord
@@ -44,6 +48,7 @@ func (r *run) startMembers(ctx context.Context, d time.Duration) *members {
 		restartBound: 2 * cfg.HeartbeatInterval,
 		deathBound:   4 * cfg.HeartbeatInterval,
 		stopping:     make(chan struct{}),
+		op:           make(chan struct{}, 1),
 		final:        make(chan struct{}),
 	}
 	for w := range k {
@@ -110,7 +115,6 @@ func (m *members) finish(ctx context.Context) {
 // nemesis restarts and cuts the coordinators meanwhile.
 func (m *members) nemesis(ctx context.Context, rng *rand.Rand, d time.Duration) {
 	end := time.Now().Add(d)
-	net := m.r.c.Network()
 	for time.Now().Before(end) {
 		select {
 		case <-m.stopping:
@@ -120,30 +124,42 @@ func (m *members) nemesis(ctx context.Context, rng *rand.Rand, d time.Duration) 
 		if !pause(ctx, time.Duration(1000+rng.IntN(5000))*time.Millisecond) {
 			return
 		}
-		id := m.workers[rng.IntN(len(m.workers))]
-		switch p := rng.IntN(100); {
-		case p < 30:
-			m.r.hist.fault("restart worker %d", id)
-			m.restartWorker(ctx, id, 10*time.Second)
-		case p < 55:
-			first := time.Duration(rng.IntN(300)) * time.Millisecond
-			m.r.hist.fault("restart worker %d twice, %v apart", id, first)
-			m.restartWorker(ctx, id, first)
-			m.restartWorker(ctx, id, 10*time.Second)
-		case p < 75:
-			down := m.deathBound + time.Duration(rng.IntN(4000))*time.Millisecond
-			m.r.hist.fault("stop worker %d for %v", id, down)
-			m.truth.stopping(id, time.Now())
-			m.r.c.StopWorker(id)
-			pause(ctx, down)
-			m.restartWorker(ctx, id, 10*time.Second)
-		default:
-			cut := time.Duration(500+rng.IntN(6000)) * time.Millisecond
-			m.r.hist.fault("cut worker %d off for %v", id, cut)
-			net.SetDown(frontendtest.WorkerAddr(id), true)
-			pause(ctx, cut)
-			net.SetDown(frontendtest.WorkerAddr(id), false)
+		select {
+		case m.op <- struct{}{}:
+		case <-ctx.Done():
+			return
 		}
+		m.fault(ctx, rng)
+		<-m.op
+	}
+}
+
+// fault injects one worker fault.
+func (m *members) fault(ctx context.Context, rng *rand.Rand) {
+	net := m.r.c.Network()
+	id := m.workers[rng.IntN(len(m.workers))]
+	switch p := rng.IntN(100); {
+	case p < 30:
+		m.r.hist.fault("restart worker %d", id)
+		m.restartWorker(ctx, id, 10*time.Second)
+	case p < 55:
+		first := time.Duration(rng.IntN(300)) * time.Millisecond
+		m.r.hist.fault("restart worker %d twice, %v apart", id, first)
+		m.restartWorker(ctx, id, first)
+		m.restartWorker(ctx, id, 10*time.Second)
+	case p < 75:
+		down := m.deathBound + time.Duration(rng.IntN(4000))*time.Millisecond
+		m.r.hist.fault("stop worker %d for %v", id, down)
+		m.truth.stopping(id, time.Now())
+		m.r.c.StopWorker(id)
+		pause(ctx, down)
+		m.restartWorker(ctx, id, 10*time.Second)
+	default:
+		cut := time.Duration(500+rng.IntN(6000)) * time.Millisecond
+		m.r.hist.fault("cut worker %d off for %v", id, cut)
+		net.SetDown(frontendtest.WorkerAddr(id), true)
+		pause(ctx, cut)
+		net.SetDown(frontendtest.WorkerAddr(id), false)
 	}
 }
 

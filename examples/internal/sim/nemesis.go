@@ -42,13 +42,16 @@ func pause(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// pick returns a random frontend index.
-func (r *run) pick(rng *rand.Rand) int { return 1 + rng.IntN(r.n) }
+// pick returns a random member frontend's index.
+func (r *run) pick(rng *rand.Rand) int {
+	ids := r.ids()
+	return ids[rng.IntN(len(ids))]
+}
 
-// others returns every frontend index but i.
+// others returns every member frontend's index but i.
 func (r *run) others(i int) []int {
 	var out []int
-	for j := 1; j <= r.n; j++ {
+	for _, j := range r.ids() {
 		if j != i {
 			out = append(out, j)
 		}
@@ -77,7 +80,7 @@ func (r *run) leader() int {
 
 func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 	net := r.c.Network()
-	switch p := rng.IntN(150); {
+	switch p := rng.IntN(160); {
 	case p < 12: // isolate one frontend, often the leader
 		i := r.pick(rng)
 		if l := r.leader(); l != 0 && rng.IntN(2) == 0 {
@@ -86,12 +89,16 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 		r.hist.fault("isolate %d", i)
 		r.c.Partition(i, r.others(i)...)
 	case p < 20: // split a minority from the majority
-		perm := rng.Perm(r.n)
-		minority := perm[:(r.n-1)/2]
+		ids := r.ids()
+		perm := rng.Perm(len(ids))
+		var minority []int
+		for _, a := range perm[:(len(ids)-1)/2] {
+			minority = append(minority, ids[a])
+		}
 		r.hist.fault("split %v", minority)
 		for _, a := range minority {
-			for _, b := range perm[(r.n-1)/2:] {
-				r.c.Partition(a+1, b+1)
+			for _, b := range perm[(len(ids)-1)/2:] {
+				r.c.Partition(a, ids[b])
 			}
 		}
 	case p < 30: // one-way: a frontend's messages reach nobody, or nobody's reach it
@@ -110,7 +117,7 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 		}
 	case p < 36: // a flapping link
 		a := r.pick(rng)
-		b := r.others(a)[rng.IntN(r.n-1)]
+		b := r.other(rng, a)
 		flaps := 2 + rng.IntN(6)
 		r.hist.fault("flap %d-%d x%d", a, b, flaps)
 		for range flaps {
@@ -126,7 +133,7 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 	case p < 44: // slow and lossy links
 		for range 1 + rng.IntN(3) {
 			a := r.pick(rng)
-			b := r.others(a)[rng.IntN(r.n-1)]
+			b := r.other(rng, a)
 			f := frontendtest.Faults{
 				Delay:  time.Duration(rng.IntN(50)) * time.Millisecond,
 				Jitter: time.Duration(1+rng.IntN(100)) * time.Millisecond,
@@ -164,7 +171,7 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 		if l == 0 {
 			return
 		}
-		to := r.others(l)[rng.IntN(r.n-1)]
+		to := r.other(rng, l)
 		r.hist.fault("transfer %d->%d", l, to)
 		if f := r.c.Frontend(l); f != nil {
 			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -194,8 +201,10 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand) {
 		r.skewClock(ctx, rng)
 	case p < 146: // a full disk, then space again
 		r.fullDisk(ctx, rng)
-	default: // an operator promotes an observer
+	case p < 150: // an operator promotes an observer
 		r.promote(ctx, rng)
+	default: // an operator adds or removes a member
+		r.membership(ctx, rng)
 	}
 }
 
@@ -240,7 +249,7 @@ func (r *run) crashAfterWrite(ctx context.Context, rng *rand.Rand) {
 	if l == 0 || f == nil {
 		return
 	}
-	reader := r.others(l)[rng.IntN(r.n-1)]
+	reader := r.other(rng, l)
 	k := rng.IntN(keys)
 	r.hist.fault("crash %d after a write of %s, %d reads at once", l, keyPath(k), reader)
 	net := r.c.Network()
@@ -352,7 +361,7 @@ func (r *run) lagBehindImage(ctx context.Context, rng *rand.Rand) {
 	if l == 0 {
 		return
 	}
-	lag := r.others(l)[rng.IntN(r.n-1)]
+	lag := r.other(rng, l)
 	r.hist.fault("lag %d behind an image", lag)
 	r.c.Partition(lag, r.others(lag)...)
 	defer r.c.Network().Heal()

@@ -67,7 +67,7 @@ func (r *run) since(at time.Time) time.Duration { return at.Sub(r.hist.start).Ro
 // slack is how late the ground truth may learn that a frontend's process
 // ended: the next sample.
 func (m *members) slack(node uint64) time.Duration {
-	if node <= uint64(m.r.n) {
+	if m.r.isFrontend(node) {
 		return 2 * sampleEvery
 	}
 	return 0
@@ -120,6 +120,9 @@ func (m *members) unjustified(rec *queryRecord, owner part, e *ending) string {
 		}
 		return fmt.Sprintf("member %d's process %v ran, reachable from every leader, from its start at %v to then", ce.Node, epoch, m.r.since(in.up))
 	case cancel.Removed:
+		if m.r.removedBy(ce.Node, e.at) {
+			return ""
+		}
 		return fmt.Sprintf("member %d was never removed", ce.Node)
 	}
 	return fmt.Sprintf("member %d's process %v still ran", ce.Node, epoch)

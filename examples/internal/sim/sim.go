@@ -130,6 +130,8 @@ type run struct {
 	httpOK   atomic.Int64
 	hist     *history
 	clocks   *clocks    // the members' wall clocks
+	fleet    *fleet     // the frontends the cluster holds (membership)
+	mem      *members   // the workers and queries (removeWorker)
 	cl       *clients   // the workload, which the nemesis's own reads join
 	mu       sync.Mutex // guards failures
 	failures []string
@@ -189,10 +191,10 @@ func Run(t *testing.T, opts Options) *Result {
 	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: voters, Observers: observers, InMemory: true, Config: cfg,
 		DiskFree: diskFree, Clock: clocks.clock, Start: startAPI})
 	c.Network().Seed(rng.Uint64())
-	r := &run{opts: opts, cfg: cfg, c: c, n: n, voters: voters, timeout: timeout, hist: newHistory(start, opts.Trace), clocks: clocks}
+	r := &run{opts: opts, cfg: cfg, c: c, n: n, voters: voters, timeout: timeout, hist: newHistory(start, opts.Trace), clocks: clocks, fleet: newFleet(n)}
 	res := &Result{Seed: opts.Seed, Frontends: n, Observers: observers, Quota: cfg.Quota}
 	defer func() {
-		for i := 1; i <= n; i++ {
+		for _, i := range r.everIDs() {
 			c.StopFrontend(i)
 		}
 		res.Simulated = time.Since(start)
@@ -212,6 +214,7 @@ func Run(t *testing.T, opts Options) *Result {
 	// The owned nodes' set-up runs before the clients, which can fill a
 	// run's quota.
 	members := r.startMembers(ctx, opts.Duration)
+	r.mem = members
 	owned, err := r.startOwned(ctx, members)
 	if err != nil {
 		t.Fatalf("seed %d: set-up of the owned nodes: %v", opts.Seed, err)
@@ -228,6 +231,7 @@ func Run(t *testing.T, opts Options) *Result {
 	watches.end(ctx)
 	r.check(ctx, clients)
 	res.Queries, res.Cancelled, res.Bounded = members.checkQueries()
+	res.Bounded += members.checkRemovalBound(r.removals())
 	watches.check()
 	owned.checkAll()
 	res.Owned, res.StaleFences = len(owned.nodes), owned.stale
@@ -266,10 +270,10 @@ func (r *run) setup(ctx context.Context) error {
 	return err
 }
 
-// running returns the frontends that run now, by index.
+// running returns the member frontends that run now, by index.
 func (r *run) running() []int {
 	var out []int
-	for i := 1; i <= r.n; i++ {
+	for _, i := range r.ids() {
 		if r.c.Frontend(i) != nil {
 			out = append(out, i)
 		}

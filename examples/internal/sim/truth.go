@@ -59,13 +59,6 @@ func newTruth(r *run, workers []uint64) *truth {
 	return &truth{r: r, workers: workers, inc: map[uint64][]incarnation{}}
 }
 
-func memberAddr(n int, id uint64) string {
-	if id <= uint64(n) {
-		return frontendtest.Addr(int(id))
-	}
-	return frontendtest.WorkerAddr(id)
-}
-
 // started records that worker id runs a process with epoch e since at.
 func (tr *truth) started(id uint64, e heartbeat.Epoch, at time.Time) {
 	tr.mu.Lock()
@@ -126,7 +119,8 @@ func (tr *truth) sample() {
 	net := r.c.Network()
 	s := sample{at: time.Now(), clean: map[uint64]bool{}, cut: map[uint64]bool{}, epochs: map[uint64]heartbeat.Epoch{}}
 	var leaders []int
-	for i := 1; i <= r.n; i++ {
+	ever := r.everIDs()
+	for _, i := range ever {
 		if f := r.c.Frontend(i); f != nil {
 			s.epochs[uint64(i)] = f.Epoch()
 			if f.Journal().Status().IsLeader() {
@@ -139,8 +133,8 @@ func (tr *truth) sample() {
 			s.epochs[id] = w.Epoch()
 		}
 	}
-	members := make([]uint64, 0, r.n+len(tr.workers))
-	for i := 1; i <= r.n; i++ {
+	members := make([]uint64, 0, len(ever)+len(tr.workers))
+	for _, i := range ever {
 		members = append(members, uint64(i))
 	}
 	members = append(members, tr.workers...)
@@ -153,7 +147,7 @@ func (tr *truth) sample() {
 			if m == uint64(l) {
 				continue
 			}
-			ma := memberAddr(r.n, m)
+			ma := r.memberAddr(m)
 			fo, eo := net.Link(la, ma)
 			fi, ei := net.Link(ma, la)
 			if eo != nil || ei != nil || fo.Reset > 0 || fi.Reset > 0 {
@@ -167,8 +161,8 @@ func (tr *truth) sample() {
 	if len(leaders) == 1 {
 		s.leader = leaders[0]
 		s.clean[uint64(s.leader)] = true
-		up := 0
-		for i := 1; i <= r.n; i++ {
+		up, ids := 0, r.ids()
+		for _, i := range ids {
 			if _, runs := s.epochs[uint64(i)]; runs && s.clean[uint64(i)] {
 				up++
 			}
@@ -176,7 +170,7 @@ func (tr *truth) sample() {
 		// A voter whose fsyncs outlast the election timeout commits
 		// nothing within the bounds, and a full disk's alarm refuses
 		// every write: the cluster cannot act in time.
-		s.quorum = up > r.n/2 && !r.diskSlow.Load() && !r.noSpace(s.leader)
+		s.quorum = up > len(ids)/2 && !r.diskSlow.Load() && !r.noSpace(s.leader)
 	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -189,7 +183,7 @@ func (tr *truth) sample() {
 			tr.renewedLocked(id, e, before)
 		}
 	}
-	for i := 1; i <= r.n; i++ {
+	for _, i := range ever {
 		id := uint64(i)
 		l := tr.inc[id]
 		e, runs := s.epochs[id]
