@@ -162,6 +162,11 @@
 //     the applier's duplicate skipping) up to the live catalog's index,
 //     give the live catalog's digest; it runs after every checkpoint
 //     fault too, on a running cluster;
+//   - within RecoveryBound of the faults healing, every frontend's cancel
+//     registry and member records show every running member (frontends
+//     and workers) alive at the epoch it runs (records.go): the leader
+//     journals each return and restart, and every frontend hands the
+//     records' events to its registry;
 //   - a restart never fails, and no goroutine is left when the cluster
 //     closes (the bubble's own check, and goleak over the package).
 //

@@ -124,6 +124,7 @@ type run struct {
 	diskSlow atomic.Bool   // a voter's fsyncs take longer than the election timeout
 	diskLow  atomic.Bool   // a frontend's disk is under the journal's reserve (fullDisk)
 	promoted atomic.Bool   // an observer's promotion was tried (promote): no slow disk
+	healed   time.Time     // when recover healed the faults
 	// quotaRefusals counts the clients' writes the quota refused.
 	quotaRefusals atomic.Int64
 	// httpOK counts the HTTP clients' operations that completed (2xx).
@@ -223,6 +224,7 @@ func Run(t *testing.T, opts Options) *Result {
 	members.endFaults(ctx)
 	r.recover(ctx)
 	members.finish(ctx)
+	r.checkRecords(ctx, r.healed, members.viewRecords)
 	owned.end()
 	clients.stop()
 	watches.end(ctx)
