@@ -33,7 +33,14 @@
 // local GETs. One run in two every frontend runs with the same catalog
 // quota (-quota-nodes, -quota-bytes, or both) near what the workload
 // reaches, so that creates and puts of longer values meet 507 quota now
-// and then. Meanwhile a nemesis injects one fault
+// and then. In those runs a filler (filler.go) brings the catalog, every
+// few seconds, to within a byte of its bytes quota (or to its node
+// quota's last node) through the leader, holds it full for a few seconds
+// and drains it; its last fill stays to the end of the run. While the
+// catalog is full, the member records (exempt, catalog.Quota.Exempt)
+// still journal the workers' restarts, stops and returns, which the
+// query checks and the records check judge; Result.FullTransitions
+// counts them. Meanwhile a nemesis injects one fault
 // at a time: a frontend isolated (often the leader), a minority split
 // off, one-way cuts out of or into a frontend, a flapping link, delayed
 // links that reset connections, heal; a power cut and, after a while, a
