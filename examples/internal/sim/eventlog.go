@@ -72,12 +72,13 @@ func (l *eventLog) of(frontend uint64, fepoch heartbeat.Epoch, member uint64) []
 	return out
 }
 
-// short is an epoch's first eight hex digits, enough to tell a run's
-// epochs apart in a report.
+// short is an epoch's last eight hex digits, random ones, enough to
+// tell a run's epochs apart in a report (the first ones are its start
+// time, alike for the processes of one run).
 func short(e heartbeat.Epoch) string {
 	s := e.String()
 	if len(s) > 8 {
-		return s[:8]
+		return s[len(s)-8:]
 	}
 	if s == "" {
 		return "-"
