@@ -30,6 +30,7 @@ func (r *run) recover(ctx context.Context) {
 		}
 	}
 	healed := time.Now()
+	r.healed = healed
 	bctx, cancel := context.WithTimeout(ctx, RecoveryBound)
 	defer cancel()
 	for {

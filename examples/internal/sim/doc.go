@@ -33,7 +33,14 @@
 // local GETs. One run in two every frontend runs with the same catalog
 // quota (-quota-nodes, -quota-bytes, or both) near what the workload
 // reaches, so that creates and puts of longer values meet 507 quota now
-// and then. Meanwhile a nemesis injects one fault
+// and then. In those runs a filler (filler.go) brings the catalog, every
+// few seconds, to within a byte of its bytes quota (or to its node
+// quota's last node) through the leader, holds it full for a few seconds
+// and drains it; its last fill stays to the end of the run. While the
+// catalog is full, the member records (exempt, catalog.Quota.Exempt)
+// still journal the workers' restarts, stops and returns, which the
+// query checks and the records check judge; Result.FullTransitions
+// counts them. Meanwhile a nemesis injects one fault
 // at a time: a frontend isolated (often the leader), a minority split
 // off, one-way cuts out of or into a frontend, a flapping link, delayed
 // links that reset connections, heal; a power cut and, after a while, a
@@ -183,6 +190,11 @@
 //     the applier's duplicate skipping) up to the live catalog's index,
 //     give the live catalog's digest; it runs after every checkpoint
 //     fault too, on a running cluster;
+//   - within RecoveryBound of the faults healing, every frontend's cancel
+//     registry and member records show every running member (frontends
+//     and workers) alive at the epoch it runs (records.go): the leader
+//     journals each return and restart, and every frontend hands the
+//     records' events to its registry;
 //   - a restart never fails, and no goroutine is left when the cluster
 //     closes (the bubble's own check, and goleak over the package).
 //
@@ -256,11 +268,31 @@
 // seeds of the plain test gate. A seed that fails there is named here
 // while its cause is not known:
 //
-//   - a worker's process ends and a coordinator's part on it is never
-//     cancelled, queries finished before the end excluded (replay: go
-//     run ./examples/sim -seed 1796538683186244378, not every run): a
-//     coordinator missing an event, or the ground truth dating an end
-//     wrongly, is not told apart yet.
+//   - a coordinator's part cancelled for a restart of its worker while
+//     the worker's process still ran (replay: go run ./examples/sim
+//     -seed 1796585009324305272, 2 runs of 20): in a run of a sole voter
+//     and observers, an observer coordinator's registry, which knew the
+//     worker dead at a temporary epoch, holds a query part on the
+//     worker's current epoch and, as a new leader's records arrive,
+//     applies a restart to the worker's epoch from before its last two
+//     restarts (the cancel's new epoch is an older process in the ground
+//     truth). A leader journaling a stale answer (a heartbeat reply of an
+//     ended process) and the registry misjudging an ahead part against a
+//     replayed event are not told apart yet.
+//
+// A coordinator's part never cancelled (seed 1796538683186244378) was
+// the catalog's quota refusing the leader's member transitions, which
+// catalog.Quota.Exempt lets through (the frontend exempts
+// heartbeat.ClusterPath); that seed passes 20 runs of 20.
+//
+// A failed query check prints, under its sentence, the evidence to
+// judge it by (eventlog.go): the query's start and finish, the member's
+// processes in the ground truth, each change of what the coordinator's
+// registry knew of the member (epoch, status, index of the last event),
+// sampled with the ground truth, and the samples around the process's
+// end: a coordinator that missed an event shows a registry that never
+// saw the end, a ground truth that dates an end wrongly shows a process
+// ending where the samples show nothing.
 //
 // # Replaying a seed
 //

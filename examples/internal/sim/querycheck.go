@@ -34,13 +34,13 @@ func (m *members) checkQueries() (queries, cancelled, bounded int) {
 		rec.mu.Unlock()
 		if coordEnd != nil {
 			if why := m.unjustified(rec, rec.coord, coordEnd); why != "" {
-				m.r.failf("%s: its coordinator's part was cancelled at %v (%v), but %s", rec, m.r.since(coordEnd.at), coordEnd.cause, why)
+				m.r.failf("%s: its coordinator's part was cancelled at %v (%v), but %s%s", rec, m.r.since(coordEnd.at), coordEnd.cause, why, m.explainCause(rec, coordEnd))
 			}
 		}
 		for _, w := range rec.workers {
 			if e := fragEnds[w.node]; e != nil {
 				if why := m.unjustified(rec, w, e); why != "" {
-					m.r.failf("%s: its fragment on worker %d was cancelled at %v (%v), but %s", rec, w.node, m.r.since(e.at), e.cause, why)
+					m.r.failf("%s: its fragment on worker %d was cancelled at %v (%v), but %s%s", rec, w.node, m.r.since(e.at), e.cause, why, m.explainCause(rec, e))
 				}
 			}
 		}
@@ -174,7 +174,7 @@ func (m *members) checkBound(rec *queryRecord, coordEnd *ending, finished time.T
 		if coordEnd != nil {
 			late = fmt.Sprintf("was cancelled %v after", coordEnd.at.Sub(deadline.Add(-bound)).Round(time.Millisecond))
 		}
-		m.r.failf("%s: worker %d %s at %v, the cluster able to act on it throughout, and the query %s (bound %v)", rec, w.node, what, m.r.since(in.down), late, bound)
+		m.r.failf("%s: worker %d %s at %v, the cluster able to act on it throughout, and the query %s (bound %v)%s", rec, w.node, what, m.r.since(in.down), late, bound, m.explain(rec, w.node, w.epoch))
 	}
 	return n
 }
@@ -216,14 +216,14 @@ func (m *members) checkEventual(rec *queryRecord, coordEnd *ending, fragEnds map
 	if coordEnd == nil {
 		for _, w := range rec.workers {
 			if in, ok := m.endedWhileLive(rec, w, finished, ran); ok {
-				m.r.failf("%s: worker %d's process ended at %v and the coordinator's part was never cancelled", rec, w.node, m.r.since(in.down))
+				m.r.failf("%s: worker %d's process ended at %v and the coordinator's part was never cancelled%s", rec, w.node, m.r.since(in.down), m.explain(rec, w.node, w.epoch))
 			}
 		}
 	}
 	if in, ok := m.endedWhileLive(rec, rec.coord, finished, ran); ok {
 		for _, w := range rec.workers {
 			if fragEnds[w.node] == nil {
-				m.r.failf("%s: the coordinator's process ended at %v and the fragment on worker %d was never cancelled", rec, m.r.since(in.down), w.node)
+				m.r.failf("%s: the coordinator's process ended at %v and the fragment on worker %d was never cancelled%s", rec, m.r.since(in.down), w.node, m.explain(rec, rec.coord.node, rec.coord.epoch))
 			}
 		}
 	}

@@ -71,6 +71,10 @@ type Result struct {
 	// QuotaRefusals the writes it refused (507 quota over HTTP).
 	Quota         catalog.Quota
 	QuotaRefusals int
+	// Fills is the number of times the filler brought the catalog to
+	// within a byte (or to the last node) of its quota; FullTransitions
+	// the member records' transitions journaled while it was full.
+	Fills, FullTransitions int
 	// HTTPOps is the number of the HTTP clients' requests answered 2xx.
 	HTTPOps int
 	// Owned is the number of owned task nodes created; StaleFences of the
@@ -102,7 +106,7 @@ func (r *Result) Report() string {
 	if r.Failed() {
 		status = "FAILED"
 	}
-	s := fmt.Sprintf("seed %d: %s: %d frontends (%d observers), %d ops (%d over HTTP), %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, quota %+v (%d refusals), %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Observers, r.Ops, r.HTTPOps, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Quota, r.QuotaRefusals, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
+	s := fmt.Sprintf("seed %d: %s: %d frontends (%d observers), %d ops (%d over HTTP), %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, quota %+v (%d refusals, %d fills, %d transitions while full), %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Observers, r.Ops, r.HTTPOps, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Quota, r.QuotaRefusals, r.Fills, r.FullTransitions, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
 	for _, f := range r.Failures {
 		s += "\n  - " + f
 	}
@@ -124,6 +128,7 @@ type run struct {
 	diskSlow atomic.Bool   // a voter's fsyncs take longer than the election timeout
 	diskLow  atomic.Bool   // a frontend's disk is under the journal's reserve (fullDisk)
 	promoted atomic.Bool   // an observer's promotion was tried (promote): no slow disk
+	healed   time.Time     // when recover healed the faults
 	// quotaRefusals counts the clients' writes the quota refused.
 	quotaRefusals atomic.Int64
 	// httpOK counts the HTTP clients' operations that completed (2xx).
@@ -221,11 +226,14 @@ func Run(t *testing.T, opts Options) *Result {
 	}
 	clients := startClients(ctx, r, 4, rng.Uint64())
 	r.cl = clients
+	fill := r.startFiller(ctx, rand.New(rand.NewPCG(opts.Seed, 0xf111)))
 	watches := r.startWatches(ctx)
 	faults := r.nemesis(ctx, rand.New(rand.NewPCG(rng.Uint64(), 2)), opts.Duration)
+	fill.end(ctx)
 	members.endFaults(ctx)
 	r.recover(ctx)
 	members.finish(ctx)
+	r.checkRecords(ctx, r.healed, members.viewRecords)
 	owned.end()
 	clients.stop()
 	watches.end(ctx)
@@ -239,6 +247,7 @@ func Run(t *testing.T, opts Options) *Result {
 
 	res.Ops, res.Faults = r.hist.ops(), faults
 	res.QuotaRefusals = int(r.quotaRefusals.Load())
+	res.Fills, res.FullTransitions = fill.counts()
 	res.HTTPOps = int(r.httpOK.Load())
 	res.History, res.FaultHistory = r.hist.hashes()
 	res.Failures = r.failures

@@ -49,6 +49,7 @@ type sample struct {
 type truth struct {
 	r       *run
 	workers []uint64
+	log     *eventLog // the registries' view of the members
 
 	mu      sync.Mutex
 	inc     map[uint64][]incarnation
@@ -56,7 +57,7 @@ type truth struct {
 }
 
 func newTruth(r *run, workers []uint64) *truth {
-	return &truth{r: r, workers: workers, inc: map[uint64][]incarnation{}}
+	return &truth{r: r, workers: workers, log: newEventLog(), inc: map[uint64][]incarnation{}}
 }
 
 // started records that worker id runs a process with epoch e since at.
@@ -138,6 +139,7 @@ func (tr *truth) sample() {
 		members = append(members, uint64(i))
 	}
 	members = append(members, tr.workers...)
+	tr.log.sample(r, s.at, s.epochs, members)
 	for _, l := range leaders {
 		// Every self-styled leader counts: one cut from a majority counts
 		// misses all the same, and journals the death once it reaches a

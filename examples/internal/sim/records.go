@@ -1,0 +1,116 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/metatree/metatree/cancel"
+	"github.com/metatree/metatree/heartbeat"
+)
+
+// recordsView is, at one instant, every running member's process and
+// what each running frontend knows of every member: its cancel
+// registry's state, and its member records (the heartbeat view the
+// registry's events come from).
+type recordsView struct {
+	// epochs are the running members' current epochs.
+	epochs map[uint64]heartbeat.Epoch
+	// registries and records hold, by frontend and member, what that
+	// frontend knows; a member missing is unknown to it.
+	registries map[uint64]map[uint64]cancel.NodeState
+	records    map[uint64]map[uint64]heartbeat.Member
+}
+
+// staleRecords returns, sorted, one sentence for each running member
+// whose current epoch some running frontend's registry or member records
+// do not show alive.
+func staleRecords(v recordsView) []string {
+	var out []string
+	fronts := sortedKeys(v.registries)
+	for _, id := range sortedKeys(v.epochs) {
+		e := v.epochs[id]
+		for _, f := range fronts {
+			if st, ok := v.registries[f][id]; !ok {
+				out = append(out, fmt.Sprintf("frontend %d's registry does not know member %d", f, id))
+			} else if st.Epoch != e || st.Status != cancel.StatusAlive {
+				out = append(out, fmt.Sprintf("frontend %d's registry holds member %d %s at %s, which runs %s", f, id, st.Status, short(st.Epoch), short(e)))
+			}
+			if rec, ok := v.records[f][id]; !ok {
+				out = append(out, fmt.Sprintf("frontend %d's member records do not hold member %d", f, id))
+			} else if rec.Epoch != e || rec.Status != heartbeat.StatusAlive {
+				out = append(out, fmt.Sprintf("frontend %d's member records hold member %d %s at %s, which runs %s", f, id, rec.Status, short(rec.Epoch), short(e)))
+			}
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[uint64]V) []uint64 {
+	ks := make([]uint64, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// viewRecords takes the run's recordsView now: frontends and workers.
+func (m *members) viewRecords() recordsView {
+	r := m.r
+	v := recordsView{epochs: map[uint64]heartbeat.Epoch{}, registries: map[uint64]map[uint64]cancel.NodeState{}, records: map[uint64]map[uint64]heartbeat.Member{}}
+	ids := make([]uint64, 0, r.n+len(m.workers))
+	for i := 1; i <= r.n; i++ {
+		ids = append(ids, uint64(i))
+		if f := r.c.Frontend(i); f != nil {
+			v.epochs[uint64(i)] = f.Epoch()
+		}
+	}
+	for _, id := range m.workers {
+		ids = append(ids, id)
+		if w := r.c.Worker(id); w != nil {
+			v.epochs[id] = w.Epoch()
+		}
+	}
+	for i := 1; i <= r.n; i++ {
+		f := r.c.Frontend(i)
+		if f == nil {
+			continue
+		}
+		regs, recs := map[uint64]cancel.NodeState{}, map[uint64]heartbeat.Member{}
+		for _, id := range ids {
+			if st, ok := f.Registry().Node(id); ok {
+				regs[id] = st
+			}
+			if rec, ok := f.Members().Member(id); ok {
+				recs[id] = rec
+			}
+		}
+		v.registries[uint64(i)], v.records[uint64(i)] = regs, recs
+	}
+	return v
+}
+
+// checkRecords requires, once the faults healed at healed, every running
+// member's current epoch alive in every frontend's registry and member
+// records within RecoveryBound: the leader's heartbeats reach every
+// member again, so it journals each return and restart, and every
+// frontend applies the records and hands their events to its registry.
+// It polls view every sample interval until the views agree or the
+// bound is up, and fails the run with what is still stale then.
+func (r *run) checkRecords(ctx context.Context, healed time.Time, view func() recordsView) {
+	deadline := healed.Add(RecoveryBound)
+	for {
+		stale := staleRecords(view())
+		if len(stale) == 0 {
+			return
+		}
+		if !time.Now().Before(deadline) || !pause(ctx, sampleEvery) {
+			for _, s := range stale {
+				r.failf("%v after the faults healed: %s", time.Since(healed).Round(time.Millisecond), s)
+			}
+			return
+		}
+	}
+}
