@@ -15,6 +15,8 @@ import (
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -81,8 +83,8 @@ func newLoopback(b *testing.B, workers int, interval, timeout time.Duration, coo
 		jr = hbJournal{l.j}
 	}
 	front := &switchable{}
-	l.ms, err = heartbeat.New(heartbeat.Config{ID: 1, Epoch: heartbeat.NewEpoch(), Tree: l.tree, Journal: jr,
-		Client: &http.Client{Transport: tr}, Interval: interval, Timeout: timeout, OnEvent: func(ev heartbeat.Event) { l.reg.Apply(ev) }})
+	l.ms, err = heartbeat.New(heartbeat.Config{ID: 1, Epoch: epoch.New(), Tree: l.tree, Journal: jr,
+		Client: &http.Client{Transport: tr}, Interval: interval, Timeout: timeout, OnEvent: func(ev epoch.Event) { l.reg.Apply(ev) }})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -107,9 +109,9 @@ func newLoopback(b *testing.B, workers int, interval, timeout time.Duration, coo
 	for id, s := range l.members {
 		srv := httptest.NewServer(s)
 		l.servers[id] = srv
-		kind := heartbeat.KindWorker
+		kind := epoch.KindWorker
 		if id == 1 || id == followerID {
-			kind = heartbeat.KindFrontend
+			kind = epoch.KindFrontend
 		}
 		if err := l.ms.Add(ctx, heartbeat.Member{ID: id, Addr: strings.TrimPrefix(srv.URL, "http://"), Kind: kind}); err != nil {
 			b.Fatal(err)
@@ -146,12 +148,12 @@ func waitDone(b *testing.B, q *cancel.Query, what string) {
 	}
 }
 
-func newResponder(b *testing.B, id uint64, reg *cancel.Registry) *heartbeat.Responder {
-	cfg := heartbeat.ResponderConfig{ID: id, Epoch: heartbeat.NewEpoch()}
+func newResponder(b *testing.B, id uint64, reg *cancel.Registry) *responder.Responder {
+	cfg := responder.Config{ID: id, Epoch: epoch.New()}
 	if reg != nil {
-		cfg.OnEvent = func(ev heartbeat.Event) { reg.Apply(ev) }
+		cfg.OnEvent = func(ev epoch.Event) { reg.Apply(ev) }
 	}
-	r, err := heartbeat.NewResponder(cfg)
+	r, err := responder.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -175,7 +177,7 @@ func (l *loopback) close() {
 }
 
 // waitAlive waits until member id is journaled alive with epoch e.
-func (l *loopback) waitAlive(b *testing.B, id uint64, e heartbeat.Epoch) {
+func (l *loopback) waitAlive(b *testing.B, id uint64, e epoch.Epoch) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if m, _ := l.ms.Member(id); m.Status == heartbeat.StatusAlive && m.Epoch == e {
 			return

@@ -18,6 +18,8 @@ import (
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
 )
 
 const (
@@ -163,30 +165,30 @@ type frontend struct {
 	ms    *heartbeat.Membership
 	reg   *cancel.Registry
 	mu    sync.Mutex
-	evs   []heartbeat.Event
-	epoch heartbeat.Epoch
+	evs   []epoch.Event
+	epoch epoch.Epoch
 }
 
-func (f *frontend) events() []heartbeat.Event {
+func (f *frontend) events() []epoch.Event {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]heartbeat.Event(nil), f.evs...)
+	return append([]epoch.Event(nil), f.evs...)
 }
 
 type worker struct {
 	id    uint64
 	addr  string
-	resp  *heartbeat.Responder
+	resp  *responder.Responder
 	reg   *cancel.Registry
 	mu    sync.Mutex
-	evs   []heartbeat.Event
-	epoch heartbeat.Epoch
+	evs   []epoch.Event
+	epoch epoch.Epoch
 }
 
-func (w *worker) events() []heartbeat.Event {
+func (w *worker) events() []epoch.Event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return append([]heartbeat.Event(nil), w.evs...)
+	return append([]epoch.Event(nil), w.evs...)
 }
 
 type cluster struct {
@@ -226,11 +228,11 @@ func newClusterWith(t *testing.T, nf, nw int, logger *slog.Logger) *cluster {
 	}
 	ctx := context.Background()
 	for id := range uint64(nf) {
-		require.NoError(t, c.frontends[1].ms.Add(ctx, heartbeat.Member{ID: id + 1, Addr: addrOf(id + 1), Kind: heartbeat.KindFrontend, Role: "follower"}))
+		require.NoError(t, c.frontends[1].ms.Add(ctx, heartbeat.Member{ID: id + 1, Addr: addrOf(id + 1), Kind: epoch.KindFrontend, Role: "follower"}))
 	}
 	for i := range nw {
 		id := uint64(10 + i)
-		require.NoError(t, c.frontends[1].ms.Add(ctx, heartbeat.Member{ID: id, Addr: addrOf(id), Kind: heartbeat.KindWorker}))
+		require.NoError(t, c.frontends[1].ms.Add(ctx, heartbeat.Member{ID: id, Addr: addrOf(id), Kind: epoch.KindWorker}))
 	}
 	t.Cleanup(c.close)
 	// Two rounds: every member's epoch journaled, then published to workers.
@@ -244,12 +246,12 @@ func newClusterWith(t *testing.T, nf, nw int, logger *slog.Logger) *cluster {
 }
 
 func (c *cluster) startFrontend(id uint64, tree *catalog.Tree) *frontend {
-	f := &frontend{id: id, addr: addrOf(id), tree: tree, reg: cancel.New(cancel.Config{}), epoch: heartbeat.NewEpoch()}
+	f := &frontend{id: id, addr: addrOf(id), tree: tree, reg: cancel.New(cancel.Config{}), epoch: epoch.New()}
 	ms, err := heartbeat.New(heartbeat.Config{
 		ID: id, Epoch: f.epoch, Cluster: "test", Tree: tree, Journal: fakeJournal{l: c.log, id: id},
 		Client:   &http.Client{Transport: transport{n: c.net, from: f.addr}},
 		Interval: interval, DeadAfter: deadAfter, Grace: c.grace, Logger: c.logger,
-		OnEvent: func(ev heartbeat.Event) {
+		OnEvent: func(ev epoch.Event) {
 			f.mu.Lock()
 			f.evs = append(f.evs, ev)
 			f.mu.Unlock()
@@ -264,9 +266,9 @@ func (c *cluster) startFrontend(id uint64, tree *catalog.Tree) *frontend {
 }
 
 func (c *cluster) startWorker(id uint64) *worker {
-	w := &worker{id: id, addr: addrOf(id), reg: cancel.New(cancel.Config{}), epoch: heartbeat.NewEpoch()}
-	r, err := heartbeat.NewResponder(heartbeat.ResponderConfig{ID: id, Epoch: w.epoch, Cluster: "test", StaleAfter: 5 * interval,
-		OnEvent: func(ev heartbeat.Event) {
+	w := &worker{id: id, addr: addrOf(id), reg: cancel.New(cancel.Config{}), epoch: epoch.New()}
+	r, err := responder.New(responder.Config{ID: id, Epoch: w.epoch, Cluster: "test", StaleAfter: 5 * interval,
+		OnEvent: func(ev epoch.Event) {
 			w.mu.Lock()
 			w.evs = append(w.evs, ev)
 			w.mu.Unlock()
@@ -321,7 +323,7 @@ func (c *cluster) close() {
 }
 
 // countType counts events of a type for a node.
-func countType(evs []heartbeat.Event, node uint64, typ heartbeat.EventType) int {
+func countType(evs []epoch.Event, node uint64, typ epoch.EventType) int {
 	n := 0
 	for _, e := range evs {
 		if e.Node == node && e.Type == typ {
@@ -390,7 +392,7 @@ func (c *cluster) restartFrontendWithClock(id uint64, clk heartbeat.Clock) {
 		ID: id, Epoch: old.epoch, Cluster: "test", Tree: old.tree, Journal: fakeJournal{l: c.log, id: id},
 		Client:   &http.Client{Transport: transport{n: c.net, from: old.addr}},
 		Interval: interval, DeadAfter: deadAfter, Grace: c.grace, Clock: clk,
-		OnEvent: func(ev heartbeat.Event) {
+		OnEvent: func(ev epoch.Event) {
 			old.mu.Lock()
 			old.evs = append(old.evs, ev)
 			old.mu.Unlock()

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/responder"
 )
 
 // scrape gathers c on a fresh registry: each series' value by name and
@@ -54,7 +54,7 @@ func TestCollectorExactValues(t *testing.T) {
 
 		answers := leader.ms.Answers()
 		require.Contains(t, answers, uint64(10))
-		require.Equal(t, heartbeat.DefaultVersion(), answers[10].Version)
+		require.Equal(t, responder.DefaultVersion(), answers[10].Version)
 		require.False(t, answers[10].Last.IsZero())
 		require.Nil(t, follower.ms.Answers(), "only the leader heartbeats")
 	})
