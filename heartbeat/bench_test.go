@@ -16,6 +16,7 @@ import (
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/heartbeattest"
 	"github.com/metatree/metatree/heartbeat/responder"
 	"github.com/metatree/metatree/journal"
 )
@@ -134,7 +135,7 @@ func newLoopback(b *testing.B, workers int, interval, timeout time.Duration, coo
 					n++
 				}
 			}
-			b.Fatalf("%d of %d members never answered (%+v)", n, len(ms), l.ms.MonitorStats())
+			b.Fatalf("%d of %d members never answered (%+v)", n, len(ms), heartbeattest.StatsOf(l.ms))
 		}
 		time.Sleep(interval / 4)
 	}
@@ -275,15 +276,15 @@ func BenchmarkHeartbeatRound(b *testing.B) {
 			l := newLoopback(b, n-1, interval, interval*3/4, false, false)
 			defer l.close()
 			var roundSum time.Duration
-			st0 := l.ms.MonitorStats()
+			st0 := heartbeattest.StatsOf(l.ms)
 			for b.Loop() {
-				start := l.ms.MonitorStats()
-				for l.ms.MonitorStats().Probes < start.Probes+uint64(n-1) {
+				start := heartbeattest.StatsOf(l.ms)
+				for heartbeattest.StatsOf(l.ms).Probes < start.Probes+uint64(n-1) {
 					time.Sleep(interval / 20)
 				}
-				roundSum += l.ms.MonitorStats().LastRound
+				roundSum += heartbeattest.StatsOf(l.ms).LastRound
 			}
-			st := l.ms.MonitorStats()
+			st := heartbeattest.StatsOf(l.ms)
 			probes := float64(st.Probes - st0.Probes)
 			b.ReportMetric(float64(roundSum.Microseconds())/1000/float64(b.N), "round-ms")
 			b.ReportMetric(float64(st.BytesSent-st0.BytesSent)/probes, "req-bytes/member")

@@ -151,7 +151,7 @@ func TestSlowCommitsStillPublishARestart(t *testing.T) {
 		fe, ok := w.resp.Frontend(1)
 		require.True(t, ok)
 		require.Equal(t, f.epoch, fe.Epoch)
-		require.Positive(t, f.ms.MonitorStats().Transitions, "the restarted leader journaled no transition")
+		require.Positive(t, heartbeattest.StatsOf(f.ms).Transitions, "the restarted leader journaled no transition")
 		// Its claim and its own restart, each proposed once: a transition
 		// waiting for its commit is not proposed again meanwhile.
 		require.Equal(t, uint64(2), entries)
@@ -311,8 +311,8 @@ func TestLeaderFailoverHealthyNoCancels(t *testing.T) {
 			require.Equal(t, wbefore[w.id], len(w.events()), "worker %d saw events: %v", w.id, w.events()[wbefore[w.id]:])
 			require.Equal(t, uint64(3), w.resp.Term())
 		}
-		require.True(t, c.frontends[3].ms.MonitorStats().Leading)
-		require.False(t, c.frontends[1].ms.MonitorStats().Leading)
+		require.True(t, heartbeattest.StatsOf(c.frontends[3].ms).Leading)
+		require.False(t, heartbeattest.StatsOf(c.frontends[1].ms).Leading)
 	})
 }
 
@@ -327,7 +327,7 @@ func TestDeposedLeaderIsIgnored(t *testing.T) {
 		// Frontend 2 becomes leader in term 2; frontend 1 is partitioned from
 		// raft and still believes it leads term 1. It also cannot reach
 		// worker 10, so it counts misses for it.
-		journaled := c.frontends[1].ms.MonitorStats().Transitions
+		journaled := heartbeattest.StatsOf(c.frontends[1].ms).Transitions
 		c.log.mu.Lock()
 		c.log.leases[2] = lease{term: 2, leader: true}
 		c.log.mu.Unlock()
@@ -340,8 +340,8 @@ func TestDeposedLeaderIsIgnored(t *testing.T) {
 			require.Zero(t, countType(f.events(), 11, epoch.Dead))
 		}
 		require.Equal(t, uint64(2), c.workers[11].resp.Term(), "worker accepted a lower term")
-		require.Equal(t, journaled, c.frontends[1].ms.MonitorStats().Transitions, "the deposed leader journaled a transition")
-		require.Positive(t, c.frontends[1].ms.MonitorStats().Misses, "the deposed leader never tried (test is vacuous)")
+		require.Equal(t, journaled, heartbeattest.StatsOf(c.frontends[1].ms).Transitions, "the deposed leader journaled a transition")
+		require.Positive(t, heartbeattest.StatsOf(c.frontends[1].ms).Misses, "the deposed leader never tried (test is vacuous)")
 	})
 }
 
@@ -356,7 +356,7 @@ func TestSlowResponderNeverDead(t *testing.T) {
 			m, _ := f.ms.Member(10)
 			require.Equal(t, heartbeat.StatusAlive, m.Status)
 		}
-		require.Zero(t, c.frontends[1].ms.MonitorStats().Misses)
+		require.Zero(t, heartbeattest.StatsOf(c.frontends[1].ms).Misses)
 		// Past the timeout it is a miss, and enough of them convict.
 		c.net.slow(addrOf(10), interval/2+time.Millisecond)
 		c.advance(5 * interval)

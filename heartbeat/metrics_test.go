@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/heartbeat/heartbeattest"
 	"github.com/metatree/metatree/heartbeat/responder"
 )
 
@@ -39,7 +40,7 @@ func TestCollectorExactValues(t *testing.T) {
 		c.net.cut("*", addrOf(11), true)
 		c.advance(time.Duration(deadAfter+1) * interval)
 
-		st := leader.ms.MonitorStats()
+		st := heartbeattest.StatsOf(leader.ms)
 		for _, f := range []*frontend{leader, follower} {
 			got = scrape(t, f.ms.Collector())
 			require.Equal(t, 1.0, got["metatree_heartbeat_members{kind=worker}{status=alive}"], "frontend %d", f.id)

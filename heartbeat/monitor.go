@@ -17,6 +17,7 @@ import (
 
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/internal/monitorstats"
 	"github.com/metatree/metatree/heartbeat/internal/wire"
 	"github.com/metatree/metatree/heartbeat/responder"
 )
@@ -65,26 +66,17 @@ type monitorCounters struct {
 	lastRound                                                 atomic.Int64 // ns
 }
 
-// MonitorStats are the leader monitor's counters since New.
-type MonitorStats struct {
-	Leading     bool
-	Term        uint64
-	Rounds      uint64
-	Probes      uint64
-	Misses      uint64
-	Transitions uint64 // transitions journaled
-	BytesSent   uint64 // heartbeat request bodies
-	BytesRecv   uint64 // heartbeat response bodies
-	LastRound   time.Duration
+func init() {
+	monitorstats.Of = func(m any) monitorstats.Stats { return m.(*Membership).monitorStats() }
 }
 
-// MonitorStats returns the monitor's counters.
-func (m *Membership) MonitorStats() MonitorStats {
+// monitorStats returns the monitor's counters (for heartbeattest.StatsOf).
+func (m *Membership) monitorStats() monitorstats.Stats {
 	s := &m.mon.stats
 	m.mon.mu.Lock()
 	leading, term := m.mon.mu.leading, m.mon.mu.term
 	m.mon.mu.Unlock()
-	return MonitorStats{Leading: leading, Term: term, Rounds: s.rounds.Load(), Probes: s.probes.Load(), Misses: s.misses.Load(),
+	return monitorstats.Stats{Leading: leading, Term: term, Rounds: s.rounds.Load(), Probes: s.probes.Load(), Misses: s.misses.Load(),
 		Transitions: s.transitions.Load(), BytesSent: s.bytesSent.Load(), BytesRecv: s.bytesRecv.Load(), LastRound: time.Duration(s.lastRound.Load())}
 }
 

@@ -32,7 +32,3 @@ func (r *Responder) authenticate(req *http.Request, hb *Request) error {
 	}
 	return err
 }
-
-// Refused returns how many heartbeats were refused for their credential
-// (token or certificate).
-func (r *Responder) Refused() uint64 { return r.refused.Load() }

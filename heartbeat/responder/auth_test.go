@@ -64,14 +64,14 @@ func TestResponderRequiresCredential(t *testing.T) {
 			r.ServeHTTP(w, req)
 			require.Equal(t, tc.status, w.Code, "body %s", w.Body.String())
 			if tc.status == http.StatusForbidden {
-				require.EqualValues(t, 1, r.Refused())
+				require.EqualValues(t, 1, r.refused.Load())
 				require.Zero(t, r.Term(), "a refused heartbeat raises no term")
 				require.Empty(t, r.Frontends(), "a refused heartbeat lists no frontend")
 				require.Empty(t, events, "a refused heartbeat cancels nothing")
 				require.True(t, r.Stale(), "a refused heartbeat is no heartbeat")
 				return
 			}
-			require.Zero(t, r.Refused())
+			require.Zero(t, r.refused.Load())
 			require.Equal(t, forged.Term, r.Term())
 			require.Len(t, events, 1)
 			require.Equal(t, epoch.Dead, events[0].Type)
