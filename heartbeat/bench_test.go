@@ -18,6 +18,7 @@ import (
 	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/heartbeat/heartbeattest"
 	"github.com/metatree/metatree/heartbeat/responder"
+	"github.com/metatree/metatree/internal/fakejournal"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -52,7 +53,7 @@ type loopback struct {
 	j       *journal.Journal // nil: the journal is faked in process
 	tr      *http.Transport
 	frags   map[uint64]*cancel.Registry // each worker's fragment registry
-	log     *fakeLog
+	log     *fakejournal.Log
 	tree    *catalog.Tree
 	ms      *heartbeat.Membership
 	reg     *cancel.Registry
@@ -67,13 +68,15 @@ const followerID = 1000_000
 
 func newLoopback(b *testing.B, workers int, interval, timeout time.Duration, coordinator, pebble bool) *loopback {
 	l := &loopback{tree: catalog.New(), reg: cancel.New(cancel.Config{}), servers: map[uint64]*httptest.Server{}, members: map[uint64]*switchable{}}
-	l.log = &fakeLog{trees: map[uint64]*catalog.Tree{1: l.tree}, leases: map[uint64]lease{1: {term: 1, leader: true}}}
+	l.log = fakejournal.New()
+	l.log.Attach(1, l.tree)
+	l.log.SetLease(1, 1, true)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 2
 	tr.MaxIdleConns = 4 * (workers + 1)
 	l.tr = tr
 	var err error
-	var jr heartbeat.Journal = fakeJournal{l: l.log, id: 1}
+	var jr heartbeat.Journal = l.log.Replica(1)
 	if pebble {
 		// A real single-node journal: Pebble on disk, fsync on every Ready.
 		l.j, err = journal.Open(context.Background(), journal.Config{ID: 1, Dir: b.TempDir(), Addr: "127.0.0.1:1",

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -20,82 +19,13 @@ import (
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/heartbeat/responder"
+	"github.com/metatree/metatree/internal/fakejournal"
 )
 
 const (
 	interval  = time.Second
 	deadAfter = 3
 )
-
-// fakeLog is a journal that commits every proposal on every frontend's
-// tree, in one order: what raft gives when nothing fails. Commits take
-// latency (a slow disk's fsync); a proposal whose caller gives up
-// meanwhile commits all the same, as one raft has accepted does.
-type fakeLog struct {
-	mu      sync.Mutex
-	latency time.Duration
-	index   uint64
-	trees   map[uint64]*catalog.Tree
-	leases  map[uint64]lease // what each frontend believes: term, leader
-}
-
-type lease struct {
-	term   uint64
-	leader bool
-}
-
-type fakeJournal struct {
-	l  *fakeLog
-	id uint64
-}
-
-func (j fakeJournal) Propose(ctx context.Context, data []byte) (uint64, any, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, nil, err
-	}
-	j.l.mu.Lock()
-	latency := j.l.latency
-	j.l.mu.Unlock()
-	time.Sleep(latency)
-	j.l.mu.Lock()
-	defer j.l.mu.Unlock()
-	if err := ctx.Err(); err != nil {
-		j.l.apply(data) // committed; the caller no longer waits
-		return 0, nil, err
-	}
-	mine := j.l.apply(data)[j.id]
-	return j.l.index, mine, nil
-}
-
-// apply commits data at the next index on every tree and returns each
-// tree's result.
-func (l *fakeLog) apply(data []byte) map[uint64]any {
-	l.index++
-	ids := make([]uint64, 0, len(l.trees))
-	for id := range l.trees {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
-	out := make(map[uint64]any, len(ids))
-	for _, id := range ids {
-		out[id] = l.trees[id].Apply(l.index, data)
-	}
-	return out
-}
-
-// slowCommits makes every commit from now on take d.
-func (l *fakeLog) slowCommits(d time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.latency = d
-}
-
-func (j fakeJournal) LeaderTerm() (uint64, bool) {
-	j.l.mu.Lock()
-	defer j.l.mu.Unlock()
-	ls := j.l.leases[j.id]
-	return ls.term, ls.leader
-}
 
 // network routes heartbeats to handlers in process. A blackholed route
 // never answers (the request hits its deadline); a delayed one answers late.
@@ -193,7 +123,7 @@ func (w *worker) events() []epoch.Event {
 
 type cluster struct {
 	t         *testing.T
-	log       *fakeLog
+	log       *fakejournal.Log
 	net       *network
 	frontends map[uint64]*frontend
 	workers   map[uint64]*worker
@@ -211,16 +141,14 @@ func newCluster(t *testing.T, nf, nw int) *cluster { return newClusterWith(t, nf
 // newClusterWith is newCluster with the frontends logging to logger.
 func newClusterWith(t *testing.T, nf, nw int, logger *slog.Logger) *cluster {
 	c := &cluster{t: t, grace: deadAfter * interval, logger: logger,
-		log:       &fakeLog{trees: map[uint64]*catalog.Tree{}, leases: map[uint64]lease{}},
+		log:       fakejournal.New(),
 		net:       &network{handlers: map[string]http.Handler{}, black: map[[2]string]bool{}, delay: map[string]time.Duration{}},
 		frontends: map[uint64]*frontend{}, workers: map[uint64]*worker{}}
 	for i := range nf {
 		id := uint64(i + 1)
 		tree := catalog.New()
-		c.log.mu.Lock()
-		c.log.trees[id] = tree
-		c.log.leases[id] = lease{term: 1, leader: id == 1}
-		c.log.mu.Unlock()
+		c.log.Attach(id, tree)
+		c.log.SetLease(id, 1, id == 1)
 		c.startFrontend(id, tree)
 	}
 	for i := range nw {
@@ -248,7 +176,7 @@ func newClusterWith(t *testing.T, nf, nw int, logger *slog.Logger) *cluster {
 func (c *cluster) startFrontend(id uint64, tree *catalog.Tree) *frontend {
 	f := &frontend{id: id, addr: addrOf(id), tree: tree, reg: cancel.New(cancel.Config{}), epoch: epoch.New()}
 	ms, err := heartbeat.New(heartbeat.Config{
-		ID: id, Epoch: f.epoch, Cluster: "test", Tree: tree, Journal: fakeJournal{l: c.log, id: id},
+		ID: id, Epoch: f.epoch, Cluster: "test", Tree: tree, Journal: c.log.Replica(id),
 		Client:   &http.Client{Transport: transport{n: c.net, from: f.addr}},
 		Interval: interval, DeadAfter: deadAfter, Grace: c.grace, Logger: c.logger,
 		OnEvent: func(ev epoch.Event) {
@@ -298,13 +226,7 @@ func (c *cluster) restartFrontend(id uint64) *frontend {
 	return c.startFrontend(id, old.tree)
 }
 
-func (c *cluster) setLeader(leader, term uint64) {
-	c.log.mu.Lock()
-	defer c.log.mu.Unlock()
-	for id := range c.log.leases {
-		c.log.leases[id] = lease{term: term, leader: id == leader}
-	}
-}
+func (c *cluster) setLeader(leader, term uint64) { c.log.SetLeader(term, leader) }
 
 // advance lets virtual time pass and waits until every goroutine is idle.
 func (c *cluster) advance(d time.Duration) {
@@ -389,7 +311,7 @@ func (c *cluster) restartFrontendWithClock(id uint64, clk heartbeat.Clock) {
 	old := c.frontends[id]
 	require.NoError(c.t, old.ms.Close())
 	ms, err := heartbeat.New(heartbeat.Config{
-		ID: id, Epoch: old.epoch, Cluster: "test", Tree: old.tree, Journal: fakeJournal{l: c.log, id: id},
+		ID: id, Epoch: old.epoch, Cluster: "test", Tree: old.tree, Journal: c.log.Replica(id),
 		Client:   &http.Client{Transport: transport{n: c.net, from: old.addr}},
 		Interval: interval, DeadAfter: deadAfter, Grace: c.grace, Clock: clk,
 		OnEvent: func(ev epoch.Event) {

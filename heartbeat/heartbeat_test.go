@@ -138,15 +138,11 @@ func TestSlowCommitsStillPublishARestart(t *testing.T) {
 		frag, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 1, Epoch: c.frontends[1].epoch})
 		require.NoError(t, err)
 
-		c.log.slowCommits(interval + interval*6/10)
-		c.log.mu.Lock()
-		before := c.log.index
-		c.log.mu.Unlock()
+		c.log.SlowCommits(interval + interval*6/10)
+		before := c.log.Index()
 		f := c.restartFrontend(1)
 		c.advance(10 * interval)
-		c.log.mu.Lock()
-		entries := c.log.index - before
-		c.log.mu.Unlock()
+		entries := c.log.Index() - before
 		requireCancelled(t, frag, cancel.ErrNodeRestarted, 1)
 		fe, ok := w.resp.Frontend(1)
 		require.True(t, ok)
@@ -328,9 +324,7 @@ func TestDeposedLeaderIsIgnored(t *testing.T) {
 		// raft and still believes it leads term 1. It also cannot reach
 		// worker 10, so it counts misses for it.
 		journaled := heartbeattest.StatsOf(c.frontends[1].ms).Transitions
-		c.log.mu.Lock()
-		c.log.leases[2] = lease{term: 2, leader: true}
-		c.log.mu.Unlock()
+		c.log.SetLease(2, 2, true)
 		c.advance(interval) // 2 claims the monitor and heartbeats everyone in term 2
 		c.net.cut(addrOf(1), addrOf(10), true)
 		c.advance(10 * interval)

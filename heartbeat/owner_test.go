@@ -17,7 +17,7 @@ func (c *cluster) propose(t *testing.T, ops ...catalog.Op) error {
 	t.Helper()
 	data, err := catalog.Batch{Ops: ops}.Encode()
 	require.NoError(t, err)
-	_, v, err := fakeJournal{l: c.log, id: 1}.Propose(t.Context(), data)
+	_, v, err := c.log.Replica(1).Propose(t.Context(), data)
 	require.NoError(t, err)
 	return v.(*catalog.Result).Err
 }
@@ -190,12 +190,10 @@ func (c *cluster) applyEverywhere(t *testing.T, ops ...catalog.Op) map[uint64]er
 	t.Helper()
 	data, err := catalog.Batch{Ops: ops}.Encode()
 	require.NoError(t, err)
-	c.log.mu.Lock()
-	defer c.log.mu.Unlock()
-	c.log.index++
+	_, results := c.log.Commit(data)
 	errs := map[uint64]error{}
-	for id, tree := range c.log.trees {
-		errs[id] = tree.Apply(c.log.index, data).(*catalog.Result).Err
+	for id, res := range results {
+		errs[id] = res.(*catalog.Result).Err
 	}
 	return errs
 }
