@@ -3,7 +3,7 @@ package cancel
 import (
 	"fmt"
 
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // victim is a query an event cancelled, with its cause and callback.
@@ -24,11 +24,11 @@ type victim struct {
 // learnt it before this registry did: a coordinator that dispatches from
 // its new epoch, a member view ahead of the events) is ordered after every
 // event applied before it registered, so an event about an older epoch
-// never cancels it. The events' generations (heartbeat.Event.Generation)
+// never cancels it. The events' generations (epoch.Event.Generation)
 // tell whether one skipped transitions that could hide the end of that
 // epoch; such an event cancels it (see aheadVerdict). So does an event
 // that shows the member at an epoch that started after the part's
-// (heartbeat.Epoch.StartedBefore): the part's process has ended, even
+// (epoch.Epoch.StartedBefore): the part's process has ended, even
 // when no event will ever name it (a worker that restarted again before
 // any heartbeat recorded the process the part runs on).
 //
@@ -38,7 +38,7 @@ type victim struct {
 // It takes time in proportion to the queries on ev.Node, cancels their
 // contexts after releasing the lock, and starts their callbacks on their
 // own goroutines: it never waits for a callback.
-func (r *Registry) Apply(ev heartbeat.Event) int {
+func (r *Registry) Apply(ev epoch.Event) int {
 	r.mu.Lock()
 	if r.mu.closed {
 		r.mu.Unlock()
@@ -60,7 +60,7 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 	overtaken := func(s *epochSlot) bool { return s.ahead && startedAfter(s.epoch, ev) }
 	var victims []victim
 	switch ev.Type {
-	case heartbeat.Restarted:
+	case epoch.Restarted:
 		victims = r.detachLocked(idx, n, ev, func(s *epochSlot) (bool, Reason) {
 			switch {
 			case overtaken(s):
@@ -75,7 +75,7 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 		n.unsupersede(ev.NewEpoch)
 		n.current = ev.NewEpoch
 		n.status = StatusAlive
-	case heartbeat.Dead:
+	case epoch.Dead:
 		victims = r.detachLocked(idx, n, ev, func(s *epochSlot) (bool, Reason) {
 			switch {
 			case overtaken(s):
@@ -91,7 +91,7 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 			n.current = ev.NewEpoch
 		}
 		n.status = StatusDead
-	case heartbeat.Removed:
+	case epoch.Removed:
 		victims = r.detachLocked(idx, n, ev, func(*epochSlot) (bool, Reason) { return false, Removed })
 		n.supersede(n.current)
 		n.supersede(ev.OldEpoch)
@@ -99,14 +99,14 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 			n.status = StatusRemoved
 			r.rememberRemovedLocked(n.id)
 		}
-	case heartbeat.Added, heartbeat.Alive:
+	case epoch.Added, epoch.Alive:
 		if n.status == StatusRemoved {
 			r.forgetRemovedLocked(n.id)
 		}
 		e := ev.NewEpoch
 		switched := !e.IsZero() && e != n.current
 		// Re-added with another epoch: the old one is void.
-		readded := switched && !n.current.IsZero() && !n.current.Temporary() && ev.Type == heartbeat.Added
+		readded := switched && !n.current.IsZero() && !n.current.Temporary() && ev.Type == epoch.Added
 		victims = r.detachLocked(idx, n, ev, func(s *epochSlot) (bool, Reason) {
 			switch {
 			case overtaken(s):
@@ -166,7 +166,7 @@ func (r *Registry) Apply(ev heartbeat.Event) int {
 // one whose generation is not above the last one's has no order either (a
 // member record removed and created again counts its generations from
 // zero).
-func (n *node) skipped(ev heartbeat.Event) (hidden uint64, ordered bool) {
+func (n *node) skipped(ev epoch.Event) (hidden uint64, ordered bool) {
 	if n.status == StatusUnknown || ev.Generation <= n.gen {
 		return 0, false
 	}
@@ -186,7 +186,7 @@ func (n *node) skipped(ev heartbeat.Event) (hidden uint64, ordered bool) {
 // only way an epoch ends and is published again; any other event, about an older
 // epoch, leaves it alone, unless it skipped a transition, which may have
 // been to x and away from it.
-func aheadVerdict(x heartbeat.Epoch, ev heartbeat.Event, hidden uint64, reason Reason) (bool, Reason) {
+func aheadVerdict(x epoch.Epoch, ev epoch.Event, hidden uint64, reason Reason) (bool, Reason) {
 	switch {
 	case x == ev.OldEpoch:
 		return false, reason
@@ -202,12 +202,12 @@ func aheadVerdict(x heartbeat.Epoch, ev heartbeat.Event, hidden uint64, reason R
 // started after x: a process of the member ran after x's, so x's has
 // ended, whatever the events' order (a late event about an older epoch
 // shows none that started after x).
-func startedAfter(x heartbeat.Epoch, ev heartbeat.Event) bool {
+func startedAfter(x epoch.Epoch, ev epoch.Event) bool {
 	return x.StartedBefore(ev.OldEpoch) || x.StartedBefore(ev.NewEpoch)
 }
 
 // noteLatest records that an event showed the node at epoch e.
-func (n *node) noteLatest(e heartbeat.Epoch) {
+func (n *node) noteLatest(e epoch.Epoch) {
 	if e.Ordered() && (!n.latest.Ordered() || n.latest.StartedBefore(e)) {
 		n.latest = e
 	}
@@ -240,7 +240,7 @@ func (r *Registry) runCallback(fn func(*CanceledError), cause *CanceledError) {
 // part there verdict does not keep, marks them cancelled and returns them
 // with their causes (the reason verdict gives). Causes are shared per
 // epoch slot: one allocation per distinct epoch, not per query.
-func (r *Registry) detachLocked(idx uint32, n *node, ev heartbeat.Event, verdict func(*epochSlot) (bool, Reason)) []victim {
+func (r *Registry) detachLocked(idx uint32, n *node, ev epoch.Event, verdict func(*epochSlot) (bool, Reason)) []victim {
 	if len(n.queries) == 0 {
 		return nil
 	}
@@ -255,17 +255,17 @@ func (r *Registry) detachLocked(idx uint32, n *node, ev heartbeat.Event, verdict
 			slot := &n.slots[p.slot]
 			keep, reason := verdict(slot)
 			if keeps[p.slot] = keep; !keep {
-				epoch := slot.epoch
-				if epoch.IsZero() {
+				ep := slot.epoch
+				if ep.IsZero() {
 					// Registered before any epoch of the node was known: it
 					// ran against the one the event says the node had.
-					epoch = ev.OldEpoch
+					ep = ev.OldEpoch
 				}
-				c = &CanceledError{Node: n.id, OldEpoch: epoch, NewEpoch: ev.NewEpoch, Reason: reason, Index: ev.Index}
-				if reason == Dead && epoch == ev.NewEpoch {
+				c = &CanceledError{Node: n.id, OldEpoch: ep, NewEpoch: ev.NewEpoch, Reason: reason, Index: ev.Index}
+				if reason == Dead && ep == ev.NewEpoch {
 					// Its death is hidden in the transitions ev skipped: the
 					// temporary epoch published then is unknown here.
-					c.NewEpoch = heartbeat.Epoch{}
+					c.NewEpoch = epoch.Epoch{}
 				}
 				causes[p.slot] = c
 			}

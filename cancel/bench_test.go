@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // BenchmarkCancelFanout: 100,000 live queries, each coordinated by one of 3
@@ -23,9 +23,9 @@ func BenchmarkCancelFanout(b *testing.B) {
 		frontends = 3
 	)
 	rng := rand.New(rand.NewPCG(0, 1))
-	epochs := make([]heartbeat.Epoch, workers+frontends)
+	epochs := make([]epoch.Epoch, workers+frontends)
 	for i := range epochs {
-		epochs[i] = heartbeat.NewEpoch()
+		epochs[i] = epoch.New()
 	}
 	plan := make([][perQuery + 1]Member, queries)
 	for i := range plan {
@@ -47,7 +47,7 @@ func BenchmarkCancelFanout(b *testing.B) {
 	for b.Loop() {
 		r := New(Config{})
 		for i := range epochs {
-			r.Apply(heartbeat.Event{Index: uint64(i + 1), Node: uint64(i), Type: heartbeat.Added, NewEpoch: epochs[i]})
+			r.Apply(epoch.Event{Index: uint64(i + 1), Node: uint64(i), Type: epoch.Added, NewEpoch: epochs[i]})
 		}
 		runtime.GC()
 		var before, after runtime.MemStats
@@ -67,7 +67,7 @@ func BenchmarkCancelFanout(b *testing.B) {
 		bytes = float64(after.HeapAlloc-before.HeapAlloc-uint64(8*queries)) / queries
 
 		start := time.Now()
-		n := r.Apply(heartbeat.Event{Index: 1000, Node: victim, Kind: heartbeat.KindWorker, Type: heartbeat.Restarted, OldEpoch: epochs[victim], NewEpoch: heartbeat.NewEpoch()})
+		n := r.Apply(epoch.Event{Index: 1000, Node: victim, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: epochs[victim], NewEpoch: epoch.New()})
 		cancelTotal += time.Since(start)
 		affected = float64(n)
 		if r.Stats().Live != queries-n {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // Sentinels. A *CanceledError unwraps to one of the first three.
@@ -65,9 +65,9 @@ func (r Reason) sentinel() error {
 // error of a registration against an epoch already superseded. It unwraps to
 // ErrNodeRestarted, ErrNodeDead or ErrNodeRemoved.
 type CanceledError struct {
-	Node     uint64          // the member that restarted, died or was removed
-	OldEpoch heartbeat.Epoch // the epoch the query was registered against (zero: never known)
-	NewEpoch heartbeat.Epoch // the epoch that replaced it (temporary if dead, zero if removed)
+	Node     uint64      // the member that restarted, died or was removed
+	OldEpoch epoch.Epoch // the epoch the query was registered against (zero: never known)
+	NewEpoch epoch.Epoch // the epoch that replaced it (temporary if dead, zero if removed)
 	Reason   Reason
 	Index    uint64 // index of the membership event (0 if unknown)
 }
@@ -85,7 +85,7 @@ func (e *CanceledError) Error() string {
 }
 
 // epochText prints an epoch, "unknown" for the zero one.
-func epochText(e heartbeat.Epoch) string {
+func epochText(e epoch.Epoch) string {
 	if e.IsZero() {
 		return "unknown"
 	}

@@ -6,17 +6,17 @@ import (
 	"fmt"
 
 	"github.com/metatree/metatree/cancel"
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 func Example() {
 	reg := cancel.New(cancel.Config{})
 	defer reg.Close()
 
-	coordinator, worker := heartbeat.NewEpoch(), heartbeat.NewEpoch()
+	coordinator, worker := epoch.New(), epoch.New()
 	// Membership events (from heartbeat.Membership on a frontend).
-	reg.Apply(heartbeat.Event{Index: 1, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Added, NewEpoch: coordinator})
-	reg.Apply(heartbeat.Event{Index: 2, Node: 7, Kind: heartbeat.KindWorker, Type: heartbeat.Added, NewEpoch: worker})
+	reg.Apply(epoch.Event{Index: 1, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Added, NewEpoch: coordinator})
+	reg.Apply(epoch.Event{Index: 2, Node: 7, Kind: epoch.KindWorker, Type: epoch.Added, NewEpoch: worker})
 
 	q, err := reg.Register(context.Background(), cancel.Member{Node: 1, Epoch: coordinator},
 		[]cancel.Member{{Node: 7, Epoch: worker}})
@@ -26,8 +26,8 @@ func Example() {
 	defer q.Finish()
 
 	// Worker 7 answers the leader's heartbeat with a new epoch.
-	reg.Apply(heartbeat.Event{Index: 3, Node: 7, Kind: heartbeat.KindWorker, Type: heartbeat.Restarted,
-		OldEpoch: worker, NewEpoch: heartbeat.NewEpoch()})
+	reg.Apply(epoch.Event{Index: 3, Node: 7, Kind: epoch.KindWorker, Type: epoch.Restarted,
+		OldEpoch: worker, NewEpoch: epoch.New()})
 
 	<-q.Context().Done()
 	cause := context.Cause(q.Context())

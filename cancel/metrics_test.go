@@ -8,7 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/heartbeattest"
 )
 
 func TestCollectorExactValues(t *testing.T) {
@@ -43,8 +44,8 @@ metatree_cancel_live_queries %d
 	done.Finish()
 	expect(0, 0, 0, 5)
 
-	r.Apply(heartbeat.Event{Index: 100, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Restarted, OldEpoch: ep[10], NewEpoch: heartbeat.NewEpoch(), Generation: 2})
-	r.Apply(heartbeat.Event{Index: 101, Node: 11, Kind: heartbeat.KindWorker, Type: heartbeat.Dead, OldEpoch: ep[11], NewEpoch: heartbeat.TemporaryEpoch(ep[11], 2), Generation: 2})
-	r.Apply(heartbeat.Event{Index: 102, Node: 12, Kind: heartbeat.KindWorker, Type: heartbeat.Removed, OldEpoch: ep[12], Generation: 2})
+	r.Apply(epoch.Event{Index: 100, Node: 10, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: ep[10], NewEpoch: epoch.New(), Generation: 2})
+	r.Apply(epoch.Event{Index: 101, Node: 11, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: ep[11], NewEpoch: heartbeattest.TemporaryEpoch(ep[11], 2), Generation: 2})
+	r.Apply(epoch.Event{Index: 102, Node: 12, Kind: epoch.KindWorker, Type: epoch.Removed, OldEpoch: ep[12], Generation: 2})
 	expect(1, 1, 3, 0)
 }

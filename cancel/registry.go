@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // Member names one participant of a query: a member id and the epoch the
@@ -16,7 +16,7 @@ import (
 // registry currently knows for that node".
 type Member struct {
 	Node  uint64
-	Epoch heartbeat.Epoch
+	Epoch epoch.Epoch
 }
 
 // Config configures a Registry. The zero value is ready to use.
@@ -59,7 +59,7 @@ func (s Status) String() string {
 // NodeState is what the registry knows of one member.
 type NodeState struct {
 	Node   uint64
-	Epoch  heartbeat.Epoch // current epoch (temporary when dead)
+	Epoch  epoch.Epoch // current epoch (temporary when dead)
 	Status Status
 	Index  uint64 // index of the last event applied for it
 	Live   int    // live queries with a part on it
@@ -77,7 +77,7 @@ type Stats struct {
 // tombstones is how many superseded epochs each member remembers.
 // Registering against one fails at once, as against any epoch that
 // started before the latest one the events have shown; an older
-// superseded epoch without a start time (heartbeat.Epoch.Ordered) is
+// superseded epoch without a start time (epoch.Epoch.Ordered) is
 // taken for one no event has named yet (accepted, and judged by the
 // events that follow as aheadVerdict says).
 const tombstones = 8
@@ -85,23 +85,23 @@ const tombstones = 8
 type node struct {
 	id        uint64
 	status    Status
-	current   heartbeat.Epoch
+	current   epoch.Epoch
 	lastIndex uint64
 	// gen is the member record's generation after the last event applied
-	// (heartbeat.Event.Generation): the order of the node's epochs.
+	// (epoch.Event.Generation): the order of the node's epochs.
 	gen uint64
 	// latest is the real epoch that started last (Epoch.StartedBefore)
 	// among those the applied events have shown: every epoch of the node
 	// that started before it has ended.
-	latest   heartbeat.Epoch
-	tomb     [tombstones]heartbeat.Epoch // ring of superseded epochs
+	latest   epoch.Epoch
+	tomb     [tombstones]epoch.Epoch // ring of superseded epochs
 	tombNext uint8
 	slots    []epochSlot // epochs that live parts run against; part.slot indexes it
 	queries  []*Query    // live queries with a part here; part.pos indexes it
 }
 
 type epochSlot struct {
-	epoch heartbeat.Epoch
+	epoch epoch.Epoch
 	refs  uint32
 	// ahead marks an epoch that no event has named yet: the caller knew it
 	// from a fresher source (the coordinator itself, a member view ahead
@@ -319,7 +319,7 @@ func (r *Registry) checkLocked(m Member) error {
 	return nil
 }
 
-func (n *node) superseded(e heartbeat.Epoch) bool {
+func (n *node) superseded(e epoch.Epoch) bool {
 	if e.IsZero() {
 		return false
 	}
@@ -332,7 +332,7 @@ func (n *node) superseded(e heartbeat.Epoch) bool {
 }
 
 // supersede records that e is no longer n's epoch.
-func (n *node) supersede(e heartbeat.Epoch) {
+func (n *node) supersede(e epoch.Epoch) {
 	if e.IsZero() || n.superseded(e) {
 		return
 	}
@@ -343,7 +343,7 @@ func (n *node) supersede(e heartbeat.Epoch) {
 // bindUnknown ties the parts registered while n's epoch was unknown (the
 // zero epoch meant "the current one") to e, the first epoch learnt for n,
 // so that their causes name it.
-func (n *node) bindUnknown(e heartbeat.Epoch) {
+func (n *node) bindUnknown(e epoch.Epoch) {
 	for i := range n.slots {
 		if n.slots[i].refs > 0 && n.slots[i].epoch.IsZero() {
 			n.slots[i].epoch = e
@@ -352,10 +352,10 @@ func (n *node) bindUnknown(e heartbeat.Epoch) {
 }
 
 // unsupersede forgets a tombstone (a dead member came back with its epoch).
-func (n *node) unsupersede(e heartbeat.Epoch) {
+func (n *node) unsupersede(e epoch.Epoch) {
 	for i, t := range n.tomb {
 		if t == e {
-			n.tomb[i] = heartbeat.Epoch{}
+			n.tomb[i] = epoch.Epoch{}
 		}
 	}
 }
@@ -404,7 +404,7 @@ func (r *Registry) addPartLocked(q *Query, m Member) {
 }
 
 // slotFor interns e among n's slots and takes a reference.
-func (n *node) slotFor(e heartbeat.Epoch) uint32 {
+func (n *node) slotFor(e epoch.Epoch) uint32 {
 	free := -1
 	for i := range n.slots {
 		if n.slots[i].refs > 0 && n.slots[i].epoch == e {

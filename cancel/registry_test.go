@@ -12,31 +12,32 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/heartbeattest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // cluster sets up a registry that knows coordinator 1 and workers 10..12.
-func cluster(t *testing.T) (*Registry, map[uint64]heartbeat.Epoch) {
+func cluster(t *testing.T) (*Registry, map[uint64]epoch.Epoch) {
 	t.Helper()
 	r := New(Config{})
 	t.Cleanup(func() { require.NoError(t, r.Close()) })
-	epochs := map[uint64]heartbeat.Epoch{}
+	epochs := map[uint64]epoch.Epoch{}
 	idx := uint64(0)
 	for _, id := range []uint64{1, 10, 11, 12} {
-		kind := heartbeat.KindWorker
+		kind := epoch.KindWorker
 		if id == 1 {
-			kind = heartbeat.KindFrontend
+			kind = epoch.KindFrontend
 		}
-		epochs[id] = heartbeat.NewEpoch()
+		epochs[id] = epoch.New()
 		idx++
-		r.Apply(heartbeat.Event{Index: idx, Node: id, Kind: kind, Type: heartbeat.Added, NewEpoch: epochs[id], Generation: 1})
+		r.Apply(epoch.Event{Index: idx, Node: id, Kind: kind, Type: epoch.Added, NewEpoch: epochs[id], Generation: 1})
 	}
 	return r, epochs
 }
 
-func m(id uint64, e heartbeat.Epoch) Member { return Member{Node: id, Epoch: e} }
+func m(id uint64, e epoch.Epoch) Member { return Member{Node: id, Epoch: e} }
 
 func requireCause(t *testing.T, q *Query, sentinel error, node uint64) *CanceledError {
 	t.Helper()
@@ -51,13 +52,13 @@ func requireCause(t *testing.T, q *Query, sentinel error, node uint64) *Canceled
 func TestEventsCancelAffectedQueriesOnly(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		typ      heartbeat.EventType
+		typ      epoch.EventType
 		sentinel error
 		reason   Reason
 	}{
-		{"restarted", heartbeat.Restarted, ErrNodeRestarted, Restarted},
-		{"dead", heartbeat.Dead, ErrNodeDead, Dead},
-		{"removed", heartbeat.Removed, ErrNodeRemoved, Removed},
+		{"restarted", epoch.Restarted, ErrNodeRestarted, Restarted},
+		{"dead", epoch.Dead, ErrNodeDead, Dead},
+		{"removed", epoch.Removed, ErrNodeRemoved, Removed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, ep := cluster(t)
@@ -68,14 +69,14 @@ func TestEventsCancelAffectedQueriesOnly(t *testing.T) {
 			fragment, err := r.RegisterFragment(t.Context(), m(10, ep[10]))
 			require.NoError(t, err)
 
-			newEpoch := heartbeat.NewEpoch()
-			if tc.typ == heartbeat.Dead {
-				newEpoch = heartbeat.TemporaryEpoch(ep[10], 2)
+			newEpoch := epoch.New()
+			if tc.typ == epoch.Dead {
+				newEpoch = heartbeattest.TemporaryEpoch(ep[10], 2)
 			}
-			if tc.typ == heartbeat.Removed {
-				newEpoch = heartbeat.Epoch{}
+			if tc.typ == epoch.Removed {
+				newEpoch = epoch.Epoch{}
 			}
-			n := r.Apply(heartbeat.Event{Index: 100, Node: 10, Kind: heartbeat.KindWorker, Type: tc.typ, OldEpoch: ep[10], NewEpoch: newEpoch, Generation: 2})
+			n := r.Apply(epoch.Event{Index: 100, Node: 10, Kind: epoch.KindWorker, Type: tc.typ, OldEpoch: ep[10], NewEpoch: newEpoch, Generation: 2})
 			require.Equal(t, 2, n)
 
 			ce := requireCause(t, onTen, tc.sentinel, 10)
@@ -95,11 +96,11 @@ func TestEventsCancelAffectedQueriesOnly(t *testing.T) {
 			require.Equal(t, uint64(10), rerr.Node)
 			require.Equal(t, 1, r.Stats().Live, "a failed registration left something behind")
 
-			if tc.typ == heartbeat.Restarted {
+			if tc.typ == epoch.Restarted {
 				// ...while the new epoch is fine, and survives a replay of the event.
 				q, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, newEpoch)})
 				require.NoError(t, err)
-				require.Zero(t, r.Apply(heartbeat.Event{Index: 100, Node: 10, Type: heartbeat.Restarted, OldEpoch: ep[10], NewEpoch: newEpoch}))
+				require.Zero(t, r.Apply(epoch.Event{Index: 100, Node: 10, Type: epoch.Restarted, OldEpoch: ep[10], NewEpoch: newEpoch}))
 				require.NoError(t, q.Context().Err())
 			}
 		})
@@ -108,14 +109,14 @@ func TestEventsCancelAffectedQueriesOnly(t *testing.T) {
 
 func TestRestartKeepsQueriesOnTheNewEpoch(t *testing.T) {
 	r, ep := cluster(t)
-	newer := heartbeat.NewEpoch()
+	newer := epoch.New()
 	// The caller learned the new epoch before the registry did: accepted,
 	// and not cancelled by the restart event that follows.
 	early, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, newer)})
 	require.NoError(t, err)
 	old, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10])})
 	require.NoError(t, err)
-	require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Restarted, OldEpoch: ep[10], NewEpoch: newer}))
+	require.Equal(t, 1, r.Apply(epoch.Event{Index: 50, Node: 10, Type: epoch.Restarted, OldEpoch: ep[10], NewEpoch: newer}))
 	require.NoError(t, early.Context().Err())
 	requireCause(t, old, ErrNodeRestarted, 10)
 	st, ok := r.Node(10)
@@ -129,18 +130,18 @@ func TestZeroEpochMeansCurrent(t *testing.T) {
 	r, ep := cluster(t)
 	q, err := r.Register(t.Context(), Member{Node: 1}, []Member{{Node: 10}})
 	require.NoError(t, err)
-	r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Restarted, OldEpoch: ep[10], NewEpoch: heartbeat.NewEpoch()})
+	r.Apply(epoch.Event{Index: 50, Node: 10, Type: epoch.Restarted, OldEpoch: ep[10], NewEpoch: epoch.New()})
 	ce := requireCause(t, q, ErrNodeRestarted, 10)
 	require.Equal(t, ep[10], ce.OldEpoch)
 }
 
 func TestDeadThenAliveAcceptsTheSameEpochAgain(t *testing.T) {
 	r, ep := cluster(t)
-	tmp := heartbeat.TemporaryEpoch(ep[10], 2)
-	r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Dead, OldEpoch: ep[10], NewEpoch: tmp})
+	tmp := heartbeattest.TemporaryEpoch(ep[10], 2)
+	r.Apply(epoch.Event{Index: 50, Node: 10, Type: epoch.Dead, OldEpoch: ep[10], NewEpoch: tmp})
 	_, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10])})
 	require.ErrorIs(t, err, ErrNodeDead)
-	r.Apply(heartbeat.Event{Index: 51, Node: 10, Type: heartbeat.Alive, OldEpoch: tmp, NewEpoch: ep[10]})
+	r.Apply(epoch.Event{Index: 51, Node: 10, Type: epoch.Alive, OldEpoch: tmp, NewEpoch: ep[10]})
 	q, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10])})
 	require.NoError(t, err)
 	require.NoError(t, q.Context().Err())
@@ -149,11 +150,11 @@ func TestDeadThenAliveAcceptsTheSameEpochAgain(t *testing.T) {
 
 func TestRemovedThenReAdded(t *testing.T) {
 	r, ep := cluster(t)
-	r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Removed, OldEpoch: ep[10]})
-	_, err := r.Register(t.Context(), m(1, ep[1]), []Member{{Node: 10, Epoch: heartbeat.NewEpoch()}})
+	r.Apply(epoch.Event{Index: 50, Node: 10, Type: epoch.Removed, OldEpoch: ep[10]})
+	_, err := r.Register(t.Context(), m(1, ep[1]), []Member{{Node: 10, Epoch: epoch.New()}})
 	require.ErrorIs(t, err, ErrNodeRemoved, "a removed member takes no work, whatever the epoch")
-	e2 := heartbeat.NewEpoch()
-	r.Apply(heartbeat.Event{Index: 60, Node: 10, Type: heartbeat.Added, NewEpoch: e2})
+	e2 := epoch.New()
+	r.Apply(epoch.Event{Index: 60, Node: 10, Type: epoch.Added, NewEpoch: e2})
 	_, err = r.Register(t.Context(), m(1, ep[1]), []Member{m(10, e2)})
 	require.NoError(t, err)
 	require.Zero(t, r.Stats().Removed)
@@ -169,7 +170,7 @@ func TestFinish(t *testing.T) {
 	q.Finish()
 	require.Zero(t, r.Stats().Live)
 	require.ErrorIs(t, context.Cause(q.Context()), context.Canceled)
-	require.Zero(t, r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Dead, OldEpoch: ep[10]}))
+	require.Zero(t, r.Apply(epoch.Event{Index: 50, Node: 10, Type: epoch.Dead, OldEpoch: ep[10]}))
 	require.NoError(t, r.Close())
 	require.Zero(t, called.Load(), "a finished query's callback ran")
 }
@@ -181,9 +182,9 @@ func TestCancelledOnceFirstReasonWins(t *testing.T) {
 	q, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10]), m(11, ep[11])},
 		OnCancel(func(c *CanceledError) { calls.Add(1); got.Store(c) }))
 	require.NoError(t, err)
-	require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 50, Node: 11, Type: heartbeat.Dead, OldEpoch: ep[11]}))
-	require.Equal(t, 0, r.Apply(heartbeat.Event{Index: 51, Node: 10, Type: heartbeat.Restarted, OldEpoch: ep[10], NewEpoch: heartbeat.NewEpoch()}))
-	require.Equal(t, 0, r.Apply(heartbeat.Event{Index: 52, Node: 1, Type: heartbeat.Removed, OldEpoch: ep[1]}))
+	require.Equal(t, 1, r.Apply(epoch.Event{Index: 50, Node: 11, Type: epoch.Dead, OldEpoch: ep[11]}))
+	require.Equal(t, 0, r.Apply(epoch.Event{Index: 51, Node: 10, Type: epoch.Restarted, OldEpoch: ep[10], NewEpoch: epoch.New()}))
+	require.Equal(t, 0, r.Apply(epoch.Event{Index: 52, Node: 1, Type: epoch.Removed, OldEpoch: ep[1]}))
 	require.NoError(t, r.Close()) // waits for callbacks
 	require.Equal(t, int32(1), calls.Load())
 	require.ErrorIs(t, got.Load(), ErrNodeDead)
@@ -209,13 +210,13 @@ func TestCallbacksAreIsolated(t *testing.T) {
 		_, err = r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10])}, OnCancel(func(*CanceledError) { ran.Add(1); done.Done() }))
 		require.NoError(t, err)
 	}
-	require.Equal(t, 12, r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Dead, OldEpoch: ep[10]}))
+	require.Equal(t, 12, r.Apply(epoch.Event{Index: 50, Node: 10, Type: epoch.Dead, OldEpoch: ep[10]}))
 	done.Wait() // the ten ran although one callback is still blocked
 	require.Equal(t, int32(10), ran.Load())
 	// The registry keeps working while the slow callback runs.
 	q, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(11, ep[11])})
 	require.NoError(t, err)
-	require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 51, Node: 11, Type: heartbeat.Removed, OldEpoch: ep[11]}))
+	require.Equal(t, 1, r.Apply(epoch.Event{Index: 51, Node: 11, Type: epoch.Removed, OldEpoch: ep[11]}))
 	requireCause(t, q, ErrNodeRemoved, 11)
 	// The panicking callback finishes on its own goroutine; then only the
 	// blocked one is running.
@@ -255,13 +256,13 @@ func TestRegistrationRacingEvent(t *testing.T) {
 				accepted = append(accepted, q)
 			})
 		}
-		newer := heartbeat.NewEpoch()
+		newer := epoch.New()
 		close(start)
-		r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Restarted, OldEpoch: ep[10], NewEpoch: newer})
+		r.Apply(epoch.Event{Index: 50, Node: 10, Type: epoch.Restarted, OldEpoch: ep[10], NewEpoch: newer})
 		wg.Wait()
 		// A duplicate delivery and a later event on the same node cancel nothing more.
-		r.Apply(heartbeat.Event{Index: 50, Node: 10, Type: heartbeat.Restarted, OldEpoch: ep[10], NewEpoch: newer})
-		r.Apply(heartbeat.Event{Index: 51, Node: 10, Type: heartbeat.Dead, OldEpoch: newer})
+		r.Apply(epoch.Event{Index: 50, Node: 10, Type: epoch.Restarted, OldEpoch: ep[10], NewEpoch: newer})
+		r.Apply(epoch.Event{Index: 51, Node: 10, Type: epoch.Dead, OldEpoch: newer})
 		require.NoError(t, r.Close())
 		require.Equal(t, n, len(accepted)+rejected, "round %d", round)
 		for _, q := range accepted {
@@ -295,8 +296,8 @@ func TestMemoryBoundedByLiveQueries(t *testing.T) {
 	small := New(Config{MaxRemoved: 3})
 	defer small.Close()
 	for id := range uint64(10) {
-		small.Apply(heartbeat.Event{Index: id + 1, Node: 100 + id, Type: heartbeat.Added, NewEpoch: heartbeat.NewEpoch()})
-		small.Apply(heartbeat.Event{Index: id + 1000, Node: 100 + id, Type: heartbeat.Removed})
+		small.Apply(epoch.Event{Index: id + 1, Node: 100 + id, Type: epoch.Added, NewEpoch: epoch.New()})
+		small.Apply(epoch.Event{Index: id + 1000, Node: 100 + id, Type: epoch.Removed})
 	}
 	st := small.Stats()
 	require.Equal(t, 3, st.Removed)
@@ -319,7 +320,7 @@ func TestCloseCancelsLiveQueries(t *testing.T) {
 
 func TestConflictingEpochsRejected(t *testing.T) {
 	r, ep := cluster(t)
-	_, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10]), m(10, heartbeat.NewEpoch())})
+	_, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10]), m(10, epoch.New())})
 	require.ErrorIs(t, err, ErrInvalid)
 	// The same node twice with the same epoch is one participant.
 	q, err := r.Register(t.Context(), m(1, ep[1]), []Member{m(10, ep[10]), m(10, ep[10])})
@@ -332,7 +333,7 @@ func TestManyWorkersPerQuery(t *testing.T) {
 	defer r.Close()
 	var workers []Member
 	for i := range uint64(50) {
-		workers = append(workers, Member{Node: 100 + i, Epoch: heartbeat.NewEpoch()})
+		workers = append(workers, Member{Node: 100 + i, Epoch: epoch.New()})
 	}
 	qs := make([]*Query, 20)
 	for i := range qs {
@@ -343,7 +344,7 @@ func TestManyWorkersPerQuery(t *testing.T) {
 	for i := 0; i < len(qs); i += 2 {
 		qs[i].Finish()
 	}
-	require.Equal(t, 10, r.Apply(heartbeat.Event{Index: 1, Node: 149, Type: heartbeat.Dead}))
+	require.Equal(t, 10, r.Apply(epoch.Event{Index: 1, Node: 149, Type: epoch.Dead}))
 	for i, q := range qs {
 		if i%2 == 0 {
 			require.ErrorIs(t, context.Cause(q.Context()), context.Canceled)
@@ -386,7 +387,7 @@ func TestUnknownNodesAreForgottenWithTheirQueries(t *testing.T) {
 	q, err := r.Register(t.Context(), Member{Node: 77}, []Member{m(10, ep[10])})
 	require.NoError(t, err)
 	require.Equal(t, 5, r.Stats().Nodes)
-	r.Apply(heartbeat.Event{Index: 100, Node: 10, Type: heartbeat.Dead, OldEpoch: ep[10], NewEpoch: heartbeat.TemporaryEpoch(ep[10], 2)})
+	r.Apply(epoch.Event{Index: 100, Node: 10, Type: epoch.Dead, OldEpoch: ep[10], NewEpoch: heartbeattest.TemporaryEpoch(ep[10], 2)})
 	requireCause(t, q, ErrNodeDead, 10)
 	require.Equal(t, 4, r.Stats().Nodes)
 	_, ok := r.Node(77)
@@ -398,23 +399,23 @@ func TestUnknownNodesAreForgottenWithTheirQueries(t *testing.T) {
 func TestFragmentFromUnknownCoordinatorRefused(t *testing.T) {
 	r := New(Config{MaxRemoved: 1})
 	defer r.Close()
-	e := heartbeat.NewEpoch()
+	e := epoch.New()
 	_, err := r.RegisterFragment(t.Context(), m(3, e))
 	require.ErrorIs(t, err, ErrUnknownNode)
 	require.Contains(t, err.Error(), "coordinator 3")
 	require.Zero(t, r.Stats().Nodes)
 
-	r.Apply(heartbeat.Event{Index: 1, Node: 3, Kind: heartbeat.KindFrontend, Type: heartbeat.Added, NewEpoch: e})
+	r.Apply(epoch.Event{Index: 1, Node: 3, Kind: epoch.KindFrontend, Type: epoch.Added, NewEpoch: e})
 	q, err := r.RegisterFragment(t.Context(), m(3, e))
 	require.NoError(t, err)
 	q.Finish()
 
 	// Removed: refused as removed while remembered, as unknown after.
-	r.Apply(heartbeat.Event{Index: 2, Node: 3, Kind: heartbeat.KindFrontend, Type: heartbeat.Removed, OldEpoch: e})
+	r.Apply(epoch.Event{Index: 2, Node: 3, Kind: epoch.KindFrontend, Type: epoch.Removed, OldEpoch: e})
 	_, err = r.RegisterFragment(t.Context(), m(3, e))
 	require.ErrorIs(t, err, ErrNodeRemoved)
-	r.Apply(heartbeat.Event{Index: 3, Node: 4, Kind: heartbeat.KindFrontend, Type: heartbeat.Added, NewEpoch: heartbeat.NewEpoch()})
-	r.Apply(heartbeat.Event{Index: 4, Node: 4, Kind: heartbeat.KindFrontend, Type: heartbeat.Removed})
+	r.Apply(epoch.Event{Index: 3, Node: 4, Kind: epoch.KindFrontend, Type: epoch.Added, NewEpoch: epoch.New()})
+	r.Apply(epoch.Event{Index: 4, Node: 4, Kind: epoch.KindFrontend, Type: epoch.Removed})
 	_, err = r.RegisterFragment(t.Context(), m(3, e))
 	require.ErrorIs(t, err, ErrUnknownNode)
 }
@@ -425,12 +426,12 @@ func TestFragmentFromUnknownCoordinatorRefused(t *testing.T) {
 // ever gave one.
 func TestCauseOfAQueryRegisteredBeforeTheEpochWasKnown(t *testing.T) {
 	r, ep := cluster(t)
-	e := heartbeat.NewEpoch()
-	r.Apply(heartbeat.Event{Index: 10, Node: 20, Kind: heartbeat.KindWorker, Type: heartbeat.Added})
+	e := epoch.New()
+	r.Apply(epoch.Event{Index: 10, Node: 20, Kind: epoch.KindWorker, Type: epoch.Added})
 	early, err := r.Register(t.Context(), m(1, ep[1]), []Member{{Node: 20}})
 	require.NoError(t, err)
-	r.Apply(heartbeat.Event{Index: 11, Node: 20, Kind: heartbeat.KindWorker, Type: heartbeat.Alive, NewEpoch: e, Generation: 1})
-	r.Apply(heartbeat.Event{Index: 12, Node: 20, Kind: heartbeat.KindWorker, Type: heartbeat.Dead, OldEpoch: e, NewEpoch: heartbeat.TemporaryEpoch(e, 2), Generation: 2})
+	r.Apply(epoch.Event{Index: 11, Node: 20, Kind: epoch.KindWorker, Type: epoch.Alive, NewEpoch: e, Generation: 1})
+	r.Apply(epoch.Event{Index: 12, Node: 20, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e, NewEpoch: heartbeattest.TemporaryEpoch(e, 2), Generation: 2})
 	ce := requireCause(t, early, ErrNodeDead, 20)
 	require.Equal(t, e, ce.OldEpoch)
 	require.Equal(t, fmt.Sprintf("cancel: node 20 declared dead (epoch %s)", e), ce.Error())
@@ -438,22 +439,22 @@ func TestCauseOfAQueryRegisteredBeforeTheEpochWasKnown(t *testing.T) {
 	// Never named before the event: the event's own old epoch.
 	q, err := r.Register(t.Context(), m(1, ep[1]), []Member{{Node: 21}})
 	require.NoError(t, err)
-	r.Apply(heartbeat.Event{Index: 13, Node: 21, Kind: heartbeat.KindWorker, Type: heartbeat.Dead, OldEpoch: e, NewEpoch: heartbeat.TemporaryEpoch(e, 5), Generation: 5})
+	r.Apply(epoch.Event{Index: 13, Node: 21, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e, NewEpoch: heartbeattest.TemporaryEpoch(e, 5), Generation: 5})
 	require.Equal(t, e, requireCause(t, q, ErrNodeDead, 21).OldEpoch)
 
 	// Bound to the first epoch learnt, even when the event that cancels it
 	// names none (a member re-added with a new epoch).
-	r.Apply(heartbeat.Event{Index: 15, Node: 23, Kind: heartbeat.KindWorker, Type: heartbeat.Added})
+	r.Apply(epoch.Event{Index: 15, Node: 23, Kind: epoch.KindWorker, Type: epoch.Added})
 	q, err = r.Register(t.Context(), m(1, ep[1]), []Member{{Node: 23}})
 	require.NoError(t, err)
-	r.Apply(heartbeat.Event{Index: 16, Node: 23, Kind: heartbeat.KindWorker, Type: heartbeat.Alive, NewEpoch: e, Generation: 1})
-	r.Apply(heartbeat.Event{Index: 17, Node: 23, Kind: heartbeat.KindWorker, Type: heartbeat.Added, NewEpoch: heartbeat.NewEpoch()})
+	r.Apply(epoch.Event{Index: 16, Node: 23, Kind: epoch.KindWorker, Type: epoch.Alive, NewEpoch: e, Generation: 1})
+	r.Apply(epoch.Event{Index: 17, Node: 23, Kind: epoch.KindWorker, Type: epoch.Added, NewEpoch: epoch.New()})
 	require.Equal(t, e, requireCause(t, q, ErrNodeRestarted, 23).OldEpoch)
 
 	// A worker declared dead before it ever answered has no epoch to name.
 	q, err = r.Register(t.Context(), m(1, ep[1]), []Member{{Node: 22}})
 	require.NoError(t, err)
-	r.Apply(heartbeat.Event{Index: 18, Node: 22, Kind: heartbeat.KindWorker, Type: heartbeat.Dead, Generation: 1})
+	r.Apply(epoch.Event{Index: 18, Node: 22, Kind: epoch.KindWorker, Type: epoch.Dead, Generation: 1})
 	require.Equal(t, "cancel: node 22 declared dead (epoch unknown)", requireCause(t, q, ErrNodeDead, 22).Error())
 }
 
@@ -469,10 +470,10 @@ func TestEventAboutAnOlderEpochKeepsThePartOnANewerOne(t *testing.T) {
 		t.Run(side, func(t *testing.T) {
 			r := New(Config{})
 			defer r.Close()
-			e1, e2, e3, e4 := heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch()
-			w := heartbeat.NewEpoch()
-			r.Apply(heartbeat.Event{Index: 1, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Added, NewEpoch: e1, Generation: 1})
-			r.Apply(heartbeat.Event{Index: 2, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Added, NewEpoch: w, Generation: 1})
+			e1, e2, e3, e4 := epoch.New(), epoch.New(), epoch.New(), epoch.New()
+			w := epoch.New()
+			r.Apply(epoch.Event{Index: 1, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Added, NewEpoch: e1, Generation: 1})
+			r.Apply(epoch.Event{Index: 2, Node: 10, Kind: epoch.KindWorker, Type: epoch.Added, NewEpoch: w, Generation: 1})
 			var q *Query
 			var err error
 			if side == "worker" {
@@ -482,23 +483,23 @@ func TestEventAboutAnOlderEpochKeepsThePartOnANewerOne(t *testing.T) {
 			}
 			require.NoError(t, err)
 
-			require.Zero(t, r.Apply(heartbeat.Event{Index: 3, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, OldEpoch: e1, NewEpoch: e2, Generation: 2}))
+			require.Zero(t, r.Apply(epoch.Event{Index: 3, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Restarted, OldEpoch: e1, NewEpoch: e2, Generation: 2}))
 			require.NoError(t, q.Context().Err(), "Restarted(E1 -> E2) cancelled the part on E3")
-			tmp := heartbeat.TemporaryEpoch(e2, 3)
-			require.Zero(t, r.Apply(heartbeat.Event{Index: 4, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Dead, OldEpoch: e2, NewEpoch: tmp, Generation: 3}))
+			tmp := heartbeattest.TemporaryEpoch(e2, 3)
+			require.Zero(t, r.Apply(epoch.Event{Index: 4, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Dead, OldEpoch: e2, NewEpoch: tmp, Generation: 3}))
 			require.NoError(t, q.Context().Err(), "Dead(E2) cancelled the part on E3")
-			require.Zero(t, r.Apply(heartbeat.Event{Index: 5, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, OldEpoch: tmp, NewEpoch: e3, Generation: 4}))
+			require.Zero(t, r.Apply(epoch.Event{Index: 5, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Restarted, OldEpoch: tmp, NewEpoch: e3, Generation: 4}))
 			require.NoError(t, q.Context().Err())
 			st, ok := r.Node(1)
 			require.True(t, ok)
 			require.Equal(t, e3, st.Epoch)
 
 			// Superseded epochs are refused; the newest is still accepted.
-			for _, old := range []heartbeat.Epoch{e1, e2} {
+			for _, old := range []epoch.Epoch{e1, e2} {
 				_, err := r.RegisterFragment(t.Context(), m(1, old))
 				require.ErrorIs(t, err, ErrNodeRestarted)
 			}
-			require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 6, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, OldEpoch: e3, NewEpoch: e4, Generation: 5}))
+			require.Equal(t, 1, r.Apply(epoch.Event{Index: 6, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Restarted, OldEpoch: e3, NewEpoch: e4, Generation: 5}))
 			ce := requireCause(t, q, ErrNodeRestarted, 1)
 			require.Equal(t, e3, ce.OldEpoch)
 			require.Equal(t, e4, ce.NewEpoch)
@@ -516,11 +517,11 @@ func TestPartOnAnUnnamedEpochCancelledWhenAnEventMayHideItsEnd(t *testing.T) {
 	t.Run("superseded in the gap", func(t *testing.T) {
 		r := New(Config{})
 		defer r.Close()
-		e1, e2, e3 := heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch()
-		r.Apply(heartbeat.Event{Index: 1, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Added, NewEpoch: e1, Generation: 1})
+		e1, e2, e3 := epoch.New(), epoch.New(), epoch.New()
+		r.Apply(epoch.Event{Index: 1, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Added, NewEpoch: e1, Generation: 1})
 		q, err := r.RegisterFragment(t.Context(), m(1, e2))
 		require.NoError(t, err)
-		require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 2, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, OldEpoch: e1, NewEpoch: e3, Generation: 3}))
+		require.Equal(t, 1, r.Apply(epoch.Event{Index: 2, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Restarted, OldEpoch: e1, NewEpoch: e3, Generation: 3}))
 		ce := requireCause(t, q, ErrNodeRestarted, 1)
 		require.Equal(t, e2, ce.OldEpoch)
 		require.Equal(t, e3, ce.NewEpoch)
@@ -528,13 +529,13 @@ func TestPartOnAnUnnamedEpochCancelledWhenAnEventMayHideItsEnd(t *testing.T) {
 	t.Run("died in the gap from no epoch", func(t *testing.T) {
 		r := New(Config{})
 		defer r.Close()
-		e1 := heartbeat.NewEpoch()
-		r.Apply(heartbeat.Event{Index: 1, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Added})
+		e1 := epoch.New()
+		r.Apply(epoch.Event{Index: 1, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Added})
 		q, err := r.RegisterFragment(t.Context(), m(1, e1))
 		require.NoError(t, err)
 		// Answered with E1 (gen 1), declared dead (gen 2), back with E1
 		// (gen 3): the worker's next list shows only gen 3.
-		require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 2, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, NewEpoch: e1, Generation: 3}))
+		require.Equal(t, 1, r.Apply(epoch.Event{Index: 2, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Restarted, NewEpoch: e1, Generation: 3}))
 		ce := requireCause(t, q, ErrNodeDead, 1)
 		require.Equal(t, e1, ce.OldEpoch)
 		// Registered after that event, E1 is the current epoch: accepted.
@@ -545,12 +546,12 @@ func TestPartOnAnUnnamedEpochCancelledWhenAnEventMayHideItsEnd(t *testing.T) {
 	t.Run("no room for a death", func(t *testing.T) {
 		r := New(Config{})
 		defer r.Close()
-		e1 := heartbeat.NewEpoch()
-		r.Apply(heartbeat.Event{Index: 1, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Added})
+		e1 := epoch.New()
+		r.Apply(epoch.Event{Index: 1, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Added})
 		q, err := r.RegisterFragment(t.Context(), m(1, e1))
 		require.NoError(t, err)
 		// Gen 1 another epoch, gen 2 E1: E1 cannot have died in between.
-		require.Zero(t, r.Apply(heartbeat.Event{Index: 2, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, NewEpoch: e1, Generation: 2}))
+		require.Zero(t, r.Apply(epoch.Event{Index: 2, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Restarted, NewEpoch: e1, Generation: 2}))
 		require.NoError(t, q.Context().Err())
 		q.Finish()
 	})
@@ -569,11 +570,11 @@ func TestPartOnAnUnnamedEpochCancelledByALaterOne(t *testing.T) {
 		t.Run(side, func(t *testing.T) {
 			r := New(Config{})
 			defer r.Close()
-			e1, e2, e3, e4 := heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch()
-			w := heartbeat.NewEpoch()
-			r.Apply(heartbeat.Event{Index: 1, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Added, NewEpoch: e1, Generation: 1})
-			r.Apply(heartbeat.Event{Index: 2, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Added, NewEpoch: w, Generation: 1})
-			register := func(e heartbeat.Epoch) (*Query, error) {
+			e1, e2, e3, e4 := epoch.New(), epoch.New(), epoch.New(), epoch.New()
+			w := epoch.New()
+			r.Apply(epoch.Event{Index: 1, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Added, NewEpoch: e1, Generation: 1})
+			r.Apply(epoch.Event{Index: 2, Node: 10, Kind: epoch.KindWorker, Type: epoch.Added, NewEpoch: w, Generation: 1})
+			register := func(e epoch.Epoch) (*Query, error) {
 				if side == "worker" {
 					return r.RegisterFragment(t.Context(), m(1, e))
 				}
@@ -584,7 +585,7 @@ func TestPartOnAnUnnamedEpochCancelledByALaterOne(t *testing.T) {
 			ahead, err := register(e4)
 			require.NoError(t, err)
 
-			require.Equal(t, 1, r.Apply(heartbeat.Event{Index: 3, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, OldEpoch: e1, NewEpoch: e3, Generation: 2}))
+			require.Equal(t, 1, r.Apply(epoch.Event{Index: 3, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Restarted, OldEpoch: e1, NewEpoch: e3, Generation: 2}))
 			ce := requireCause(t, skipped, ErrNodeRestarted, 1)
 			require.Equal(t, e2, ce.OldEpoch)
 			require.Equal(t, e3, ce.NewEpoch)
@@ -592,7 +593,7 @@ func TestPartOnAnUnnamedEpochCancelledByALaterOne(t *testing.T) {
 			_, err = register(e2)
 			require.ErrorIs(t, err, ErrNodeRestarted, "E2 started before the current E3")
 
-			require.Zero(t, r.Apply(heartbeat.Event{Index: 4, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Restarted, OldEpoch: e3, NewEpoch: e4, Generation: 3}))
+			require.Zero(t, r.Apply(epoch.Event{Index: 4, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Restarted, OldEpoch: e3, NewEpoch: e4, Generation: 3}))
 			require.NoError(t, ahead.Context().Err())
 			ahead.Finish()
 		})
@@ -621,13 +622,13 @@ func TestPartOnAnUnnamedEpochKeptWhenItsRecordLeavesNoRoomForADeath(t *testing.T
 		t.Run(tc.name, func(t *testing.T) {
 			r := New(Config{})
 			defer r.Close()
-			e1, x := heartbeat.NewEpoch(), heartbeat.NewEpoch()
-			tmp := heartbeat.TemporaryEpoch(e1, 7)
-			r.Apply(heartbeat.Event{Index: 1, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Added, NewEpoch: e1, Generation: 6})
-			r.Apply(heartbeat.Event{Index: 2, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 7})
-			q, err := r.Register(t.Context(), m(1, heartbeat.NewEpoch()), []Member{m(10, x)})
+			e1, x := epoch.New(), epoch.New()
+			tmp := heartbeattest.TemporaryEpoch(e1, 7)
+			r.Apply(epoch.Event{Index: 1, Node: 10, Kind: epoch.KindWorker, Type: epoch.Added, NewEpoch: e1, Generation: 6})
+			r.Apply(epoch.Event{Index: 2, Node: 10, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 7})
+			q, err := r.Register(t.Context(), m(1, epoch.New()), []Member{m(10, x)})
 			require.NoError(t, err)
-			n := r.Apply(heartbeat.Event{Index: 9, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Restarted, OldEpoch: tmp, NewEpoch: x, Generation: 12, EpochGeneration: tc.recorded})
+			n := r.Apply(epoch.Event{Index: 9, Node: 10, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: tmp, NewEpoch: x, Generation: 12, EpochGeneration: tc.recorded})
 			if tc.kept {
 				require.Zero(t, n)
 				require.NoError(t, q.Context().Err())
@@ -648,19 +649,19 @@ func TestPartOnAnUnnamedEpochKeptWhenItsRecordLeavesNoRoomForADeath(t *testing.T
 func TestFoldedDeathKeepsAPartOnTheReturnedEpoch(t *testing.T) {
 	r := New(Config{})
 	defer r.Close()
-	c, e1, x := heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch()
-	r.Apply(heartbeat.Event{Index: 1, Node: 1, Kind: heartbeat.KindFrontend, Type: heartbeat.Added, NewEpoch: c, Generation: 1})
-	r.Apply(heartbeat.Event{Index: 2, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Added, NewEpoch: e1, Generation: 13, EpochGeneration: 13})
+	c, e1, x := epoch.New(), epoch.New(), epoch.New()
+	r.Apply(epoch.Event{Index: 1, Node: 1, Kind: epoch.KindFrontend, Type: epoch.Added, NewEpoch: c, Generation: 1})
+	r.Apply(epoch.Event{Index: 2, Node: 10, Kind: epoch.KindWorker, Type: epoch.Added, NewEpoch: e1, Generation: 13, EpochGeneration: 13})
 	old, err := r.Register(t.Context(), m(1, c), []Member{m(10, e1)})
 	require.NoError(t, err)
 	ahead, err := r.Register(t.Context(), m(1, c), []Member{m(10, x)})
 	require.NoError(t, err)
 
-	tmp := heartbeat.TemporaryEpoch(e1, 16)
-	require.Equal(t, 1, r.Apply(heartbeat.Event{Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 14, EpochGeneration: 13}))
+	tmp := heartbeattest.TemporaryEpoch(e1, 16)
+	require.Equal(t, 1, r.Apply(epoch.Event{Node: 10, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 14, EpochGeneration: 13}))
 	requireCause(t, old, ErrNodeDead, 10)
 	require.NoError(t, ahead.Context().Err(), "the folded Dead cancelled the part on the epoch the member returned with")
-	require.Zero(t, r.Apply(heartbeat.Event{Index: 3, Node: 10, Kind: heartbeat.KindWorker, Type: heartbeat.Restarted, OldEpoch: tmp, NewEpoch: x, Generation: 18, EpochGeneration: 18}))
+	require.Zero(t, r.Apply(epoch.Event{Index: 3, Node: 10, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: tmp, NewEpoch: x, Generation: 18, EpochGeneration: 18}))
 	require.NoError(t, ahead.Context().Err())
 	ahead.Finish()
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/metatree/metatree/catalog/internal/tamper"
 )
 
 // The catalog digest.
@@ -679,13 +681,17 @@ func (t *Tree) digestIndex(s *state, o *rawOp, err error, add bool) error {
 	return err
 }
 
-// SetAttrForTesting sets attribute attr of the node at path to v in place,
+func init() {
+	tamper.SetAttr = func(t any, path, attr string, v any) error { return t.(*Tree).setAttrInPlace(path, attr, v.(Value)) }
+}
+
+// setAttrInPlace sets attribute attr of the node at path to v in place,
 // outside any batch: the index and the node's modified index stay as they
 // are, no watcher hears of it, and the digest follows the new content, as
 // it would on a replica whose applier decided differently. It exists for
 // tests of the checks that compare replicas, which need one replica to
-// differ; nothing else may call it.
-func (t *Tree) SetAttrForTesting(path, attr string, v Value) error {
+// differ (catalogtest.SetAttr); nothing else calls it.
+func (t *Tree) setAttrInPlace(path, attr string, v Value) error {
 	if err := ValidPath(path); err != nil {
 		return err
 	}

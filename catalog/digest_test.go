@@ -241,27 +241,27 @@ func TestDigestChangesWithAnySingleChange(t *testing.T) {
 	}{
 		{"attribute value", func(t *testing.T) *Tree {
 			tr := base(t)
-			require.NoError(t, tr.SetAttrForTesting("/db/t", "rows", Int(4)))
+			require.NoError(t, tr.setAttrInPlace("/db/t", "rows", Int(4)))
 			return tr
 		}},
 		{"attribute type", func(t *testing.T) *Tree {
 			tr := base(t)
-			require.NoError(t, tr.SetAttrForTesting("/db/t", "rows", String("3")))
+			require.NoError(t, tr.setAttrInPlace("/db/t", "rows", String("3")))
 			return tr
 		}},
 		{"attribute type bytes", func(t *testing.T) *Tree {
 			tr := base(t)
-			require.NoError(t, tr.SetAttrForTesting("/db", "owner", Bytes([]byte("ann"))))
+			require.NoError(t, tr.setAttrInPlace("/db", "owner", Bytes([]byte("ann"))))
 			return tr
 		}},
 		{"attribute bool value", func(t *testing.T) *Tree {
 			tr := base(t)
-			require.NoError(t, tr.SetAttrForTesting("/db/t", "hot", Bool(false)))
+			require.NoError(t, tr.setAttrInPlace("/db/t", "hot", Bool(false)))
 			return tr
 		}},
 		{"attribute type bool", func(t *testing.T) *Tree {
 			tr := base(t)
-			require.NoError(t, tr.SetAttrForTesting("/db/t", "rows", Bool(true)))
+			require.NoError(t, tr.setAttrInPlace("/db/t", "rows", Bool(true)))
 			return tr
 		}},
 		{"parent", func(t *testing.T) *Tree {
@@ -291,7 +291,7 @@ func TestDigestChangesWithAnySingleChange(t *testing.T) {
 		}},
 		{"extra attribute", func(t *testing.T) *Tree {
 			tr := base(t)
-			require.NoError(t, tr.SetAttrForTesting("/db", "extra", Bool(false)))
+			require.NoError(t, tr.setAttrInPlace("/db", "extra", Bool(false)))
 			return tr
 		}},
 		{"kind", func(t *testing.T) *Tree {
@@ -458,14 +458,14 @@ func TestParseDigestRoundTripsEachFormatAndRejectsBadInput(t *testing.T) {
 	}
 }
 
-func TestSetAttrForTestingRejectsBadInput(t *testing.T) {
+func TestSetAttrInPlaceRejectsBadInput(t *testing.T) {
 	tr := sampleTree(t)
-	require.ErrorIs(t, tr.SetAttrForTesting("/nope", "a", Int(1)), ErrNotFound)
-	require.ErrorIs(t, tr.SetAttrForTesting("bad", "a", Int(1)), ErrInvalidName)
-	require.ErrorIs(t, tr.SetAttrForTesting("/db1", "a/b", Int(1)), ErrInvalidName)
-	require.ErrorIs(t, tr.SetAttrForTesting("/db1", "a", Value{}), ErrInvalid)
+	require.ErrorIs(t, tr.setAttrInPlace("/nope", "a", Int(1)), ErrNotFound)
+	require.ErrorIs(t, tr.setAttrInPlace("bad", "a", Int(1)), ErrInvalidName)
+	require.ErrorIs(t, tr.setAttrInPlace("/db1", "a/b", Int(1)), ErrInvalidName)
+	require.ErrorIs(t, tr.setAttrInPlace("/db1", "a", Value{}), ErrInvalid)
 	idx, _ := tr.Digest()
-	require.NoError(t, tr.SetAttrForTesting("/db1", "owner", String("bob")))
+	require.NoError(t, tr.setAttrInPlace("/db1", "owner", String("bob")))
 	n, _ := tr.Get("/db1")
 	require.Equal(t, String("bob"), n.Attrs["owner"])
 	idx2, _ := tr.Digest()

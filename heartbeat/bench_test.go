@@ -15,6 +15,10 @@ import (
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/heartbeattest"
+	"github.com/metatree/metatree/heartbeat/responder"
+	"github.com/metatree/metatree/internal/fakejournal"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -49,7 +53,7 @@ type loopback struct {
 	j       *journal.Journal // nil: the journal is faked in process
 	tr      *http.Transport
 	frags   map[uint64]*cancel.Registry // each worker's fragment registry
-	log     *fakeLog
+	log     *fakejournal.Log
 	tree    *catalog.Tree
 	ms      *heartbeat.Membership
 	reg     *cancel.Registry
@@ -64,13 +68,15 @@ const followerID = 1000_000
 
 func newLoopback(b *testing.B, workers int, interval, timeout time.Duration, coordinator, pebble bool) *loopback {
 	l := &loopback{tree: catalog.New(), reg: cancel.New(cancel.Config{}), servers: map[uint64]*httptest.Server{}, members: map[uint64]*switchable{}}
-	l.log = &fakeLog{trees: map[uint64]*catalog.Tree{1: l.tree}, leases: map[uint64]lease{1: {term: 1, leader: true}}}
+	l.log = fakejournal.New()
+	l.log.Attach(1, l.tree)
+	l.log.SetLease(1, 1, true)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 2
 	tr.MaxIdleConns = 4 * (workers + 1)
 	l.tr = tr
 	var err error
-	var jr heartbeat.Journal = fakeJournal{l: l.log, id: 1}
+	var jr heartbeat.Journal = l.log.Replica(1)
 	if pebble {
 		// A real single-node journal: Pebble on disk, fsync on every Ready.
 		l.j, err = journal.Open(context.Background(), journal.Config{ID: 1, Dir: b.TempDir(), Addr: "127.0.0.1:1",
@@ -81,8 +87,8 @@ func newLoopback(b *testing.B, workers int, interval, timeout time.Duration, coo
 		jr = hbJournal{l.j}
 	}
 	front := &switchable{}
-	l.ms, err = heartbeat.New(heartbeat.Config{ID: 1, Epoch: heartbeat.NewEpoch(), Tree: l.tree, Journal: jr,
-		Client: &http.Client{Transport: tr}, Interval: interval, Timeout: timeout, OnEvent: func(ev heartbeat.Event) { l.reg.Apply(ev) }})
+	l.ms, err = heartbeat.New(heartbeat.Config{ID: 1, Epoch: epoch.New(), Tree: l.tree, Journal: jr,
+		Client: &http.Client{Transport: tr}, Interval: interval, Timeout: timeout, OnEvent: func(ev epoch.Event) { l.reg.Apply(ev) }})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -107,9 +113,9 @@ func newLoopback(b *testing.B, workers int, interval, timeout time.Duration, coo
 	for id, s := range l.members {
 		srv := httptest.NewServer(s)
 		l.servers[id] = srv
-		kind := heartbeat.KindWorker
+		kind := epoch.KindWorker
 		if id == 1 || id == followerID {
-			kind = heartbeat.KindFrontend
+			kind = epoch.KindFrontend
 		}
 		if err := l.ms.Add(ctx, heartbeat.Member{ID: id, Addr: strings.TrimPrefix(srv.URL, "http://"), Kind: kind}); err != nil {
 			b.Fatal(err)
@@ -132,7 +138,7 @@ func newLoopback(b *testing.B, workers int, interval, timeout time.Duration, coo
 					n++
 				}
 			}
-			b.Fatalf("%d of %d members never answered (%+v)", n, len(ms), l.ms.MonitorStats())
+			b.Fatalf("%d of %d members never answered (%+v)", n, len(ms), heartbeattest.StatsOf(l.ms))
 		}
 		time.Sleep(interval / 4)
 	}
@@ -146,12 +152,12 @@ func waitDone(b *testing.B, q *cancel.Query, what string) {
 	}
 }
 
-func newResponder(b *testing.B, id uint64, reg *cancel.Registry) *heartbeat.Responder {
-	cfg := heartbeat.ResponderConfig{ID: id, Epoch: heartbeat.NewEpoch()}
+func newResponder(b *testing.B, id uint64, reg *cancel.Registry) *responder.Responder {
+	cfg := responder.Config{ID: id, Epoch: epoch.New()}
 	if reg != nil {
-		cfg.OnEvent = func(ev heartbeat.Event) { reg.Apply(ev) }
+		cfg.OnEvent = func(ev epoch.Event) { reg.Apply(ev) }
 	}
-	r, err := heartbeat.NewResponder(cfg)
+	r, err := responder.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -175,7 +181,7 @@ func (l *loopback) close() {
 }
 
 // waitAlive waits until member id is journaled alive with epoch e.
-func (l *loopback) waitAlive(b *testing.B, id uint64, e heartbeat.Epoch) {
+func (l *loopback) waitAlive(b *testing.B, id uint64, e epoch.Epoch) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if m, _ := l.ms.Member(id); m.Status == heartbeat.StatusAlive && m.Epoch == e {
 			return
@@ -273,15 +279,15 @@ func BenchmarkHeartbeatRound(b *testing.B) {
 			l := newLoopback(b, n-1, interval, interval*3/4, false, false)
 			defer l.close()
 			var roundSum time.Duration
-			st0 := l.ms.MonitorStats()
+			st0 := heartbeattest.StatsOf(l.ms)
 			for b.Loop() {
-				start := l.ms.MonitorStats()
-				for l.ms.MonitorStats().Probes < start.Probes+uint64(n-1) {
+				start := heartbeattest.StatsOf(l.ms)
+				for heartbeattest.StatsOf(l.ms).Probes < start.Probes+uint64(n-1) {
 					time.Sleep(interval / 20)
 				}
-				roundSum += l.ms.MonitorStats().LastRound
+				roundSum += heartbeattest.StatsOf(l.ms).LastRound
 			}
-			st := l.ms.MonitorStats()
+			st := heartbeattest.StatsOf(l.ms)
 			probes := float64(st.Probes - st0.Probes)
 			b.ReportMetric(float64(roundSum.Microseconds())/1000/float64(b.N), "round-ms")
 			b.ReportMetric(float64(st.BytesSent-st0.BytesSent)/probes, "req-bytes/member")

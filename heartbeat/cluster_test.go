@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -18,82 +17,15 @@ import (
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
+	"github.com/metatree/metatree/internal/fakejournal"
 )
 
 const (
 	interval  = time.Second
 	deadAfter = 3
 )
-
-// fakeLog is a journal that commits every proposal on every frontend's
-// tree, in one order: what raft gives when nothing fails. Commits take
-// latency (a slow disk's fsync); a proposal whose caller gives up
-// meanwhile commits all the same, as one raft has accepted does.
-type fakeLog struct {
-	mu      sync.Mutex
-	latency time.Duration
-	index   uint64
-	trees   map[uint64]*catalog.Tree
-	leases  map[uint64]lease // what each frontend believes: term, leader
-}
-
-type lease struct {
-	term   uint64
-	leader bool
-}
-
-type fakeJournal struct {
-	l  *fakeLog
-	id uint64
-}
-
-func (j fakeJournal) Propose(ctx context.Context, data []byte) (uint64, any, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, nil, err
-	}
-	j.l.mu.Lock()
-	latency := j.l.latency
-	j.l.mu.Unlock()
-	time.Sleep(latency)
-	j.l.mu.Lock()
-	defer j.l.mu.Unlock()
-	if err := ctx.Err(); err != nil {
-		j.l.apply(data) // committed; the caller no longer waits
-		return 0, nil, err
-	}
-	mine := j.l.apply(data)[j.id]
-	return j.l.index, mine, nil
-}
-
-// apply commits data at the next index on every tree and returns each
-// tree's result.
-func (l *fakeLog) apply(data []byte) map[uint64]any {
-	l.index++
-	ids := make([]uint64, 0, len(l.trees))
-	for id := range l.trees {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
-	out := make(map[uint64]any, len(ids))
-	for _, id := range ids {
-		out[id] = l.trees[id].Apply(l.index, data)
-	}
-	return out
-}
-
-// slowCommits makes every commit from now on take d.
-func (l *fakeLog) slowCommits(d time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.latency = d
-}
-
-func (j fakeJournal) LeaderTerm() (uint64, bool) {
-	j.l.mu.Lock()
-	defer j.l.mu.Unlock()
-	ls := j.l.leases[j.id]
-	return ls.term, ls.leader
-}
 
 // network routes heartbeats to handlers in process. A blackholed route
 // never answers (the request hits its deadline); a delayed one answers late.
@@ -163,35 +95,35 @@ type frontend struct {
 	ms    *heartbeat.Membership
 	reg   *cancel.Registry
 	mu    sync.Mutex
-	evs   []heartbeat.Event
-	epoch heartbeat.Epoch
+	evs   []epoch.Event
+	epoch epoch.Epoch
 }
 
-func (f *frontend) events() []heartbeat.Event {
+func (f *frontend) events() []epoch.Event {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]heartbeat.Event(nil), f.evs...)
+	return append([]epoch.Event(nil), f.evs...)
 }
 
 type worker struct {
 	id    uint64
 	addr  string
-	resp  *heartbeat.Responder
+	resp  *responder.Responder
 	reg   *cancel.Registry
 	mu    sync.Mutex
-	evs   []heartbeat.Event
-	epoch heartbeat.Epoch
+	evs   []epoch.Event
+	epoch epoch.Epoch
 }
 
-func (w *worker) events() []heartbeat.Event {
+func (w *worker) events() []epoch.Event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return append([]heartbeat.Event(nil), w.evs...)
+	return append([]epoch.Event(nil), w.evs...)
 }
 
 type cluster struct {
 	t         *testing.T
-	log       *fakeLog
+	log       *fakejournal.Log
 	net       *network
 	frontends map[uint64]*frontend
 	workers   map[uint64]*worker
@@ -209,16 +141,14 @@ func newCluster(t *testing.T, nf, nw int) *cluster { return newClusterWith(t, nf
 // newClusterWith is newCluster with the frontends logging to logger.
 func newClusterWith(t *testing.T, nf, nw int, logger *slog.Logger) *cluster {
 	c := &cluster{t: t, grace: deadAfter * interval, logger: logger,
-		log:       &fakeLog{trees: map[uint64]*catalog.Tree{}, leases: map[uint64]lease{}},
+		log:       fakejournal.New(),
 		net:       &network{handlers: map[string]http.Handler{}, black: map[[2]string]bool{}, delay: map[string]time.Duration{}},
 		frontends: map[uint64]*frontend{}, workers: map[uint64]*worker{}}
 	for i := range nf {
 		id := uint64(i + 1)
 		tree := catalog.New()
-		c.log.mu.Lock()
-		c.log.trees[id] = tree
-		c.log.leases[id] = lease{term: 1, leader: id == 1}
-		c.log.mu.Unlock()
+		c.log.Attach(id, tree)
+		c.log.SetLease(id, 1, id == 1)
 		c.startFrontend(id, tree)
 	}
 	for i := range nw {
@@ -226,11 +156,11 @@ func newClusterWith(t *testing.T, nf, nw int, logger *slog.Logger) *cluster {
 	}
 	ctx := context.Background()
 	for id := range uint64(nf) {
-		require.NoError(t, c.frontends[1].ms.Add(ctx, heartbeat.Member{ID: id + 1, Addr: addrOf(id + 1), Kind: heartbeat.KindFrontend, Role: "follower"}))
+		require.NoError(t, c.frontends[1].ms.Add(ctx, heartbeat.Member{ID: id + 1, Addr: addrOf(id + 1), Kind: epoch.KindFrontend, Role: "follower"}))
 	}
 	for i := range nw {
 		id := uint64(10 + i)
-		require.NoError(t, c.frontends[1].ms.Add(ctx, heartbeat.Member{ID: id, Addr: addrOf(id), Kind: heartbeat.KindWorker}))
+		require.NoError(t, c.frontends[1].ms.Add(ctx, heartbeat.Member{ID: id, Addr: addrOf(id), Kind: epoch.KindWorker}))
 	}
 	t.Cleanup(c.close)
 	// Two rounds: every member's epoch journaled, then published to workers.
@@ -244,12 +174,12 @@ func newClusterWith(t *testing.T, nf, nw int, logger *slog.Logger) *cluster {
 }
 
 func (c *cluster) startFrontend(id uint64, tree *catalog.Tree) *frontend {
-	f := &frontend{id: id, addr: addrOf(id), tree: tree, reg: cancel.New(cancel.Config{}), epoch: heartbeat.NewEpoch()}
+	f := &frontend{id: id, addr: addrOf(id), tree: tree, reg: cancel.New(cancel.Config{}), epoch: epoch.New()}
 	ms, err := heartbeat.New(heartbeat.Config{
-		ID: id, Epoch: f.epoch, Cluster: "test", Tree: tree, Journal: fakeJournal{l: c.log, id: id},
+		ID: id, Epoch: f.epoch, Cluster: "test", Tree: tree, Journal: c.log.Replica(id),
 		Client:   &http.Client{Transport: transport{n: c.net, from: f.addr}},
 		Interval: interval, DeadAfter: deadAfter, Grace: c.grace, Logger: c.logger,
-		OnEvent: func(ev heartbeat.Event) {
+		OnEvent: func(ev epoch.Event) {
 			f.mu.Lock()
 			f.evs = append(f.evs, ev)
 			f.mu.Unlock()
@@ -264,9 +194,9 @@ func (c *cluster) startFrontend(id uint64, tree *catalog.Tree) *frontend {
 }
 
 func (c *cluster) startWorker(id uint64) *worker {
-	w := &worker{id: id, addr: addrOf(id), reg: cancel.New(cancel.Config{}), epoch: heartbeat.NewEpoch()}
-	r, err := heartbeat.NewResponder(heartbeat.ResponderConfig{ID: id, Epoch: w.epoch, Cluster: "test", StaleAfter: 5 * interval,
-		OnEvent: func(ev heartbeat.Event) {
+	w := &worker{id: id, addr: addrOf(id), reg: cancel.New(cancel.Config{}), epoch: epoch.New()}
+	r, err := responder.New(responder.Config{ID: id, Epoch: w.epoch, Cluster: "test", StaleAfter: 5 * interval,
+		OnEvent: func(ev epoch.Event) {
 			w.mu.Lock()
 			w.evs = append(w.evs, ev)
 			w.mu.Unlock()
@@ -296,13 +226,7 @@ func (c *cluster) restartFrontend(id uint64) *frontend {
 	return c.startFrontend(id, old.tree)
 }
 
-func (c *cluster) setLeader(leader, term uint64) {
-	c.log.mu.Lock()
-	defer c.log.mu.Unlock()
-	for id := range c.log.leases {
-		c.log.leases[id] = lease{term: term, leader: id == leader}
-	}
-}
+func (c *cluster) setLeader(leader, term uint64) { c.log.SetLeader(term, leader) }
 
 // advance lets virtual time pass and waits until every goroutine is idle.
 func (c *cluster) advance(d time.Duration) {
@@ -321,7 +245,7 @@ func (c *cluster) close() {
 }
 
 // countType counts events of a type for a node.
-func countType(evs []heartbeat.Event, node uint64, typ heartbeat.EventType) int {
+func countType(evs []epoch.Event, node uint64, typ epoch.EventType) int {
 	n := 0
 	for _, e := range evs {
 		if e.Node == node && e.Type == typ {
@@ -387,10 +311,10 @@ func (c *cluster) restartFrontendWithClock(id uint64, clk heartbeat.Clock) {
 	old := c.frontends[id]
 	require.NoError(c.t, old.ms.Close())
 	ms, err := heartbeat.New(heartbeat.Config{
-		ID: id, Epoch: old.epoch, Cluster: "test", Tree: old.tree, Journal: fakeJournal{l: c.log, id: id},
+		ID: id, Epoch: old.epoch, Cluster: "test", Tree: old.tree, Journal: c.log.Replica(id),
 		Client:   &http.Client{Transport: transport{n: c.net, from: old.addr}},
 		Interval: interval, DeadAfter: deadAfter, Grace: c.grace, Clock: clk,
-		OnEvent: func(ev heartbeat.Event) {
+		OnEvent: func(ev epoch.Event) {
 			old.mu.Lock()
 			old.evs = append(old.evs, ev)
 			old.mu.Unlock()

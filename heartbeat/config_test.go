@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/responder"
 )
 
 // TestZeroConfigTakesDocumentedDefaults: a zero Config heartbeats every
@@ -23,12 +24,12 @@ func TestZeroConfigTakesDocumentedDefaults(t *testing.T) {
 	require.Equal(t, 3, c.DeadAfter)
 	require.Equal(t, 3*time.Second, c.Grace, "DeadAfter × Interval")
 	require.Equal(t, 500*time.Millisecond, c.SlowRound, "Timeout")
-	require.Equal(t, heartbeat.DefaultVersion(), c.Version)
+	require.Equal(t, responder.DefaultVersion(), c.Version)
 	require.NotNil(t, c.Clock)
 	require.NotNil(t, c.Logger)
 	require.NotNil(t, c.Client)
 	require.Zero(t, c.Client.Timeout, "no overall timeout: each request has Timeout")
-	require.Equal(t, "http://10.0.0.1:7000"+heartbeat.Path, c.Endpoint(heartbeat.Member{Addr: "10.0.0.1:7000"}))
+	require.Equal(t, "http://10.0.0.1:7000"+responder.Path, c.Endpoint(heartbeat.Member{Addr: "10.0.0.1:7000"}))
 	require.Zero(t, c.ID)
 	require.Nil(t, c.Tree)
 	require.Nil(t, c.Journal)
@@ -42,5 +43,5 @@ func TestWithDefaultsDerivesFromSetValues(t *testing.T) {
 	require.Equal(t, 20*time.Second, c.Grace)
 	require.Equal(t, 40*time.Second, c.ProposeTimeout)
 	require.Equal(t, 2*time.Second, c.SlowRound)
-	require.Equal(t, "https://m:1"+heartbeat.Path, c.Endpoint(heartbeat.Member{Addr: "m:1"}))
+	require.Equal(t, "https://m:1"+responder.Path, c.Endpoint(heartbeat.Member{Addr: "m:1"}))
 }

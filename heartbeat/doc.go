@@ -39,33 +39,40 @@
 //     they did all the same: a death the record names (its died
 //     attribute) after the view, or a later generation with the same
 //     epoch, is a death in between (Dead, then the return); see Event.
-//  5. A Responder (an http.Handler mounted at Path on every member) answers
+//  5. A Responder (package heartbeat/responder: an http.Handler mounted at
+//     responder.Path on every member) answers
 //     with its current epoch (a fresh one once told that the log ended its
 //     epoch), refuses lower raft terms before taking any lock
 //     while the higher term's sender keeps beating (after StaleAfter of
 //     silence a lower term is accepted again, so a forged or vanished term
 //     fences no one off for ever), tracks the frontends' epochs from the leader's lists and emits an Event
 //     when a frontend restarted, was declared dead (it is then published
-//     with a TemporaryEpoch, never before), came back or was removed. A
+//     with a temporary epoch, never before), came back or was removed. A
 //     member that hears from no leader emits nothing: silence is never
 //     evidence.
+//
+// The package is split by who runs what: package heartbeat/epoch holds the
+// epoch and the events both sides share, package heartbeat/responder the
+// member side (a worker links it, and neither the catalog nor the
+// journal), and this package the frontend side: the member records in the
+// catalog, their replay and the leader's monitor.
+//
+// Goroutines: a Membership owns two, started by New and stopped by Close:
+// one follows the catalog's member records and delivers their events, the
+// other runs the monitor, which while this frontend leads probes each member
+// (and journals its transitions) on goroutines it starts and waits for
+// before it returns. Config.OnEvent runs in New, then on the first, one
+// call at a time.
 //
 // Package cancel consumes the Events. Wiring on a frontend (see Example):
 //
 //	reg := cancel.New(cancel.Config{})
 //	ms, err := heartbeat.New(heartbeat.Config{
-//		ID: id, Epoch: heartbeat.NewEpoch(), Tree: tree,
+//		ID: id, Epoch: epoch.New(), Tree: tree,
 //		Journal: j,                 // a *journal.Journal
-//		OnEvent: func(ev heartbeat.Event) { reg.Apply(ev) },
+//		OnEvent: func(ev epoch.Event) { reg.Apply(ev) },
 //	})
-//	mux.Handle(heartbeat.Path, ms.Handler())
+//	mux.Handle(responder.Path, ms.Handler())
 //
-// and on a worker:
-//
-//	frags := cancel.New(cancel.Config{})
-//	resp, err := heartbeat.NewResponder(heartbeat.ResponderConfig{
-//		ID: id, Epoch: heartbeat.NewEpoch(),
-//		OnEvent: func(ev heartbeat.Event) { frags.Apply(ev) },
-//	})
-//	mux.Handle(heartbeat.Path, resp)
+// and on a worker, see package heartbeat/responder.
 package heartbeat

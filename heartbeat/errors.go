@@ -1,11 +1,16 @@
 package heartbeat
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/internal/wire"
+)
 
 // Sentinels, checked with errors.Is.
 var (
 	// ErrMalformed: a heartbeat body or a member record could not be decoded.
-	ErrMalformed = errors.New("heartbeat: malformed")
+	ErrMalformed = wire.ErrMalformed
 	// ErrFenced: a newer leader claimed the monitor; this one's transitions
 	// are refused.
 	ErrFenced = errors.New("heartbeat: fenced by a newer leader")
@@ -15,6 +20,7 @@ var (
 	ErrExists = errors.New("heartbeat: member exists")
 	// ErrClosed: the component was closed.
 	ErrClosed = errors.New("heartbeat: closed")
-	// ErrInvalid: a bad argument or config value.
-	ErrInvalid = errors.New("heartbeat: invalid")
+	// ErrInvalid: a bad argument or config value. It is epoch.ErrInvalid,
+	// which package heartbeat/responder and epoch.ParseKind return as well.
+	ErrInvalid = epoch.ErrInvalid
 )

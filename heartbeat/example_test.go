@@ -13,6 +13,8 @@ import (
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
 )
 
 // memJournal stands in for *journal.Journal (which satisfies Journal
@@ -58,12 +60,12 @@ func Example() {
 	var workerUp atomic.Bool
 	up := make(chan struct{})
 	ms, err := heartbeat.New(heartbeat.Config{
-		ID: 1, Epoch: heartbeat.NewEpoch(), Tree: tree, Journal: &memJournal{tree: tree},
+		ID: 1, Epoch: epoch.New(), Tree: tree, Journal: &memJournal{tree: tree},
 		Client:   &http.Client{Transport: net},
 		Interval: 10 * time.Millisecond,
-		OnEvent: func(ev heartbeat.Event) {
+		OnEvent: func(ev epoch.Event) {
 			reg.Apply(ev) // the registry learns every transition, in log order
-			if ev.Node == 7 && ev.Type == heartbeat.Alive && workerUp.CompareAndSwap(false, true) {
+			if ev.Node == 7 && ev.Type == epoch.Alive && workerUp.CompareAndSwap(false, true) {
 				close(up)
 			}
 		},
@@ -74,13 +76,13 @@ func Example() {
 	defer ms.Close()
 	net.m.Store("fe1:80", ms.Handler())
 
-	// The worker process: a Responder mounted at heartbeat.Path.
-	worker, _ := heartbeat.NewResponder(heartbeat.ResponderConfig{ID: 7, Epoch: heartbeat.NewEpoch()})
+	// The worker process: a Responder mounted at responder.Path.
+	worker, _ := responder.New(responder.Config{ID: 7, Epoch: epoch.New()})
 	net.m.Store("w7:80", worker)
 
 	ctx := context.Background()
-	_ = ms.Add(ctx, heartbeat.Member{ID: 1, Addr: "fe1:80", Kind: heartbeat.KindFrontend})
-	_ = ms.Add(ctx, heartbeat.Member{ID: 7, Addr: "w7:80", Kind: heartbeat.KindWorker})
+	_ = ms.Add(ctx, heartbeat.Member{ID: 1, Addr: "fe1:80", Kind: epoch.KindFrontend})
+	_ = ms.Add(ctx, heartbeat.Member{ID: 7, Addr: "w7:80", Kind: epoch.KindWorker})
 	<-up // the worker answered and its epoch is journaled
 
 	// A query coordinated here with a fragment on worker 7, at its epoch.
@@ -92,7 +94,7 @@ func Example() {
 	defer q.Finish()
 
 	// Worker 7 restarts: a new process, a new epoch, the same address.
-	restarted, _ := heartbeat.NewResponder(heartbeat.ResponderConfig{ID: 7, Epoch: heartbeat.NewEpoch()})
+	restarted, _ := responder.New(responder.Config{ID: 7, Epoch: epoch.New()})
 	net.m.Store("w7:80", restarted)
 
 	<-q.Context().Done()

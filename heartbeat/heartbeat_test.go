@@ -14,6 +14,9 @@ import (
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/heartbeattest"
+	"github.com/metatree/metatree/heartbeat/responder"
 )
 
 func synctestWait() { synctest.Wait() }
@@ -47,7 +50,7 @@ func TestWorkerRestartCancelsQueriesOnEveryFrontend(t *testing.T) {
 		}
 		require.NoError(t, elsewhere.Context().Err())
 		for _, f := range c.frontends {
-			require.Equal(t, 1, countType(f.events(), 10, heartbeat.Restarted), "frontend %d", f.id)
+			require.Equal(t, 1, countType(f.events(), 10, epoch.Restarted), "frontend %d", f.id)
 			m, _ := f.ms.Member(10)
 			require.Equal(t, w.epoch, m.Epoch)
 		}
@@ -76,8 +79,8 @@ func TestWorkerDeathCancelsAfterNMisses(t *testing.T) {
 		requireCancelled(t, q, cancel.ErrNodeDead, 10)
 		m, _ := f2.ms.Member(10)
 		require.Equal(t, heartbeat.StatusDead, m.Status)
-		require.Equal(t, 1, countType(f2.events(), 10, heartbeat.Dead))
-		alive := countType(f2.events(), 10, heartbeat.Alive) // its first answer
+		require.Equal(t, 1, countType(f2.events(), 10, epoch.Dead))
+		alive := countType(f2.events(), 10, epoch.Alive) // its first answer
 		old := c.workers[10].resp.Epoch()
 
 		// The same process comes back (it was only cut off): told that its
@@ -89,8 +92,8 @@ func TestWorkerDeathCancelsAfterNMisses(t *testing.T) {
 		require.Equal(t, heartbeat.StatusAlive, m.Status)
 		require.NotEqual(t, old, m.Epoch)
 		require.Equal(t, c.workers[10].resp.Epoch(), m.Epoch)
-		require.Equal(t, alive, countType(f2.events(), 10, heartbeat.Alive))
-		require.Equal(t, 1, countType(f2.events(), 10, heartbeat.Restarted))
+		require.Equal(t, alive, countType(f2.events(), 10, epoch.Alive))
+		require.Equal(t, 1, countType(f2.events(), 10, epoch.Restarted))
 		_, err = f2.reg.Register(t.Context(), member(f2.ms, 2), []cancel.Member{member(f2.ms, 10)})
 		require.NoError(t, err)
 		_, err = f2.reg.Register(t.Context(), member(f2.ms, 2), []cancel.Member{{Node: 10, Epoch: old}})
@@ -135,20 +138,16 @@ func TestSlowCommitsStillPublishARestart(t *testing.T) {
 		frag, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 1, Epoch: c.frontends[1].epoch})
 		require.NoError(t, err)
 
-		c.log.slowCommits(interval + interval*6/10)
-		c.log.mu.Lock()
-		before := c.log.index
-		c.log.mu.Unlock()
+		c.log.SlowCommits(interval + interval*6/10)
+		before := c.log.Index()
 		f := c.restartFrontend(1)
 		c.advance(10 * interval)
-		c.log.mu.Lock()
-		entries := c.log.index - before
-		c.log.mu.Unlock()
+		entries := c.log.Index() - before
 		requireCancelled(t, frag, cancel.ErrNodeRestarted, 1)
 		fe, ok := w.resp.Frontend(1)
 		require.True(t, ok)
 		require.Equal(t, f.epoch, fe.Epoch)
-		require.Positive(t, f.ms.MonitorStats().Transitions, "the restarted leader journaled no transition")
+		require.Positive(t, heartbeattest.StatsOf(f.ms).Transitions, "the restarted leader journaled no transition")
 		// Its claim and its own restart, each proposed once: a transition
 		// waiting for its commit is not proposed again meanwhile.
 		require.Equal(t, uint64(2), entries)
@@ -178,7 +177,7 @@ func TestLateAnswerFromAnOlderProcessIsIgnored(t *testing.T) {
 		require.NoError(t, q.Context().Err(), "a late answer of the replaced process cancelled the query")
 		rec, _ = c.frontends[1].ms.Member(10)
 		require.Equal(t, w.epoch, rec.Epoch)
-		require.Equal(t, 1, countType(c.frontends[1].events(), 10, heartbeat.Restarted))
+		require.Equal(t, 1, countType(c.frontends[1].events(), 10, epoch.Restarted))
 
 		c.net.set(w.addr, old.resp)
 		c.advance(3 * interval)
@@ -308,8 +307,8 @@ func TestLeaderFailoverHealthyNoCancels(t *testing.T) {
 			require.Equal(t, wbefore[w.id], len(w.events()), "worker %d saw events: %v", w.id, w.events()[wbefore[w.id]:])
 			require.Equal(t, uint64(3), w.resp.Term())
 		}
-		require.True(t, c.frontends[3].ms.MonitorStats().Leading)
-		require.False(t, c.frontends[1].ms.MonitorStats().Leading)
+		require.True(t, heartbeattest.StatsOf(c.frontends[3].ms).Leading)
+		require.False(t, heartbeattest.StatsOf(c.frontends[1].ms).Leading)
 	})
 }
 
@@ -324,21 +323,19 @@ func TestDeposedLeaderIsIgnored(t *testing.T) {
 		// Frontend 2 becomes leader in term 2; frontend 1 is partitioned from
 		// raft and still believes it leads term 1. It also cannot reach
 		// worker 10, so it counts misses for it.
-		journaled := c.frontends[1].ms.MonitorStats().Transitions
-		c.log.mu.Lock()
-		c.log.leases[2] = lease{term: 2, leader: true}
-		c.log.mu.Unlock()
+		journaled := heartbeattest.StatsOf(c.frontends[1].ms).Transitions
+		c.log.SetLease(2, 2, true)
 		c.advance(interval) // 2 claims the monitor and heartbeats everyone in term 2
 		c.net.cut(addrOf(1), addrOf(10), true)
 		c.advance(10 * interval)
 		require.NoError(t, q.Context().Err(), "a deposed leader's view cancelled a query: %v", context.Cause(q.Context()))
 		for _, f := range c.frontends {
-			require.Zero(t, countType(f.events(), 10, heartbeat.Dead))
-			require.Zero(t, countType(f.events(), 11, heartbeat.Dead))
+			require.Zero(t, countType(f.events(), 10, epoch.Dead))
+			require.Zero(t, countType(f.events(), 11, epoch.Dead))
 		}
 		require.Equal(t, uint64(2), c.workers[11].resp.Term(), "worker accepted a lower term")
-		require.Equal(t, journaled, c.frontends[1].ms.MonitorStats().Transitions, "the deposed leader journaled a transition")
-		require.Positive(t, c.frontends[1].ms.MonitorStats().Misses, "the deposed leader never tried (test is vacuous)")
+		require.Equal(t, journaled, heartbeattest.StatsOf(c.frontends[1].ms).Transitions, "the deposed leader journaled a transition")
+		require.Positive(t, heartbeattest.StatsOf(c.frontends[1].ms).Misses, "the deposed leader never tried (test is vacuous)")
 	})
 }
 
@@ -349,15 +346,15 @@ func TestSlowResponderNeverDead(t *testing.T) {
 		c.net.slow(addrOf(10), interval/2-time.Millisecond) // the timeout is interval/2
 		c.advance(20 * interval)
 		for _, f := range c.frontends {
-			require.Zero(t, countType(f.events(), 10, heartbeat.Dead))
+			require.Zero(t, countType(f.events(), 10, epoch.Dead))
 			m, _ := f.ms.Member(10)
 			require.Equal(t, heartbeat.StatusAlive, m.Status)
 		}
-		require.Zero(t, c.frontends[1].ms.MonitorStats().Misses)
+		require.Zero(t, heartbeattest.StatsOf(c.frontends[1].ms).Misses)
 		// Past the timeout it is a miss, and enough of them convict.
 		c.net.slow(addrOf(10), interval/2+time.Millisecond)
 		c.advance(5 * interval)
-		require.Equal(t, 1, countType(c.frontends[2].events(), 10, heartbeat.Dead))
+		require.Equal(t, 1, countType(c.frontends[2].events(), 10, epoch.Dead))
 	})
 }
 
@@ -382,7 +379,7 @@ func TestWorkerCutOffCancelsNothing(t *testing.T) {
 		for _, q := range frags {
 			require.NoError(t, q.Context().Err())
 		}
-		require.Equal(t, 1, countType(c.frontends[1].events(), 10, heartbeat.Dead))
+		require.Equal(t, 1, countType(c.frontends[1].events(), 10, epoch.Dead))
 	})
 }
 
@@ -401,7 +398,7 @@ func TestLeaderPauseConvictsNobody(t *testing.T) {
 			clk.pause(3 * interval)
 			c.advance(interval)
 		}
-		require.Zero(t, countType(c.frontends[1].events(), 10, heartbeat.Dead))
+		require.Zero(t, countType(c.frontends[1].events(), 10, epoch.Dead))
 	})
 }
 
@@ -418,9 +415,9 @@ func TestResyncAfterImageLoad(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 1, 1)
 		tree := catalog.New()
-		var evs []heartbeat.Event
-		ms, err := heartbeat.New(heartbeat.Config{ID: 99, Epoch: heartbeat.NewEpoch(), Tree: tree, Journal: follower{},
-			OnEvent: func(e heartbeat.Event) { evs = append(evs, e) }})
+		var evs []epoch.Event
+		ms, err := heartbeat.New(heartbeat.Config{ID: 99, Epoch: epoch.New(), Tree: tree, Journal: follower{},
+			OnEvent: func(e epoch.Event) { evs = append(evs, e) }})
 		require.NoError(t, err)
 		defer ms.Close()
 		load := func() {
@@ -431,7 +428,7 @@ func TestResyncAfterImageLoad(t *testing.T) {
 		}
 		load()
 		require.Len(t, ms.Members(), 2)
-		require.Equal(t, 1, countType(evs, 10, heartbeat.Added))
+		require.Equal(t, 1, countType(evs, 10, epoch.Added))
 		old := c.workers[10].epoch
 		m, _ := ms.Member(10)
 		require.Equal(t, old, m.Epoch)
@@ -439,16 +436,16 @@ func TestResyncAfterImageLoad(t *testing.T) {
 		w := c.restartWorker(10)
 		c.advance(interval)
 		load()
-		require.Equal(t, 1, countType(evs, 10, heartbeat.Restarted))
+		require.Equal(t, 1, countType(evs, 10, epoch.Restarted))
 		last := evs[len(evs)-1]
 		require.Equal(t, old, last.OldEpoch)
 		require.Equal(t, w.epoch, last.NewEpoch)
 
 		require.NoError(t, c.frontends[1].ms.Remove(t.Context(), 10))
 		load()
-		require.Equal(t, 1, countType(evs, 10, heartbeat.Removed))
+		require.Equal(t, 1, countType(evs, 10, epoch.Removed))
 		load() // the same image again: nothing new
-		require.Equal(t, 1, countType(evs, 10, heartbeat.Removed))
+		require.Equal(t, 1, countType(evs, 10, epoch.Removed))
 	})
 }
 
@@ -463,8 +460,8 @@ func TestImageCatchUpAcrossADeathCancels(t *testing.T) {
 		tree := catalog.New()
 		reg := cancel.New(cancel.Config{})
 		defer reg.Close()
-		ms, err := heartbeat.New(heartbeat.Config{ID: 99, Epoch: heartbeat.NewEpoch(), Tree: tree, Journal: follower{},
-			OnEvent: func(e heartbeat.Event) { reg.Apply(e) }})
+		ms, err := heartbeat.New(heartbeat.Config{ID: 99, Epoch: epoch.New(), Tree: tree, Journal: follower{},
+			OnEvent: func(e epoch.Event) { reg.Apply(e) }})
 		require.NoError(t, err)
 		defer ms.Close()
 		load := func() {
@@ -543,7 +540,7 @@ func TestRegistrationRacingRestart(t *testing.T) {
 		var mu sync.Mutex
 		cancels := map[*cancel.Query]int{}
 		var accepted []*cancel.Query
-		var epochs []heartbeat.Epoch
+		var epochs []epoch.Epoch
 		rejected := 0
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -612,8 +609,8 @@ func TestResyncAfterWatchOverflow(t *testing.T) {
 		release := make(chan struct{})
 		added := map[uint64]int{}
 		var mu sync.Mutex
-		ms, err := heartbeat.New(heartbeat.Config{ID: 99, Epoch: heartbeat.NewEpoch(), Tree: tree, Journal: follower{},
-			OnEvent: func(e heartbeat.Event) {
+		ms, err := heartbeat.New(heartbeat.Config{ID: 99, Epoch: epoch.New(), Tree: tree, Journal: follower{},
+			OnEvent: func(e epoch.Event) {
 				<-release
 				mu.Lock()
 				added[e.Node]++
@@ -664,7 +661,7 @@ func TestStartSeesCurrentState(t *testing.T) {
 		require.True(t, st.Epoch.Temporary())
 		_, err = f.reg.Register(t.Context(), member(f.ms, 2), []cancel.Member{member(f.ms, 10)})
 		require.NoError(t, err)
-		require.Equal(t, 1, countType(f.events(), 11, heartbeat.Dead))
+		require.Equal(t, 1, countType(f.events(), 11, epoch.Dead))
 	})
 }
 
@@ -672,19 +669,19 @@ func TestAddRemoveErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 1, 1)
 		ms := c.frontends[1].ms
-		require.ErrorIs(t, ms.Add(t.Context(), heartbeat.Member{ID: 10, Addr: "x:1", Kind: heartbeat.KindWorker}), heartbeat.ErrExists)
-		require.ErrorIs(t, ms.Add(t.Context(), heartbeat.Member{ID: 0, Addr: "x:1", Kind: heartbeat.KindWorker}), heartbeat.ErrInvalid)
-		require.ErrorIs(t, ms.Add(t.Context(), heartbeat.Member{ID: 12, Kind: heartbeat.KindWorker}), heartbeat.ErrInvalid)
+		require.ErrorIs(t, ms.Add(t.Context(), heartbeat.Member{ID: 10, Addr: "x:1", Kind: epoch.KindWorker}), heartbeat.ErrExists)
+		require.ErrorIs(t, ms.Add(t.Context(), heartbeat.Member{ID: 0, Addr: "x:1", Kind: epoch.KindWorker}), heartbeat.ErrInvalid)
+		require.ErrorIs(t, ms.Add(t.Context(), heartbeat.Member{ID: 12, Kind: epoch.KindWorker}), heartbeat.ErrInvalid)
 		require.ErrorIs(t, ms.Remove(t.Context(), 77), heartbeat.ErrNotFound)
-		_, err := heartbeat.New(heartbeat.Config{ID: 1, Epoch: heartbeat.NewEpoch()})
+		_, err := heartbeat.New(heartbeat.Config{ID: 1, Epoch: epoch.New()})
 		require.ErrorIs(t, err, heartbeat.ErrInvalid)
 		_, err = heartbeat.New(heartbeat.Config{ID: 1, Tree: catalog.New(), Journal: follower{}})
 		require.ErrorIs(t, err, heartbeat.ErrInvalid, "no epoch")
-		_, err = heartbeat.New(heartbeat.Config{ID: 1, Epoch: heartbeat.NewEpoch(), Tree: catalog.New(), Journal: follower{}, Interval: time.Second, Timeout: 2 * time.Second})
+		_, err = heartbeat.New(heartbeat.Config{ID: 1, Epoch: epoch.New(), Tree: catalog.New(), Journal: follower{}, Interval: time.Second, Timeout: 2 * time.Second})
 		require.ErrorIs(t, err, heartbeat.ErrInvalid, "timeout over interval")
-		_, err = heartbeat.NewResponder(heartbeat.ResponderConfig{ID: 1, Epoch: heartbeat.TemporaryEpoch(heartbeat.NewEpoch(), 1)})
+		_, err = responder.New(responder.Config{ID: 1, Epoch: heartbeattest.TemporaryEpoch(epoch.New(), 1)})
 		require.ErrorIs(t, err, heartbeat.ErrInvalid)
 		require.NoError(t, ms.Close())
-		require.ErrorIs(t, ms.Add(t.Context(), heartbeat.Member{ID: 13, Addr: "x:1", Kind: heartbeat.KindWorker}), heartbeat.ErrClosed)
+		require.ErrorIs(t, ms.Add(t.Context(), heartbeat.Member{ID: 13, Addr: "x:1", Kind: epoch.KindWorker}), heartbeat.ErrClosed)
 	})
 }

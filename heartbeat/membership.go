@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
 	"github.com/metatree/metatree/internal/clock"
 	"github.com/metatree/metatree/internal/operr"
 )
@@ -34,9 +36,9 @@ type Journal interface {
 type Config struct {
 	// ID is this frontend's member id (its record need not exist yet).
 	ID uint64
-	// Epoch is this process's epoch at start: NewEpoch() once per process
+	// Epoch is this process's epoch at start: epoch.New() once per process
 	// start. Membership.Epoch is the current one.
-	Epoch Epoch
+	Epoch epoch.Epoch
 	// Cluster is the cluster id sent in heartbeats; members configured with
 	// another refuse them. Optional.
 	Cluster string
@@ -51,7 +53,7 @@ type Config struct {
 	// TLS, when set, is the client side of mutual TLS: the default Client
 	// dials members with it, the default Endpoint is https, and this
 	// frontend's responder requires a verified certificate naming the
-	// leader (ResponderConfig.PeerCerts). Default: none.
+	// leader (responder.Config.PeerCerts). Default: none.
 	TLS *tls.Config
 	// Client sends heartbeats. Default: a client with keep-alive
 	// connections, no overall timeout (each request has Timeout).
@@ -81,7 +83,7 @@ type Config struct {
 	// at a time, from the goroutine replaying the member records (and, for
 	// the members present at start, from New). It must be quick:
 	// cancel.Registry.Apply is. Nil: none.
-	OnEvent func(Event)
+	OnEvent func(epoch.Event)
 	// SlowRound is the heartbeat round (every member probed in parallel)
 	// past which the leader logs a warning with the figure, at most once
 	// every 10s. Default: Timeout.
@@ -119,7 +121,7 @@ func (c Config) WithDefaults() Config {
 		c.SlowRound = c.Timeout
 	}
 	if c.Version == "" {
-		c.Version = DefaultVersion()
+		c.Version = responder.DefaultVersion()
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
@@ -142,7 +144,7 @@ func (c Config) WithDefaults() Config {
 		if c.TLS != nil {
 			scheme = "https://"
 		}
-		c.Endpoint = func(m Member) string { return scheme + m.Addr + Path }
+		c.Endpoint = func(m Member) string { return scheme + m.Addr + responder.Path }
 	}
 	return c
 }
@@ -153,7 +155,7 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: Config.ID is required", ErrInvalid)
 	}
 	if c.Epoch.IsZero() || c.Epoch.Temporary() {
-		return fmt.Errorf("%w: Config.Epoch must be a real epoch (NewEpoch)", ErrInvalid)
+		return fmt.Errorf("%w: Config.Epoch must be a real epoch (epoch.New)", ErrInvalid)
 	}
 	if c.Tree == nil || c.Journal == nil {
 		return fmt.Errorf("%w: Config.Tree and Config.Journal are required", ErrInvalid)
@@ -173,7 +175,7 @@ func (c *Config) fill() error {
 type Membership struct {
 	cfg       Config
 	log       *slog.Logger
-	responder *Responder
+	responder *responder.Responder
 	mon       *monitor
 	metrics   *metrics
 
@@ -196,7 +198,7 @@ func New(cfg Config) (*Membership, error) {
 	}
 	m := &Membership{cfg: cfg, log: cfg.Logger, metrics: newMetrics()}
 	var err error
-	m.responder, err = NewResponder(ResponderConfig{ID: cfg.ID, Epoch: cfg.Epoch, Cluster: cfg.Cluster, Version: cfg.Version, Token: cfg.Token, PeerCerts: cfg.TLS != nil, Clock: cfg.Clock, Logger: cfg.Logger})
+	m.responder, err = responder.New(responder.Config{ID: cfg.ID, Epoch: cfg.Epoch, Cluster: cfg.Cluster, Version: cfg.Version, Token: cfg.Token, PeerCerts: cfg.TLS != nil, Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +221,7 @@ func (m *Membership) Handler() http.Handler { return m.responder }
 // Epoch returns this process's current epoch: Config.Epoch, until the log
 // records that it ended (this frontend was declared dead) and the process
 // draws a fresh one (see Responder).
-func (m *Membership) Epoch() Epoch { return m.responder.Epoch() }
+func (m *Membership) Epoch() epoch.Epoch { return m.responder.Epoch() }
 
 // Members returns the member records as this frontend has replayed them,
 // ordered by id.
@@ -338,7 +340,7 @@ func (m *Membership) resync() {
 		fresh[rec.ID] = rec
 	}
 	m.mu.Lock()
-	var evs []Event
+	var evs []epoch.Event
 	for id, old := range m.mu.members {
 		if _, ok := fresh[id]; !ok {
 			evs = append(evs, eventsBetween(&old, nil, index)...)
@@ -355,14 +357,14 @@ func (m *Membership) resync() {
 	}
 	m.mu.members = fresh
 	m.mu.Unlock()
-	slices.SortStableFunc(evs, func(a, b Event) int { return cmp.Or(cmp.Compare(a.Index, b.Index), cmp.Compare(a.Node, b.Node)) })
+	slices.SortStableFunc(evs, func(a, b epoch.Event) int { return cmp.Or(cmp.Compare(a.Index, b.Index), cmp.Compare(a.Node, b.Node)) })
 	m.deliver(evs)
 }
 
-func (m *Membership) deliver(evs []Event) {
+func (m *Membership) deliver(evs []epoch.Event) {
 	for _, ev := range evs {
 		m.log.Info("heartbeat: member event", "event", ev.String())
-		if ev.Type <= Removed {
+		if ev.Type <= epoch.Removed {
 			m.metrics.events[ev.Type].Add(1)
 		}
 		if m.cfg.OnEvent != nil {
@@ -375,7 +377,7 @@ func (m *Membership) deliver(evs []Event) {
 // first answers). ID, Addr and Kind are required. It fails with ErrExists
 // if the id is taken.
 func (m *Membership) Add(ctx context.Context, mem Member) error {
-	if mem.ID == 0 || mem.Addr == "" || (mem.Kind != KindFrontend && mem.Kind != KindWorker) {
+	if mem.ID == 0 || mem.Addr == "" || (mem.Kind != epoch.KindFrontend && mem.Kind != epoch.KindWorker) {
 		return fmt.Errorf("%w: a member needs an id, an address and a kind", ErrInvalid)
 	}
 	if err := m.ensureLayout(ctx); err != nil {

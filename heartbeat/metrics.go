@@ -1,6 +1,7 @@
 package heartbeat
 
 import (
+	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/internal/ratelimit"
 	"sync/atomic"
 	"time"
@@ -15,7 +16,7 @@ type metrics struct {
 	// a heartbeat took to be answered (on the leader).
 	rtt prometheus.Histogram
 	// events counts the transitions delivered on this frontend, by type.
-	events [Removed + 1]atomic.Uint64
+	events [epoch.Removed + 1]atomic.Uint64
 
 	slowRound ratelimit.Log
 }
@@ -37,7 +38,7 @@ var (
 )
 
 // eventTypes are the transitions counted by metatree_heartbeat_events_total.
-var eventTypes = []EventType{Added, Restarted, Dead, Alive, Removed}
+var eventTypes = []epoch.EventType{epoch.Added, epoch.Restarted, epoch.Dead, epoch.Alive, epoch.Removed}
 
 // Collector returns a prometheus.Collector of this Membership's series
 // (metatree_heartbeat_*), for the host's own registry. Every labelled
@@ -54,13 +55,13 @@ func (c membershipCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c membershipCollector) Collect(ch chan<- prometheus.Metric) {
-	var counts [KindWorker + 1][StatusDead + 1]int
+	var counts [epoch.KindWorker + 1][StatusDead + 1]int
 	for _, r := range c.m.Members() {
-		if r.Kind <= KindWorker && r.Status <= StatusDead {
+		if r.Kind <= epoch.KindWorker && r.Status <= StatusDead {
 			counts[r.Kind][r.Status]++
 		}
 	}
-	for _, k := range []Kind{KindFrontend, KindWorker} {
+	for _, k := range []epoch.Kind{epoch.KindFrontend, epoch.KindWorker} {
 		for _, s := range []Status{StatusAlive, StatusDead} {
 			ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(counts[k][s]), k.String(), s.String())
 		}

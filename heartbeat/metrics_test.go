@@ -11,7 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/heartbeattest"
+	"github.com/metatree/metatree/heartbeat/responder"
 )
 
 // scrape gathers c on a fresh registry: each series' value by name and
@@ -39,7 +40,7 @@ func TestCollectorExactValues(t *testing.T) {
 		c.net.cut("*", addrOf(11), true)
 		c.advance(time.Duration(deadAfter+1) * interval)
 
-		st := leader.ms.MonitorStats()
+		st := heartbeattest.StatsOf(leader.ms)
 		for _, f := range []*frontend{leader, follower} {
 			got = scrape(t, f.ms.Collector())
 			require.Equal(t, 1.0, got["metatree_heartbeat_members{kind=worker}{status=alive}"], "frontend %d", f.id)
@@ -54,7 +55,7 @@ func TestCollectorExactValues(t *testing.T) {
 
 		answers := leader.ms.Answers()
 		require.Contains(t, answers, uint64(10))
-		require.Equal(t, heartbeat.DefaultVersion(), answers[10].Version)
+		require.Equal(t, responder.DefaultVersion(), answers[10].Version)
 		require.False(t, answers[10].Last.IsZero())
 		require.Nil(t, follower.ms.Answers(), "only the leader heartbeats")
 	})

@@ -16,6 +16,10 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/internal/monitorstats"
+	"github.com/metatree/metatree/heartbeat/internal/wire"
+	"github.com/metatree/metatree/heartbeat/responder"
 )
 
 // monitor is the leader's prober. It runs on every frontend and is active
@@ -51,7 +55,7 @@ type peer struct {
 	version  string
 	// older is an epoch that started before the recorded one and
 	// answered once (see probe): recorded if it answers again.
-	older Epoch
+	older epoch.Epoch
 	// journaling is set while a transition of the member waits for its
 	// commit (see journal).
 	journaling bool
@@ -62,26 +66,17 @@ type monitorCounters struct {
 	lastRound                                                 atomic.Int64 // ns
 }
 
-// MonitorStats are the leader monitor's counters since New.
-type MonitorStats struct {
-	Leading     bool
-	Term        uint64
-	Rounds      uint64
-	Probes      uint64
-	Misses      uint64
-	Transitions uint64 // transitions journaled
-	BytesSent   uint64 // heartbeat request bodies
-	BytesRecv   uint64 // heartbeat response bodies
-	LastRound   time.Duration
+func init() {
+	monitorstats.Of = func(m any) monitorstats.Stats { return m.(*Membership).monitorStats() }
 }
 
-// MonitorStats returns the monitor's counters.
-func (m *Membership) MonitorStats() MonitorStats {
+// monitorStats returns the monitor's counters (for heartbeattest.StatsOf).
+func (m *Membership) monitorStats() monitorstats.Stats {
 	s := &m.mon.stats
 	m.mon.mu.Lock()
 	leading, term := m.mon.mu.leading, m.mon.mu.term
 	m.mon.mu.Unlock()
-	return MonitorStats{Leading: leading, Term: term, Rounds: s.rounds.Load(), Probes: s.probes.Load(), Misses: s.misses.Load(),
+	return monitorstats.Stats{Leading: leading, Term: term, Rounds: s.rounds.Load(), Probes: s.probes.Load(), Misses: s.misses.Load(),
 		Transitions: s.transitions.Load(), BytesSent: s.bytesSent.Load(), BytesRecv: s.bytesRecv.Load(), LastRound: time.Duration(s.lastRound.Load())}
 }
 
@@ -208,7 +203,7 @@ func (mo *monitor) round(ctx context.Context, probes *sync.WaitGroup, term uint6
 		}
 	}
 	// The body is the same for every member but for its id: encode it once.
-	common, err := json.Marshal(Request{Cluster: mo.cfg.Cluster, Leader: mo.cfg.ID, Term: term, Round: round, Version: version, Frontends: fronts})
+	common, err := json.Marshal(responder.Request{Cluster: mo.cfg.Cluster, Leader: mo.cfg.ID, Term: term, Round: round, Version: version, Frontends: fronts})
 	if err != nil {
 		mo.m.log.Error("heartbeat: encode heartbeat", "err", err)
 		common = nil
@@ -221,7 +216,7 @@ func (mo *monitor) round(ctx context.Context, probes *sync.WaitGroup, term uint6
 // probe heartbeats one member and acts on the outcome.
 func (mo *monitor) probe(ctx context.Context, term, pauses uint64, common []byte, r Member) {
 	start := mo.cfg.Clock.Now()
-	epoch, err := mo.send(ctx, r, term, common)
+	got, err := mo.send(ctx, r, term, common)
 	now := mo.cfg.Clock.Now()
 	mo.stats.probes.Add(1)
 	if err == nil {
@@ -248,9 +243,9 @@ func (mo *monitor) probe(ctx context.Context, term, pauses uint64, common []byte
 		return
 	}
 	var next *Member
-	var typ EventType
+	var typ epoch.EventType
 	switch {
-	case errors.Is(err, errLowerTerm):
+	case errors.Is(err, wire.ErrLowerTerm):
 		// The member has seen a newer leader: this leader is deposed. Not a miss.
 		mo.m.log.Warn("heartbeat: member saw a higher term", "member", r.ID, "term", term)
 	case err != nil:
@@ -264,22 +259,22 @@ func (mo *monitor) probe(ctx context.Context, term, pauses uint64, common []byte
 			d := cur
 			d.Status = StatusDead
 			d.Died = cur.Generation + 1 // the generation journal gives it
-			next, typ = &d, Dead
+			next, typ = &d, epoch.Dead
 			mo.m.log.Info("heartbeat: member missed heartbeats", "member", r.ID, "misses", p.misses, "err", err)
 		}
-	case epoch != cur.Epoch && epoch.StartedBefore(cur.Epoch) && p.older != epoch:
+	case got != cur.Epoch && got.StartedBefore(cur.Epoch) && p.older != got:
 		// A process that started before the recorded one answered: the
 		// late answer of a process since replaced, which must not bring
 		// its epoch back, or a restart whose clock stepped back, which
 		// answers again at the next round and is recorded then.
 		p.misses = 0
 		p.lastOK = now
-		p.older = epoch
+		p.older = got
 	default:
 		p.misses = 0
 		p.lastOK = now
-		p.older = Epoch{}
-		next, typ = decide(cur, epoch)
+		p.older = epoch.Epoch{}
+		next, typ = decide(cur, got)
 	}
 	mo.mu.Unlock()
 	if next != nil {
@@ -302,17 +297,17 @@ func (mo *monitor) probe(ctx context.Context, term, pauses uint64, common []byte
 // member whose Responder does not know Request.Ended (an older version)
 // answers with the ended epoch on and stays dead until its process
 // restarts: safety over its return.
-func decide(cur Member, epoch Epoch) (*Member, EventType) {
+func decide(cur Member, ep epoch.Epoch) (*Member, epoch.EventType) {
 	next := cur
 	next.Status = StatusAlive
-	next.Epoch = epoch
+	next.Epoch = ep
 	switch {
-	case cur.Status == StatusDead && cur.Epoch == epoch:
+	case cur.Status == StatusDead && cur.Epoch == ep:
 		return nil, 0
 	case cur.Epoch.IsZero():
-		return &next, Alive
-	case cur.Epoch != epoch:
-		return &next, Restarted
+		return &next, epoch.Alive
+	case cur.Epoch != ep:
+		return &next, epoch.Restarted
 	}
 	return nil, 0
 }
@@ -322,7 +317,7 @@ func decide(cur Member, epoch Epoch) (*Member, EventType) {
 // one waits for its commit, the rounds decide nothing new for that member
 // (any other would be fenced by the same record's change), and the round
 // after it decides again from the replayed record.
-func (mo *monitor) journal(ctx context.Context, term uint64, cur Member, next *Member, typ EventType) {
+func (mo *monitor) journal(ctx context.Context, term uint64, cur Member, next *Member, typ epoch.EventType) {
 	mo.mu.Lock()
 	claim := mo.mu.claim
 	ok := mo.mu.leading && mo.mu.term == term && claim != 0
@@ -381,9 +376,9 @@ func (mo *monitor) journal(ctx context.Context, term uint64, cur Member, next *M
 
 // send posts one heartbeat with the per-request deadline and returns the
 // member's epoch.
-func (mo *monitor) send(ctx context.Context, r Member, term uint64, common []byte) (Epoch, error) {
+func (mo *monitor) send(ctx context.Context, r Member, term uint64, common []byte) (epoch.Epoch, error) {
 	if len(common) < 2 {
-		return Epoch{}, fmt.Errorf("%w: no heartbeat body", ErrInvalid)
+		return epoch.Epoch{}, fmt.Errorf("%w: no heartbeat body", ErrInvalid)
 	}
 	// common is a JSON object; add this member's id before its closing brace.
 	body := make([]byte, 0, len(common)+80)
@@ -405,41 +400,41 @@ func (mo *monitor) send(ctx context.Context, r Member, term uint64, common []byt
 	defer stop()
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, mo.cfg.Endpoint(r), bytes.NewReader(body))
 	if err != nil {
-		return Epoch{}, err
+		return epoch.Epoch{}, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	if mo.cfg.Token != "" {
-		hreq.Header.Set(TokenHeader, mo.cfg.Token)
+		hreq.Header.Set(responder.TokenHeader, mo.cfg.Token)
 	}
 	resp, err := mo.cfg.Client.Do(hreq)
 	if err != nil {
-		return Epoch{}, err
+		return epoch.Epoch{}, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, wire.MaxBody))
 	if err != nil {
-		return Epoch{}, err
+		return epoch.Epoch{}, err
 	}
 	mo.stats.bytesRecv.Add(uint64(len(data)))
 	switch resp.StatusCode {
 	case http.StatusOK:
-		var out Response
-		if err := decodeJSON(bytes.NewReader(data), &out); err != nil {
-			return Epoch{}, err
+		var out responder.Response
+		if err := wire.DecodeJSON(bytes.NewReader(data), &out); err != nil {
+			return epoch.Epoch{}, err
 		}
 		if out.Member != r.ID || out.Epoch.IsZero() || out.Epoch.Temporary() {
-			return Epoch{}, fmt.Errorf("%w: member %d answered as %d with epoch %q", ErrMalformed, r.ID, out.Member, out.Epoch)
+			return epoch.Epoch{}, fmt.Errorf("%w: member %d answered as %d with epoch %q", ErrMalformed, r.ID, out.Member, out.Epoch)
 		}
 		mo.noteAnswer(r.ID, mo.cfg.Clock.Now(), out.Version)
 		return out.Epoch, nil
 	case http.StatusConflict:
-		var rej rejection
+		var rej wire.Rejection
 		if json.Unmarshal(data, &rej) == nil && rej.Term > term {
-			return Epoch{}, fmt.Errorf("%w: member %d saw term %d", errLowerTerm, r.ID, rej.Term)
+			return epoch.Epoch{}, fmt.Errorf("%w: member %d saw term %d", wire.ErrLowerTerm, r.ID, rej.Term)
 		}
-		return Epoch{}, fmt.Errorf("heartbeat: member %d refused: %s", r.ID, bytes.TrimSpace(data))
+		return epoch.Epoch{}, fmt.Errorf("heartbeat: member %d refused: %s", r.ID, bytes.TrimSpace(data))
 	default:
-		return Epoch{}, fmt.Errorf("heartbeat: member %d answered %s", r.ID, resp.Status)
+		return epoch.Epoch{}, fmt.Errorf("heartbeat: member %d answered %s", r.ID, resp.Status)
 	}
 }
 
@@ -449,9 +444,9 @@ func (mo *monitor) send(ctx context.Context, r Member, term uint64, common []byt
 // catalog index read before the scan. A member does not go back to a list
 // with a lower version while lists at the higher one keep coming, so a
 // frontend added after that index is not taken for removed.
-func (m *Membership) frontendList() (uint64, []FrontendEpoch) {
+func (m *Membership) frontendList() (uint64, []responder.FrontendEpoch) {
 	version := m.cfg.Tree.Index()
-	var fronts []FrontendEpoch
+	var fronts []responder.FrontendEpoch
 	for _, n := range m.cfg.Tree.OfKind(MemberKind) {
 		if n.Attrs[attrKind].Str() != "frontend" {
 			continue
@@ -460,9 +455,9 @@ func (m *Membership) frontendList() (uint64, []FrontendEpoch) {
 		if err != nil {
 			continue
 		}
-		fronts = append(fronts, FrontendEpoch{ID: r.ID, Gen: r.Generation, Epoch: r.PublishedEpoch(), Dead: r.Status == StatusDead, Died: r.Died, Since: n.Created})
+		fronts = append(fronts, responder.FrontendEpoch{ID: r.ID, Gen: r.Generation, Epoch: r.PublishedEpoch(), Dead: r.Status == StatusDead, Died: r.Died, Since: n.Created})
 	}
-	slices.SortFunc(fronts, func(a, b FrontendEpoch) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(fronts, func(a, b responder.FrontendEpoch) int { return cmp.Compare(a.ID, b.ID) })
 	return version, fronts
 }
 
@@ -470,9 +465,9 @@ func (m *Membership) frontendList() (uint64, []FrontendEpoch) {
 // answer: if its record shows that epoch declared dead (by an earlier
 // leader), the epoch ended, and the process draws a fresh one first, as
 // its Responder does when told so.
-func (m *Membership) selfEpoch() Epoch {
+func (m *Membership) selfEpoch() epoch.Epoch {
 	if self, ok := m.Member(m.cfg.ID); ok && self.Status == StatusDead {
-		return m.responder.renew(self.Epoch)
+		return m.responder.Renew(self.Epoch)
 	}
 	return m.responder.Epoch()
 }

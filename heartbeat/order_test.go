@@ -13,13 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/cancel"
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
 )
 
 // workerView is a worker's responder feeding its cancel registry, driven
 // by hand-written leader heartbeats.
 type workerView struct {
-	resp *heartbeat.Responder
+	resp *responder.Responder
 	reg  *cancel.Registry
 }
 
@@ -28,25 +29,25 @@ func newWorkerView(t *testing.T) *workerView {
 	w := &workerView{reg: cancel.New(cancel.Config{})}
 	t.Cleanup(func() { require.NoError(t, w.reg.Close()) })
 	var err error
-	w.resp, err = heartbeat.NewResponder(heartbeat.ResponderConfig{ID: 10, Epoch: heartbeat.NewEpoch(),
-		OnEvent: func(ev heartbeat.Event) { w.reg.Apply(ev) }})
+	w.resp, err = responder.New(responder.Config{ID: 10, Epoch: epoch.New(),
+		OnEvent: func(ev epoch.Event) { w.reg.Apply(ev) }})
 	require.NoError(t, err)
 	return w
 }
 
 // list delivers one leader heartbeat whose frontend list is fronts.
-func (w *workerView) list(t *testing.T, version uint64, fronts ...heartbeat.FrontendEpoch) {
+func (w *workerView) list(t *testing.T, version uint64, fronts ...responder.FrontendEpoch) {
 	t.Helper()
-	require.Equal(t, http.StatusOK, w.beat(t, heartbeat.Request{Leader: 1, Term: 1, Member: 10, Version: version, Frontends: fronts}))
+	require.Equal(t, http.StatusOK, w.beat(t, responder.Request{Leader: 1, Term: 1, Member: 10, Version: version, Frontends: fronts}))
 }
 
 // beat delivers one heartbeat and returns the status it was answered.
-func (w *workerView) beat(t *testing.T, hb heartbeat.Request) int {
+func (w *workerView) beat(t *testing.T, hb responder.Request) int {
 	t.Helper()
 	body, err := json.Marshal(hb)
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
-	w.resp.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, heartbeat.Path, bytes.NewReader(body)))
+	w.resp.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, responder.Path, bytes.NewReader(body)))
 	return rec.Code
 }
 
@@ -56,16 +57,16 @@ func (w *workerView) beat(t *testing.T, hb heartbeat.Request) int {
 // after E3 cancels it.
 func TestWorkerKeepsTheFragmentOfACoordinatorTwiceRestarted(t *testing.T) {
 	w := newWorkerView(t)
-	e1, e2, e3, e4 := heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch()
-	w.list(t, 10, heartbeat.FrontendEpoch{ID: 1, Gen: 1, Epoch: e1, Since: 5})
+	e1, e2, e3, e4 := epoch.New(), epoch.New(), epoch.New(), epoch.New()
+	w.list(t, 10, responder.FrontendEpoch{ID: 1, Gen: 1, Epoch: e1, Since: 5})
 	frag, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 1, Epoch: e3})
 	require.NoError(t, err)
 
-	w.list(t, 20, heartbeat.FrontendEpoch{ID: 1, Gen: 2, Epoch: e2, Since: 5})
+	w.list(t, 20, responder.FrontendEpoch{ID: 1, Gen: 2, Epoch: e2, Since: 5})
 	require.NoError(t, frag.Context().Err(), "the list showing E2 cancelled the fragment of E3: %v", context.Cause(frag.Context()))
-	w.list(t, 30, heartbeat.FrontendEpoch{ID: 1, Gen: 3, Epoch: e3, Since: 5})
+	w.list(t, 30, responder.FrontendEpoch{ID: 1, Gen: 3, Epoch: e3, Since: 5})
 	require.NoError(t, frag.Context().Err())
-	w.list(t, 40, heartbeat.FrontendEpoch{ID: 1, Gen: 4, Epoch: e4, Since: 5})
+	w.list(t, 40, responder.FrontendEpoch{ID: 1, Gen: 4, Epoch: e4, Since: 5})
 	requireCancelled(t, frag, cancel.ErrNodeRestarted, 1)
 }
 
@@ -75,11 +76,11 @@ func TestWorkerKeepsTheFragmentOfACoordinatorTwiceRestarted(t *testing.T) {
 // fragment started.
 func TestWorkerThatMissedADeathFromNoEpochCancelsTheFragment(t *testing.T) {
 	w := newWorkerView(t)
-	e1 := heartbeat.NewEpoch()
-	w.list(t, 10, heartbeat.FrontendEpoch{ID: 1, Since: 5})
+	e1 := epoch.New()
+	w.list(t, 10, responder.FrontendEpoch{ID: 1, Since: 5})
 	frag, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 1, Epoch: e1})
 	require.NoError(t, err)
-	w.list(t, 40, heartbeat.FrontendEpoch{ID: 1, Gen: 3, Epoch: e1, Since: 5})
+	w.list(t, 40, responder.FrontendEpoch{ID: 1, Gen: 3, Epoch: e1, Since: 5})
 	requireCancelled(t, frag, cancel.ErrNodeDead, 1)
 }
 
@@ -90,17 +91,17 @@ func TestWorkerThatMissedADeathFromNoEpochCancelsTheFragment(t *testing.T) {
 func TestWorkerRegistryRecoversFromAForgedListVersion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorkerView(t)
-		e1 := heartbeat.NewEpoch()
-		real := heartbeat.FrontendEpoch{ID: 1, Gen: 1, Epoch: e1, Since: 5}
+		e1 := epoch.New()
+		real := responder.FrontendEpoch{ID: 1, Gen: 1, Epoch: e1, Since: 5}
 		w.list(t, 10, real)
 		frag, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 1, Epoch: e1})
 		require.NoError(t, err)
-		w.beat(t, heartbeat.Request{Leader: 66, Term: 1 << 40, Member: 10, Version: 1 << 40})
+		w.beat(t, responder.Request{Leader: 66, Term: 1 << 40, Member: 10, Version: 1 << 40})
 		requireCancelled(t, frag, cancel.ErrNodeRemoved, 1)
 
 		for v := uint64(11); ; v++ {
 			time.Sleep(time.Second)
-			w.beat(t, heartbeat.Request{Leader: 1, Term: 1, Member: 10, Version: v, Frontends: []heartbeat.FrontendEpoch{real}})
+			w.beat(t, responder.Request{Leader: 1, Term: 1, Member: 10, Version: v, Frontends: []responder.FrontendEpoch{real}})
 			if st, ok := w.reg.Node(1); ok && st.Status == cancel.StatusAlive {
 				break
 			}
@@ -109,8 +110,8 @@ func TestWorkerRegistryRecoversFromAForgedListVersion(t *testing.T) {
 		frag, err = w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 1, Epoch: e1})
 		require.NoError(t, err)
 		// Later transitions from the real leader's lists still apply.
-		w.beat(t, heartbeat.Request{Leader: 1, Term: 1, Member: 10, Version: 40,
-			Frontends: []heartbeat.FrontendEpoch{{ID: 1, Gen: 2, Epoch: heartbeat.NewEpoch(), Since: 5}}})
+		w.beat(t, responder.Request{Leader: 1, Term: 1, Member: 10, Version: 40,
+			Frontends: []responder.FrontendEpoch{{ID: 1, Gen: 2, Epoch: epoch.New(), Since: 5}}})
 		requireCancelled(t, frag, cancel.ErrNodeRestarted, 1)
 	})
 }

@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // State tied to a member's epoch.
@@ -32,7 +33,7 @@ import (
 // then. The check failing fails the batch with catalog.ErrConflict on
 // every replica (the *catalog.OpError names the record's path); without
 // the check, owner alone would also take a dead member's record.
-func OwnerOf(id uint64, epoch Epoch, orphan bool) (check catalog.Op, owner catalog.Owner) {
+func OwnerOf(id uint64, epoch epoch.Epoch, orphan bool) (check catalog.Op, owner catalog.Owner) {
 	return Fence(id, epoch), catalog.Owner{Path: MemberPath(id), Orphan: orphan}
 }
 
@@ -42,7 +43,7 @@ func OwnerOf(id uint64, epoch Epoch, orphan bool) (check catalog.Op, owner catal
 // ended, or from a member that does not exist, fails with
 // catalog.ErrConflict on every replica alike. It needs batch format
 // version 2 (catalog.Cond.Match).
-func Fence(id uint64, epoch Epoch) catalog.Op {
+func Fence(id uint64, epoch epoch.Epoch) catalog.Op {
 	match := map[string]catalog.Value{attrStatus: catalog.String(StatusAlive.String())}
 	if !epoch.IsZero() {
 		match[attrEpoch] = catalog.String(epoch.String())

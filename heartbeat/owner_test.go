@@ -9,6 +9,7 @@ import (
 
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // propose journals ops through frontend 1 and returns the batch's error.
@@ -16,14 +17,14 @@ func (c *cluster) propose(t *testing.T, ops ...catalog.Op) error {
 	t.Helper()
 	data, err := catalog.Batch{Ops: ops}.Encode()
 	require.NoError(t, err)
-	_, v, err := fakeJournal{l: c.log, id: 1}.Propose(t.Context(), data)
+	_, v, err := c.log.Replica(1).Propose(t.Context(), data)
 	require.NoError(t, err)
 	return v.(*catalog.Result).Err
 }
 
 // ownTasks creates /tasks/gone (deleted when member id's epoch ends) and
 // /tasks/kept (orphan-marked then), owned by id's current epoch.
-func (c *cluster) ownTasks(t *testing.T, id uint64, epoch heartbeat.Epoch) {
+func (c *cluster) ownTasks(t *testing.T, id uint64, epoch epoch.Epoch) {
 	t.Helper()
 	check, gone := heartbeat.OwnerOf(id, epoch, false)
 	_, kept := heartbeat.OwnerOf(id, epoch, true)
@@ -152,13 +153,13 @@ func TestOwnerOfAndFenceHoldOnlyWhileTheMemberIsAliveWithTheEpoch(t *testing.T) 
 		for i, tc := range []struct {
 			name  string
 			id    uint64
-			epoch heartbeat.Epoch
+			epoch epoch.Epoch
 			ok    bool
 		}{
 			{"an unknown member", 99, current, false},
-			{"another epoch", 10, heartbeat.NewEpoch(), false},
+			{"another epoch", 10, epoch.New(), false},
 			{"the current epoch", 10, current, true},
-			{"any epoch", 10, heartbeat.Epoch{}, true},
+			{"any epoch", 10, epoch.Epoch{}, true},
 		} {
 			check, owner := heartbeat.OwnerOf(tc.id, tc.epoch, false)
 			require.Equal(t, heartbeat.Fence(tc.id, tc.epoch), check, tc.name)
@@ -177,7 +178,7 @@ func TestOwnerOfAndFenceHoldOnlyWhileTheMemberIsAliveWithTheEpoch(t *testing.T) 
 
 		c.net.set(addrOf(10), nil) // the worker's process is gone
 		c.advance((deadAfter + 1) * interval)
-		check, owner := heartbeat.OwnerOf(10, heartbeat.Epoch{}, false)
+		check, owner := heartbeat.OwnerOf(10, epoch.Epoch{}, false)
 		err := c.propose(t, check, catalog.Op{Type: catalog.OpCreate, Path: "/late", Kind: "task", Owner: owner})
 		require.ErrorIs(t, err, catalog.ErrConflict, "a dead member owns nothing new, whatever the epoch")
 	})
@@ -189,12 +190,10 @@ func (c *cluster) applyEverywhere(t *testing.T, ops ...catalog.Op) map[uint64]er
 	t.Helper()
 	data, err := catalog.Batch{Ops: ops}.Encode()
 	require.NoError(t, err)
-	c.log.mu.Lock()
-	defer c.log.mu.Unlock()
-	c.log.index++
+	_, results := c.log.Commit(data)
 	errs := map[uint64]error{}
-	for id, tree := range c.log.trees {
-		errs[id] = tree.Apply(c.log.index, data).(*catalog.Result).Err
+	for id, res := range results {
+		errs[id] = res.(*catalog.Result).Err
 	}
 	return errs
 }
@@ -265,8 +264,8 @@ func TestWorkerDeclaredDeadThatComesBackWithItsEpochIsFencedAndWorksWithANewOne(
 			require.Equal(t, fresh, m.Epoch, "frontend %d records the fresh epoch", f.id)
 			require.Equal(t, dead.Attrs["generation"].Int64()+1, int64(m.Generation), "one transition after the death: the restart")
 			evs := f.events()
-			require.Equal(t, heartbeat.Restarted, evs[len(evs)-1].Type, "frontend %d: the return is a restart", f.id)
-			require.Zero(t, countType(evs, 10, heartbeat.Alive)-1, "frontend %d: no Alive but the first answer", f.id)
+			require.Equal(t, epoch.Restarted, evs[len(evs)-1].Type, "frontend %d: the return is a restart", f.id)
+			require.Zero(t, countType(evs, 10, epoch.Alive)-1, "frontend %d: no Alive but the first answer", f.id)
 		}
 
 		// The fresh epoch works: fenced writes and owned creates apply,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // ctxJournal applies each proposal to its tree and records whether the
@@ -36,10 +37,10 @@ func TestMembershipProposesItsRecordsAsOwnWrites(t *testing.T) {
 	require.False(t, heartbeat.OwnWrite(context.Background()))
 	tree := catalog.New()
 	j := &ctxJournal{tree: tree}
-	ms, err := heartbeat.New(heartbeat.Config{ID: 1, Epoch: heartbeat.NewEpoch(), Tree: tree, Journal: j})
+	ms, err := heartbeat.New(heartbeat.Config{ID: 1, Epoch: epoch.New(), Tree: tree, Journal: j})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, ms.Close()) }()
-	require.NoError(t, ms.Add(t.Context(), heartbeat.Member{ID: 2, Addr: "127.0.0.1:1", Kind: heartbeat.KindWorker}))
+	require.NoError(t, ms.Add(t.Context(), heartbeat.Member{ID: 2, Addr: "127.0.0.1:1", Kind: epoch.KindWorker}))
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	require.NotEmpty(t, j.own)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/internal/wire"
 )
 
 // Catalog layout. Member records are nodes of kind MemberKind under
@@ -75,12 +77,12 @@ func parseStatus(s string) (Status, error) {
 type Member struct {
 	ID   uint64
 	Addr string // host:port of its HTTP server (Responder mounted at Path)
-	Kind Kind
+	Kind epoch.Kind
 	Role string // free-form: "follower", "observer", a worker's pool, ...
 	// Epoch is the last real epoch the member answered with (zero: it has
 	// not answered yet). It does not change when the member is declared
 	// dead; PublishedEpoch gives the temporary epoch then.
-	Epoch      Epoch
+	Epoch      epoch.Epoch
 	Generation uint64 // bumped by every journaled transition
 	// EpochGeneration is the generation at which Epoch was first recorded
 	// (0: unknown, in a record of an older release, or no epoch yet). An
@@ -104,9 +106,9 @@ type Member struct {
 
 // PublishedEpoch is the epoch the cluster publishes for m: its epoch while
 // alive, its temporary epoch once declared dead.
-func (m Member) PublishedEpoch() Epoch {
+func (m Member) PublishedEpoch() epoch.Epoch {
 	if m.Status == StatusDead {
-		return TemporaryEpoch(m.Epoch, m.Generation)
+		return wire.TemporaryEpoch(m.Epoch, m.Generation)
 	}
 	return m.Epoch
 }
@@ -121,10 +123,10 @@ func memberFromNode(n *catalog.Node) (Member, error) {
 		return Member{}, fmt.Errorf("%w: member record %q: name is not a member id", ErrMalformed, n.Path)
 	}
 	m := Member{ID: id, Modified: n.Modified, Created: n.Created, Addr: n.Attrs[attrAddr].Str(), Role: n.Attrs[attrRole].Str()}
-	if m.Kind, err = ParseKind(n.Attrs[attrKind].Str()); err != nil {
+	if m.Kind, err = epoch.ParseKind(n.Attrs[attrKind].Str()); err != nil {
 		return Member{}, fmt.Errorf("%w: member record %q: %w", ErrMalformed, n.Path, err)
 	}
-	if m.Epoch, err = ParseEpoch(n.Attrs[attrEpoch].Str()); err != nil {
+	if m.Epoch, err = epoch.Parse(n.Attrs[attrEpoch].Str()); err != nil {
 		return Member{}, fmt.Errorf("%w: member record %q: %w", ErrMalformed, n.Path, err)
 	}
 	if m.Status, err = parseStatus(n.Attrs[attrStatus].Str()); err != nil {
@@ -187,7 +189,7 @@ func (m Member) attrs() map[string]catalog.Value {
 //     a return keep the epoch);
 //   - alive at a later generation than its first answer would give, from
 //     no epoch: it restarted or died in between, so Restarted.
-func eventsBetween(before, after *Member, index uint64) []Event {
+func eventsBetween(before, after *Member, index uint64) []epoch.Event {
 	switch {
 	case before == nil && after == nil:
 		return nil
@@ -195,18 +197,18 @@ func eventsBetween(before, after *Member, index uint64) []Event {
 		// One event per member and index (consumers drop a repeated index
 		// as a replay): a member first seen dead is a single Dead event.
 		if after.Status == StatusDead {
-			return []Event{{Index: index, Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: after.Epoch, NewEpoch: after.PublishedEpoch(), Generation: after.Generation, EpochGeneration: after.EpochGeneration}}
+			return []epoch.Event{{Index: index, Node: after.ID, Kind: after.Kind, Type: epoch.Dead, OldEpoch: after.Epoch, NewEpoch: after.PublishedEpoch(), Generation: after.Generation, EpochGeneration: after.EpochGeneration}}
 		}
-		return []Event{{Index: index, Node: after.ID, Kind: after.Kind, Type: Added, NewEpoch: after.Epoch, Generation: after.Generation, EpochGeneration: after.EpochGeneration}}
+		return []epoch.Event{{Index: index, Node: after.ID, Kind: after.Kind, Type: epoch.Added, NewEpoch: after.Epoch, Generation: after.Generation, EpochGeneration: after.EpochGeneration}}
 	case after == nil:
-		return []Event{{Index: index, Node: before.ID, Kind: before.Kind, Type: Removed, OldEpoch: before.PublishedEpoch(), Generation: before.Generation}}
+		return []epoch.Event{{Index: index, Node: before.ID, Kind: before.Kind, Type: epoch.Removed, OldEpoch: before.PublishedEpoch(), Generation: before.Generation}}
 	case before.Created != 0 && after.Created != 0 && before.Created != after.Created:
 		return append(eventsBetween(before, nil, 0), eventsBetween(nil, after, index)...)
 	}
-	ev := Event{Index: index, Node: after.ID, Kind: after.Kind, OldEpoch: before.PublishedEpoch(), NewEpoch: after.PublishedEpoch(), Generation: after.Generation, EpochGeneration: after.EpochGeneration}
+	ev := epoch.Event{Index: index, Node: after.ID, Kind: after.Kind, OldEpoch: before.PublishedEpoch(), NewEpoch: after.PublishedEpoch(), Generation: after.Generation, EpochGeneration: after.EpochGeneration}
 	switch {
 	case after.Status == StatusDead && (before.Status != StatusDead || before.PublishedEpoch() != after.PublishedEpoch()):
-		ev.Type = Dead
+		ev.Type = epoch.Dead
 		ev.OldEpoch = before.Epoch
 	case after.Status == StatusDead:
 		return nil
@@ -220,27 +222,27 @@ func eventsBetween(before, after *Member, index uint64) []Event {
 		// would end parts on an epoch a consumer learnt ahead of the
 		// events (cancel: aheadVerdict) though the record first shows that
 		// epoch after the death.
-		died := Event{Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: before.Epoch, NewEpoch: TemporaryEpoch(before.Epoch, after.Died), Generation: before.Generation + 1, EpochGeneration: before.EpochGeneration}
-		ev.Type = Restarted
+		died := epoch.Event{Node: after.ID, Kind: after.Kind, Type: epoch.Dead, OldEpoch: before.Epoch, NewEpoch: wire.TemporaryEpoch(before.Epoch, after.Died), Generation: before.Generation + 1, EpochGeneration: before.EpochGeneration}
+		ev.Type = epoch.Restarted
 		if after.Epoch == before.Epoch {
-			ev.Type = Alive
+			ev.Type = epoch.Alive
 		}
 		ev.OldEpoch = died.NewEpoch
-		return []Event{died, ev}
+		return []epoch.Event{died, ev}
 	case before.Status != StatusDead && before.Epoch == after.Epoch && after.Generation > before.Generation:
 		gen := before.Generation + 1
-		died := Event{Node: after.ID, Kind: after.Kind, Type: Dead, OldEpoch: before.Epoch, NewEpoch: TemporaryEpoch(before.Epoch, gen), Generation: gen, EpochGeneration: before.EpochGeneration}
-		ev.Type = Alive
+		died := epoch.Event{Node: after.ID, Kind: after.Kind, Type: epoch.Dead, OldEpoch: before.Epoch, NewEpoch: wire.TemporaryEpoch(before.Epoch, gen), Generation: gen, EpochGeneration: before.EpochGeneration}
+		ev.Type = epoch.Alive
 		ev.OldEpoch = died.NewEpoch
-		return []Event{died, ev}
+		return []epoch.Event{died, ev}
 	case before.Status != StatusDead && before.Epoch.IsZero() && after.Generation > before.Generation+1:
-		ev.Type = Restarted
+		ev.Type = epoch.Restarted
 	case after.Epoch != before.Epoch && !before.Epoch.IsZero():
-		ev.Type = Restarted
+		ev.Type = epoch.Restarted
 	case before.Status == StatusDead || before.Epoch.IsZero():
-		ev.Type = Alive
+		ev.Type = epoch.Alive
 	default:
 		return nil // address, role or bookkeeping change
 	}
-	return []Event{ev}
+	return []epoch.Event{ev}
 }

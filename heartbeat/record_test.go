@@ -9,11 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/internal/wire"
+	"github.com/metatree/metatree/heartbeat/responder"
 )
 
 func TestMemberRecordRoundTrip(t *testing.T) {
 	tree := catalog.New()
-	m := Member{ID: 42, Addr: "h:1", Kind: KindWorker, Role: "pool-a", Epoch: NewEpoch(), Generation: 3, Status: StatusDead, Term: 7}
+	m := Member{ID: 42, Addr: "h:1", Kind: epoch.KindWorker, Role: "pool-a", Epoch: epoch.New(), Generation: 3, Status: StatusDead, Term: 7}
 	data, err := catalog.Batch{Ops: []catalog.Op{
 		{Type: catalog.OpCreate, Path: ClusterPath, Kind: "cluster"},
 		{Type: catalog.OpCreate, Path: MembersPath, Kind: "members"},
@@ -28,11 +31,11 @@ func TestMemberRecordRoundTrip(t *testing.T) {
 	m.Modified, m.Created = 1, 1
 	m.Since = got.Since
 	require.Equal(t, m, got)
-	require.Equal(t, TemporaryEpoch(m.Epoch, 3), got.PublishedEpoch())
+	require.Equal(t, wire.TemporaryEpoch(m.Epoch, 3), got.PublishedEpoch())
 }
 
 func TestMemberRecordMalformed(t *testing.T) {
-	good := map[string]catalog.Value{attrKind: catalog.String("worker"), attrStatus: catalog.String("alive"), attrEpoch: catalog.String(NewEpoch().String())}
+	good := map[string]catalog.Value{attrKind: catalog.String("worker"), attrStatus: catalog.String("alive"), attrEpoch: catalog.String(epoch.New().String())}
 	with := func(k string, v catalog.Value) map[string]catalog.Value {
 		a := map[string]catalog.Value{}
 		for x, y := range good {
@@ -61,9 +64,9 @@ func TestMemberRecordMalformed(t *testing.T) {
 }
 
 func TestEventsBetween(t *testing.T) {
-	e1, e2 := NewEpoch(), NewEpoch()
-	alive := Member{ID: 5, Kind: KindWorker, Epoch: e1, Generation: 1, Status: StatusAlive}
-	fresh := Member{ID: 5, Kind: KindWorker, Status: StatusAlive}
+	e1, e2 := epoch.New(), epoch.New()
+	alive := Member{ID: 5, Kind: epoch.KindWorker, Epoch: e1, Generation: 1, Status: StatusAlive}
+	fresh := Member{ID: 5, Kind: epoch.KindWorker, Status: StatusAlive}
 	dead := alive
 	dead.Status, dead.Generation = StatusDead, 2
 	back := alive
@@ -84,52 +87,52 @@ func TestEventsBetween(t *testing.T) {
 	// gen 5: the record says when E2 was recorded.
 	late := deadRestarted
 	late.Generation, late.EpochGeneration = 5, 5
-	tmp := TemporaryEpoch(e1, 2)
+	tmp := wire.TemporaryEpoch(e1, 2)
 	// Declared dead at generation 2, back with a fresh epoch at 3.
-	returned := Member{ID: 5, Kind: KindWorker, Epoch: e2, Generation: 3, Status: StatusAlive, Died: 2, Created: 1}
+	returned := Member{ID: 5, Kind: epoch.KindWorker, Epoch: e2, Generation: 3, Status: StatusAlive, Died: 2, Created: 1}
 	deadDied := dead
 	deadDied.Died = 2
-	e3 := NewEpoch()
+	e3 := epoch.New()
 	later := returned
 	later.Epoch, later.Generation = e3, 4
 	// Declared dead at generation 4 (an epoch restarted to at 3), back
 	// with E3, first recorded at 6.
-	twice := Member{ID: 5, Kind: KindWorker, Epoch: e3, Generation: 6, EpochGeneration: 6, Status: StatusAlive, Died: 4, Created: 1}
+	twice := Member{ID: 5, Kind: epoch.KindWorker, Epoch: e3, Generation: 6, EpochGeneration: 6, Status: StatusAlive, Died: 4, Created: 1}
 	for _, tc := range []struct {
 		name          string
 		before, after *Member
-		want          []Event
+		want          []epoch.Event
 	}{
-		{"added", nil, &fresh, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Added}}},
-		{"first answer", &fresh, &alive, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Alive, NewEpoch: e1, Generation: 1}}},
-		{"restarted", &alive, &restarted, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: e1, NewEpoch: e2, Generation: 2}}},
-		{"dead", &alive, &dead, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2}}},
-		{"alive again", &dead, &back, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Alive, OldEpoch: tmp, NewEpoch: e1, Generation: 3}}},
-		{"back with a new epoch", &dead, &deadRestarted, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 3}}},
-		{"restarted in a gap, folded", &dead, &late, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 5, EpochGeneration: 5}}},
-		{"removed", &alive, nil, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Removed, OldEpoch: e1, Generation: 1}}},
+		{"added", nil, &fresh, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Added}}},
+		{"first answer", &fresh, &alive, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Alive, NewEpoch: e1, Generation: 1}}},
+		{"restarted", &alive, &restarted, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: e1, NewEpoch: e2, Generation: 2}}},
+		{"dead", &alive, &dead, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2}}},
+		{"alive again", &dead, &back, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Alive, OldEpoch: tmp, NewEpoch: e1, Generation: 3}}},
+		{"back with a new epoch", &dead, &deadRestarted, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 3}}},
+		{"restarted in a gap, folded", &dead, &late, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 5, EpochGeneration: 5}}},
+		{"removed", &alive, nil, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Removed, OldEpoch: e1, Generation: 1}}},
 		{"address change", &alive, &moved, nil},
 		// Resyncs compare records that are not consecutive.
-		{"dead and back, folded", &alive, &back, []Event{
-			{Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2},
-			{Index: 9, Node: 5, Kind: KindWorker, Type: Alive, OldEpoch: tmp, NewEpoch: e1, Generation: 3}}},
-		{"dead, back, dead again, folded", &dead, &deadAgain, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: TemporaryEpoch(e1, 4), Generation: 4}}},
-		{"back from a death with a fresh epoch", &deadDied, &returned, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 3}}},
-		{"dead and back with a fresh epoch, folded", &alive, &returned, []Event{
-			{Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2},
-			{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 3}}},
+		{"dead and back, folded", &alive, &back, []epoch.Event{
+			{Node: 5, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2},
+			{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Alive, OldEpoch: tmp, NewEpoch: e1, Generation: 3}}},
+		{"dead, back, dead again, folded", &dead, &deadAgain, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e1, NewEpoch: wire.TemporaryEpoch(e1, 4), Generation: 4}}},
+		{"back from a death with a fresh epoch", &deadDied, &returned, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 3}}},
+		{"dead and back with a fresh epoch, folded", &alive, &returned, []epoch.Event{
+			{Node: 5, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e1, NewEpoch: tmp, Generation: 2},
+			{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 3}}},
 		// The death folded into a restart is delivered as the transition
 		// right after the earlier view: a part on the later epoch, which
 		// a consumer learnt ahead of the events, must not be judged by a
 		// Dead that seems to skip the transitions that recorded it.
-		{"dead, restarted twice, folded", &alive, &twice, []Event{
-			{Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e1, NewEpoch: TemporaryEpoch(e1, 4), Generation: 2, EpochGeneration: alive.EpochGeneration},
-			{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: TemporaryEpoch(e1, 4), NewEpoch: e3, Generation: 6, EpochGeneration: 6}}},
-		{"a death before the earlier view", &returned, &later, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, OldEpoch: e2, NewEpoch: e3, Generation: 4}}},
-		{"restarted or dead after its first answer, folded", &fresh, &back, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Restarted, NewEpoch: e1, Generation: 3}}},
-		{"removed and added again, folded", &alive, &readded, []Event{
-			{Node: 5, Kind: KindWorker, Type: Removed, OldEpoch: e1, Generation: 1},
-			{Index: 9, Node: 5, Kind: KindWorker, Type: Added, NewEpoch: e1, Generation: 1}}},
+		{"dead, restarted twice, folded", &alive, &twice, []epoch.Event{
+			{Node: 5, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e1, NewEpoch: wire.TemporaryEpoch(e1, 4), Generation: 2, EpochGeneration: alive.EpochGeneration},
+			{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: wire.TemporaryEpoch(e1, 4), NewEpoch: e3, Generation: 6, EpochGeneration: 6}}},
+		{"a death before the earlier view", &returned, &later, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: e2, NewEpoch: e3, Generation: 4}}},
+		{"restarted or dead after its first answer, folded", &fresh, &back, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Restarted, NewEpoch: e1, Generation: 3}}},
+		{"removed and added again, folded", &alive, &readded, []epoch.Event{
+			{Node: 5, Kind: epoch.KindWorker, Type: epoch.Removed, OldEpoch: e1, Generation: 1},
+			{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Added, NewEpoch: e1, Generation: 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, eventsBetween(tc.before, tc.after, 9))
@@ -146,11 +149,11 @@ func FuzzResponder(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`{"member":"9"}`))
 	f.Add([]byte{0xff, 0x00})
-	r, err := NewResponder(ResponderConfig{ID: 9, Epoch: NewEpoch()})
+	r, err := responder.New(responder.Config{ID: 9, Epoch: epoch.New()})
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		w := httptest.NewRecorder()
-		r.ServeHTTP(w, httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body)))
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodPost, responder.Path, bytes.NewReader(body)))
 		switch w.Code {
 		case http.StatusOK, http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge:
 		default:
@@ -161,8 +164,8 @@ func FuzzResponder(f *testing.F) {
 }
 
 func TestEventsBetweenFirstSeenDead(t *testing.T) {
-	e := NewEpoch()
-	dead := Member{ID: 5, Kind: KindWorker, Epoch: e, Generation: 4, Status: StatusDead}
-	require.Equal(t, []Event{{Index: 9, Node: 5, Kind: KindWorker, Type: Dead, OldEpoch: e, NewEpoch: TemporaryEpoch(e, 4), Generation: 4}},
+	e := epoch.New()
+	dead := Member{ID: 5, Kind: epoch.KindWorker, Epoch: e, Generation: 4, Status: StatusDead}
+	require.Equal(t, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e, NewEpoch: wire.TemporaryEpoch(e, 4), Generation: 4}},
 		eventsBetween(nil, &dead, 9))
 }

@@ -129,8 +129,8 @@ func TestAdoptPeerImage(t *testing.T) {
 	require.Equal(t, []Header{{Index: 1250, Term: peerInfo.Term, Membership: peerInfo.Membership}}, l.j.recordedImages())
 	require.Equal(t, uint64(2), peerInfo.Term, "the follower's term at 1250")
 	require.Equal(t, "voters=1,2,3@1", string(peerInfo.Membership))
-	require.Zero(t, l.j.minIndex(), "the first image compacts nothing: no earlier image to start the log after")
-	require.Zero(t, l.j.reads.Load(), "no shadow replay on the leader")
+	require.Zero(t, l.j.Compacted(), "the first image compacts nothing: no earlier image to start the log after")
+	require.Zero(t, l.j.Reads(), "no shadow replay on the leader")
 	require.Equal(t, expectedKV(1300), l.live.snapshot(), "the live state is untouched")
 	_, err = l.store.Verify(1250)
 	require.NoError(t, err)
@@ -153,21 +153,21 @@ func TestAdoptPeerImage(t *testing.T) {
 	// the image before and prune the older ones.
 	prev := uint64(1250)
 	for _, next := range []uint64{1450, 1600} {
-		f.j.append(int(next - f.j.applied()))
+		f.j.append(int(next - f.j.Index()))
 		_, err := f.cp.Checkpoint(context.Background())
 		require.NoError(t, err)
-		l.j.append(int(next + 50 - l.j.applied()))
+		l.j.append(int(next + 50 - l.j.Index()))
 		r := l.tickOnce()
 		require.NoError(t, r.err)
 		require.Equal(t, next, r.info.Index)
-		require.Equal(t, prev, l.j.minIndex(), "the leader's log starts after the image before %d", next)
+		require.Equal(t, prev, l.j.Compacted(), "the leader's log starts after the image before %d", next)
 		prev = next
 	}
 	ids, err := l.store.Indexes()
 	require.NoError(t, err)
 	require.Equal(t, []uint64{1600, 1450}, ids)
 	require.Equal(t, 3, l.cp.Status().Adopted)
-	require.Zero(t, l.j.reads.Load())
+	require.Zero(t, l.j.Reads())
 }
 
 // Of several peers, the newest image that is past the local one and not
@@ -191,7 +191,7 @@ func TestAdoptChoosesNewestSuitable(t *testing.T) {
 	require.Equal(t, int32(0), ahead.gets.Load(), "an image past the applied index is not fetched")
 	require.Equal(t, int32(1), corrupt.gets.Load(), "the newest suitable was tried first")
 	require.Equal(t, int32(0), old.gets.Load(), "an image older than the local one is not fetched")
-	require.Equal(t, []uint64{150, 200}, l.j.images)
+	require.Equal(t, []uint64{150, 200}, l.j.Images())
 	require.Equal(t, []string{"image.150", "image.200"}, slices.Sorted(slices.Values(imageFiles(t, l.fs, "/data/image"))))
 	require.Equal(t, readAll(t, good.fs, "/data/image/image.200"), readAll(t, l.fs, "/data/image/image.200"))
 }
@@ -220,7 +220,7 @@ func TestAdoptCorruptDownloadRejected(t *testing.T) {
 		require.Zero(t, st.Written)
 	}
 	require.Contains(t, logs.String(), "level=WARN msg=\"checkpoint failed; retrying at the next interval\"")
-	require.Zero(t, l.j.reads.Load())
+	require.Zero(t, l.j.Reads())
 }
 
 // A peer image past the applied index is not adopted (this node has not
@@ -241,7 +241,7 @@ func TestAdoptNotPastApplied(t *testing.T) {
 	r = l.tickOnce()
 	require.NoError(t, r.err)
 	require.Equal(t, uint64(400), r.info.Index)
-	require.Equal(t, []uint64{400}, l.j.images)
+	require.Equal(t, []uint64{400}, l.j.Images())
 	require.Zero(t, l.cp.Status().Failures)
 }
 
@@ -272,7 +272,7 @@ func TestAdoptShadowFallback(t *testing.T) {
 	r := l.tickOnce()
 	require.NoError(t, r.err)
 	require.Equal(t, uint64(300), r.info.Index)
-	require.NotZero(t, l.j.reads.Load(), "shadow replay")
+	require.NotZero(t, l.j.Reads(), "shadow replay")
 	st := l.cp.Status()
 	require.Equal(t, "", st.LastSource)
 	require.Equal(t, 1, st.Written)
@@ -284,7 +284,7 @@ func TestAdoptShadowFallback(t *testing.T) {
 	r = l2.tickOnce()
 	require.ErrorIs(t, r.err, ErrNoPeerImage)
 	require.ErrorContains(t, r.err, "has no image")
-	require.Zero(t, l2.j.reads.Load())
+	require.Zero(t, l2.j.Reads())
 }
 
 // An adopted image the journal failed to record is recorded at the next
@@ -293,18 +293,14 @@ func TestAdoptRecordFailureRetried(t *testing.T) {
 	f := follower(t, 250, nil)
 	l := leader(t, vfs.NewMem(), []string{f.addr()})
 	l.j.append(300)
-	l.j.mu.Lock()
-	l.j.imageWrittenErr = context.DeadlineExceeded
-	l.j.mu.Unlock()
+	l.j.FailImageWritten(context.DeadlineExceeded)
 	r := l.tickOnce()
 	require.ErrorIs(t, r.err, context.DeadlineExceeded)
 	require.Equal(t, []string{"image.250"}, imageFiles(t, l.fs, "/data/image"))
-	l.j.mu.Lock()
-	l.j.imageWrittenErr = nil
-	l.j.mu.Unlock()
+	l.j.FailImageWritten(nil)
 	r = l.tickOnce()
 	require.NoError(t, r.err)
-	require.Equal(t, []uint64{250}, l.j.images)
+	require.Equal(t, []uint64{250}, l.j.Images())
 	require.Equal(t, int32(1), f.gets.Load(), "not downloaded again")
 	st := l.cp.Status()
 	require.Equal(t, f.addr(), st.LastSource)
@@ -360,7 +356,7 @@ func TestCrashDuringAdopt(t *testing.T) {
 				mem := vfs.NewCrashableMem()
 				c := &crasher{mem: mem, at: step, unsynced: v.unsynced, rng: rand.New(rand.NewPCG(uint64(step), 1))}
 				n := leader(t, errorfs.Wrap(mem, c), []string{src.addr()})
-				c.snapshot = n.j.minIndex
+				c.snapshot = n.j.Compacted
 				n.j.append(100)
 				_, err := n.cp.Checkpoint(context.Background())
 				require.NoError(t, err)
@@ -395,14 +391,14 @@ func TestAdoptStagesNothing(t *testing.T) {
 
 	live := catalog.New()
 	store := openStore(t, vfs.NewMem(), "/data", live)
-	j := newFakeJournal(live)
+	j := newKVJournal(live)
 	for _, b := range catalogBatches(t, 320) {
 		j.appendData(b)
 	}
 	clock := newFakeClock()
 	ticks := make(chan tickResult, 4)
 	cfg := CheckpointerConfig{
-		Store: store, Journal: j, Applied: j.applied,
+		Store: store, Journal: j, Applied: j.Index,
 		NewState:  func() State { return catalog.New() },
 		Threshold: 100, Clock: clock, Logger: testLogger(t),
 		Enabled: func() bool { return false },

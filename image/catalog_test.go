@@ -53,16 +53,16 @@ type catalogNode struct {
 	fs    vfs.FS
 	live  *catalog.Tree
 	store *Store
-	j     *fakeJournal
+	j     *kvJournal
 	cp    *Checkpointer
 }
 
 func newCatalogNode(t testing.TB) *catalogNode {
 	n := &catalogNode{fs: vfs.NewMem(), live: catalog.New()}
 	n.store = openStore(t, n.fs, "/data", n.live)
-	n.j = newFakeJournal(n.live)
+	n.j = newKVJournal(n.live)
 	cp, err := NewCheckpointer(CheckpointerConfig{
-		Store: n.store, Journal: n.j, Applied: n.j.applied,
+		Store: n.store, Journal: n.j, Applied: n.j.Index,
 		NewState: func() State { return catalog.New() },
 		Logger:   testLogger(t),
 	})

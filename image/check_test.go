@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/catalog/catalogtest"
 	"github.com/metatree/metatree/internal/metricstest"
 	"github.com/metatree/metatree/journal"
 )
@@ -107,7 +108,7 @@ func doctorImage(t *testing.T, fs vfs.FS, dir, path string) uint64 {
 	tree := catalog.New()
 	info, err := ReadFile(fs, file, func(r io.Reader) error { return tree.Load(r) })
 	require.NoError(t, err)
-	require.NoError(t, tree.SetAttrForTesting(path, "doctored", catalog.String("yes")))
+	require.NoError(t, catalogtest.SetAttr(tree, path, "doctored", catalog.String("yes")))
 	f, err := fs.Create(file+".doctored", vfs.WriteCategoryUnspecified)
 	require.NoError(t, err)
 	_, _, err = WriteTo(f, info.Header, tree.Save)

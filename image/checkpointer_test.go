@@ -10,6 +10,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/internal/fakejournal"
 )
 
 // fakeClock hands out one manual ticker.
@@ -56,7 +58,7 @@ type node struct {
 	fs    vfs.FS
 	store *Store
 	live  *kvState
-	j     *fakeJournal
+	j     *kvJournal
 	clock *fakeClock
 	cp    *Checkpointer
 	ticks chan tickResult
@@ -66,9 +68,9 @@ func newNode(t testing.TB, fs vfs.FS, opts ...func(*CheckpointerConfig)) *node {
 	t.Helper()
 	n := &node{fs: fs, live: newKV(), clock: newFakeClock(), ticks: make(chan tickResult, 16)}
 	n.store = openStore(t, fs, "/data", n.live)
-	n.j = newFakeJournal(n.live)
+	n.j = newKVJournal(n.live)
 	cfg := CheckpointerConfig{
-		Store: n.store, Journal: n.j, Applied: n.j.applied,
+		Store: n.store, Journal: n.j, Applied: n.j.Index,
 		NewState:  func() State { return newKV() },
 		Threshold: 100, Clock: n.clock, Logger: testLogger(t),
 	}
@@ -90,8 +92,8 @@ func TestCheckpointShadowReplay(t *testing.T) {
 	info, err := n.cp.Checkpoint(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(250), info.Index)
-	require.Equal(t, []uint64{250}, n.j.images, "the journal was told")
-	require.Zero(t, n.j.minIndex(), "the first image compacts nothing: the log starts after an image or at 1")
+	require.Equal(t, []uint64{250}, n.j.Images(), "the journal was told")
+	require.Zero(t, n.j.Compacted(), "the first image compacts nothing: the log starts after an image or at 1")
 
 	shadow := newKV()
 	_, err = n.store.loadInto(shadow, info.Name, true)
@@ -107,7 +109,7 @@ func TestCheckpointShadowReplay(t *testing.T) {
 	_, err = n.store.loadInto(shadow, info.Name, true)
 	require.NoError(t, err)
 	require.Equal(t, expectedKV(350), shadow.snapshot())
-	require.Equal(t, uint64(250), n.j.minIndex(), "compacted up to the image before, at least the margin behind")
+	require.Equal(t, uint64(250), n.j.Compacted(), "compacted up to the image before, at least the margin behind")
 
 	// Nothing new: the newest image is returned, nothing written.
 	again, err := n.cp.Checkpoint(ctx)
@@ -120,7 +122,7 @@ func TestCheckpointShadowReplay(t *testing.T) {
 	require.NoError(t, err)
 	ids, _ := n.store.Indexes()
 	require.Equal(t, []uint64{360, 350}, ids, "older images pruned after the journal recorded the new one")
-	require.Equal(t, uint64(350), n.j.minIndex(), "the log starts after an image the store keeps")
+	require.Equal(t, uint64(350), n.j.Compacted(), "the log starts after an image the store keeps")
 }
 
 func TestCheckpointThreshold(t *testing.T) {
@@ -144,9 +146,7 @@ func TestCheckpointFailureIsRetriedAndReported(t *testing.T) {
 	var logs logBuffer
 	n := newNode(t, vfs.NewMem(), func(c *CheckpointerConfig) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	n.j.append(150)
-	n.j.mu.Lock()
-	n.j.imageWrittenErr = errors.New("journal: disk full")
-	n.j.mu.Unlock()
+	n.j.FailImageWritten(errors.New("journal: disk full"))
 	for i := 1; i <= 2; i++ {
 		n.clock.tick(time.Minute)
 		r := <-n.ticks
@@ -159,9 +159,7 @@ func TestCheckpointFailureIsRetriedAndReported(t *testing.T) {
 	}
 	require.Contains(t, logs.String(), "level=ERROR")
 	require.Contains(t, logs.String(), "consecutive_failures=2")
-	n.j.mu.Lock()
-	n.j.imageWrittenErr = nil
-	n.j.mu.Unlock()
+	n.j.FailImageWritten(nil)
 	n.clock.tick(time.Minute)
 	r := <-n.ticks
 	require.NoError(t, r.err)
@@ -169,7 +167,7 @@ func TestCheckpointFailureIsRetriedAndReported(t *testing.T) {
 	require.Zero(t, st.Failures)
 	require.NoError(t, st.LastError)
 	require.Equal(t, uint64(150), st.Last.Index)
-	require.Equal(t, []uint64{150}, n.j.images)
+	require.Equal(t, []uint64{150}, n.j.Images())
 }
 
 func TestCheckpointDisabledOnThisNode(t *testing.T) {
@@ -201,7 +199,7 @@ func TestCheckpointOneAtATime(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	require.Equal(t, int32(1), n.j.maxInFlight.Load())
+	require.Equal(t, 1, n.j.MaxReadsInFlight())
 	shadow := newKV()
 	latest, err := n.store.Latest()
 	require.NoError(t, err)
@@ -216,11 +214,11 @@ func TestCheckpointerCloseCancels(t *testing.T) {
 	fs := vfs.NewMem()
 	n := newNode(t, fs)
 	n.j.append(200)
-	n.j.readBlock = make(chan struct{})
-	n.j.readStarted = make(chan struct{}, 1)
+	started := make(chan struct{}, 1)
+	n.j.BlockReads(started)
 	errc := make(chan error, 1)
 	go func() { _, err := n.cp.Checkpoint(context.Background()); errc <- err }()
-	<-n.j.readStarted // the replay is under way
+	<-started // the replay is under way
 	require.NoError(t, n.cp.Close())
 	require.ErrorIs(t, <-errc, context.Canceled)
 	require.NoError(t, n.cp.Close(), "Close is idempotent")
@@ -233,13 +231,13 @@ func TestCheckpointerCloseCancels(t *testing.T) {
 func TestCheckpointCallerCancels(t *testing.T) {
 	n := newNode(t, vfs.NewMem())
 	n.j.append(200)
-	n.j.readBlock = make(chan struct{})
+	release := n.j.BlockReads(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { _, err := n.cp.Checkpoint(ctx); errc <- err }()
 	cancel()
 	require.ErrorIs(t, <-errc, context.Canceled)
-	close(n.j.readBlock)
+	release()
 	info, err := n.cp.Checkpoint(context.Background())
 	require.NoError(t, err, "the loop goes on after a cancelled request")
 	require.Equal(t, uint64(200), info.Index)
@@ -265,7 +263,7 @@ func TestImagesIdenticalAcrossNodes(t *testing.T) {
 
 func TestCheckpointBaseCorruptFallsBackToJournal(t *testing.T) {
 	n := newNode(t, vfs.NewMem())
-	n.j.margin = 1000 // keep the whole log
+	n.j.SetMargin(1000) // keep the whole log
 	n.j.append(100)
 	_, err := n.cp.Checkpoint(context.Background())
 	require.NoError(t, err)
@@ -286,12 +284,12 @@ func TestCheckpointBaseCorruptFallsBackToJournal(t *testing.T) {
 		_, err = n2.cp.Checkpoint(context.Background())
 		require.NoError(t, err)
 	}
-	require.Equal(t, uint64(300), n2.j.minIndex(), "the log starts after the first image")
+	require.Equal(t, uint64(300), n2.j.Compacted(), "the log starts after the first image")
 	corruptFile(t, n2.fs, "/data/image/image.300")
 	corruptFile(t, n2.fs, "/data/image/image.600")
 	n2.j.append(10)
 	_, err = n2.cp.Checkpoint(context.Background())
-	require.ErrorIs(t, err, errCompacted)
+	require.ErrorIs(t, err, fakejournal.ErrCompacted)
 	require.Equal(t, 1, n2.cp.Status().Failures)
 }
 
@@ -309,7 +307,7 @@ func TestStoreRequestImageCheckpointsNow(t *testing.T) {
 	r := <-requested
 	require.NoError(t, r.err)
 	require.Equal(t, uint64(5), r.info.Index)
-	require.Equal(t, []uint64{5}, n.j.images, "the journal was told")
+	require.Equal(t, []uint64{5}, n.j.Images(), "the journal was told")
 
 	require.NoError(t, n.cp.Close())
 	n.j.append(5)

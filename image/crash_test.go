@@ -68,7 +68,7 @@ func (c *crasher) result() (*vfs.MemFS, uint64) {
 // reopen opens a crashed data dir as a restarted node does, loads the newest
 // usable image and replays the journal after it, and checks that the state
 // holds every acknowledged write (entries 1..want).
-func reopen(t *testing.T, fs vfs.FS, j *fakeJournal, minIndex, want uint64) {
+func reopen(t *testing.T, fs vfs.FS, j *kvJournal, minIndex, want uint64) {
 	t.Helper()
 	st := newKV()
 	s, err := Open(Config{Dir: "/data", FS: fs, State: st, ClusterID: "cluster-a", Logger: testLogger(t)})
@@ -103,7 +103,7 @@ func TestCrashDuringCheckpoint(t *testing.T) {
 				mem := vfs.NewCrashableMem()
 				c := &crasher{mem: mem, at: step, unsynced: v.unsynced, rng: rand.New(rand.NewPCG(uint64(step), 1))}
 				n := newNode(t, errorfs.Wrap(mem, c))
-				c.snapshot = n.j.minIndex
+				c.snapshot = n.j.Compacted
 				n.j.append(120)
 				_, err := n.cp.Checkpoint(context.Background())
 				require.NoError(t, err)
@@ -145,7 +145,7 @@ func TestCrashDuringRestore(t *testing.T) {
 				mem := vfs.NewCrashableMem()
 				c := &crasher{mem: mem, at: step, unsynced: v.unsynced, rng: rand.New(rand.NewPCG(uint64(step), 1))}
 				n := newNode(t, errorfs.Wrap(mem, c))
-				c.snapshot = n.j.minIndex
+				c.snapshot = n.j.Compacted
 				n.j.append(100)
 				_, err := n.cp.Checkpoint(context.Background())
 				require.NoError(t, err)
@@ -159,7 +159,7 @@ func TestCrashDuringRestore(t *testing.T) {
 				if err == nil {
 					// What the journal does next: raft records the snapshot
 					// (its log now starts after 300), then applies it.
-					n.j.installSnapshot(300)
+					n.j.InstallSnapshot(300)
 					want = 300
 					err = n.store.Install(ctx, 300)
 				}

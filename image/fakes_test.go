@@ -10,14 +10,14 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/internal/fakejournal"
 )
 
 // kvState is a trivial State: entries are "key=value".
@@ -93,147 +93,39 @@ func (s *kvState) saved(t testing.TB) []byte {
 	return b.Bytes()
 }
 
-var errCompacted = errors.New("fake journal: compacted")
+// kvJournal is the fake journal (internal/fakejournal) with the live
+// state attached, and what these tests commit to it: "key=value" entries.
+type kvJournal struct{ *fakejournal.Log }
 
-// fakeJournal is an in-memory log of "key=value" entries that applies each
-// entry to a live state as it is appended.
-type fakeJournal struct {
-	mu      sync.Mutex
-	entries map[uint64][]byte
-	first   uint64 // first retained index
-	last    uint64
-	margin  uint64
-	live    State
-	images  []uint64
-	// recorded holds ImageWritten's arguments, call by call.
-	recorded []Header
-
-	imageWrittenErr error
-	readBlock       chan struct{} // when set, ReadEntries waits for it or ctx
-	readStarted     chan struct{} // when set, ReadEntries sends on it before waiting
-	reads           atomic.Int32
-	inFlight        atomic.Int32
-	maxInFlight     atomic.Int32
+// newKVJournal returns an empty fake journal that applies every entry to
+// live (nil: to nothing) as it commits.
+func newKVJournal(live State) *kvJournal {
+	j := &kvJournal{fakejournal.New()}
+	if live != nil {
+		j.Attach(0, live)
+	}
+	return j
 }
 
-func newFakeJournal(live State) *fakeJournal {
-	return &fakeJournal{entries: map[uint64][]byte{}, first: 1, margin: 10, live: live}
-}
-
-func (j *fakeJournal) append(n int) {
+// append commits n entries "k<i%37>=v<i>", i their index.
+func (j *kvJournal) append(n int) {
 	for range n {
-		j.add(func(i uint64) []byte { return []byte(fmt.Sprintf("k%d=v%d", i%37, i)) })
+		j.CommitFunc(func(i uint64) []byte { return []byte(fmt.Sprintf("k%d=v%d", i%37, i)) })
 	}
 }
 
 // appendData commits one entry and applies it to the live state.
-func (j *fakeJournal) appendData(d []byte) uint64 {
-	return j.add(func(uint64) []byte { return d })
+func (j *kvJournal) appendData(d []byte) uint64 {
+	return j.CommitFunc(func(uint64) []byte { return d })
 }
 
-// add commits the entry data(index) and applies it to the live state, in
-// log order even when called from several goroutines.
-func (j *fakeJournal) add(data func(index uint64) []byte) uint64 {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.last++
-	i := j.last
-	d := data(i)
-	j.entries[i] = d
-	if j.live != nil {
-		j.live.Apply(i, d)
+// recordedImages returns ImageWritten's arguments, call by call.
+func (j *kvJournal) recordedImages() []Header {
+	var out []Header
+	for _, im := range j.Recorded() {
+		out = append(out, Header{Index: im.Index, Term: im.Term, Membership: im.Membership})
 	}
-	return i
-}
-
-func (j *fakeJournal) applied() uint64 {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.last
-}
-
-func (j *fakeJournal) minIndex() uint64 {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.first - 1
-}
-
-func (j *fakeJournal) ReadEntries(ctx context.Context, after, upTo uint64, fn func(uint64, []byte) error) error {
-	j.reads.Add(1)
-	n := j.inFlight.Add(1)
-	defer j.inFlight.Add(-1)
-	for {
-		m := j.maxInFlight.Load()
-		if n <= m || j.maxInFlight.CompareAndSwap(m, n) {
-			break
-		}
-	}
-	if j.readBlock != nil {
-		if j.readStarted != nil {
-			j.readStarted <- struct{}{}
-		}
-		select {
-		case <-j.readBlock:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	j.mu.Lock()
-	if after+1 < j.first {
-		j.mu.Unlock()
-		return fmt.Errorf("%w: entries after %d (first retained %d)", errCompacted, after, j.first)
-	}
-	if upTo > j.last {
-		j.mu.Unlock()
-		return fmt.Errorf("fake journal: %d is past the last index %d", upTo, j.last)
-	}
-	var ents [][]byte
-	for i := after + 1; i <= upTo; i++ {
-		ents = append(ents, j.entries[i])
-	}
-	j.mu.Unlock()
-	for k, e := range ents {
-		if err := fn(after+1+uint64(k), e); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (j *fakeJournal) MembershipAt(index uint64) ([]byte, error) {
-	return []byte("voters=1,2,3@" + strconv.FormatUint(index/1000, 10)), nil
-}
-
-func (j *fakeJournal) TermAt(index uint64) (uint64, error) { return 1 + index/1000, nil }
-
-func (j *fakeJournal) FirstIndex() (uint64, error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.first, nil
-}
-
-func (j *fakeJournal) ImageWritten(ctx context.Context, index, term uint64, membership []byte) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.imageWrittenErr != nil {
-		return j.imageWrittenErr
-	}
-	j.images = append(j.images, index)
-	j.recorded = append(j.recorded, Header{Index: index, Term: term, Membership: membership})
-	// As the journal does: up to the newest image the margin behind.
-	var cut uint64
-	for _, i := range j.images {
-		if i+j.margin <= index {
-			cut = max(cut, i)
-		}
-	}
-	if cut+1 > j.first {
-		for i := j.first; i <= cut; i++ {
-			delete(j.entries, i)
-		}
-		j.first = cut + 1
-	}
-	return nil
+	return out
 }
 
 // expectedKV is the state after applying entries 1..n.
@@ -263,7 +155,7 @@ func openStore(t testing.TB, fs vfs.FS, dir string, st State, opts ...storeOpt) 
 func writeKV(t testing.TB, s *Store, n uint64) Info {
 	t.Helper()
 	st := newKV()
-	j := newFakeJournal(st)
+	j := newKVJournal(st)
 	j.append(int(n))
 	info, err := s.Write(context.Background(), Header{Index: n, Term: 1, Membership: []byte("m")}, st.Save)
 	require.NoError(t, err)
@@ -317,22 +209,4 @@ func writeAll(t testing.TB, fs vfs.FS, path string, data []byte) {
 	require.NoError(t, err)
 	require.NoError(t, f.Sync())
 	require.NoError(t, f.Close())
-}
-
-func (j *fakeJournal) recordedImages() []Header {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return slices.Clone(j.recorded)
-}
-
-// installSnapshot is what raft does when it records a snapshot at index:
-// the log is replaced by the snapshot (entries up to index are taken from
-// the same deterministic history).
-func (j *fakeJournal) installSnapshot(index uint64) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for i := j.first; i <= j.last; i++ {
-		delete(j.entries, i)
-	}
-	j.first, j.last = index+1, index
 }

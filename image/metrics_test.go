@@ -36,9 +36,7 @@ func TestCollectorsExactValues(t *testing.T) {
 	_, err = n.cp.Checkpoint(ctx) // nothing new: neither ok nor failed
 	require.NoError(t, err)
 	n.j.append(10)
-	n.j.mu.Lock()
-	n.j.imageWrittenErr = errors.New("journal: disk full")
-	n.j.mu.Unlock()
+	n.j.FailImageWritten(errors.New("journal: disk full"))
 	_, err = n.cp.Checkpoint(ctx)
 	require.Error(t, err)
 

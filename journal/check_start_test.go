@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/catalog/catalogtest"
 	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/journaltest"
 )
@@ -128,8 +129,8 @@ func TestNoMajorityStopsWritesClusterWideUntilCleared(t *testing.T) {
 			Set: map[string]catalog.Value{"owner": catalog.String("ann")}})
 		require.NoError(t, c.WaitApplied(ctx, idx))
 		a, b := c.Node(leader%3+1), c.Node((leader+1)%3+1)
-		require.NoError(t, a.StateMachine().(*catalog.Tree).SetAttrForTesting("/db", "owner", catalog.String("bob")))
-		require.NoError(t, b.StateMachine().(*catalog.Tree).SetAttrForTesting("/db", "owner", catalog.String("cy")))
+		require.NoError(t, catalogtest.SetAttr(a.StateMachine().(*catalog.Tree), "/db", "owner", catalog.String("bob")))
+		require.NoError(t, catalogtest.SetAttr(b.StateMachine().(*catalog.Tree), "/db", "owner", catalog.String("cy")))
 
 		for _, n := range c.Nodes() {
 			awaitAlarm(ctx, t, n)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/catalog/catalogtest"
 	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/journaltest"
 )
@@ -112,7 +113,7 @@ func TestConsistencyCheckFindsTheFollowerWhoseCatalogDiffers(t *testing.T) {
 		}
 
 		bad := c.Node(leader%3 + 1)
-		require.NoError(t, bad.StateMachine().(*catalog.Tree).SetAttrForTesting("/db", "owner", catalog.String("bob")))
+		require.NoError(t, catalogtest.SetAttr(bad.StateMachine().(*catalog.Tree), "/db", "owner", catalog.String("bob")))
 		ce, took := awaitCorrupt(ctx, t, bad)
 		require.LessOrEqual(t, took, checkInterval+250*time.Millisecond, "detected within one check interval")
 		require.ErrorIs(t, ce, journal.ErrCorrupt)
@@ -167,7 +168,7 @@ func TestConsistencyCheckFindsTheLeaderWhoseCatalogDiffersAndItStepsDown(t *test
 			Set: map[string]catalog.Value{"owner": catalog.String("ann")}})
 		require.NoError(t, c.WaitApplied(ctx, idx))
 
-		require.NoError(t, ln.StateMachine().(*catalog.Tree).SetAttrForTesting("/db", "owner", catalog.Int(7)))
+		require.NoError(t, catalogtest.SetAttr(ln.StateMachine().(*catalog.Tree), "/db", "owner", catalog.Int(7)))
 		ce, took := awaitCorrupt(ctx, t, ln)
 		require.LessOrEqual(t, took, checkInterval+250*time.Millisecond)
 		require.NotContains(t, ce.Agreeing, leader)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/catalog/catalogtest"
 	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/journaltest"
 )
@@ -173,7 +174,7 @@ func TestVerifyDigestsComparesAtTheMarksOfEachFormat(t *testing.T) {
 		require.Positive(t, compared[2], "marks of format 2 compared: %+v", res)
 
 		bad := catalog.New()
-		require.NoError(t, bad.SetAttrForTesting("/", "x", catalog.Int(1)))
+		require.NoError(t, catalogtest.SetAttr(bad, "/", "x", catalog.Int(1)))
 		_, err = in.VerifyDigests(ctx, bad, 0, nil, 0)
 		var ce *journal.CorruptError
 		require.ErrorAs(t, err, &ce)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/catalog/catalogtest"
 	"github.com/metatree/metatree/image"
 )
 
@@ -31,7 +32,7 @@ func corruptNewestImage(t *testing.T, dir, path string) uint64 {
 	tree := catalog.New()
 	info, err := image.ReadFile(fs, file, func(r io.Reader) error { return tree.Load(r) })
 	require.NoError(t, err)
-	require.NoError(t, tree.SetAttrForTesting(path, "i", catalog.Int(-1)))
+	require.NoError(t, catalogtest.SetAttr(tree, path, "i", catalog.Int(-1)))
 	f, err := fs.Create(file+".corrupt", vfs.WriteCategoryUnspecified)
 	require.NoError(t, err)
 	_, _, err = image.WriteTo(f, info.Header, tree.Save)

@@ -23,7 +23,7 @@ import (
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/frontend"
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 func main() {
@@ -146,7 +146,7 @@ func run(ctx context.Context, dir string, out io.Writer) error {
 // it. A query registers against that epoch: the registry cancels it when
 // the record moves on, and it cannot tell an epoch it has never seen from
 // a newer one.
-func publishedEpoch(ctx context.Context, f *frontend.Frontend, id uint64) (heartbeat.Epoch, error) {
+func publishedEpoch(ctx context.Context, f *frontend.Frontend, id uint64) (epoch.Epoch, error) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -155,7 +155,7 @@ func publishedEpoch(ctx context.Context, f *frontend.Frontend, id uint64) (heart
 		}
 		select {
 		case <-ctx.Done():
-			return heartbeat.Epoch{}, fmt.Errorf("member %d's epoch: %w", id, ctx.Err())
+			return epoch.Epoch{}, fmt.Errorf("member %d's epoch: %w", id, ctx.Err())
 		case <-tick.C:
 		}
 	}

@@ -20,6 +20,8 @@ import (
 	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/examples/internal/secure"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
 	"github.com/metatree/metatree/image"
 	"github.com/metatree/metatree/journal"
 )
@@ -133,7 +135,7 @@ type Config struct {
 type Frontend struct {
 	cfg    Config
 	logger *slog.Logger
-	epoch  heartbeat.Epoch // at start; Epoch is the current one
+	epoch  epoch.Epoch // at start; Epoch is the current one
 
 	tree     *catalog.Tree
 	images   *image.Store
@@ -199,7 +201,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	f := &Frontend{
 		cfg:        cfg,
 		logger:     cfg.Logger,
-		epoch:      heartbeat.NewEpoch(),
+		epoch:      epoch.New(),
 		tree:       newTree(cfg.Quota),
 		registry:   cancel.New(cancel.Config{Logger: cfg.Logger}),
 		client:     secure.MemberClient(certs, cfg.Token, cfg.RequestTimeout+time.Second, dial),
@@ -308,7 +310,7 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 		// long as a write does: on a disk whose fsyncs outlast a
 		// heartbeat interval they commit all the same.
 		ProposeTimeout: cfg.RequestTimeout,
-		OnEvent:        func(ev heartbeat.Event) { f.registry.Apply(ev) },
+		OnEvent:        func(ev epoch.Event) { f.registry.Apply(ev) },
 		Clock:          cfg.Clock,
 		Logger:         cfg.Logger,
 	})
@@ -330,7 +332,7 @@ func (f *Frontend) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/raft/", f.whenReady(func() http.Handler { return f.journal.Handler() }))
 	mux.Handle(image.PathPrefix, f.whenReady(func() http.Handler { return f.images.Handler() }))
-	mux.Handle(heartbeat.Path, f.whenReady(func() http.Handler { return f.members.Handler() }))
+	mux.Handle(responder.Path, f.whenReady(func() http.Handler { return f.members.Handler() }))
 	host := f.cfg.Handler
 	if host == nil {
 		host = httpjson.NotFound
@@ -387,7 +389,7 @@ func (f *Frontend) registerSelf(ctx context.Context) error {
 	retry := time.NewTicker(100 * time.Millisecond)
 	defer retry.Stop()
 	for {
-		err := f.members.Add(ctx, heartbeat.Member{ID: f.cfg.ID, Addr: f.cfg.Addr, Kind: heartbeat.KindFrontend, Role: role.String()})
+		err := f.members.Add(ctx, heartbeat.Member{ID: f.cfg.ID, Addr: f.cfg.Addr, Kind: epoch.KindFrontend, Role: role.String()})
 		if err == nil || errors.Is(err, heartbeat.ErrExists) {
 			return nil
 		}
@@ -429,7 +431,7 @@ func (f *Frontend) Registry() *cancel.Registry { return f.registry }
 // declared dead while cut off); the process then draws a fresh one
 // (heartbeat.Membership.Epoch), so read it for every query, fence or
 // owner, never once.
-func (f *Frontend) Epoch() heartbeat.Epoch {
+func (f *Frontend) Epoch() epoch.Epoch {
 	if f.members == nil {
 		return f.epoch
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/image"
 	"github.com/metatree/metatree/journal"
 )
@@ -229,9 +230,9 @@ func TestMembersChangeThroughTheFrontend(t *testing.T) {
 		m   heartbeat.Member
 		msg string
 	}{
-		{heartbeat.Member{Addr: "127.0.0.1:1", Kind: heartbeat.KindWorker}, "non-zero id"},
-		{heartbeat.Member{ID: 101, Addr: "nowhere", Kind: heartbeat.KindWorker}, `addr "nowhere"`},
-		{heartbeat.Member{ID: 5, Addr: "127.0.0.1:1", Kind: heartbeat.KindFrontend, Role: "leader"}, `role "leader"`},
+		{heartbeat.Member{Addr: "127.0.0.1:1", Kind: epoch.KindWorker}, "non-zero id"},
+		{heartbeat.Member{ID: 101, Addr: "nowhere", Kind: epoch.KindWorker}, `addr "nowhere"`},
+		{heartbeat.Member{ID: 5, Addr: "127.0.0.1:1", Kind: epoch.KindFrontend, Role: "leader"}, `role "leader"`},
 	} {
 		err := f.AddMember(ctx, tc.m)
 		require.ErrorIs(t, err, heartbeat.ErrInvalid, "%+v", tc.m)
@@ -239,7 +240,7 @@ func TestMembersChangeThroughTheFrontend(t *testing.T) {
 	}
 	require.Len(t, f.Journal().Status().Members, 1, "a refused frontend never reaches raft")
 
-	require.NoError(t, f.AddMember(ctx, heartbeat.Member{ID: 101, Addr: "127.0.0.1:1", Kind: heartbeat.KindWorker}))
+	require.NoError(t, f.AddMember(ctx, heartbeat.Member{ID: 101, Addr: "127.0.0.1:1", Kind: epoch.KindWorker}))
 	// The tree has applied the record when AddMember returns; heartbeat's
 	// own view follows it on its watcher.
 	n, ok := f.Tree().Get(heartbeat.MemberPath(101))

@@ -10,6 +10,8 @@ import (
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
 	"github.com/metatree/metatree/image"
 	"github.com/metatree/metatree/journal"
 )
@@ -45,8 +47,8 @@ func Example_handWired() {
 		panic(err)
 	}
 	defer ckpt.Close()
-	members, err := heartbeat.New(heartbeat.Config{ID: 1, Epoch: heartbeat.NewEpoch(), Cluster: j.Status().ClusterID,
-		Token: token, Tree: tree, Journal: j, OnEvent: func(ev heartbeat.Event) { registry.Apply(ev) }})
+	members, err := heartbeat.New(heartbeat.Config{ID: 1, Epoch: epoch.New(), Cluster: j.Status().ClusterID,
+		Token: token, Tree: tree, Journal: j, OnEvent: func(ev epoch.Event) { registry.Apply(ev) }})
 	if err != nil {
 		panic(err)
 	}
@@ -55,14 +57,14 @@ func Example_handWired() {
 	mux := http.NewServeMux()
 	mux.Handle("/raft/", j.Handler())
 	mux.Handle(image.PathPrefix, images.Handler())
-	mux.Handle(heartbeat.Path, members.Handler())
+	mux.Handle(responder.Path, members.Handler())
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	defer srv.Shutdown(ctx) // deferred last: runs first, then the parts in reverse
 	// Register this frontend once (a restart finds its record): workers
 	// refuse fragments from a coordinator they do not know.
 	if _, ok := members.Member(1); !ok {
-		if err := members.Add(ctx, heartbeat.Member{ID: 1, Addr: addr, Kind: heartbeat.KindFrontend, Role: journal.Follower.String()}); err != nil {
+		if err := members.Add(ctx, heartbeat.Member{ID: 1, Addr: addr, Kind: epoch.KindFrontend, Role: journal.Follower.String()}); err != nil {
 			panic(err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -23,7 +24,7 @@ func (f *Frontend) AddMember(ctx context.Context, m heartbeat.Member) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.RequestTimeout)
 	defer cancel()
-	if m.Kind == heartbeat.KindFrontend {
+	if m.Kind == epoch.KindFrontend {
 		role := journal.Follower
 		switch m.Role {
 		case "", "follower":
@@ -61,7 +62,7 @@ func (f *Frontend) RemoveMember(ctx context.Context, id uint64, force bool) erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.RequestTimeout)
 	defer cancel()
-	if !inRaft && m.Kind != heartbeat.KindFrontend {
+	if !inRaft && m.Kind != epoch.KindFrontend {
 		return f.members.Remove(ctx, id)
 	}
 	// Raft first, then the record (see pruneMembers).
@@ -125,7 +126,7 @@ func (f *Frontend) pruneOnce() {
 		raft[m.ID] = true
 	}
 	for _, m := range records {
-		if m.Kind != heartbeat.KindFrontend || raft[m.ID] {
+		if m.Kind != epoch.KindFrontend || raft[m.ID] {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(f.bgCtx, f.cfg.RequestTimeout)

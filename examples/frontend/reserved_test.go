@@ -7,6 +7,7 @@ import (
 
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -39,7 +40,7 @@ func TestRawProposeUnderTheClusterRecordsIsRefused(t *testing.T) {
 	require.True(t, ok)
 
 	// Heartbeat writes its own records through the same journal.
-	require.NoError(t, f.AddMember(ctx, heartbeat.Member{ID: 7, Addr: "127.0.0.1:1", Kind: heartbeat.KindWorker}))
+	require.NoError(t, f.AddMember(ctx, heartbeat.Member{ID: 7, Addr: "127.0.0.1:1", Kind: epoch.KindWorker}))
 	_, ok = f.Tree().Get(heartbeat.MembersPath + "/7")
 	require.True(t, ok, "heartbeat's own write is not refused")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/catalog/catalogtest"
 	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/image"
 	"github.com/metatree/metatree/internal/metricstest"
@@ -71,7 +72,7 @@ func doctorImage(t *testing.T, path string) {
 	tree := catalog.New()
 	info, err := image.ReadFile(fs, path, func(r io.Reader) error { return tree.Load(r) })
 	require.NoError(t, err)
-	require.NoError(t, tree.SetAttrForTesting("/db0", "n", catalog.Int(1000)))
+	require.NoError(t, catalogtest.SetAttr(tree, "/db0", "n", catalog.Int(1000)))
 	f, err := fs.Create(path+".doctored", vfs.WriteCategoryUnspecified)
 	require.NoError(t, err)
 	_, _, err = image.WriteTo(f, info.Header, tree.Save)

@@ -29,6 +29,7 @@ import (
 	"github.com/metatree/metatree/examples/internal/frontend"
 	"github.com/metatree/metatree/examples/internal/worker"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -102,7 +103,7 @@ func run(ctx context.Context) error {
 		if err := d.startWorker(id, ""); err != nil {
 			return err
 		}
-		if err := d.frontends[2].Members().Add(ctx, heartbeat.Member{ID: id, Addr: d.workers[id].Addr(), Kind: heartbeat.KindWorker}); err != nil {
+		if err := d.frontends[2].Members().Add(ctx, heartbeat.Member{ID: id, Addr: d.workers[id].Addr(), Kind: epoch.KindWorker}); err != nil {
 			return fmt.Errorf("add worker %d: %w", id, err)
 		}
 	}

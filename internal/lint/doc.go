@@ -5,5 +5,8 @@
 //   - every tracked .go file is gofmt-clean ([TestGofmt]);
 //   - fmt.Errorf never formats an error with %v or %s, which drops it from
 //     the chain that errors.Is and errors.As walk; %w keeps it
-//     ([TestErrorfWrapsErrors]).
+//     ([TestErrorfWrapsErrors]);
+//   - the worker side (examples/internal/worker, heartbeat/responder,
+//     heartbeat/epoch) links no catalog or journal package
+//     ([TestWorkerSideLinksNoCatalog]).
 package lint

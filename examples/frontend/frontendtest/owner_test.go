@@ -15,6 +15,7 @@ import (
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/heartbeattest"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -284,17 +285,17 @@ func TestSuspicionTheMonitorNeverRecordsRemovesNoOwnedNode(t *testing.T) {
 		ms := c.Frontend(leader).Members()
 		before, _ := ms.Member(4)
 
-		misses := ms.MonitorStats().Misses
+		misses := heartbeattest.StatsOf(ms).Misses
 		c.Network().Partition(WorkerAddr(4), Addr(leader))
 		require.NoError(t, c.await(ctx, "the leader misses DeadAfter-1 heartbeats", func() bool {
-			return ms.MonitorStats().Misses >= misses+uint64(kitDefaults.DeadAfter-1)
+			return heartbeattest.StatsOf(ms).Misses >= misses+uint64(kitDefaults.DeadAfter-1)
 		}))
 		c.Heal()
 		// As many rounds again as a conviction takes: a miss counted in the
 		// cut would show by then.
-		rounds := ms.MonitorStats().Rounds
+		rounds := heartbeattest.StatsOf(ms).Rounds
 		require.NoError(t, c.await(ctx, "DeadAfter+1 more heartbeat rounds", func() bool {
-			return ms.MonitorStats().Rounds >= rounds+uint64(kitDefaults.DeadAfter+1)
+			return heartbeattest.StatsOf(ms).Rounds >= rounds+uint64(kitDefaults.DeadAfter+1)
 		}))
 
 		at := marker(ctx, t, c.Frontend(leader), "/marker")
@@ -327,7 +328,7 @@ func TestDeadWorkersOwnedNodesGoOnceAcrossALeaderCrash(t *testing.T) {
 	}{
 		{"before the death is journaled", func(ctx context.Context, c *Cluster, leader int, misses uint64) error {
 			ms := c.Frontend(leader).Members()
-			return c.await(ctx, "the leader misses a heartbeat", func() bool { return ms.MonitorStats().Misses > misses })
+			return c.await(ctx, "the leader misses a heartbeat", func() bool { return heartbeattest.StatsOf(ms).Misses > misses })
 		}},
 		{"after the death is journaled", func(ctx context.Context, c *Cluster, leader int, _ uint64) error {
 			tree := c.Frontend(leader).Tree()
@@ -344,7 +345,7 @@ func TestDeadWorkersOwnedNodesGoOnceAcrossALeaderCrash(t *testing.T) {
 				require.NoError(t, err)
 				defer q.Finish()
 
-				misses := c.Frontend(leader).Members().MonitorStats().Misses
+				misses := heartbeattest.StatsOf(c.Frontend(leader).Members()).Misses
 				c.StopWorker(4)
 				require.NoError(t, tc.crashWhen(ctx, c, leader, misses))
 				m, _ := c.Frontend(leader).Members().Member(4)
@@ -362,9 +363,9 @@ func TestDeadWorkersOwnedNodesGoOnceAcrossALeaderCrash(t *testing.T) {
 				back, err := c.RestartFrontend(ctx, leader)
 				require.NoError(t, err)
 				ms := c.Frontend(newLeader).Members()
-				rounds := ms.MonitorStats().Rounds
+				rounds := heartbeattest.StatsOf(ms).Rounds
 				require.NoError(t, c.await(ctx, "2×DeadAfter+1 more heartbeat rounds", func() bool {
-					return ms.MonitorStats().Rounds >= rounds+uint64(2*kitDefaults.DeadAfter+1)
+					return heartbeattest.StatsOf(ms).Rounds >= rounds+uint64(2*kitDefaults.DeadAfter+1)
 				}))
 				at := marker(ctx, t, c.Frontend(newLeader), "/marker")
 				d := ce.Index

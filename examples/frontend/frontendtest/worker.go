@@ -10,6 +10,8 @@ import (
 
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
 )
 
 // ErrInvalidWorker is the error of AddWorker for an id that is zero, a
@@ -18,14 +20,14 @@ import (
 var ErrInvalidWorker = errors.New("frontendtest: invalid worker")
 
 // Worker is a worker as the example worker binary runs one: a heartbeat
-// responder with this process's epoch, mounted at heartbeat.Path on the
+// responder with this process's epoch, mounted at responder.Path on the
 // Cluster's Network, feeding a cancel registry that its fragments register
 // with. A restart is a new Worker with a new epoch at the same address.
 // Its methods are safe for concurrent use.
 type Worker struct {
 	id        uint64
 	addr      string
-	responder *heartbeat.Responder
+	responder *responder.Responder
 	registry  *cancel.Registry
 	srv       *http.Server
 	served    chan struct{}
@@ -38,11 +40,11 @@ func WorkerAddr(id uint64) string { return fmt.Sprintf("worker-%d:9100", id) }
 // startWorker serves worker id on the network with a fresh epoch.
 func (c *Cluster) startWorker(id uint64) (*Worker, error) {
 	registry := cancel.New(cancel.Config{})
-	responder, err := heartbeat.NewResponder(heartbeat.ResponderConfig{
+	resp, err := responder.New(responder.Config{
 		ID:      id,
-		Epoch:   heartbeat.NewEpoch(),
+		Epoch:   epoch.New(),
 		Token:   c.opts.Config.Token,
-		OnEvent: func(ev heartbeat.Event) { registry.Apply(ev) },
+		OnEvent: func(ev epoch.Event) { registry.Apply(ev) },
 		Clock:   c.clock(id),
 	})
 	if err != nil {
@@ -55,9 +57,9 @@ func (c *Cluster) startWorker(id uint64) (*Worker, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle(heartbeat.Path, responder)
+	mux.Handle(responder.Path, resp)
 	w := &Worker{
-		id: id, addr: WorkerAddr(id), responder: responder, registry: registry,
+		id: id, addr: WorkerAddr(id), responder: resp, registry: registry,
 		srv:    &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
 		served: make(chan struct{}),
 	}
@@ -77,7 +79,7 @@ func (w *Worker) Addr() string { return w.addr }
 // Epoch is this worker process's current epoch: the one it drew at start,
 // or, once the log recorded that epoch's end (the worker was declared dead
 // while cut off), the fresh one it drew when the leader told it so.
-func (w *Worker) Epoch() heartbeat.Epoch { return w.responder.Epoch() }
+func (w *Worker) Epoch() epoch.Epoch { return w.responder.Epoch() }
 
 // Registry is the worker's cancel registry: a fragment registered in it
 // (cancel.Registry.RegisterFragment) is cancelled when its coordinator
@@ -86,7 +88,7 @@ func (w *Worker) Registry() *cancel.Registry { return w.registry }
 
 // Responder is the worker's heartbeat responder: the frontends' epochs as
 // the leader's heartbeats list them.
-func (w *Worker) Responder() *heartbeat.Responder { return w.responder }
+func (w *Worker) Responder() *responder.Responder { return w.responder }
 
 // close stops serving at once, as a killed process does (open connections
 // drop), and cancels the fragments with cancel.ErrClosed.
@@ -118,7 +120,7 @@ func (c *Cluster) AddWorker(ctx context.Context, id uint64) (*Worker, error) {
 	c.mu.Lock()
 	c.workers[id] = w
 	c.mu.Unlock()
-	m := heartbeat.Member{ID: id, Addr: w.addr, Kind: heartbeat.KindWorker, Role: "worker"}
+	m := heartbeat.Member{ID: id, Addr: w.addr, Kind: epoch.KindWorker, Role: "worker"}
 	if err := c.retry(ctx, fmt.Sprintf("add worker %d", id), func() error {
 		f := c.anyFrontend()
 		if f == nil {

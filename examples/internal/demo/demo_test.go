@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/cancel"
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestRunsRestartAnEndedID(t *testing.T) {
 	reg := cancel.New(cancel.Config{})
 	defer reg.Close()
-	coordinator := cancel.Member{Node: 1, Epoch: heartbeat.NewEpoch()}
+	coordinator := cancel.Member{Node: 1, Epoch: epoch.New()}
 	query := func() *cancel.Query {
 		q, err := reg.Register(t.Context(), coordinator, nil)
 		require.NoError(t, err)

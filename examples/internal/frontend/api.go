@@ -25,6 +25,7 @@ import (
 	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/examples/internal/ops"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/image"
 	"github.com/metatree/metatree/journal"
 )
@@ -498,7 +499,7 @@ func (f *Frontend) postMember(w http.ResponseWriter, r *http.Request) error {
 	if err := httpjson.Decode(w, r, &body); err != nil {
 		return err
 	}
-	kind, err := heartbeat.ParseKind(body.Kind)
+	kind, err := epoch.ParseKind(body.Kind)
 	if err != nil || body.ID == 0 || body.Addr == "" {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "a member needs a non-zero id, an addr and kind frontend or worker")
 	}
@@ -726,7 +727,7 @@ func (f *Frontend) getQuery(w http.ResponseWriter, r *http.Request) error {
 // acknowledged write made a member is refused without waiting further.
 func (f *Frontend) worker(ctx context.Context, id uint64) (heartbeat.Member, bool, error) {
 	if m, ok := f.members.Member(id); ok {
-		return m, m.Kind == heartbeat.KindWorker, nil
+		return m, m.Kind == epoch.KindWorker, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.RequestTimeout)
 	defer cancel()
@@ -740,7 +741,7 @@ func (f *Frontend) worker(ctx context.Context, id uint64) (heartbeat.Member, boo
 	defer tick.Stop()
 	for {
 		if m, ok := f.members.Member(id); ok {
-			return m, m.Kind == heartbeat.KindWorker, nil
+			return m, m.Kind == epoch.KindWorker, nil
 		}
 		select {
 		case <-ctx.Done():

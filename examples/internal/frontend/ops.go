@@ -12,6 +12,8 @@ import (
 	fe "github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -95,7 +97,7 @@ func (f *Frontend) memberView(ctx context.Context) []memberJSON {
 		if !m.Since.IsZero() {
 			j.Since = m.Since.UTC().Format(time.RFC3339Nano)
 		}
-		if role, ok := roles[m.ID]; ok && m.Kind == heartbeat.KindFrontend {
+		if role, ok := roles[m.ID]; ok && m.Kind == epoch.KindFrontend {
 			j.Role = role.String() // the journal's, which promotion changes
 		}
 		if p, ok := progress[m.ID]; ok {
@@ -108,7 +110,7 @@ func (f *Frontend) memberView(ctx context.Context) []memberJSON {
 		if st.IsLeader() {
 			if m.ID == st.ID {
 				zero := int64(0)
-				j.LastHeartbeatMS, j.Version = &zero, heartbeat.DefaultVersion()
+				j.LastHeartbeatMS, j.Version = &zero, responder.DefaultVersion()
 			} else if a, ok := answers[m.ID]; ok {
 				ms := now.Sub(a.Last).Milliseconds()
 				j.LastHeartbeatMS, j.Version = &ms, a.Version
@@ -126,7 +128,7 @@ func (f *Frontend) promoteMember(w http.ResponseWriter, r *http.Request) error {
 	if err != nil || id == 0 {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "member id %q is not a positive integer", r.PathValue("id"))
 	}
-	if m, ok := f.members.Member(id); !ok || m.Kind != heartbeat.KindFrontend {
+	if m, ok := f.members.Member(id); !ok || m.Kind != epoch.KindFrontend {
 		return httpjson.Errorf(http.StatusNotFound, "not_found", "no frontend %d", id)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), f.cfg.RequestTimeout)

@@ -10,6 +10,7 @@ import (
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // Owned nodes and epoch fences in the HTTP API (examples/API.md, State
@@ -111,18 +112,18 @@ func (c *epochChecks) add(what epochCheck, op catalog.Op) {
 }
 
 // parseMemberEpoch checks a member's epoch as a body names it.
-func parseMemberEpoch(field string, m *memberEpoch) (heartbeat.Epoch, error) {
+func parseMemberEpoch(field string, m *memberEpoch) (epoch.Epoch, error) {
 	if m.Node == 0 {
-		return heartbeat.Epoch{}, httpjson.Errorf(http.StatusBadRequest, "bad_request", "%s: a member needs a non-zero \"node\"", field)
+		return epoch.Epoch{}, httpjson.Errorf(http.StatusBadRequest, "bad_request", "%s: a member needs a non-zero \"node\"", field)
 	}
-	e, err := heartbeat.ParseEpoch(m.Epoch)
+	e, err := epoch.Parse(m.Epoch)
 	if err != nil {
-		return heartbeat.Epoch{}, httpjson.Errorf(http.StatusBadRequest, "bad_request", "%s: %v", field, err)
+		return epoch.Epoch{}, httpjson.Errorf(http.StatusBadRequest, "bad_request", "%s: %v", field, err)
 	}
 	if e.Temporary() {
 		// The epoch GET /v1/members publishes for a dead member: never one
 		// that is current.
-		return heartbeat.Epoch{}, httpjson.Errorf(http.StatusConflict, ownerOrConflict(field), "%s: %s is the temporary epoch of a member declared dead, not a current one", field, m.Epoch)
+		return epoch.Epoch{}, httpjson.Errorf(http.StatusConflict, ownerOrConflict(field), "%s: %s is the temporary epoch of a member declared dead, not a current one", field, m.Epoch)
 	}
 	return e, nil
 }
@@ -205,7 +206,7 @@ func (f *Frontend) ownerView(path string) (*ownerJSON, string) {
 		if !ok || n.Modified != o.Version {
 			return nil, "" // the owner changed since: so did the node
 		}
-		rec.Epoch, _ = heartbeat.ParseEpoch(n.Attrs["epoch"].Str())
+		rec.Epoch, _ = epoch.Parse(n.Attrs["epoch"].Str())
 	}
 	onLost := onLostDelete
 	if o.Orphan {

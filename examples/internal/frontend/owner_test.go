@@ -16,6 +16,9 @@ import (
 	"github.com/metatree/metatree/catalog"
 	fe "github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/heartbeattest"
+	"github.com/metatree/metatree/heartbeat/responder"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -83,8 +86,8 @@ func TestPutAndTxnCreateNodesOwnedByAMembersEpochThatGetShows(t *testing.T) {
 // and the former shapes 400. Nothing refused applies.
 func TestOwnerAndIfEpochRefusalsThroughPutAndTxn(t *testing.T) {
 	f, serve := ownerLeader(t)
-	current, ended := f.Epoch().String(), heartbeat.NewEpoch().String()
-	temporary := heartbeat.TemporaryEpoch(f.Epoch(), 3).String()
+	current, ended := f.Epoch().String(), epoch.New().String()
+	temporary := heartbeattest.TemporaryEpoch(f.Epoch(), 3).String()
 	for _, tc := range []struct {
 		name, method, path, body string
 		status                   int
@@ -175,7 +178,7 @@ func TestOwnerOfAnEpochDeclaredDeadIsRefusedAfterTheWorkerReturns(t *testing.T) 
 	}
 
 	// The worker: a heartbeat responder behind a switch that cuts it off.
-	r, err := heartbeat.NewResponder(heartbeat.ResponderConfig{ID: 101, Epoch: heartbeat.NewEpoch()})
+	r, err := responder.New(responder.Config{ID: 101, Epoch: epoch.New()})
 	require.NoError(t, err)
 	var cut atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -186,7 +189,7 @@ func TestOwnerOfAnEpochDeclaredDeadIsRefusedAfterTheWorkerReturns(t *testing.T) 
 		r.ServeHTTP(w, req)
 	}))
 	defer srv.Close()
-	require.NoError(t, f.Members().Add(ctx, heartbeat.Member{ID: 101, Addr: strings.TrimPrefix(srv.URL, "http://"), Kind: heartbeat.KindWorker}))
+	require.NoError(t, f.Members().Add(ctx, heartbeat.Member{ID: 101, Addr: strings.TrimPrefix(srv.URL, "http://"), Kind: epoch.KindWorker}))
 	old := r.Epoch()
 	waitFor(t, 20*time.Second, "the worker's epoch recorded", func() bool {
 		m, ok := f.Members().Member(101)

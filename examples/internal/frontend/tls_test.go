@@ -19,6 +19,8 @@ import (
 
 	"github.com/metatree/metatree/examples/internal/worker"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
 	"github.com/metatree/metatree/internal/peerid/peeridtest"
 	"github.com/metatree/metatree/journal"
 )
@@ -125,7 +127,7 @@ func TestMTLSCluster(t *testing.T) {
 	t.Cleanup(func() { w.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, fe1.Members().Add(ctx, heartbeat.Member{ID: 101, Addr: w.Addr(), Kind: heartbeat.KindWorker}))
+	require.NoError(t, fe1.Members().Add(ctx, heartbeat.Member{ID: 101, Addr: w.Addr(), Kind: epoch.KindWorker}))
 	waitFor(t, 20*time.Second, "the worker alive with its epoch", func() bool {
 		m, ok := fe3.Members().Member(101)
 		return ok && m.Status == heartbeat.StatusAlive && m.PublishedEpoch() == w.Epoch()
@@ -137,9 +139,9 @@ func TestMTLSCluster(t *testing.T) {
 	// Member 2's certificate cannot heartbeat the worker as member 3.
 	as2 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.KeyPair(2)}}}}
 	defer as2.CloseIdleConnections()
-	forged, err := json.Marshal(heartbeat.Request{Leader: 3, Term: 1 << 40, Member: 101, Version: 1 << 40})
+	forged, err := json.Marshal(responder.Request{Leader: 3, Term: 1 << 40, Member: 101, Version: 1 << 40})
 	require.NoError(t, err)
-	resp, err := as2.Post("https://"+w.Addr()+heartbeat.Path, "application/json", bytes.NewReader(forged))
+	resp, err := as2.Post("https://"+w.Addr()+responder.Path, "application/json", bytes.NewReader(forged))
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)

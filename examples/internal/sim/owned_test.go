@@ -9,6 +9,7 @@ import (
 
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // The owned-node check finds a node that outlives its owner's version, one
@@ -50,9 +51,9 @@ func TestOwnedCheckFindsNodesThatOutliveOrPredeceaseTheirEpoch(t *testing.T) {
 // same epoch at a later generation (a death and a return in between); the
 // record at the fence's version, or an older one, proves nothing.
 func TestKeptFenceEndsWithADeathNotOnlyARestart(t *testing.T) {
-	e, other := heartbeat.NewEpoch(), heartbeat.NewEpoch()
+	e, other := epoch.New(), epoch.New()
 	k := keptFence{op: heartbeat.Fence(4, e), at: 10, gen: 2}
-	rec := func(modified uint64, epoch heartbeat.Epoch, status heartbeat.Status, gen int64) catalog.Node {
+	rec := func(modified uint64, epoch epoch.Epoch, status heartbeat.Status, gen int64) catalog.Node {
 		return catalog.Node{Path: heartbeat.MemberPath(4), Modified: modified, Attrs: map[string]catalog.Value{
 			"epoch": catalog.String(epoch.String()), "status": catalog.String(status.String()), "generation": catalog.Int(gen)}}
 	}

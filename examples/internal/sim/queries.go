@@ -9,14 +9,14 @@ import (
 
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/examples/frontend/frontendtest"
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // part is one member's process in a query: the coordinator frontend or a
 // worker, at the epoch the query was registered against.
 type part struct {
 	node  uint64
-	epoch heartbeat.Epoch
+	epoch epoch.Epoch
 }
 
 // ending is one cancellation of a query's part: when, and its cause.

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/cancel"
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // A cancellation is justified only by the ground truth: a restart or a
@@ -17,7 +17,7 @@ func TestQueryCheckJudgesCancellationsByTheGroundTruth(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := &run{n: 3, hist: newHistory(t0, nil)}
 	m := &members{r: r, workers: []uint64{4}, truth: newTruth(r, []uint64{4}), deathBound: 4 * time.Second}
-	coord, worker := heartbeat.NewEpoch(), heartbeat.NewEpoch()
+	coord, worker := epoch.New(), epoch.New()
 	m.truth.inc[1] = []incarnation{{epoch: coord, up: t0}}
 	m.truth.started(4, worker, t0)
 	m.truth.samples = []sample{{at: t0.Add(time.Second), cut: map[uint64]bool{}}, {at: t0.Add(2 * time.Second), cut: map[uint64]bool{}}}
@@ -56,7 +56,7 @@ func TestQueryCheckSparesAQueryFinishedBeforeItsWorkerEnded(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := &run{n: 3, hist: newHistory(t0, nil)}
 			m := &members{r: r, workers: []uint64{4}, truth: newTruth(r, []uint64{4}), deathBound: 4 * time.Second, restartBound: 2 * time.Second}
-			coord, old, fresh := heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch()
+			coord, old, fresh := epoch.New(), epoch.New(), epoch.New()
 			m.truth.inc[1] = []incarnation{{epoch: coord, up: t0}}
 			m.truth.started(4, old, t0)
 			rec := &queryRecord{coord: part{1, coord}, workers: []part{{4, old}}, start: t0.Add(time.Second), fragEnds: map[uint64]*ending{}}

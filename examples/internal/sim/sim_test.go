@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/catalog/catalogtest"
 	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/examples/frontend/frontendtest"
 	"github.com/metatree/metatree/journal"
@@ -114,7 +115,7 @@ func TestRunReportsAReplicaWhoseCatalogDiffers(t *testing.T) {
 		if err := f.Journal().ReadBarrier(ctx); err != nil {
 			t.Fatalf("read barrier on frontend %d: %v", corrupt, err)
 		}
-		if err := f.Tree().SetAttrForTesting("/kv", "flipped", catalog.Int(1)); err != nil {
+		if err := catalogtest.SetAttr(f.Tree(), "/kv", "flipped", catalog.Int(1)); err != nil {
 			t.Fatalf("changing frontend %d's catalog: %v", corrupt, err)
 		}
 		for !errors.Is(f.Journal().Status().Err, journal.ErrCorrupt) {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/examples/frontend/frontendtest"
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // sampleEvery is how often the ground truth samples the cluster. A death
@@ -18,7 +18,7 @@ const sampleEvery = 100 * time.Millisecond
 // incarnation is one process of a member: its epoch, when it started and
 // when it ended (zero while it runs).
 type incarnation struct {
-	epoch    heartbeat.Epoch
+	epoch    epoch.Epoch
 	up, down time.Time
 }
 
@@ -39,7 +39,7 @@ type sample struct {
 	// that cannot reach it, or whose link with it resets connections.
 	cut map[uint64]bool
 	// epochs are the running members' epochs.
-	epochs map[uint64]heartbeat.Epoch
+	epochs map[uint64]epoch.Epoch
 }
 
 // truth is the ground truth of a run's members: every process each
@@ -61,7 +61,7 @@ func newTruth(r *run, workers []uint64) *truth {
 }
 
 // started records that worker id runs a process with epoch e since at.
-func (tr *truth) started(id uint64, e heartbeat.Epoch, at time.Time) {
+func (tr *truth) started(id uint64, e epoch.Epoch, at time.Time) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tr.inc[id] = append(tr.inc[id], incarnation{epoch: e, up: at})
@@ -94,7 +94,7 @@ func (tr *truth) stopping(id uint64, at time.Time) {
 // cut off draws a fresh epoch when it hears from a leader again, since
 // the log ended the one it had. The query checks judge its epochs as two
 // processes, the first ending at before, when the second starts.
-func (tr *truth) renewedLocked(id uint64, e heartbeat.Epoch, before time.Time) {
+func (tr *truth) renewedLocked(id uint64, e epoch.Epoch, before time.Time) {
 	l := tr.inc[id]
 	if len(l) == 0 || !l[len(l)-1].down.IsZero() || l[len(l)-1].epoch == e {
 		return
@@ -118,7 +118,7 @@ func (tr *truth) sampleLoop(ctx context.Context) {
 func (tr *truth) sample() {
 	r := tr.r
 	net := r.c.Network()
-	s := sample{at: time.Now(), clean: map[uint64]bool{}, cut: map[uint64]bool{}, epochs: map[uint64]heartbeat.Epoch{}}
+	s := sample{at: time.Now(), clean: map[uint64]bool{}, cut: map[uint64]bool{}, epochs: map[uint64]epoch.Epoch{}}
 	var leaders []int
 	ever := r.everIDs()
 	for _, i := range ever {
@@ -202,7 +202,7 @@ func (tr *truth) sample() {
 }
 
 // incarnationOf returns member id's process with epoch e.
-func (tr *truth) incarnationOf(id uint64, e heartbeat.Epoch) (incarnation, bool) {
+func (tr *truth) incarnationOf(id uint64, e epoch.Epoch) (incarnation, bool) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	i := slices.IndexFunc(tr.inc[id], func(in incarnation) bool { return in.epoch == e })

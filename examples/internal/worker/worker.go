@@ -20,7 +20,8 @@ import (
 	"github.com/metatree/metatree/examples/internal/httpjson"
 	"github.com/metatree/metatree/examples/internal/ops"
 	"github.com/metatree/metatree/examples/internal/secure"
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
 )
 
 // Config is a worker's configuration: the worker binary's flags.
@@ -48,7 +49,7 @@ type Config struct {
 type Worker struct {
 	id        uint64
 	logger    *slog.Logger
-	responder *heartbeat.Responder
+	responder *responder.Responder
 	registry  *cancel.Registry
 	runs      *demo.Runs
 	ln        net.Listener
@@ -73,22 +74,22 @@ func Start(cfg Config) (*Worker, error) {
 	if files == nil && cfg.Token == "" {
 		cfg.Logger.Warn("-insecure: neither -token nor -tls-*: any process that reaches the port can send heartbeats and fragments")
 	}
-	epoch := heartbeat.NewEpoch()
+	start := epoch.New()
 	registry := cancel.New(cancel.Config{Logger: cfg.Logger})
-	responder, err := heartbeat.NewResponder(heartbeat.ResponderConfig{
+	resp, err := responder.New(responder.Config{
 		ID:         cfg.ID,
-		Epoch:      epoch,
+		Epoch:      start,
 		StaleAfter: cfg.StaleAfter,
 		Token:      cfg.Token,
 		PeerCerts:  files != nil,
 		Logger:     cfg.Logger,
-		OnEvent:    func(ev heartbeat.Event) { registry.Apply(ev) },
+		OnEvent:    func(ev epoch.Event) { registry.Apply(ev) },
 	})
 	if err != nil {
 		registry.Close()
 		return nil, err
 	}
-	w := &Worker{id: cfg.ID, logger: cfg.Logger, responder: responder, registry: registry, runs: demo.NewRuns(), served: make(chan struct{})}
+	w := &Worker{id: cfg.ID, logger: cfg.Logger, responder: resp, registry: registry, runs: demo.NewRuns(), served: make(chan struct{})}
 
 	reg, err := ops.NewRegistry(registry.Collector())
 	if err != nil {
@@ -101,7 +102,7 @@ func Start(cfg Config) (*Worker, error) {
 	if cfg.Pprof {
 		ops.MountPprof(mux)
 	}
-	mux.Handle(heartbeat.Path, responder)
+	mux.Handle(responder.Path, resp)
 	mux.Handle("GET /v1/status", httpjson.Handler(w.status))
 	mux.Handle("GET /v1/fragments", httpjson.Handler(w.fragments))
 	mux.Handle("POST "+demo.FragmentPath, memberOnly(files, cfg.Token, httpjson.Handler(w.startFragment)))
@@ -121,7 +122,7 @@ func Start(cfg Config) (*Worker, error) {
 		defer close(w.served)
 		_ = w.srv.Serve(w.ln)
 	}()
-	cfg.Logger.Info("worker serving", "addr", w.ln.Addr().String(), "epoch", epoch.String())
+	cfg.Logger.Info("worker serving", "addr", w.ln.Addr().String(), "epoch", start.String())
 	return w, nil
 }
 
@@ -131,7 +132,7 @@ func (w *Worker) Addr() string { return w.ln.Addr().String() }
 // Epoch is this worker process's current epoch: the one it drew at
 // start, or the fresh one it drew when the leader told it that the log
 // ended that one (it was declared dead while cut off).
-func (w *Worker) Epoch() heartbeat.Epoch { return w.responder.Epoch() }
+func (w *Worker) Epoch() epoch.Epoch { return w.responder.Epoch() }
 
 // Fragments lists the fragments this worker ran or runs.
 func (w *Worker) Fragments() []demo.RunView { return w.runs.List() }
@@ -177,12 +178,12 @@ func (w *Worker) startFragment(rw http.ResponseWriter, r *http.Request) error {
 	if f.Query == "" || f.Coordinator == 0 || f.DurationMS <= 0 {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "a fragment needs query, coordinator and a positive duration_ms")
 	}
-	epoch, err := heartbeat.ParseEpoch(f.CoordinatorEpoch)
+	coord, err := epoch.Parse(f.CoordinatorEpoch)
 	if err != nil {
 		return httpjson.Errorf(http.StatusBadRequest, "bad_request", "coordinator_epoch: %v", err)
 	}
 	view := demo.RunView{Query: f.Query, Coordinator: f.Coordinator, CoordinatorEpoch: f.CoordinatorEpoch}
-	q, err := w.registry.RegisterFragment(context.Background(), cancel.Member{Node: f.Coordinator, Epoch: epoch})
+	q, err := w.registry.RegisterFragment(context.Background(), cancel.Member{Node: f.Coordinator, Epoch: coord})
 	if err != nil {
 		var ce *cancel.CanceledError
 		if errors.As(err, &ce) {

@@ -1,4 +1,4 @@
-package heartbeat
+package responder
 
 import (
 	"cmp"
@@ -11,32 +11,34 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/internal/wire"
 	"github.com/metatree/metatree/internal/clock"
 )
 
-// ResponderConfig configures a Responder.
-type ResponderConfig struct {
+// Config configures a Responder.
+type Config struct {
 	// ID is this member's id. Heartbeats addressed to another id (a reused
 	// address) are refused. Required.
 	ID uint64
-	// Epoch is this process's epoch at start (NewEpoch). Required. It
+	// Epoch is this process's epoch at start (epoch.New). Required. It
 	// changes once the log records its end (Responder.Epoch).
-	Epoch Epoch
+	Epoch epoch.Epoch
 	// Cluster, when set, refuses heartbeats from another cluster.
 	Cluster string
 	// Token, when set, is required of every heartbeat (header
 	// TokenHeader, compared in constant time): the cluster's token, which
-	// the leader's Config.Token sends. Default: none.
+	// the leader's heartbeat.Config.Token sends. Default: none.
 	Token string
 	// PeerCerts requires every heartbeat to arrive over TLS with a client
 	// certificate, verified by the serving host against the cluster's CA,
 	// that names the heartbeat's leader (URI SAN metatree://node/<id>).
 	PeerCerts bool
-	// OnEvent receives frontend events (Added, Restarted, Dead, Alive,
-	// Removed) derived from the leader's frontend lists, in order, one call
+	// OnEvent receives frontend events (epoch.Added, Restarted, Dead,
+	// Alive, Removed) derived from the leader's frontend lists, in order, one call
 	// at a time. It runs on the request's goroutine before the response is
 	// written, so it must be quick (cancel.Registry.Apply is). Nil: none.
-	OnEvent func(Event)
+	OnEvent func(epoch.Event)
 	// StaleAfter is how long without a heartbeat from any leader before
 	// Stale reports true, and before a heartbeat of a lower term than the
 	// highest seen is accepted again. Default 10 s.
@@ -66,23 +68,23 @@ type ResponderConfig struct {
 // (Stale), it emits nothing and so cancels nothing. Safe for concurrent
 // use; it owns no goroutines.
 type Responder struct {
-	cfg   ResponderConfig
+	cfg   Config
 	clock Clock
 	log   *slog.Logger
 	term  atomic.Uint64 // highest term seen
 	// beat is when the last heartbeat was accepted, as one plus the
 	// nanoseconds since origin (0: never): a term whose sender is silent
 	// for StaleAfter no longer fences lower ones off. It is measured from
-	// origin, a reading of the Clock at NewResponder, and not kept as a
+	// origin, a reading of the Clock at New, and not kept as a
 	// wall time (UnixNano), so that a difference of two readings uses the
 	// monotonic clock and a step of the wall clock is no silence.
 	beat   atomic.Int64
 	origin time.Time
 	// refused counts heartbeats refused for their credential.
 	refused atomic.Uint64
-	// epoch is this process's current epoch: ResponderConfig.Epoch until
-	// a heartbeat says the log recorded its end (renew).
-	epoch atomic.Pointer[Epoch]
+	// epoch is this process's current epoch: Config.Epoch until
+	// a heartbeat says the log recorded its end (Renew).
+	epoch atomic.Pointer[epoch.Epoch]
 
 	mu struct {
 		sync.Mutex
@@ -101,16 +103,16 @@ type Responder struct {
 
 type frontendState struct {
 	FrontendEpoch
-	lastReal Epoch // the epoch before it was declared dead
+	lastReal epoch.Epoch // the epoch before it was declared dead
 }
 
-// NewResponder returns a Responder for cfg.
-func NewResponder(cfg ResponderConfig) (*Responder, error) {
+// New returns a Responder for cfg.
+func New(cfg Config) (*Responder, error) {
 	if cfg.ID == 0 {
 		return nil, fmt.Errorf("%w: responder needs a member id", ErrInvalid)
 	}
 	if cfg.Epoch.IsZero() || cfg.Epoch.Temporary() {
-		return nil, fmt.Errorf("%w: responder needs a real epoch (NewEpoch)", ErrInvalid)
+		return nil, fmt.Errorf("%w: responder needs a real epoch (epoch.New)", ErrInvalid)
 	}
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 10 * time.Second
@@ -132,26 +134,28 @@ func NewResponder(cfg ResponderConfig) (*Responder, error) {
 	return r, nil
 }
 
-// Epoch returns this process's current epoch: ResponderConfig.Epoch, until
+// Epoch returns this process's current epoch: Config.Epoch, until
 // a heartbeat from the leader says that the log recorded its end (the
 // member was declared dead: Request.Ended); the process then draws a
 // fresh epoch, answers with it, and the monitor records a restart. A host
 // reads it for every write it fences or owns by its epoch
-// (heartbeat.Fence, OwnerOf), never once at start: the ended epoch's
+// (heartbeat.Fence, heartbeat.OwnerOf), never once at start: the ended epoch's
 // fences are refused for good.
-func (r *Responder) Epoch() Epoch { return *r.epoch.Load() }
+func (r *Responder) Epoch() epoch.Epoch { return *r.epoch.Load() }
 
-// renew draws a fresh epoch if the current one is ended, and returns the
+// Renew draws a fresh epoch if the current one is ended, and returns the
 // current epoch. The ended epoch never comes back: its owned nodes went
 // and its fences are refused once the log recorded its end, and the work
-// tied to it (queries, fragments) was cancelled then.
-func (r *Responder) renew(ended Epoch) Epoch {
+// tied to it (queries, fragments) was cancelled then. A Responder calls it
+// for the heartbeat that names its epoch ended (Request.Ended); a frontend
+// (package heartbeat) calls it when it reads its own record declared dead.
+func (r *Responder) Renew(ended epoch.Epoch) epoch.Epoch {
 	for {
 		cur := r.epoch.Load()
 		if ended.IsZero() || *cur != ended {
 			return *cur
 		}
-		fresh := NewEpoch()
+		fresh := epoch.New()
 		if r.epoch.CompareAndSwap(cur, &fresh) {
 			r.log.Warn("heartbeat: the log recorded this process's epoch as ended (declared dead): drawing a fresh one", "member", r.cfg.ID, "ended", ended.String(), "epoch", fresh.String())
 			return fresh
@@ -202,34 +206,34 @@ func (r *Responder) Frontends() []FrontendEpoch {
 func (r *Responder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeJSON(w, http.StatusMethodNotAllowed, rejection{Error: "heartbeat: POST only"})
+		wire.WriteJSON(w, http.StatusMethodNotAllowed, wire.Rejection{Error: "heartbeat: POST only"})
 		return
 	}
 	var hb Request
-	if err := decodeJSON(http.MaxBytesReader(w, req.Body, maxBody), &hb); err != nil {
+	if err := wire.DecodeJSON(http.MaxBytesReader(w, req.Body, wire.MaxBody), &hb); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, rejection{Error: "heartbeat: body over the limit"})
+			wire.WriteJSON(w, http.StatusRequestEntityTooLarge, wire.Rejection{Error: "heartbeat: body over the limit"})
 			return
 		}
-		writeJSON(w, http.StatusBadRequest, rejection{Error: err.Error()})
+		wire.WriteJSON(w, http.StatusBadRequest, wire.Rejection{Error: err.Error()})
 		return
 	}
 	if err := r.authenticate(req, &hb); err != nil {
-		writeJSON(w, http.StatusForbidden, rejection{Error: err.Error()})
+		wire.WriteJSON(w, http.StatusForbidden, wire.Rejection{Error: err.Error()})
 		return
 	}
 	status, body := r.handle(&hb)
-	writeJSON(w, status, body)
+	wire.WriteJSON(w, status, body)
 }
 
 // handle processes a decoded heartbeat and returns the HTTP answer.
 func (r *Responder) handle(hb *Request) (int, any) {
 	if r.cfg.Cluster != "" && hb.Cluster != r.cfg.Cluster {
-		return http.StatusConflict, rejection{Error: fmt.Sprintf("heartbeat: cluster %q, this member belongs to %q", hb.Cluster, r.cfg.Cluster)}
+		return http.StatusConflict, wire.Rejection{Error: fmt.Sprintf("heartbeat: cluster %q, this member belongs to %q", hb.Cluster, r.cfg.Cluster)}
 	}
 	if hb.Member != r.cfg.ID {
-		return http.StatusConflict, rejection{Error: fmt.Sprintf("heartbeat: for member %d, this is member %d", hb.Member, r.cfg.ID)}
+		return http.StatusConflict, wire.Rejection{Error: fmt.Sprintf("heartbeat: for member %d, this is member %d", hb.Member, r.cfg.ID)}
 	}
 	// Fence deposed leaders before taking any lock (apache/doris#27914:
 	// invalid heartbeats holding the lock delayed valid ones).
@@ -238,7 +242,7 @@ func (r *Responder) handle(hb *Request) (int, any) {
 		seen := r.term.Load()
 		if hb.Term < seen {
 			if !r.lapsed(now) {
-				return http.StatusConflict, rejection{Error: errLowerTerm.Error(), Term: seen}
+				return http.StatusConflict, wire.Rejection{Error: wire.ErrLowerTerm.Error(), Term: seen}
 			}
 			break // settled under the lock
 		}
@@ -263,7 +267,7 @@ func (r *Responder) handle(hb *Request) (int, any) {
 			continue
 		}
 		if !r.lapsed(now) { // a newer leader got in meanwhile
-			return http.StatusConflict, rejection{Error: errLowerTerm.Error(), Term: seen}
+			return http.StatusConflict, wire.Rejection{Error: wire.ErrLowerTerm.Error(), Term: seen}
 		}
 		if r.term.CompareAndSwap(seen, hb.Term) {
 			// No heartbeat of the higher term for StaleAfter: whoever sent
@@ -295,7 +299,7 @@ func (r *Responder) handle(hb *Request) (int, any) {
 		r.mu.version = hb.Version
 		r.mu.listAt = now
 	}
-	return http.StatusOK, Response{Member: r.cfg.ID, Epoch: r.renew(hb.Ended), Term: r.term.Load(), Version: r.cfg.Version}
+	return http.StatusOK, Response{Member: r.cfg.ID, Epoch: r.Renew(hb.Ended), Term: r.term.Load(), Version: r.cfg.Version}
 }
 
 // lapsed reports whether no heartbeat was accepted within StaleAfter of
@@ -306,14 +310,14 @@ func (r *Responder) lapsed(now time.Time) bool {
 }
 
 // diffLocked applies a frontend list and returns the events it implies.
-func (r *Responder) diffLocked(hb *Request) []Event {
-	var evs []Event
+func (r *Responder) diffLocked(hb *Request) []epoch.Event {
+	var evs []epoch.Event
 	index := hb.Version
 	if index <= r.mu.abandoned {
 		index = 0
 	}
-	ev := func(id uint64, t EventType, old, new Epoch, gen uint64) {
-		evs = append(evs, Event{Index: index, Node: id, Kind: KindFrontend, Type: t, OldEpoch: old, NewEpoch: new, Generation: gen})
+	ev := func(id uint64, t epoch.EventType, old, new epoch.Epoch, gen uint64) {
+		evs = append(evs, epoch.Event{Index: index, Node: id, Kind: epoch.KindFrontend, Type: t, OldEpoch: old, NewEpoch: new, Generation: gen})
 	}
 	listed := make(map[uint64]bool, len(hb.Frontends))
 	for _, f := range hb.Frontends {
@@ -326,9 +330,9 @@ func (r *Responder) diffLocked(hb *Request) []Event {
 			st := &frontendState{FrontendEpoch: f}
 			if !f.Dead {
 				st.lastReal = f.Epoch
-				ev(f.ID, Added, Epoch{}, f.Epoch, f.Gen)
+				ev(f.ID, epoch.Added, epoch.Epoch{}, f.Epoch, f.Gen)
 			} else { // one event per frontend and list: first seen dead
-				ev(f.ID, Dead, Epoch{}, f.Epoch, f.Gen)
+				ev(f.ID, epoch.Dead, epoch.Epoch{}, f.Epoch, f.Gen)
 			}
 			r.mu.frontends[f.ID] = st
 			continue
@@ -353,45 +357,45 @@ func (r *Responder) diffLocked(hb *Request) []Event {
 			continue
 		}
 		// Lists may skip transitions (this member missed heartbeats, or a
-		// new leader's first list): as eventsBetween does on a frontend,
+		// new leader's first list): as package heartbeat does on a frontend,
 		// a later generation with the same epoch means the frontend was
 		// declared dead and came back in between, delivered as Dead
 		// (Index 0: its list was never seen) then Alive; from no epoch, a
 		// generation past its first answer means it restarted or died.
 		switch {
 		case f.Dead && (!p.Dead || f.Epoch != p.Epoch):
-			ev(f.ID, Dead, p.Epoch, f.Epoch, f.Gen)
+			ev(f.ID, epoch.Dead, p.Epoch, f.Epoch, f.Gen)
 		case f.Dead || f.Epoch.IsZero():
 		case !p.Dead && !p.Epoch.IsZero() && f.Died > p.Gen:
 			// Declared dead after the list held, and back since: with a
 			// fresh epoch (Restarted), or, from an older leader's log, the
 			// same one (Alive).
-			// The Dead at the generation after the list held, as
-			// eventsBetween does: the transitions skipped show on the
+			// The Dead at the generation after the list held, as package
+			// heartbeat does: the transitions skipped show on the
 			// return's event.
-			tmp := TemporaryEpoch(p.Epoch, f.Died)
-			ev(f.ID, Dead, p.Epoch, tmp, p.Gen+1)
+			tmp := wire.TemporaryEpoch(p.Epoch, f.Died)
+			ev(f.ID, epoch.Dead, p.Epoch, tmp, p.Gen+1)
 			evs[len(evs)-1].Index = 0
 			if f.Epoch == p.Epoch {
-				ev(f.ID, Alive, tmp, f.Epoch, f.Gen)
+				ev(f.ID, epoch.Alive, tmp, f.Epoch, f.Gen)
 			} else {
-				ev(f.ID, Restarted, tmp, f.Epoch, f.Gen)
+				ev(f.ID, epoch.Restarted, tmp, f.Epoch, f.Gen)
 			}
 		case !p.Dead && f.Epoch == p.Epoch:
 			gen := p.Gen + 1
-			tmp := TemporaryEpoch(p.Epoch, gen)
-			ev(f.ID, Dead, p.Epoch, tmp, gen)
+			tmp := wire.TemporaryEpoch(p.Epoch, gen)
+			ev(f.ID, epoch.Dead, p.Epoch, tmp, gen)
 			evs[len(evs)-1].Index = 0
-			ev(f.ID, Alive, tmp, f.Epoch, f.Gen)
+			ev(f.ID, epoch.Alive, tmp, f.Epoch, f.Gen)
 		case !p.Dead && p.Epoch.IsZero() && f.Gen > p.Gen+1:
-			ev(f.ID, Restarted, p.Epoch, f.Epoch, f.Gen)
+			ev(f.ID, epoch.Restarted, p.Epoch, f.Epoch, f.Gen)
 		case p.Dead && f.Epoch == p.lastReal:
-			ev(f.ID, Alive, p.Epoch, f.Epoch, f.Gen)
+			ev(f.ID, epoch.Alive, p.Epoch, f.Epoch, f.Gen)
 		case f.Epoch != p.Epoch:
 			if p.Epoch.IsZero() {
-				ev(f.ID, Alive, p.Epoch, f.Epoch, f.Gen)
+				ev(f.ID, epoch.Alive, p.Epoch, f.Epoch, f.Gen)
 			} else {
-				ev(f.ID, Restarted, p.Epoch, f.Epoch, f.Gen)
+				ev(f.ID, epoch.Restarted, p.Epoch, f.Epoch, f.Gen)
 			}
 		}
 		p.FrontendEpoch = f
@@ -408,7 +412,7 @@ func (r *Responder) diffLocked(hb *Request) []Event {
 	slices.Sort(gone)
 	for _, id := range gone {
 		p := r.mu.frontends[id]
-		ev(id, Removed, p.Epoch, Epoch{}, p.Gen)
+		ev(id, epoch.Removed, p.Epoch, epoch.Epoch{}, p.Gen)
 		delete(r.mu.frontends, id)
 	}
 	return evs

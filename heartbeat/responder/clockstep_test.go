@@ -1,4 +1,4 @@
-package heartbeat
+package responder
 
 import (
 	"net/http"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/internal/clock"
 )
 
@@ -16,7 +17,7 @@ import (
 // higher term is not stale for it.
 func TestResponderFencesALowerTermAcrossAWallClockStep(t *testing.T) {
 	c := &clock.Stepped{}
-	r, err := NewResponder(ResponderConfig{ID: 9, Epoch: NewEpoch(), Cluster: "c1", Clock: c, StaleAfter: 5 * time.Second})
+	r, err := New(Config{ID: 9, Epoch: epoch.New(), Cluster: "c1", Clock: c, StaleAfter: 5 * time.Second})
 	require.NoError(t, err)
 	f := &responderFixture{r: r}
 	code, _ := f.beat(t, Request{Leader: 1, Term: 5, Version: 10})

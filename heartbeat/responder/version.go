@@ -1,4 +1,4 @@
-package heartbeat
+package responder
 
 import "runtime/debug"
 

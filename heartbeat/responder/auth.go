@@ -1,4 +1,4 @@
-package heartbeat
+package responder
 
 import (
 	"crypto/subtle"
@@ -32,11 +32,3 @@ func (r *Responder) authenticate(req *http.Request, hb *Request) error {
 	}
 	return err
 }
-
-// Refused returns how many heartbeats were refused for their credential
-// (token or certificate).
-func (r *Responder) Refused() uint64 { return r.refused.Load() }
-
-// RefusedHeartbeats returns how many heartbeats this frontend's responder
-// refused for their credential.
-func (m *Membership) RefusedHeartbeats() uint64 { return m.responder.Refused() }

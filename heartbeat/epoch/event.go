@@ -1,4 +1,4 @@
-package heartbeat
+package epoch
 
 import "fmt"
 
@@ -87,14 +87,14 @@ func (t EventType) String() string {
 // must be applied (cancel.Registry always applies Index 0): a member that
 // was declared dead and came back arrives as Dead (Index 0) then Restarted
 // to the fresh epoch it came back with (the record names its last death:
-// Member.Died), or, from a log an older monitor wrote, Dead then Alive
+// heartbeat.Member.Died), or, from a log an older monitor wrote, Dead then Alive
 // with its epoch.
 //
 // On a frontend, events come from replaying the member records in the
 // catalog, so every frontend sees the same events in the same order, and
 // Index is the journal index of the entry that made the change. On a
 // worker, events come from the frontend list in the leader's heartbeats
-// (Responder); Index is then the catalog index that list was built at, or
+// (responder.Responder); Index is then the catalog index that list was built at, or
 // 0 for a list older than one the worker gave up on (its leader's lists
 // stopped coming for StaleAfter, or it was forged): those events are no
 // replays, and Index 0 has them applied.

@@ -1,18 +1,9 @@
-package heartbeat
+package responder
 
-import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"net/http"
-)
+import "github.com/metatree/metatree/heartbeat/epoch"
 
 // Path is where a Responder is mounted on every member's HTTP server.
 const Path = "/_heartbeat"
-
-// maxBody bounds a heartbeat request or response body.
-const maxBody = 4 << 20
 
 // Request is one heartbeat from the leader to one member.
 type Request struct {
@@ -32,7 +23,7 @@ type Request struct {
 	// draws a fresh epoch and answers with that one (Responder), which
 	// the monitor records as a restart. The monitor appends it last, after
 	// Member.
-	Ended Epoch `json:"ended,omitzero"`
+	Ended epoch.Epoch `json:"ended,omitzero"`
 }
 
 // FrontendEpoch is one frontend's published epoch in a heartbeat.
@@ -42,8 +33,8 @@ type FrontendEpoch struct {
 	// Epoch is the last epoch the frontend answered with while it is alive
 	// (merely slow or unreachable included), or its temporary epoch once it
 	// is declared dead (Dead set). Zero: unknown, never acted on.
-	Epoch Epoch `json:"epoch"`
-	Dead  bool  `json:"dead,omitempty"`
+	Epoch epoch.Epoch `json:"epoch"`
+	Dead  bool        `json:"dead,omitempty"`
 	// Died is the generation of the frontend's last death (Member.Died;
 	// zero: none, or an older leader): a member whose lists skipped from
 	// before it to the frontend's return with a fresh epoch learns that a
@@ -59,33 +50,10 @@ type FrontendEpoch struct {
 
 // Response is a member's answer.
 type Response struct {
-	Member uint64 `json:"member"`
-	Epoch  Epoch  `json:"epoch"`
+	Member uint64      `json:"member"`
+	Epoch  epoch.Epoch `json:"epoch"`
 	// Term is the highest raft term the member has seen.
 	Term uint64 `json:"term"`
-	// Version is the member's software version (ResponderConfig.Version).
+	// Version is the member's software version (Config.Version).
 	Version string `json:"version,omitempty"`
-}
-
-// rejection is the body of a refused heartbeat (HTTP 409).
-type rejection struct {
-	Error string `json:"error"`
-	Term  uint64 `json:"term"`
-}
-
-// errLowerTerm is the refusal of a heartbeat from a deposed leader.
-var errLowerTerm = errors.New("heartbeat: lower term than seen")
-
-func decodeJSON(r io.Reader, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r, maxBody+1))
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %w", ErrMalformed, err)
-	}
-	return nil
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }

@@ -1,0 +1,7 @@
+package responder
+
+import "github.com/metatree/metatree/heartbeat/epoch"
+
+// ErrInvalid: a bad Config. It is epoch.ErrInvalid, the sentinel
+// package heartbeat returns as well.
+var ErrInvalid = epoch.ErrInvalid
