@@ -15,7 +15,7 @@
 //     or removed. A fragment from a coordinator no heartbeat has named yet
 //     is refused with ErrUnknownNode, since nothing would cancel it.
 //
-// The registry learns about members from heartbeat.Events passed to
+// The registry learns about members from epoch.Events passed to
 // [Registry.Apply], in log order: from heartbeat.Membership on a frontend,
 // from heartbeat.Responder on a worker. Registering against an epoch that an
 // earlier event already superseded fails at once with the same cause, so a
@@ -23,7 +23,7 @@
 // it: none escapes, and none is cancelled twice. A participant's epoch
 // that no event has named (the caller learnt it first) is judged by the
 // events that follow, and by the epochs' start times
-// (heartbeat.Epoch.StartedBefore): an event that shows the member at an
+// (epoch.Epoch.StartedBefore): an event that shows the member at an
 // epoch that started later ends it.
 //
 // Costs: an event takes time in proportion to the queries on the node it

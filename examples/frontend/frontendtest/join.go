@@ -9,6 +9,7 @@ import (
 
 	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -94,7 +95,7 @@ func (c *Cluster) ReaddWorker(ctx context.Context, id uint64) (*Worker, error) {
 	c.mu.Lock()
 	c.workers[id] = w
 	c.mu.Unlock()
-	m := heartbeat.Member{ID: id, Addr: w.addr, Kind: heartbeat.KindWorker, Role: "worker"}
+	m := heartbeat.Member{ID: id, Addr: w.addr, Kind: epoch.KindWorker, Role: "worker"}
 	if err := c.retry(ctx, fmt.Sprintf("re-add worker %d", id), func() error {
 		f := c.anyFrontend()
 		if f == nil {

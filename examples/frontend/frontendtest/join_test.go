@@ -11,7 +11,7 @@ import (
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/frontend"
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -50,7 +50,7 @@ func TestJoinFrontendAsAnObserverConvergesAndIsPromoted(t *testing.T) {
 		requireSameCatalog(t, ctx, c, leader, 7)
 		m, ok := f.Members().Member(7)
 		require.True(t, ok, "the joined frontend registered its member record")
-		require.Equal(t, heartbeat.KindFrontend, m.Kind)
+		require.Equal(t, epoch.KindFrontend, m.Kind)
 
 		require.NoError(t, c.Frontend(followers[1]).Journal().Promote(ctx, 7))
 		f, err = c.RestartFrontend(ctx, 7)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/cancel"
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // regView is what one frontend process's cancel registry knew of one
@@ -19,7 +19,7 @@ import (
 type regView struct {
 	at       time.Time
 	frontend uint64
-	fepoch   heartbeat.Epoch // the frontend's process
+	fepoch   epoch.Epoch // the frontend's process
 	member   uint64
 	known    bool
 	state    cancel.NodeState
@@ -60,7 +60,7 @@ func (l *eventLog) observe(v regView) {
 }
 
 // of returns the changes that frontend's process fepoch saw of member.
-func (l *eventLog) of(frontend uint64, fepoch heartbeat.Epoch, member uint64) []regView {
+func (l *eventLog) of(frontend uint64, fepoch epoch.Epoch, member uint64) []regView {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []regView
@@ -75,7 +75,7 @@ func (l *eventLog) of(frontend uint64, fepoch heartbeat.Epoch, member uint64) []
 // short is an epoch's last eight hex digits, random ones, enough to
 // tell a run's epochs apart in a report (the first ones are its start
 // time, alike for the processes of one run).
-func short(e heartbeat.Epoch) string {
+func short(e epoch.Epoch) string {
 	s := e.String()
 	if len(s) > 8 {
 		return s[len(s)-8:]
@@ -93,7 +93,7 @@ func short(e heartbeat.Epoch) string {
 // samples around the process's end, changes only (the self-styled
 // leader, its quorum, whether the member's and the coordinator's links
 // with it were clean or cut).
-func (m *members) explain(rec *queryRecord, member uint64, epoch heartbeat.Epoch) string {
+func (m *members) explain(rec *queryRecord, member uint64, ended epoch.Epoch) string {
 	var b strings.Builder
 	r := m.r
 	fmt.Fprintf(&b, "\n      query started at %v", r.since(rec.start))
@@ -109,7 +109,7 @@ func (m *members) explain(rec *queryRecord, member uint64, epoch heartbeat.Epoch
 	var end time.Time
 	for _, in := range incs {
 		mark := ""
-		if in.epoch == epoch {
+		if in.epoch == ended {
 			mark, end = " (the query's)", in.down
 		}
 		down := "running"
@@ -147,7 +147,7 @@ func (m *members) explain(rec *queryRecord, member uint64, epoch heartbeat.Epoch
 
 // sample observes what every running frontend's registry knows of every
 // member now; epochs are the frontends' processes as the sample saw them.
-func (l *eventLog) sample(r *run, at time.Time, epochs map[uint64]heartbeat.Epoch, members []uint64) {
+func (l *eventLog) sample(r *run, at time.Time, epochs map[uint64]epoch.Epoch, members []uint64) {
 	for i := 1; i <= r.n; i++ {
 		f := r.c.Frontend(i)
 		fe, runs := epochs[uint64(i)]

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/cancel"
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // The event log keeps each change of a registry's view once, per
@@ -18,7 +18,7 @@ func TestEventLogExplainsANeverCancelledQuery(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := &run{n: 3, hist: newHistory(t0, nil)}
 	m := &members{r: r, workers: []uint64{4}, truth: newTruth(r, []uint64{4}), deathBound: 4 * time.Second, restartBound: 2 * time.Second}
-	coord, old, fresh := heartbeat.NewEpoch(), heartbeat.NewEpoch(), heartbeat.NewEpoch()
+	coord, old, fresh := epoch.New(), epoch.New(), epoch.New()
 	m.truth.inc[1] = []incarnation{{epoch: coord, up: t0}}
 	m.truth.started(4, old, t0)
 	m.truth.stopped(4, t0.Add(3*time.Second))

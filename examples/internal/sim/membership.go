@@ -13,6 +13,7 @@ import (
 	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/examples/frontend/frontendtest"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/internal/linearize"
 	"github.com/metatree/metatree/journal"
 )
@@ -37,7 +38,7 @@ type fleet struct {
 // operator's call started and when it returned.
 type removal struct {
 	node        uint64
-	epoch       heartbeat.Epoch
+	epoch       epoch.Epoch
 	start, done time.Time
 }
 

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/cancel"
-	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // removalHistory is a hand-made run of frontends 1..3 and worker 4: a
@@ -17,7 +17,7 @@ import (
 func removalHistory(t0 time.Time) (*run, *members, *queryRecord, removal) {
 	r := &run{n: 3, hist: newHistory(t0, nil), fleet: newFleet(3)}
 	m := &members{r: r, workers: []uint64{4}, truth: newTruth(r, []uint64{4}), deathBound: 4 * time.Second, restartBound: 2 * time.Second}
-	coord, worker := heartbeat.NewEpoch(), heartbeat.NewEpoch()
+	coord, worker := epoch.New(), epoch.New()
 	m.truth.inc[1] = []incarnation{{epoch: coord, up: t0}}
 	m.truth.started(4, worker, t0)
 	for at := t0; !at.After(t0.Add(10 * time.Second)); at = at.Add(sampleEvery) {
@@ -25,7 +25,7 @@ func removalHistory(t0 time.Time) (*run, *members, *queryRecord, removal) {
 			at: at, leader: 1, quorum: true,
 			clean:  map[uint64]bool{1: true, 2: true, 3: true, 4: true},
 			cut:    map[uint64]bool{},
-			epochs: map[uint64]heartbeat.Epoch{1: coord, 4: worker},
+			epochs: map[uint64]epoch.Epoch{1: coord, 4: worker},
 		})
 	}
 	rec := &queryRecord{coord: part{1, coord}, workers: []part{{4, worker}}, start: t0.Add(500 * time.Millisecond), fragEnds: map[uint64]*ending{}}

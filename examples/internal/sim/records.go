@@ -8,6 +8,7 @@ import (
 
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // recordsView is, at one instant, every running member's process and
@@ -16,7 +17,7 @@ import (
 // registry's events come from).
 type recordsView struct {
 	// epochs are the running members' current epochs.
-	epochs map[uint64]heartbeat.Epoch
+	epochs map[uint64]epoch.Epoch
 	// registries and records hold, by frontend and member, what that
 	// frontend knows; a member missing is unknown to it.
 	registries map[uint64]map[uint64]cancel.NodeState
@@ -59,7 +60,7 @@ func sortedKeys[V any](m map[uint64]V) []uint64 {
 // viewRecords takes the run's recordsView now: frontends and workers.
 func (m *members) viewRecords() recordsView {
 	r := m.r
-	v := recordsView{epochs: map[uint64]heartbeat.Epoch{}, registries: map[uint64]map[uint64]cancel.NodeState{}, records: map[uint64]map[uint64]heartbeat.Member{}}
+	v := recordsView{epochs: map[uint64]epoch.Epoch{}, registries: map[uint64]map[uint64]cancel.NodeState{}, records: map[uint64]map[uint64]heartbeat.Member{}}
 	ids := make([]uint64, 0, r.n+len(m.workers))
 	for i := 1; i <= r.n; i++ {
 		ids = append(ids, uint64(i))

@@ -10,12 +10,13 @@ import (
 
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/heartbeat/epoch"
 )
 
 // recordsState is a hand-made view of frontends 1 and 2 and worker 3,
 // every member known alive at its current epoch everywhere.
-func recordsState() (recordsView, map[uint64]heartbeat.Epoch) {
-	epochs := map[uint64]heartbeat.Epoch{1: heartbeat.NewEpoch(), 2: heartbeat.NewEpoch(), 3: heartbeat.NewEpoch()}
+func recordsState() (recordsView, map[uint64]epoch.Epoch) {
+	epochs := map[uint64]epoch.Epoch{1: epoch.New(), 2: epoch.New(), 3: epoch.New()}
 	v := recordsView{epochs: epochs, registries: map[uint64]map[uint64]cancel.NodeState{}, records: map[uint64]map[uint64]heartbeat.Member{}}
 	for _, f := range []uint64{1, 2} {
 		v.registries[f], v.records[f] = map[uint64]cancel.NodeState{}, map[uint64]heartbeat.Member{}
@@ -39,7 +40,7 @@ func TestRecordsCheckPassesWhenEveryFrontendKnowsEveryEpochAlive(t *testing.T) {
 
 func TestRecordsCheckFailsOnAStaleRegistryOrRecord(t *testing.T) {
 	v, epochs := recordsState()
-	old := heartbeat.NewEpoch()
+	old := epoch.New()
 	v.registries[2][3] = cancel.NodeState{Node: 3, Epoch: old, Status: cancel.StatusAlive} // missed the restart
 	v.records[1][3] = heartbeat.Member{ID: 3, Epoch: epochs[3], Status: heartbeat.StatusDead}
 	delete(v.registries[1], 2)
