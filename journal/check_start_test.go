@@ -146,10 +146,32 @@ func TestNoMajorityStopsWritesClusterWideUntilCleared(t *testing.T) {
 			require.ErrorIs(t, err, journal.ErrCorrupt, "node %d", n.ID)
 		}
 
-		require.NoError(t, a.Journal().ClearAlarm(ctx))
-		next := writeBatch(ctx, t, ln, catalog.Op{Type: catalog.OpCreate, Path: "/after", Kind: "dir"})
-		require.NoError(t, c.WaitApplied(ctx, next))
-		require.Nil(t, ln.Journal().Status().Alarm)
+		// The way out: the members that differ are repaired, then the
+		// alarm is cleared. A check whose mark was journaled before the
+		// repair may still complete after the clear and raise the alarm
+		// again (its digests differ): the operator clears again, and once
+		// every check in flight has completed, writes go on.
+		require.NoError(t, catalogtest.SetAttr(a.StateMachine().(*catalog.Tree), "/db", "owner", catalog.String("ann")))
+		require.NoError(t, catalogtest.SetAttr(b.StateMachine().(*catalog.Tree), "/db", "owner", catalog.String("ann")))
+		after, err := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/after", Kind: "dir"}}}.Encode()
+		require.NoError(t, err)
+		retry := time.NewTicker(checkInterval)
+		defer retry.Stop()
+		for {
+			require.NoError(t, a.Journal().ClearAlarm(ctx))
+			next, v, err := ln.Journal().Propose(ctx, after)
+			if err == nil {
+				require.NoError(t, v.(*catalog.Result).Err)
+				require.NoError(t, c.WaitApplied(ctx, next))
+				return
+			}
+			require.ErrorIs(t, err, journal.ErrCorrupt)
+			select {
+			case <-retry.C:
+			case <-ctx.Done():
+				t.Fatalf("writes never went on after the alarm was cleared: %v", err)
+			}
+		}
 	})
 }
 

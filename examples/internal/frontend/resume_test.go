@@ -17,6 +17,7 @@ import (
 	fe "github.com/metatree/metatree/examples/frontend"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -74,6 +75,13 @@ func TestWatchResumesFromEveryRetainedIndex(t *testing.T) {
 	f, err = Start(ctx, cfg)
 	require.NoError(t, err)
 	waitFor(t, 20*time.Second, "a leader after the restart", func() bool { return f.Journal().Status().Leader == 1 })
+	// The monitor journals this process's new epoch in its member record
+	// (a catalog batch of its own): it must land before the image, whose
+	// premise is a catalog index below the image's.
+	waitFor(t, 20*time.Second, "the member record of the new process", func() bool {
+		m, ok := f.Members().Member(1)
+		return ok && m.Epoch == f.Epoch() && m.Status == heartbeat.StatusAlive
+	})
 	// The second image after a clock entry of the leader.
 	create(30)
 	waitFor(t, 20*time.Second, "a clock entry", func() bool { return f.Journal().Status().Applied > f.tree.Index() })
