@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 
 	"github.com/metatree/metatree/examples/frontend"
-	"github.com/metatree/metatree/heartbeat"
-	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/journal"
 )
 
@@ -88,26 +86,5 @@ func (c *Cluster) ReaddWorker(ctx context.Context, id uint64) (*Worker, error) {
 		return nil, fmt.Errorf("%w: no worker %d was added", ErrInvalidWorker, id)
 	}
 	c.StopWorker(id)
-	w, err := c.startWorker(id)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.workers[id] = w
-	c.mu.Unlock()
-	m := heartbeat.Member{ID: id, Addr: w.addr, Kind: epoch.KindWorker, Role: "worker"}
-	if err := c.retry(ctx, fmt.Sprintf("re-add worker %d", id), func() error {
-		f := c.anyFrontend()
-		if f == nil {
-			return errors.New("no frontend runs")
-		}
-		err := f.AddMember(ctx, m)
-		if errors.Is(err, heartbeat.ErrExists) {
-			return nil
-		}
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	return w, c.AwaitWorker(ctx, id)
+	return c.startAndRecordWorker(ctx, id, "re-add")
 }

@@ -113,6 +113,14 @@ func (c *Cluster) AddWorker(ctx context.Context, id uint64) (*Worker, error) {
 	if id == 0 || id <= uint64(c.frontends()) || exists || joined {
 		return nil, fmt.Errorf("%w: id %d: want a new id above the frontends' 1..%d", ErrInvalidWorker, id, c.frontends())
 	}
+	return c.startAndRecordWorker(ctx, id, "add")
+}
+
+// startAndRecordWorker starts worker id's process, adds its member record
+// through a running frontend (a record still there is kept, for the new
+// process to take over) and waits as AddWorker does; verb names the
+// operation in errors.
+func (c *Cluster) startAndRecordWorker(ctx context.Context, id uint64, verb string) (*Worker, error) {
 	w, err := c.startWorker(id)
 	if err != nil {
 		return nil, err
@@ -121,7 +129,7 @@ func (c *Cluster) AddWorker(ctx context.Context, id uint64) (*Worker, error) {
 	c.workers[id] = w
 	c.mu.Unlock()
 	m := heartbeat.Member{ID: id, Addr: w.addr, Kind: epoch.KindWorker, Role: "worker"}
-	if err := c.retry(ctx, fmt.Sprintf("add worker %d", id), func() error {
+	if err := c.retry(ctx, fmt.Sprintf("%s worker %d", verb, id), func() error {
 		f := c.anyFrontend()
 		if f == nil {
 			return errors.New("no frontend runs")

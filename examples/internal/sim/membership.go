@@ -170,13 +170,7 @@ func (r *run) membership(ctx context.Context, rng *rand.Rand) {
 	}
 	if r.voters == 1 {
 		r.promoted.Store(true)
-		if r.diskSlow.Load() {
-			r.hist.fault("disk of 1 fast")
-			if fs := r.c.FS(1); fs != nil {
-				fs.SetSyncDelay(0, "")
-			}
-			r.diskSlow.Store(false)
-		}
+		r.fastDisk1()
 	}
 	switch p := rng.IntN(100); {
 	case p < 35 || (p < 65 && len(r.ids()) <= r.n):

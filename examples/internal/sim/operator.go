@@ -37,15 +37,23 @@ func (r *run) promote(ctx context.Context, rng *rand.Rand) {
 		return
 	}
 	r.promoted.Store(true)
-	if r.diskSlow.Load() {
-		r.hist.fault("disk of 1 fast")
-		if fs := r.c.FS(1); fs != nil {
-			fs.SetSyncDelay(0, "")
-		}
-		r.diskSlow.Store(false)
-	}
+	r.fastDisk1()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	err := f.Journal().Promote(pctx, uint64(obs))
 	r.hist.fault("promote observer %d through %d: %v", obs, through, err)
+}
+
+// fastDisk1 ends frontend 1's slow disk, if it is slow: a promotion or a
+// join gives the sole voter's cluster another voter, and the nemesis slows
+// only a sole voter's disk (nemesis.go).
+func (r *run) fastDisk1() {
+	if !r.diskSlow.Load() {
+		return
+	}
+	r.hist.fault("disk of 1 fast")
+	if fs := r.c.FS(1); fs != nil {
+		fs.SetSyncDelay(0, "")
+	}
+	r.diskSlow.Store(false)
 }
