@@ -38,6 +38,9 @@ func TestProposalGuardRefusesWithTheProposersContext(t *testing.T) {
 		require.NoError(t, err)
 		follower := leader%3 + 1
 		for _, id := range []uint64{leader, follower} {
+			// Every entry so far applied on every node, so that what this
+			// node applies next can only come from the proposals below.
+			require.NoError(t, c.WaitApplied(ctx, c.Node(leader).Journal().Status().Committed))
 			j := c.Node(id).Journal()
 			before := j.Status().Applied
 			_, _, err := j.Propose(ctx, []byte("refused"))
