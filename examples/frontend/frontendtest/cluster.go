@@ -115,6 +115,12 @@ func Addr(i int) string { return fmt.Sprintf("frontend-%d:7000", i) }
 func (c *Cluster) Network() *Network { return c.net }
 
 func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string) (*frontend.Frontend, error) {
+	return c.startWith(ctx, i, bootstrap, join, nil)
+}
+
+// startWith starts frontend i as start does, with adjust (when set)
+// applied last to its config (a forced recovery's flag, say).
+func (c *Cluster) startWith(ctx context.Context, i int, bootstrap bool, join string, adjust func(*frontend.Config)) (*frontend.Frontend, error) {
 	cfg := c.opts.Config
 	cfg.ID, cfg.Addr = uint64(i), Addr(i)
 	cfg.Dir = filepath.Join(c.root, fmt.Sprint(i))
@@ -145,6 +151,9 @@ func (c *Cluster) start(ctx context.Context, i int, bootstrap bool, join string)
 	}
 	cfg.Listener = ln
 	cfg.Dial = func(ctx context.Context, _, to string) (net.Conn, error) { return c.net.Dial(ctx, cfg.Addr, to) }
+	if adjust != nil {
+		adjust(&cfg)
+	}
 	start := frontend.Start
 	if c.opts.Start != nil {
 		start = c.opts.Start

@@ -9,7 +9,10 @@
 // graceful shutdown and restart of frontends and workers, frontends that
 // join the running cluster (JoinFrontend, as a metaserver's -join does)
 // and workers added again after their removal (ReaddWorker), power cuts that
-// lose what was not synced (on in-memory filesystems), and queries
+// lose what was not synced (on in-memory filesystems), an operator's
+// recoveries (ForceNewCluster after a quorum loss, as a metaserver's
+// -force-new-cluster does; Backup and Restore into a new cluster, as
+// metactl backup and restore do), and queries
 // spanning a coordinator frontend and workers (Cluster.StartQuery) that
 // are cancelled when any of them restarts or dies.
 //
