@@ -105,10 +105,22 @@ func (r *run) checkNoAlarm() {
 }
 
 // checkLinearizable checks the writes and linearizable reads with
-// porcupine. A failure names the registers whose history fails and
-// leaves porcupine's visualization of the whole history in a file.
+// porcupine, each era between the run's cuts apart (eras). A failure
+// names the registers whose history fails and leaves porcupine's
+// visualization of that era's history in a file.
 func (r *run) checkLinearizable() {
-	ops := r.hist.operations()
+	all := eras(r.hist.operations(), r.hist.cutsSoFar())
+	for n, ops := range all {
+		what := "the history"
+		if len(all) > 1 {
+			what = fmt.Sprintf("era %d of %d of the history (cut by an operator's recovery)", n+1, len(all))
+		}
+		r.checkEra(what, fmt.Sprintf("sim-seed-%d-era-%d.html", r.opts.Seed, n+1), ops)
+	}
+}
+
+// checkEra checks one linearizable history, what naming it.
+func (r *run) checkEra(what, file string, ops []porcupine.Operation) {
 	res, info := porcupine.CheckOperationsVerbose(linearize.KVModel, ops, 0)
 	if res == porcupine.Ok {
 		return
@@ -124,8 +136,8 @@ func (r *run) checkLinearizable() {
 			bad = append(bad, fmt.Sprintf("%s (%d operations)", keyPath(k), len(byKey[keyPath(k)])))
 		}
 	}
-	msg := fmt.Sprintf("the history of %d register operations is not linearizable: %v", len(ops), bad)
-	path := filepath.Join(os.TempDir(), fmt.Sprintf("sim-seed-%d.html", r.opts.Seed))
+	msg := fmt.Sprintf("%s, %d register operations, is not linearizable: %v", what, len(ops), bad)
+	path := filepath.Join(os.TempDir(), file)
 	if err := porcupine.VisualizePath(linearize.KVModel, info, path); err == nil {
 		msg += "; porcupine's view: " + path
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ type history struct {
 	h     uint64
 	fh    uint64 // the faults' alone
 	n     int
+	cuts  []cut // the operators' recoveries, in order (cut.go)
 	start time.Time
 	trace func(string)
 }
@@ -132,4 +134,18 @@ func (h *history) operations() []porcupine.Operation {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]porcupine.Operation(nil), h.regs...)
+}
+
+// addCut records a cut: the checks split the history there (eras).
+func (h *history) addCut(c cut) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cuts = append(h.cuts, c)
+}
+
+// cutsSoFar returns the cuts recorded.
+func (h *history) cutsSoFar() []cut {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.cuts)
 }

@@ -47,6 +47,7 @@ type watchLine struct {
 // as a refused resume; any other refusal (the frontend is starting, a
 // reset) ends the session with nothing recorded.
 func (ws *watches) httpSession(ctx context.Context, hc *http.Client, k, i int, from uint64, d time.Duration) {
+	seg := ws.newSegment(k, i, from) // in the era the request is sent in
 	sctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	url := fmt.Sprintf("http://%s/v1/watch?prefix=%s&from_index=%d", frontendtest.Addr(i), watchPrefix, from)
@@ -71,7 +72,6 @@ func (ws *watches) httpSession(ctx context.Context, hc *http.Client, k, i int, f
 		ws.r.failf("http watch after %d on frontend %d: status %d", from, i, resp.StatusCode)
 		return
 	}
-	seg := &segment{watcher: k, frontend: i, from: from, upTo: from}
 	ws.mu.Lock()
 	ws.segments = append(ws.segments, seg)
 	ws.resumes++

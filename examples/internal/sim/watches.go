@@ -35,6 +35,8 @@ type segment struct {
 	from     uint64
 	upTo     uint64
 	events   []seen
+	// era counts the cuts (cut.go) recorded before the session started.
+	era int
 }
 
 // watches are the run's watchers: each watches the registers on a random
@@ -54,6 +56,49 @@ type watches struct {
 	mu       sync.Mutex
 	segments []*segment
 	resumes  int // resumed sessions
+	// cuts are the indexes up to which the old cluster and the new one
+	// agree at each operator's recovery (cutAt), in order.
+	cuts []uint64
+}
+
+// newSegment starts the record of a session of watcher k on frontend i,
+// resumed after from, in the era of the cuts so far.
+func (ws *watches) newSegment(k, i int, from uint64) *segment {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return &segment{watcher: k, frontend: i, from: from, upTo: from, era: len(ws.cuts)}
+}
+
+// cutAt records an operator's recovery whose new cluster agrees with the
+// old one's log up to index (its events after index may be lost). It is
+// called once every process of the old cluster has stopped, before the
+// new cluster starts: the sessions on the old cluster end on their own.
+func (ws *watches) cutAt(index uint64) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.cuts = append(ws.cuts, index)
+}
+
+// clipped returns the sessions as check compares them: a session of the
+// old cluster (an era before a cut) keeps the events up to the index the
+// new cluster agrees with, and covers no index past it.
+func (ws *watches) clipped(segs []*segment) []*segment {
+	ws.mu.Lock()
+	cuts := slices.Clone(ws.cuts)
+	ws.mu.Unlock()
+	out := make([]*segment, 0, len(segs))
+	for _, s := range segs {
+		if s.era >= len(cuts) {
+			out = append(out, s)
+			continue
+		}
+		limit := cuts[s.era]
+		c := *s
+		c.events = slices.DeleteFunc(slices.Clone(s.events), func(e seen) bool { return e.index > limit })
+		c.upTo = min(s.upTo, limit)
+		out = append(out, &c)
+	}
+	return out
 }
 
 func (r *run) startWatches(ctx context.Context) *watches {
@@ -217,11 +262,11 @@ func (ws *watches) resumePoint(k int, rng *rand.Rand) (i int, from uint64, ok bo
 // It returns the error of the resume; the session's end (d passed, the
 // frontend stopped, the watcher fell behind) is no error.
 func (ws *watches) session(ctx context.Context, k, i int, from uint64, d time.Duration, until uint64) (*segment, error) {
+	seg := ws.newSegment(k, i, from) // in the era of the frontend taken next
 	f := ws.r.c.Frontend(i)
 	if f == nil {
 		return nil, fmt.Errorf("frontend %d is not running", i)
 	}
-	seg := &segment{watcher: k, frontend: i, from: from, upTo: from}
 	emit := func(ev catalog.Event) error {
 		seg.add(ev)
 		return nil
@@ -292,6 +337,7 @@ func (ws *watches) check() {
 	ws.mu.Lock()
 	segs := slices.Clone(ws.segments)
 	ws.mu.Unlock()
+	segs = ws.clipped(segs)
 	ref := map[uint64][]seen{} // the events at an index, as the first session that covered it saw them
 	refBy := map[uint64]*segment{}
 	for _, s := range segs {
