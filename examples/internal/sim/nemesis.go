@@ -25,7 +25,9 @@ func (r *run) nemesis(ctx context.Context, rng *rand.Rand, d time.Duration) int 
 			break
 		}
 		n++
-		r.fault(ctx, rng)
+		if !r.recoverFromDisaster(ctx) {
+			r.fault(ctx, rng)
+		}
 	}
 	return n
 }

@@ -86,6 +86,9 @@ type Result struct {
 	History uint64
 	// FaultHistory is the hash of the faults alone, in order.
 	FaultHistory uint64
+	// Disaster is the operator's recovery the run went through
+	// (disaster.go): "force-new-cluster", "restore", or "" for none.
+	Disaster string
 	// Failures are the checks that failed, each a sentence naming what it
 	// saw; empty: the run passed.
 	Failures []string
@@ -106,7 +109,7 @@ func (r *Result) Report() string {
 	if r.Failed() {
 		status = "FAILED"
 	}
-	s := fmt.Sprintf("seed %d: %s: %d frontends (%d observers), %d ops (%d over HTTP), %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, quota %+v (%d refusals, %d fills, %d transitions while full), %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Observers, r.Ops, r.HTTPOps, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Quota, r.QuotaRefusals, r.Fills, r.FullTransitions, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
+	s := fmt.Sprintf("seed %d: %s: %d frontends (%d observers), %d ops (%d over HTTP), %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, quota %+v (%d refusals, %d fills, %d transitions while full), recovery %q, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Observers, r.Ops, r.HTTPOps, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Quota, r.QuotaRefusals, r.Fills, r.FullTransitions, r.Disaster, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
 	for _, f := range r.Failures {
 		s += "\n  - " + f
 	}
@@ -138,6 +141,9 @@ type run struct {
 	fleet    *fleet     // the frontends the cluster holds (membership)
 	mem      *members   // the workers and queries (removeWorker)
 	cl       *clients   // the workload, which the nemesis's own reads join
+	ws       *watches   // the watchers (an operator's recovery cuts their sessions)
+	own      *owned     // the owned nodes (an operator's recovery drops the lost ones)
+	dis      *disaster  // the run's operator recovery, if any (disaster.go)
 	mu       sync.Mutex // guards failures
 	failures []string
 }
@@ -228,6 +234,8 @@ func Run(t *testing.T, opts Options) *Result {
 	r.cl = clients
 	fill := r.startFiller(ctx, rand.New(rand.NewPCG(opts.Seed, 0xf111)))
 	watches := r.startWatches(ctx)
+	r.ws, r.own = watches, owned
+	r.dis = drawDisaster(opts.Seed, voters, time.Now(), opts.Duration)
 	faults := r.nemesis(ctx, rand.New(rand.NewPCG(rng.Uint64(), 2)), opts.Duration)
 	fill.end(ctx)
 	members.endFaults(ctx)
@@ -246,6 +254,9 @@ func Run(t *testing.T, opts Options) *Result {
 	res.Resumes = watches.resumes
 
 	res.Ops, res.Faults = r.hist.ops(), faults
+	if r.dis.done {
+		res.Disaster = r.dis.kind
+	}
 	res.QuotaRefusals = int(r.quotaRefusals.Load())
 	res.Fills, res.FullTransitions = fill.counts()
 	res.HTTPOps = int(r.httpOK.Load())
