@@ -87,8 +87,57 @@
 // started with; the nemesis, the clients and the checks act on the
 // frontends the cluster holds at the time, joined ones included (the
 // replica-equality and differential checks run on them), and the ground
-// truth samples every frontend that ever ran. Forcing a new cluster after
-// a quorum loss, and backup and restore, are not injected yet.
+// truth samples every frontend that ever ran.
+//
+// # An operator's recovery
+//
+// One run in six loses a quorum for good and one in six restores a
+// backup (disaster.go; a run of fewer than three voters restores in place
+// of the loss), once, at the first fault after 40 % to 70 % of the run
+// that finds a leader once every link is healed and every member runs.
+// For the loss, the majority of the voters and every observer lose their
+// power and are never restarted on their disks; half the time the leader
+// survives, first cut off from the others while it proposes its own
+// removal, so that the survivor's log ends in a removal of itself that
+// never committed. The operator picks the surviving voter with the
+// highest commit index, shuts the other survivors down, and restarts it
+// with -force-new-cluster (frontendtest.Cluster.ForceNewCluster, the
+// journal's force path). For the restore, the operator backs up a
+// follower as metactl backup does (frontendtest.Cluster.Backup, after a
+// read barrier and a checkpoint on it), lets the cluster run on for up
+// to 3 s, shuts every frontend down, and restores the backup into a new
+// cluster of one new frontend as metactl restore and a metaserver
+// started on its dir do (frontendtest.Cluster.Restore: a new cluster id,
+// a membership of that frontend alone). Either way new frontends (new
+// ids, empty data dirs) then join the new cluster back to the run's
+// shape, and one old frontend comes back: half the time on the disk it
+// was lost with, a client's writes and reads through it recorded in the
+// history, else as a join of its id on an empty dir, which must be
+// refused. The workers, the clients and the faults go on.
+//
+// The old cluster's acknowledgements after the survivor's state was
+// taken may be lost by design, so the checks split the run at the cut
+// (cut.go). Before the operator's recovery every survivor (or the
+// backed-up follower) applies all that is committed; a write
+// acknowledged before then must be in the surviving state, any other
+// write of the old cluster may or may not be, and the surviving state
+// holds only values the old cluster's writes wrote: the history up to
+// the new cluster's first linearizable read, with those writes' outcomes
+// unknown and a read of each register's surviving value, is
+// linearizable. From that read on, the new cluster's history is
+// linearizable from the surviving state (a write of each register's value
+// at the cut before everything else; a write still in flight across the
+// cut may land on the new cluster). A unique create or an owned node the
+// new cluster lacks is dropped only if the old cluster acknowledged it
+// after the surviving state was taken; watch sessions of the old cluster
+// are compared with the new cluster's up to the last index the two logs
+// share (the survivor's commit index, the backup's image index). Every
+// other check holds on the new cluster as on any: replica equality, the
+// differential check (also right after the recovery), the watch, owned,
+// query and records checks, a leader and an accepted write after the
+// faults heal. The new cluster's membership must hold no old frontend but
+// the survivor, and an old frontend that comes back must acknowledge
+// nothing the new cluster lacks.
 //
 // # Wall clocks
 //
