@@ -309,7 +309,12 @@
 // the digests at one index and the differential check: a create's size
 // counted with the tree's own numbers of its attribute keys, often in the
 // runs with a bytes quota; the node count taken with the free slots,
-// rarely.
+// rarely. The recovery's checks find -force-new-cluster applying the
+// survivor's own uncommitted removal from its log's tail (the new
+// cluster gives no linearizable read, and the survivor answers 410
+// removed) in the runs where the leader survives its quorum loss, and a
+// force that keeps the lost members in its membership in every forced
+// run.
 //
 // # Open defects
 //
