@@ -314,6 +314,10 @@ func (r *run) lose(ids []int, epochs map[int]epoch.Epoch, start time.Time) {
 // created after index (the log the new cluster shares with the old).
 func (r *run) cutHere(ctx context.Context, i int, keep, start int64, nb int, index uint64) {
 	f := r.c.Frontend(i)
+	if f == nil {
+		r.failf("frontend %d, which started the new cluster, stopped before its first read", i)
+		return
+	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	_, err := r.c.Leader(lctx)
 	if err == nil {
