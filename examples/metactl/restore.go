@@ -2,20 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"github.com/metatree/metatree/internal/durable"
 	"io"
 	"net"
-	"os"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/google/uuid"
 
-	"github.com/metatree/metatree/catalog"
-	"github.com/metatree/metatree/image"
-	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/examples/frontend"
 )
 
 // restoreConfig is what `metactl restore` is asked to do.
@@ -67,97 +61,14 @@ func restore(ctx context.Context, args []string, e env) error {
 	return writeJSON(e.stdout, out)
 }
 
-// restoreDir builds the new data dir aside (DIR.restoring), then renames it
-// into place and syncs the parent directory: a crash at any step leaves
-// DIR as it was (absent or empty, with a leftover DIR.restoring that the
-// next restore replaces) or the whole new dir, never a dir that will not
-// open. The image is copied with a new header (the new cluster id, the
-// membership naming the node alone) and its body verified on the way
-// against the source's checksum.
+// restoreDir makes the data dir (frontend.Restore) and reports it.
 func restoreDir(ctx context.Context, fs vfs.FS, c restoreConfig, stderr io.Writer) (restoreJSON, error) {
-	if err := checkEmptyOrAbsent(fs, c.Dir); err != nil {
+	r, err := frontend.Restore(ctx, frontend.RestoreConfig{FS: fs, Image: c.Image, Dir: c.Dir, ID: c.ID, Addr: c.Addr, Token: c.Token})
+	if err != nil {
 		return restoreJSON{}, err
 	}
-	hdr, err := image.ReadHeader(fs, c.Image)
-	if err != nil {
-		return restoreJSON{}, fmt.Errorf("restore: %w", err)
+	if r.Leftover != "" {
+		fmt.Fprintf(stderr, "metactl: removed %s, left by an interrupted restore\n", r.Leftover)
 	}
-	if hdr.Index == 0 {
-		return restoreJSON{}, fmt.Errorf("restore: %s is an image of index 0: nothing to restore", c.Image)
-	}
-	tmp := c.Dir + ".restoring"
-	if _, err := fs.Stat(tmp); err == nil {
-		fmt.Fprintf(stderr, "metactl: removing %s, left by an interrupted restore\n", tmp)
-		if err := fs.RemoveAll(tmp); err != nil {
-			return restoreJSON{}, fmt.Errorf("restore: remove %s: %w", tmp, err)
-		}
-	}
-	clusterID := uuid.NewString()
-	blob, err := journal.NewClusterMembership(hdr.Membership, hdr.Index, c.ID, c.Addr)
-	if err != nil {
-		return restoreJSON{}, fmt.Errorf("restore: %s: %w", c.Image, err)
-	}
-	written, err := copyImage(ctx, fs, c.Image, tmp, image.Header{ClusterID: clusterID, Index: hdr.Index, Term: hdr.Term, Membership: blob})
-	if err != nil {
-		return restoreJSON{}, errors.Join(err, removeTmp(fs, tmp))
-	}
-	if err := journal.Seed(journal.SeedConfig{
-		FS: fs, Dir: tmp, ID: c.ID, Addr: c.Addr, ClusterID: clusterID, Token: c.Token,
-		Index: hdr.Index, Term: hdr.Term, Membership: blob,
-	}); err != nil {
-		return restoreJSON{}, errors.Join(fmt.Errorf("restore: %w", err), removeTmp(fs, tmp))
-	}
-	if err := fs.Rename(tmp, c.Dir); err != nil {
-		return restoreJSON{}, fmt.Errorf("restore: rename %s to %s: %w", tmp, c.Dir, err)
-	}
-	if err := durable.SyncDir(fs, fs.PathDir(c.Dir)); err != nil {
-		return restoreJSON{}, fmt.Errorf("restore: %w", err)
-	}
-	return restoreJSON{Dir: c.Dir, ClusterID: clusterID, ID: c.ID, Addr: c.Addr, Index: hdr.Index, Term: hdr.Term, Bytes: written}, nil
-}
-
-// copyImage writes the image of dir's image directory: h over the body of
-// the image file src, which is checked whole as it is copied.
-func copyImage(ctx context.Context, fs vfs.FS, src, dir string, h image.Header) (int64, error) {
-	store, err := image.Open(image.Config{Dir: dir, FS: fs, State: catalog.New(), ClusterID: h.ClusterID})
-	if err != nil {
-		return 0, fmt.Errorf("restore: %w", err)
-	}
-	info, err := store.Rewrite(ctx, src, h)
-	if cerr := store.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return 0, fmt.Errorf("restore: copy %s: %w", src, err)
-	}
-	return info.Size, nil
-}
-
-// checkEmptyOrAbsent refuses a dir that holds anything.
-func checkEmptyOrAbsent(fs vfs.FS, dir string) error {
-	st, err := fs.Stat(dir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		return fmt.Errorf("restore: %w", err)
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("restore: -dir %s is a file", dir)
-	}
-	names, err := fs.List(dir)
-	if err != nil {
-		return fmt.Errorf("restore: list %s: %w", dir, err)
-	}
-	if len(names) > 0 {
-		return fmt.Errorf("restore: -dir %s is not empty (%d entries): restore makes a new data dir", dir, len(names))
-	}
-	return nil
-}
-
-func removeTmp(fs vfs.FS, tmp string) error {
-	if err := fs.RemoveAll(tmp); err != nil {
-		return fmt.Errorf("restore: remove %s: %w", tmp, err)
-	}
-	return nil
+	return restoreJSON{Dir: c.Dir, ClusterID: r.ClusterID, ID: c.ID, Addr: c.Addr, Index: r.Index, Term: r.Term, Bytes: r.Bytes}, nil
 }

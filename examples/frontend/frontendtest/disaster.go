@@ -10,9 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/google/uuid"
 
-	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/image"
 	"github.com/metatree/metatree/internal/durable"
@@ -63,13 +61,13 @@ func (c *Cluster) Backup(ctx context.Context, from int, fs vfs.FS, out string) (
 }
 
 // Restore makes frontend i the only voter of a new cluster that holds the
-// catalog of the image file src on fs, as `metactl restore -image -dir -id
-// -addr` and a metaserver started on that dir do: i's data dir is dropped
-// and made anew (the image copied onto i's filesystem, rewritten with a
-// new cluster id and a membership of i alone, journal.Seed), and i starts
-// from it. i must be neither a worker's id nor a running frontend's
-// (ErrInvalidFrontend). The new cluster's id is returned by the
-// frontend's journal status.
+// catalog of the image file src on fs, as an operator does with `metactl
+// restore -image -dir -id -addr` and a metaserver started on that dir:
+// i's data dir is dropped, the image copied onto i's filesystem and
+// restored into a new data dir (frontend.Restore: a new cluster id, a
+// membership of i alone), and i starts from it. i must be neither a
+// worker's id nor a running frontend's (ErrInvalidFrontend). The new
+// cluster's id is in the frontend's journal status.
 func (c *Cluster) Restore(ctx context.Context, i int, fs vfs.FS, src string) (*frontend.Frontend, error) {
 	c.mu.Lock()
 	_, running := c.fes[i]
@@ -78,13 +76,6 @@ func (c *Cluster) Restore(ctx context.Context, i int, fs vfs.FS, src string) (*f
 	if i <= 0 || running || worker {
 		return nil, fmt.Errorf("%w: id %d: want a positive id that is neither a worker's nor a running frontend's", ErrInvalidFrontend, i)
 	}
-	hdr, err := image.ReadHeader(fs, src)
-	if err != nil {
-		return nil, fmt.Errorf("frontendtest: restore: %w", err)
-	}
-	if hdr.Index == 0 {
-		return nil, fmt.Errorf("frontendtest: restore: %s is an image of index 0: nothing to restore", src)
-	}
 	if err := c.wipe(i); err != nil {
 		return nil, err
 	}
@@ -92,31 +83,18 @@ func (c *Cluster) Restore(ctx context.Context, i int, fs vfs.FS, src string) (*f
 	if err != nil {
 		return nil, err
 	}
-	// The operator copies the backup onto the host first.
-	copied := filepath.Join(dfs.PathDir(dir), fmt.Sprintf("restore-%d.image", i))
+	// The operator copies the backup onto the host, then restores into an
+	// absent data dir.
+	copied := fmt.Sprintf("%s.image", dir)
 	if err := copyFile(fs, src, dfs, copied); err != nil {
 		return nil, fmt.Errorf("frontendtest: restore: %w", err)
 	}
-	clusterID := uuid.NewString()
-	addr := Addr(i)
-	blob, err := journal.NewClusterMembership(hdr.Membership, hdr.Index, uint64(i), addr)
-	if err != nil {
+	if err := dfs.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("frontendtest: restore: %w", err)
 	}
-	store, err := image.Open(image.Config{Dir: dir, FS: dfs, State: catalog.New(), ClusterID: clusterID})
-	if err != nil {
-		return nil, fmt.Errorf("frontendtest: restore: %w", err)
-	}
-	_, err = store.Rewrite(ctx, copied, image.Header{ClusterID: clusterID, Index: hdr.Index, Term: hdr.Term, Membership: blob})
-	err = errors.Join(err, store.Close(), dfs.Remove(copied))
-	if err != nil {
-		return nil, fmt.Errorf("frontendtest: restore: copy the image: %w", err)
-	}
-	if err := journal.Seed(journal.SeedConfig{
-		FS: dfs, Dir: dir, ID: uint64(i), Addr: addr, ClusterID: clusterID, Token: c.opts.Config.Token,
-		Index: hdr.Index, Term: hdr.Term, Membership: blob,
-	}); err != nil {
-		return nil, fmt.Errorf("frontendtest: restore: %w", err)
+	_, err = frontend.Restore(ctx, frontend.RestoreConfig{FS: dfs, Image: copied, Dir: dir, ID: uint64(i), Addr: Addr(i), Token: c.opts.Config.Token})
+	if err = errors.Join(err, dfs.Remove(copied)); err != nil {
+		return nil, fmt.Errorf("frontendtest: restore frontend %d: %w", i, err)
 	}
 	c.mu.Lock()
 	c.joined[i] = journal.Follower // a voter, whatever its id
