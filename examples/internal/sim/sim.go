@@ -102,15 +102,24 @@ func (r *Result) Replay() string {
 	return fmt.Sprintf("go run ./examples/sim -seed %d", r.Seed)
 }
 
-// Report is the run's report: its seed, its figures, each failure and the
-// command that replays it.
+// reportedFailures is how many failures Report lists: a run that fails
+// often fails the same way many times (a removed member answering every
+// request), and its first failures say what happened.
+const reportedFailures = 20
+
+// Report is the run's report: its seed, its figures, its first failures
+// and the command that replays it.
 func (r *Result) Report() string {
 	status := "ok"
 	if r.Failed() {
 		status = "FAILED"
 	}
 	s := fmt.Sprintf("seed %d: %s: %d frontends (%d observers), %d ops (%d over HTTP), %d faults, %d queries (%d cancelled, %d held to the bound), %d watch resumes, %d owned nodes, %d stale fences, quota %+v (%d refusals, %d fills, %d transitions while full), recovery %q, %v simulated, history %016x, faults %016x", r.Seed, status, r.Frontends, r.Observers, r.Ops, r.HTTPOps, r.Faults, r.Queries, r.Cancelled, r.Bounded, r.Resumes, r.Owned, r.StaleFences, r.Quota, r.QuotaRefusals, r.Fills, r.FullTransitions, r.Disaster, r.Simulated.Round(time.Second), r.History, r.FaultHistory)
-	for _, f := range r.Failures {
+	for i, f := range r.Failures {
+		if i == reportedFailures {
+			s += fmt.Sprintf("\n  - … and %d more failures", len(r.Failures)-i)
+			break
+		}
 		s += "\n  - " + f
 	}
 	if r.Failed() {
