@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
 
 func propose(t *testing.T, n *node, v string) uint64 {
@@ -76,15 +78,15 @@ func TestStartupChecks(t *testing.T) {
 
 		// Requests with a wrong cluster id or token are refused by the handler.
 		for _, h := range []map[string]string{
-			{hdrCluster: "other", hdrToken: "secret"},
-			{hdrCluster: n1.j.Status().ClusterID, hdrToken: "nope"},
+			{rafthttp.HeaderCluster: "other", rafthttp.HeaderToken: "secret"},
+			{rafthttp.HeaderCluster: n1.j.Status().ClusterID, rafthttp.HeaderToken: "nope"},
 		} {
-			req, _ := http.NewRequest(http.MethodPost, "http://"+n1.addr+pathPropose, strings.NewReader(strings.Repeat("x", 40)))
+			req, _ := http.NewRequest(http.MethodPost, "http://"+n1.addr+rafthttp.PathPropose, strings.NewReader(strings.Repeat("x", 40)))
 			for k, v := range h {
 				req.Header.Set(k, v)
 			}
-			req.Header.Set(hdrFrom, "2")
-			req.Header.Set(hdrTo, "1")
+			req.Header.Set(rafthttp.HeaderFrom, "2")
+			req.Header.Set(rafthttp.HeaderTo, "1")
 			resp, err := c.client.Do(req)
 			require.NoError(t, err)
 			resp.Body.Close()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/metatree/metatree/internal/clock"
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
 
 // StateMachine is what the journal replays the log into (the catalog in
@@ -456,7 +457,7 @@ func (c *Config) validate() error {
 	if c.MaxBodyBytes < int64(c.MaxSizePerMsg) {
 		bad("MaxBodyBytes (%d) must be >= MaxSizePerMsg (%d)", c.MaxBodyBytes, c.MaxSizePerMsg)
 	}
-	if need := int64(streamBatchBytes + max(c.MaxSizePerMsg, c.MaxEntryBytes) + frameSlack); c.MaxBodyBytes < need {
+	if need := int64(rafthttp.StreamBatchBytes + max(c.MaxSizePerMsg, c.MaxEntryBytes) + rafthttp.FrameSlack); c.MaxBodyBytes < need {
 		bad("MaxBodyBytes (%d) must be >= %d to carry an entry of MaxEntryBytes (%d) or an append of MaxSizePerMsg (%d) in a stream frame", c.MaxBodyBytes, need, c.MaxEntryBytes, c.MaxSizePerMsg)
 	}
 	if c.ApplyQueueBatches < 1 || c.SendQueueMsgs < 1 || c.ProposalQueue < 1 || c.ForwardRetries < 1 {

@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
 
 // CheckRemovalForTest runs on the raft loop the check that
@@ -68,7 +70,7 @@ func (j *Journal) MaxEntryBytesForTest() uint64 { return j.cfg.MaxEntryBytes }
 func (j *Journal) HaltedForTest() <-chan struct{} { return j.store.HaltedCh() }
 
 // WriteErrorForTest writes err as the journal's HTTP handler answers it.
-func WriteErrorForTest(w http.ResponseWriter, err error) { writeError(w, err) }
+func WriteErrorForTest(w http.ResponseWriter, err error) { rafthttp.WriteError(w, err) }
 
 // BallastNameForTest is the name of the emergency ballast file in the
 // data dir.

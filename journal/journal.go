@@ -211,13 +211,6 @@ type report struct {
 	ok       bool
 }
 
-// identity lets the HTTP transport stamp and check requests.
-type identity interface {
-	identity() (clusterID, token string)
-}
-
-func (j *Journal) identity() (string, string) { return j.cluster(), j.token }
-
 // Close stops the node: the raft loop, the applier and the transport, then
 // closes the log and releases the data dir. Waiting calls return ErrClosed.
 // Close is idempotent and returns after every goroutine has exited.

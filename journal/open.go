@@ -181,6 +181,11 @@ func (j *Journal) startTransport() error {
 	} else if h, ok := j.tr.(*HTTPTransport); ok {
 		j.http = h
 	}
+	if j.http != nil {
+		// The HTTP transport stamps and checks every peer request with the
+		// cluster id (known once the node bootstrapped or joined) and token.
+		j.http.setIdentity(j.cluster, j.token)
+	}
 	if err := j.tr.Start(j.id, receiver{j}); err != nil {
 		j.tr = nil
 		return operr.Errorf("journal: start transport: %w", err)
