@@ -13,6 +13,7 @@ import (
 
 	"github.com/metatree/metatree/internal/clock"
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
 
@@ -300,7 +301,7 @@ type testingKnobs struct {
 	// hands the loop another copy of its entry.
 	beforeRepropose func(key [16]byte)
 	// judged runs on the applier for every copy of a user entry it skips.
-	judged func(index uint64, key [16]byte, v copyVerdict)
+	judged func(index uint64, key [16]byte, v dedupe.Verdict)
 	// changed runs after a state a test awaits may have changed: a message
 	// from a peer was recorded (reachable), a leader timestamp applied
 	// (CheckFresh), a vote request sent (campaigns) or a snapshot transfer

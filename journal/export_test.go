@@ -8,6 +8,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/metatree/metatree/journal/internal/envelope"
 	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
 
@@ -98,7 +99,7 @@ func (j *Journal) AdmitForwardedForTest(msgs []*raftpb.Message) []*raftpb.Messag
 
 // EncodeUserForTest returns the entry envelope of a user proposal of data
 // under key.
-func EncodeUserForTest(key [16]byte, data []byte) []byte { return encodeUser(key, data) }
+func EncodeUserForTest(key [16]byte, data []byte) []byte { return envelope.EncodeUser(key, data) }
 
 // ReceiveForTest steps msgs into j as its transport's Receiver does with
 // what arrives from a peer.
@@ -108,7 +109,7 @@ func (j *Journal) ReceiveForTest(ctx context.Context, msgs []*raftpb.Message) er
 
 // EncodeTimestampForTest returns the entry envelope of a leader's
 // timestamp of unixNano.
-func EncodeTimestampForTest(unixNano int64) []byte { return encodeTimestamp(unixNano) }
+func EncodeTimestampForTest(unixNano int64) []byte { return envelope.EncodeTimestamp(unixNano) }
 
 // HandleForwardForTest runs on j what a peer's forwarded request asks, as
 // its transport's Receiver does.
@@ -160,7 +161,7 @@ func (j *Journal) ProposeRawForTest(ctx context.Context, data []byte) error {
 
 // EncodeVersionForTest returns the entry envelope raising the cluster to
 // format version v.
-func EncodeVersionForTest(v uint32) []byte { return encodeVersion(v) }
+func EncodeVersionForTest(v uint32) []byte { return envelope.EncodeVersion(v) }
 
 // HandleJoinForTest runs on j a joining node's request, as its
 // transport's Receiver does.

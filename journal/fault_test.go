@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/metatree/metatree/internal/linearize"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -20,6 +19,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/internal/linearize"
 	"github.com/metatree/metatree/journal"
 )
 

@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -178,7 +179,7 @@ type Journal struct {
 	// the fence lifted finds that membership too).
 	fenceUntil atomic.Uint64
 
-	dedupe *dedupe // applier only
+	dedupe *dedupe.Window // applier only
 	// window is the cluster's dedupe window once a membership record told
 	// it (0 until then, or for ever in a cluster that records none):
 	// dedupeWindow.

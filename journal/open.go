@@ -13,6 +13,7 @@ import (
 
 	"github.com/metatree/metatree/internal/durable"
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -85,7 +86,7 @@ func newJournal(cfg Config) (*Journal, error) {
 		applyq:     newApplyQueue(cfg.ApplyQueueBytes, cfg.ApplyQueueBatches),
 		appendq:    newAppendQueue(),
 		appendDone: make(chan appendResult, 16),
-		dedupe:     newDedupe(cfg.DedupeWindow),
+		dedupe:     dedupe.New(cfg.DedupeWindow),
 		heard:      map[uint64]uint64{},
 		imageReqc:  make(chan struct{}, 1),
 		checkc:     make(chan struct{}, 1),
@@ -432,7 +433,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 					return nil, operr.Errorf("journal: image %d: %w", idx, err)
 				}
 				j.learnWindow(im)
-				j.dedupe.reset(im.Keys)
+				j.dedupe.Reset(im.Keys)
 				image = im
 				if err := j.recordWindow(idx, im, blob); err != nil {
 					return nil, operr.Errorf("journal: image %d: %w", idx, err)

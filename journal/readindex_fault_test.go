@@ -3,7 +3,6 @@ package journal_test
 import (
 	"context"
 	"fmt"
-	"github.com/metatree/metatree/internal/linearize"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/internal/linearize"
 	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/journaltest"
 )

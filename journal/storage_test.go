@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3"
 

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/metatree/metatree/journal/internal/envelope"
 	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
 
@@ -53,7 +54,7 @@ func TestForgedMessagesCannotCrashANode(t *testing.T) {
 		require.NoError(t, err)
 		lastTerm, err := F.j.TermAt(last)
 		require.NoError(t, err)
-		user := &raftpb.Entry{Data: encodeUser([16]byte{1}, []byte("forged"))}
+		user := &raftpb.Entry{Data: envelope.EncodeUser([16]byte{1}, []byte("forged"))}
 		cases := []struct {
 			name string
 			to   *node
