@@ -8,6 +8,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/metatree/metatree/journal/internal/diskguard"
 	"github.com/metatree/metatree/journal/internal/envelope"
 	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
@@ -75,11 +76,11 @@ func WriteErrorForTest(w http.ResponseWriter, err error) { rafthttp.WriteError(w
 
 // BallastNameForTest is the name of the emergency ballast file in the
 // data dir.
-const BallastNameForTest = ballastName
+const BallastNameForTest = diskguard.BallastName
 
 // CheckSpaceForTest runs j's free-space guard's check once, without
 // reporting a change of its alarm to the cluster.
-func (j *Journal) CheckSpaceForTest() error { return j.space.check() }
+func (j *Journal) CheckSpaceForTest() error { return j.space.Check() }
 
 // CheckAndReportSpaceForTest runs j's free-space check as its interval
 // does: the guard's check, then the alarm reported to the cluster if it

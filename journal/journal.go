@@ -16,6 +16,7 @@ import (
 
 	"github.com/metatree/metatree/internal/operr"
 	"github.com/metatree/metatree/journal/internal/dedupe"
+	"github.com/metatree/metatree/journal/internal/diskguard"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -24,7 +25,7 @@ import (
 type Journal struct {
 	cfg   Config
 	log   *slog.Logger
-	space *spaceGuard // refuses writes while the disk is nearly full
+	space *diskguard.Guard // refuses writes while the disk is nearly full
 	// stamps is the clock of the staleness guard: wall time at Open,
 	// advanced monotonically.
 	stamps stampClock

@@ -133,7 +133,7 @@ func (c journalCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descNoSpaceAlarm, b2f(j.noSpaceAlarm() != nil))
 	gauge(descCorrupt, b2f(j.corruptErr() != nil))
 	counter(descConsistencyChecks, j.checker.count())
-	if free, ok := j.space.free(); ok {
+	if free, ok := j.space.Free(); ok {
 		gauge(descDiskFree, float64(free))
 	}
 	if h := m.walFsyncHistogram(j); h != nil {

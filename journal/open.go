@@ -14,6 +14,7 @@ import (
 	"github.com/metatree/metatree/internal/durable"
 	"github.com/metatree/metatree/internal/operr"
 	"github.com/metatree/metatree/journal/internal/dedupe"
+	"github.com/metatree/metatree/journal/internal/diskguard"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -96,8 +97,8 @@ func newJournal(cfg Config) (*Journal, error) {
 	j.mu.commitCh = make(chan struct{})
 	j.rounds.newRun()
 	j.stamps = newStampClock(cfg.Clock)
-	j.space = newSpaceGuard(fs, cfg.Dir, cfg.ReserveBytes, cfg.BallastBytes, j.log)
-	if err := j.space.check(); err != nil {
+	j.space = diskguard.New(fs, cfg.Dir, cfg.ReserveBytes, cfg.BallastBytes, j.log)
+	if err := j.space.Check(); err != nil {
 		j.log.Warn("free space check failed", "err", err)
 	}
 	j.mu.appliedCh = make(chan struct{})
