@@ -44,7 +44,7 @@ func (j *Journal) CampaignsForTest() uint64 { return j.campaigns.Load() }
 func (j *Journal) RefusedRemovedForTest() uint64 { return j.refusedRemoved.Load() }
 
 // ReadRoundsSentForTest counts the ReadIndex rounds j sent.
-func (j *Journal) ReadRoundsSentForTest() uint64 { return j.rounds.sent.Load() }
+func (j *Journal) ReadRoundsSentForTest() uint64 { return j.rounds.Sent() }
 
 // RaftConfigForTest returns, from the raft loop, the voters and learners
 // of j's raft configuration, sorted.

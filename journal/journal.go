@@ -18,6 +18,7 @@ import (
 	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/diskguard"
 	"github.com/metatree/metatree/journal/internal/raftstore"
+	"github.com/metatree/metatree/journal/internal/readround"
 )
 
 // Journal is one node of a replicated log. It is safe for concurrent use by
@@ -186,7 +187,7 @@ type Journal struct {
 	// dedupeWindow.
 	window atomic.Uint64
 
-	rounds readRounds // linearizable reads (readindex.go)
+	rounds readround.Rounds // linearizable reads (readindex.go)
 	// membersIndex is the membership index the MEMBERS file holds
 	// (applier only, after Open): older memberships are not written again.
 	membersIndex uint64

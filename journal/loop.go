@@ -178,7 +178,7 @@ func (j *Journal) tick() {
 	j.ticks++
 	// The read round in flight, if no caller sent it or its answer is
 	// overdue (readindex.go).
-	if ctx := j.rounds.tick(j.leader.Load() != 0, j.readResendTicks()); ctx != nil {
+	if ctx := j.rounds.Tick(j.leader.Load() != 0, j.readResendTicks()); ctx != nil {
 		j.rn.ReadIndex(ctx)
 	}
 }

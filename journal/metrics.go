@@ -126,7 +126,7 @@ func (c journalCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descProposalsApplied, m.proposalsApplied.Load())
 	counter(descProposalsFailed, m.proposalsFailed.Load())
 	counter(descProposalsForwarded, m.proposalsForwarded.Load())
-	counter(descReadRounds, j.rounds.sent.Load())
+	counter(descReadRounds, j.rounds.Sent())
 	gauge(descHalted, b2f(j.halted() != nil))
 	gauge(descClusterVersion, float64(j.clusterVersion()))
 	gauge(descMaxVersion, float64(j.cfg.MaxVersion))

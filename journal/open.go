@@ -95,7 +95,7 @@ func newJournal(cfg Config) (*Journal, error) {
 	}
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.commitCh = make(chan struct{})
-	j.rounds.newRun()
+	j.rounds.NewRun()
 	j.stamps = newStampClock(cfg.Clock)
 	j.space = diskguard.New(fs, cfg.Dir, cfg.ReserveBytes, cfg.BallastBytes, j.log)
 	if err := j.space.Check(); err != nil {
