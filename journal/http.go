@@ -66,11 +66,7 @@ var _ Transport = (*HTTPTransport)(nil)
 // NewHTTPTransport returns an HTTP transport; pass it as Config.Transport
 // (Open creates one itself when Config.Transport is nil).
 func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
-	return &HTTPTransport{t: rafthttp.New(rafthttp.Options{
-		Client: opts.Client, Scheme: opts.Scheme, TLS: opts.TLS, Logger: opts.Logger,
-		QueueMsgs: opts.QueueMsgs, QueueBytes: opts.QueueBytes, MaxBodyBytes: opts.MaxBodyBytes,
-		HandshakeTimeout: opts.HandshakeTimeout, SnapshotTimeout: opts.SnapshotTimeout, Clock: opts.Clock,
-	})}
+	return &HTTPTransport{t: rafthttp.New(rafthttp.Options(opts))}
 }
 
 // setIdentity gives the transport the cluster id and token it stamps on

@@ -15,37 +15,24 @@ import (
 	"github.com/metatree/metatree/internal/clock"
 )
 
-// Options configures a Transport. Zero values mean the defaults below
-// (journal.Config documents them for its users).
+// Options configures a Transport: the fields of journal.HTTPOptions, which
+// documents them (journal converts one into the other). New fills the zero
+// ones: Scheme "https" with TLS, else "http"; a discarding Logger; 4096
+// messages and 64 MiB queued a peer; 5 MiB a frame or request body; a
+// handshake timeout of 3s and a snapshot timeout of 10 minutes; the real
+// clock; and, without a Client, a client of its own that dials with TLS
+// and is closed with the transport.
 type Options struct {
-	// Client sends the requests (default: a client of its own, closed with
-	// the transport). Set one with a TLS config for https.
-	Client *http.Client
-	// Scheme is "http" or "https" (default: "https" with TLS, else
-	// "http").
-	Scheme string
-	// TLS: with it the transport's own client dials with it, and the
-	// Handler requires of every peer a member certificate naming the
-	// sender.
-	TLS *tls.Config
-	// Logger (default: discard).
-	Logger *slog.Logger
-	// QueueMsgs and QueueBytes bound each peer's send queue (defaults 4096
-	// messages, 64 MiB).
-	QueueMsgs  int
-	QueueBytes uint64
-	// MaxBodyBytes bounds one stream frame or request body (default 5 MiB).
-	MaxBodyBytes int64
-	// HandshakeTimeout bounds the wait for a peer to accept a stream
-	// (default 3s).
+	Client           *http.Client
+	Scheme           string
+	TLS              *tls.Config
+	Logger           *slog.Logger
+	QueueMsgs        int
+	QueueBytes       uint64
+	MaxBodyBytes     int64
 	HandshakeTimeout time.Duration
-	// SnapshotTimeout bounds one snapshot delivery, which includes the
-	// receiver fetching the image (default 10 minutes). On expiry raft is
-	// told the snapshot failed and tries again later.
-	SnapshotTimeout time.Duration
-	// Clock times the reconnect backoff and the handshake (default: the
-	// real clock).
-	Clock clock.Clock
+	SnapshotTimeout  time.Duration
+	Clock            clock.Clock
 }
 
 // peerConnBuffer is the write and read buffer of the transport's own

@@ -254,6 +254,25 @@ func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
 		}
 	}
 	send.senderStopped.Store(&onStop)
+	// drained waits until no removed peer's sender runs, looking again at
+	// each sender that stops.
+	drained := func(what string) {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for {
+			send.mu.Lock()
+			n := len(send.draining)
+			send.mu.Unlock()
+			if n == 0 {
+				return
+			}
+			select {
+			case <-stopped:
+			case <-deadline:
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
 	send.Start(1, &stubNode{}, stubIdentity)
 	send.SetPeer(2, strings.TrimPrefix(srv.URL, "http://"))
 	const n = 500
@@ -269,11 +288,7 @@ func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
 			t.Fatalf("%d of %d queued messages delivered after RemovePeer", i, n)
 		}
 	}
-	await(t, 5*time.Second, "the removed peer's sender stopped", stopped, func() bool {
-		send.mu.Lock()
-		defer send.mu.Unlock()
-		return len(send.draining) == 0
-	})
+	drained("the removed peer's sender stopped")
 
 	// A removed peer that accepts the stream but never reads it.
 	stuck := make(chan struct{})
@@ -291,11 +306,7 @@ func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
 		send.Send([]*raftpb.Message{big})
 	}
 	send.RemovePeer(3)
-	await(t, 5*time.Second, "the stuck removed peer's sender cut off", stopped, func() bool {
-		send.mu.Lock()
-		defer send.mu.Unlock()
-		return len(send.draining) == 0
-	})
+	drained("the stuck removed peer's sender cut off")
 	require.NoError(t, send.Close())
 }
 
@@ -354,20 +365,5 @@ func TestRefusalAsRemovedIsReported(t *testing.T) {
 				t.Fatal("the refusal as removed was not reported")
 			}
 		})
-	}
-}
-
-// await waits until cond holds, re-checking it whenever changed fires, and
-// fails the test after d.
-func await(t *testing.T, d time.Duration, what string, changed <-chan struct{}, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for !cond() {
-		select {
-		case <-changed:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		}
 	}
 }
