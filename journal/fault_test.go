@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/metatree/metatree/internal/linearize"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -19,7 +20,6 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metatree/metatree/internal/linearize"
 	"github.com/metatree/metatree/journal"
 )
 

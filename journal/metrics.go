@@ -1,14 +1,13 @@
 package journal
 
 import (
+	"github.com/metatree/metatree/internal/ratelimit"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.etcd.io/raft/v3"
-
-	"github.com/metatree/metatree/internal/ratelimit"
 )
 
 // metrics are the journal's own counters, read by its Prometheus collector

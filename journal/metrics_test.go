@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/metatree/metatree/internal/clock"
+	"github.com/metatree/metatree/internal/logtest"
+	"github.com/metatree/metatree/internal/metricstest"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -13,9 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metatree/metatree/internal/clock"
-	"github.com/metatree/metatree/internal/logtest"
-	"github.com/metatree/metatree/internal/metricstest"
 	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/journaltest"
 )

@@ -3,6 +3,7 @@ package journal_test
 import (
 	"context"
 	"fmt"
+	"github.com/metatree/metatree/internal/linearize"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -14,7 +15,6 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metatree/metatree/internal/linearize"
 	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/journaltest"
 )

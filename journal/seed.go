@@ -7,11 +7,12 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/metatree/metatree/internal/durable"
+	"github.com/metatree/metatree/internal/operr"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/metatree/metatree/internal/durable"
-	"github.com/metatree/metatree/internal/operr"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 

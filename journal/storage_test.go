@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3"
 

@@ -39,10 +39,11 @@ type Options struct {
 // client connections.
 const peerConnBuffer = 64 << 10
 
-// Transport carries a journal's traffic over HTTP: raft messages travel over one
-// long-lived streaming POST per peer (/raft/stream), written by one sender
-// goroutine per peer in length-prefixed batches (pipelined: the sender never
-// waits for a reply), snapshots and proposals over their own requests.
+// Transport carries a journal's traffic over HTTP: raft messages travel
+// over one long-lived streaming POST per peer (/raft/stream), written by
+// one sender goroutine per peer in length-prefixed batches (pipelined: the
+// sender never waits for a reply), snapshots and proposals over their own
+// requests.
 // Every request carries the cluster id, the token and the node ids, checked
 // by the receiving Handler; bad requests get a 4xx status.
 type Transport struct {
@@ -80,8 +81,8 @@ type Transport struct {
 	senderStopped atomic.Pointer[func()]
 }
 
-// New returns a transport with opts' defaults filled. It starts no
-// goroutine until Start and SetPeer.
+// New returns a transport with opts' zero fields filled. It starts no
+// goroutine: SetPeer starts each peer's sender.
 func New(opts Options) *Transport {
 	if opts.Scheme == "" {
 		opts.Scheme = "http"
