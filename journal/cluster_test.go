@@ -128,3 +128,33 @@ func TestProposeEntrySizeLimit(t *testing.T) {
 		propose(t, c.nodes[leader], "after")
 	})
 }
+
+// wrappedTransport is a host's Transport around the HTTP transport (one
+// that counts or logs, say): the journal does not see the HTTPTransport.
+type wrappedTransport struct{ *HTTPTransport }
+
+// An HTTP transport wrapped in a Transport of the host's still stamps and
+// checks the cluster's id and token: a node joining with one is admitted
+// and replicates.
+func TestWrappedHTTPTransportCarriesTheIdentity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		c.start(1, 0)
+		n1 := c.nodes[1]
+		n2 := c.listen(2)
+		require.NoError(t, c.open(n2, func(cfg *Config) {
+			cfg.Join = n1.addr
+			cfg.Transport = wrappedTransport{n2.tr}
+			n2.mux.mu.Lock()
+			n2.mux.h = n2.tr.Handler()
+			n2.mux.mu.Unlock()
+		}))
+		// The journal serves no handler for a transport it does not know.
+		n2.mux.mu.Lock()
+		n2.mux.h = n2.tr.Handler()
+		n2.mux.mu.Unlock()
+		propose(t, n1, "through-the-wrapper")
+		require.NoError(t, n2.j.ReadBarrier(ctxT(t, 10*time.Second)))
+		require.True(t, n2.sm.has("through-the-wrapper"))
+	})
+}

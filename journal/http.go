@@ -75,9 +75,16 @@ func (h *HTTPTransport) setIdentity(clusterID func() string, token string) {
 	h.id = rafthttp.Identity{ClusterID: clusterID, Token: token}
 }
 
-// Start implements Transport.
+// Start implements Transport. The journal that opens with the transport
+// has handed it the cluster's identity (setIdentity); one that opens with
+// a Transport of the host's wrapping it could not, and the journal's
+// Receiver, passed on by the wrapper, carries it instead.
 func (h *HTTPTransport) Start(local uint64, r Receiver) error {
-	h.t.Start(local, httpNode{r}, h.id)
+	id := h.id
+	if rv, ok := r.(receiver); ok && id.ClusterID == nil {
+		id = rafthttp.Identity{ClusterID: rv.j.cluster, Token: rv.j.token}
+	}
+	h.t.Start(local, httpNode{r}, id)
 	return nil
 }
 
