@@ -9,6 +9,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/dedupe"
+	"github.com/metatree/metatree/journal/internal/envelope"
 )
 
 // The applier: the goroutine that applies committed entries to the state
@@ -50,7 +52,7 @@ func (j *Journal) persistMembership(index uint64, m *membership, record bool) er
 type applyBatch struct {
 	snapshot    uint64      // install the image at this index first (0: none)
 	snapMembers *membership // the snapshot's membership (without keys)
-	keys        []appliedKey
+	keys        []dedupe.Key
 	entries     []*raftpb.Entry
 	members     []memberRecord // one per conf change or version entry, in order
 	bytes       uint64
@@ -184,7 +186,7 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 			return err
 		}
 		j.learnWindow(b.snapMembers)
-		j.dedupe.reset(b.keys)
+		j.dedupe.Reset(b.keys)
 		j.installs.Add(1)
 		j.lastImage.Store(b.snapshot)
 		j.images.reset(b.snapshot)
@@ -251,7 +253,7 @@ func (j *Journal) applyNormal(idx uint64, data []byte) *HaltError {
 	if len(data) == 0 {
 		return nil // the leader's empty entry of its term
 	}
-	env, err := decodeEnvelope(data)
+	env, err := envelope.Decode(data)
 	if errors.Is(err, ErrUnknownVersion) {
 		return &HaltError{Index: idx, What: "entry", Version: int(data[0]), Err: err}
 	}
@@ -260,44 +262,44 @@ func (j *Journal) applyNormal(idx uint64, data []byte) *HaltError {
 		j.log.Error("malformed entry skipped", "index", idx, "err", err)
 		return nil
 	}
-	switch env.kind {
-	case kindTimestamp:
-		j.lastTS.Store(env.ts)
+	switch env.Kind {
+	case envelope.KindTimestamp:
+		j.lastTS.Store(env.TS)
 		j.notifyChanged()
-	case kindCheck:
-		if c := j.applyCheck(idx, env.check); c != nil {
+	case envelope.KindCheck:
+		if c := j.applyCheck(idx, env.Check); c != nil {
 			j.raiseCorrupt(c)
 		}
-	case kindUser:
+	case envelope.KindUser:
 		// The applied index moves before the proposer hears: once Propose
 		// returns, Status and WaitApplied on this node cover the entry too
 		// (waiters on the index are woken at the end of the batch).
-		prev, verdict := j.dedupe.judge(idx, env)
-		if k := j.cfg.knobs; k != nil && k.judged != nil && verdict != copyApply {
-			k.judged(idx, env.key, verdict)
+		prev, verdict := j.dedupe.Judge(idx, env)
+		if k := j.cfg.knobs; k != nil && k.judged != nil && verdict != dedupe.Apply {
+			k.judged(idx, env.Key, verdict)
 		}
 		switch verdict {
-		case copyDuplicate:
-			j.dedupe.add(idx, env.key, nil) // the window slides to this copy
+		case dedupe.Duplicate:
+			j.dedupe.Add(idx, env.Key, nil) // the window slides to this copy
 			j.applied.Store(idx)
-			j.resolve(env.key, applyResult{index: prev.applied, value: prev.value, imaged: prev.imaged})
+			j.resolve(env.Key, applyResult{index: prev.Applied, value: prev.Value, imaged: prev.Imaged})
 			return nil
-		case copyExpired:
+		case dedupe.Expired:
 			j.applied.Store(idx)
-			j.resolve(env.key, applyResult{err: errExpired, since: env.since})
+			j.resolve(env.Key, applyResult{err: errExpired, since: env.Since})
 			return nil
 		}
 		start := j.cfg.Clock.Now()
-		v := j.cfg.StateMachine.Apply(idx, env.data)
+		v := j.cfg.StateMachine.Apply(idx, env.Data)
 		if h, ok := v.(Halter); ok {
 			if err := h.Halt(); err != nil {
 				return &HaltError{Index: idx, What: "state machine entry", Err: err}
 			}
 		}
 		j.noteApply(idx, j.cfg.Clock.Now().Sub(start))
-		j.dedupe.add(idx, env.key, v)
+		j.dedupe.Add(idx, env.Key, v)
 		j.applied.Store(idx)
-		j.resolve(env.key, applyResult{index: idx, value: v})
+		j.resolve(env.Key, applyResult{index: idx, value: v})
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/envelope"
 )
 
 // Consistency checks: replicas compare their state machines' digests
@@ -46,14 +46,11 @@ import (
 // the image plus the log after it. Until such a comparison agrees (the
 // check at start), the member serves no reads (pendingErr, waitChecked).
 //
-// Marks and reports are entries of the kind kindCheck, which format
+// Marks and reports are entries of the kind envelope.KindCheck, which format
 // version 3 adds: the leader journals them only while the cluster version
 // is at least 3, when every member reads them.
 //
-//	kindCheck mark:           [5][1]
-//	kindCheck report:         [5][2][8-byte big-endian mark index][8-byte big-endian member id][digest...]
-//	kindCheck clear:          [5][3]
-//	kindCheck mark of format: [5][4][digest format, 2 to 255]
+// (journal/internal/envelope encodes them).
 //
 // A mark names the format of the digest compared at it: a state machine
 // may state its digest in more than one (FormatDigester), and a newer
@@ -64,20 +61,11 @@ import (
 // mark, whatever its binary or the cluster version it knows at apply.
 
 const (
-	kindCheck byte = 5
-
-	checkMark   byte = 1
-	checkReport byte = 2
-	checkClear  byte = 3
-	checkMarkOf byte = 4
-
-	// checkVersion is the format version that reads kindCheck entries.
+	// checkVersion is the format version that reads envelope.KindCheck entries.
 	checkVersion = 3
 	// digestV2Version is the format version that reads marks of a format
 	// (checkMarkOf) and computes digest format 2.
 	digestV2Version = 5
-	// maxDigestLen bounds a report's digest.
-	maxDigestLen = 64
 	// checkKeep is how many recent marks a member keeps its digest of.
 	checkKeep = 8
 	// checkReportLag: a member reports its digest at a mark only when it
@@ -92,7 +80,7 @@ const (
 // entries, different (with overwhelming probability) otherwise. The
 // journal then runs consistency checks (Config.CheckInterval). StateDigest
 // is called on the applier's goroutine between two Apply calls and must
-// cover everything applied so far; at most maxDigestLen (64) bytes.
+// cover everything applied so far; at most envelope.MaxDigestLen (64) bytes.
 type Digester interface {
 	StateDigest() []byte
 }
@@ -147,70 +135,6 @@ func (e *CorruptError) Error() string {
 }
 
 func (e *CorruptError) Unwrap() error { return ErrCorrupt }
-
-// checkEntry is a decoded kindCheck entry.
-type checkEntry struct {
-	op     byte
-	format byte   // mark: the digest format it names (1 for a plain mark)
-	mark   uint64 // report: the mark's index
-	from   uint64 // report: the reporting member
-	digest []byte // report: its digest at mark (aliases the entry)
-}
-
-// encodeCheckMark encodes a mark naming digest format (a plain mark for
-// format 1).
-func encodeCheckMark(format byte) []byte {
-	if format <= 1 {
-		return []byte{kindCheck, checkMark}
-	}
-	return []byte{kindCheck, checkMarkOf, format}
-}
-
-func encodeCheckClear() []byte { return []byte{kindCheck, checkClear} }
-
-func encodeCheckReport(mark, from uint64, digest []byte) []byte {
-	b := make([]byte, 0, 2+16+len(digest))
-	b = append(b, kindCheck, checkReport)
-	b = binary.BigEndian.AppendUint64(b, mark)
-	b = binary.BigEndian.AppendUint64(b, from)
-	return append(b, digest...)
-}
-
-// decodeCheck decodes a kindCheck entry. An operation this code does not
-// know is ErrUnknownVersion (a newer format: never skipped).
-func decodeCheck(b []byte) (checkEntry, error) {
-	if len(b) < 2 || b[0] != kindCheck {
-		return checkEntry{}, fmt.Errorf("%w: check entry of %d bytes", ErrMalformed, len(b))
-	}
-	switch b[1] {
-	case checkMark:
-		if len(b) != 2 {
-			return checkEntry{}, fmt.Errorf("%w: check mark of %d bytes", ErrMalformed, len(b))
-		}
-		return checkEntry{op: checkMark, format: 1}, nil
-	case checkMarkOf:
-		if len(b) != 3 || b[2] < 2 {
-			return checkEntry{}, fmt.Errorf("%w: check mark of a format: %d bytes (want 3, of a format from 2)", ErrMalformed, len(b))
-		}
-		return checkEntry{op: checkMark, format: b[2]}, nil
-	case checkClear:
-		if len(b) != 2 {
-			return checkEntry{}, fmt.Errorf("%w: check clear of %d bytes", ErrMalformed, len(b))
-		}
-		return checkEntry{op: checkClear}, nil
-	case checkReport:
-		n := len(b) - 18
-		if n < 1 || n > maxDigestLen {
-			return checkEntry{}, fmt.Errorf("%w: check report of %d bytes (a digest of 1 to %d bytes)", ErrMalformed, len(b), maxDigestLen)
-		}
-		c := checkEntry{op: checkReport, mark: binary.BigEndian.Uint64(b[2:]), from: binary.BigEndian.Uint64(b[10:]), digest: b[18:]}
-		if c.mark == 0 || c.from == 0 {
-			return checkEntry{}, fmt.Errorf("%w: check report of mark %d from member %d", ErrMalformed, c.mark, c.from)
-		}
-		return c, nil
-	}
-	return checkEntry{}, fmt.Errorf("%w: check entry operation %d", ErrUnknownVersion, b[1])
-}
 
 // checker is the applier's record of the recent marks and the reports on
 // them, the alarm the log tells of, and the check at start. Only the
@@ -284,32 +208,32 @@ func (ck *checker) markLocked(idx uint64, own []byte) *checkMarkRec {
 	return &ck.marks[i]
 }
 
-// applyCheck handles a kindCheck entry at idx on the applier; it returns
+// applyCheck handles a envelope.KindCheck entry at idx on the applier; it returns
 // the corruption alarm when this member's digest differs from the
 // majority's.
-func (j *Journal) applyCheck(idx uint64, c checkEntry) *CorruptError {
+func (j *Journal) applyCheck(idx uint64, c envelope.Check) *CorruptError {
 	d, ok := j.cfg.StateMachine.(Digester)
 	if !ok {
 		return nil
 	}
 	ck := &j.checker
-	switch c.op {
-	case checkMark:
-		own := slices.Clone(stateDigest(d, c.format))
-		if len(own) == 0 || len(own) > maxDigestLen {
-			j.log.Error("state machine digest of unusable length; consistency checks skipped", "index", idx, "format", c.format, "bytes", len(own))
+	switch c.Op {
+	case envelope.CheckMark:
+		own := slices.Clone(stateDigest(d, c.Format))
+		if len(own) == 0 || len(own) > envelope.MaxDigestLen {
+			j.log.Error("state machine digest of unusable length; consistency checks skipped", "index", idx, "format", c.Format, "bytes", len(own))
 			return nil
 		}
-		ck.recordMark(idx, c.format, own)
+		ck.recordMark(idx, c.Format, own)
 		if idx+checkReportLag >= j.committed.Load() {
-			rep := encodeCheckReport(idx, j.id, own)
+			rep := envelope.EncodeCheckReport(idx, j.id, own)
 			j.checkReport.Store(&rep)
 			select {
 			case j.checkc <- struct{}{}:
 			default:
 			}
 		}
-	case checkReport:
+	case envelope.CheckReport:
 		j.mu.Lock()
 		voters := slices.Clone(j.mu.membership.Voters)
 		j.mu.Unlock()
@@ -319,7 +243,7 @@ func (j *Journal) applyCheck(idx uint64, c checkEntry) *CorruptError {
 				"index", raised.Index, "members", raised.Members, "no_majority", raised.NoMajority, "format", raised.Format, "majority", hex.EncodeToString(raised.Majority))
 		}
 		return ce
-	case checkClear:
+	case envelope.CheckClear:
 		ck.mu.Lock()
 		if ck.alarm != nil {
 			j.log.Warn("consistency alarm cleared", "index", idx, "was", *ck.alarm)
@@ -336,24 +260,24 @@ func (j *Journal) applyCheck(idx uint64, c checkEntry) *CorruptError {
 // raises the alarm naming the voters that differ; once no digest can have
 // a majority any more, it raises the alarm that stops writes. raised is
 // the alarm when this report changed it.
-func (ck *checker) tally(voters []uint64, c checkEntry) (ce *CorruptError, raised *Alarm) {
-	if !slices.Contains(voters, c.from) {
+func (ck *checker) tally(voters []uint64, c envelope.Check) (ce *CorruptError, raised *Alarm) {
+	if !slices.Contains(voters, c.From) {
 		return nil, nil
 	}
 	ck.mu.Lock()
 	defer ck.mu.Unlock()
-	m := ck.markLocked(c.mark, nil)
+	m := ck.markLocked(c.Mark, nil)
 	if m == nil {
 		return nil, nil // a mark older than every one kept
 	}
-	if _, seen := m.votes[c.from]; seen {
+	if _, seen := m.votes[c.From]; seen {
 		return nil, nil
 	}
-	m.votes[c.from] = slices.Clone(c.digest)
+	m.votes[c.From] = slices.Clone(c.Digest)
 	if m.done {
 		// A late report: it counts against the decided majority.
-		if m.majority != nil && !bytes.Equal(m.majority, c.digest) {
-			return nil, ck.raiseLocked(Alarm{Index: m.index, Format: int(m.format), Members: []uint64{c.from}, Majority: m.majority})
+		if m.majority != nil && !bytes.Equal(m.majority, c.Digest) {
+			return nil, ck.raiseLocked(Alarm{Index: m.index, Format: int(m.format), Members: []uint64{c.From}, Majority: m.majority})
 		}
 		return nil, nil
 	}
@@ -552,7 +476,7 @@ func (j *Journal) maybeCheck(last *time.Time) {
 		*last = now
 		return
 	}
-	if j.rn.Propose(encodeCheckMark(markFormat(cv))) == nil {
+	if j.rn.Propose(envelope.EncodeCheckMark(markFormat(cv))) == nil {
 		*last = now
 	}
 }
@@ -651,7 +575,7 @@ func (j *Journal) ClearAlarm(ctx context.Context) error {
 		}
 		if propose {
 			propose = false
-			if err := j.do(ctx, func() { _ = j.rn.Propose(encodeCheckClear()) }); err != nil {
+			if err := j.do(ctx, func() { _ = j.rn.Propose(envelope.EncodeCheckClear()) }); err != nil {
 				return operr.Errorf("journal: clear alarm: %w", err)
 			}
 		}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/journal/internal/envelope"
 )
 
 // voters5 are the voters of these tests: 3 make a majority (6 is an
@@ -27,12 +29,12 @@ func tallyChecker(own []byte) *checker {
 	return ck
 }
 
-func checkReportOf(mark, from uint64, d string) checkEntry {
-	return checkEntry{op: checkReport, mark: mark, from: from, digest: []byte(d)}
+func checkReportOf(mark, from uint64, d string) envelope.Check {
+	return envelope.Check{Op: envelope.CheckReport, Mark: mark, From: from, Digest: []byte(d)}
 }
 
 // tallyCE is the corruption alarm a report raises on this member.
-func tallyCE(ck *checker, c checkEntry) *CorruptError {
+func tallyCE(ck *checker, c envelope.Check) *CorruptError {
 	ce, _ := ck.tally(voters5, c)
 	return ce
 }
@@ -95,7 +97,7 @@ func TestTallyWithoutAMajorityStopsWritesUntilCleared(t *testing.T) {
 		j.cfg.StateMachine = digestSM{}
 		j.checker.alarm = ck.alarm
 		j.checker.noMajority.Store(true)
-		require.Nil(t, j.applyCheck(11, checkEntry{op: checkClear}))
+		require.Nil(t, j.applyCheck(11, envelope.Check{Op: envelope.CheckClear}))
 		require.Nil(t, j.checker.current())
 		require.NoError(t, j.checker.writeRefusal())
 	}
@@ -146,27 +148,27 @@ func (digestSM) StateDigest() []byte      { return []byte("d") }
 
 func TestDecodeCheckRejectsBadEntries(t *testing.T) {
 	for _, b := range [][]byte{
-		{kindCheck},
-		{kindCheck, checkMark, 0},
-		{kindCheck, checkReport, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1},                  // no digest
-		append([]byte{kindCheck, checkReport, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 1), // mark 0
-		encodeCheckReport(1, 2, make([]byte, maxDigestLen+1)),
-		{kindCheck, checkMarkOf},       // no format
-		{kindCheck, checkMarkOf, 1},    // format 1 has the plain mark
-		{kindCheck, checkMarkOf, 2, 0}, // a trailing byte
+		{envelope.KindCheck},
+		{envelope.KindCheck, envelope.CheckMark, 0},
+		{envelope.KindCheck, envelope.CheckReport, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1},                  // no digest
+		append([]byte{envelope.KindCheck, envelope.CheckReport, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 1), // mark 0
+		envelope.EncodeCheckReport(1, 2, make([]byte, envelope.MaxDigestLen+1)),
+		{envelope.KindCheck, envelope.CheckMarkOf},       // no format
+		{envelope.KindCheck, envelope.CheckMarkOf, 1},    // format 1 has the plain mark
+		{envelope.KindCheck, envelope.CheckMarkOf, 2, 0}, // a trailing byte
 	} {
-		_, err := decodeCheck(b)
+		_, err := envelope.DecodeCheck(b)
 		require.ErrorIs(t, err, ErrMalformed, "%x", b)
 	}
-	c, err := decodeCheck(encodeCheckClear())
+	c, err := envelope.DecodeCheck(envelope.EncodeCheckClear())
 	require.NoError(t, err)
-	require.Equal(t, checkClear, c.op)
-	_, err = decodeCheck([]byte{kindCheck, checkClear, 0})
+	require.Equal(t, envelope.CheckClear, c.Op)
+	_, err = envelope.DecodeCheck([]byte{envelope.KindCheck, envelope.CheckClear, 0})
 	require.ErrorIs(t, err, ErrMalformed)
-	c, err = decodeCheck(encodeCheckMark(2))
+	c, err = envelope.DecodeCheck(envelope.EncodeCheckMark(2))
 	require.NoError(t, err)
-	require.Equal(t, checkEntry{op: checkMark, format: 2}, c)
-	_, err = decodeCheck([]byte{kindCheck, 9})
+	require.Equal(t, envelope.Check{Op: envelope.CheckMark, Format: 2}, c)
+	_, err = envelope.DecodeCheck([]byte{envelope.KindCheck, 9})
 	require.ErrorIs(t, err, ErrUnknownVersion)
 }
 

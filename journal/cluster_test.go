@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
 
 func propose(t *testing.T, n *node, v string) uint64 {
@@ -76,15 +78,15 @@ func TestStartupChecks(t *testing.T) {
 
 		// Requests with a wrong cluster id or token are refused by the handler.
 		for _, h := range []map[string]string{
-			{hdrCluster: "other", hdrToken: "secret"},
-			{hdrCluster: n1.j.Status().ClusterID, hdrToken: "nope"},
+			{rafthttp.HeaderCluster: "other", rafthttp.HeaderToken: "secret"},
+			{rafthttp.HeaderCluster: n1.j.Status().ClusterID, rafthttp.HeaderToken: "nope"},
 		} {
-			req, _ := http.NewRequest(http.MethodPost, "http://"+n1.addr+pathPropose, strings.NewReader(strings.Repeat("x", 40)))
+			req, _ := http.NewRequest(http.MethodPost, "http://"+n1.addr+rafthttp.PathPropose, strings.NewReader(strings.Repeat("x", 40)))
 			for k, v := range h {
 				req.Header.Set(k, v)
 			}
-			req.Header.Set(hdrFrom, "2")
-			req.Header.Set(hdrTo, "1")
+			req.Header.Set(rafthttp.HeaderFrom, "2")
+			req.Header.Set(rafthttp.HeaderTo, "1")
 			resp, err := c.client.Do(req)
 			require.NoError(t, err)
 			resp.Body.Close()
@@ -124,5 +126,35 @@ func TestProposeEntrySizeLimit(t *testing.T) {
 		require.ErrorIs(t, err, ErrTooLarge)
 		require.ErrorContains(t, err, "MaxEntryBytes")
 		propose(t, c.nodes[leader], "after")
+	})
+}
+
+// wrappedTransport is a host's Transport around the HTTP transport (one
+// that counts or logs, say): the journal does not see the HTTPTransport.
+type wrappedTransport struct{ *HTTPTransport }
+
+// An HTTP transport wrapped in a Transport of the host's still stamps and
+// checks the cluster's id and token: a node joining with one is admitted
+// and replicates.
+func TestWrappedHTTPTransportCarriesTheIdentity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		c.start(1, 0)
+		n1 := c.nodes[1]
+		n2 := c.listen(2)
+		require.NoError(t, c.open(n2, func(cfg *Config) {
+			cfg.Join = n1.addr
+			cfg.Transport = wrappedTransport{n2.tr}
+			n2.mux.mu.Lock()
+			n2.mux.h = n2.tr.Handler()
+			n2.mux.mu.Unlock()
+		}))
+		// The journal serves no handler for a transport it does not know.
+		n2.mux.mu.Lock()
+		n2.mux.h = n2.tr.Handler()
+		n2.mux.mu.Unlock()
+		propose(t, n1, "through-the-wrapper")
+		require.NoError(t, n2.j.ReadBarrier(ctxT(t, 10*time.Second)))
+		require.True(t, n2.sm.has("through-the-wrapper"))
 	})
 }

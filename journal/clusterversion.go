@@ -2,7 +2,6 @@ package journal
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/envelope"
 )
 
 // Format versions and the cluster version.
@@ -19,7 +19,7 @@ import (
 // Config.MaxVersion, and advertises that maximum when it joins (in the
 // membership change that admits it, so the whole cluster knows it by
 // replay). The leader journals the cluster version: the highest version
-// every voter and observer reads, raised (never lowered) by a kindVersion
+// every voter and observer reads, raised (never lowered) by a envelope.KindVersion
 // entry once all of them do. Writers read it from Status.ClusterVersion and
 // write no newer format, so that every member can read every entry. The
 // leader refuses a member that reads less than the cluster version or a
@@ -46,7 +46,7 @@ const (
 	// only the state machine reads is for writers to gate on.
 	NewestVersion = 5
 	// OldestVersion is the oldest format version this code reads and writes.
-	OldestVersion = 1
+	OldestVersion = envelope.OldestVersion
 )
 
 // Halter is implemented by an Apply result that can say the state machine
@@ -81,32 +81,9 @@ func (e *HaltError) Error() string {
 
 func (e *HaltError) Unwrap() []error { return []error{ErrHalted, e.Err} }
 
-// kindVersion entries raise the cluster version:
-//
-//	kindVersion: [4][4-byte big-endian cluster version]
-const kindVersion byte = 4
-
-func encodeVersion(v uint32) []byte {
-	b := make([]byte, 5)
-	b[0] = kindVersion
-	binary.BigEndian.PutUint32(b[1:], v)
-	return b
-}
-
-func decodeVersion(b []byte) (uint32, error) {
-	if len(b) != 5 || b[0] != kindVersion {
-		return 0, fmt.Errorf("%w: version entry of %d bytes", ErrMalformed, len(b))
-	}
-	v := binary.BigEndian.Uint32(b[1:])
-	if v < OldestVersion {
-		return 0, fmt.Errorf("%w: cluster version %d", ErrMalformed, v)
-	}
-	return v, nil
-}
-
 func isVersionEntry(e *raftpb.Entry) bool {
 	d := e.GetData()
-	return e.GetType() == raftpb.EntryNormal && len(d) > 0 && d[0] == kindVersion
+	return e.GetType() == raftpb.EntryNormal && len(d) > 0 && d[0] == envelope.KindVersion
 }
 
 // clusterVersion is the cluster version m records (version 1 until the
@@ -126,7 +103,7 @@ func (m *membership) supported() uint32 {
 	return v
 }
 
-// applyVersionEntry handles a committed kindVersion entry on the raft loop,
+// applyVersionEntry handles a committed envelope.KindVersion entry on the raft loop,
 // in log order with the membership changes: the membership after it (with
 // the raised version) is published and recorded like a membership change's.
 // A version above what a member reads, by the membership the entry applies
@@ -134,7 +111,7 @@ func (m *membership) supported() uint32 {
 // this node's maximum halts the applier at that entry.
 func (j *Journal) applyVersionEntry(e *raftpb.Entry) memberRecord {
 	rec := memberRecord{index: e.GetIndex()}
-	v, err := decodeVersion(e.GetData())
+	v, err := envelope.DecodeVersion(e.GetData())
 	if err != nil {
 		j.log.Error("malformed version entry ignored", "index", e.GetIndex(), "err", err)
 		return rec
@@ -179,7 +156,7 @@ func (j *Journal) maybeRaiseVersion() {
 		// A dropped proposal is retried with the next timestamp. A taken
 		// one gets its index in the next Ready (notePendingVersions); it
 		// comes after every entry appended so far.
-		if j.rn.Propose(encodeVersion(v)) == nil {
+		if j.rn.Propose(envelope.EncodeVersion(v)) == nil {
 			j.notePendingVersion(v, j.lastIndex+1)
 		}
 	}
@@ -200,7 +177,7 @@ func (j *Journal) notePendingVersion(v uint32, index uint64) {
 func (j *Journal) notePendingVersions(ents []*raftpb.Entry) {
 	for _, e := range ents {
 		if isVersionEntry(e) {
-			if v, err := decodeVersion(e.GetData()); err == nil {
+			if v, err := envelope.DecodeVersion(e.GetData()); err == nil {
 				j.notePendingVersion(v, e.GetIndex())
 			}
 		}

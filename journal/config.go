@@ -13,6 +13,8 @@ import (
 
 	"github.com/metatree/metatree/internal/clock"
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/dedupe"
+	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
 
 // StateMachine is what the journal replays the log into (the catalog in
@@ -299,7 +301,7 @@ type testingKnobs struct {
 	// hands the loop another copy of its entry.
 	beforeRepropose func(key [16]byte)
 	// judged runs on the applier for every copy of a user entry it skips.
-	judged func(index uint64, key [16]byte, v copyVerdict)
+	judged func(index uint64, key [16]byte, v dedupe.Verdict)
 	// changed runs after a state a test awaits may have changed: a message
 	// from a peer was recorded (reachable), a leader timestamp applied
 	// (CheckFresh), a vote request sent (campaigns) or a snapshot transfer
@@ -456,7 +458,7 @@ func (c *Config) validate() error {
 	if c.MaxBodyBytes < int64(c.MaxSizePerMsg) {
 		bad("MaxBodyBytes (%d) must be >= MaxSizePerMsg (%d)", c.MaxBodyBytes, c.MaxSizePerMsg)
 	}
-	if need := int64(streamBatchBytes + max(c.MaxSizePerMsg, c.MaxEntryBytes) + frameSlack); c.MaxBodyBytes < need {
+	if need := int64(rafthttp.StreamBatchBytes + max(c.MaxSizePerMsg, c.MaxEntryBytes) + rafthttp.FrameSlack); c.MaxBodyBytes < need {
 		bad("MaxBodyBytes (%d) must be >= %d to carry an entry of MaxEntryBytes (%d) or an append of MaxSizePerMsg (%d) in a stream frame", c.MaxBodyBytes, need, c.MaxEntryBytes, c.MaxSizePerMsg)
 	}
 	if c.ApplyQueueBatches < 1 || c.SendQueueMsgs < 1 || c.ProposalQueue < 1 || c.ForwardRetries < 1 {

@@ -8,46 +8,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-// Copies of one proposal that land more than a window apart: the journal's
-// own copies (carrying since) apply once; a caller's retries (no since)
-// keep the documented window semantics.
-func TestDedupeCopiesAWindowApart(t *testing.T) {
-	const window = 8
-	key := [16]byte{3}
-	// judgeAll judges copies given as (index, since) pairs, in order; since
-	// 0 stands for a copy without one (a caller's own retry).
-	judgeAll := func(copies ...[2]uint64) []copyVerdict {
-		d := newDedupe(window)
-		var out []copyVerdict
-		for _, c := range copies {
-			env := envelope{kind: kindUser, key: key, since: c[1], bounded: c[1] > 0}
-			_, v := d.judge(c[0], env)
-			if v != copyExpired {
-				d.add(c[0], env.key, nil)
-			}
-			out = append(out, v)
-		}
-		return out
-	}
-	// Proposed when the commit index was 100: the first copy lands at 101,
-	// re-proposals a window and more later.
-	require.Equal(t, []copyVerdict{copyApply, copyExpired},
-		judgeAll([2]uint64{101, 100}, [2]uint64{101 + window + 1, 100}))
-	require.Equal(t, []copyVerdict{copyApply, copyDuplicate, copyExpired},
-		judgeAll([2]uint64{101, 100}, [2]uint64{105, 100}, [2]uint64{101 + 3*window, 100}))
-	// The first copy was lost: a late one expires (and is not recorded),
-	// and the proposer's next copy, with a newer since, applies.
-	require.Equal(t, []copyVerdict{copyExpired, copyApply},
-		judgeAll([2]uint64{100 + window + 1, 100}, [2]uint64{115, 110}))
-	// A copy exactly a window after since still applies.
-	require.Equal(t, []copyVerdict{copyApply}, judgeAll([2]uint64{100 + window, 100}))
-	// Without since (a caller's own retries), a copy more than a window
-	// after the previous one applies again, as ProposeWithKey documents.
-	require.Equal(t, []copyVerdict{copyApply, copyApply},
-		judgeAll([2]uint64{101, 0}, [2]uint64{101 + window + 1, 0}))
-}
+	"github.com/metatree/metatree/journal/internal/dedupe"
+)
 
 // applyCounter counts the applies of one value and tells of each.
 type applyCounter struct {
@@ -80,7 +43,7 @@ func TestReproposalAWindowLaterAppliesOnce(t *testing.T) {
 		c := newCluster(t)
 		key := [16]byte{0xaa, 4}
 		leaderSM := &applyCounter{memSM: newMemSM(), value: "dup-me", c: make(chan int, 4)}
-		skipped := make(chan copyVerdict, 4)
+		skipped := make(chan dedupe.Verdict, 4)
 		reproposing, release := make(chan struct{}), make(chan struct{})
 		var once sync.Once
 		t.Cleanup(func() { once.Do(func() { close(release) }) })
@@ -91,7 +54,7 @@ func TestReproposalAWindowLaterAppliesOnce(t *testing.T) {
 		n1.sm = leaderSM.memSM
 		require.NoError(t, c.open(n1, func(cfg *Config) {
 			cfg.Bootstrap, cfg.StateMachine, cfg.DedupeWindow = true, leaderSM, window
-			cfg.knobs = &testingKnobs{judged: func(_ uint64, k [16]byte, v copyVerdict) {
+			cfg.knobs = &testingKnobs{judged: func(_ uint64, k [16]byte, v dedupe.Verdict) {
 				if k == key {
 					skipped <- v
 				}
@@ -136,7 +99,7 @@ func TestReproposalAWindowLaterAppliesOnce(t *testing.T) {
 		once.Do(func() { close(release) })
 		select {
 		case v := <-skipped:
-			require.Equal(t, copyExpired, v, "the copy a window later expired")
+			require.Equal(t, dedupe.Expired, v, "the copy a window later expired")
 		case n := <-leaderSM.c:
 			t.Fatalf("the leader applied the re-proposed copy: %d applies", n)
 		}

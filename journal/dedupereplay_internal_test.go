@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/journal/internal/dedupe"
+	"github.com/metatree/metatree/journal/internal/envelope"
 )
 
 // A copy past its since's window that lands within the window of the
@@ -51,7 +54,7 @@ func TestAReplayDecidesACopyAfterAnExpiredDuplicateAsTheApplierDid(t *testing.T)
 				var p uint64 // the key's first copy: applied
 				turn(func(last uint64) [][]byte {
 					p = last + 1
-					return [][]byte{encodeUserSince(key, p-1, []byte("once"))}
+					return [][]byte{envelope.EncodeUserSince(key, p-1, []byte("once"))}
 				})
 				require.NoError(t, n1.j.WaitApplied(ctx, p))
 				dup, retry := p+window, p+window+1
@@ -62,13 +65,13 @@ func TestAReplayDecidesACopyAfterAnExpiredDuplicateAsTheApplierDid(t *testing.T)
 				turn(func(last uint64) [][]byte {
 					var ents [][]byte
 					for i := last + 1; i < dup; i++ {
-						ents = append(ents, encodeUserSince([16]byte{0xf0, byte(i)}, i-1, []byte("filler")))
+						ents = append(ents, envelope.EncodeUserSince([16]byte{0xf0, byte(i)}, i-1, []byte("filler")))
 					}
 					// At p+window: a window after p, more than one after
 					// its since; then a retry with a newer since.
 					return append(ents,
-						encodeUserSince(key, p-1, []byte("once")),
-						encodeUserSince(key, dup, []byte("once")))
+						envelope.EncodeUserSince(key, p-1, []byte("once")),
+						envelope.EncodeUserSince(key, dup, []byte("once")))
 				})
 				require.NoError(t, n1.j.WaitApplied(ctx, retry))
 				n1.sm.mu.Lock()
@@ -85,8 +88,8 @@ func TestAReplayDecidesACopyAfterAnExpiredDuplicateAsTheApplierDid(t *testing.T)
 
 				d, err := n1.j.dedupeAt(dup)
 				require.NoError(t, err)
-				_, verdict := d.judge(retry, envelope{kind: kindUser, key: key, since: dup, bounded: true})
-				require.Equal(t, copyDuplicate, verdict, "the window rebuilt at the expired duplicate holds it")
+				_, verdict := d.Judge(retry, envelope.Envelope{Kind: envelope.KindUser, Key: key, Since: dup, Bounded: true})
+				require.Equal(t, dedupe.Duplicate, verdict, "the window rebuilt at the expired duplicate holds it")
 			})
 		})
 	}

@@ -1,6 +1,6 @@
 package journal
 
-// The dedupe window decides which copies of a key apply (dedupe.judge), so
+// The dedupe window decides which copies of a key apply (dedupe.Window.Judge), so
 // it is replicated state: every replica, and every rebuild of the state (a
 // restart, an image install, a shadow checkpoint's replay, metactl check's
 // replay, a restore, a forced new cluster), uses the same one. It is the
@@ -31,7 +31,7 @@ func (j *Journal) learnWindow(m *membership) {
 		return
 	}
 	j.window.Store(m.Window)
-	j.dedupe.setWindow(m.Window)
+	j.dedupe.SetWindow(m.Window)
 }
 
 // compactMargin is the least number of entries the log keeps behind the

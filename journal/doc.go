@@ -212,4 +212,22 @@
 //
 // A *Journal is safe for concurrent use. StateMachine.Apply is called from
 // one goroutine, in log order.
+//
+// # Package layout
+//
+// Package journal is the API and the node: Open, the raft loop, the
+// append goroutine, the applier, proposals, membership, images, the
+// consistency checks and the offline tools (Inspect, Seed). Each concern
+// that stands alone is an internal package, with its contract and its
+// goroutines in its doc.go:
+//
+//	internal/raftstore  the raft log, HardState and membership records in Pebble
+//	internal/rafthttp   the HTTP transport (HTTPTransport wraps it): streams, frames, wire errors
+//	internal/envelope   the codec of the entry envelope (user entries, timestamps, versions, checks)
+//	internal/dedupe     the dedupe window that decides which copy of a key applies
+//	internal/readround  the ReadIndex rounds that ReadBarrier calls share
+//	internal/diskguard  the free space guard, the emergency ballast, the no-space rule
+//	internal/errs       the sentinel errors, which journal re-exports under the same names
+//
+// journal/journaltest runs clusters in memory for tests.
 package journal

@@ -7,6 +7,10 @@ import (
 	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal/internal/diskguard"
+	"github.com/metatree/metatree/journal/internal/envelope"
+	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
 
 // CheckRemovalForTest runs on the raft loop the check that
@@ -40,7 +44,7 @@ func (j *Journal) CampaignsForTest() uint64 { return j.campaigns.Load() }
 func (j *Journal) RefusedRemovedForTest() uint64 { return j.refusedRemoved.Load() }
 
 // ReadRoundsSentForTest counts the ReadIndex rounds j sent.
-func (j *Journal) ReadRoundsSentForTest() uint64 { return j.rounds.sent.Load() }
+func (j *Journal) ReadRoundsSentForTest() uint64 { return j.rounds.Sent() }
 
 // RaftConfigForTest returns, from the raft loop, the voters and learners
 // of j's raft configuration, sorted.
@@ -68,15 +72,15 @@ func (j *Journal) MaxEntryBytesForTest() uint64 { return j.cfg.MaxEntryBytes }
 func (j *Journal) HaltedForTest() <-chan struct{} { return j.store.HaltedCh() }
 
 // WriteErrorForTest writes err as the journal's HTTP handler answers it.
-func WriteErrorForTest(w http.ResponseWriter, err error) { writeError(w, err) }
+func WriteErrorForTest(w http.ResponseWriter, err error) { rafthttp.WriteError(w, err) }
 
 // BallastNameForTest is the name of the emergency ballast file in the
 // data dir.
-const BallastNameForTest = ballastName
+const BallastNameForTest = diskguard.BallastName
 
 // CheckSpaceForTest runs j's free-space guard's check once, without
 // reporting a change of its alarm to the cluster.
-func (j *Journal) CheckSpaceForTest() error { return j.space.check() }
+func (j *Journal) CheckSpaceForTest() error { return j.space.Check() }
 
 // CheckAndReportSpaceForTest runs j's free-space check as its interval
 // does: the guard's check, then the alarm reported to the cluster if it
@@ -96,7 +100,7 @@ func (j *Journal) AdmitForwardedForTest(msgs []*raftpb.Message) []*raftpb.Messag
 
 // EncodeUserForTest returns the entry envelope of a user proposal of data
 // under key.
-func EncodeUserForTest(key [16]byte, data []byte) []byte { return encodeUser(key, data) }
+func EncodeUserForTest(key [16]byte, data []byte) []byte { return envelope.EncodeUser(key, data) }
 
 // ReceiveForTest steps msgs into j as its transport's Receiver does with
 // what arrives from a peer.
@@ -106,7 +110,7 @@ func (j *Journal) ReceiveForTest(ctx context.Context, msgs []*raftpb.Message) er
 
 // EncodeTimestampForTest returns the entry envelope of a leader's
 // timestamp of unixNano.
-func EncodeTimestampForTest(unixNano int64) []byte { return encodeTimestamp(unixNano) }
+func EncodeTimestampForTest(unixNano int64) []byte { return envelope.EncodeTimestamp(unixNano) }
 
 // HandleForwardForTest runs on j what a peer's forwarded request asks, as
 // its transport's Receiver does.
@@ -158,7 +162,7 @@ func (j *Journal) ProposeRawForTest(ctx context.Context, data []byte) error {
 
 // EncodeVersionForTest returns the entry envelope raising the cluster to
 // format version v.
-func EncodeVersionForTest(v uint32) []byte { return encodeVersion(v) }
+func EncodeVersionForTest(v uint32) []byte { return envelope.EncodeVersion(v) }
 
 // HandleJoinForTest runs on j a joining node's request, as its
 // transport's Receiver does.

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/metatree/metatree/internal/golden"
+	"github.com/metatree/metatree/journal/internal/dedupe"
+	"github.com/metatree/metatree/journal/internal/envelope"
 )
 
 // goldenDigest is the digest in the golden check report.
@@ -23,42 +25,42 @@ func TestEntryEnvelopesMatchTheirGoldenFiles(t *testing.T) {
 	for _, c := range []struct {
 		file  string
 		data  []byte
-		check func(t *testing.T, env envelope)
+		check func(t *testing.T, env envelope.Envelope)
 	}{
-		{"envelope-k1-user.bin", encodeUser(key, []byte("data")), func(t *testing.T, env envelope) {
-			require.Equal(t, envelope{kind: kindUser, key: key, data: []byte("data")}, env)
+		{"envelope-k1-user.bin", envelope.EncodeUser(key, []byte("data")), func(t *testing.T, env envelope.Envelope) {
+			require.Equal(t, envelope.Envelope{Kind: envelope.KindUser, Key: key, Data: []byte("data")}, env)
 		}},
-		{"envelope-k2-timestamp.bin", encodeTimestamp(1_700_000_000_123_456_789), func(t *testing.T, env envelope) {
-			require.Equal(t, envelope{kind: kindTimestamp, ts: 1_700_000_000_123_456_789}, env)
+		{"envelope-k2-timestamp.bin", envelope.EncodeTimestamp(1_700_000_000_123_456_789), func(t *testing.T, env envelope.Envelope) {
+			require.Equal(t, envelope.Envelope{Kind: envelope.KindTimestamp, TS: 1_700_000_000_123_456_789}, env)
 		}},
-		{"envelope-k3-user-since.bin", encodeUserSince(key, 41, []byte("data")), func(t *testing.T, env envelope) {
-			require.Equal(t, envelope{kind: kindUser, key: key, data: []byte("data"), since: 41, bounded: true}, env)
+		{"envelope-k3-user-since.bin", envelope.EncodeUserSince(key, 41, []byte("data")), func(t *testing.T, env envelope.Envelope) {
+			require.Equal(t, envelope.Envelope{Kind: envelope.KindUser, Key: key, Data: []byte("data"), Since: 41, Bounded: true}, env)
 		}},
-		{"envelope-k4-version.bin", encodeVersion(3), func(t *testing.T, env envelope) {
-			require.Equal(t, envelope{kind: kindVersion}, env)
+		{"envelope-k4-version.bin", envelope.EncodeVersion(3), func(t *testing.T, env envelope.Envelope) {
+			require.Equal(t, envelope.Envelope{Kind: envelope.KindVersion}, env)
 		}},
-		{"envelope-k5-check-mark.bin", encodeCheckMark(1), func(t *testing.T, env envelope) {
-			require.Equal(t, envelope{kind: kindCheck, check: checkEntry{op: checkMark, format: 1}}, env)
+		{"envelope-k5-check-mark.bin", envelope.EncodeCheckMark(1), func(t *testing.T, env envelope.Envelope) {
+			require.Equal(t, envelope.Envelope{Kind: envelope.KindCheck, Check: envelope.Check{Op: envelope.CheckMark, Format: 1}}, env)
 		}},
-		{"envelope-k5-check-mark-of-format.bin", encodeCheckMark(2), func(t *testing.T, env envelope) {
-			require.Equal(t, envelope{kind: kindCheck, check: checkEntry{op: checkMark, format: 2}}, env)
+		{"envelope-k5-check-mark-of-format.bin", envelope.EncodeCheckMark(2), func(t *testing.T, env envelope.Envelope) {
+			require.Equal(t, envelope.Envelope{Kind: envelope.KindCheck, Check: envelope.Check{Op: envelope.CheckMark, Format: 2}}, env)
 		}},
-		{"envelope-k5-check-report.bin", encodeCheckReport(7, 2, goldenDigest), func(t *testing.T, env envelope) {
-			require.Equal(t, envelope{kind: kindCheck, check: checkEntry{op: checkReport, mark: 7, from: 2, digest: goldenDigest}}, env)
+		{"envelope-k5-check-report.bin", envelope.EncodeCheckReport(7, 2, goldenDigest), func(t *testing.T, env envelope.Envelope) {
+			require.Equal(t, envelope.Envelope{Kind: envelope.KindCheck, Check: envelope.Check{Op: envelope.CheckReport, Mark: 7, From: 2, Digest: goldenDigest}}, env)
 		}},
-		{"envelope-k5-check-clear.bin", encodeCheckClear(), func(t *testing.T, env envelope) {
-			require.Equal(t, envelope{kind: kindCheck, check: checkEntry{op: checkClear}}, env)
+		{"envelope-k5-check-clear.bin", envelope.EncodeCheckClear(), func(t *testing.T, env envelope.Envelope) {
+			require.Equal(t, envelope.Envelope{Kind: envelope.KindCheck, Check: envelope.Check{Op: envelope.CheckClear}}, env)
 		}},
 	} {
 		t.Run(c.file, func(t *testing.T) {
 			path := filepath.Join("testdata", "golden", c.file)
 			golden.Check(t, path, c.data)
 			b := golden.Read(t, path)
-			env, err := decodeEnvelope(b)
+			env, err := envelope.Decode(b)
 			require.NoError(t, err)
 			c.check(t, env)
-			if env.kind == kindVersion {
-				v, err := decodeVersion(b)
+			if env.Kind == envelope.KindVersion {
+				v, err := envelope.DecodeVersion(b)
 				require.NoError(t, err)
 				require.Equal(t, uint32(3), v)
 			}
@@ -124,7 +126,7 @@ func goldenMembership() *membership {
 			4: {ID: 4, Addr: "node4:7000", Role: Observer},
 		},
 		Removed: []uint64{3},
-		Keys:    []appliedKey{{Index: 40, Key: [16]byte{1}}, {Index: 41, Key: [16]byte{2}}},
+		Keys:    []dedupe.Key{{Index: 40, Key: [16]byte{1}}, {Index: 41, Key: [16]byte{2}}},
 		Version: 3,
 		Window:  10_000,
 	}

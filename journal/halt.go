@@ -49,7 +49,7 @@ func (j *Journal) writable() error {
 	if err := j.removedErr(); err != nil {
 		return err
 	}
-	if err := j.space.refuse(); err != nil {
+	if err := j.space.Refuse(); err != nil {
 		return err
 	}
 	return j.noSpaceAlarm()

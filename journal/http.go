@@ -3,13 +3,15 @@ package journal
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/metatree/metatree/internal/clock"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
 
 // HTTPOptions configures the HTTP transport. Zero values mean the defaults
@@ -45,181 +47,124 @@ type HTTPOptions struct {
 	Clock Clock
 }
 
-// peerConnBuffer is the write and read buffer of the transport's own
-// client connections.
-const peerConnBuffer = 64 << 10
-
 // HTTPTransport is the default Transport: raft messages travel over one
 // long-lived streaming POST per peer (/raft/stream), written by one sender
 // goroutine per peer in length-prefixed batches (pipelined: the sender never
 // waits for a reply), snapshots and proposals over their own requests.
 // Every request carries the cluster id, the token and the node ids, checked
 // by the receiving Handler; bad requests get a 4xx status.
+//
+// It is the journal's face of journal/internal/rafthttp: the journal that
+// opens with it hands it the cluster id and token to stamp and check.
 type HTTPTransport struct {
-	opts   HTTPOptions
-	client *http.Client
-	ownCli bool
-	log    *slog.Logger
-
-	local     uint64
-	recv      Receiver
-	clusterID func() string
-	token     string
-
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu    sync.Mutex
-	peers map[uint64]*httpPeer
-	// draining holds removed peers whose senders still deliver their queue.
-	draining map[*httpPeer]struct{}
-
-	// refused counts the peer requests refused for their identity.
-	refused atomic.Uint64
-
-	// started is set once Start has run; until then the handler answers
-	// 503, so a host may mount Handler before Open returns.
-	started atomic.Bool
-
-	// drop is a test knob: traffic between from and to is dropped (both
-	// directions are checked by each side) when it returns true.
-	drop atomic.Pointer[func(from, to uint64) bool]
-	// senderStopped is a test knob: it runs after a peer's sender left the
-	// transport's maps. It must not block.
-	senderStopped atomic.Pointer[func()]
+	t  *rafthttp.Transport
+	id rafthttp.Identity // set by the journal before Start
 }
+
+var _ Transport = (*HTTPTransport)(nil)
 
 // NewHTTPTransport returns an HTTP transport; pass it as Config.Transport
 // (Open creates one itself when Config.Transport is nil).
 func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
-	if opts.Scheme == "" {
-		opts.Scheme = "http"
-		if opts.TLS != nil {
-			opts.Scheme = "https"
-		}
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.QueueMsgs <= 0 {
-		opts.QueueMsgs = 4096
-	}
-	if opts.QueueBytes == 0 {
-		opts.QueueBytes = 64 << 20
-	}
-	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = 5 << 20
-	}
-	if opts.HandshakeTimeout <= 0 {
-		opts.HandshakeTimeout = 3 * time.Second
-	}
-	if opts.SnapshotTimeout <= 0 {
-		opts.SnapshotTimeout = 10 * time.Minute
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
-	}
-	t := &HTTPTransport{opts: opts, client: opts.Client, log: opts.Logger, peers: map[uint64]*httpPeer{}, draining: map[*httpPeer]struct{}{}}
-	if t.client == nil {
-		t.client = &http.Client{Transport: &http.Transport{
-			// Forwarded proposals are concurrent requests: keep their
-			// connections for reuse rather than dialing per request.
-			MaxIdleConnsPerHost: 256,
-			IdleConnTimeout:     90 * time.Second,
-			DisableCompression:  true,
-			TLSClientConfig:     opts.TLS,
-			// A stream frame is one chunk of the request body, flushed
-			// after it is written: with a buffer that holds a typical
-			// frame (up to peerConnBuffer) the chunk's header, data and
-			// trailer leave in one write, where the default 4 KiB buffer
-			// splits them into several.
-			WriteBufferSize: peerConnBuffer,
-			ReadBufferSize:  peerConnBuffer,
-		}}
-		t.ownCli = true
-	}
-	t.ctx, t.cancel = context.WithCancel(context.Background())
-	return t
+	return &HTTPTransport{t: rafthttp.New(rafthttp.Options(opts))}
 }
 
-// Start implements Transport.
-func (t *HTTPTransport) Start(local uint64, r Receiver) error {
-	t.local, t.recv = local, r
-	if id, ok := r.(identity); ok {
-		t.clusterID = func() string { c, _ := id.identity(); return c }
-		_, t.token = id.identity()
-	} else {
-		t.clusterID = func() string { return "" }
+// setIdentity gives the transport the cluster id and token it stamps on
+// and checks against every peer request. Open calls it before Start.
+func (h *HTTPTransport) setIdentity(clusterID func() string, token string) {
+	h.id = rafthttp.Identity{ClusterID: clusterID, Token: token}
+}
+
+// Start implements Transport. The journal that opens with the transport
+// has handed it the cluster's identity (setIdentity); one that opens with
+// a Transport of the host's wrapping it could not, and the journal's
+// Receiver, passed on by the wrapper, carries it instead.
+func (h *HTTPTransport) Start(local uint64, r Receiver) error {
+	id := h.id
+	if rv, ok := r.(receiver); ok && id.ClusterID == nil {
+		id = rafthttp.Identity{ClusterID: rv.j.cluster, Token: rv.j.token}
 	}
-	t.started.Store(true) // publishes the fields above to the handlers
+	h.t.Start(local, httpNode{r}, id)
 	return nil
 }
 
-func (t *HTTPTransport) dropped(from, to uint64) bool {
-	f := t.drop.Load()
-	return f != nil && (*f)(from, to)
-}
-
 // SetPeer implements Transport.
-func (t *HTTPTransport) SetPeer(id uint64, addr string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.ctx.Err() != nil {
-		return
-	}
-	if p, ok := t.peers[id]; ok {
-		p.addr.Store(&addr)
-		return
-	}
-	p := &httpPeer{t: t, id: id, q: make(chan []byte, t.opts.QueueMsgs), stop: make(chan struct{}), drain: make(chan struct{})}
-	p.addr.Store(&addr)
-	t.peers[id] = p
-	t.wg.Go(p.run)
-}
+func (h *HTTPTransport) SetPeer(id uint64, addr string) { h.t.SetPeer(id, addr) }
 
 // RemovePeer implements Transport. The peer's sender still delivers what
 // is already queued (the append that tells a removed node its removal
 // committed), for at most HandshakeTimeout, and then stops.
-func (t *HTTPTransport) RemovePeer(id uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if p, ok := t.peers[id]; ok {
-		delete(t.peers, id)
-		t.draining[p] = struct{}{}
-		close(p.drain)
+func (h *HTTPTransport) RemovePeer(id uint64) { h.t.RemovePeer(id) }
+
+// Send implements Transport.
+func (h *HTTPTransport) Send(msgs []*raftpb.Message) { h.t.Send(msgs) }
+
+// Forward implements Transport.
+func (h *HTTPTransport) Forward(ctx context.Context, to uint64, fr *ForwardRequest) (*ForwardResponse, error) {
+	var out ForwardResponse
+	p := rafthttp.Proposal{Kind: uint8(fr.Kind), Force: fr.Force, Key: fr.Key, Data: fr.Data}
+	if err := h.t.Forward(ctx, to, p, &out); err != nil {
+		return nil, err
 	}
+	return &out, nil
 }
 
-func (t *HTTPTransport) peer(id uint64) *httpPeer {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.peers[id]
+// Join implements Transport.
+func (h *HTTPTransport) Join(ctx context.Context, helper string, jr *JoinRequest) (*JoinResponse, error) {
+	var out JoinResponse
+	if err := h.t.Join(ctx, helper, jr.Token, jr, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // Close implements Transport.
-func (t *HTTPTransport) Close() error {
-	t.mu.Lock()
-	t.cancel()
-	for id, p := range t.peers {
-		close(p.stop)
-		delete(t.peers, id)
+func (h *HTTPTransport) Close() error { return h.t.Close() }
+
+// Handler serves the transport's endpoints (all under /raft/). It may be
+// mounted before the Journal using the transport is open (it answers 503
+// until then), which spares a joining node's peers a retry.
+func (h *HTTPTransport) Handler() http.Handler { return h.t.Handler() }
+
+// RefusedPeers returns how many peer requests the Handler refused because
+// the sender's certificate did not name it (or, with TLS, was missing).
+func (h *HTTPTransport) RefusedPeers() uint64 { return h.t.RefusedPeers() }
+
+// RefusedPeers returns the HTTP transport's count of peer requests refused
+// for their identity (0 with another transport).
+func (j *Journal) RefusedPeers() uint64 {
+	if j.http == nil {
+		return 0
 	}
-	for p := range t.draining {
-		close(p.stop)
-		delete(t.draining, p)
-	}
-	t.mu.Unlock()
-	t.wg.Wait()
-	if t.ownCli {
-		t.client.CloseIdleConnections()
-	}
-	return nil
+	return j.http.RefusedPeers()
 }
 
-const (
-	hdrCluster = "X-Metatree-Cluster"
-	hdrToken   = "X-Metatree-Token"
-	hdrFrom    = "X-Metatree-From"
-	hdrTo      = "X-Metatree-To"
-)
+// httpNode delivers the HTTP transport's inbound traffic to a Receiver,
+// translating the transport's wire forms into the journal's types.
+type httpNode struct{ r Receiver }
+
+func (n httpNode) Receive(ctx context.Context, msgs []*raftpb.Message) error {
+	return n.r.Receive(ctx, msgs)
+}
+
+func (n httpNode) HandleForward(ctx context.Context, p rafthttp.Proposal) (any, error) {
+	return n.r.HandleForward(ctx, &ForwardRequest{Kind: ForwardKind(p.Kind), Force: p.Force, Key: p.Key, Data: p.Data})
+}
+
+func (n httpNode) DecodeJoin(r io.Reader) (any, uint64, error) {
+	var jr JoinRequest
+	if err := json.NewDecoder(r).Decode(&jr); err != nil {
+		return nil, 0, err
+	}
+	return &jr, jr.ID, nil
+}
+
+func (n httpNode) HandleJoin(ctx context.Context, req any, token string) (any, error) {
+	jr := req.(*JoinRequest) // DecodeJoin's
+	jr.Token = token
+	return n.r.HandleJoin(ctx, jr)
+}
+
+func (n httpNode) ReportUnreachable(id uint64)       { n.r.ReportUnreachable(id) }
+func (n httpNode) ReportRemoved(id uint64)           { n.r.ReportRemoved(id) }
+func (n httpNode) ReportSnapshot(id uint64, ok bool) { n.r.ReportSnapshot(id, ok) }

@@ -12,13 +12,15 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/dedupe"
+	"github.com/metatree/metatree/journal/internal/envelope"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
 // scanEntries calls fn for every normal, non-empty entry in (after, upTo]
 // of the local log, with its decoded envelope. Malformed entries are
 // skipped (as the applier skips them).
-func (j *Journal) scanEntries(after, upTo uint64, fn func(index uint64, env envelope) error) error {
+func (j *Journal) scanEntries(after, upTo uint64, fn func(index uint64, env envelope.Envelope) error) error {
 	const chunk = 4 << 20
 	for lo := after + 1; lo <= upTo; {
 		ents, err := j.store.Entries(lo, upTo+1, chunk)
@@ -35,7 +37,7 @@ func (j *Journal) scanEntries(after, upTo uint64, fn func(index uint64, env enve
 			if e.GetType() != raftpb.EntryNormal || len(e.GetData()) == 0 {
 				continue
 			}
-			env, err := decodeEnvelope(e.GetData())
+			env, err := envelope.Decode(e.GetData())
 			if errors.Is(err, ErrUnknownVersion) {
 				// Never skipped: a replay past it would not be what the
 				// replicas that read it hold.
@@ -71,22 +73,22 @@ func (j *Journal) ReadEntries(ctx context.Context, after, upTo uint64, fn func(i
 	if err != nil {
 		return operr.Errorf("journal: read entries: %w", err)
 	}
-	return j.scanEntries(after, upTo, func(index uint64, env envelope) error {
+	return j.scanEntries(after, upTo, func(index uint64, env envelope.Envelope) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if env.kind != kindUser {
+		if env.Kind != envelope.KindUser {
 			return nil
 		}
-		_, verdict := d.judge(index, env)
-		if verdict == copyExpired {
+		_, verdict := d.Judge(index, env)
+		if verdict == dedupe.Expired {
 			return nil
 		}
-		d.add(index, env.key, nil)
-		if verdict == copyDuplicate {
+		d.Add(index, env.Key, nil)
+		if verdict == dedupe.Duplicate {
 			return nil
 		}
-		return fn(index, env.data)
+		return fn(index, env.Data)
 	})
 }
 
@@ -110,7 +112,7 @@ func (j *Journal) membershipBlobAt(index uint64) ([]byte, error) {
 	if err != nil {
 		return nil, operr.Errorf("journal: membership at %d: %w", index, err)
 	}
-	m.Keys = append([]appliedKey(nil), d.live()...)
+	m.Keys = append([]dedupe.Key(nil), d.Live()...)
 	return m.encode(), nil
 }
 
@@ -324,8 +326,8 @@ func (j *Journal) waitDurableCommit(ctx context.Context, index uint64) error {
 // applier did. Without a recorded window the decisions after the log's
 // start are unknown, and dedupeAt fails with ErrCompacted rather than
 // rebuild a window that would decide otherwise.
-func (j *Journal) dedupeAt(index uint64) (*dedupe, error) {
-	d := newDedupe(j.dedupeWindow())
+func (j *Journal) dedupeAt(index uint64) (*dedupe.Window, error) {
+	d := dedupe.New(j.dedupeWindow())
 	first, err := j.store.FirstIndex()
 	if err != nil {
 		return nil, err
@@ -336,7 +338,7 @@ func (j *Journal) dedupeAt(index uint64) (*dedupe, error) {
 	from := first - 1 // the index of the recorded window the replay starts after
 	if img := j.images.atOrBelow(index); img > from {
 		if keys, err := j.windowAt(img); err == nil {
-			d.reset(keys)
+			d.Reset(keys)
 			from = img
 		}
 	}
@@ -345,22 +347,22 @@ func (j *Journal) dedupeAt(index uint64) (*dedupe, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.reset(keys)
+		d.Reset(keys)
 	}
 	if from < index {
-		if err := j.scanEntries(from, index, func(i uint64, env envelope) error {
-			if env.kind != kindUser {
+		if err := j.scanEntries(from, index, func(i uint64, env envelope.Envelope) error {
+			if env.Kind != envelope.KindUser {
 				return nil
 			}
-			if _, verdict := d.judge(i, env); verdict != copyExpired {
-				d.add(i, env.key, nil)
+			if _, verdict := d.Judge(i, env); verdict != dedupe.Expired {
+				d.Add(i, env.Key, nil)
 			}
 			return nil
 		}); err != nil {
 			return nil, err
 		}
 	}
-	d.evict(index)
+	d.Evict(index)
 	return d, nil
 }
 
@@ -368,7 +370,7 @@ func (j *Journal) dedupeAt(index uint64) (*dedupe, error) {
 // image the log starts after: from the membership record at index, or
 // from raft's snapshot when it is that image. Either is the blob
 // MembershipAt gave the image.
-func (j *Journal) windowAt(index uint64) ([]appliedKey, error) {
+func (j *Journal) windowAt(index uint64) ([]dedupe.Key, error) {
 	blob, err := j.store.MembershipAt(index)
 	if err != nil && !errors.Is(err, raftstore.ErrNoMembership) {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/envelope"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -346,26 +347,26 @@ func DecodeEntry(e *raftpb.Entry) Entry {
 			out.Kind = KindEmpty
 			return out
 		}
-		env, err := decodeEnvelope(e.GetData())
+		env, err := envelope.Decode(e.GetData())
 		if err != nil {
 			out.Kind, out.Err = KindMalformed, err
 			return out
 		}
-		switch env.kind {
-		case kindUser:
-			out.Kind, out.Key, out.Data = KindUser, env.key, env.data
-		case kindTimestamp:
-			out.Kind, out.UnixNano = KindTimestamp, env.ts
-		case kindVersion:
-			v, _ := decodeVersion(e.GetData()) // decodeEnvelope checked it
+		switch env.Kind {
+		case envelope.KindUser:
+			out.Kind, out.Key, out.Data = KindUser, env.Key, env.Data
+		case envelope.KindTimestamp:
+			out.Kind, out.UnixNano = KindTimestamp, env.TS
+		case envelope.KindVersion:
+			v, _ := envelope.DecodeVersion(e.GetData()) // envelope.Decode checked it
 			out.Kind, out.Version = KindVersion, v
-		case kindCheck:
-			switch c := env.check; c.op {
-			case checkMark:
-				out.Kind, out.DigestFormat = KindCheckMark, int(c.format)
-			case checkReport:
-				out.Kind, out.Mark, out.Member, out.Digest = KindCheckReport, c.mark, c.from, c.digest
-			case checkClear:
+		case envelope.KindCheck:
+			switch c := env.Check; c.Op {
+			case envelope.CheckMark:
+				out.Kind, out.DigestFormat = KindCheckMark, int(c.Format)
+			case envelope.CheckReport:
+				out.Kind, out.Mark, out.Member, out.Digest = KindCheckReport, c.Mark, c.From, c.Digest
+			case envelope.CheckClear:
 				out.Kind = KindCheckClear
 			}
 		}

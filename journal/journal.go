@@ -15,7 +15,10 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/dedupe"
+	"github.com/metatree/metatree/journal/internal/diskguard"
 	"github.com/metatree/metatree/journal/internal/raftstore"
+	"github.com/metatree/metatree/journal/internal/readround"
 )
 
 // Journal is one node of a replicated log. It is safe for concurrent use by
@@ -23,7 +26,7 @@ import (
 type Journal struct {
 	cfg   Config
 	log   *slog.Logger
-	space *spaceGuard // refuses writes while the disk is nearly full
+	space *diskguard.Guard // refuses writes while the disk is nearly full
 	// stamps is the clock of the staleness guard: wall time at Open,
 	// advanced monotonically.
 	stamps stampClock
@@ -178,13 +181,13 @@ type Journal struct {
 	// the fence lifted finds that membership too).
 	fenceUntil atomic.Uint64
 
-	dedupe *dedupe // applier only
+	dedupe *dedupe.Window // applier only
 	// window is the cluster's dedupe window once a membership record told
 	// it (0 until then, or for ever in a cluster that records none):
 	// dedupeWindow.
 	window atomic.Uint64
 
-	rounds readRounds // linearizable reads (readindex.go)
+	rounds readround.Rounds // linearizable reads (readindex.go)
 	// membersIndex is the membership index the MEMBERS file holds
 	// (applier only, after Open): older memberships are not written again.
 	membersIndex uint64
@@ -210,13 +213,6 @@ type report struct {
 	snapshot bool
 	ok       bool
 }
-
-// identity lets the HTTP transport stamp and check requests.
-type identity interface {
-	identity() (clusterID, token string)
-}
-
-func (j *Journal) identity() (string, string) { return j.cluster(), j.token }
 
 // Close stops the node: the raft loop, the applier and the transport, then
 // closes the log and releases the data dir. Waiting calls return ErrClosed.

@@ -207,8 +207,7 @@ func (c *cluster) listen(id uint64) *node {
 func (c *cluster) open(n *node, mod func(*Config)) error {
 	cfg := testConfig(n)
 	n.tr = NewHTTPTransport(HTTPOptions{Logger: cfg.Logger, Client: c.client})
-	drop := c.dropFn
-	n.tr.drop.Store(&drop)
+	n.tr.t.SetDrop(c.dropFn)
 	cfg.Transport = n.tr
 	cfg.knobs = &testingKnobs{changed: n.signal}
 	if mod != nil {

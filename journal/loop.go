@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/envelope"
 )
 
 // proposal is a request to the raft loop.
@@ -25,7 +26,7 @@ type proposal struct {
 	// quiet: done hears only of a refusal. The proposer waits for the
 	// apply (or a leader change) instead, and wakes once, not twice.
 	quiet bool
-	// bounded: a user entry carrying since (encodeUserSince), which
+	// bounded: a user entry carrying since (envelope.EncodeUserSince), which
 	// expires when it lands more than the dedupe window after since.
 	bounded bool
 	since   uint64
@@ -128,7 +129,7 @@ func (j *Journal) run() {
 			now := j.stamps.now().UnixNano()
 			if now-lastStamp >= int64(staleEvery) {
 				// Dropped (uncommitted limit, transfer): retried next time.
-				if j.rn.Propose(encodeTimestamp(now)) == nil {
+				if j.rn.Propose(envelope.EncodeTimestamp(now)) == nil {
 					j.stepped++
 					lastStamp = now
 				}
@@ -144,7 +145,7 @@ func (j *Journal) run() {
 		err = j.handleReady(j.rn.Ready())
 		if err == nil && lastStamp == 0 && j.state.Load() == uint32(raft.StateLeader) {
 			now := j.stamps.now().UnixNano()
-			if j.rn.Propose(encodeTimestamp(now)) == nil {
+			if j.rn.Propose(envelope.EncodeTimestamp(now)) == nil {
 				lastStamp = now
 			}
 			j.maybeRaiseVersion()
@@ -177,7 +178,7 @@ func (j *Journal) tick() {
 	j.ticks++
 	// The read round in flight, if no caller sent it or its answer is
 	// overdue (readindex.go).
-	if ctx := j.rounds.tick(j.leader.Load() != 0, j.readResendTicks()); ctx != nil {
+	if ctx := j.rounds.Tick(j.leader.Load() != 0, j.readResendTicks()); ctx != nil {
 		j.rn.ReadIndex(ctx)
 	}
 }
@@ -346,7 +347,7 @@ func (j *Journal) propose(p *proposal) {
 // since, and those batched ahead of p. While an fsync of a slow disk runs,
 // the tail it has not made durable grows by every proposal made meanwhile,
 // and a copy appended behind more than a dedupe window of it lands past
-// its since's window: it could only expire (dedupe.judge), and proposing
+// its since's window: it could only expire (dedupe.Window.Judge), and proposing
 // it again at once would append another copy behind the next tail.
 func (j *Journal) landsAt(p *proposal) uint64 {
 	return max(j.lastIndex+j.stepped+uint64(len(j.batch))+1, p.since+1)

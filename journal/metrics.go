@@ -125,14 +125,14 @@ func (c journalCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descProposalsApplied, m.proposalsApplied.Load())
 	counter(descProposalsFailed, m.proposalsFailed.Load())
 	counter(descProposalsForwarded, m.proposalsForwarded.Load())
-	counter(descReadRounds, j.rounds.sent.Load())
+	counter(descReadRounds, j.rounds.Sent())
 	gauge(descHalted, b2f(j.halted() != nil))
 	gauge(descClusterVersion, float64(j.clusterVersion()))
 	gauge(descMaxVersion, float64(j.cfg.MaxVersion))
 	gauge(descNoSpaceAlarm, b2f(j.noSpaceAlarm() != nil))
 	gauge(descCorrupt, b2f(j.corruptErr() != nil))
 	counter(descConsistencyChecks, j.checker.count())
-	if free, ok := j.space.free(); ok {
+	if free, ok := j.space.Free(); ok {
 		gauge(descDiskFree, float64(free))
 	}
 	if h := m.walFsyncHistogram(j); h != nil {

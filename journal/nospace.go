@@ -2,9 +2,10 @@ package journal
 
 import (
 	"context"
-	"fmt"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal/internal/diskguard"
 )
 
 // The no-space alarm, as etcd's NOSPACE alarm: the space guard refuses
@@ -30,7 +31,7 @@ import (
 // checkSpace runs the space guard, then brings this node's alarm in the
 // membership in line with it (watchSpace goroutine; tests call it).
 func (j *Journal) checkSpace() {
-	if err := j.space.check(); err != nil {
+	if err := j.space.Check(); err != nil {
 		j.log.Warn("free space check failed", "err", err)
 	}
 	j.reportSpace()
@@ -40,7 +41,7 @@ func (j *Journal) checkSpace() {
 // the membership's record differs from the guard, and waits (bounded) for
 // the change to apply.
 func (j *Journal) reportSpace() {
-	low := j.space.low.Load()
+	low := j.space.Low()
 	j.mu.Lock()
 	self, member := j.mu.membership.Members[j.id]
 	j.mu.Unlock()
@@ -72,11 +73,5 @@ func (j *Journal) noSpaceAlarm() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	m := j.mu.membership
-	for _, id := range m.Voters {
-		if m.Members[id].NoSpace {
-			return fmt.Errorf("%w: member %d's disk is nearly full (its no-space alarm is raised); the cluster takes writes again once it frees space",
-				ErrNoSpace, id)
-		}
-	}
-	return nil
+	return diskguard.Alarm(m.Voters, func(id uint64) bool { return m.Members[id].NoSpace })
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/metatree/metatree/internal/durable"
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/dedupe"
+	"github.com/metatree/metatree/journal/internal/diskguard"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -85,7 +87,7 @@ func newJournal(cfg Config) (*Journal, error) {
 		applyq:     newApplyQueue(cfg.ApplyQueueBytes, cfg.ApplyQueueBatches),
 		appendq:    newAppendQueue(),
 		appendDone: make(chan appendResult, 16),
-		dedupe:     newDedupe(cfg.DedupeWindow),
+		dedupe:     dedupe.New(cfg.DedupeWindow),
 		heard:      map[uint64]uint64{},
 		imageReqc:  make(chan struct{}, 1),
 		checkc:     make(chan struct{}, 1),
@@ -93,10 +95,10 @@ func newJournal(cfg Config) (*Journal, error) {
 	}
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.commitCh = make(chan struct{})
-	j.rounds.newRun()
+	j.rounds.NewRun()
 	j.stamps = newStampClock(cfg.Clock)
-	j.space = newSpaceGuard(fs, cfg.Dir, cfg.ReserveBytes, cfg.BallastBytes, j.log)
-	if err := j.space.check(); err != nil {
+	j.space = diskguard.New(fs, cfg.Dir, cfg.ReserveBytes, cfg.BallastBytes, j.log)
+	if err := j.space.Check(); err != nil {
 		j.log.Warn("free space check failed", "err", err)
 	}
 	j.mu.appliedCh = make(chan struct{})
@@ -180,6 +182,11 @@ func (j *Journal) startTransport() error {
 		j.tr = j.http
 	} else if h, ok := j.tr.(*HTTPTransport); ok {
 		j.http = h
+	}
+	if j.http != nil {
+		// The HTTP transport stamps and checks every peer request with the
+		// cluster id (known once the node bootstrapped or joined) and token.
+		j.http.setIdentity(j.cluster, j.token)
 	}
 	if err := j.tr.Start(j.id, receiver{j}); err != nil {
 		j.tr = nil
@@ -427,7 +434,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 					return nil, operr.Errorf("journal: image %d: %w", idx, err)
 				}
 				j.learnWindow(im)
-				j.dedupe.reset(im.Keys)
+				j.dedupe.Reset(im.Keys)
 				image = im
 				if err := j.recordWindow(idx, im, blob); err != nil {
 					return nil, operr.Errorf("journal: image %d: %w", idx, err)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/envelope"
 )
 
 // Propose appends data to the log through the leader and returns once the
@@ -80,7 +81,7 @@ func (j *Journal) proposeData(ctx context.Context, data []byte, key [16]byte) (i
 	r, err := j.submit(ctx, key,
 		func(s uint64) *proposal {
 			if s != since || env == nil {
-				since, env = s, encodeUserSince(key, s, data)
+				since, env = s, envelope.EncodeUserSince(key, s, data)
 			}
 			return &proposal{data: env, bounded: true, since: since}
 		},
@@ -97,7 +98,7 @@ func (j *Journal) electionTimeout() time.Duration {
 }
 
 // errExpired is a copy of a user entry that landed more than DedupeWindow
-// indexes after its since (dedupe.judge): no copy of it applies any more,
+// indexes after its since (dedupe.Window.Judge): no copy of it applies any more,
 // so the proposer proposes again with a newer since.
 var errExpired = fmt.Errorf("%w: the proposal reached the log more than Config.DedupeWindow entries after it was made", ErrBusy)
 
@@ -141,14 +142,14 @@ func (j *Journal) checkForwarded(m *raftpb.Message) error {
 		if e.GetType() != raftpb.EntryNormal {
 			return fmt.Errorf("%w: forwarded proposal from node %d holds a %v entry", ErrMalformed, m.GetFrom(), e.GetType())
 		}
-		env, err := decodeEnvelope(e.GetData())
-		if err == nil && env.kind == kindCheck && (env.check.op == checkReport && env.check.from == m.GetFrom() || env.check.op == checkClear) {
+		env, err := envelope.Decode(e.GetData())
+		if err == nil && env.Kind == envelope.KindCheck && (env.Check.Op == envelope.CheckReport && env.Check.From == m.GetFrom() || env.Check.Op == envelope.CheckClear) {
 			continue
 		}
-		if err != nil || env.kind != kindUser {
+		if err != nil || env.Kind != envelope.KindUser {
 			return fmt.Errorf("%w: forwarded proposal from node %d holds an entry that is not a user entry", ErrMalformed, m.GetFrom())
 		}
-		if err := j.checkEntrySize(len(env.data)); err != nil {
+		if err := j.checkEntrySize(len(env.Data)); err != nil {
 			return fmt.Errorf("forwarded proposal from node %d: %w", m.GetFrom(), err)
 		}
 	}
@@ -191,8 +192,8 @@ func (j *Journal) admitProposal(m *raftpb.Message) *raftpb.Message {
 	var why error
 	for i, e := range m.GetEntries() {
 		err := writeErr
-		if env, _ := decodeEnvelope(e.GetData()); err == nil && env.kind != kindCheck {
-			err = cmp.Or(j.checker.writeRefusal(), j.checkProposal(env.data))
+		if env, _ := envelope.Decode(e.GetData()); err == nil && env.Kind != envelope.KindCheck {
+			err = cmp.Or(j.checker.writeRefusal(), j.checkProposal(env.Data))
 		}
 		if err == nil {
 			if kept != nil {
@@ -323,7 +324,7 @@ func (j *Journal) handleForward(ctx context.Context, req *ForwardRequest) (*Forw
 		if err := cmp.Or(j.writable(), j.checker.writeRefusal()); err != nil {
 			return nil, err
 		}
-		p = &proposal{data: encodeUser(req.Key, req.Data)}
+		p = &proposal{data: envelope.EncodeUser(req.Key, req.Data)}
 	case ForwardConfChange:
 		cc := &raftpb.ConfChange{}
 		if err := proto.Unmarshal(req.Data, cc); err != nil {

@@ -11,14 +11,7 @@ import (
 // this value rather than on *Journal, whose method set is the user's API.
 type receiver struct{ j *Journal }
 
-var (
-	_ Receiver = receiver{}
-	_ identity = receiver{}
-)
-
-// identity hands the HTTP transport the cluster id and token it stamps on
-// and checks against every peer request.
-func (r receiver) identity() (clusterID, token string) { return r.j.identity() }
+var _ Receiver = receiver{}
 
 func (r receiver) Receive(ctx context.Context, msgs []*raftpb.Message) error {
 	return r.j.receive(ctx, msgs)

@@ -34,5 +34,5 @@ func (j *Journal) sendRemovalProbe() {
 }
 
 // removalProbeCtx is the request context of a removal probe: no read
-// round has it (a round's is readCtxLen bytes long).
+// round has it (a round's is readround.CtxLen bytes long).
 var removalProbeCtx = []byte("probe")

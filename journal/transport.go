@@ -155,12 +155,3 @@ type Member struct {
 	// new writes (ErrNoSpace); the member clears it once it has space.
 	NoSpace bool `json:"no_space,omitempty"`
 }
-
-// Paths the HTTP transport serves under its Handler. They all start with
-// /raft/ so the host can mount the handler with one pattern.
-const (
-	pathStream   = "/raft/stream"
-	pathSnapshot = "/raft/snapshot"
-	pathPropose  = "/raft/propose"
-	pathJoin     = "/raft/join"
-)

@@ -12,6 +12,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/metatree/metatree/journal/internal/envelope"
+	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
 
 // postStream sends one frame of msgs to n's /raft/stream as node from,
@@ -19,12 +23,12 @@ import (
 // authentication), and returns the status and body.
 func postStream(t *testing.T, n *node, from uint64, msgs ...*raftpb.Message) (int, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctxT(t, 5*time.Second), http.MethodPost, "http://"+n.addr+pathStream, bytes.NewReader(frameOf(t, msgs...)))
+	req, err := http.NewRequestWithContext(ctxT(t, 5*time.Second), http.MethodPost, "http://"+n.addr+rafthttp.PathStream, bytes.NewReader(frameOf(t, msgs...)))
 	require.NoError(t, err)
-	req.Header.Set(hdrCluster, n.j.Status().ClusterID)
-	req.Header.Set(hdrToken, "secret")
-	req.Header.Set(hdrFrom, strconv.FormatUint(from, 10))
-	req.Header.Set(hdrTo, strconv.FormatUint(n.id, 10))
+	req.Header.Set(rafthttp.HeaderCluster, n.j.Status().ClusterID)
+	req.Header.Set(rafthttp.HeaderToken, "secret")
+	req.Header.Set(rafthttp.HeaderFrom, strconv.FormatUint(from, 10))
+	req.Header.Set(rafthttp.HeaderTo, strconv.FormatUint(n.id, 10))
 	resp, err := n.client.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -50,7 +54,7 @@ func TestForgedMessagesCannotCrashANode(t *testing.T) {
 		require.NoError(t, err)
 		lastTerm, err := F.j.TermAt(last)
 		require.NoError(t, err)
-		user := &raftpb.Entry{Data: encodeUser([16]byte{1}, []byte("forged"))}
+		user := &raftpb.Entry{Data: envelope.EncodeUser([16]byte{1}, []byte("forged"))}
 		cases := []struct {
 			name string
 			to   *node
@@ -146,4 +150,15 @@ func TestCheckMessage(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// frameOf is the stream frame of msgs.
+func frameOf(t testing.TB, msgs ...*raftpb.Message) []byte {
+	var enc [][]byte
+	for _, m := range msgs {
+		b, err := proto.Marshal(m)
+		require.NoError(t, err)
+		enc = append(enc, b)
+	}
+	return rafthttp.AppendFrame(nil, enc)
 }

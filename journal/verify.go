@@ -7,6 +7,9 @@ import (
 	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal/internal/dedupe"
+	"github.com/metatree/metatree/journal/internal/envelope"
 )
 
 // DigestCheck is what Inspector.VerifyDigests found.
@@ -51,9 +54,9 @@ func (in *Inspector) VerifyDigests(ctx context.Context, sm interface {
 		return out, fmt.Errorf("journal: verify digests: %w: the dir records no membership", ErrMalformed)
 	}
 	out.Window = im.windowOr(m.windowOr(window))
-	d := newDedupe(out.Window)
+	d := dedupe.New(out.Window)
 	if im != nil {
-		d.reset(im.Keys)
+		d.Reset(im.Keys)
 	}
 	voters := slices.Clone(m.Voters)
 	first := in.store.TruncIndex + 1
@@ -79,44 +82,44 @@ func (in *Inspector) VerifyDigests(ctx context.Context, sm interface {
 		if e.GetType() != raftpb.EntryNormal || len(e.GetData()) == 0 {
 			return nil
 		}
-		env, err := decodeEnvelope(e.GetData())
+		env, err := envelope.Decode(e.GetData())
 		if errors.Is(err, ErrUnknownVersion) {
 			return &HaltError{Index: index, What: "entry", Version: int(e.GetData()[0]), Err: err}
 		}
 		if err != nil {
 			return nil // skipped by every replica alike
 		}
-		switch env.kind {
-		case kindUser:
-			_, verdict := d.judge(index, env)
+		switch env.Kind {
+		case envelope.KindUser:
+			_, verdict := d.Judge(index, env)
 			switch verdict {
-			case copyDuplicate:
-				d.add(index, env.key, nil)
+			case dedupe.Duplicate:
+				d.Add(index, env.Key, nil)
 				return nil
-			case copyExpired:
+			case dedupe.Expired:
 				return nil
 			}
-			v := sm.Apply(index, env.data)
+			v := sm.Apply(index, env.Data)
 			if h, ok := v.(Halter); ok {
 				if err := h.Halt(); err != nil {
 					return &HaltError{Index: index, What: "state machine entry", Err: err}
 				}
 			}
-			d.add(index, env.key, nil)
-		case kindCheck:
-			switch env.check.op {
-			case checkMark:
+			d.Add(index, env.Key, nil)
+		case envelope.KindCheck:
+			switch env.Check.Op {
+			case envelope.CheckMark:
 				out.Marks = append(out.Marks, index)
-				ck.recordMark(index, env.check.format, slices.Clone(stateDigest(sm, env.check.format)))
-			case checkReport:
+				ck.recordMark(index, env.Check.Format, slices.Clone(stateDigest(sm, env.Check.Format)))
+			case envelope.CheckReport:
 				before := ck.count()
-				ce, _ := ck.tally(voters, env.check)
+				ce, _ := ck.tally(voters, env.Check)
 				if ce != nil {
 					found = ce
 					return errStop
 				}
 				if ck.count() > before {
-					out.Compared = append(out.Compared, env.check.mark)
+					out.Compared = append(out.Compared, env.Check.Mark)
 				}
 			}
 		}

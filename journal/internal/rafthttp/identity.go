@@ -1,36 +1,28 @@
-package journal
+package rafthttp
 
 import (
 	"fmt"
 	"net/http"
 
 	"github.com/metatree/metatree/internal/peerid"
+	"github.com/metatree/metatree/journal/internal/errs"
 )
 
 // checkIdentity applies the member-identity rule to a peer request that
 // speaks for member claimed: a verified client certificate, when there is
 // one, must name claimed, and with TLS configured there must be one. A
-// refusal is answered 403 (ErrPeerIdentity) and counted.
-func (t *HTTPTransport) checkIdentity(w http.ResponseWriter, r *http.Request, claimed uint64) bool {
+// refusal is answered 403 (errs.ErrPeerIdentity) and counted.
+func (t *Transport) checkIdentity(w http.ResponseWriter, r *http.Request, claimed uint64) bool {
 	err := peerid.Check(r, claimed, t.opts.TLS != nil)
 	if err == nil {
 		return true
 	}
 	t.refused.Add(1)
 	t.log.Warn("refused a peer request", "path", r.URL.Path, "claimed", claimed, "remote", r.RemoteAddr, "err", err)
-	writeError(w, fmt.Errorf("%w: %w", ErrPeerIdentity, err))
+	WriteError(w, fmt.Errorf("%w: %w", errs.ErrPeerIdentity, err))
 	return false
 }
 
 // RefusedPeers returns how many peer requests the Handler refused because
 // the sender's certificate did not name it (or, with TLS, was missing).
-func (t *HTTPTransport) RefusedPeers() uint64 { return t.refused.Load() }
-
-// RefusedPeers returns the HTTP transport's count of peer requests refused
-// for their identity (0 with another transport).
-func (j *Journal) RefusedPeers() uint64 {
-	if j.http == nil {
-		return 0
-	}
-	return j.http.RefusedPeers()
-}
+func (t *Transport) RefusedPeers() uint64 { return t.refused.Load() }

@@ -1,4 +1,4 @@
-package journal
+package rafthttp
 
 import (
 	"bytes"
@@ -15,14 +15,16 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/metatree/metatree/journal/internal/errs"
 )
 
 // The sending side of the HTTP transport: one streaming sender a peer,
 // snapshots on a request of their own, and the forward and join calls.
 
-// Send implements Transport: it encodes each message now (raft may reuse
+// Send encodes each message now (raft may reuse
 // its memory) and queues it for its peer's sender.
-func (t *HTTPTransport) Send(msgs []*raftpb.Message) {
+func (t *Transport) Send(msgs []*raftpb.Message) {
 	for _, m := range msgs {
 		to := m.GetTo()
 		p := t.peer(to)
@@ -51,27 +53,27 @@ func (t *HTTPTransport) Send(msgs []*raftpb.Message) {
 	}
 }
 
-func (t *HTTPTransport) newRequest(ctx context.Context, addr, path string, to uint64, body io.Reader) (*http.Request, error) {
+func (t *Transport) newRequest(ctx context.Context, addr, path string, to uint64, body io.Reader) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.opts.Scheme+"://"+addr+path, body)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set(hdrCluster, t.clusterID())
-	req.Header.Set(hdrToken, t.token)
-	req.Header.Set(hdrFrom, strconv.FormatUint(t.local, 10))
+	req.Header.Set(HeaderCluster, t.id.ClusterID())
+	req.Header.Set(HeaderToken, t.id.Token)
+	req.Header.Set(HeaderFrom, strconv.FormatUint(t.local, 10))
 	if to != 0 {
-		req.Header.Set(hdrTo, strconv.FormatUint(to, 10))
+		req.Header.Set(HeaderTo, strconv.FormatUint(to, 10))
 	}
 	return req, nil
 }
 
-func (t *HTTPTransport) sendSnapshot(p *httpPeer, msg []byte) {
+func (t *Transport) sendSnapshot(p *sender, msg []byte) {
 	ok := false
 	defer func() { t.recv.ReportSnapshot(p.id, ok) }()
-	frame := appendFrame(nil, [][]byte{msg})
+	frame := AppendFrame(nil, [][]byte{msg})
 	ctx, cancel := context.WithTimeout(t.ctx, t.opts.SnapshotTimeout)
 	defer cancel()
-	req, err := t.newRequest(ctx, *p.addr.Load(), pathSnapshot, p.id, bytes.NewReader(frame))
+	req, err := t.newRequest(ctx, *p.addr.Load(), PathSnapshot, p.id, bytes.NewReader(frame))
 	if err != nil {
 		t.log.Error("snapshot request", "to", p.id, "err", err)
 		return
@@ -89,11 +91,13 @@ func (t *HTTPTransport) sendSnapshot(p *httpPeer, msg []byte) {
 	ok = true
 }
 
-// Forward implements Transport.
-func (t *HTTPTransport) Forward(ctx context.Context, to uint64, fr *ForwardRequest) (*ForwardResponse, error) {
+// Forward sends proposal fr to node to and decodes its JSON answer into
+// out. A refusal comes back as the sentinel the peer answered with, a
+// failure to reach the peer wrapped in ErrUnreachable.
+func (t *Transport) Forward(ctx context.Context, to uint64, fr Proposal, out any) error {
 	p := t.peer(to)
 	if p == nil || t.dropped(t.local, to) {
-		return nil, fmt.Errorf("%w: node %d", ErrUnreachable, to)
+		return fmt.Errorf("%w: node %d", errs.ErrUnreachable, to)
 	}
 	body := make([]byte, 0, 18+len(fr.Data))
 	force := byte(0)
@@ -103,58 +107,52 @@ func (t *HTTPTransport) Forward(ctx context.Context, to uint64, fr *ForwardReque
 	body = append(body, byte(fr.Kind), force)
 	body = append(body, fr.Key[:]...)
 	body = append(body, fr.Data...)
-	req, err := t.newRequest(ctx, *p.addr.Load(), pathPropose, to, bytes.NewReader(body))
+	req, err := t.newRequest(ctx, *p.addr.Load(), PathPropose, to, bytes.NewReader(body))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var out ForwardResponse
-	if err := t.do(req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return t.do(req, out)
 }
 
-// Join implements Transport.
-func (t *HTTPTransport) Join(ctx context.Context, helper string, jr *JoinRequest) (*JoinResponse, error) {
+// Join sends the join request jr, encoded as JSON, to the member at
+// address helper with token in place of the transport's own, and decodes
+// its JSON answer into out, with the error rules of Forward.
+func (t *Transport) Join(ctx context.Context, helper, token string, jr, out any) error {
 	b, err := json.Marshal(jr)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	req, err := t.newRequest(ctx, helper, pathJoin, 0, bytes.NewReader(b))
+	req, err := t.newRequest(ctx, helper, PathJoin, 0, bytes.NewReader(b))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	req.Header.Set(hdrToken, jr.Token)
-	var out JoinResponse
-	if err := t.do(req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	req.Header.Set(HeaderToken, token)
+	return t.do(req, out)
 }
 
 // do sends a request and decodes a JSON answer or a typed error.
-func (t *HTTPTransport) do(req *http.Request, out any) error {
+func (t *Transport) do(req *http.Request, out any) error {
 	resp, err := t.client.Do(req)
 	if err != nil {
 		if ctxErr := req.Context().Err(); ctxErr != nil {
-			return fmt.Errorf("%w: %w", ErrUnreachable, context.Cause(req.Context()))
+			return fmt.Errorf("%w: %w", errs.ErrUnreachable, context.Cause(req.Context()))
 		}
-		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+		return fmt.Errorf("%w: %w", errs.ErrUnreachable, err)
 	}
 	defer resp.Body.Close()
 	if err := decodeErrorResponse(resp); err != nil {
 		return err
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, t.opts.MaxBodyBytes)).Decode(out); err != nil {
-		return fmt.Errorf("%w: response from %s: %w", ErrMalformed, req.URL.Host, err)
+		return fmt.Errorf("%w: response from %s: %w", errs.ErrMalformed, req.URL.Host, err)
 	}
 	return nil
 }
 
-// httpPeer is the sender side of one peer: a bounded queue and one
+// sender is the sender side of one peer: a bounded queue and one
 // goroutine that keeps a stream open and writes batches onto it.
-type httpPeer struct {
-	t      *HTTPTransport
+type sender struct {
+	t      *Transport
 	id     uint64
 	addr   atomic.Pointer[string]
 	q      chan []byte
@@ -164,7 +162,7 @@ type httpPeer struct {
 }
 
 // drained reports whether the peer was removed and its queue is empty.
-func (p *httpPeer) drained() bool {
+func (p *sender) drained() bool {
 	select {
 	case <-p.drain:
 		return len(p.q) == 0
@@ -173,7 +171,7 @@ func (p *httpPeer) drained() bool {
 	}
 }
 
-func (p *httpPeer) enqueue(b []byte) bool {
+func (p *sender) enqueue(b []byte) bool {
 	if uint64(p.qbytes.Load())+uint64(len(b)) > p.t.opts.QueueBytes {
 		return false
 	}
@@ -186,11 +184,11 @@ func (p *httpPeer) enqueue(b []byte) bool {
 	}
 }
 
-func (p *httpPeer) dequeued(b []byte) { p.qbytes.Add(-int64(len(b))) }
+func (p *sender) dequeued(b []byte) { p.qbytes.Add(-int64(len(b))) }
 
 // run keeps one stream to the peer open while there is traffic, and backs
 // off after failures (dropping what is queued meanwhile: raft resends).
-func (p *httpPeer) run() {
+func (p *sender) run() {
 	defer func() {
 		p.t.mu.Lock()
 		delete(p.t.draining, p)
@@ -227,7 +225,7 @@ func (p *httpPeer) run() {
 			backoff = 10 * time.Millisecond
 			continue
 		}
-		if errors.Is(err, ErrRemoved) {
+		if errors.Is(err, errs.ErrRemoved) {
 			p.t.recv.ReportRemoved(p.id)
 		}
 		p.t.log.Debug("stream to peer ended", "to", p.id, "err", err)
@@ -272,12 +270,12 @@ func streamEnd(body io.Reader) error {
 // The body is a streamBody: net/http's connection writer copies it with
 // WriteTo, so frames go from the queue to the socket on that goroutine,
 // with no pipe and no second goroutine handing each frame over.
-func (p *httpPeer) stream(first []byte) error {
+func (p *sender) stream(first []byte) error {
 	ctx, cancel := context.WithCancel(p.t.ctx)
 	defer cancel()
 	body := &streamBody{p: p, ctx: ctx, accepted: make(chan struct{})}
-	body.pending = appendFrame(nil, [][]byte{first})
-	req, err := p.t.newRequest(ctx, *p.addr.Load(), pathStream, p.id, body)
+	body.pending = AppendFrame(nil, [][]byte{first})
+	req, err := p.t.newRequest(ctx, *p.addr.Load(), PathStream, p.id, body)
 	if err != nil {
 		return err
 	}

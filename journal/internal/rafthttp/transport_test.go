@@ -1,4 +1,4 @@
-package journal
+package rafthttp
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,27 +16,51 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/metatree/metatree/journal/internal/errs"
 )
 
-// stubReceiver accepts everything; it stands in for a Journal behind the
-// handler.
-type stubReceiver struct{ got [][]*raftpb.Message }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func (s *stubReceiver) identity() (string, string) { return "cluster-a", "tok" }
-func (s *stubReceiver) Receive(_ context.Context, msgs []*raftpb.Message) error {
+// stubIdentity is the identity of the stub cluster the tests serve.
+var stubIdentity = Identity{ClusterID: func() string { return "cluster-a" }, Token: "tok"}
+
+// stubNode accepts everything; it stands in for a Journal behind the
+// handler.
+type stubNode struct{ got [][]*raftpb.Message }
+
+// stubJoin is a join request as the stub decodes it: a role other than
+// follower or observer is malformed, as the journal's is.
+type stubJoin struct {
+	ID   uint64 `json:"id"`
+	Role string `json:"role"`
+}
+
+func (s *stubNode) Receive(_ context.Context, msgs []*raftpb.Message) error {
 	s.got = append(s.got, msgs)
 	return nil
 }
-func (s *stubReceiver) HandleForward(context.Context, *ForwardRequest) (*ForwardResponse, error) {
-	return &ForwardResponse{Index: 7}, nil
+func (s *stubNode) HandleForward(context.Context, Proposal) (any, error) {
+	return map[string]uint64{"Index": 7}, nil
 }
-func (s *stubReceiver) HandleJoin(context.Context, *JoinRequest) (*JoinResponse, error) {
-	return &JoinResponse{ClusterID: "cluster-a"}, nil
+func (s *stubNode) DecodeJoin(r io.Reader) (any, uint64, error) {
+	var jr stubJoin
+	if err := json.NewDecoder(r).Decode(&jr); err != nil {
+		return nil, 0, err
+	}
+	if jr.Role != "follower" && jr.Role != "observer" {
+		return nil, 0, fmt.Errorf("unknown role %q", jr.Role)
+	}
+	return &jr, jr.ID, nil
 }
-func (s *stubReceiver) ReportUnreachable(uint64)    {}
-func (s *stubReceiver) ReportSnapshot(uint64, bool) {}
-func (s *stubReceiver) ReportRemoved(uint64)        {}
+func (s *stubNode) HandleJoin(context.Context, any, string) (any, error) {
+	return map[string]string{"cluster_id": "cluster-a"}, nil
+}
+func (s *stubNode) ReportUnreachable(uint64)    {}
+func (s *stubNode) ReportSnapshot(uint64, bool) {}
+func (s *stubNode) ReportRemoved(uint64)        {}
 
 func frameOf(t testing.TB, msgs ...*raftpb.Message) []byte {
 	var enc [][]byte
@@ -44,27 +69,27 @@ func frameOf(t testing.TB, msgs ...*raftpb.Message) []byte {
 		require.NoError(t, err)
 		enc = append(enc, b)
 	}
-	return appendFrame(nil, enc)
+	return AppendFrame(nil, enc)
 }
 
 func heartbeat(from, to uint64) *raftpb.Message {
 	return &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(from), To: new(to), Term: new(uint64(3))}
 }
 
-func newStubTransport(t testing.TB, maxBody int64) (*HTTPTransport, *stubReceiver) {
-	tr := NewHTTPTransport(HTTPOptions{MaxBodyBytes: maxBody})
-	r := &stubReceiver{}
-	require.NoError(t, tr.Start(1, r))
+func newStubTransport(t testing.TB, maxBody int64) (*Transport, *stubNode) {
+	tr := New(Options{MaxBodyBytes: maxBody})
+	r := &stubNode{}
+	tr.Start(1, r, stubIdentity)
 	t.Cleanup(func() { _ = tr.Close() })
 	return tr, r
 }
 
-func serve(tr *HTTPTransport, method, path string, body []byte, hdr map[string]string) *httptest.ResponseRecorder {
+func serve(tr *Transport, method, path string, body []byte, hdr map[string]string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, path, bytes.NewReader(body))
-	req.Header.Set(hdrCluster, "cluster-a")
-	req.Header.Set(hdrToken, "tok")
-	req.Header.Set(hdrFrom, "2")
-	req.Header.Set(hdrTo, "1")
+	req.Header.Set(HeaderCluster, "cluster-a")
+	req.Header.Set(HeaderToken, "tok")
+	req.Header.Set(HeaderFrom, "2")
+	req.Header.Set(HeaderTo, "1")
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
@@ -85,26 +110,26 @@ func TestHandlerRejectsBadRequests(t *testing.T) {
 		hdr    map[string]string
 		status int
 	}{
-		{"stream ok", "POST", pathStream, good, nil, http.StatusOK},
-		{"empty stream", "POST", pathStream, nil, nil, http.StatusNoContent},
-		{"garbage", "POST", pathStream, []byte("\x00\x00\x00\x05hello"), nil, http.StatusBadRequest},
-		{"truncated frame", "POST", pathStream, good[:len(good)-3], nil, http.StatusBadRequest},
-		{"truncated header", "POST", pathStream, good[:2], nil, http.StatusBadRequest},
-		{"oversized frame", "POST", pathStream, huge, nil, http.StatusRequestEntityTooLarge},
-		{"message from another node", "POST", pathStream, frameOf(t, heartbeat(3, 1)), nil, http.StatusBadRequest},
-		{"wrong cluster", "POST", pathStream, good, map[string]string{hdrCluster: "cluster-b"}, http.StatusForbidden},
-		{"wrong token", "POST", pathStream, good, map[string]string{hdrToken: "x"}, http.StatusForbidden},
-		{"wrong target", "POST", pathStream, good, map[string]string{hdrTo: "9"}, http.StatusForbidden},
-		{"no sender", "POST", pathStream, good, map[string]string{hdrFrom: ""}, http.StatusBadRequest},
-		{"GET", "GET", pathStream, nil, nil, http.StatusMethodNotAllowed},
-		{"short proposal", "POST", pathPropose, []byte{1, 0, 3}, nil, http.StatusBadRequest},
-		{"oversized proposal", "POST", pathPropose, make([]byte, 4096), nil, http.StatusRequestEntityTooLarge},
-		{"proposal ok", "POST", pathPropose, make([]byte, 30), nil, http.StatusOK},
-		{"join garbage", "POST", pathJoin, []byte("{"), nil, http.StatusBadRequest},
-		{"join wrong token", "POST", pathJoin, []byte(`{"id":5,"addr":"x","role":"observer"}`), map[string]string{hdrToken: "x"}, http.StatusForbidden},
-		{"join bad role", "POST", pathJoin, []byte(`{"id":5,"addr":"x","role":"king"}`), nil, http.StatusBadRequest},
-		{"snapshot garbage", "POST", pathSnapshot, []byte("\x00\x00\x00\x03zzz"), nil, http.StatusBadRequest},
-		{"snapshot not a snapshot", "POST", pathSnapshot, good, nil, http.StatusBadRequest},
+		{"stream ok", "POST", PathStream, good, nil, http.StatusOK},
+		{"empty stream", "POST", PathStream, nil, nil, http.StatusNoContent},
+		{"garbage", "POST", PathStream, []byte("\x00\x00\x00\x05hello"), nil, http.StatusBadRequest},
+		{"truncated frame", "POST", PathStream, good[:len(good)-3], nil, http.StatusBadRequest},
+		{"truncated header", "POST", PathStream, good[:2], nil, http.StatusBadRequest},
+		{"oversized frame", "POST", PathStream, huge, nil, http.StatusRequestEntityTooLarge},
+		{"message from another node", "POST", PathStream, frameOf(t, heartbeat(3, 1)), nil, http.StatusBadRequest},
+		{"wrong cluster", "POST", PathStream, good, map[string]string{HeaderCluster: "cluster-b"}, http.StatusForbidden},
+		{"wrong token", "POST", PathStream, good, map[string]string{HeaderToken: "x"}, http.StatusForbidden},
+		{"wrong target", "POST", PathStream, good, map[string]string{HeaderTo: "9"}, http.StatusForbidden},
+		{"no sender", "POST", PathStream, good, map[string]string{HeaderFrom: ""}, http.StatusBadRequest},
+		{"GET", "GET", PathStream, nil, nil, http.StatusMethodNotAllowed},
+		{"short proposal", "POST", PathPropose, []byte{1, 0, 3}, nil, http.StatusBadRequest},
+		{"oversized proposal", "POST", PathPropose, make([]byte, 4096), nil, http.StatusRequestEntityTooLarge},
+		{"proposal ok", "POST", PathPropose, make([]byte, 30), nil, http.StatusOK},
+		{"join garbage", "POST", PathJoin, []byte("{"), nil, http.StatusBadRequest},
+		{"join wrong token", "POST", PathJoin, []byte(`{"id":5,"addr":"x","role":"observer"}`), map[string]string{HeaderToken: "x"}, http.StatusForbidden},
+		{"join bad role", "POST", PathJoin, []byte(`{"id":5,"addr":"x","role":"king"}`), nil, http.StatusBadRequest},
+		{"snapshot garbage", "POST", PathSnapshot, []byte("\x00\x00\x00\x03zzz"), nil, http.StatusBadRequest},
+		{"snapshot not a snapshot", "POST", PathSnapshot, good, nil, http.StatusBadRequest},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,7 +144,7 @@ func TestHandlerRejectsBadRequests(t *testing.T) {
 func TestWireErrorsKeepTheirSentinel(t *testing.T) {
 	for _, c := range errorCodes {
 		w := httptest.NewRecorder()
-		writeError(w, c.err)
+		WriteError(w, c.err)
 		err := decodeErrorResponse(w.Result())
 		require.ErrorIs(t, err, c.err, c.code)
 	}
@@ -147,7 +172,7 @@ func FuzzDecodeFrame(f *testing.F) {
 			require.NoError(t, err)
 			enc = append(enc, b)
 		}
-		again, _, err := readFrame(bytes.NewReader(appendFrame(nil, enc)), 1<<20, nil)
+		again, _, err := readFrame(bytes.NewReader(AppendFrame(nil, enc)), 1<<20, nil)
 		require.NoError(t, err)
 		require.Len(t, again, len(msgs))
 	})
@@ -158,7 +183,7 @@ func FuzzDecodeFrame(f *testing.F) {
 // and the error of a well-formed wire error wraps the sentinel its code
 // names, as the serving side wrote it.
 func FuzzStreamEnd(f *testing.F) {
-	for _, err := range []error{ErrRemoved, ErrMalformed, errors.New("other")} {
+	for _, err := range []error{errs.ErrRemoved, errs.ErrMalformed, errors.New("other")} {
 		_, we := wireErrorOf(err)
 		b, _ := json.Marshal(we)
 		f.Add(b)
@@ -188,7 +213,7 @@ func FuzzHandler(f *testing.F) {
 	f.Add(uint8(1), []byte("garbage"))
 	f.Add(uint8(2), []byte{1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 'x'})
 	f.Add(uint8(3), []byte(`{"id":1}`))
-	paths := []string{pathStream, pathSnapshot, pathPropose, pathJoin}
+	paths := []string{PathStream, PathSnapshot, PathPropose, PathJoin}
 	tr, _ := newStubTransport(f, 1<<16)
 	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
 		w := serve(tr, "POST", paths[int(which)%len(paths)], body, nil)
@@ -196,13 +221,13 @@ func FuzzHandler(f *testing.F) {
 	})
 }
 
-// chanReceiver hands each received message's type to a channel.
-type chanReceiver struct {
-	stubReceiver
+// chanNode hands each received message's type to a channel.
+type chanNode struct {
+	stubNode
 	msgs chan raftpb.MessageType
 }
 
-func (r *chanReceiver) Receive(_ context.Context, msgs []*raftpb.Message) error {
+func (r *chanNode) Receive(_ context.Context, msgs []*raftpb.Message) error {
 	for _, m := range msgs {
 		r.msgs <- m.GetType()
 	}
@@ -213,14 +238,14 @@ func (r *chanReceiver) Receive(_ context.Context, msgs []*raftpb.Message) error 
 // that tells a removed node of its removal), then stops it; a removed peer
 // that takes nothing is cut off after HandshakeTimeout, and Close waits.
 func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
-	recv := NewHTTPTransport(HTTPOptions{})
-	r := &chanReceiver{msgs: make(chan raftpb.MessageType, 1000)}
-	require.NoError(t, recv.Start(2, r))
+	recv := New(Options{})
+	r := &chanNode{msgs: make(chan raftpb.MessageType, 1000)}
+	recv.Start(2, r, stubIdentity)
 	srv := httptest.NewServer(recv.Handler())
 	defer srv.Close()
 	defer recv.Close()
 
-	send := NewHTTPTransport(HTTPOptions{HandshakeTimeout: 200 * time.Millisecond})
+	send := New(Options{HandshakeTimeout: 200 * time.Millisecond})
 	stopped := make(chan struct{}, 1)
 	onStop := func() {
 		select {
@@ -229,7 +254,26 @@ func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
 		}
 	}
 	send.senderStopped.Store(&onStop)
-	require.NoError(t, send.Start(1, &stubReceiver{}))
+	// drained waits until no removed peer's sender runs, looking again at
+	// each sender that stops.
+	drained := func(what string) {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for {
+			send.mu.Lock()
+			n := len(send.draining)
+			send.mu.Unlock()
+			if n == 0 {
+				return
+			}
+			select {
+			case <-stopped:
+			case <-deadline:
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	send.Start(1, &stubNode{}, stubIdentity)
 	send.SetPeer(2, strings.TrimPrefix(srv.URL, "http://"))
 	const n = 500
 	for range n {
@@ -244,11 +288,7 @@ func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
 			t.Fatalf("%d of %d queued messages delivered after RemovePeer", i, n)
 		}
 	}
-	await(t, 5*time.Second, "the removed peer's sender stopped", stopped, func() bool {
-		send.mu.Lock()
-		defer send.mu.Unlock()
-		return len(send.draining) == 0
-	})
+	drained("the removed peer's sender stopped")
 
 	// A removed peer that accepts the stream but never reads it.
 	stuck := make(chan struct{})
@@ -266,33 +306,29 @@ func TestRemovePeerDeliversWhatWasQueued(t *testing.T) {
 		send.Send([]*raftpb.Message{big})
 	}
 	send.RemovePeer(3)
-	await(t, 5*time.Second, "the stuck removed peer's sender cut off", stopped, func() bool {
-		send.mu.Lock()
-		defer send.mu.Unlock()
-		return len(send.draining) == 0
-	})
+	drained("the stuck removed peer's sender cut off")
 	require.NoError(t, send.Close())
 }
 
-// removedReceiver refuses every batch after the first accept ones as a
+// removedNode refuses every batch after the first accept ones as a
 // removed sender's, and hands each ReportRemoved to a channel.
-type removedReceiver struct {
-	stubReceiver
+type removedNode struct {
+	stubNode
 	accept  int
 	got     chan struct{}
 	removed chan uint64
 }
 
-func (r *removedReceiver) Receive(_ context.Context, msgs []*raftpb.Message) error {
+func (r *removedNode) Receive(_ context.Context, msgs []*raftpb.Message) error {
 	if r.accept == 0 {
-		return fmt.Errorf("%w: node %d", ErrRemoved, msgs[0].GetFrom())
+		return fmt.Errorf("%w: node %d", errs.ErrRemoved, msgs[0].GetFrom())
 	}
 	r.accept--
 	r.got <- struct{}{}
 	return nil
 }
 
-func (r *removedReceiver) ReportRemoved(id uint64) { r.removed <- id }
+func (r *removedNode) ReportRemoved(id uint64) { r.removed <- id }
 
 // A peer that refuses this node's messages as a removed node's, on the
 // stream's first frame (410 removed) or later in it (the wire error that
@@ -301,16 +337,16 @@ func (r *removedReceiver) ReportRemoved(id uint64) { r.removed <- id }
 func TestRefusalAsRemovedIsReported(t *testing.T) {
 	for _, accept := range []int{0, 1} {
 		t.Run(fmt.Sprintf("after=%d", accept), func(t *testing.T) {
-			recv := NewHTTPTransport(HTTPOptions{})
-			peer := &removedReceiver{accept: accept, got: make(chan struct{}, 1)}
-			require.NoError(t, recv.Start(2, peer))
+			recv := New(Options{})
+			peer := &removedNode{accept: accept, got: make(chan struct{}, 1)}
+			recv.Start(2, peer, stubIdentity)
 			srv := httptest.NewServer(recv.Handler())
 			defer srv.Close()
 			defer recv.Close()
 
-			send := NewHTTPTransport(HTTPOptions{})
-			local := &removedReceiver{removed: make(chan uint64, 10)}
-			require.NoError(t, send.Start(1, local))
+			send := New(Options{})
+			local := &removedNode{removed: make(chan uint64, 10)}
+			send.Start(1, local, stubIdentity)
 			defer send.Close()
 			send.SetPeer(2, strings.TrimPrefix(srv.URL, "http://"))
 			for range accept {

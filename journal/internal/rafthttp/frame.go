@@ -1,4 +1,4 @@
-package journal
+package rafthttp
 
 import (
 	"context"
@@ -8,25 +8,27 @@ import (
 	"io"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal/internal/errs"
 )
 
 // Framing of the raft message stream: length-prefixed batches of encoded
 // messages, written by the sending side and read, bounded, by the serving
 // side.
 
-// streamBatchBytes is how much a stream frame coalesces from the queue
+// StreamBatchBytes is how much a stream frame coalesces from the queue
 // before it is written: a frame is at most this plus one message.
-const streamBatchBytes = 1 << 20
+const StreamBatchBytes = 1 << 20
 
-// frameSlack covers a frame's and a message's framing and the envelope
+// FrameSlack covers a frame's and a message's framing and the envelope
 // around an entry's data.
-const frameSlack = 64 << 10
+const FrameSlack = 64 << 10
 
 // streamBody is a stream's request body: the first frame, then, once the
 // peer accepted the stream, batches of whatever the peer's queue holds. It
 // ends when ctx does (the stream failed or the peer was removed).
 type streamBody struct {
-	p        *httpPeer
+	p        *sender
 	ctx      context.Context
 	accepted chan struct{} // closed when the peer answered 200
 	pending  []byte        // encoded, not yet written (Read's leftovers)
@@ -67,7 +69,7 @@ func (b *streamBody) next() ([]byte, error) {
 		size = len(m)
 	}
 	// Coalesce whatever else is queued into this frame.
-	for size < streamBatchBytes {
+	for size < StreamBatchBytes {
 		select {
 		case m := <-b.p.q:
 			b.p.dequeued(m)
@@ -78,7 +80,7 @@ func (b *streamBody) next() ([]byte, error) {
 		}
 		break
 	}
-	b.buf = appendFrame(b.buf[:0], b.batch)
+	b.buf = AppendFrame(b.buf[:0], b.batch)
 	clear(b.batch)
 	return b.buf, nil
 }
@@ -116,9 +118,10 @@ func (b *streamBody) Read(buf []byte) (int, error) {
 
 func (b *streamBody) Close() error { return nil }
 
-// Frame: 4-byte big-endian length N, then N bytes of (uvarint length,
+// AppendFrame appends the frame of the encoded messages msgs to buf. A
+// frame is a 4-byte big-endian length N, then N bytes of (uvarint length,
 // protobuf raftpb.Message) repeated.
-func appendFrame(buf []byte, msgs [][]byte) []byte {
+func AppendFrame(buf []byte, msgs [][]byte) []byte {
 	n := 0
 	for _, m := range msgs {
 		n += binary.PutUvarint(make([]byte, binary.MaxVarintLen64), uint64(len(m))) + len(m)
@@ -136,7 +139,7 @@ func readFrame(r io.Reader, max int64, scratch []byte) ([]*raftpb.Message, []byt
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, scratch, fmt.Errorf("%w: truncated frame header", ErrMalformed)
+			return nil, scratch, fmt.Errorf("%w: truncated frame header", errs.ErrMalformed)
 		}
 		return nil, scratch, err
 	}
@@ -149,13 +152,13 @@ func readFrame(r io.Reader, max int64, scratch []byte) ([]*raftpb.Message, []byt
 	}
 	scratch = scratch[:n]
 	if _, err := io.ReadFull(r, scratch); err != nil {
-		return nil, scratch, fmt.Errorf("%w: truncated frame (%d bytes announced): %w", ErrMalformed, n, err)
+		return nil, scratch, fmt.Errorf("%w: truncated frame (%d bytes announced): %w", errs.ErrMalformed, n, err)
 	}
 	msgs, err := decodeFrameBody(scratch)
 	return msgs, scratch, err
 }
 
-var errTooLarge = fmt.Errorf("%w: too large", ErrMalformed)
+var errTooLarge = fmt.Errorf("%w: too large", errs.ErrMalformed)
 
 // decodeFrameBody decodes the messages of one frame.
 func decodeFrameBody(b []byte) ([]*raftpb.Message, error) {
@@ -163,23 +166,23 @@ func decodeFrameBody(b []byte) ([]*raftpb.Message, error) {
 	for len(b) > 0 {
 		l, n := binary.Uvarint(b)
 		if n <= 0 || l > uint64(len(b)-n) {
-			return nil, fmt.Errorf("%w: bad message length in frame", ErrMalformed)
+			return nil, fmt.Errorf("%w: bad message length in frame", errs.ErrMalformed)
 		}
 		m, err := decodeMessage(b[n : n+int(l)])
 		if err != nil {
-			return nil, fmt.Errorf("%w: raft message: %w", ErrMalformed, err)
+			return nil, fmt.Errorf("%w: raft message: %w", errs.ErrMalformed, err)
 		}
 		if m.Type == nil || m.To == nil || m.From == nil {
-			return nil, fmt.Errorf("%w: raft message without type, from or to", ErrMalformed)
+			return nil, fmt.Errorf("%w: raft message without type, from or to", errs.ErrMalformed)
 		}
 		if _, ok := raftpb.MessageType_name[int32(m.GetType())]; !ok {
-			return nil, fmt.Errorf("%w: unknown raft message type %d", ErrMalformed, m.GetType())
+			return nil, fmt.Errorf("%w: unknown raft message type %d", errs.ErrMalformed, m.GetType())
 		}
 		msgs = append(msgs, m)
 		b = b[n+int(l):]
 	}
 	if len(msgs) == 0 {
-		return nil, fmt.Errorf("%w: empty frame", ErrMalformed)
+		return nil, fmt.Errorf("%w: empty frame", errs.ErrMalformed)
 	}
 	return msgs, nil
 }

@@ -1,4 +1,4 @@
-package journal
+package rafthttp
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal/internal/errs"
 )
 
 // The serving side of the HTTP transport: the handler, the peer and
@@ -20,57 +22,57 @@ import (
 // Handler serves the transport's endpoints (all under /raft/). It may be
 // mounted before the Journal using the transport is open (it answers 503
 // until then), which spares a joining node's peers a retry.
-func (t *HTTPTransport) Handler() http.Handler {
+func (t *Transport) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+pathStream, t.serveStream)
-	mux.HandleFunc("POST "+pathSnapshot, t.serveSnapshot)
-	mux.HandleFunc("POST "+pathPropose, t.servePropose)
-	mux.HandleFunc("POST "+pathJoin, t.serveJoin)
+	mux.HandleFunc("POST "+PathStream, t.serveStream)
+	mux.HandleFunc("POST "+PathSnapshot, t.serveSnapshot)
+	mux.HandleFunc("POST "+PathPropose, t.servePropose)
+	mux.HandleFunc("POST "+PathJoin, t.serveJoin)
 	return mux
 }
 
 // checkPeer validates the identity headers of a peer request and returns
 // the sender's id.
-func (t *HTTPTransport) checkPeer(w http.ResponseWriter, r *http.Request) (uint64, bool) {
+func (t *Transport) checkPeer(w http.ResponseWriter, r *http.Request) (uint64, bool) {
 	if !t.started.Load() || t.ctx.Err() != nil {
-		writeError(w, ErrClosed)
+		WriteError(w, errs.ErrClosed)
 		return 0, false
 	}
 	if !t.checkAuth(w, r, true) {
 		return 0, false
 	}
-	from, err := strconv.ParseUint(r.Header.Get(hdrFrom), 10, 64)
+	from, err := strconv.ParseUint(r.Header.Get(HeaderFrom), 10, 64)
 	if err != nil || from == 0 {
-		writeError(w, fmt.Errorf("%w: bad %s header", ErrMalformed, hdrFrom))
+		WriteError(w, fmt.Errorf("%w: bad %s header", errs.ErrMalformed, HeaderFrom))
 		return 0, false
 	}
 	if !t.checkIdentity(w, r, from) {
 		return 0, false
 	}
-	if to, err := strconv.ParseUint(r.Header.Get(hdrTo), 10, 64); err != nil || to != t.local {
-		writeError(w, fmt.Errorf("%w: request for node %q reached node %d", ErrClusterMismatch, r.Header.Get(hdrTo), t.local))
+	if to, err := strconv.ParseUint(r.Header.Get(HeaderTo), 10, 64); err != nil || to != t.local {
+		WriteError(w, fmt.Errorf("%w: request for node %q reached node %d", errs.ErrClusterMismatch, r.Header.Get(HeaderTo), t.local))
 		return 0, false
 	}
 	if t.dropped(from, t.local) {
-		writeError(w, fmt.Errorf("%w: partitioned (test)", ErrUnreachable))
+		WriteError(w, fmt.Errorf("%w: partitioned (test)", errs.ErrUnreachable))
 		return 0, false
 	}
 	return from, true
 }
 
-func (t *HTTPTransport) checkAuth(w http.ResponseWriter, r *http.Request, needCluster bool) bool {
-	if needCluster && r.Header.Get(hdrCluster) != t.clusterID() {
-		writeError(w, fmt.Errorf("%w: cluster id %q, this node is in %q", ErrClusterMismatch, r.Header.Get(hdrCluster), t.clusterID()))
+func (t *Transport) checkAuth(w http.ResponseWriter, r *http.Request, needCluster bool) bool {
+	if needCluster && r.Header.Get(HeaderCluster) != t.id.ClusterID() {
+		WriteError(w, fmt.Errorf("%w: cluster id %q, this node is in %q", errs.ErrClusterMismatch, r.Header.Get(HeaderCluster), t.id.ClusterID()))
 		return false
 	}
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get(hdrToken)), []byte(t.token)) != 1 {
-		writeError(w, fmt.Errorf("%w: bad token", ErrClusterMismatch))
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderToken)), []byte(t.id.Token)) != 1 {
+		WriteError(w, fmt.Errorf("%w: bad token", errs.ErrClusterMismatch))
 		return false
 	}
 	return true
 }
 
-func (t *HTTPTransport) serveStream(w http.ResponseWriter, r *http.Request) {
+func (t *Transport) serveStream(w http.ResponseWriter, r *http.Request) {
 	// Full duplex: an early answer (a refusal) must not wait for the
 	// server to drain a body that never ends.
 	rc := http.NewResponseController(w)
@@ -93,7 +95,7 @@ func (t *HTTPTransport) serveStream(w http.ResponseWriter, r *http.Request) {
 	accepted := false
 	fail := func(err error) {
 		if !accepted {
-			writeError(w, err)
+			WriteError(w, err)
 			return
 		}
 		t.log.Warn("stream from peer ended", "from", from, "err", err)
@@ -121,7 +123,7 @@ func (t *HTTPTransport) serveStream(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, m := range msgs {
 			if m.GetFrom() != from || m.GetType() == raftpb.MsgSnap {
-				fail(fmt.Errorf("%w: message from %d (type %v) on the stream of node %d", ErrMalformed, m.GetFrom(), m.GetType(), from))
+				fail(fmt.Errorf("%w: message from %d (type %v) on the stream of node %d", errs.ErrMalformed, m.GetFrom(), m.GetType(), from))
 				return
 			}
 		}
@@ -137,82 +139,81 @@ func (t *HTTPTransport) serveStream(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (t *HTTPTransport) serveSnapshot(w http.ResponseWriter, r *http.Request) {
+func (t *Transport) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	from, ok := t.checkPeer(w, r)
 	if !ok {
 		return
 	}
 	msgs, _, err := readFrame(http.MaxBytesReader(w, r.Body, t.opts.MaxBodyBytes+4), t.opts.MaxBodyBytes, nil)
 	if errors.Is(err, io.EOF) {
-		err = fmt.Errorf("%w: empty snapshot request", ErrMalformed)
+		err = fmt.Errorf("%w: empty snapshot request", errs.ErrMalformed)
 	}
 	if err != nil {
-		writeError(w, err)
+		WriteError(w, err)
 		return
 	}
 	if len(msgs) != 1 || msgs[0].GetType() != raftpb.MsgSnap || msgs[0].GetFrom() != from {
-		writeError(w, fmt.Errorf("%w: snapshot request must carry one MsgSnap from the sender", ErrMalformed))
+		WriteError(w, fmt.Errorf("%w: snapshot request must carry one MsgSnap from the sender", errs.ErrMalformed))
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer context.AfterFunc(t.ctx, cancel)()
 	defer cancel()
 	if err := t.recv.Receive(ctx, msgs); err != nil {
-		writeError(w, err)
+		WriteError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (t *HTTPTransport) servePropose(w http.ResponseWriter, r *http.Request) {
+func (t *Transport) servePropose(w http.ResponseWriter, r *http.Request) {
 	if _, ok := t.checkPeer(w, r); !ok {
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, t.opts.MaxBodyBytes))
 	if err != nil {
-		writeError(w, fmt.Errorf("%w: %w", errTooLarge, err))
+		WriteError(w, fmt.Errorf("%w: %w", errTooLarge, err))
 		return
 	}
 	if len(body) < 18 {
-		writeError(w, fmt.Errorf("%w: proposal of %d bytes", ErrMalformed, len(body)))
+		WriteError(w, fmt.Errorf("%w: proposal of %d bytes", errs.ErrMalformed, len(body)))
 		return
 	}
-	fr := &ForwardRequest{Kind: ForwardKind(body[0]), Force: body[1] == 1, Data: body[18:]}
+	fr := Proposal{Kind: body[0], Force: body[1] == 1, Data: body[18:]}
 	copy(fr.Key[:], body[2:18])
 	ctx, cancel := context.WithCancel(r.Context())
 	defer context.AfterFunc(t.ctx, cancel)()
 	defer cancel()
 	resp, err := t.recv.HandleForward(ctx, fr)
 	if err != nil {
-		writeError(w, err)
+		WriteError(w, err)
 		return
 	}
 	writeJSON(w, resp)
 }
 
-func (t *HTTPTransport) serveJoin(w http.ResponseWriter, r *http.Request) {
+func (t *Transport) serveJoin(w http.ResponseWriter, r *http.Request) {
 	if !t.started.Load() || t.ctx.Err() != nil {
-		writeError(w, ErrClosed)
+		WriteError(w, errs.ErrClosed)
 		return
 	}
 	if !t.checkAuth(w, r, false) {
 		return
 	}
-	var jr JoinRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&jr); err != nil {
-		writeError(w, fmt.Errorf("%w: join request: %w", ErrMalformed, err))
+	jr, claimed, err := t.recv.DecodeJoin(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err != nil {
+		WriteError(w, fmt.Errorf("%w: join request: %w", errs.ErrMalformed, err))
 		return
 	}
-	if !t.checkIdentity(w, r, jr.ID) {
+	if !t.checkIdentity(w, r, claimed) {
 		return
 	}
-	jr.Token = r.Header.Get(hdrToken)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer context.AfterFunc(t.ctx, cancel)()
 	defer cancel()
-	resp, err := t.recv.HandleJoin(ctx, &jr)
+	resp, err := t.recv.HandleJoin(ctx, jr, r.Header.Get(HeaderToken))
 	if err != nil {
-		writeError(w, err)
+		WriteError(w, err)
 		return
 	}
 	writeJSON(w, resp)

@@ -1,4 +1,4 @@
-package journal
+package readround
 
 import (
 	"testing"
@@ -15,11 +15,11 @@ import (
 // before it arrived.
 func TestReadRoundsHandOff(t *testing.T) {
 	const resend = 4
-	var rr readRounds
-	rr.newRun()
+	var rr Rounds
+	rr.NewRun()
 	// ride joins a caller that must not send, and returns its round.
-	ride := func() *readRound {
-		r, send := rr.join()
+	ride := func() *Round {
+		r, send := rr.Join()
 		require.False(t, send)
 		return r
 	}
@@ -27,21 +27,21 @@ func TestReadRoundsHandOff(t *testing.T) {
 	// loop had to send.
 	ticks := func(n int) (out [][]byte) {
 		for range n {
-			if ctx := rr.tick(true, resend); ctx != nil {
+			if ctx := rr.Tick(true, resend); ctx != nil {
 				out = append(out, ctx)
 			}
 		}
 		return out
 	}
-	a, send := rr.join()
+	a, send := rr.Join()
 	require.True(t, send, "the first caller sends")
 	require.Same(t, a, ride(), "a caller arriving while the round gathers rides it")
-	require.True(t, rr.seal(a), "a sealed round still to send")
-	rr.markSent(a)
+	require.True(t, rr.Seal(a), "a sealed round still to send")
+	rr.MarkSent(a)
 	next := ride()
 	require.NotSame(t, a, next, "after the seal, callers wait for the next round")
 
-	rr.answered(a.ctx, 7)
+	rr.Answered(a.ctx, 7)
 	<-a.done
 	require.Equal(t, uint64(7), a.index)
 	select {
@@ -49,23 +49,23 @@ func TestReadRoundsHandOff(t *testing.T) {
 	default:
 		t.Fatal("the waiting round was not handed to its callers")
 	}
-	again, send := rr.join()
+	again, send := rr.Join()
 	require.False(t, send)
 	require.Same(t, next, again, "a released caller rides the handed-off round while it gathers")
-	require.True(t, rr.seal(next))
-	rr.markSent(next)
+	require.True(t, rr.Seal(next))
+	rr.MarkSent(next)
 	after := ride()
 	require.NotSame(t, next, after)
 	require.Equal(t, uint64(2), rr.sent.Load(), "a, then the hand-off of next")
 
 	// next goes unanswered: the loop sends it again once resend ticks
 	// passed, and again after as many more; never without a leader.
-	rr.answered(a.ctx, 9) // a late answer to a: ignored
-	require.Nil(t, rr.tick(false, resend), "no leader known: nothing to send")
+	rr.Answered(a.ctx, 9) // a late answer to a: ignored
+	require.Nil(t, rr.Tick(false, resend), "no leader known: nothing to send")
 	require.Equal(t, [][]byte{next.ctx}, ticks(resend-1))
 	require.Equal(t, [][]byte{next.ctx}, ticks(resend))
 	require.Same(t, after, ride(), "callers still ride the round after")
-	rr.answered(next.ctx, 11)
+	rr.Answered(next.ctx, 11)
 	<-next.done
 	select {
 	case <-after.turn:
@@ -75,16 +75,16 @@ func TestReadRoundsHandOff(t *testing.T) {
 	require.Equal(t, 2, rr.lastRiders, "next carried its own caller and a released one")
 
 	// No caller takes the hand-off of after (they all left): the loop
-	// sends it, sealed, within readUnsentTicks; a caller taking the turn
+	// sends it, sealed, within UnsentTicks; a caller taking the turn
 	// afterwards does not send it again.
-	require.Equal(t, [][]byte{after.ctx}, ticks(readUnsentTicks))
+	require.Equal(t, [][]byte{after.ctx}, ticks(UnsentTicks))
 	require.NotSame(t, after, ride(), "no caller rides a round the loop sent")
-	require.False(t, rr.seal(after), "a round the loop sent needs no sender")
+	require.False(t, rr.Seal(after), "a round the loop sent needs no sender")
 
 	// A sender that could not send passes its turn on, without blocking
 	// when a turn is already there: one turn at most.
-	after.passTurn()
-	after.passTurn()
+	after.PassTurn()
+	after.PassTurn()
 	<-after.turn
 	select {
 	case <-after.turn:
@@ -97,29 +97,29 @@ func TestReadRoundsHandOff(t *testing.T) {
 // the first rounds of two runs have different request contexts, and the
 // answer to one does not release the other.
 func TestReadRoundsOfTwoRunsNeverShareAnAnswer(t *testing.T) {
-	var before, after readRounds
-	before.newRun()
-	after.newRun()
-	old, send := before.join()
+	var before, after Rounds
+	before.NewRun()
+	after.NewRun()
+	old, send := before.Join()
 	require.True(t, send)
-	cur, send := after.join()
+	cur, send := after.Join()
 	require.True(t, send)
-	require.Len(t, cur.ctx, readCtxLen)
+	require.Len(t, cur.ctx, CtxLen)
 	require.NotEqual(t, old.ctx, cur.ctx, "round 1 of two runs")
 
-	after.answered(old.ctx, 6)
+	after.Answered(old.ctx, 6)
 	select {
 	case <-cur.done:
 		t.Fatal("the answer to the previous run's round 1 released this run's round 1")
 	default:
 	}
-	after.answered(removalProbeCtx, 6)
+	after.Answered([]byte("probe"), 6) // the journal's removal probe
 	select {
 	case <-cur.done:
 		t.Fatal("the answer to a removal probe released a round")
 	default:
 	}
-	after.answered(cur.ctx, 7)
+	after.Answered(cur.ctx, 7)
 	<-cur.done
 	require.Equal(t, uint64(7), cur.index)
 }

@@ -1,4 +1,4 @@
-package journal
+package rafthttp
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/errs"
 )
 
 // A peer's error comes back as its sentinel, with the peer's message
@@ -23,15 +24,15 @@ func TestWireErrorRoundTrip(t *testing.T) {
 	}{
 		{
 			name:   "wrapped sentinel",
-			remote: operr.Errorf("journal: propose: %w: %w", ErrNoLeader, context.DeadlineExceeded),
+			remote: operr.Errorf("journal: propose: %w: %w", errs.ErrNoLeader, context.DeadlineExceeded),
 			want:   "journal: remote: propose: no leader: context deadline exceeded",
-			is:     []error{ErrNoLeader},
+			is:     []error{errs.ErrNoLeader},
 		},
 		{
 			name:   "bare sentinel",
-			remote: ErrRemoved,
+			remote: errs.ErrRemoved,
 			want:   "journal: remote: removed from the cluster",
-			is:     []error{ErrRemoved},
+			is:     []error{errs.ErrRemoved},
 		},
 		{
 			name:   "message without the sentinel's text",
@@ -41,15 +42,15 @@ func TestWireErrorRoundTrip(t *testing.T) {
 		},
 		{
 			name:   "proposal the leader's state machine refuses",
-			remote: fmt.Errorf("%w: %w", ErrInvalidProposal, errors.New("catalog: unknown format version: batch version 104")),
+			remote: fmt.Errorf("%w: %w", errs.ErrInvalidProposal, errors.New("catalog: unknown format version: batch version 104")),
 			want:   "journal: remote: invalid proposal: catalog: unknown format version: batch version 104",
-			is:     []error{ErrInvalidProposal},
+			is:     []error{errs.ErrInvalidProposal},
 		},
 		{
 			name:   "closed peer",
-			remote: operr.Errorf("journal: read barrier: %w", ErrClosed),
+			remote: operr.Errorf("journal: read barrier: %w", errs.ErrClosed),
 			want:   "journal: unreachable: remote: read barrier: closed",
-			is:     []error{ErrUnreachable, ErrClosed},
+			is:     []error{errs.ErrUnreachable, errs.ErrClosed},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package journal
+package rafthttp
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/metatree/metatree/journal/internal/errs"
 )
 
 // Wire errors: how the serving side writes an error as JSON with a code,
@@ -25,26 +27,26 @@ var errorCodes = []struct {
 	status int
 }{
 	{"too_large", errTooLarge, http.StatusRequestEntityTooLarge},
-	{"entry_too_large", ErrTooLarge, http.StatusRequestEntityTooLarge},
-	{"malformed", ErrMalformed, http.StatusBadRequest},
-	{"invalid_proposal", ErrInvalidProposal, http.StatusBadRequest},
-	{"cluster_mismatch", ErrClusterMismatch, http.StatusForbidden},
-	{"peer_identity", ErrPeerIdentity, http.StatusForbidden},
-	{"role_mismatch", ErrRoleMismatch, http.StatusConflict},
-	{"unsafe_removal", ErrUnsafeRemoval, http.StatusConflict},
-	{"not_caught_up", ErrNotCaughtUp, http.StatusConflict},
-	{"removed", ErrRemoved, http.StatusGone},
-	{"unknown_member", ErrUnknownMember, http.StatusGone},
-	{"not_leader", ErrNotLeader, http.StatusMisdirectedRequest},
-	{"no_leader", ErrNoLeader, http.StatusServiceUnavailable},
-	{"busy", ErrBusy, http.StatusServiceUnavailable},
-	{"unreachable", ErrUnreachable, http.StatusServiceUnavailable},
-	{"halted", ErrHalted, http.StatusServiceUnavailable},
-	{"version", ErrVersion, http.StatusConflict},
-	{"no_space", ErrNoSpace, http.StatusInsufficientStorage},
-	{"closed", ErrClosed, http.StatusServiceUnavailable},
-	{"stale", ErrStale, http.StatusServiceUnavailable},
-	{"outcome_unknown", ErrOutcomeUnknown, http.StatusServiceUnavailable},
+	{"entry_too_large", errs.ErrTooLarge, http.StatusRequestEntityTooLarge},
+	{"malformed", errs.ErrMalformed, http.StatusBadRequest},
+	{"invalid_proposal", errs.ErrInvalidProposal, http.StatusBadRequest},
+	{"cluster_mismatch", errs.ErrClusterMismatch, http.StatusForbidden},
+	{"peer_identity", errs.ErrPeerIdentity, http.StatusForbidden},
+	{"role_mismatch", errs.ErrRoleMismatch, http.StatusConflict},
+	{"unsafe_removal", errs.ErrUnsafeRemoval, http.StatusConflict},
+	{"not_caught_up", errs.ErrNotCaughtUp, http.StatusConflict},
+	{"removed", errs.ErrRemoved, http.StatusGone},
+	{"unknown_member", errs.ErrUnknownMember, http.StatusGone},
+	{"not_leader", errs.ErrNotLeader, http.StatusMisdirectedRequest},
+	{"no_leader", errs.ErrNoLeader, http.StatusServiceUnavailable},
+	{"busy", errs.ErrBusy, http.StatusServiceUnavailable},
+	{"unreachable", errs.ErrUnreachable, http.StatusServiceUnavailable},
+	{"halted", errs.ErrHalted, http.StatusServiceUnavailable},
+	{"version", errs.ErrVersion, http.StatusConflict},
+	{"no_space", errs.ErrNoSpace, http.StatusInsufficientStorage},
+	{"closed", errs.ErrClosed, http.StatusServiceUnavailable},
+	{"stale", errs.ErrStale, http.StatusServiceUnavailable},
+	{"outcome_unknown", errs.ErrOutcomeUnknown, http.StatusServiceUnavailable},
 }
 
 type wireError struct {
@@ -69,7 +71,9 @@ func wireErrorOf(err error) (int, wireError) {
 	return status, wireError{Code: code, Error: err.Error()}
 }
 
-func writeError(w http.ResponseWriter, err error) {
+// WriteError answers a request with err as a wire error: the status and
+// code of the first sentinel err wraps, and its text.
+func WriteError(w http.ResponseWriter, err error) {
 	status, we := wireErrorOf(err)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -92,9 +96,9 @@ func decodeErrorResponse(resp *http.Response) error {
 func (we wireError) err(status int) error {
 	for _, c := range errorCodes {
 		if c.code == we.Code {
-			if c.err == ErrClosed {
+			if c.err == errs.ErrClosed {
 				// The peer is shutting down: to the caller, unreachable.
-				return newRemoteError("journal: unreachable: remote: ", we.Error, ErrClosed, ErrUnreachable)
+				return newRemoteError("journal: unreachable: remote: ", we.Error, errs.ErrClosed, errs.ErrUnreachable)
 			}
 			return newRemoteError("journal: remote: ", we.Error, c.err)
 		}

@@ -1,0 +1,137 @@
+package dedupe
+
+import "github.com/metatree/metatree/journal/internal/envelope"
+
+// Window remembers the idempotency keys that reached the log in the last
+// window indexes. A copy of a key within the window of the key's previous
+// copy is a duplicate: it is skipped, and the window slides to it. The
+// state after index N holds the copies in (N-window, N] that were recorded
+// (every copy there, applied or skipped, but one that expired), in order.
+// Whether a copy past its since's window is recorded depends on the copy
+// of its key before it (within the window: a duplicate, recorded; else
+// expired, not), which can lie before the window: so the window's entries
+// alone do not give the state, and a replica rebuilds it (a restart, an
+// image, a shadow checkpoint, a watch resumed from the log) from a state
+// recorded earlier, an image's window, and every entry after it
+// (journal's dedupeAt); it then decides every later entry exactly as the
+// live applier does.
+type Window struct {
+	window uint64
+	byKey  map[[16]byte]Rec
+	order  []Key // every copy, in index order; order[head:] is live
+	head   int
+}
+
+// Rec is what the window knows of a key.
+type Rec struct {
+	Index   uint64 // the key's latest copy: the window runs from it
+	Applied uint64 // the copy that was applied (or the oldest one known)
+	Value   any    // the local Apply result, when this process applied it
+	Imaged  bool   // known from an image's window only: Value is unknown
+}
+
+// Key is one copy of a key in the window, as images record it.
+type Key struct {
+	Index uint64   `json:"i"`
+	Key   [16]byte `json:"k"`
+}
+
+// New returns an empty window of window indexes.
+func New(window uint64) *Window {
+	return &Window{window: window, byKey: map[[16]byte]Rec{}}
+}
+
+// SetWindow makes window the window of the next decisions. The journal sets
+// the cluster's window before it applies a user entry (learnWindow), so no
+// decision is made under another.
+func (d *Window) SetWindow(window uint64) { d.window = window }
+
+// Verdict is what the applier does with a copy of a user entry.
+type Verdict int
+
+const (
+	Apply     Verdict = iota // the first copy: applied, recorded
+	Duplicate                // within the window of the key's latest copy: skipped, recorded
+	Expired                  // past its since's window: skipped, not recorded
+)
+
+// Judge decides the copy of env at index, on every replica and in every
+// rebuild alike (it depends on the window and the entry alone). A copy
+// carrying since (the journal's own re-proposals) expires when it lands
+// more than a window after since: every copy of one proposal lands after
+// since, so the copies that do not expire lie within one window of each
+// other and the first of them is the only one applied, however far apart
+// they land. An expired copy is not recorded (it was not applied); its
+// proposer, hearing of it, proposes again with a newer since.
+func (d *Window) Judge(index uint64, env envelope.Envelope) (Rec, Verdict) {
+	if r, dup := d.Seen(index, env.Key); dup {
+		return r, Duplicate
+	}
+	if env.Bounded && index > env.Since && index-env.Since > d.window {
+		return Rec{}, Expired
+	}
+	return Rec{}, Apply
+}
+
+// Seen reports the key's latest copy within the window ending at index
+// (exclusive), and so whether the copy at index is a duplicate.
+func (d *Window) Seen(index uint64, key [16]byte) (Rec, bool) {
+	r, ok := d.byKey[key]
+	if !ok || index-r.Index > d.window {
+		return Rec{}, false
+	}
+	return r, true
+}
+
+// Add records the copy of key at index: applied with result value, or, when
+// seen, a duplicate (which keeps the applied copy's index and value).
+func (d *Window) Add(index uint64, key [16]byte, value any) {
+	r, dup := d.Seen(index, key)
+	if dup {
+		r.Index = index
+	} else {
+		r = Rec{Index: index, Applied: index, Value: value}
+	}
+	d.byKey[key] = r
+	d.order = append(d.order, Key{Index: index, Key: key})
+	d.Evict(index)
+}
+
+// Evict forgets the copies that fall out of the window ending at index.
+func (d *Window) Evict(index uint64) {
+	for d.head < len(d.order) && index-d.order[d.head].Index > d.window {
+		k := d.order[d.head]
+		if r, ok := d.byKey[k.Key]; ok && r.Index == k.Index {
+			delete(d.byKey, k.Key)
+		}
+		d.order[d.head] = Key{}
+		d.head++
+	}
+	// Reclaim the evicted front once it is half the slice (amortised O(1)).
+	if d.head > 1024 && d.head*2 >= len(d.order) {
+		n := copy(d.order, d.order[d.head:])
+		d.order = d.order[:n]
+		d.head = 0
+	}
+}
+
+// Live returns the keys in the window, oldest first.
+func (d *Window) Live() []Key { return d.order[d.head:] }
+
+// Reset replaces the state with the copies keys lists (an image's window,
+// in index order).
+func (d *Window) Reset(keys []Key) {
+	d.byKey = map[[16]byte]Rec{}
+	d.order = d.order[:0]
+	d.head = 0
+	for _, k := range keys {
+		r, ok := d.byKey[k.Key]
+		if ok {
+			r.Index = k.Index
+		} else {
+			r = Rec{Index: k.Index, Applied: k.Index, Imaged: true}
+		}
+		d.byKey[k.Key] = r
+		d.order = append(d.order, k)
+	}
+}
