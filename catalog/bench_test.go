@@ -310,7 +310,7 @@ func buildDorisPair(tb testing.TB, d benchshape.Doris, trees [2]*Tree, batchOps,
 func BenchmarkDorisScaleOwned(b *testing.B) {
 	const ownEvery = 100
 	wall, cpu := benchDorisPair(b, ownEvery, func([2]*Tree) {}, func(trees [2]*Tree) {
-		if got, want := trees[1].OwnedCount(), (dorisFull.Nodes()-1)/ownEvery; got != want {
+		if got, want := trees[1].ownedCount(), (dorisFull.Nodes()-1)/ownEvery; got != want {
 			b.Fatalf("%d nodes owned, want %d", got, want)
 		}
 	})

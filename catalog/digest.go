@@ -11,8 +11,6 @@ import (
 	"strings"
 
 	"github.com/zeebo/xxh3"
-
-	"github.com/metatree/metatree/catalog/internal/tamper"
 )
 
 // The catalog digest.
@@ -61,7 +59,7 @@ import (
 // format's sum current as batches apply: a created node adds its element
 // hash, a deleted one subtracts it, a changed one subtracts the old and
 // adds the new, and a failed batch restores the sum it started with. The
-// other format is computed from scratch when asked for (DigestOf), and
+// other format is computed from scratch when asked for (digestOf), and
 // StateDigestOf, the journal's question at a check mark, makes the format
 // it asks for the kept one. A new tree, and one Load or Stage fills,
 // keeps the newest format.
@@ -145,15 +143,15 @@ func ParseDigest(s string) (Digest, error) {
 // together. A tree that keeps another format (see StateDigestOf) computes
 // it, in time proportional to the catalog.
 func (t *Tree) Digest() (index uint64, d Digest) {
-	index, d, _ = t.DigestOf(NewestDigest)
+	index, d, _ = t.digestOf(NewestDigest)
 	return index, d
 }
 
-// DigestOf is Digest in format f: from the sum the tree keeps when it
+// digestOf is Digest in format f: from the sum the tree keeps when it
 // keeps f, else computed from scratch under the read lock (in time
 // proportional to the catalog). A format this code does not compute is
 // ErrInvalid.
-func (t *Tree) DigestOf(f DigestFormat) (index uint64, d Digest, err error) {
+func (t *Tree) digestOf(f DigestFormat) (index uint64, d Digest, err error) {
 	if err := f.valid(); err != nil {
 		return 0, Digest{}, err
 	}
@@ -679,10 +677,6 @@ func (t *Tree) digestIndex(s *state, o *rawOp, err error, add bool) error {
 		t.dg.index(s, o.kind, o.attr, add)
 	}
 	return err
-}
-
-func init() {
-	tamper.SetAttr = func(t any, path, attr string, v any) error { return t.(*Tree).setAttrInPlace(path, attr, v.(Value)) }
 }
 
 // setAttrInPlace sets attribute attr of the node at path to v in place,

@@ -88,12 +88,12 @@ func requireDigestConsistent(t testing.TB, tr *Tree) Digest {
 	kept, full := tr.s.digest, tr.s.computeDigest(f)
 	tr.mu.RUnlock()
 	require.Equal(t, full, kept, "incremental digest against a recompute (format %d)", f)
-	_, d, err := tr.DigestOf(f)
+	_, d, err := tr.digestOf(f)
 	require.NoError(t, err)
 	require.Equal(t, referenceDigest(t, tr, f), d, "digest against the reference from the content (format %d)", f)
 	for _, g := range []DigestFormat{DigestV1, DigestV2} {
 		if g != f {
-			_, o, err := tr.DigestOf(g)
+			_, o, err := tr.digestOf(g)
 			require.NoError(t, err)
 			require.Equal(t, referenceDigest(t, tr, g), o, "the format not kept (%d) against the reference", g)
 		}
@@ -125,13 +125,13 @@ func digestFormats(t *testing.T, fn func(t *testing.T, f DigestFormat)) {
 func TestDigestOfReplayedTreeEqualsImageLoadedTree(t *testing.T) {
 	digestFormats(t, func(t *testing.T, f DigestFormat) {
 		tr := keeping(t, sampleTree(t), f)
-		idx, d, err := tr.DigestOf(f)
+		idx, d, err := tr.digestOf(f)
 		require.NoError(t, err)
 		require.Equal(t, uint64(9), idx)
 		requireDigestConsistent(t, tr)
 
 		loaded := loadedCopy(t, tr)
-		lidx, ld, err := loaded.DigestOf(f)
+		lidx, ld, err := loaded.digestOf(f)
 		require.NoError(t, err)
 		require.Equal(t, idx, lidx)
 		require.Equal(t, d, ld)
@@ -142,7 +142,7 @@ func TestDigestOfReplayedTreeEqualsImageLoadedTree(t *testing.T) {
 		commit, err := staged.Stage(bytes.NewReader(saveBytes(t, tr)))
 		require.NoError(t, err)
 		commit()
-		_, sd, err := staged.DigestOf(f)
+		_, sd, err := staged.digestOf(f)
 		require.NoError(t, err)
 		require.Equal(t, d, sd)
 		keeping(t, staged, f)
@@ -153,10 +153,10 @@ func TestDigestOfReplayedTreeEqualsImageLoadedTree(t *testing.T) {
 			res := x.Apply(10, next).(*Result)
 			require.NoError(t, res.Err)
 		}
-		_, d10, _ := tr.DigestOf(f)
+		_, d10, _ := tr.digestOf(f)
 		require.NotEqual(t, d, d10)
 		for _, x := range []*Tree{loaded, staged} {
-			_, xd, _ := x.DigestOf(f)
+			_, xd, _ := x.digestOf(f)
 			require.Equal(t, d10, xd)
 			requireDigestConsistent(t, x)
 		}
@@ -184,11 +184,11 @@ func TestDigestIgnoresInterningOrderAndFormat1IgnoresIDs(t *testing.T) {
 	require.NotEqual(t, na.ID, nb.ID)
 	requireDigestConsistent(t, a)
 	requireDigestConsistent(t, b)
-	_, a1, _ := a.DigestOf(DigestV1)
-	_, b1, _ := b.DigestOf(DigestV1)
+	_, a1, _ := a.digestOf(DigestV1)
+	_, b1, _ := b.digestOf(DigestV1)
 	require.Equal(t, a1, b1, "format 1 holds no node ids")
-	_, a2, _ := a.DigestOf(DigestV2)
-	_, b2, _ := b.DigestOf(DigestV2)
+	_, a2, _ := a.digestOf(DigestV2)
+	_, b2, _ := b.digestOf(DigestV2)
 	require.NotEqual(t, a2, b2, "format 2 holds the (replicated) node ids")
 
 	// The same ids, the keys and kinds interned in another order (by a
@@ -219,8 +219,8 @@ func TestDigestIgnoresInterningOrderAndFormat1IgnoresIDs(t *testing.T) {
 	require.Equal(t, "k3", c.s.kinds[1], "c interned its kinds in another order")
 	c.mu.RUnlock()
 	for _, f := range []DigestFormat{DigestV1, DigestV2} {
-		_, x, _ := a2nd.DigestOf(f)
-		_, y, _ := c.DigestOf(f)
+		_, x, _ := a2nd.digestOf(f)
+		_, y, _ := c.digestOf(f)
 		require.Equal(t, x, y, "format %d", f)
 	}
 }
@@ -342,10 +342,10 @@ func TestDigestChangesWithAnySingleChange(t *testing.T) {
 			for _, f := range []DigestFormat{DigestV1, DigestV2} {
 				tr := keeping(t, c.make(t), f)
 				got := requireDigestConsistent(t, tr)
-				_, want, _ := ref.DigestOf(f)
+				_, want, _ := ref.digestOf(f)
 				require.NotEqual(t, want, got, "format %d", f)
 				// The difference survives an image.
-				_, ld, _ := loadedCopy(t, tr).DigestOf(f)
+				_, ld, _ := loadedCopy(t, tr).digestOf(f)
 				require.Equal(t, got, ld, "format %d", f)
 			}
 		})
@@ -382,7 +382,7 @@ func digestRandomRun(t *testing.T, f DigestFormat, seed uint64, steps int) (ok, 
 		d := requireDigestConsistent(t, a)
 		if c != nil {
 			c.Apply(index, data)
-			_, cd, _ := c.DigestOf(f)
+			_, cd, _ := c.digestOf(f)
 			require.Equal(t, d, cd, "the image-loaded copy at index %d", index)
 		}
 		if i == steps/2 {
@@ -424,7 +424,7 @@ func TestDigestOfFailedBatchIsUnchanged(t *testing.T) {
 
 func testDigestOfFailedBatchIsUnchanged(t *testing.T, f DigestFormat) {
 	tr := keeping(t, sampleTree(t), f)
-	_, before, _ := tr.DigestOf(f)
+	_, before, _ := tr.digestOf(f)
 	// Creates, an update, a move and a subtree delete, then a failing op.
 	data := encode(t,
 		Op{Type: OpCreate, Path: "/x", Kind: "dir", Set: map[string]Value{"a": Int(1)}},
@@ -436,7 +436,7 @@ func testDigestOfFailedBatchIsUnchanged(t *testing.T, f DigestFormat) {
 	)
 	res := tr.Apply(10, data).(*Result)
 	require.ErrorIs(t, res.Err, ErrNotFound)
-	idx, after, _ := tr.DigestOf(f)
+	idx, after, _ := tr.digestOf(f)
 	require.Equal(t, uint64(10), idx)
 	require.Equal(t, before, after)
 	requireDigestConsistent(t, tr)
@@ -444,7 +444,7 @@ func testDigestOfFailedBatchIsUnchanged(t *testing.T, f DigestFormat) {
 
 func TestParseDigestRoundTripsEachFormatAndRejectsBadInput(t *testing.T) {
 	for _, f := range []DigestFormat{DigestV1, DigestV2} {
-		_, d, err := sampleTree(t).DigestOf(f)
+		_, d, err := sampleTree(t).digestOf(f)
 		require.NoError(t, err)
 		require.Equal(t, f, d.Format())
 		require.Len(t, d.Bytes(), f.size())
@@ -476,7 +476,7 @@ func TestSetAttrInPlaceRejectsBadInput(t *testing.T) {
 func TestDigestOfAnUnknownFormatIsInvalid(t *testing.T) {
 	tr := sampleTree(t)
 	for _, f := range []DigestFormat{0, NewestDigest + 1} {
-		_, _, err := tr.DigestOf(f)
+		_, _, err := tr.digestOf(f)
 		require.ErrorIs(t, err, ErrInvalid, "format %d", f)
 	}
 	for _, f := range []int{-1, 0, int(NewestDigest) + 1, 256 + int(DigestV1)} {
@@ -492,7 +492,7 @@ func TestStateDigestOfSwitchesTheKeptFormatAndKeepsItCurrent(t *testing.T) {
 	tr.mu.RUnlock()
 	idx := uint64(10)
 	for _, f := range []DigestFormat{DigestV1, DigestV2, DigestV1} {
-		_, want, err := tr.DigestOf(f)
+		_, want, err := tr.digestOf(f)
 		require.NoError(t, err)
 		require.Equal(t, want.Bytes(), tr.StateDigestOf(int(f)))
 		tr.mu.RLock()
@@ -634,12 +634,12 @@ func TestDigestOfCreatesAndUpdatesEqualsTheRecomputeForEveryEncodingForm(t *test
 		mustApply(t, tr, 1, Batch{Ops: ops[:1]})
 		mustApply(t, tr, 1<<40, Batch{Ops: ops[1:]})
 		d := requireDigestConsistent(t, tr)
-		_, ld, _ := loadedCopy(t, tr).DigestOf(f)
+		_, ld, _ := loadedCopy(t, tr).digestOf(f)
 		require.Equal(t, d, ld)
 		for i, u := range updates {
 			mustApply(t, tr, 1<<40+1+uint64(i), Batch{Ops: []Op{u}})
 			d := requireDigestConsistent(t, tr)
-			_, ld, _ := loadedCopy(t, tr).DigestOf(f)
+			_, ld, _ := loadedCopy(t, tr).digestOf(f)
 			require.Equal(t, d, ld, "after update %d", i)
 		}
 	})

@@ -420,8 +420,8 @@ func (t *Tree) Owned(path string) (owner Owner, ok bool) {
 	return Owner{Path: s.pathOf(l.owner), Version: s.at(l.owner).modified, Orphan: l.orphan}, true
 }
 
-// OwnedCount returns how many nodes are owned.
-func (t *Tree) OwnedCount() int {
+// ownedCount returns how many nodes are owned (catalogtest.OwnedCount).
+func (t *Tree) ownedCount() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.s.own.len()

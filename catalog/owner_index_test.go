@@ -194,7 +194,7 @@ func ownerIndexAgainstModel(t *testing.T, seed uint64, batches int) {
 		}
 		checkOwnerIndex(t, tr)
 		checkDigest(t, tr)
-		if len(m.owned) != tr.OwnedCount() {
+		if len(m.owned) != tr.ownedCount() {
 			for _, o := range ops {
 				t.Logf("op %v %s owner=%+v", o.Type, o.Path, o.Owner)
 			}
@@ -204,7 +204,7 @@ func ownerIndexAgainstModel(t *testing.T, seed uint64, batches int) {
 			}
 			t.Log(dump(tr))
 		}
-		require.Equal(t, len(m.owned), tr.OwnedCount(), "batch %d", index)
+		require.Equal(t, len(m.owned), tr.ownedCount(), "batch %d", index)
 		for p := range m.nodes {
 			mustExist(t, tr, p, true)
 			got, ok := tr.Owned(p)
@@ -267,7 +267,7 @@ func TestAVersionEndedByTheLastOperationKeepsNoUndoPerOwnedNode(t *testing.T) {
 	tr, index := ownedBenchTree(t, 500, true)
 	res := tr.Apply(index, encode(t, Op{Type: OpUpdate, Path: "/m", Set: map[string]Value{"gen": Int(2)}})).(*Result)
 	require.NoError(t, res.Err)
-	require.Zero(t, tr.OwnedCount())
+	require.Zero(t, tr.ownedCount())
 	require.Empty(t, tr.Children("/o"))
 	// The owner's update is the batch's one undo record.
 	require.Len(t, tr.undo, 1)
@@ -284,7 +284,7 @@ func TestAVersionEndedBeforeTheLastOperationRollsBackWhole(t *testing.T) {
 	require.ErrorIs(t, res.Err, ErrNotFound)
 	require.Equal(t, before, dump(tr))
 	require.Equal(t, digest, tr.s.digest)
-	require.Equal(t, 500, tr.OwnedCount())
+	require.Equal(t, 500, tr.ownedCount())
 	checkOwnerIndex(t, tr)
 }
 
@@ -304,12 +304,12 @@ func TestMarksThatMayCrossTheByteQuotaKeepTheUndoAndRollBack(t *testing.T) {
 	require.ErrorIs(t, res.Err, ErrQuota)
 	require.Equal(t, before, dump(tr))
 	require.Equal(t, digest, tr.s.digest)
-	require.Equal(t, 50, tr.OwnedCount())
+	require.Equal(t, 50, tr.ownedCount())
 	checkOwnerIndex(t, tr)
 	// With room for them, the marks are made.
 	tr.SetQuota(Quota{MaxBytes: tr.Usage().Bytes + 50*maxMarkBytes})
 	mustApply(t, tr, 4, Batch{Ops: []Op{{Type: OpUpdate, Path: "/m", Set: map[string]Value{"gen": Int(2)}}}})
-	require.Zero(t, tr.OwnedCount())
+	require.Zero(t, tr.ownedCount())
 	n, ok := tr.Get("/t07")
 	require.True(t, ok)
 	require.Equal(t, String("4 "+OrphanOwnerChanged), n.Attrs[OrphanedAttr])
