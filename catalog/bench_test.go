@@ -488,11 +488,11 @@ func BenchmarkDigestCreateElement(b *testing.B) {
 	o := &decoded[len(decoded)-1]
 	_, name := splitPath(o.path)
 	s := tr.s
-	slot, ok := s.resolve(o.path)
+	slot, ok := s.Resolve(o.path)
 	if !ok || o.kind != "replica" {
 		b.Fatalf("the last node is %s %q", o.kind, o.path)
 	}
-	parent := s.at(slot).parent
+	parent := s.At(slot).Parent
 	b.Run("from=entry", func(b *testing.B) {
 		var g digester
 		b.ReportAllocs()

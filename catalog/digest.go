@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
 // The catalog digest.
@@ -285,14 +287,14 @@ type digestAttr struct {
 // nodeHash returns the format 1 element hash of the node at slot, whose
 // path is path.
 func (g *digester) nodeHash(s *state, slot uint32, path []byte) [sha256.Size]byte {
-	r := s.at(slot)
+	r := s.At(slot)
 	b := append(g.buf[:0], 'N')
 	b = binary.AppendUvarint(b, uint64(len(path)))
 	b = append(b, path...)
-	b = appendStr(b, s.kinds[r.kind])
-	b = binary.BigEndian.AppendUint64(b, r.created)
-	b = binary.BigEndian.AppendUint64(b, r.modified)
-	_, attrs := splitBlob(s.blob(r))
+	b = appendStr(b, s.kinds[r.Kind])
+	b = binary.BigEndian.AppendUint64(b, r.Created)
+	b = binary.BigEndian.AppendUint64(b, r.Modified)
+	_, attrs := layout.SplitBlob(s.Blob(r))
 	b = g.appendAttrs(s, b, attrs)
 	h := sha256.Sum256(b)
 	g.keep(b)
@@ -304,15 +306,15 @@ func (g *digester) nodeHash(s *state, slot uint32, path []byte) [sha256.Size]byt
 // blob itself: one pass, one buffer, no call per attribute but the
 // copies.
 func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
-	r := s.at(slot)
+	r := s.At(slot)
 	var parent uint64
-	if r.id != rootID {
-		parent = s.at(r.parent).id
+	if r.ID != layout.RootID {
+		parent = s.At(r.Parent).ID
 	}
-	kind := s.kinds[r.kind]
-	blob := s.blob(r)
-	name, attrs := splitBlob(blob)
-	b := elemHead(g.buf, 2*len(blob), r.id, parent, r.created, r.modified, kind, name)
+	kind := s.kinds[r.Kind]
+	blob := s.Blob(r)
+	name, attrs := layout.SplitBlob(blob)
+	b := elemHead(g.buf, 2*len(blob), r.ID, parent, r.Created, r.Modified, kind, name)
 	// The attributes: count, then per attribute the key number (replaced
 	// by the key's name) and the encoded value, copied whole.
 	n, w := binary.Uvarint(attrs)
@@ -403,8 +405,8 @@ func (g *digester) created(s *state, slot, parent uint32, o *rawOp, name string)
 		g.node(s, slot, o.path, true)
 		return
 	}
-	r := s.at(slot)
-	b := elemHead(g.buf, len(o.setEnc), r.id, s.at(parent).id, r.created, r.modified, o.kind, unsafeBytes(name))
+	r := s.At(slot)
+	b := elemHead(g.buf, len(o.setEnc), r.ID, s.At(parent).ID, r.Created, r.Modified, o.kind, layout.UnsafeBytes(name))
 	b = append(b, o.setEnc...)
 	lo, hi := seededHash(b)
 	g.keep(b)
@@ -591,7 +593,7 @@ func (g *digester) subtree(s *state, slot uint32, path string, add bool) {
 func (g *digester) walk(s *state, slot uint32, d *sum256) {
 	h := g.nodeHash(s, slot, g.path)
 	d.add(&h)
-	kids := s.kidsOf(slot)
+	kids := s.KidsOf(slot)
 	if len(kids) == 0 {
 		return
 	}
@@ -601,7 +603,7 @@ func (g *digester) walk(s *state, slot uint32, d *sum256) {
 		if n > 1 { // below the root, "/" separates; the root's path is "/" itself
 			g.path = append(g.path, '/')
 		}
-		g.path = append(g.path, s.name(k)...)
+		g.path = append(g.path, s.Name(k)...)
 		g.walk(s, k, d)
 	}
 	g.path = g.path[:n]
@@ -612,7 +614,7 @@ func (g *digester) walk(s *state, slot uint32, d *sum256) {
 func (g *digester) walk2(s *state, slot uint32, d *sum256) {
 	lo, hi := g.nodeHash2(s, slot)
 	d.add128(lo, hi, true)
-	for _, k := range s.kidsOf(slot) {
+	for _, k := range s.KidsOf(slot) {
 		g.walk2(s, k, d)
 	}
 }
@@ -636,20 +638,20 @@ func (g *digester) index(s *state, kind, attr string, add bool) {
 func (s *state) computeDigest(f DigestFormat) sum256 {
 	var g digester
 	var d sum256
-	if s.nslots == 0 || s.at(rootSlot).id != rootID {
+	if s.NSlots == 0 || s.At(layout.RootSlot).ID != layout.RootID {
 		return d
 	}
 	if f == DigestV2 {
 		// Elements need no path: every live slot in turn.
-		for slot := uint32(0); slot < s.nslots; slot++ {
-			if s.at(slot).id != 0 {
+		for slot := uint32(0); slot < s.NSlots; slot++ {
+			if s.At(slot).ID != 0 {
 				lo, hi := g.nodeHash2(s, slot)
 				d.add128(lo, hi, true)
 			}
 		}
 	} else {
 		g.path = append(g.path, '/')
-		g.walk(s, rootSlot, &d)
+		g.walk(s, layout.RootSlot, &d)
 	}
 	// Map order does not matter to a sum, but sorting keeps the walk
 	// reproducible for anyone stepping through it.
@@ -664,7 +666,7 @@ func (s *state) computeDigest(f DigestFormat) sum256 {
 		d.plus(g.indexElem(f, def[0], def[1]))
 	}
 	s.own.each(func(slot uint32, l ownLink) {
-		d.plus(linkElem(f, s.at(slot).id, l))
+		d.plus(linkElem(f, s.At(slot).ID, l))
 	})
 	return d
 }
@@ -697,7 +699,7 @@ func (t *Tree) setAttrInPlace(path, attr string, v Value) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.s
-	slot, ok := s.resolve(path)
+	slot, ok := s.Resolve(path)
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrNotFound, path)
 	}
@@ -706,7 +708,7 @@ func (t *Tree) setAttrInPlace(path, attr string, v Value) error {
 	t.wOn = false
 	defer func() { t.wOn = wOn }()
 	t.undo, t.undoOld = t.undo[:0], t.undoOld[:0]
-	err := t.update(s, s.at(slot).modified, slot, &o)
+	err := t.update(s, s.At(slot).Modified, slot, &o)
 	t.undo, t.undoOld = t.undo[:0], t.undoOld[:0]
 	return err
 }

@@ -544,7 +544,7 @@ func TestDigestAfterMoveEqualsTheTreeBuiltInPlace(t *testing.T) {
 		elem := func(path string) (lo, hi uint64) {
 			moved.mu.RLock()
 			defer moved.mu.RUnlock()
-			slot, ok := moved.s.resolve(path)
+			slot, ok := moved.s.Resolve(path)
 			require.True(t, ok, path)
 			var g digester
 			return g.nodeHash2(moved.s, slot)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/internal/formatversion"
 )
 
@@ -40,8 +41,8 @@ var (
 	ErrCorrupt = errors.New("catalog: corrupt image")
 	// ErrCapacity: an operation would take the tree past a limit of its
 	// in-memory layout (the storage of child lists); the batch fails and
-	// changes nothing.
-	ErrCapacity = errors.New("catalog: capacity exceeded")
+	// changes nothing. The layout (internal/layout) returns it.
+	ErrCapacity = layout.ErrCapacity
 	// ErrQuota: the batch would take the tree past its Quota; the batch
 	// fails and changes nothing, alike on every replica.
 	ErrQuota = errors.New("catalog: quota exceeded")

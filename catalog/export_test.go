@@ -12,11 +12,11 @@ var DigestOf = (*Tree).digestOf
 func (t *Tree) ChildCount(path string) int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	slot, ok := t.s.resolve(path)
+	slot, ok := t.s.Resolve(path)
 	if !ok {
 		return 0
 	}
-	return len(t.s.kidsOf(slot))
+	return len(t.s.KidsOf(slot))
 }
 
 // HasIndex reports whether the secondary index on (kind, attr) exists.

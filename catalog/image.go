@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/internal/operr"
 )
 
@@ -127,7 +128,7 @@ func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 	keyRef := map[uint32]uint64{}
 	var written, prevID uint64
 	bw.payload = append(bw.payload, 'N')
-	for id := uint64(rootID); id <= maxID; {
+	for id := uint64(layout.RootID); id <= maxID; {
 		end := min(id+saveChunkIDs, maxID+1)
 		t.mu.RLock()
 		for ; id < end; id++ {
@@ -187,21 +188,21 @@ func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 	return bw.flush()
 }
 
-func (lr *longRead) appendRecord(p []byte, r *rec, prevID uint64, kindRef, keyRef map[uint32]uint64) []byte {
+func (lr *longRead) appendRecord(p []byte, r *layout.Rec, prevID uint64, kindRef, keyRef map[uint32]uint64) []byte {
 	s := lr.s
-	p = binary.AppendUvarint(p, r.id-prevID)
+	p = binary.AppendUvarint(p, r.ID-prevID)
 	var parentID uint64
-	if r.id != rootID {
-		pr := lr.recAt(r.parent)
-		parentID = pr.id
+	if r.ID != layout.RootID {
+		pr := lr.recAt(r.Parent)
+		parentID = pr.ID
 	}
 	p = binary.AppendUvarint(p, parentID)
-	name, attrs := splitBlob(s.blob(r))
+	name, attrs := layout.SplitBlob(s.Blob(r))
 	p = binary.AppendUvarint(p, uint64(len(name)))
 	p = append(p, name...)
-	p = appendRef(p, kindRef, r.kind, s.kinds)
-	p = binary.AppendUvarint(p, r.created)
-	p = binary.AppendUvarint(p, r.modified-r.created)
+	p = appendRef(p, kindRef, r.Kind, s.kinds)
+	p = binary.AppendUvarint(p, r.Created)
+	p = binary.AppendUvarint(p, r.Modified-r.Created)
 	it := newAttrIter(attrs)
 	p = binary.AppendUvarint(p, uint64(it.n))
 	for {

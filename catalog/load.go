@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/metatree/metatree/catalog/internal/idset"
+	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/internal/operr"
 )
 
@@ -136,13 +137,13 @@ func (ld *loader) decode() error {
 	if d.err != nil {
 		return br.corrupt("header: %s", detail(d.err))
 	}
-	if nextID <= rootID || ld.count == 0 || ld.count > nextID-1 {
+	if nextID <= layout.RootID || ld.count == 0 || ld.count > nextID-1 {
 		return br.corrupt("header: next id %d with %d nodes", nextID, ld.count)
 	}
-	if nextID > idLimit {
+	if nextID > layout.IDLimit {
 		// No tree hands out such ids (create stops at the limit), and a
-		// tree that did could not save or grow (see idtable.go).
-		return br.corrupt("header: next id %d beyond the ids a tree hands out (below %d)", nextID, uint64(idLimit))
+		// tree that did could not save or grow (see layout.IDLimit).
+		return br.corrupt("header: next id %d beyond the ids a tree hands out (below %d)", nextID, uint64(layout.IDLimit))
 	}
 	s := emptyState(ld.index, nextID)
 	ld.s = s
@@ -196,8 +197,8 @@ func (ld *loader) decode() error {
 				// Save writes version 1 when nothing is owned.
 				return br.corrupt("a version %d image without ownerships", ld.version)
 			}
-			if n != ld.count || uint64(s.nslots) != n || blocks != uint64(br.blocks-1) {
-				return br.corrupt("end: %d nodes in %d blocks, read %d nodes in %d blocks (header says %d nodes)", n, blocks, s.nslots, br.blocks-1, ld.count)
+			if n != ld.count || uint64(s.NSlots) != n || blocks != uint64(br.blocks-1) {
+				return br.corrupt("end: %d nodes in %d blocks, read %d nodes in %d blocks (header says %d nodes)", n, blocks, s.NSlots, br.blocks-1, ld.count)
 			}
 			return nil
 		default:
@@ -218,7 +219,7 @@ func (ld *loader) records(p []byte) error {
 	// dictionary entries by interning.
 	d := &decoder{data: p, view: true}
 	for off := 0; off < len(p); {
-		if uint64(s.nslots) >= ld.count {
+		if uint64(s.NSlots) >= ld.count {
 			return ld.br.corrupt("more nodes than the header's %d", ld.count)
 		}
 		next := 0
@@ -257,7 +258,7 @@ func (ld *loader) record(d *decoder) (int, error) {
 		d.fail("attribute count %d impossible", nattrs)
 	}
 	if d.err == nil {
-		if id == rootID {
+		if id == layout.RootID {
 			if parent != 0 || name != "" || kind != 0 {
 				d.fail("root record has parent %d, name %q, kind %q", parent, name, s.kinds[kind])
 			}
@@ -268,7 +269,7 @@ func (ld *loader) record(d *decoder) (int, error) {
 				d.fail("node %d: %s", id, detail(err))
 			}
 		}
-		if id != rootID && s.nslots == 0 {
+		if id != layout.RootID && s.NSlots == 0 {
 			d.fail("first node is %d, not the root", id)
 		}
 	}
@@ -307,7 +308,7 @@ func (ld *loader) record(d *decoder) (int, error) {
 	if d.err != nil {
 		return 0, ld.br.corrupt("%s", detail(d.err))
 	}
-	ref, n := s.arena.put(b)
+	ref, n := s.Arena.Put(b)
 	s.size += int64(size)
 	ld.add(id, parent, kind, created, modified, ref, n)
 	xs, _ := ld.indexesOf(kind)
@@ -340,7 +341,7 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 		return 0
 	}
 	id := ld.prevID + delta
-	if id <= ld.prevID || id >= s.nextID || id == rootID || s.nslots == 0 || parent == 0 || off >= len(p) {
+	if id <= ld.prevID || id >= s.nextID || id == layout.RootID || s.NSlots == 0 || parent == 0 || off >= len(p) {
 		return 0
 	}
 	nl := int(p[off])
@@ -465,7 +466,7 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 	if size += n; size > maxBlobBytes {
 		return 0
 	}
-	ref, b := s.arena.alloc(n)
+	ref, b := s.Arena.Alloc(n)
 	s.size += int64(size)
 	b[0] = byte(nl)
 	copy(b[1:], name)
@@ -543,8 +544,8 @@ func uvarintSlow(p []byte, off int) (uint64, int) {
 // slot; the linker does the rest.
 func (ld *loader) add(id, parent uint64, kind uint32, created, modified, ref uint64, blen uint32) {
 	s := ld.s
-	slot := s.allocSlot()
-	*s.at(slot) = rec{id: id, blob: ref, blen: blen, created: created, modified: modified, kind: kind}
+	slot := s.AllocSlot()
+	*s.At(slot) = layout.Rec{ID: id, Blob: ref, BLen: blen, Created: created, Modified: modified, Kind: kind}
 	ld.prevID = id
 	ld.cur.parents = append(ld.cur.parents, parent)
 }
@@ -566,7 +567,7 @@ func (ld *loader) add(id, parent uint64, kind uint32, created, modified, ref uin
 type linker struct {
 	s        *state
 	count    uint64 // the header's node count
-	slab     []*[slabSize]rec
+	slab     []*[layout.SlabSize]layout.Rec
 	chunks   [][]byte
 	kindSets []*idset.Set
 
@@ -618,7 +619,7 @@ func (lk *linker) parentSum(ps uint32) (sum uint64, depth int, ok bool) {
 		l := c[len(c)-1]
 		return l.sum, l.depth, true
 	}
-	sum, depth, ok = lk.s.paths.pathSum(lk, ps)
+	sum, depth, ok = lk.s.Paths.PathSum(lk, ps)
 	if ok {
 		lk.chain = append(c, chainLink{ps, depth, sum})
 	}
@@ -637,7 +638,7 @@ type linkBatch struct {
 	// no such attribute, findValue if the linker must look).
 	vals []uint64
 	// New copies of the state's outer slices (nil if unchanged).
-	slab     []*[slabSize]rec
+	slab     []*[layout.SlabSize]layout.Rec
 	chunks   [][]byte
 	kindSets []*idset.Set
 	// The block reader's position after the block, for errors.
@@ -654,7 +655,7 @@ func (ld *loader) startLinker() {
 		done:  make(chan struct{}),
 	}
 	ld.lk = lk
-	ld.cur = &linkBatch{first: ld.s.nslots}
+	ld.cur = &linkBatch{first: ld.s.NSlots}
 	go lk.run()
 }
 
@@ -664,11 +665,11 @@ func (ld *loader) handOff() {
 	if len(b.parents) == 0 {
 		return
 	}
-	if len(s.slab) != ld.sentSlab {
-		b.slab, ld.sentSlab = slices.Clone(s.slab), len(s.slab)
+	if len(s.Slab) != ld.sentSlab {
+		b.slab, ld.sentSlab = slices.Clone(s.Slab), len(s.Slab)
 	}
-	if len(s.arena.chunks) != ld.sentChunks {
-		b.chunks, ld.sentChunks = slices.Clone(s.arena.chunks), len(s.arena.chunks)
+	if len(s.Arena.Chunks) != ld.sentChunks {
+		b.chunks, ld.sentChunks = slices.Clone(s.Arena.Chunks), len(s.Arena.Chunks)
 	}
 	if len(s.kindSets) != ld.sentKinds {
 		b.kindSets, ld.sentKinds = slices.Clone(s.kindSets), len(s.kindSets)
@@ -681,7 +682,7 @@ func (ld *loader) handOff() {
 	default:
 		ld.cur = &linkBatch{parents: make([]uint64, 0, n)}
 	}
-	ld.cur.first = s.nslots
+	ld.cur.first = s.NSlots
 }
 
 // stopLinker hands over what was decoded, waits for the linker to finish
@@ -717,17 +718,19 @@ func (lk *linker) run() {
 	}
 }
 
-func (lk *linker) at(slot uint32) *rec { return &lk.slab[slot>>slabBits][slot&(slabSize-1)] }
-
-func (lk *linker) blob(r *rec) []byte {
-	off := uint32(r.blob)
-	return lk.chunks[r.blob>>32][off : off+r.blen : off+r.blen]
+func (lk *linker) At(slot uint32) *layout.Rec {
+	return &lk.slab[slot>>layout.SlabBits][slot&(layout.SlabSize-1)]
 }
 
-func (lk *linker) kidsOf(slot uint32) []uint32 { return lk.s.kids.list(lk.at(slot).kids) }
+func (lk *linker) blob(r *layout.Rec) []byte {
+	off := uint32(r.Blob)
+	return lk.chunks[r.Blob>>32][off : off+r.BLen : off+r.BLen]
+}
 
-func (lk *linker) name(slot uint32) []byte {
-	name, _ := splitBlob(lk.blob(lk.at(slot)))
+func (lk *linker) KidsOf(slot uint32) []uint32 { return lk.s.Kids.List(lk.At(slot).Kids) }
+
+func (lk *linker) Name(slot uint32) []byte {
+	name, _ := layout.SplitBlob(lk.blob(lk.At(slot)))
 	return name
 }
 
@@ -744,36 +747,36 @@ func (lk *linker) link(b *linkBatch) error {
 	if lk.count <= 1024*have {
 		want = max(have, lk.count)
 	}
-	s.paths.reserve(lk, int(want))
+	s.Paths.Reserve(lk, int(want))
 	vi := 0
 	for i, parent := range b.parents {
 		slot := b.first + uint32(i)
-		r := lk.at(slot)
-		s.setSlotOf(r.id, slot)
-		if r.id == rootID {
+		r := lk.At(slot)
+		s.SetSlotOf(r.ID, slot)
+		if r.ID == layout.RootID {
 			continue
 		}
-		lk.kindSets[r.kind].Add(slot)
-		if xs := lk.indexesOf(r.kind); len(xs) > 0 {
+		lk.kindSets[r.Kind].Add(slot)
+		if xs := lk.indexesOf(r.Kind); len(xs) > 0 {
 			blob := lk.blob(r)
 			for j, x := range xs {
 				var v []byte
 				switch e := b.vals[vi]; e {
 				case 0:
 				case findValue:
-					_, attrs := splitBlob(blob)
+					_, attrs := layout.SplitBlob(blob)
 					v, _ = attrValue(attrs, x.key)
 				default:
 					v = blob[e>>32 : uint32(e)]
 				}
 				vi++
 				if v != nil {
-					lk.pcs[r.kind][j].add(x, v, slot)
+					lk.pcs[r.Kind][j].add(x, v, slot)
 				}
 			}
 		}
-		if parent >= r.id {
-			r.parent = noParent
+		if parent >= r.ID {
+			r.Parent = layout.NoParent
 			lk.late = append(lk.late, lateParent{slot, parent})
 			continue
 		}
@@ -782,28 +785,28 @@ func (lk *linker) link(b *linkBatch) error {
 		ps := lk.lastParent
 		if parent != lk.lastParentID {
 			var ok bool
-			if ps, ok = s.slotOf(parent); !ok {
-				return fmt.Errorf("%w: block %d (byte %d): node %d: parent %d does not exist", ErrCorrupt, b.blocks, b.off, r.id, parent)
+			if ps, ok = s.SlotOf(parent); !ok {
+				return fmt.Errorf("%w: block %d (byte %d): node %d: parent %d does not exist", ErrCorrupt, b.blocks, b.off, r.ID, parent)
 			}
 		}
-		r.parent = ps
-		pr := lk.at(ps)
-		name := lk.name(slot)
-		if pr.kids == 0 {
-			h, err := s.kids.insert(0, 0, slot, kidRollback)
+		r.Parent = ps
+		pr := lk.At(ps)
+		name := lk.Name(slot)
+		if pr.Kids == 0 {
+			h, err := s.Kids.Insert(0, 0, slot, layout.KidRollback)
 			if err != nil {
 				return err
 			}
-			pr.kids = h
+			pr.Kids = h
 		} else {
 			// Children mostly arrive in name order: one comparison
 			// with the last one keeps the list sorted; loader.link
 			// sorts the others.
-			k := s.kids.region(pr.kids)
+			k := s.Kids.Region(pr.Kids)
 			n := k[0]
 			last := lk.lastName
 			if ps != lk.lastParent {
-				last = lk.name(k[1+n])
+				last = lk.Name(k[1+n])
 			}
 			if bytes.Compare(last, name) >= 0 {
 				if u := len(lk.unsorted); u == 0 || lk.unsorted[u-1] != ps {
@@ -814,17 +817,17 @@ func (lk *linker) link(b *linkBatch) error {
 				k[2+n] = slot
 				k[0] = n + 1
 			} else {
-				h, err := s.kids.insert(pr.kids, int(n), slot, kidRollback)
+				h, err := s.Kids.Insert(pr.Kids, int(n), slot, layout.KidRollback)
 				if err != nil {
 					return err
 				}
-				pr.kids = h
+				pr.Kids = h
 			}
 		}
 		// The node goes in the path index, and on the chain.
 		if sum, depth, ok := lk.parentSum(ps); ok {
-			sum += s.paths.level(depth+1, name)
-			s.paths.add(s.paths.key(sum), slot)
+			sum += s.Paths.Level(depth+1, name)
+			s.Paths.Add(s.Paths.Key(sum), slot)
 			lk.chain = append(lk.chain, chainLink{slot, depth + 1, sum})
 		}
 		lk.lastParentID, lk.lastParent, lk.lastName = parent, ps, name
@@ -949,63 +952,63 @@ func (ld *loader) ref(d *decoder, dict *[]uint32, kind bool) uint32 {
 func (ld *loader) link() error {
 	s, lk := ld.s, ld.lk
 	for _, l := range lk.late {
-		ps, ok := s.slotOf(l.parent)
+		ps, ok := s.SlotOf(l.parent)
 		if !ok {
-			return ld.br.corrupt("node %d: parent %d does not exist", s.at(l.slot).id, l.parent)
+			return ld.br.corrupt("node %d: parent %d does not exist", s.At(l.slot).ID, l.parent)
 		}
-		s.at(l.slot).parent = ps
-		pr := s.at(ps)
-		h, err := s.kids.insert(pr.kids, len(s.kids.list(pr.kids)), l.slot, kidRollback)
+		s.At(l.slot).Parent = ps
+		pr := s.At(ps)
+		h, err := s.Kids.Insert(pr.Kids, len(s.Kids.List(pr.Kids)), l.slot, layout.KidRollback)
 		if err != nil {
 			return err
 		}
-		pr.kids = h
+		pr.Kids = h
 		lk.unsorted = append(lk.unsorted, ps)
 	}
 	slices.Sort(lk.unsorted)
-	cmp := func(a, b uint32) int { return bytes.Compare(s.name(a), s.name(b)) }
+	cmp := func(a, b uint32) int { return bytes.Compare(s.Name(a), s.Name(b)) }
 	for _, slot := range slices.Compact(lk.unsorted) {
-		k := s.kidsOf(slot)
+		k := s.KidsOf(slot)
 		if strictlySorted(s, k) {
 			continue
 		}
 		slices.SortFunc(k, cmp)
 		for j := 1; j < len(k); j++ {
 			if cmp(k[j-1], k[j]) == 0 {
-				return ld.br.corrupt("two children of node %d named %q", s.at(slot).id, s.name(k[j]))
+				return ld.br.corrupt("two children of node %d named %q", s.At(slot).ID, s.Name(k[j]))
 			}
 		}
 	}
 	if len(lk.late) == 0 {
-		s.paths.flush()
+		s.Paths.Flush()
 		// Every parent came before its children, starting from the root
 		// (the first record): all are reachable, no cycle is possible.
 		return nil
 	}
 	// Every node must be reachable from the root (no cycles).
 	seen := 1
-	stack := []uint32{rootSlot}
+	stack := []uint32{layout.RootSlot}
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		kids := s.kidsOf(n)
+		kids := s.KidsOf(n)
 		seen += len(kids)
 		stack = append(stack, kids...)
 	}
-	if seen != int(s.nslots) {
-		return ld.br.corrupt("%d of %d nodes are not reachable from the root (a parent cycle)", int(s.nslots)-seen, s.nslots)
+	if seen != int(s.NSlots) {
+		return ld.br.corrupt("%d of %d nodes are not reachable from the root (a parent cycle)", int(s.NSlots)-seen, s.NSlots)
 	}
 	// The linker left out the nodes below those linked late.
-	s.paths.rebuild(s, bucketsFor(seen-1))
+	s.Paths.Rebuild(s, layout.BucketsFor(seen-1))
 	return nil
 }
 
 // strictlySorted reports whether the names of k increase strictly (sorted,
 // no two equal): the usual case, settled in one comparison per child.
 func strictlySorted(s *state, k []uint32) bool {
-	prev := s.name(k[0])
+	prev := s.Name(k[0])
 	for _, c := range k[1:] {
-		cur := s.name(c)
+		cur := s.Name(c)
 		if bytes.Compare(prev, cur) >= 0 {
 			return false
 		}

@@ -20,12 +20,12 @@ func checkOwnerIndex(t *testing.T, tr *Tree) {
 	w := &s.own
 	n, orphans := 0, 0
 	for owner, o := range w.by {
-		require.NotZero(t, s.at(owner).id, "owner slot %d is free", owner)
-		require.Equal(t, s.at(owner).id, o.id, "owner slot %d", owner)
+		require.NotZero(t, s.At(owner).ID, "owner slot %d is free", owner)
+		require.Equal(t, s.At(owner).ID, o.id, "owner slot %d", owner)
 		require.NotZero(t, o.del.Len()+o.orphan.Len(), "owner %d owns nothing yet has sets", o.id)
 		check := func(orphan bool) func(uint32) {
 			return func(slot uint32) {
-				require.NotZero(t, s.at(slot).id, "owned slot %d is free", slot)
+				require.NotZero(t, s.At(slot).ID, "owned slot %d is free", slot)
 				got, ok := w.back.Get(slot)
 				require.True(t, ok, "owned slot %d is not in back", slot)
 				require.Equal(t, owner, got, "owned slot %d", slot)

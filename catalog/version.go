@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 
+	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/internal/operr"
 )
 
@@ -62,8 +63,8 @@ func (r *Result) Halt() error {
 
 // matchAttrs checks Cond.Match against the node r: every attribute exists
 // with the same encoded value (type and value).
-func matchAttrs(s *state, r *rec, match []kv) error {
-	_, attrs := splitBlob(s.blob(r))
+func matchAttrs(s *state, r *layout.Rec, match []kv) error {
+	_, attrs := layout.SplitBlob(s.Blob(r))
 	var want []byte
 	for _, e := range match {
 		key, ok := s.keyIdx[e.k]
