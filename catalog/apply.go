@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/idset"
 	"github.com/metatree/metatree/catalog/internal/layout"
 )
@@ -120,7 +121,7 @@ func (t *Tree) clearScratch() {
 	clear(t.ops)
 	clear(t.dec.kvs)
 	clear(t.dec.keys)
-	t.dec.data = nil
+	t.dec.Data = nil
 	t.pc.Reset()
 	clear(t.pend)
 	t.pend = t.pend[:0]
@@ -308,7 +309,7 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	for j, e := range o.set {
 		k := s.internKeyAt(j, e.k)
 		b = binary.AppendUvarint(b, uint64(k))
-		size += keyCost(e.k) - uvarintLen(uint64(k))
+		size += keyCost(e.k) - codec.UvarintLen(uint64(k))
 		st := len(b)
 		b = appendValue(b, e.v)
 		t.cattrs = append(t.cattrs, createAttr{key: k, start: int32(st), end: int32(len(b))})
@@ -377,7 +378,7 @@ func (s *state) secRemove(slot uint32) {
 	if xs := s.kindIndexes[r.Kind]; len(xs) > 0 {
 		_, attrs := layout.SplitBlob(s.Blob(r))
 		for _, x := range xs {
-			if v, ok := attrValue(attrs, x.key); ok {
+			if v, ok := codec.AttrValue(attrs, x.key); ok {
 				x.remove(v, slot)
 			}
 		}
@@ -407,8 +408,8 @@ func (s *state) secUpdate(slot uint32, kind uint32, a, b *layout.Rec) {
 	_, aa := layout.SplitBlob(s.Blob(a))
 	_, ba := layout.SplitBlob(s.Blob(b))
 	for _, x := range xs {
-		av, aok := attrValue(aa, x.key)
-		bv, bok := attrValue(ba, x.key)
+		av, aok := codec.AttrValue(aa, x.key)
+		bv, bok := codec.AttrValue(ba, x.key)
 		if aok == bok && bytes.Equal(av, bv) {
 			continue
 		}
@@ -426,7 +427,7 @@ func (s *state) secAdd(slot uint32) {
 	if xs := s.kindIndexes[r.Kind]; len(xs) > 0 {
 		_, attrs := layout.SplitBlob(s.Blob(r))
 		for _, x := range xs {
-			if v, ok := attrValue(attrs, x.key); ok {
+			if v, ok := codec.AttrValue(attrs, x.key); ok {
 				x.add(v, slot)
 			}
 		}
@@ -442,7 +443,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 		before = t.noteNode(s, r, s.parentID(r), t.notePath(o.path))
 	}
 	name, old := layout.SplitBlob(s.Blob(r))
-	it := newAttrIter(old)
+	it := codec.NewAttrIter(old)
 	// In format 2 the node's digest elements before and after are built
 	// in the passes below over its attributes (digester.updating), in the
 	// digester's two buffers, which nothing else uses until changed.
@@ -450,7 +451,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 	el := t.dg.updating(s)
 	if el {
 		elOld = elemHead(t.dg.buf, 2*len(old), r.ID, s.parentID(r), r.Created, r.Modified, s.kinds[r.Kind], name)
-		elOld = binary.AppendUvarint(elOld, uint64(it.n))
+		elOld = binary.AppendUvarint(elOld, uint64(it.Len()))
 	}
 	// Merge the old attributes (sorted by key name) with set and unset
 	// (sorted too).
@@ -462,7 +463,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 		start, end int    // a new value in vals
 	}
 	merged := make([]src, 0, 8)
-	k, v, ok := it.next()
+	k, v, ok := it.Next()
 	si, ui := 0, 0
 	for ok || si < len(o.set) {
 		var oldName string
@@ -479,7 +480,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 				if el {
 					elOld = elemAttr(elOld, oldName, v)
 				}
-				k, v, ok = it.next()
+				k, v, ok = it.Next()
 			}
 			si++
 		default:
@@ -492,7 +493,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 			if el {
 				elOld = elemAttr(elOld, oldName, v)
 			}
-			k, v, ok = it.next()
+			k, v, ok = it.Next()
 		}
 	}
 	t.attrs = t.attrs[:0]
@@ -507,7 +508,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 			val = vals[m.start:m.end]
 		}
 		t.attrs = append(t.attrs, attrEnt{key: m.key, val: val})
-		size += keyCost(m.name) - uvarintLen(uint64(m.key))
+		size += keyCost(m.name) - codec.UvarintLen(uint64(m.key))
 		if el {
 			elNew = elemAttr(elNew, m.name, val)
 		}
@@ -629,7 +630,7 @@ func (t *Tree) createIndex(s *state, kind, attr string) error {
 	x := &secIndex{kind: k, key: key, kindName: s.kinds[k], keyName: s.keys[key], post: map[string]*idset.Set{}}
 	for _, slot := range s.kindSets[k].AppendTo(nil) {
 		_, attrs := layout.SplitBlob(s.Blob(s.At(slot)))
-		if v, ok := attrValue(attrs, key); ok {
+		if v, ok := codec.AttrValue(attrs, key); ok {
 			x.add(v, slot)
 		}
 	}

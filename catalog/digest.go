@@ -12,6 +12,7 @@ import (
 
 	"github.com/zeebo/xxh3"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
@@ -291,7 +292,7 @@ func (g *digester) nodeHash(s *state, slot uint32, path []byte) [sha256.Size]byt
 	b := append(g.buf[:0], 'N')
 	b = binary.AppendUvarint(b, uint64(len(path)))
 	b = append(b, path...)
-	b = appendStr(b, s.kinds[r.Kind])
+	b = codec.AppendStr(b, s.kinds[r.Kind])
 	b = binary.BigEndian.AppendUint64(b, r.Created)
 	b = binary.BigEndian.AppendUint64(b, r.Modified)
 	_, attrs := layout.SplitBlob(s.Blob(r))
@@ -339,7 +340,7 @@ func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
 			if p[1] < 0x80 {
 				vl = 2 + int(p[1])
 			} else {
-				vl = valueLen(p)
+				vl = codec.ValueLen(p)
 			}
 		case TypeInt:
 			vl = 2
@@ -347,7 +348,7 @@ func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
 				vl++
 			}
 		default:
-			vl = valueLen(p)
+			vl = codec.ValueLen(p)
 		}
 		b = elemAttr(b, key, p[:vl])
 		p = p[vl:]
@@ -373,7 +374,7 @@ func elemHead(b []byte, more int, id, parent, created, modified uint64, kind str
 	binary.LittleEndian.PutUint64(b[9:], parent)
 	binary.LittleEndian.PutUint64(b[17:], created)
 	binary.LittleEndian.PutUint64(b[25:], modified)
-	b = appendStr(b, kind)
+	b = codec.AppendStr(b, kind)
 	b = binary.AppendUvarint(b, uint64(len(name)))
 	return append(b, name...)
 }
@@ -451,12 +452,12 @@ func scratch(b []byte) []byte {
 // appendAttrs appends the canonical encoding of a blob's attributes: their
 // count, then each key's name and encoded value in key-name order.
 func (g *digester) appendAttrs(s *state, b, attrs []byte) []byte {
-	it := newAttrIter(attrs)
-	b = binary.AppendUvarint(b, uint64(it.n))
+	it := codec.NewAttrIter(attrs)
+	b = binary.AppendUvarint(b, uint64(it.Len()))
 	mark := len(b)
 	prev, sorted := "", true
 	for i := 0; ; i++ {
-		k, v, ok := it.next()
+		k, v, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -465,7 +466,7 @@ func (g *digester) appendAttrs(s *state, b, attrs []byte) []byte {
 			sorted = false
 		}
 		prev = name
-		b = appendStr(b, name)
+		b = codec.AppendStr(b, name)
 		b = append(b, v...)
 	}
 	if !sorted {
@@ -478,9 +479,9 @@ func (g *digester) appendAttrs(s *state, b, attrs []byte) []byte {
 
 func (g *digester) sortedAttrs(s *state, b, attrs []byte) []byte {
 	g.attrs = g.attrs[:0]
-	it := newAttrIter(attrs)
+	it := codec.NewAttrIter(attrs)
 	for {
-		k, v, ok := it.next()
+		k, v, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -488,7 +489,7 @@ func (g *digester) sortedAttrs(s *state, b, attrs []byte) []byte {
 	}
 	slices.SortFunc(g.attrs, func(x, y digestAttr) int { return strings.Compare(x.name, y.name) })
 	for _, a := range g.attrs {
-		b = appendStr(b, a.name)
+		b = codec.AppendStr(b, a.name)
 		b = append(b, a.val...)
 	}
 	clear(g.attrs)
@@ -499,8 +500,8 @@ func (g *digester) sortedAttrs(s *state, b, attrs []byte) []byte {
 // format f.
 func (g *digester) indexElem(f DigestFormat, kind, attr string) sum256 {
 	b := append(g.buf[:0], 'X')
-	b = appendStr(b, kind)
-	b = appendStr(b, attr)
+	b = codec.AppendStr(b, kind)
+	b = codec.AppendStr(b, attr)
 	g.buf = b
 	return elemOf(f, b)
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/zeebo/xxh3"
+
+	"github.com/metatree/metatree/catalog/internal/codec"
 )
 
 // referenceDigest computes a tree's digest in format f from its public
@@ -34,8 +36,8 @@ func referenceDigest(t testing.TB, tr *Tree, f DigestFormat) Digest {
 	walkTree(tr, func(n Node) {
 		b := []byte{'N'}
 		if f == DigestV1 {
-			b = appendStr(b, n.Path)
-			b = appendStr(b, n.Kind)
+			b = codec.AppendStr(b, n.Path)
+			b = codec.AppendStr(b, n.Kind)
 			b = binary.BigEndian.AppendUint64(b, n.Created)
 			b = binary.BigEndian.AppendUint64(b, n.Modified)
 		} else {
@@ -43,8 +45,8 @@ func referenceDigest(t testing.TB, tr *Tree, f DigestFormat) Digest {
 			b = binary.LittleEndian.AppendUint64(b, n.Parent)
 			b = binary.LittleEndian.AppendUint64(b, n.Created)
 			b = binary.LittleEndian.AppendUint64(b, n.Modified)
-			b = appendStr(b, n.Kind)
-			b = appendStr(b, n.Name)
+			b = codec.AppendStr(b, n.Kind)
+			b = codec.AppendStr(b, n.Name)
 		}
 		b = binary.AppendUvarint(b, uint64(len(n.Attrs)))
 		keys := make([]string, 0, len(n.Attrs))
@@ -53,7 +55,7 @@ func referenceDigest(t testing.TB, tr *Tree, f DigestFormat) Digest {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			b = appendStr(b, k)
+			b = codec.AppendStr(b, k)
 			b = appendValue(b, n.Attrs[k])
 		}
 		elem(b)
@@ -71,7 +73,7 @@ func referenceDigest(t testing.TB, tr *Tree, f DigestFormat) Digest {
 	})
 	tr.mu.RLock()
 	for _, x := range tr.s.indexes {
-		elem(appendStr(appendStr([]byte{'X'}, x.kindName), x.keyName))
+		elem(codec.AppendStr(codec.AppendStr([]byte{'X'}, x.kindName), x.keyName))
 	}
 	tr.mu.RUnlock()
 	return d.bytes(f)
@@ -660,7 +662,7 @@ func TestDecodedCreateCarriesItsAttributesEncoding(t *testing.T) {
 	keys := slices.Sorted(maps.Keys(attrs))
 	want := binary.AppendUvarint(nil, uint64(len(keys)))
 	for _, k := range keys {
-		want = appendValue(appendStr(want, k), attrs[k])
+		want = appendValue(codec.AppendStr(want, k), attrs[k])
 	}
 	require.Equal(t, want, ops[0].setEnc)
 	require.Equal(t, []byte{0}, ops[1].setEnc)

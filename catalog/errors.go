@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/internal/formatversion"
 )
@@ -26,7 +27,7 @@ var (
 	// ErrInvalidName: a node name, path, kind or attribute key is not valid.
 	ErrInvalidName = errors.New("catalog: invalid name")
 	// ErrMalformed: encoded batch bytes cannot be decoded.
-	ErrMalformed = errors.New("catalog: malformed batch")
+	ErrMalformed = codec.ErrMalformed
 	// ErrUnknownVersion: a batch or image has a format version this code
 	// does not know. It is the catalog's one unknown-version error: the
 	// data cannot be read (an applier halts on it). ErrUnsupportedVersion

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/internal/operr"
 )
@@ -116,8 +117,8 @@ func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 	p = binary.AppendUvarint(p, count)
 	p = binary.AppendUvarint(p, uint64(len(defs)))
 	for _, d := range defs {
-		p = appendStr(p, d[0])
-		p = appendStr(p, d[1])
+		p = codec.AppendStr(p, d[0])
+		p = codec.AppendStr(p, d[1])
 	}
 	bw.payload = p
 	if err := bw.flush(); err != nil {
@@ -203,10 +204,10 @@ func (lr *longRead) appendRecord(p []byte, r *layout.Rec, prevID uint64, kindRef
 	p = appendRef(p, kindRef, r.Kind, s.kinds)
 	p = binary.AppendUvarint(p, r.Created)
 	p = binary.AppendUvarint(p, r.Modified-r.Created)
-	it := newAttrIter(attrs)
-	p = binary.AppendUvarint(p, uint64(it.n))
+	it := codec.NewAttrIter(attrs)
+	p = binary.AppendUvarint(p, uint64(it.Len()))
 	for {
-		k, v, ok := it.next()
+		k, v, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -223,7 +224,7 @@ func appendRef(p []byte, refs map[uint32]uint64, i uint32, names []string) []byt
 	ref := uint64(len(refs))
 	refs[i] = ref
 	p = binary.AppendUvarint(p, ref)
-	return appendStr(p, names[i])
+	return codec.AppendStr(p, names[i])
 }
 
 // Load replaces the whole tree with the image body read from r. The new

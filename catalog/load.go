@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/idset"
 	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/internal/operr"
@@ -114,28 +115,28 @@ func (ld *loader) decode() error {
 	if err != nil {
 		return err
 	}
-	d := &decoder{data: p}
+	d := &decoder{Reader: codec.Reader{Data: p}}
 	if len(p) == 0 || p[0] != 'H' {
 		return br.corrupt("first block is not the header")
 	}
-	d.off = 1
-	ld.index = d.uvarint("index")
-	nextID := d.uvarint("next id")
-	ld.count = d.uvarint("node count")
-	ndefs := d.uvarint("index count")
-	if d.err == nil && ndefs > uint64(len(p)) {
-		d.fail("index count %d impossible", ndefs)
+	d.Off = 1
+	ld.index = d.Uvarint("index")
+	nextID := d.Uvarint("next id")
+	ld.count = d.Uvarint("node count")
+	ndefs := d.Uvarint("index count")
+	if d.Err == nil && ndefs > uint64(len(p)) {
+		d.Fail("index count %d impossible", ndefs)
 	}
-	for i := 0; i < int(ndefs) && d.err == nil; i++ {
-		k := d.str("index kind", MaxNameLen)
-		a := d.str("index attr", MaxNameLen)
+	for i := 0; i < int(ndefs) && d.Err == nil; i++ {
+		k := d.Str("index kind", MaxNameLen)
+		a := d.Str("index attr", MaxNameLen)
 		ld.defs = append(ld.defs, [2]string{k, a})
 	}
-	if d.err == nil && d.off != len(p) {
-		d.fail("%d trailing bytes in header", len(p)-d.off)
+	if d.Err == nil && d.Off != len(p) {
+		d.Fail("%d trailing bytes in header", len(p)-d.Off)
 	}
-	if d.err != nil {
-		return br.corrupt("header: %s", detail(d.err))
+	if d.Err != nil {
+		return br.corrupt("header: %s", detail(d.Err))
 	}
 	if nextID <= layout.RootID || ld.count == 0 || ld.count > nextID-1 {
 		return br.corrupt("header: next id %d with %d nodes", nextID, ld.count)
@@ -184,14 +185,14 @@ func (ld *loader) decode() error {
 				return err
 			}
 		case 'E':
-			d := &decoder{data: p, off: 1}
-			n := d.uvarint("end node count")
-			blocks := d.uvarint("end block count")
-			if d.err == nil && d.off != len(p) {
-				d.fail("%d trailing bytes in end block", len(p)-d.off)
+			d := &decoder{Reader: codec.Reader{Data: p, Off: 1}}
+			n := d.Uvarint("end node count")
+			blocks := d.Uvarint("end block count")
+			if d.Err == nil && d.Off != len(p) {
+				d.Fail("%d trailing bytes in end block", len(p)-d.Off)
 			}
-			if d.err != nil {
-				return br.corrupt("end: %s", detail(d.err))
+			if d.Err != nil {
+				return br.corrupt("end: %s", detail(d.Err))
 			}
 			if ld.version >= imageVersion && len(ld.owned) == 0 {
 				// Save writes version 1 when nothing is owned.
@@ -217,7 +218,7 @@ func (ld *loader) records(p []byte) error {
 	s := ld.s
 	// Strings view the block: names are copied into the arena and
 	// dictionary entries by interning.
-	d := &decoder{data: p, view: true}
+	d := &decoder{Reader: codec.Reader{Data: p, View: true}}
 	for off := 0; off < len(p); {
 		if uint64(s.NSlots) >= ld.count {
 			return ld.br.corrupt("more nodes than the header's %d", ld.count)
@@ -227,7 +228,7 @@ func (ld *loader) records(p []byte) error {
 			next = ld.fastRecord(p, off)
 		}
 		if next == 0 {
-			d.off = off
+			d.Off = off
 			var err error
 			if next, err = ld.record(d); err != nil {
 				return err
@@ -243,38 +244,38 @@ func (ld *loader) records(p []byte) error {
 // after it.
 func (ld *loader) record(d *decoder) (int, error) {
 	s := ld.s
-	p := d.data
-	id := ld.prevID + d.uvarint("id")
-	if d.err == nil && (id <= ld.prevID || id >= s.nextID) {
-		d.fail("id %d out of order or beyond next id %d", id, s.nextID)
+	p := d.Data
+	id := ld.prevID + d.Uvarint("id")
+	if d.Err == nil && (id <= ld.prevID || id >= s.nextID) {
+		d.Fail("id %d out of order or beyond next id %d", id, s.nextID)
 	}
-	parent := d.uvarint("parent")
-	name := d.str("name", MaxNameLen)
+	parent := d.Uvarint("parent")
+	name := d.Str("name", MaxNameLen)
 	kind := ld.ref(d, &ld.kinds, true)
-	created := d.uvarint("created")
-	modified := created + d.uvarint("modified")
-	nattrs := d.uvarint("attribute count")
-	if d.err == nil && nattrs > uint64(len(p)-d.off)/3 {
-		d.fail("attribute count %d impossible", nattrs)
+	created := d.Uvarint("created")
+	modified := created + d.Uvarint("modified")
+	nattrs := d.Uvarint("attribute count")
+	if d.Err == nil && nattrs > uint64(len(p)-d.Off)/3 {
+		d.Fail("attribute count %d impossible", nattrs)
 	}
-	if d.err == nil {
+	if d.Err == nil {
 		if id == layout.RootID {
 			if parent != 0 || name != "" || kind != 0 {
-				d.fail("root record has parent %d, name %q, kind %q", parent, name, s.kinds[kind])
+				d.Fail("root record has parent %d, name %q, kind %q", parent, name, s.kinds[kind])
 			}
 		} else {
 			if parent == 0 || name == "" || kind == 0 {
-				d.fail("node %d has parent %d, name %q, kind %q", id, parent, name, s.kinds[kind])
+				d.Fail("node %d has parent %d, name %q, kind %q", id, parent, name, s.kinds[kind])
 			} else if err := ValidName(name); err != nil {
-				d.fail("node %d: %s", id, detail(err))
+				d.Fail("node %d: %s", id, detail(err))
 			}
 		}
 		if id != layout.RootID && s.NSlots == 0 {
-			d.fail("first node is %d, not the root", id)
+			d.Fail("first node is %d, not the root", id)
 		}
 	}
-	if d.err == nil && (modified < created || modified > ld.index) {
-		d.fail("node %d created %d modified %d at index %d", id, created, modified, ld.index)
+	if d.Err == nil && (modified < created || modified > ld.index) {
+		d.Fail("node %d created %d modified %d at index %d", id, created, modified, ld.index)
 	}
 	// The blob is built straight from the record: values are copied
 	// in their encoded form, keys mapped from the image's dictionary.
@@ -283,30 +284,30 @@ func (ld *loader) record(d *decoder) (int, error) {
 	b = binary.AppendUvarint(b, nattrs)
 	size := 0 // what the keys add to len(b) for the node's size
 	prevKey := ""
-	for i := 0; i < int(nattrs) && d.err == nil; i++ {
+	for i := 0; i < int(nattrs) && d.Err == nil; i++ {
 		key := ld.ref(d, &ld.keys, false)
-		st := d.off
+		st := d.Off
 		d.value("attribute value")
-		if d.err != nil {
+		if d.Err != nil {
 			break
 		}
 		kn := s.keys[key]
 		if i > 0 && kn <= prevKey {
-			d.fail("node %d: attribute keys out of order at %q", id, kn)
+			d.Fail("node %d: attribute keys out of order at %q", id, kn)
 			break
 		}
 		prevKey = kn
 		b = binary.AppendUvarint(b, uint64(key))
-		size += keyCost(kn) - uvarintLen(uint64(key))
-		b = append(b, p[st:d.off]...)
+		size += keyCost(kn) - codec.UvarintLen(uint64(key))
+		b = append(b, p[st:d.Off]...)
 	}
 	size += len(b)
-	if d.err == nil && size > maxBlobBytes {
-		d.fail("node %d: name and attributes of %d bytes (at most %d)", id, size, maxBlobBytes)
+	if d.Err == nil && size > maxBlobBytes {
+		d.Fail("node %d: name and attributes of %d bytes (at most %d)", id, size, maxBlobBytes)
 	}
 	ld.blob = b
-	if d.err != nil {
-		return 0, ld.br.corrupt("%s", detail(d.err))
+	if d.Err != nil {
+		return 0, ld.br.corrupt("%s", detail(d.Err))
 	}
 	ref, n := s.Arena.Put(b)
 	s.size += int64(size)
@@ -315,7 +316,7 @@ func (ld *loader) record(d *decoder) (int, error) {
 	for range xs {
 		ld.cur.vals = append(ld.cur.vals, findValue)
 	}
-	return d.off, nil
+	return d.Off, nil
 }
 
 // fastRecord decodes the record at p[off:] and returns the offset after
@@ -332,12 +333,12 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 	var delta, parent, created, mdelta uint64
 	if off < len(p) && p[off] < 0x80 {
 		delta, off = uint64(p[off]), off+1
-	} else if delta, off = uvarintSlow(p, off); off < 0 {
+	} else if delta, off = codec.UvarintAt(p, off); off < 0 {
 		return 0
 	}
 	if off < len(p) && p[off] < 0x80 {
 		parent, off = uint64(p[off]), off+1
-	} else if parent, off = uvarintSlow(p, off); off < 0 {
+	} else if parent, off = codec.UvarintAt(p, off); off < 0 {
 		return 0
 	}
 	id := ld.prevID + delta
@@ -359,12 +360,12 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 	kind := ld.kinds[kr]
 	if off < len(p) && p[off] < 0x80 {
 		created, off = uint64(p[off]), off+1
-	} else if created, off = uvarintSlow(p, off); off < 0 {
+	} else if created, off = codec.UvarintAt(p, off); off < 0 {
 		return 0
 	}
 	if off < len(p) && p[off] < 0x80 {
 		mdelta, off = uint64(p[off]), off+1
-	} else if mdelta, off = uvarintSlow(p, off); off < 0 {
+	} else if mdelta, off = codec.UvarintAt(p, off); off < 0 {
 		return 0
 	}
 	if off >= len(p) || kind == 0 {
@@ -421,7 +422,7 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 		}
 		switch ValueType(p[off]) {
 		case TypeInt:
-			// Skip what decoder.varint accepts: up to 10 bytes, the
+			// Skip what Reader.Varint accepts: up to 10 bytes, the
 			// last below 0x80 and, if it is the tenth, at most 1; not
 			// overlong (a last byte of 0 after others).
 			off++
@@ -437,7 +438,7 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 			var l uint64
 			if off++; off < len(p) && p[off] < 0x80 {
 				l, off = uint64(p[off]), off+1
-			} else if l, off = uvarintSlow(p, off); off < 0 {
+			} else if l, off = codec.UvarintAt(p, off); off < 0 {
 				return 0
 			}
 			if l > MaxValueLen || l > uint64(len(p)-off) {
@@ -525,19 +526,6 @@ func (ld *loader) keyTables() {
 		}
 	}
 	ld.nkeys = len(ld.keys)
-}
-
-// uvarintSlow is decoder.uvarint of p[off:]: the value and the offset
-// after it, or -1 when there is no valid varint there (overlong included).
-func uvarintSlow(p []byte, off int) (uint64, int) {
-	if uint(off) >= uint(len(p)) {
-		return 0, -1
-	}
-	v, n := binary.Uvarint(p[off:])
-	if n <= 0 || overlong(p[off:off+n]) {
-		return 0, -1
-	}
-	return v, off + n
 }
 
 // add stores a decoded record (its blob already in the arena) in a new
@@ -765,7 +753,7 @@ func (lk *linker) link(b *linkBatch) error {
 				case 0:
 				case findValue:
 					_, attrs := layout.SplitBlob(blob)
-					v, _ = attrValue(attrs, x.key)
+					v, _ = codec.AttrValue(attrs, x.key)
 				default:
 					v = blob[e>>32 : uint32(e)]
 				}
@@ -905,19 +893,19 @@ func (c *postCache) add(x *secIndex, val []byte, slot uint32) {
 // ref reads a dictionary reference, defining a new entry when it is the
 // next one.
 func (ld *loader) ref(d *decoder, dict *[]uint32, kind bool) uint32 {
-	n := d.uvarint("dictionary ref")
-	if d.err != nil {
+	n := d.Uvarint("dictionary ref")
+	if d.Err != nil {
 		return 0
 	}
 	if n < uint64(len(*dict)) {
 		return (*dict)[n]
 	}
 	if n > uint64(len(*dict)) {
-		d.fail("dictionary ref %d beyond %d entries", n, len(*dict))
+		d.Fail("dictionary ref %d beyond %d entries", n, len(*dict))
 		return 0
 	}
-	name := d.str("dictionary entry", MaxNameLen)
-	if d.err != nil {
+	name := d.Str("dictionary entry", MaxNameLen)
+	if d.Err != nil {
 		return 0
 	}
 	// Index definitions in the header may have interned a name already;
@@ -926,20 +914,20 @@ func (ld *loader) ref(d *decoder, dict *[]uint32, kind bool) uint32 {
 	if kind {
 		if name != "" || len(*dict) != 0 {
 			if err := ValidName(name); err != nil {
-				d.fail("kind: %s", detail(err))
+				d.Fail("kind: %s", detail(err))
 				return 0
 			}
 		}
 		i = ld.s.internKind(name)
 	} else {
 		if err := ValidName(name); err != nil {
-			d.fail("attribute key: %s", detail(err))
+			d.Fail("attribute key: %s", detail(err))
 			return 0
 		}
 		i = ld.s.internKey(name)
 	}
 	if slices.Contains(*dict, i) {
-		d.fail("dictionary entry %q defined twice", name)
+		d.Fail("dictionary entry %q defined twice", name)
 		return 0
 	}
 	*dict = append(*dict, i)

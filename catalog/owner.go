@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/catalog/internal/slotmap"
 )
@@ -469,12 +470,12 @@ func (s *state) imageLinks() []imageLink {
 // links decodes an 'O' block of an image into pending links; linkOwned
 // checks and adds them once every node is in.
 func (ld *loader) links(p []byte) error {
-	d := &decoder{data: p}
-	for d.off < len(p) && d.err == nil {
-		delta := d.uvarint("owned id delta")
-		owner := d.uvarint("owner id")
-		orphan := d.byte("orphan flag")
-		if d.err != nil {
+	d := &decoder{Reader: codec.Reader{Data: p}}
+	for d.Off < len(p) && d.Err == nil {
+		delta := d.Uvarint("owned id delta")
+		owner := d.Uvarint("owner id")
+		orphan := d.Byte("orphan flag")
+		if d.Err != nil {
 			break
 		}
 		if delta == 0 || orphan > 1 {
@@ -483,8 +484,8 @@ func (ld *loader) links(p []byte) error {
 		ld.prevOwned += delta
 		ld.owned = append(ld.owned, imageLink{owned: ld.prevOwned, owner: owner, orphan: orphan})
 	}
-	if d.err != nil {
-		return ld.br.corrupt("ownerships: %s", detail(d.err))
+	if d.Err != nil {
+		return ld.br.corrupt("ownerships: %s", detail(d.Err))
 	}
 	return nil
 }

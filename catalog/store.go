@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"strings"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/idset"
 	"github.com/metatree/metatree/catalog/internal/layout"
 )
@@ -110,49 +111,6 @@ func newState() *state {
 	return s
 }
 
-// attrIter walks the encoded attributes of a blob: uvarint count, then per
-// attribute the key index (uvarint) and the value (type byte, payload), in
-// increasing key-name order.
-type attrIter struct {
-	b []byte
-	n int
-}
-
-func newAttrIter(attrs []byte) attrIter {
-	c, n := binary.Uvarint(attrs)
-	return attrIter{b: attrs[n:], n: int(c)}
-}
-
-// next returns the key index and the encoded value (type byte + payload).
-func (it *attrIter) next() (key uint32, val []byte, ok bool) {
-	if it.n == 0 {
-		return 0, nil, false
-	}
-	it.n--
-	k, n := binary.Uvarint(it.b)
-	rest := it.b[n:]
-	vl := valueLen(rest)
-	val = rest[:vl]
-	it.b = rest[vl:]
-	return uint32(k), val, true
-}
-
-// valueLen returns the length of the encoded value at the start of b.
-// Blobs are written by this package, so b is well formed.
-func valueLen(b []byte) int {
-	switch ValueType(b[0]) {
-	case TypeString, TypeBytes:
-		l, n := binary.Uvarint(b[1:])
-		return 1 + n + int(l)
-	case TypeInt:
-		_, n := binary.Varint(b[1:])
-		return 1 + n
-	case TypeBool:
-		return 2
-	}
-	panic("catalog: corrupt attribute blob") // an internal invariant, not input
-}
-
 // decodeValue turns encoded value bytes into a Value (copying).
 func decodeValue(b []byte) Value {
 	t := ValueType(b[0])
@@ -167,20 +125,6 @@ func decodeValue(b []byte) Value {
 		return Value{typ: t, i: int64(b[1])}
 	}
 	return Value{}
-}
-
-// attrValue returns the encoded value of key in a blob's attributes.
-func attrValue(attrs []byte, key uint32) ([]byte, bool) {
-	it := newAttrIter(attrs)
-	for {
-		k, v, ok := it.next()
-		if !ok {
-			return nil, false
-		}
-		if k == key {
-			return v, true
-		}
-	}
 }
 
 func (s *state) internKind(k string) uint32 {
@@ -259,11 +203,11 @@ func (s *state) nodeFrom(r *layout.Rec, path string, parentID uint64) Node {
 func decodeBlob(blob []byte, keys []string, n *Node) {
 	name, attrs := layout.SplitBlob(blob)
 	n.Name = string(name)
-	it := newAttrIter(attrs)
-	if it.n > 0 {
-		n.Attrs = make(map[string]Value, it.n)
+	it := codec.NewAttrIter(attrs)
+	if it.Len() > 0 {
+		n.Attrs = make(map[string]Value, it.Len())
 		for {
-			k, v, ok := it.next()
+			k, v, ok := it.Next()
 			if !ok {
 				break
 			}
@@ -282,28 +226,18 @@ func decodeBlob(blob []byte, keys []string, n *Node) {
 // the names are the same on every replica.
 
 // keyCost is what a key (or a name) adds to a node's size.
-func keyCost(k string) int { return uvarintLen(uint64(len(k))) + len(k) }
+func keyCost(k string) int { return codec.UvarintLen(uint64(len(k))) + len(k) }
 
 // nodeSize returns the size of the node whose blob is b (see keyCost).
 func (s *state) nodeSize(b []byte) int {
 	_, attrs := layout.SplitBlob(b)
 	n := len(b)
-	it := newAttrIter(attrs)
+	it := codec.NewAttrIter(attrs)
 	for {
-		k, _, ok := it.next()
+		k, _, ok := it.Next()
 		if !ok {
 			return n
 		}
-		n += keyCost(s.keys[k]) - uvarintLen(uint64(k))
+		n += keyCost(s.keys[k]) - codec.UvarintLen(uint64(k))
 	}
-}
-
-// uvarintLen is the length of x as a uvarint.
-func uvarintLen(x uint64) int {
-	n := 1
-	for x >= 0x80 {
-		x >>= 7
-		n++
-	}
-	return n
 }

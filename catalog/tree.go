@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
@@ -182,7 +183,7 @@ func (t *Tree) Find(kind, attr string, v Value) []Node {
 		}
 		return s.kindSets[k].AppendTo(nil), func(s *state, r *layout.Rec) bool {
 			_, attrs := layout.SplitBlob(s.Blob(r))
-			got, ok := attrValue(attrs, key)
+			got, ok := codec.AttrValue(attrs, key)
 			return ok && string(got) == string(want)
 		}
 	})

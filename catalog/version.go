@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/internal/operr"
 )
@@ -70,7 +71,7 @@ func matchAttrs(s *state, r *layout.Rec, match []kv) error {
 		key, ok := s.keyIdx[e.k]
 		var got []byte
 		if ok {
-			got, ok = attrValue(attrs, key)
+			got, ok = codec.AttrValue(attrs, key)
 		}
 		if !ok {
 			return conflict("attribute %q is not set (want it to match)", e.k)

@@ -5,6 +5,7 @@ import (
 	"iter"
 	"unsafe"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
@@ -120,7 +121,7 @@ func (r Reader) find(kind, attr string, v Value, yield func(View) bool) {
 	set.Range(func(slot uint32) bool {
 		if filter {
 			_, attrs := layout.SplitBlob(s.Blob(s.At(slot)))
-			got, ok := attrValue(attrs, key)
+			got, ok := codec.AttrValue(attrs, key)
 			if !ok || string(got) != string(want) {
 				return true
 			}
@@ -196,7 +197,7 @@ func (v View) Attr(key string) (val Value, ok bool) {
 		return Value{}, false
 	}
 	_, attrs := layout.SplitBlob(v.s.Blob(v.r))
-	b, ok := attrValue(attrs, k)
+	b, ok := codec.AttrValue(attrs, k)
 	if !ok {
 		return Value{}, false
 	}
@@ -217,9 +218,9 @@ func (v View) Attrs() iter.Seq2[string, Value] {
 
 func (v View) attrs(yield func(string, Value) bool) {
 	_, attrs := layout.SplitBlob(v.s.Blob(v.r))
-	it := newAttrIter(attrs)
+	it := codec.NewAttrIter(attrs)
 	for {
-		k, b, ok := it.next()
+		k, b, ok := it.Next()
 		if !ok || !yield(v.s.keys[k], viewValue(b)) {
 			return
 		}
