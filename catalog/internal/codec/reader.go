@@ -42,15 +42,9 @@ func (d *Reader) Uvarint(what string) uint64 {
 		return uint64(v)
 	}
 	v, n := binary.Uvarint(d.Data[d.Off:])
-	if n <= 0 {
-		d.Fail("bad varint for %s", what)
+	if !d.took(n, what) {
 		return 0
 	}
-	if Overlong(d.Data[d.Off : d.Off+n]) {
-		d.Fail("overlong varint for %s", what)
-		return 0
-	}
-	d.Off += n
 	return v
 }
 
@@ -60,16 +54,26 @@ func (d *Reader) Varint(what string) int64 {
 		return 0
 	}
 	v, n := binary.Varint(d.Data[d.Off:])
+	if !d.took(n, what) {
+		return 0
+	}
+	return v
+}
+
+// took moves past the varint of n bytes at Off that binary.Uvarint or
+// binary.Varint read (n <= 0: none there); it fails, and reports false,
+// when there is none or it is overlong.
+func (d *Reader) took(n int, what string) bool {
 	if n <= 0 {
 		d.Fail("bad varint for %s", what)
-		return 0
+		return false
 	}
 	if Overlong(d.Data[d.Off : d.Off+n]) {
 		d.Fail("overlong varint for %s", what)
-		return 0
+		return false
 	}
 	d.Off += n
-	return v
+	return true
 }
 
 // Byte reads one byte.
