@@ -9,7 +9,7 @@ import (
 	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
-// requireLookupAgrees checks lookupID against the id table for every id
+// requireLookupAgrees checks LookupID against the id table for every id
 // up to past the tree's counter, present or not, and Reader.GetID against
 // both; it returns how many of the pages holding ids have their hint
 // affine, and how many do not.

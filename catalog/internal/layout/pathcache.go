@@ -27,7 +27,7 @@ func (c *PathCache) Reset() {
 	c.sums = c.sums[:0]
 }
 
-// Resolve is Store.resolve for the applier, through the cache: each level
+// Resolve is Store.Resolve for the applier, through the cache: each level
 // the cache does not hold is one probe of the path index, except where the
 // child list must be searched (see below). create says the caller creates
 // the path if it is missing, so its last level's position is wanted.
@@ -114,7 +114,7 @@ func (c *PathCache) ChildKey(s *Store, parent uint32, name []byte) uint64 {
 	return x.childKey(s, parent, name)
 }
 
-// Miss reports whether path is the one resolve last found missing and, if
+// Miss reports whether path is the one Resolve last found missing and, if
 // so, its parent's slot and the position its name takes among the
 // parent's children.
 func (c *PathCache) Miss(path string) (parent uint32, pos int, ok bool) {

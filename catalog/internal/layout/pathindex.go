@@ -56,11 +56,11 @@ type PathIndex struct {
 	// pending are entries added but not yet in a bucket. An insert is a
 	// cache miss in a table the size of the catalog; put one by one
 	// between the applier's other work, those misses add up, while
-	// flush puts them in a tight loop where they overlap. The table is
+	// Flush puts them in a tight loop where they overlap. The table is
 	// flushed before anything reads it or removes from it: readers only
 	// ever see it flushed (Apply and Load flush before they return).
 	pending []pendingEntry
-	// touched keeps flush's loads that bring the buckets into the cache:
+	// touched keeps Flush's loads that bring the buckets into the cache:
 	// the compiler drops loads whose values go nowhere.
 	touched uint32
 	// mask is ANDed into every hash; tests narrow it so that names
@@ -89,7 +89,7 @@ const (
 	tagLow = 0x7f7f7f7f7f7f7f7f
 )
 
-// pendingFlush is the number of pending entries that makes add flush.
+// pendingFlush is the number of pending entries that makes Add flush.
 const pendingFlush = 256
 
 type pendingEntry struct {
@@ -492,7 +492,7 @@ func BucketsFor(n int) int {
 	return nb
 }
 
-// Add indexes slot under key h (pending, see flush). The table has room
+// Add indexes slot under key h (pending, see Flush). The table has room
 // for it: create reserves room first, and the other callers put back as
 // many entries as they removed in the same batch or op.
 func (x *PathIndex) Add(h uint64, slot uint32) {

@@ -157,7 +157,7 @@ func (s *Store) Child(parent uint32, name []byte) (uint32, bool) {
 }
 
 // LookupKid finds the child named name, for readers: a plain binary search,
-// since the applier's append check in kidPos costs readers one more
+// since the applier's append check in KidPos costs readers one more
 // comparison (two cache misses on a cold list) per level. (A lookup by
 // path goes through the path index instead.)
 func (s *Store) LookupKid(parent uint32, name []byte) (uint32, bool) {
@@ -178,7 +178,7 @@ func (s *Store) LookupKid(parent uint32, name []byte) (uint32, bool) {
 }
 
 // RoomForKid makes room in parent's child list for one more child, so
-// that the insertKid that follows cannot fail: an operation calls it before
+// that the InsertKid that follows cannot fail: an operation calls it before
 // it changes anything, and fails with ErrCapacity when there is none.
 func (s *Store) RoomForKid(parent uint32) error {
 	pr := s.At(parent)
@@ -189,7 +189,7 @@ func (s *Store) RoomForKid(parent uint32) error {
 
 // InsertKid links slot under parent (its Rec says so already, name
 // included), in the child list and the path index; the caller checked the
-// name is free and, in a batch, made room (roomForKid). Undoing a batch
+// name is free and, in a batch, made room (RoomForKid). Undoing a batch
 // relinks what it unlinked, within the chunks kept in reserve for it.
 func (s *Store) InsertKid(parent, slot uint32) {
 	name := s.Name(slot)
@@ -197,7 +197,7 @@ func (s *Store) InsertKid(parent, slot uint32) {
 	s.LinkKidAt(parent, pos, slot, s.Paths.childKey(s, parent, name))
 }
 
-// LinkKidAt is insertKid with the position in the child list and the path
+// LinkKidAt is InsertKid with the position in the child list and the path
 // index key known.
 func (s *Store) LinkKidAt(parent uint32, pos int, slot uint32, key uint64) {
 	pr := s.At(parent)
