@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/idset"
+	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
 // Apply applies the encoded batch committed at log index and returns its
@@ -51,7 +53,7 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.s
-	defer s.paths.flush() // before readers can see the index
+	defer s.Paths.Flush() // before readers can see the index
 	if err != nil {
 		s.index = index
 		t.applied.Store(index)
@@ -67,7 +69,7 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	t.undoLinks = t.undoLinks[:0]
 	t.ended = t.ended[:0]
 	t.undoCut = false
-	t.pc.reset()
+	t.pc.Reset()
 	t.beginEvents()
 	t.undoSize = s.size
 	t.dg0 = s.digest
@@ -119,8 +121,8 @@ func (t *Tree) clearScratch() {
 	clear(t.ops)
 	clear(t.dec.kvs)
 	clear(t.dec.keys)
-	t.dec.data = nil
-	t.pc.reset()
+	t.dec.Data = nil
+	t.pc.Reset()
 	clear(t.pend)
 	t.pend = t.pend[:0]
 	t.wbuf = t.wbuf[:0]
@@ -162,10 +164,10 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 		}
 		owner.orphan = o.owner.Orphan
 	}
-	slot, exists := t.resolveW(s, o.path, o.typ == OpCreate)
-	var r *rec
+	slot, exists := t.pc.Resolve(&s.Store, o.path, o.typ == OpCreate)
+	var r *layout.Rec
 	if exists {
-		r = s.at(slot)
+		r = s.At(slot)
 	}
 	c := o.cond
 	if o.typ == OpCheck && c.zero() {
@@ -178,8 +180,8 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 		return 0, conflict("does not exist (want exists)")
 	case c.Modified != 0 && !exists:
 		return 0, conflict("does not exist (want modified %d)", c.Modified)
-	case c.Modified != 0 && r.modified != c.Modified:
-		return 0, conflict("modified at %d (want %d)", r.modified, c.Modified)
+	case c.Modified != 0 && r.Modified != c.Modified:
+		return 0, conflict("modified at %d (want %d)", r.Modified, c.Modified)
 	case len(o.match) > 0 && !exists:
 		return 0, conflict("does not exist (want attributes to match)")
 	case len(o.match) > 0:
@@ -192,14 +194,14 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 		if !exists {
 			return 0, nil
 		}
-		return r.id, nil
+		return r.ID, nil
 	case OpCreate:
 		if exists {
 			return 0, fmt.Errorf("%w: %q", ErrExists, o.path)
 		}
 		id, err := t.create(s, index, o)
 		if err == nil && owner.ownerID != 0 {
-			slot, _ := s.slotOf(id)
+			slot, _ := s.SlotOf(id)
 			t.link(s, slot, owner)
 		}
 		return id, err
@@ -207,33 +209,33 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 	if !exists {
 		return 0, fmt.Errorf("%w: %q", ErrNotFound, o.path)
 	}
-	id := r.id
+	id := r.ID
 	switch o.typ {
 	case OpUpdate:
-		if o.kind != "" && o.kind != s.kinds[r.kind] {
-			return 0, conflict("kind is %q (want %q)", s.kinds[r.kind], o.kind)
+		if o.kind != "" && o.kind != s.kinds[r.Kind] {
+			return 0, conflict("kind is %q (want %q)", s.kinds[r.Kind], o.kind)
 		}
 		if err := t.update(s, index, slot, o); err != nil {
 			return 0, err
 		}
 	case OpDelete:
-		if r.kids != 0 && !o.recursive {
-			return 0, fmt.Errorf("%w (%d of them; delete with Recursive)", ErrNotEmpty, len(s.kidsOf(slot)))
+		if r.Kids != 0 && !o.recursive {
+			return 0, fmt.Errorf("%w (%d of them; delete with Recursive)", ErrNotEmpty, len(s.KidsOf(slot)))
 		}
-		t.pc.reset()
+		t.pc.Reset()
 		t.dg.subtree(s, slot, o.path, false)
 		t.deleteTree(s, slot, o.path)
 	case OpMove:
 		parentPath, name := splitPath(o.to)
-		ps, ok := t.resolveW(s, parentPath, false)
+		ps, ok := t.pc.Resolve(&s.Store, parentPath, false)
 		if !ok {
 			return 0, fmt.Errorf("%w: parent %q of move target", ErrNotFound, parentPath)
 		}
-		if _, taken := s.child(ps, unsafeBytes(name)); taken {
+		if _, taken := s.Child(ps, layout.UnsafeBytes(name)); taken {
 			return 0, fmt.Errorf("%w: move target %q", ErrExists, o.to)
 		}
-		t.pc.reset()
-		if err := s.roomForKid(ps); err != nil {
+		t.pc.Reset()
+		if err := s.RoomForKid(ps); err != nil {
 			return 0, err
 		}
 		t.dg.moved(s, slot, o.path, false)
@@ -241,120 +243,6 @@ func (t *Tree) applyOp(s *state, index uint64, o *rawOp) (uint64, error) {
 		t.dg.moved(s, slot, o.to, true)
 	}
 	return id, nil
-}
-
-// pathCache remembers the slots along the last path the applier resolved,
-// so that the many operations of a batch under one parent do not search
-// from the root each time. Its strings view the entry bytes: it is valid
-// within one Apply and reset by deletes and moves (which free slots or
-// change paths).
-type pathCache struct {
-	// missPath was just resolved and found missing: its parent's slot and
-	// the position its name would take among the parent's children.
-	missPath   string
-	missParent uint32
-	missPos    int
-
-	path  string
-	ends  []int    // ends[i]: end of component i in path
-	slots []uint32 // slots[i]: the node at path[:ends[i]]
-	sums  []uint64 // sums[i]: its path's sum of path index terms
-}
-
-func (c *pathCache) reset() {
-	c.missPath = ""
-	c.path = ""
-	c.ends = c.ends[:0]
-	c.slots = c.slots[:0]
-	c.sums = c.sums[:0]
-}
-
-// resolveW is resolve for the applier, through the path cache: each level
-// the cache does not hold is one probe of the path index, except where the
-// child list must be searched (see below). create says the caller creates
-// the path if it is missing, so its last level's position is wanted.
-func (t *Tree) resolveW(s *state, path string, create bool) (uint32, bool) {
-	if path == "/" {
-		return rootSlot, true
-	}
-	c := &t.pc
-	c.missPath = ""
-	// Longest cached ancestor (or the path itself).
-	n := commonPrefix(path, c.path)
-	d := -1
-	for i, e := range c.ends {
-		if e > n || (e < len(path) && path[e] != '/') {
-			break
-		}
-		d = i
-	}
-	slot := uint32(rootSlot)
-	start := 1
-	if d >= 0 {
-		slot = c.slots[d]
-		start = c.ends[d] + 1
-		c.ends = c.ends[:d+1]
-		c.slots = c.slots[:d+1]
-		c.sums = c.sums[:d+1]
-	} else {
-		c.ends = c.ends[:0]
-		c.slots = c.slots[:0]
-		c.sums = c.sums[:0]
-	}
-	c.path = path
-	x := &s.paths
-	for start <= len(path) {
-		end := start
-		for end < len(path) && path[end] != '/' {
-			end++
-		}
-		name := unsafeBytes(path[start:end])
-		var sum uint64
-		if n := len(c.sums); n > 0 {
-			sum = c.sums[n-1]
-		}
-		sum += x.level(len(c.sums)+1, name)
-		if (create && end == len(path)) || len(x.pending) > 0 {
-			// A create needs the position its name takes among the
-			// parent's children, which the child list's search finds;
-			// so does a level while the batch's creates wait to be put
-			// in the index (flushing for every lookup would undo their
-			// batching, see pathIndex.pending).
-			pos, ok := s.kidPos(slot, name)
-			if !ok {
-				if end == len(path) {
-					c.missPath, c.missParent, c.missPos = path, slot, pos
-				}
-				return 0, false
-			}
-			slot = s.kidsOf(slot)[pos]
-		} else {
-			// Elsewhere one probe of the path index does: the binary
-			// search costs a rec and a name a step.
-			var ok bool
-			if slot, ok = x.find(s, x.key(sum), slot, name); !ok {
-				return 0, false
-			}
-		}
-		c.ends = append(c.ends, end)
-		c.slots = append(c.slots, slot)
-		c.sums = append(c.sums, sum)
-		start = end + 1
-	}
-	return slot, true
-}
-
-// childKey is the path index key of the child of parent named name,
-// from the sums of the path last resolved when parent is its end.
-func (c *pathCache) childKey(s *state, parent uint32, name []byte) uint64 {
-	x := &s.paths
-	if parent == rootSlot {
-		return x.key(x.level(1, name))
-	}
-	if n := len(c.slots); n > 0 && c.slots[n-1] == parent {
-		return x.key(c.sums[n-1] + x.level(n+1, name))
-	}
-	return x.childKey(s, parent, name)
 }
 
 // splitPath splits a valid non-root path into its parent path and name.
@@ -403,11 +291,10 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	parentPath, name := splitPath(o.path)
 	// applyOp has just looked o.path up and found it missing; if its parent
 	// exists, that lookup also found where the new name goes.
-	miss := t.pc.missPath == o.path
-	ps, pos := t.pc.missParent, t.pc.missPos
+	ps, pos, miss := t.pc.Miss(o.path)
 	if !miss {
 		var ok bool
-		ps, ok = t.resolveW(s, parentPath, false)
+		ps, ok = t.pc.Resolve(&s.Store, parentPath, false)
 		if !ok {
 			return 0, fmt.Errorf("%w: parent %q", ErrNotFound, parentPath)
 		}
@@ -422,7 +309,7 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	for j, e := range o.set {
 		k := s.internKeyAt(j, e.k)
 		b = binary.AppendUvarint(b, uint64(k))
-		size += keyCost(e.k) - uvarintLen(uint64(k))
+		size += keyCost(e.k) - codec.UvarintLen(uint64(k))
 		st := len(b)
 		b = appendValue(b, e.v)
 		t.cattrs = append(t.cattrs, createAttr{key: k, start: int32(st), end: int32(len(b))})
@@ -432,29 +319,29 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	if size > maxBlobBytes { // validation keeps ops well below this
 		return 0, fmt.Errorf("%w: the node's name and attributes would take %d bytes (at most %d)", ErrInvalid, size, maxBlobBytes)
 	}
-	if s.nextID >= idLimit {
-		return 0, fmt.Errorf("%w: the tree has handed out every node id (below %d)", ErrCapacity, uint64(idLimit))
+	if s.nextID >= layout.IDLimit {
+		return 0, fmt.Errorf("%w: the tree has handed out every node id (below %d)", ErrCapacity, uint64(layout.IDLimit))
 	}
 	// Room in the parent's child list first: past this point nothing fails.
-	if err := s.roomForKid(ps); err != nil {
+	if err := s.RoomForKid(ps); err != nil {
 		return 0, err
 	}
-	s.paths.reserve(s, s.paths.n+1)
+	s.Paths.Reserve(s, s.Paths.Len()+1)
 	kind := s.internKind(o.kind)
-	fromFree := len(s.free) > 0
-	slot := s.allocSlot()
+	fromFree := len(s.Free) > 0
+	slot := s.AllocSlot()
 	s.preWrite(slot)
 	id := s.nextID
 	s.nextID++
-	blob, blen := s.arena.put(b)
+	blob, blen := s.Arena.Put(b)
 	s.size += int64(size)
-	*s.at(slot) = rec{id: id, blob: blob, blen: blen, created: index, modified: index, parent: ps, kind: kind}
-	s.setSlotOf(id, slot)
-	key := t.pc.childKey(s, ps, unsafeBytes(name))
+	*s.At(slot) = layout.Rec{ID: id, Blob: blob, BLen: blen, Created: index, Modified: index, Parent: ps, Kind: kind}
+	s.SetSlotOf(id, slot)
+	key := t.pc.ChildKey(&s.Store, ps, layout.UnsafeBytes(name))
 	if !miss {
-		pos, _ = s.kidPos(ps, unsafeBytes(name))
+		pos, _ = s.KidPos(ps, layout.UnsafeBytes(name))
 	}
-	s.linkKidAt(ps, pos, slot, key)
+	s.LinkKidAt(ps, pos, slot, key)
 	s.kindSets[kind].Add(slot)
 	for _, x := range s.kindIndexes[kind] {
 		for _, a := range t.cattrs {
@@ -466,7 +353,7 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 	t.undo = append(t.undo, undoRec{op: uCreate, slot: slot, fromFree: fromFree})
 	t.dg.created(s, slot, ps, o, name)
 	if t.wOn && t.wanted(o.path, o.kind, "") {
-		after := t.noteNode(s, s.at(slot), s.at(ps).id, t.notePath(o.path))
+		after := t.noteNode(s, s.At(slot), s.At(ps).ID, t.notePath(o.path))
 		t.pend = append(t.pend, pendEvent{op: OpCreate, index: index, kind: s.kinds[kind], after: after})
 	}
 	return id, nil
@@ -474,24 +361,24 @@ func (t *Tree) create(s *state, index uint64, o *rawOp) (uint64, error) {
 
 // indexAdd adds the node at slot to its kind set and secondary indexes.
 func (s *state) indexAdd(slot uint32) {
-	r := s.at(slot)
-	s.kindSets[r.kind].Add(slot)
+	r := s.At(slot)
+	s.kindSets[r.Kind].Add(slot)
 	s.secAdd(slot)
 }
 
 // indexRemove is indexAdd's inverse.
 func (s *state) indexRemove(slot uint32) {
-	r := s.at(slot)
-	s.kindSets[r.kind].Remove(slot)
+	r := s.At(slot)
+	s.kindSets[r.Kind].Remove(slot)
 	s.secRemove(slot)
 }
 
 func (s *state) secRemove(slot uint32) {
-	r := s.at(slot)
-	if xs := s.kindIndexes[r.kind]; len(xs) > 0 {
-		_, attrs := splitBlob(s.blob(r))
+	r := s.At(slot)
+	if xs := s.kindIndexes[r.Kind]; len(xs) > 0 {
+		_, attrs := layout.SplitBlob(s.Blob(r))
 		for _, x := range xs {
-			if v, ok := attrValue(attrs, x.key); ok {
+			if v, ok := codec.AttrValue(attrs, x.key); ok {
 				x.remove(v, slot)
 			}
 		}
@@ -513,16 +400,16 @@ func touchesIndex(xs []*secIndex, o *rawOp) bool {
 
 // secUpdate moves a node between postings for the indexed attributes whose
 // value changed from blob a to blob b.
-func (s *state) secUpdate(slot uint32, kind uint32, a, b *rec) {
+func (s *state) secUpdate(slot uint32, kind uint32, a, b *layout.Rec) {
 	xs := s.kindIndexes[kind]
 	if len(xs) == 0 {
 		return
 	}
-	_, aa := splitBlob(s.blob(a))
-	_, ba := splitBlob(s.blob(b))
+	_, aa := layout.SplitBlob(s.Blob(a))
+	_, ba := layout.SplitBlob(s.Blob(b))
 	for _, x := range xs {
-		av, aok := attrValue(aa, x.key)
-		bv, bok := attrValue(ba, x.key)
+		av, aok := codec.AttrValue(aa, x.key)
+		bv, bok := codec.AttrValue(ba, x.key)
 		if aok == bok && bytes.Equal(av, bv) {
 			continue
 		}
@@ -536,11 +423,11 @@ func (s *state) secUpdate(slot uint32, kind uint32, a, b *rec) {
 }
 
 func (s *state) secAdd(slot uint32) {
-	r := s.at(slot)
-	if xs := s.kindIndexes[r.kind]; len(xs) > 0 {
-		_, attrs := splitBlob(s.blob(r))
+	r := s.At(slot)
+	if xs := s.kindIndexes[r.Kind]; len(xs) > 0 {
+		_, attrs := layout.SplitBlob(s.Blob(r))
 		for _, x := range xs {
-			if v, ok := attrValue(attrs, x.key); ok {
+			if v, ok := codec.AttrValue(attrs, x.key); ok {
 				x.add(v, slot)
 			}
 		}
@@ -548,23 +435,23 @@ func (s *state) secAdd(slot uint32) {
 }
 
 func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
-	r := s.at(slot)
+	r := s.At(slot)
 	t.changing(s, slot, false)
 	var before pendNode
-	wantEv := t.wOn && t.wanted(o.path, s.kinds[r.kind], "")
+	wantEv := t.wOn && t.wanted(o.path, s.kinds[r.Kind], "")
 	if wantEv {
 		before = t.noteNode(s, r, s.parentID(r), t.notePath(o.path))
 	}
-	name, old := splitBlob(s.blob(r))
-	it := newAttrIter(old)
+	name, old := layout.SplitBlob(s.Blob(r))
+	it := codec.NewAttrIter(old)
 	// In format 2 the node's digest elements before and after are built
 	// in the passes below over its attributes (digester.updating), in the
 	// digester's two buffers, which nothing else uses until changed.
 	var elOld, elNew []byte
 	el := t.dg.updating(s)
 	if el {
-		elOld = elemHead(t.dg.buf, 2*len(old), r.id, s.parentID(r), r.created, r.modified, s.kinds[r.kind], name)
-		elOld = binary.AppendUvarint(elOld, uint64(it.n))
+		elOld = elemHead(t.dg.buf, 2*len(old), r.ID, s.parentID(r), r.Created, r.Modified, s.kinds[r.Kind], name)
+		elOld = binary.AppendUvarint(elOld, uint64(it.Len()))
 	}
 	// Merge the old attributes (sorted by key name) with set and unset
 	// (sorted too).
@@ -576,7 +463,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 		start, end int    // a new value in vals
 	}
 	merged := make([]src, 0, 8)
-	k, v, ok := it.next()
+	k, v, ok := it.Next()
 	si, ui := 0, 0
 	for ok || si < len(o.set) {
 		var oldName string
@@ -593,7 +480,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 				if el {
 					elOld = elemAttr(elOld, oldName, v)
 				}
-				k, v, ok = it.next()
+				k, v, ok = it.Next()
 			}
 			si++
 		default:
@@ -606,12 +493,12 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 			if el {
 				elOld = elemAttr(elOld, oldName, v)
 			}
-			k, v, ok = it.next()
+			k, v, ok = it.Next()
 		}
 	}
 	t.attrs = t.attrs[:0]
 	if el {
-		elNew = elemHead(t.dg.alt, len(elOld)+len(vals), r.id, s.parentID(r), r.created, index, s.kinds[r.kind], name)
+		elNew = elemHead(t.dg.alt, len(elOld)+len(vals), r.ID, s.parentID(r), r.Created, index, s.kinds[r.Kind], name)
 		elNew = binary.AppendUvarint(elNew, uint64(len(merged)))
 	}
 	size := 0 // what the keys add to len(b) for the node's size
@@ -621,7 +508,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 			val = vals[m.start:m.end]
 		}
 		t.attrs = append(t.attrs, attrEnt{key: m.key, val: val})
-		size += keyCost(m.name) - uvarintLen(uint64(m.key))
+		size += keyCost(m.name) - codec.UvarintLen(uint64(m.key))
 		if el {
 			elNew = elemAttr(elNew, m.name, val)
 		}
@@ -632,19 +519,19 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 	if size > maxBlobBytes {
 		return fmt.Errorf("%w: the node's name and attributes would take %d bytes (at most %d)", ErrInvalid, size, maxBlobBytes)
 	}
-	s.size += int64(size) - int64(s.nodeSize(s.blob(r)))
+	s.size += int64(size) - int64(s.nodeSize(s.Blob(r)))
 	if !el {
 		t.dg.node(s, slot, o.path, false)
 	}
-	blob, blen := s.arena.put(b)
+	blob, blen := s.Arena.Put(b)
 	s.preWrite(slot)
-	r = s.at(slot)
+	r = s.At(slot)
 	oldRec := *r
-	s.arena.drop(r.blen)
-	r.blob, r.blen = blob, blen
-	r.modified = index
-	if touchesIndex(s.kindIndexes[r.kind], o) {
-		s.secUpdate(slot, r.kind, &oldRec, r)
+	s.Arena.Drop(r.BLen)
+	r.Blob, r.BLen = blob, blen
+	r.Modified = index
+	if touchesIndex(s.kindIndexes[r.Kind], o) {
+		s.secUpdate(slot, r.Kind, &oldRec, r)
 	}
 	t.pushUndoOld(uSetBlob, slot, oldRec)
 	if el {
@@ -654,7 +541,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 	}
 	if wantEv {
 		after := t.noteNode(s, r, before.parent, before.path)
-		t.pend = append(t.pend, pendEvent{op: OpUpdate, index: index, kind: s.kinds[r.kind], before: before, after: after})
+		t.pend = append(t.pend, pendEvent{op: OpUpdate, index: index, kind: s.kinds[r.Kind], before: before, after: after})
 	}
 	return nil
 }
@@ -662,7 +549,7 @@ func (t *Tree) update(s *state, index uint64, slot uint32, o *rawOp) error {
 // deleteTree deletes the subtree at slot, children before parents.
 func (t *Tree) deleteTree(s *state, slot uint32, path string) {
 	for {
-		kids := s.kidsOf(slot)
+		kids := s.KidsOf(slot)
 		if len(kids) == 0 {
 			break
 		}
@@ -670,46 +557,46 @@ func (t *Tree) deleteTree(s *state, slot uint32, path string) {
 		var kp string
 		if t.wOn {
 			if path == "/" {
-				kp = "/" + string(s.name(k))
+				kp = "/" + string(s.Name(k))
 			} else {
-				kp = path + "/" + string(s.name(k))
+				kp = path + "/" + string(s.Name(k))
 			}
 		}
 		t.deleteTree(s, k, kp)
 	}
-	r := s.at(slot)
-	if t.wOn && t.wanted(path, s.kinds[r.kind], "") {
+	r := s.At(slot)
+	if t.wOn && t.wanted(path, s.kinds[r.Kind], "") {
 		before := t.noteNode(s, r, s.parentID(r), t.notePath(path))
-		t.pend = append(t.pend, pendEvent{op: OpDelete, index: s.lr.applying, kind: s.kinds[r.kind], before: before})
+		t.pend = append(t.pend, pendEvent{op: OpDelete, index: s.lr.applying, kind: s.kinds[r.Kind], before: before})
 	}
 	t.changing(s, slot, true)
 	t.unlink(s, slot)
 	old := *r
-	s.size -= int64(s.nodeSize(s.blob(r)))
+	s.size -= int64(s.nodeSize(s.Blob(r)))
 	s.indexRemove(slot)
-	s.removeKid(old.parent, slot)
-	s.clearSlotOf(old.id)
-	s.noteGone(old.id, slot)
+	s.RemoveKid(old.Parent, slot)
+	s.ClearSlotOf(old.ID)
+	s.noteGone(old.ID, slot)
 	s.preWrite(slot)
-	*s.at(slot) = rec{}
-	s.free = append(s.free, slot)
-	s.arena.drop(old.blen)
+	*s.At(slot) = layout.Rec{}
+	s.Free = append(s.Free, slot)
+	s.Arena.Drop(old.BLen)
 	t.pushUndoOld(uRemove, slot, old)
 }
 
 func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, from, to string) {
-	r := s.at(slot)
+	r := s.At(slot)
 	t.changing(s, slot, false)
 	var before pendNode
-	wantEv := t.wOn && t.wanted(from, s.kinds[r.kind], to)
+	wantEv := t.wOn && t.wanted(from, s.kinds[r.Kind], to)
 	if wantEv {
 		before = t.noteNode(s, r, s.parentID(r), t.notePath(from))
 	}
 	old := *r
-	s.rekeyBelow(slot, false) // the descendants' paths change too
-	s.removeKid(old.parent, slot)
+	s.RekeyBelow(slot, false) // the descendants' paths change too
+	s.RemoveKid(old.Parent, slot)
 	s.preWrite(slot)
-	name, attrs := splitBlob(s.blob(r))
+	name, attrs := layout.SplitBlob(s.Blob(r))
 	if string(name) != newName {
 		s.size += int64(keyCost(newName) - keyCost(string(name)))
 		b := t.buf[:0]
@@ -717,19 +604,19 @@ func (t *Tree) move(s *state, index uint64, slot, newParent uint32, newName, fro
 		b = append(b, newName...)
 		b = append(b, attrs...)
 		t.buf = b
-		blob, blen := s.arena.put(b)
-		s.arena.drop(old.blen)
-		r = s.at(slot)
-		r.blob, r.blen = blob, blen
+		blob, blen := s.Arena.Put(b)
+		s.Arena.Drop(old.BLen)
+		r = s.At(slot)
+		r.Blob, r.BLen = blob, blen
 	}
-	r.parent = newParent
-	r.modified = index
-	s.insertKid(newParent, slot)
-	s.rekeyBelow(slot, true)
+	r.Parent = newParent
+	r.Modified = index
+	s.InsertKid(newParent, slot)
+	s.RekeyBelow(slot, true)
 	t.pushUndoOld(uMove, slot, old)
 	if wantEv {
-		after := t.noteNode(s, r, s.at(newParent).id, t.notePath(to))
-		t.pend = append(t.pend, pendEvent{op: OpMove, index: index, kind: s.kinds[r.kind], before: before, after: after})
+		after := t.noteNode(s, r, s.At(newParent).ID, t.notePath(to))
+		t.pend = append(t.pend, pendEvent{op: OpMove, index: index, kind: s.kinds[r.Kind], before: before, after: after})
 	}
 }
 
@@ -742,8 +629,8 @@ func (t *Tree) createIndex(s *state, kind, attr string) error {
 	}
 	x := &secIndex{kind: k, key: key, kindName: s.kinds[k], keyName: s.keys[key], post: map[string]*idset.Set{}}
 	for _, slot := range s.kindSets[k].AppendTo(nil) {
-		_, attrs := splitBlob(s.blob(s.at(slot)))
-		if v, ok := attrValue(attrs, key); ok {
+		_, attrs := layout.SplitBlob(s.Blob(s.At(slot)))
+		if v, ok := codec.AttrValue(attrs, key); ok {
 			x.add(v, slot)
 		}
 	}
@@ -811,7 +698,7 @@ type undoRec struct {
 	aux      int32 // uRemove, uSetBlob, uMove: index in undoOld; index ops: in undoIdx
 }
 
-func (t *Tree) pushUndoOld(op undoOp, slot uint32, old rec) {
+func (t *Tree) pushUndoOld(op undoOp, slot uint32, old layout.Rec) {
 	if t.noUndo {
 		return
 	}
@@ -842,7 +729,7 @@ func (t *Tree) rollback(s *state) {
 	s.size = t.undoSize
 	for i := len(t.undo) - 1; i >= 0; i-- {
 		u := &t.undo[i]
-		var old rec
+		var old layout.Rec
 		var idx *secIndex
 		switch u.op {
 		case uRemove, uSetBlob, uMove:
@@ -852,52 +739,52 @@ func (t *Tree) rollback(s *state) {
 		}
 		switch u.op {
 		case uCreate:
-			r := *s.at(u.slot)
+			r := *s.At(u.slot)
 			s.indexRemove(u.slot)
-			s.removeKid(r.parent, u.slot)
-			s.clearSlotOf(r.id)
+			s.RemoveKid(r.Parent, u.slot)
+			s.ClearSlotOf(r.ID)
 			s.preWrite(u.slot)
-			*s.at(u.slot) = rec{}
-			s.arena.drop(r.blen)
+			*s.At(u.slot) = layout.Rec{}
+			s.Arena.Drop(r.BLen)
 			if u.fromFree {
-				s.free = append(s.free, u.slot)
+				s.Free = append(s.Free, u.slot)
 			} else {
-				s.nslots--
+				s.NSlots--
 			}
 			s.nextID--
 		case uRemove:
-			n := len(s.free)
-			if s.free[n-1] != u.slot {
+			n := len(s.Free)
+			if s.Free[n-1] != u.slot {
 				panic("catalog: rollback: free list out of order") // internal invariant
 			}
-			s.free = s.free[:n-1]
+			s.Free = s.Free[:n-1]
 			s.preWrite(u.slot)
-			*s.at(u.slot) = old
-			s.setSlotOf(old.id, u.slot)
-			s.insertKid(old.parent, u.slot)
+			*s.At(u.slot) = old
+			s.SetSlotOf(old.ID, u.slot)
+			s.InsertKid(old.Parent, u.slot)
 			s.indexAdd(u.slot)
-			s.arena.undrop(old.blen)
+			s.Arena.Undrop(old.BLen)
 		case uSetBlob:
 			s.preWrite(u.slot)
-			r := s.at(u.slot)
+			r := s.At(u.slot)
 			s.secRemove(u.slot)
-			s.arena.drop(r.blen)
-			s.arena.undrop(old.blen)
-			r.blob, r.blen, r.modified = old.blob, old.blen, old.modified
+			s.Arena.Drop(r.BLen)
+			s.Arena.Undrop(old.BLen)
+			r.Blob, r.BLen, r.Modified = old.Blob, old.BLen, old.Modified
 			s.secAdd(u.slot)
 		case uMove:
-			r := s.at(u.slot)
-			s.rekeyBelow(u.slot, false)
-			s.removeKid(r.parent, u.slot)
+			r := s.At(u.slot)
+			s.RekeyBelow(u.slot, false)
+			s.RemoveKid(r.Parent, u.slot)
 			s.preWrite(u.slot)
-			r = s.at(u.slot)
-			if r.blob != old.blob {
-				s.arena.drop(r.blen)
-				s.arena.undrop(old.blen)
+			r = s.At(u.slot)
+			if r.Blob != old.Blob {
+				s.Arena.Drop(r.BLen)
+				s.Arena.Undrop(old.BLen)
 			}
-			r.blob, r.blen, r.parent, r.modified = old.blob, old.blen, old.parent, old.modified
-			s.insertKid(old.parent, u.slot)
-			s.rekeyBelow(u.slot, true)
+			r.Blob, r.BLen, r.Parent, r.Modified = old.Blob, old.BLen, old.Parent, old.Modified
+			s.InsertKid(old.Parent, u.slot)
+			s.RekeyBelow(u.slot, true)
 		case uCreateIndex:
 			s.removeIndex(idx)
 		case uDropIndex:
@@ -924,17 +811,17 @@ var compactMin int64 = 64 << 20
 // maybeCompact rewrites the arena when most of it is garbage, unless a long
 // read may still refer to old blobs.
 func (s *state) maybeCompact() {
-	a := &s.arena
-	if a.garbage < compactMin || a.garbage < a.live || len(s.lr.active) > 0 {
+	a := &s.Arena
+	if a.Garbage < compactMin || a.Garbage < a.Live || len(s.lr.active) > 0 {
 		return
 	}
-	var na arena
-	for slot := uint32(0); slot < s.nslots; slot++ {
-		r := s.at(slot)
-		if r.id == 0 {
+	var na layout.Arena
+	for slot := uint32(0); slot < s.NSlots; slot++ {
+		r := s.At(slot)
+		if r.ID == 0 {
 			continue
 		}
-		r.blob, r.blen = na.put(a.get(r.blob, r.blen))
+		r.Blob, r.BLen = na.Put(a.Get(r.Blob, r.BLen))
 	}
-	s.arena = na
+	s.Arena = na
 }

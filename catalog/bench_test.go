@@ -310,7 +310,7 @@ func buildDorisPair(tb testing.TB, d benchshape.Doris, trees [2]*Tree, batchOps,
 func BenchmarkDorisScaleOwned(b *testing.B) {
 	const ownEvery = 100
 	wall, cpu := benchDorisPair(b, ownEvery, func([2]*Tree) {}, func(trees [2]*Tree) {
-		if got, want := trees[1].OwnedCount(), (dorisFull.Nodes()-1)/ownEvery; got != want {
+		if got, want := trees[1].ownedCount(), (dorisFull.Nodes()-1)/ownEvery; got != want {
 			b.Fatalf("%d nodes owned, want %d", got, want)
 		}
 	})
@@ -488,11 +488,11 @@ func BenchmarkDigestCreateElement(b *testing.B) {
 	o := &decoded[len(decoded)-1]
 	_, name := splitPath(o.path)
 	s := tr.s
-	slot, ok := s.resolve(o.path)
+	slot, ok := s.Resolve(o.path)
 	if !ok || o.kind != "replica" {
 		b.Fatalf("the last node is %s %q", o.kind, o.path)
 	}
-	parent := s.at(slot).parent
+	parent := s.At(slot).Parent
 	b.Run("from=entry", func(b *testing.B) {
 		var g digester
 		b.ReportAllocs()

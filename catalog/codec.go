@@ -3,7 +3,8 @@ package catalog
 import (
 	"encoding/binary"
 	"fmt"
-	"unsafe"
+
+	"github.com/metatree/metatree/catalog/internal/codec"
 )
 
 // The format versions of encoded batches, their first byte. Version 1:
@@ -112,18 +113,13 @@ func neededVersion(ops []rawOp) int {
 	return v
 }
 
-func appendStr(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
-}
-
 // appendValue appends the type byte and payload of v; the same bytes are a
 // value's form in node blobs and its key in secondary indexes.
 func appendValue(dst []byte, v Value) []byte {
 	dst = append(dst, byte(v.typ))
 	switch v.typ {
 	case TypeString, TypeBytes:
-		dst = appendStr(dst, v.s)
+		dst = codec.AppendStr(dst, v.s)
 	case TypeInt:
 		dst = binary.AppendVarint(dst, v.i)
 	case TypeBool:
@@ -160,32 +156,32 @@ func appendOps(dst []byte, ops []rawOp, version int) []byte {
 			}
 		}
 		dst = append(dst, byte(o.typ), flags)
-		dst = appendStr(dst, o.path)
-		dst = appendStr(dst, o.kind)
-		dst = appendStr(dst, o.to)
-		dst = appendStr(dst, o.attr)
+		dst = codec.AppendStr(dst, o.path)
+		dst = codec.AppendStr(dst, o.kind)
+		dst = codec.AppendStr(dst, o.to)
+		dst = codec.AppendStr(dst, o.attr)
 		if o.cond.Modified != 0 {
 			dst = binary.AppendUvarint(dst, o.cond.Modified)
 		}
 		if len(o.match) > 0 {
 			dst = binary.AppendUvarint(dst, uint64(len(o.match)))
 			for _, e := range o.match {
-				dst = appendStr(dst, e.k)
+				dst = codec.AppendStr(dst, e.k)
 				dst = appendValue(dst, e.v)
 			}
 		}
 		if !o.owner.zero() {
-			dst = appendStr(dst, o.owner.Path)
+			dst = codec.AppendStr(dst, o.owner.Path)
 			dst = binary.AppendUvarint(dst, o.owner.Version)
 		}
 		dst = binary.AppendUvarint(dst, uint64(len(o.set)))
 		for _, e := range o.set {
-			dst = appendStr(dst, e.k)
+			dst = codec.AppendStr(dst, e.k)
 			dst = appendValue(dst, e.v)
 		}
 		dst = binary.AppendUvarint(dst, uint64(len(o.unset)))
 		for _, k := range o.unset {
-			dst = appendStr(dst, k)
+			dst = codec.AppendStr(dst, k)
 		}
 	}
 	return dst
@@ -211,143 +207,38 @@ func DecodeBatch(data []byte) (Batch, error) {
 	return b, nil
 }
 
-// decoder reads the batch format. With view set, strings point into data
-// (no copies: Apply's fast path) and must not outlive the call.
+// decoder reads the batch format on a codec.Reader. With View set,
+// strings point into the data (no copies: Apply's fast path) and must not
+// outlive the call.
 type decoder struct {
-	data []byte
-	off  int
-	view bool
+	codec.Reader
 	max  int  // the newest version read (0: NewestBatchVersion)
 	kvs  []kv // backing store for the ops' set slices, reused
 	keys []string
-	err  error
-}
-
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: at byte %d: %s", ErrMalformed, d.off, fmt.Sprintf(format, args...))
-	}
-}
-
-func (d *decoder) uvarint(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	if d.off < len(d.data) && d.data[d.off] < 0x80 { // one byte: most lengths
-		v := d.data[d.off]
-		d.off++
-		return uint64(v)
-	}
-	v, n := binary.Uvarint(d.data[d.off:])
-	if n <= 0 {
-		d.fail("bad varint for %s", what)
-		return 0
-	}
-	if overlong(d.data[d.off : d.off+n]) {
-		d.fail("overlong varint for %s", what)
-		return 0
-	}
-	d.off += n
-	return v
-}
-
-// overlong reports whether the varint b (as binary.Uvarint or
-// binary.Varint read it) has more bytes than its value needs: a last byte
-// of zero. Encoding writes the shortest form, and only the shortest is
-// accepted, so that one batch or value has one encoding (values are kept,
-// and indexed, in their encoded form).
-func overlong(b []byte) bool { return len(b) > 1 && b[len(b)-1] == 0 }
-
-func (d *decoder) varint(what string) int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.data[d.off:])
-	if n <= 0 {
-		d.fail("bad varint for %s", what)
-		return 0
-	}
-	if overlong(d.data[d.off : d.off+n]) {
-		d.fail("overlong varint for %s", what)
-		return 0
-	}
-	d.off += n
-	return v
-}
-
-func (d *decoder) byte(what string) byte {
-	if d.err != nil {
-		return 0
-	}
-	if d.off >= len(d.data) {
-		d.fail("truncated before %s", what)
-		return 0
-	}
-	b := d.data[d.off]
-	d.off++
-	return b
-}
-
-func (d *decoder) str(what string, max int) string {
-	// Fast path: a short string with a one-byte length.
-	if d.err == nil && d.off < len(d.data) {
-		if n := int(d.data[d.off]); n < 0x80 && n <= max && d.off+1+n <= len(d.data) {
-			start := d.off + 1
-			d.off = start + n
-			if n == 0 {
-				return ""
-			}
-			if d.view {
-				return unsafe.String(&d.data[start], n)
-			}
-			return string(d.data[start:d.off])
-		}
-	}
-	n := d.uvarint(what)
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(max) {
-		d.fail("%s of %d bytes exceeds %d", what, n, max)
-		return ""
-	}
-	if n > uint64(len(d.data)-d.off) {
-		d.fail("truncated %s (%d bytes, %d left)", what, n, len(d.data)-d.off)
-		return ""
-	}
-	b := d.data[d.off : d.off+int(n)]
-	d.off += int(n)
-	if n == 0 {
-		return ""
-	}
-	if d.view {
-		return unsafe.String(&b[0], len(b))
-	}
-	return string(b)
 }
 
 func (d *decoder) value(what string) Value {
-	t := ValueType(d.byte(what))
+	t := ValueType(d.Byte(what))
 	switch t {
 	case TypeString, TypeBytes:
-		return Value{typ: t, s: d.str(what, MaxValueLen)}
+		return Value{typ: t, s: d.Str(what, MaxValueLen)}
 	case TypeInt:
-		return Value{typ: t, i: d.varint(what)}
+		return Value{typ: t, i: d.Varint(what)}
 	case TypeBool:
-		b := d.byte(what)
+		b := d.Byte(what)
 		if b > 1 {
-			d.fail("bool %s is %d", what, b)
+			d.Fail("bool %s is %d", what, b)
 		}
 		return Value{typ: t, i: int64(b)}
 	}
-	d.fail("unknown value type %d for %s", t, what)
+	d.Fail("unknown value type %d for %s", t, what)
 	return Value{}
 }
 
 // decode parses data into ops (appending to ops[:0]). It checks the
 // encoding only; validate checks the operations.
 func (d *decoder) decode(data []byte, ops []rawOp, view bool) ([]rawOp, error) {
-	d.data, d.off, d.view, d.err = data, 0, view, nil
+	d.Data, d.Off, d.View, d.Err = data, 0, view, nil
 	d.kvs, d.keys = d.kvs[:0], d.keys[:0]
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty entry", ErrMalformed)
@@ -367,95 +258,95 @@ func (d *decoder) decode(data []byte, ops []rawOp, view bool) ([]rawOp, error) {
 	case version >= BatchV2:
 		known = flagsV2
 	}
-	d.off = 1
-	n := d.uvarint("op count")
+	d.Off = 1
+	n := d.Uvarint("op count")
 	// Every op takes at least 8 bytes, which bounds the count by the input
 	// size before anything is allocated.
-	if d.err == nil && (n == 0 || n > uint64(len(data)-d.off)/8) {
-		d.fail("op count %d impossible for %d bytes", n, len(data))
+	if d.Err == nil && (n == 0 || n > uint64(len(data)-d.Off)/8) {
+		d.Fail("op count %d impossible for %d bytes", n, len(data))
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	ops = ops[:0]
 	type span struct{ m0, m1, set0, set1, un0, un1 int }
 	spans := make([]span, 0, n)
-	for i := 0; i < int(n) && d.err == nil; i++ {
+	for i := 0; i < int(n) && d.Err == nil; i++ {
 		var o rawOp
-		o.typ = OpType(d.byte("op type"))
-		flags := d.byte("flags")
+		o.typ = OpType(d.Byte("op type"))
+		flags := d.Byte("flags")
 		if flags&^known != 0 {
-			d.fail("op %d: unknown flags %#x", i, flags)
+			d.Fail("op %d: unknown flags %#x", i, flags)
 		}
 		o.recursive = flags&flagRecursive != 0
 		o.cond.Exists = flags&flagExists != 0
 		o.cond.Absent = flags&flagAbsent != 0
-		o.path = d.str("path", MaxPathLen)
-		o.kind = d.str("kind", MaxNameLen)
-		o.to = d.str("to", MaxPathLen)
-		o.attr = d.str("attr", MaxNameLen)
+		o.path = d.Str("path", MaxPathLen)
+		o.kind = d.Str("kind", MaxNameLen)
+		o.to = d.Str("to", MaxPathLen)
+		o.attr = d.Str("attr", MaxNameLen)
 		if flags&flagModified != 0 {
-			o.cond.Modified = d.uvarint("modified")
-			if d.err == nil && o.cond.Modified == 0 {
-				d.fail("op %d: modified flag with index 0", i)
+			o.cond.Modified = d.Uvarint("modified")
+			if d.Err == nil && o.cond.Modified == 0 {
+				d.Fail("op %d: modified flag with index 0", i)
 			}
 		}
 		var sp span
 		sp.m0 = len(d.kvs)
 		if flags&flagMatch != 0 {
-			nmatch := d.uvarint("match count")
-			if d.err == nil && (nmatch == 0 || nmatch > uint64(len(data)-d.off)/3) {
-				d.fail("op %d: match count %d impossible", i, nmatch)
+			nmatch := d.Uvarint("match count")
+			if d.Err == nil && (nmatch == 0 || nmatch > uint64(len(data)-d.Off)/3) {
+				d.Fail("op %d: match count %d impossible", i, nmatch)
 			}
-			for j := 0; j < int(nmatch) && d.err == nil; j++ {
-				k := d.str("match key", MaxNameLen)
+			for j := 0; j < int(nmatch) && d.Err == nil; j++ {
+				k := d.Str("match key", MaxNameLen)
 				v := d.value("match value")
 				d.kvs = append(d.kvs, kv{k, v})
 			}
 		}
 		sp.m1 = len(d.kvs)
 		if flags&flagOrphan != 0 && flags&flagOwner == 0 {
-			d.fail("op %d: orphan flag without an owner", i)
+			d.Fail("op %d: orphan flag without an owner", i)
 		}
 		if flags&flagOwner != 0 {
-			o.owner.Path = d.str("owner", MaxPathLen)
-			o.owner.Version = d.uvarint("owner version")
+			o.owner.Path = d.Str("owner", MaxPathLen)
+			o.owner.Version = d.Uvarint("owner version")
 			o.owner.Orphan = flags&flagOrphan != 0
 		}
 		sp.set0 = len(d.kvs)
-		setStart := d.off
-		nset := d.uvarint("set count")
-		if nset > uint64(len(data)-d.off)/3 {
-			d.fail("op %d: set count %d impossible", i, nset)
+		setStart := d.Off
+		nset := d.Uvarint("set count")
+		if nset > uint64(len(data)-d.Off)/3 {
+			d.Fail("op %d: set count %d impossible", i, nset)
 		}
-		for j := 0; j < int(nset) && d.err == nil; j++ {
-			k := d.str("attribute key", MaxNameLen)
+		for j := 0; j < int(nset) && d.Err == nil; j++ {
+			k := d.Str("attribute key", MaxNameLen)
 			v := d.value("attribute value")
 			d.kvs = append(d.kvs, kv{k, v})
 		}
 		sp.set1 = len(d.kvs)
-		if o.typ == OpCreate && d.err == nil {
+		if o.typ == OpCreate && d.Err == nil {
 			// The count and pairs as read: the canonical encoding of the
 			// created node's attributes (see rawOp.setEnc).
-			o.setEnc = data[setStart:d.off:d.off]
+			o.setEnc = data[setStart:d.Off:d.Off]
 		}
 		sp.un0 = len(d.keys)
-		nunset := d.uvarint("unset count")
-		if nunset > uint64(len(data)-d.off) {
-			d.fail("op %d: unset count %d impossible", i, nunset)
+		nunset := d.Uvarint("unset count")
+		if nunset > uint64(len(data)-d.Off) {
+			d.Fail("op %d: unset count %d impossible", i, nunset)
 		}
-		for j := 0; j < int(nunset) && d.err == nil; j++ {
-			d.keys = append(d.keys, d.str("unset key", MaxNameLen))
+		for j := 0; j < int(nunset) && d.Err == nil; j++ {
+			d.keys = append(d.keys, d.Str("unset key", MaxNameLen))
 		}
 		sp.un1 = len(d.keys)
 		ops = append(ops, o)
 		spans = append(spans, sp)
 	}
-	if d.err == nil && d.off != len(data) {
-		d.fail("%d trailing bytes", len(data)-d.off)
+	if d.Err == nil && d.Off != len(data) {
+		d.Fail("%d trailing bytes", len(data)-d.Off)
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	// Slices into kvs/keys are taken only now, after they stopped growing.
 	for i := range ops {

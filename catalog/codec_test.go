@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/catalog/internal/codec"
 )
 
 func sampleBatch() Batch {
@@ -363,4 +365,20 @@ func TestCheckProposalRefusesWhatApplyCannotRead(t *testing.T) {
 	require.ErrorIs(t, old.CheckProposal(match), ErrUnknownVersion)
 	require.Zero(t, tr.Index(), "checking applies nothing")
 	require.Zero(t, old.Index(), "checking applies nothing")
+}
+
+// The value types are the type bytes of the encoding (internal/codec),
+// which reads blobs by those numbers.
+func TestValueTypesAreTheCodecTypeBytes(t *testing.T) {
+	for _, c := range []struct {
+		typ  ValueType
+		byte int
+	}{{TypeString, codec.TypeString}, {TypeInt, codec.TypeInt}, {TypeBool, codec.TypeBool}, {TypeBytes, codec.TypeBytes}} {
+		if int(c.typ) != c.byte {
+			t.Errorf("%s is %d, its type byte %d", c.typ, c.typ, c.byte)
+		}
+		if b := appendValue(nil, Value{typ: c.typ}); int(b[0]) != c.byte {
+			t.Errorf("%s encodes with type byte %d, the codec reads %d", c.typ, b[0], c.byte)
+		}
+	}
 }

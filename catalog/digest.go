@@ -12,7 +12,8 @@ import (
 
 	"github.com/zeebo/xxh3"
 
-	"github.com/metatree/metatree/catalog/internal/tamper"
+	"github.com/metatree/metatree/catalog/internal/codec"
+	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
 // The catalog digest.
@@ -61,7 +62,7 @@ import (
 // format's sum current as batches apply: a created node adds its element
 // hash, a deleted one subtracts it, a changed one subtracts the old and
 // adds the new, and a failed batch restores the sum it started with. The
-// other format is computed from scratch when asked for (DigestOf), and
+// other format is computed from scratch when asked for (digestOf), and
 // StateDigestOf, the journal's question at a check mark, makes the format
 // it asks for the kept one. A new tree, and one Load or Stage fills,
 // keeps the newest format.
@@ -145,15 +146,15 @@ func ParseDigest(s string) (Digest, error) {
 // together. A tree that keeps another format (see StateDigestOf) computes
 // it, in time proportional to the catalog.
 func (t *Tree) Digest() (index uint64, d Digest) {
-	index, d, _ = t.DigestOf(NewestDigest)
+	index, d, _ = t.digestOf(NewestDigest)
 	return index, d
 }
 
-// DigestOf is Digest in format f: from the sum the tree keeps when it
+// digestOf is Digest in format f: from the sum the tree keeps when it
 // keeps f, else computed from scratch under the read lock (in time
 // proportional to the catalog). A format this code does not compute is
 // ErrInvalid.
-func (t *Tree) DigestOf(f DigestFormat) (index uint64, d Digest, err error) {
+func (t *Tree) digestOf(f DigestFormat) (index uint64, d Digest, err error) {
 	if err := f.valid(); err != nil {
 		return 0, Digest{}, err
 	}
@@ -287,14 +288,14 @@ type digestAttr struct {
 // nodeHash returns the format 1 element hash of the node at slot, whose
 // path is path.
 func (g *digester) nodeHash(s *state, slot uint32, path []byte) [sha256.Size]byte {
-	r := s.at(slot)
+	r := s.At(slot)
 	b := append(g.buf[:0], 'N')
 	b = binary.AppendUvarint(b, uint64(len(path)))
 	b = append(b, path...)
-	b = appendStr(b, s.kinds[r.kind])
-	b = binary.BigEndian.AppendUint64(b, r.created)
-	b = binary.BigEndian.AppendUint64(b, r.modified)
-	_, attrs := splitBlob(s.blob(r))
+	b = codec.AppendStr(b, s.kinds[r.Kind])
+	b = binary.BigEndian.AppendUint64(b, r.Created)
+	b = binary.BigEndian.AppendUint64(b, r.Modified)
+	_, attrs := layout.SplitBlob(s.Blob(r))
 	b = g.appendAttrs(s, b, attrs)
 	h := sha256.Sum256(b)
 	g.keep(b)
@@ -306,15 +307,15 @@ func (g *digester) nodeHash(s *state, slot uint32, path []byte) [sha256.Size]byt
 // blob itself: one pass, one buffer, no call per attribute but the
 // copies.
 func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
-	r := s.at(slot)
+	r := s.At(slot)
 	var parent uint64
-	if r.id != rootID {
-		parent = s.at(r.parent).id
+	if r.ID != layout.RootID {
+		parent = s.At(r.Parent).ID
 	}
-	kind := s.kinds[r.kind]
-	blob := s.blob(r)
-	name, attrs := splitBlob(blob)
-	b := elemHead(g.buf, 2*len(blob), r.id, parent, r.created, r.modified, kind, name)
+	kind := s.kinds[r.Kind]
+	blob := s.Blob(r)
+	name, attrs := layout.SplitBlob(blob)
+	b := elemHead(g.buf, 2*len(blob), r.ID, parent, r.Created, r.Modified, kind, name)
 	// The attributes: count, then per attribute the key number (replaced
 	// by the key's name) and the encoded value, copied whole.
 	n, w := binary.Uvarint(attrs)
@@ -339,7 +340,7 @@ func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
 			if p[1] < 0x80 {
 				vl = 2 + int(p[1])
 			} else {
-				vl = valueLen(p)
+				vl = codec.ValueLen(p)
 			}
 		case TypeInt:
 			vl = 2
@@ -347,7 +348,7 @@ func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
 				vl++
 			}
 		default:
-			vl = valueLen(p)
+			vl = codec.ValueLen(p)
 		}
 		b = elemAttr(b, key, p[:vl])
 		p = p[vl:]
@@ -373,7 +374,7 @@ func elemHead(b []byte, more int, id, parent, created, modified uint64, kind str
 	binary.LittleEndian.PutUint64(b[9:], parent)
 	binary.LittleEndian.PutUint64(b[17:], created)
 	binary.LittleEndian.PutUint64(b[25:], modified)
-	b = appendStr(b, kind)
+	b = codec.AppendStr(b, kind)
 	b = binary.AppendUvarint(b, uint64(len(name)))
 	return append(b, name...)
 }
@@ -405,8 +406,8 @@ func (g *digester) created(s *state, slot, parent uint32, o *rawOp, name string)
 		g.node(s, slot, o.path, true)
 		return
 	}
-	r := s.at(slot)
-	b := elemHead(g.buf, len(o.setEnc), r.id, s.at(parent).id, r.created, r.modified, o.kind, unsafeBytes(name))
+	r := s.At(slot)
+	b := elemHead(g.buf, len(o.setEnc), r.ID, s.At(parent).ID, r.Created, r.Modified, o.kind, layout.UnsafeBytes(name))
 	b = append(b, o.setEnc...)
 	lo, hi := seededHash(b)
 	g.keep(b)
@@ -451,12 +452,12 @@ func scratch(b []byte) []byte {
 // appendAttrs appends the canonical encoding of a blob's attributes: their
 // count, then each key's name and encoded value in key-name order.
 func (g *digester) appendAttrs(s *state, b, attrs []byte) []byte {
-	it := newAttrIter(attrs)
-	b = binary.AppendUvarint(b, uint64(it.n))
+	it := codec.NewAttrIter(attrs)
+	b = binary.AppendUvarint(b, uint64(it.Len()))
 	mark := len(b)
 	prev, sorted := "", true
 	for i := 0; ; i++ {
-		k, v, ok := it.next()
+		k, v, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -465,7 +466,7 @@ func (g *digester) appendAttrs(s *state, b, attrs []byte) []byte {
 			sorted = false
 		}
 		prev = name
-		b = appendStr(b, name)
+		b = codec.AppendStr(b, name)
 		b = append(b, v...)
 	}
 	if !sorted {
@@ -478,9 +479,9 @@ func (g *digester) appendAttrs(s *state, b, attrs []byte) []byte {
 
 func (g *digester) sortedAttrs(s *state, b, attrs []byte) []byte {
 	g.attrs = g.attrs[:0]
-	it := newAttrIter(attrs)
+	it := codec.NewAttrIter(attrs)
 	for {
-		k, v, ok := it.next()
+		k, v, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -488,7 +489,7 @@ func (g *digester) sortedAttrs(s *state, b, attrs []byte) []byte {
 	}
 	slices.SortFunc(g.attrs, func(x, y digestAttr) int { return strings.Compare(x.name, y.name) })
 	for _, a := range g.attrs {
-		b = appendStr(b, a.name)
+		b = codec.AppendStr(b, a.name)
 		b = append(b, a.val...)
 	}
 	clear(g.attrs)
@@ -499,8 +500,8 @@ func (g *digester) sortedAttrs(s *state, b, attrs []byte) []byte {
 // format f.
 func (g *digester) indexElem(f DigestFormat, kind, attr string) sum256 {
 	b := append(g.buf[:0], 'X')
-	b = appendStr(b, kind)
-	b = appendStr(b, attr)
+	b = codec.AppendStr(b, kind)
+	b = codec.AppendStr(b, attr)
 	g.buf = b
 	return elemOf(f, b)
 }
@@ -593,7 +594,7 @@ func (g *digester) subtree(s *state, slot uint32, path string, add bool) {
 func (g *digester) walk(s *state, slot uint32, d *sum256) {
 	h := g.nodeHash(s, slot, g.path)
 	d.add(&h)
-	kids := s.kidsOf(slot)
+	kids := s.KidsOf(slot)
 	if len(kids) == 0 {
 		return
 	}
@@ -603,7 +604,7 @@ func (g *digester) walk(s *state, slot uint32, d *sum256) {
 		if n > 1 { // below the root, "/" separates; the root's path is "/" itself
 			g.path = append(g.path, '/')
 		}
-		g.path = append(g.path, s.name(k)...)
+		g.path = append(g.path, s.Name(k)...)
 		g.walk(s, k, d)
 	}
 	g.path = g.path[:n]
@@ -614,7 +615,7 @@ func (g *digester) walk(s *state, slot uint32, d *sum256) {
 func (g *digester) walk2(s *state, slot uint32, d *sum256) {
 	lo, hi := g.nodeHash2(s, slot)
 	d.add128(lo, hi, true)
-	for _, k := range s.kidsOf(slot) {
+	for _, k := range s.KidsOf(slot) {
 		g.walk2(s, k, d)
 	}
 }
@@ -638,20 +639,20 @@ func (g *digester) index(s *state, kind, attr string, add bool) {
 func (s *state) computeDigest(f DigestFormat) sum256 {
 	var g digester
 	var d sum256
-	if s.nslots == 0 || s.at(rootSlot).id != rootID {
+	if s.NSlots == 0 || s.At(layout.RootSlot).ID != layout.RootID {
 		return d
 	}
 	if f == DigestV2 {
 		// Elements need no path: every live slot in turn.
-		for slot := uint32(0); slot < s.nslots; slot++ {
-			if s.at(slot).id != 0 {
+		for slot := uint32(0); slot < s.NSlots; slot++ {
+			if s.At(slot).ID != 0 {
 				lo, hi := g.nodeHash2(s, slot)
 				d.add128(lo, hi, true)
 			}
 		}
 	} else {
 		g.path = append(g.path, '/')
-		g.walk(s, rootSlot, &d)
+		g.walk(s, layout.RootSlot, &d)
 	}
 	// Map order does not matter to a sum, but sorting keeps the walk
 	// reproducible for anyone stepping through it.
@@ -666,7 +667,7 @@ func (s *state) computeDigest(f DigestFormat) sum256 {
 		d.plus(g.indexElem(f, def[0], def[1]))
 	}
 	s.own.each(func(slot uint32, l ownLink) {
-		d.plus(linkElem(f, s.at(slot).id, l))
+		d.plus(linkElem(f, s.At(slot).ID, l))
 	})
 	return d
 }
@@ -679,10 +680,6 @@ func (t *Tree) digestIndex(s *state, o *rawOp, err error, add bool) error {
 		t.dg.index(s, o.kind, o.attr, add)
 	}
 	return err
-}
-
-func init() {
-	tamper.SetAttr = func(t any, path, attr string, v any) error { return t.(*Tree).setAttrInPlace(path, attr, v.(Value)) }
 }
 
 // setAttrInPlace sets attribute attr of the node at path to v in place,
@@ -703,7 +700,7 @@ func (t *Tree) setAttrInPlace(path, attr string, v Value) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.s
-	slot, ok := s.resolve(path)
+	slot, ok := s.Resolve(path)
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrNotFound, path)
 	}
@@ -712,7 +709,7 @@ func (t *Tree) setAttrInPlace(path, attr string, v Value) error {
 	t.wOn = false
 	defer func() { t.wOn = wOn }()
 	t.undo, t.undoOld = t.undo[:0], t.undoOld[:0]
-	err := t.update(s, s.at(slot).modified, slot, &o)
+	err := t.update(s, s.At(slot).Modified, slot, &o)
 	t.undo, t.undoOld = t.undo[:0], t.undoOld[:0]
 	return err
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/zeebo/xxh3"
+
+	"github.com/metatree/metatree/catalog/internal/codec"
 )
 
 // referenceDigest computes a tree's digest in format f from its public
@@ -34,8 +36,8 @@ func referenceDigest(t testing.TB, tr *Tree, f DigestFormat) Digest {
 	walkTree(tr, func(n Node) {
 		b := []byte{'N'}
 		if f == DigestV1 {
-			b = appendStr(b, n.Path)
-			b = appendStr(b, n.Kind)
+			b = codec.AppendStr(b, n.Path)
+			b = codec.AppendStr(b, n.Kind)
 			b = binary.BigEndian.AppendUint64(b, n.Created)
 			b = binary.BigEndian.AppendUint64(b, n.Modified)
 		} else {
@@ -43,8 +45,8 @@ func referenceDigest(t testing.TB, tr *Tree, f DigestFormat) Digest {
 			b = binary.LittleEndian.AppendUint64(b, n.Parent)
 			b = binary.LittleEndian.AppendUint64(b, n.Created)
 			b = binary.LittleEndian.AppendUint64(b, n.Modified)
-			b = appendStr(b, n.Kind)
-			b = appendStr(b, n.Name)
+			b = codec.AppendStr(b, n.Kind)
+			b = codec.AppendStr(b, n.Name)
 		}
 		b = binary.AppendUvarint(b, uint64(len(n.Attrs)))
 		keys := make([]string, 0, len(n.Attrs))
@@ -53,7 +55,7 @@ func referenceDigest(t testing.TB, tr *Tree, f DigestFormat) Digest {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			b = appendStr(b, k)
+			b = codec.AppendStr(b, k)
 			b = appendValue(b, n.Attrs[k])
 		}
 		elem(b)
@@ -71,7 +73,7 @@ func referenceDigest(t testing.TB, tr *Tree, f DigestFormat) Digest {
 	})
 	tr.mu.RLock()
 	for _, x := range tr.s.indexes {
-		elem(appendStr(appendStr([]byte{'X'}, x.kindName), x.keyName))
+		elem(codec.AppendStr(codec.AppendStr([]byte{'X'}, x.kindName), x.keyName))
 	}
 	tr.mu.RUnlock()
 	return d.bytes(f)
@@ -88,12 +90,12 @@ func requireDigestConsistent(t testing.TB, tr *Tree) Digest {
 	kept, full := tr.s.digest, tr.s.computeDigest(f)
 	tr.mu.RUnlock()
 	require.Equal(t, full, kept, "incremental digest against a recompute (format %d)", f)
-	_, d, err := tr.DigestOf(f)
+	_, d, err := tr.digestOf(f)
 	require.NoError(t, err)
 	require.Equal(t, referenceDigest(t, tr, f), d, "digest against the reference from the content (format %d)", f)
 	for _, g := range []DigestFormat{DigestV1, DigestV2} {
 		if g != f {
-			_, o, err := tr.DigestOf(g)
+			_, o, err := tr.digestOf(g)
 			require.NoError(t, err)
 			require.Equal(t, referenceDigest(t, tr, g), o, "the format not kept (%d) against the reference", g)
 		}
@@ -125,13 +127,13 @@ func digestFormats(t *testing.T, fn func(t *testing.T, f DigestFormat)) {
 func TestDigestOfReplayedTreeEqualsImageLoadedTree(t *testing.T) {
 	digestFormats(t, func(t *testing.T, f DigestFormat) {
 		tr := keeping(t, sampleTree(t), f)
-		idx, d, err := tr.DigestOf(f)
+		idx, d, err := tr.digestOf(f)
 		require.NoError(t, err)
 		require.Equal(t, uint64(9), idx)
 		requireDigestConsistent(t, tr)
 
 		loaded := loadedCopy(t, tr)
-		lidx, ld, err := loaded.DigestOf(f)
+		lidx, ld, err := loaded.digestOf(f)
 		require.NoError(t, err)
 		require.Equal(t, idx, lidx)
 		require.Equal(t, d, ld)
@@ -142,7 +144,7 @@ func TestDigestOfReplayedTreeEqualsImageLoadedTree(t *testing.T) {
 		commit, err := staged.Stage(bytes.NewReader(saveBytes(t, tr)))
 		require.NoError(t, err)
 		commit()
-		_, sd, err := staged.DigestOf(f)
+		_, sd, err := staged.digestOf(f)
 		require.NoError(t, err)
 		require.Equal(t, d, sd)
 		keeping(t, staged, f)
@@ -153,10 +155,10 @@ func TestDigestOfReplayedTreeEqualsImageLoadedTree(t *testing.T) {
 			res := x.Apply(10, next).(*Result)
 			require.NoError(t, res.Err)
 		}
-		_, d10, _ := tr.DigestOf(f)
+		_, d10, _ := tr.digestOf(f)
 		require.NotEqual(t, d, d10)
 		for _, x := range []*Tree{loaded, staged} {
-			_, xd, _ := x.DigestOf(f)
+			_, xd, _ := x.digestOf(f)
 			require.Equal(t, d10, xd)
 			requireDigestConsistent(t, x)
 		}
@@ -184,11 +186,11 @@ func TestDigestIgnoresInterningOrderAndFormat1IgnoresIDs(t *testing.T) {
 	require.NotEqual(t, na.ID, nb.ID)
 	requireDigestConsistent(t, a)
 	requireDigestConsistent(t, b)
-	_, a1, _ := a.DigestOf(DigestV1)
-	_, b1, _ := b.DigestOf(DigestV1)
+	_, a1, _ := a.digestOf(DigestV1)
+	_, b1, _ := b.digestOf(DigestV1)
 	require.Equal(t, a1, b1, "format 1 holds no node ids")
-	_, a2, _ := a.DigestOf(DigestV2)
-	_, b2, _ := b.DigestOf(DigestV2)
+	_, a2, _ := a.digestOf(DigestV2)
+	_, b2, _ := b.digestOf(DigestV2)
 	require.NotEqual(t, a2, b2, "format 2 holds the (replicated) node ids")
 
 	// The same ids, the keys and kinds interned in another order (by a
@@ -219,8 +221,8 @@ func TestDigestIgnoresInterningOrderAndFormat1IgnoresIDs(t *testing.T) {
 	require.Equal(t, "k3", c.s.kinds[1], "c interned its kinds in another order")
 	c.mu.RUnlock()
 	for _, f := range []DigestFormat{DigestV1, DigestV2} {
-		_, x, _ := a2nd.DigestOf(f)
-		_, y, _ := c.DigestOf(f)
+		_, x, _ := a2nd.digestOf(f)
+		_, y, _ := c.digestOf(f)
 		require.Equal(t, x, y, "format %d", f)
 	}
 }
@@ -342,10 +344,10 @@ func TestDigestChangesWithAnySingleChange(t *testing.T) {
 			for _, f := range []DigestFormat{DigestV1, DigestV2} {
 				tr := keeping(t, c.make(t), f)
 				got := requireDigestConsistent(t, tr)
-				_, want, _ := ref.DigestOf(f)
+				_, want, _ := ref.digestOf(f)
 				require.NotEqual(t, want, got, "format %d", f)
 				// The difference survives an image.
-				_, ld, _ := loadedCopy(t, tr).DigestOf(f)
+				_, ld, _ := loadedCopy(t, tr).digestOf(f)
 				require.Equal(t, got, ld, "format %d", f)
 			}
 		})
@@ -382,7 +384,7 @@ func digestRandomRun(t *testing.T, f DigestFormat, seed uint64, steps int) (ok, 
 		d := requireDigestConsistent(t, a)
 		if c != nil {
 			c.Apply(index, data)
-			_, cd, _ := c.DigestOf(f)
+			_, cd, _ := c.digestOf(f)
 			require.Equal(t, d, cd, "the image-loaded copy at index %d", index)
 		}
 		if i == steps/2 {
@@ -424,7 +426,7 @@ func TestDigestOfFailedBatchIsUnchanged(t *testing.T) {
 
 func testDigestOfFailedBatchIsUnchanged(t *testing.T, f DigestFormat) {
 	tr := keeping(t, sampleTree(t), f)
-	_, before, _ := tr.DigestOf(f)
+	_, before, _ := tr.digestOf(f)
 	// Creates, an update, a move and a subtree delete, then a failing op.
 	data := encode(t,
 		Op{Type: OpCreate, Path: "/x", Kind: "dir", Set: map[string]Value{"a": Int(1)}},
@@ -436,7 +438,7 @@ func testDigestOfFailedBatchIsUnchanged(t *testing.T, f DigestFormat) {
 	)
 	res := tr.Apply(10, data).(*Result)
 	require.ErrorIs(t, res.Err, ErrNotFound)
-	idx, after, _ := tr.DigestOf(f)
+	idx, after, _ := tr.digestOf(f)
 	require.Equal(t, uint64(10), idx)
 	require.Equal(t, before, after)
 	requireDigestConsistent(t, tr)
@@ -444,7 +446,7 @@ func testDigestOfFailedBatchIsUnchanged(t *testing.T, f DigestFormat) {
 
 func TestParseDigestRoundTripsEachFormatAndRejectsBadInput(t *testing.T) {
 	for _, f := range []DigestFormat{DigestV1, DigestV2} {
-		_, d, err := sampleTree(t).DigestOf(f)
+		_, d, err := sampleTree(t).digestOf(f)
 		require.NoError(t, err)
 		require.Equal(t, f, d.Format())
 		require.Len(t, d.Bytes(), f.size())
@@ -476,7 +478,7 @@ func TestSetAttrInPlaceRejectsBadInput(t *testing.T) {
 func TestDigestOfAnUnknownFormatIsInvalid(t *testing.T) {
 	tr := sampleTree(t)
 	for _, f := range []DigestFormat{0, NewestDigest + 1} {
-		_, _, err := tr.DigestOf(f)
+		_, _, err := tr.digestOf(f)
 		require.ErrorIs(t, err, ErrInvalid, "format %d", f)
 	}
 	for _, f := range []int{-1, 0, int(NewestDigest) + 1, 256 + int(DigestV1)} {
@@ -492,7 +494,7 @@ func TestStateDigestOfSwitchesTheKeptFormatAndKeepsItCurrent(t *testing.T) {
 	tr.mu.RUnlock()
 	idx := uint64(10)
 	for _, f := range []DigestFormat{DigestV1, DigestV2, DigestV1} {
-		_, want, err := tr.DigestOf(f)
+		_, want, err := tr.digestOf(f)
 		require.NoError(t, err)
 		require.Equal(t, want.Bytes(), tr.StateDigestOf(int(f)))
 		tr.mu.RLock()
@@ -544,7 +546,7 @@ func TestDigestAfterMoveEqualsTheTreeBuiltInPlace(t *testing.T) {
 		elem := func(path string) (lo, hi uint64) {
 			moved.mu.RLock()
 			defer moved.mu.RUnlock()
-			slot, ok := moved.s.resolve(path)
+			slot, ok := moved.s.Resolve(path)
 			require.True(t, ok, path)
 			var g digester
 			return g.nodeHash2(moved.s, slot)
@@ -634,12 +636,12 @@ func TestDigestOfCreatesAndUpdatesEqualsTheRecomputeForEveryEncodingForm(t *test
 		mustApply(t, tr, 1, Batch{Ops: ops[:1]})
 		mustApply(t, tr, 1<<40, Batch{Ops: ops[1:]})
 		d := requireDigestConsistent(t, tr)
-		_, ld, _ := loadedCopy(t, tr).DigestOf(f)
+		_, ld, _ := loadedCopy(t, tr).digestOf(f)
 		require.Equal(t, d, ld)
 		for i, u := range updates {
 			mustApply(t, tr, 1<<40+1+uint64(i), Batch{Ops: []Op{u}})
 			d := requireDigestConsistent(t, tr)
-			_, ld, _ := loadedCopy(t, tr).DigestOf(f)
+			_, ld, _ := loadedCopy(t, tr).digestOf(f)
 			require.Equal(t, d, ld, "after update %d", i)
 		}
 	})
@@ -660,7 +662,7 @@ func TestDecodedCreateCarriesItsAttributesEncoding(t *testing.T) {
 	keys := slices.Sorted(maps.Keys(attrs))
 	want := binary.AppendUvarint(nil, uint64(len(keys)))
 	for _, k := range keys {
-		want = appendValue(appendStr(want, k), attrs[k])
+		want = appendValue(codec.AppendStr(want, k), attrs[k])
 	}
 	require.Equal(t, want, ops[0].setEnc)
 	require.Equal(t, []byte{0}, ops[1].setEnc)

@@ -80,8 +80,9 @@
 // The layout is compact (BenchmarkDorisScale reports its heap in bytes a
 // node, and BenchmarkNaiveTreeMemory against a map-of-pointers tree): nodes are
 // fixed-size pointer-free records in a slab, names and attributes packed in
-// a byte arena, child lists and index postings in pooled arrays (see
-// store.go). Reads that return many nodes, and Save, read at one index
+// a byte arena, child lists and index postings in pooled arrays (package
+// internal/layout holds that storage, the child lists, the path index and
+// the id table; store.go the rest of a tree's state). Reads that return many nodes, and Save, read at one index
 // without holding the lock throughout (see longread.go). Tree owns one
 // goroutine, the watch notifier, from its first watcher to its last (the
 // last Close waits for it); Load uses a second one while it runs (see

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
+	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/internal/formatversion"
 )
 
@@ -25,7 +27,7 @@ var (
 	// ErrInvalidName: a node name, path, kind or attribute key is not valid.
 	ErrInvalidName = errors.New("catalog: invalid name")
 	// ErrMalformed: encoded batch bytes cannot be decoded.
-	ErrMalformed = errors.New("catalog: malformed batch")
+	ErrMalformed = codec.ErrMalformed
 	// ErrUnknownVersion: a batch or image has a format version this code
 	// does not know. It is the catalog's one unknown-version error: the
 	// data cannot be read (an applier halts on it). ErrUnsupportedVersion
@@ -40,8 +42,8 @@ var (
 	ErrCorrupt = errors.New("catalog: corrupt image")
 	// ErrCapacity: an operation would take the tree past a limit of its
 	// in-memory layout (the storage of child lists); the batch fails and
-	// changes nothing.
-	ErrCapacity = errors.New("catalog: capacity exceeded")
+	// changes nothing. The layout (internal/layout) returns it.
+	ErrCapacity = layout.ErrCapacity
 	// ErrQuota: the batch would take the tree past its Quota; the batch
 	// fails and changes nothing, alike on every replica.
 	ErrQuota = errors.New("catalog: quota exceeded")

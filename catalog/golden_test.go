@@ -181,7 +181,7 @@ func TestDigestsOfAFixedCatalogMatchTheirGoldenFile(t *testing.T) {
 		tree *catalog.Tree
 	}{{"plain", goldenTree(t)}, {"owned", goldenOwnedTree(t)}} {
 		for _, f := range []catalog.DigestFormat{catalog.DigestV1, catalog.DigestV2} {
-			_, d, err := c.tree.DigestOf(f)
+			_, d, err := catalog.DigestOf(c.tree, f)
 			require.NoError(t, err)
 			fmt.Fprintf(&out, "%s format=%d %v\n", c.name, f, d)
 		}

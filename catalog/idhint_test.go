@@ -5,18 +5,20 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
-// requireLookupAgrees checks lookupID against the id table for every id
+// requireLookupAgrees checks LookupID against the id table for every id
 // up to past the tree's counter, present or not, and Reader.GetID against
 // both; it returns how many of the pages holding ids have their hint
 // affine, and how many do not.
 func requireLookupAgrees(t *testing.T, tr *Tree) (affine, off int) {
 	t.Helper()
 	s := tr.s
-	for id := uint64(0); id < s.nextID+2*pageSize; id++ {
-		want, wantOK := s.slotOf(id)
-		got, ok := s.lookupID(id)
+	for id := uint64(0); id < s.nextID+2*layout.IDPageSize; id++ {
+		want, wantOK := s.SlotOf(id)
+		got, ok := s.LookupID(id)
 		if ok != wantOK || (ok && got != want) {
 			t.Fatalf("id %d: lookupID %d %v, the table %d %v", id, got, ok, want, wantOK)
 		}
@@ -26,25 +28,7 @@ func requireLookupAgrees(t *testing.T, tr *Tree) (affine, off int) {
 			}
 		})
 	}
-	for _, m := range s.ids.top {
-		if m == nil {
-			continue
-		}
-		for _, d := range m.dirs {
-			if d == nil {
-				continue
-			}
-			for p, pg := range d.pages {
-				switch {
-				case pg == nil:
-				case d.hints[p] != 0:
-					affine++
-				default:
-					off++
-				}
-			}
-		}
-	}
+	affine, off = s.HintedPages()
 	return affine, off
 }
 
@@ -54,7 +38,7 @@ func requireLookupAgrees(t *testing.T, tr *Tree) (affine, off int) {
 // (pages turn off), after a failed batch's rollback, and after a Save and
 // Load (the image's id order makes dense pages affine again).
 func TestLookupIDAgreesWithTheTable(t *testing.T) {
-	const n = 3 * pageSize
+	const n = 3 * layout.IDPageSize
 	tr := New()
 	ops := []Op{{Type: OpCreate, Path: "/a", Kind: "dir"}}
 	for i := range n {

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
 // loadAllocates loads img and returns the tree (nil on error), the error,
@@ -29,7 +31,7 @@ func loadAllocates(img []byte) (*Tree, error, uint64) {
 func TestLoadAllocatesByItsInput(t *testing.T) {
 	_, err, small := loadAllocates(handImage([]imgRec{{id: 1}, {2, 1, "a", "k"}}))
 	require.NoError(t, err)
-	for _, id := range []uint64{1 << 20, 1 << 34, idLimit - 2} {
+	for _, id := range []uint64{1 << 20, 1 << 34, layout.IDLimit - 2} {
 		img := handImage([]imgRec{{id: 1}, {2, 1, "a", "k"}, {id, 2, "b", "k"}})
 		tr, err, n := loadAllocates(img)
 		require.NoError(t, err, "node id %d", id)
@@ -53,7 +55,7 @@ func TestLoadRefusesANextIDNoTreeReaches(t *testing.T) {
 		// The next id one above the largest id the records name.
 		1<<44 + 1: handImage([]imgRec{{id: 1}, {2, 1, "a", "k"}, {1 << 44, 2, "b", "k"}}),
 	}
-	for _, next := range []uint64{idLimit + 1, 1 << 62, 1<<64 - 1} {
+	for _, next := range []uint64{layout.IDLimit + 1, 1 << 62, 1<<64 - 1} {
 		imgs[next] = handImageNext([]imgRec{{id: 1}, {2, 1, "a", "k"}}, next)
 	}
 	for next, img := range imgs {
@@ -71,10 +73,10 @@ func TestLoadRefusesANextIDNoTreeReaches(t *testing.T) {
 // apart, saves (walking only the ids in use) and loads back.
 func TestCreatePastTheLastIDFails(t *testing.T) {
 	tr := New()
-	require.NoError(t, tr.Load(bytes.NewReader(handImageNext([]imgRec{{id: 1}, {2, 1, "a", "k"}}, idLimit-1))))
+	require.NoError(t, tr.Load(bytes.NewReader(handImageNext([]imgRec{{id: 1}, {2, 1, "a", "k"}}, layout.IDLimit-1))))
 	res := applyBatch(t, tr, 11, Batch{Ops: []Op{{Type: OpCreate, Path: "/a/last", Kind: "k"}}})
 	require.NoError(t, res.Err)
-	require.Equal(t, []uint64{idLimit - 1}, res.IDs)
+	require.Equal(t, []uint64{layout.IDLimit - 1}, res.IDs)
 	before := tr.Usage()
 	res = applyBatch(t, tr, 12, Batch{Ops: []Op{
 		{Type: OpDelete, Path: "/a/last"},
@@ -82,7 +84,7 @@ func TestCreatePastTheLastIDFails(t *testing.T) {
 	}})
 	require.ErrorIs(t, res.Err, ErrCapacity)
 	require.Equal(t, before, tr.Usage())
-	n, ok := tr.GetID(idLimit - 1)
+	n, ok := tr.GetID(layout.IDLimit - 1)
 	require.True(t, ok)
 	require.Equal(t, "/a/last", n.Path)
 
@@ -90,10 +92,10 @@ func TestCreatePastTheLastIDFails(t *testing.T) {
 	c := New()
 	require.NoError(t, c.Load(bytes.NewReader(img)))
 	require.Equal(t, img, saveBytes(t, c))
-	n, ok = c.GetID(idLimit - 1)
+	n, ok = c.GetID(layout.IDLimit - 1)
 	require.True(t, ok)
 	require.Equal(t, "/a/last", n.Path)
-	_, ok = c.GetID(idLimit)
+	_, ok = c.GetID(layout.IDLimit)
 	require.False(t, ok)
 	_, ok = c.GetID(1<<64 - 1)
 	require.False(t, ok)

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
+	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/internal/operr"
 )
 
@@ -115,8 +117,8 @@ func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 	p = binary.AppendUvarint(p, count)
 	p = binary.AppendUvarint(p, uint64(len(defs)))
 	for _, d := range defs {
-		p = appendStr(p, d[0])
-		p = appendStr(p, d[1])
+		p = codec.AppendStr(p, d[0])
+		p = codec.AppendStr(p, d[1])
 	}
 	bw.payload = p
 	if err := bw.flush(); err != nil {
@@ -127,7 +129,7 @@ func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 	keyRef := map[uint32]uint64{}
 	var written, prevID uint64
 	bw.payload = append(bw.payload, 'N')
-	for id := uint64(rootID); id <= maxID; {
+	for id := uint64(layout.RootID); id <= maxID; {
 		end := min(id+saveChunkIDs, maxID+1)
 		t.mu.RLock()
 		for ; id < end; id++ {
@@ -187,25 +189,25 @@ func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 	return bw.flush()
 }
 
-func (lr *longRead) appendRecord(p []byte, r *rec, prevID uint64, kindRef, keyRef map[uint32]uint64) []byte {
+func (lr *longRead) appendRecord(p []byte, r *layout.Rec, prevID uint64, kindRef, keyRef map[uint32]uint64) []byte {
 	s := lr.s
-	p = binary.AppendUvarint(p, r.id-prevID)
+	p = binary.AppendUvarint(p, r.ID-prevID)
 	var parentID uint64
-	if r.id != rootID {
-		pr := lr.recAt(r.parent)
-		parentID = pr.id
+	if r.ID != layout.RootID {
+		pr := lr.recAt(r.Parent)
+		parentID = pr.ID
 	}
 	p = binary.AppendUvarint(p, parentID)
-	name, attrs := splitBlob(s.blob(r))
+	name, attrs := layout.SplitBlob(s.Blob(r))
 	p = binary.AppendUvarint(p, uint64(len(name)))
 	p = append(p, name...)
-	p = appendRef(p, kindRef, r.kind, s.kinds)
-	p = binary.AppendUvarint(p, r.created)
-	p = binary.AppendUvarint(p, r.modified-r.created)
-	it := newAttrIter(attrs)
-	p = binary.AppendUvarint(p, uint64(it.n))
+	p = appendRef(p, kindRef, r.Kind, s.kinds)
+	p = binary.AppendUvarint(p, r.Created)
+	p = binary.AppendUvarint(p, r.Modified-r.Created)
+	it := codec.NewAttrIter(attrs)
+	p = binary.AppendUvarint(p, uint64(it.Len()))
 	for {
-		k, v, ok := it.next()
+		k, v, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -222,7 +224,7 @@ func appendRef(p []byte, refs map[uint32]uint64, i uint32, names []string) []byt
 	ref := uint64(len(refs))
 	refs[i] = ref
 	p = binary.AppendUvarint(p, ref)
-	return appendStr(p, names[i])
+	return codec.AppendStr(p, names[i])
 }
 
 // Load replaces the whole tree with the image body read from r. The new

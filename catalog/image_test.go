@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/metatree/metatree/catalog/internal/codec"
 )
 
 // sampleTree is a small tree with every value type, a move, deletes that
@@ -334,13 +336,13 @@ func handImageNext(recs []imgRec, nextID uint64) []byte {
 		p = binary.AppendUvarint(p, r.id-prev)
 		prev = r.id
 		p = binary.AppendUvarint(p, r.parent)
-		p = appendStr(p, r.name)
+		p = codec.AppendStr(p, r.name)
 		if ref, ok := kinds[r.kind]; ok {
 			p = binary.AppendUvarint(p, ref)
 		} else {
 			kinds[r.kind] = uint64(len(kinds))
 			p = binary.AppendUvarint(p, uint64(len(kinds)-1))
-			p = appendStr(p, r.kind)
+			p = codec.AppendStr(p, r.kind)
 		}
 		p = append(p, 1, 0, 0) // created 1, not modified since, no attributes
 	}

@@ -15,9 +15,9 @@ func requireSizeIsSum(t testing.TB, tr *Tree) {
 	t.Helper()
 	s := tr.s
 	var sum int64
-	for slot := range s.nslots {
-		if r := s.at(slot); r.id != 0 {
-			sum += int64(s.nodeSize(s.blob(r)))
+	for slot := range s.NSlots {
+		if r := s.At(slot); r.ID != 0 {
+			sum += int64(s.nodeSize(s.Blob(r)))
 		}
 	}
 	require.Equal(t, sum, s.size)

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/idset"
+	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/internal/operr"
 )
 
@@ -113,36 +115,36 @@ func (ld *loader) decode() error {
 	if err != nil {
 		return err
 	}
-	d := &decoder{data: p}
+	d := &decoder{Reader: codec.Reader{Data: p}}
 	if len(p) == 0 || p[0] != 'H' {
 		return br.corrupt("first block is not the header")
 	}
-	d.off = 1
-	ld.index = d.uvarint("index")
-	nextID := d.uvarint("next id")
-	ld.count = d.uvarint("node count")
-	ndefs := d.uvarint("index count")
-	if d.err == nil && ndefs > uint64(len(p)) {
-		d.fail("index count %d impossible", ndefs)
+	d.Off = 1
+	ld.index = d.Uvarint("index")
+	nextID := d.Uvarint("next id")
+	ld.count = d.Uvarint("node count")
+	ndefs := d.Uvarint("index count")
+	if d.Err == nil && ndefs > uint64(len(p)) {
+		d.Fail("index count %d impossible", ndefs)
 	}
-	for i := 0; i < int(ndefs) && d.err == nil; i++ {
-		k := d.str("index kind", MaxNameLen)
-		a := d.str("index attr", MaxNameLen)
+	for i := 0; i < int(ndefs) && d.Err == nil; i++ {
+		k := d.Str("index kind", MaxNameLen)
+		a := d.Str("index attr", MaxNameLen)
 		ld.defs = append(ld.defs, [2]string{k, a})
 	}
-	if d.err == nil && d.off != len(p) {
-		d.fail("%d trailing bytes in header", len(p)-d.off)
+	if d.Err == nil && d.Off != len(p) {
+		d.Fail("%d trailing bytes in header", len(p)-d.Off)
 	}
-	if d.err != nil {
-		return br.corrupt("header: %s", detail(d.err))
+	if d.Err != nil {
+		return br.corrupt("header: %s", detail(d.Err))
 	}
-	if nextID <= rootID || ld.count == 0 || ld.count > nextID-1 {
+	if nextID <= layout.RootID || ld.count == 0 || ld.count > nextID-1 {
 		return br.corrupt("header: next id %d with %d nodes", nextID, ld.count)
 	}
-	if nextID > idLimit {
+	if nextID > layout.IDLimit {
 		// No tree hands out such ids (create stops at the limit), and a
-		// tree that did could not save or grow (see idtable.go).
-		return br.corrupt("header: next id %d beyond the ids a tree hands out (below %d)", nextID, uint64(idLimit))
+		// tree that did could not save or grow (see layout.IDLimit).
+		return br.corrupt("header: next id %d beyond the ids a tree hands out (below %d)", nextID, uint64(layout.IDLimit))
 	}
 	s := emptyState(ld.index, nextID)
 	ld.s = s
@@ -183,21 +185,21 @@ func (ld *loader) decode() error {
 				return err
 			}
 		case 'E':
-			d := &decoder{data: p, off: 1}
-			n := d.uvarint("end node count")
-			blocks := d.uvarint("end block count")
-			if d.err == nil && d.off != len(p) {
-				d.fail("%d trailing bytes in end block", len(p)-d.off)
+			d := &decoder{Reader: codec.Reader{Data: p, Off: 1}}
+			n := d.Uvarint("end node count")
+			blocks := d.Uvarint("end block count")
+			if d.Err == nil && d.Off != len(p) {
+				d.Fail("%d trailing bytes in end block", len(p)-d.Off)
 			}
-			if d.err != nil {
-				return br.corrupt("end: %s", detail(d.err))
+			if d.Err != nil {
+				return br.corrupt("end: %s", detail(d.Err))
 			}
 			if ld.version >= imageVersion && len(ld.owned) == 0 {
 				// Save writes version 1 when nothing is owned.
 				return br.corrupt("a version %d image without ownerships", ld.version)
 			}
-			if n != ld.count || uint64(s.nslots) != n || blocks != uint64(br.blocks-1) {
-				return br.corrupt("end: %d nodes in %d blocks, read %d nodes in %d blocks (header says %d nodes)", n, blocks, s.nslots, br.blocks-1, ld.count)
+			if n != ld.count || uint64(s.NSlots) != n || blocks != uint64(br.blocks-1) {
+				return br.corrupt("end: %d nodes in %d blocks, read %d nodes in %d blocks (header says %d nodes)", n, blocks, s.NSlots, br.blocks-1, ld.count)
 			}
 			return nil
 		default:
@@ -216,9 +218,9 @@ func (ld *loader) records(p []byte) error {
 	s := ld.s
 	// Strings view the block: names are copied into the arena and
 	// dictionary entries by interning.
-	d := &decoder{data: p, view: true}
+	d := &decoder{Reader: codec.Reader{Data: p, View: true}}
 	for off := 0; off < len(p); {
-		if uint64(s.nslots) >= ld.count {
+		if uint64(s.NSlots) >= ld.count {
 			return ld.br.corrupt("more nodes than the header's %d", ld.count)
 		}
 		next := 0
@@ -226,7 +228,7 @@ func (ld *loader) records(p []byte) error {
 			next = ld.fastRecord(p, off)
 		}
 		if next == 0 {
-			d.off = off
+			d.Off = off
 			var err error
 			if next, err = ld.record(d); err != nil {
 				return err
@@ -242,38 +244,38 @@ func (ld *loader) records(p []byte) error {
 // after it.
 func (ld *loader) record(d *decoder) (int, error) {
 	s := ld.s
-	p := d.data
-	id := ld.prevID + d.uvarint("id")
-	if d.err == nil && (id <= ld.prevID || id >= s.nextID) {
-		d.fail("id %d out of order or beyond next id %d", id, s.nextID)
+	p := d.Data
+	id := ld.prevID + d.Uvarint("id")
+	if d.Err == nil && (id <= ld.prevID || id >= s.nextID) {
+		d.Fail("id %d out of order or beyond next id %d", id, s.nextID)
 	}
-	parent := d.uvarint("parent")
-	name := d.str("name", MaxNameLen)
+	parent := d.Uvarint("parent")
+	name := d.Str("name", MaxNameLen)
 	kind := ld.ref(d, &ld.kinds, true)
-	created := d.uvarint("created")
-	modified := created + d.uvarint("modified")
-	nattrs := d.uvarint("attribute count")
-	if d.err == nil && nattrs > uint64(len(p)-d.off)/3 {
-		d.fail("attribute count %d impossible", nattrs)
+	created := d.Uvarint("created")
+	modified := created + d.Uvarint("modified")
+	nattrs := d.Uvarint("attribute count")
+	if d.Err == nil && nattrs > uint64(len(p)-d.Off)/3 {
+		d.Fail("attribute count %d impossible", nattrs)
 	}
-	if d.err == nil {
-		if id == rootID {
+	if d.Err == nil {
+		if id == layout.RootID {
 			if parent != 0 || name != "" || kind != 0 {
-				d.fail("root record has parent %d, name %q, kind %q", parent, name, s.kinds[kind])
+				d.Fail("root record has parent %d, name %q, kind %q", parent, name, s.kinds[kind])
 			}
 		} else {
 			if parent == 0 || name == "" || kind == 0 {
-				d.fail("node %d has parent %d, name %q, kind %q", id, parent, name, s.kinds[kind])
+				d.Fail("node %d has parent %d, name %q, kind %q", id, parent, name, s.kinds[kind])
 			} else if err := ValidName(name); err != nil {
-				d.fail("node %d: %s", id, detail(err))
+				d.Fail("node %d: %s", id, detail(err))
 			}
 		}
-		if id != rootID && s.nslots == 0 {
-			d.fail("first node is %d, not the root", id)
+		if id != layout.RootID && s.NSlots == 0 {
+			d.Fail("first node is %d, not the root", id)
 		}
 	}
-	if d.err == nil && (modified < created || modified > ld.index) {
-		d.fail("node %d created %d modified %d at index %d", id, created, modified, ld.index)
+	if d.Err == nil && (modified < created || modified > ld.index) {
+		d.Fail("node %d created %d modified %d at index %d", id, created, modified, ld.index)
 	}
 	// The blob is built straight from the record: values are copied
 	// in their encoded form, keys mapped from the image's dictionary.
@@ -282,39 +284,39 @@ func (ld *loader) record(d *decoder) (int, error) {
 	b = binary.AppendUvarint(b, nattrs)
 	size := 0 // what the keys add to len(b) for the node's size
 	prevKey := ""
-	for i := 0; i < int(nattrs) && d.err == nil; i++ {
+	for i := 0; i < int(nattrs) && d.Err == nil; i++ {
 		key := ld.ref(d, &ld.keys, false)
-		st := d.off
+		st := d.Off
 		d.value("attribute value")
-		if d.err != nil {
+		if d.Err != nil {
 			break
 		}
 		kn := s.keys[key]
 		if i > 0 && kn <= prevKey {
-			d.fail("node %d: attribute keys out of order at %q", id, kn)
+			d.Fail("node %d: attribute keys out of order at %q", id, kn)
 			break
 		}
 		prevKey = kn
 		b = binary.AppendUvarint(b, uint64(key))
-		size += keyCost(kn) - uvarintLen(uint64(key))
-		b = append(b, p[st:d.off]...)
+		size += keyCost(kn) - codec.UvarintLen(uint64(key))
+		b = append(b, p[st:d.Off]...)
 	}
 	size += len(b)
-	if d.err == nil && size > maxBlobBytes {
-		d.fail("node %d: name and attributes of %d bytes (at most %d)", id, size, maxBlobBytes)
+	if d.Err == nil && size > maxBlobBytes {
+		d.Fail("node %d: name and attributes of %d bytes (at most %d)", id, size, maxBlobBytes)
 	}
 	ld.blob = b
-	if d.err != nil {
-		return 0, ld.br.corrupt("%s", detail(d.err))
+	if d.Err != nil {
+		return 0, ld.br.corrupt("%s", detail(d.Err))
 	}
-	ref, n := s.arena.put(b)
+	ref, n := s.Arena.Put(b)
 	s.size += int64(size)
 	ld.add(id, parent, kind, created, modified, ref, n)
 	xs, _ := ld.indexesOf(kind)
 	for range xs {
 		ld.cur.vals = append(ld.cur.vals, findValue)
 	}
-	return d.off, nil
+	return d.Off, nil
 }
 
 // fastRecord decodes the record at p[off:] and returns the offset after
@@ -331,16 +333,16 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 	var delta, parent, created, mdelta uint64
 	if off < len(p) && p[off] < 0x80 {
 		delta, off = uint64(p[off]), off+1
-	} else if delta, off = uvarintSlow(p, off); off < 0 {
+	} else if delta, off = codec.UvarintAt(p, off); off < 0 {
 		return 0
 	}
 	if off < len(p) && p[off] < 0x80 {
 		parent, off = uint64(p[off]), off+1
-	} else if parent, off = uvarintSlow(p, off); off < 0 {
+	} else if parent, off = codec.UvarintAt(p, off); off < 0 {
 		return 0
 	}
 	id := ld.prevID + delta
-	if id <= ld.prevID || id >= s.nextID || id == rootID || s.nslots == 0 || parent == 0 || off >= len(p) {
+	if id <= ld.prevID || id >= s.nextID || id == layout.RootID || s.NSlots == 0 || parent == 0 || off >= len(p) {
 		return 0
 	}
 	nl := int(p[off])
@@ -358,12 +360,12 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 	kind := ld.kinds[kr]
 	if off < len(p) && p[off] < 0x80 {
 		created, off = uint64(p[off]), off+1
-	} else if created, off = uvarintSlow(p, off); off < 0 {
+	} else if created, off = codec.UvarintAt(p, off); off < 0 {
 		return 0
 	}
 	if off < len(p) && p[off] < 0x80 {
 		mdelta, off = uint64(p[off]), off+1
-	} else if mdelta, off = uvarintSlow(p, off); off < 0 {
+	} else if mdelta, off = codec.UvarintAt(p, off); off < 0 {
 		return 0
 	}
 	if off >= len(p) || kind == 0 {
@@ -420,7 +422,7 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 		}
 		switch ValueType(p[off]) {
 		case TypeInt:
-			// Skip what decoder.varint accepts: up to 10 bytes, the
+			// Skip what Reader.Varint accepts: up to 10 bytes, the
 			// last below 0x80 and, if it is the tenth, at most 1; not
 			// overlong (a last byte of 0 after others).
 			off++
@@ -436,7 +438,7 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 			var l uint64
 			if off++; off < len(p) && p[off] < 0x80 {
 				l, off = uint64(p[off]), off+1
-			} else if l, off = uvarintSlow(p, off); off < 0 {
+			} else if l, off = codec.UvarintAt(p, off); off < 0 {
 				return 0
 			}
 			if l > MaxValueLen || l > uint64(len(p)-off) {
@@ -465,7 +467,7 @@ func (ld *loader) fastRecord(p []byte, off int) int {
 	if size += n; size > maxBlobBytes {
 		return 0
 	}
-	ref, b := s.arena.alloc(n)
+	ref, b := s.Arena.Alloc(n)
 	s.size += int64(size)
 	b[0] = byte(nl)
 	copy(b[1:], name)
@@ -526,25 +528,12 @@ func (ld *loader) keyTables() {
 	ld.nkeys = len(ld.keys)
 }
 
-// uvarintSlow is decoder.uvarint of p[off:]: the value and the offset
-// after it, or -1 when there is no valid varint there (overlong included).
-func uvarintSlow(p []byte, off int) (uint64, int) {
-	if uint(off) >= uint(len(p)) {
-		return 0, -1
-	}
-	v, n := binary.Uvarint(p[off:])
-	if n <= 0 || overlong(p[off:off+n]) {
-		return 0, -1
-	}
-	return v, off + n
-}
-
 // add stores a decoded record (its blob already in the arena) in a new
 // slot; the linker does the rest.
 func (ld *loader) add(id, parent uint64, kind uint32, created, modified, ref uint64, blen uint32) {
 	s := ld.s
-	slot := s.allocSlot()
-	*s.at(slot) = rec{id: id, blob: ref, blen: blen, created: created, modified: modified, kind: kind}
+	slot := s.AllocSlot()
+	*s.At(slot) = layout.Rec{ID: id, Blob: ref, BLen: blen, Created: created, Modified: modified, Kind: kind}
 	ld.prevID = id
 	ld.cur.parents = append(ld.cur.parents, parent)
 }
@@ -566,7 +555,7 @@ func (ld *loader) add(id, parent uint64, kind uint32, created, modified, ref uin
 type linker struct {
 	s        *state
 	count    uint64 // the header's node count
-	slab     []*[slabSize]rec
+	slab     []*[layout.SlabSize]layout.Rec
 	chunks   [][]byte
 	kindSets []*idset.Set
 
@@ -618,7 +607,7 @@ func (lk *linker) parentSum(ps uint32) (sum uint64, depth int, ok bool) {
 		l := c[len(c)-1]
 		return l.sum, l.depth, true
 	}
-	sum, depth, ok = lk.s.paths.pathSum(lk, ps)
+	sum, depth, ok = lk.s.Paths.PathSum(lk, ps)
 	if ok {
 		lk.chain = append(c, chainLink{ps, depth, sum})
 	}
@@ -637,7 +626,7 @@ type linkBatch struct {
 	// no such attribute, findValue if the linker must look).
 	vals []uint64
 	// New copies of the state's outer slices (nil if unchanged).
-	slab     []*[slabSize]rec
+	slab     []*[layout.SlabSize]layout.Rec
 	chunks   [][]byte
 	kindSets []*idset.Set
 	// The block reader's position after the block, for errors.
@@ -654,7 +643,7 @@ func (ld *loader) startLinker() {
 		done:  make(chan struct{}),
 	}
 	ld.lk = lk
-	ld.cur = &linkBatch{first: ld.s.nslots}
+	ld.cur = &linkBatch{first: ld.s.NSlots}
 	go lk.run()
 }
 
@@ -664,11 +653,11 @@ func (ld *loader) handOff() {
 	if len(b.parents) == 0 {
 		return
 	}
-	if len(s.slab) != ld.sentSlab {
-		b.slab, ld.sentSlab = slices.Clone(s.slab), len(s.slab)
+	if len(s.Slab) != ld.sentSlab {
+		b.slab, ld.sentSlab = slices.Clone(s.Slab), len(s.Slab)
 	}
-	if len(s.arena.chunks) != ld.sentChunks {
-		b.chunks, ld.sentChunks = slices.Clone(s.arena.chunks), len(s.arena.chunks)
+	if len(s.Arena.Chunks) != ld.sentChunks {
+		b.chunks, ld.sentChunks = slices.Clone(s.Arena.Chunks), len(s.Arena.Chunks)
 	}
 	if len(s.kindSets) != ld.sentKinds {
 		b.kindSets, ld.sentKinds = slices.Clone(s.kindSets), len(s.kindSets)
@@ -681,7 +670,7 @@ func (ld *loader) handOff() {
 	default:
 		ld.cur = &linkBatch{parents: make([]uint64, 0, n)}
 	}
-	ld.cur.first = s.nslots
+	ld.cur.first = s.NSlots
 }
 
 // stopLinker hands over what was decoded, waits for the linker to finish
@@ -717,17 +706,19 @@ func (lk *linker) run() {
 	}
 }
 
-func (lk *linker) at(slot uint32) *rec { return &lk.slab[slot>>slabBits][slot&(slabSize-1)] }
-
-func (lk *linker) blob(r *rec) []byte {
-	off := uint32(r.blob)
-	return lk.chunks[r.blob>>32][off : off+r.blen : off+r.blen]
+func (lk *linker) At(slot uint32) *layout.Rec {
+	return &lk.slab[slot>>layout.SlabBits][slot&(layout.SlabSize-1)]
 }
 
-func (lk *linker) kidsOf(slot uint32) []uint32 { return lk.s.kids.list(lk.at(slot).kids) }
+func (lk *linker) blob(r *layout.Rec) []byte {
+	off := uint32(r.Blob)
+	return lk.chunks[r.Blob>>32][off : off+r.BLen : off+r.BLen]
+}
 
-func (lk *linker) name(slot uint32) []byte {
-	name, _ := splitBlob(lk.blob(lk.at(slot)))
+func (lk *linker) KidsOf(slot uint32) []uint32 { return lk.s.Kids.List(lk.At(slot).Kids) }
+
+func (lk *linker) Name(slot uint32) []byte {
+	name, _ := layout.SplitBlob(lk.blob(lk.At(slot)))
 	return name
 }
 
@@ -744,36 +735,36 @@ func (lk *linker) link(b *linkBatch) error {
 	if lk.count <= 1024*have {
 		want = max(have, lk.count)
 	}
-	s.paths.reserve(lk, int(want))
+	s.Paths.Reserve(lk, int(want))
 	vi := 0
 	for i, parent := range b.parents {
 		slot := b.first + uint32(i)
-		r := lk.at(slot)
-		s.setSlotOf(r.id, slot)
-		if r.id == rootID {
+		r := lk.At(slot)
+		s.SetSlotOf(r.ID, slot)
+		if r.ID == layout.RootID {
 			continue
 		}
-		lk.kindSets[r.kind].Add(slot)
-		if xs := lk.indexesOf(r.kind); len(xs) > 0 {
+		lk.kindSets[r.Kind].Add(slot)
+		if xs := lk.indexesOf(r.Kind); len(xs) > 0 {
 			blob := lk.blob(r)
 			for j, x := range xs {
 				var v []byte
 				switch e := b.vals[vi]; e {
 				case 0:
 				case findValue:
-					_, attrs := splitBlob(blob)
-					v, _ = attrValue(attrs, x.key)
+					_, attrs := layout.SplitBlob(blob)
+					v, _ = codec.AttrValue(attrs, x.key)
 				default:
 					v = blob[e>>32 : uint32(e)]
 				}
 				vi++
 				if v != nil {
-					lk.pcs[r.kind][j].add(x, v, slot)
+					lk.pcs[r.Kind][j].add(x, v, slot)
 				}
 			}
 		}
-		if parent >= r.id {
-			r.parent = noParent
+		if parent >= r.ID {
+			r.Parent = layout.NoParent
 			lk.late = append(lk.late, lateParent{slot, parent})
 			continue
 		}
@@ -782,28 +773,28 @@ func (lk *linker) link(b *linkBatch) error {
 		ps := lk.lastParent
 		if parent != lk.lastParentID {
 			var ok bool
-			if ps, ok = s.slotOf(parent); !ok {
-				return fmt.Errorf("%w: block %d (byte %d): node %d: parent %d does not exist", ErrCorrupt, b.blocks, b.off, r.id, parent)
+			if ps, ok = s.SlotOf(parent); !ok {
+				return fmt.Errorf("%w: block %d (byte %d): node %d: parent %d does not exist", ErrCorrupt, b.blocks, b.off, r.ID, parent)
 			}
 		}
-		r.parent = ps
-		pr := lk.at(ps)
-		name := lk.name(slot)
-		if pr.kids == 0 {
-			h, err := s.kids.insert(0, 0, slot, kidRollback)
+		r.Parent = ps
+		pr := lk.At(ps)
+		name := lk.Name(slot)
+		if pr.Kids == 0 {
+			h, err := s.Kids.Insert(0, 0, slot, layout.KidRollback)
 			if err != nil {
 				return err
 			}
-			pr.kids = h
+			pr.Kids = h
 		} else {
 			// Children mostly arrive in name order: one comparison
 			// with the last one keeps the list sorted; loader.link
 			// sorts the others.
-			k := s.kids.region(pr.kids)
+			k := s.Kids.Region(pr.Kids)
 			n := k[0]
 			last := lk.lastName
 			if ps != lk.lastParent {
-				last = lk.name(k[1+n])
+				last = lk.Name(k[1+n])
 			}
 			if bytes.Compare(last, name) >= 0 {
 				if u := len(lk.unsorted); u == 0 || lk.unsorted[u-1] != ps {
@@ -814,17 +805,17 @@ func (lk *linker) link(b *linkBatch) error {
 				k[2+n] = slot
 				k[0] = n + 1
 			} else {
-				h, err := s.kids.insert(pr.kids, int(n), slot, kidRollback)
+				h, err := s.Kids.Insert(pr.Kids, int(n), slot, layout.KidRollback)
 				if err != nil {
 					return err
 				}
-				pr.kids = h
+				pr.Kids = h
 			}
 		}
 		// The node goes in the path index, and on the chain.
 		if sum, depth, ok := lk.parentSum(ps); ok {
-			sum += s.paths.level(depth+1, name)
-			s.paths.add(s.paths.key(sum), slot)
+			sum += s.Paths.Level(depth+1, name)
+			s.Paths.Add(s.Paths.Key(sum), slot)
 			lk.chain = append(lk.chain, chainLink{slot, depth + 1, sum})
 		}
 		lk.lastParentID, lk.lastParent, lk.lastName = parent, ps, name
@@ -902,19 +893,19 @@ func (c *postCache) add(x *secIndex, val []byte, slot uint32) {
 // ref reads a dictionary reference, defining a new entry when it is the
 // next one.
 func (ld *loader) ref(d *decoder, dict *[]uint32, kind bool) uint32 {
-	n := d.uvarint("dictionary ref")
-	if d.err != nil {
+	n := d.Uvarint("dictionary ref")
+	if d.Err != nil {
 		return 0
 	}
 	if n < uint64(len(*dict)) {
 		return (*dict)[n]
 	}
 	if n > uint64(len(*dict)) {
-		d.fail("dictionary ref %d beyond %d entries", n, len(*dict))
+		d.Fail("dictionary ref %d beyond %d entries", n, len(*dict))
 		return 0
 	}
-	name := d.str("dictionary entry", MaxNameLen)
-	if d.err != nil {
+	name := d.Str("dictionary entry", MaxNameLen)
+	if d.Err != nil {
 		return 0
 	}
 	// Index definitions in the header may have interned a name already;
@@ -923,20 +914,20 @@ func (ld *loader) ref(d *decoder, dict *[]uint32, kind bool) uint32 {
 	if kind {
 		if name != "" || len(*dict) != 0 {
 			if err := ValidName(name); err != nil {
-				d.fail("kind: %s", detail(err))
+				d.Fail("kind: %s", detail(err))
 				return 0
 			}
 		}
 		i = ld.s.internKind(name)
 	} else {
 		if err := ValidName(name); err != nil {
-			d.fail("attribute key: %s", detail(err))
+			d.Fail("attribute key: %s", detail(err))
 			return 0
 		}
 		i = ld.s.internKey(name)
 	}
 	if slices.Contains(*dict, i) {
-		d.fail("dictionary entry %q defined twice", name)
+		d.Fail("dictionary entry %q defined twice", name)
 		return 0
 	}
 	*dict = append(*dict, i)
@@ -949,63 +940,63 @@ func (ld *loader) ref(d *decoder, dict *[]uint32, kind bool) uint32 {
 func (ld *loader) link() error {
 	s, lk := ld.s, ld.lk
 	for _, l := range lk.late {
-		ps, ok := s.slotOf(l.parent)
+		ps, ok := s.SlotOf(l.parent)
 		if !ok {
-			return ld.br.corrupt("node %d: parent %d does not exist", s.at(l.slot).id, l.parent)
+			return ld.br.corrupt("node %d: parent %d does not exist", s.At(l.slot).ID, l.parent)
 		}
-		s.at(l.slot).parent = ps
-		pr := s.at(ps)
-		h, err := s.kids.insert(pr.kids, len(s.kids.list(pr.kids)), l.slot, kidRollback)
+		s.At(l.slot).Parent = ps
+		pr := s.At(ps)
+		h, err := s.Kids.Insert(pr.Kids, len(s.Kids.List(pr.Kids)), l.slot, layout.KidRollback)
 		if err != nil {
 			return err
 		}
-		pr.kids = h
+		pr.Kids = h
 		lk.unsorted = append(lk.unsorted, ps)
 	}
 	slices.Sort(lk.unsorted)
-	cmp := func(a, b uint32) int { return bytes.Compare(s.name(a), s.name(b)) }
+	cmp := func(a, b uint32) int { return bytes.Compare(s.Name(a), s.Name(b)) }
 	for _, slot := range slices.Compact(lk.unsorted) {
-		k := s.kidsOf(slot)
+		k := s.KidsOf(slot)
 		if strictlySorted(s, k) {
 			continue
 		}
 		slices.SortFunc(k, cmp)
 		for j := 1; j < len(k); j++ {
 			if cmp(k[j-1], k[j]) == 0 {
-				return ld.br.corrupt("two children of node %d named %q", s.at(slot).id, s.name(k[j]))
+				return ld.br.corrupt("two children of node %d named %q", s.At(slot).ID, s.Name(k[j]))
 			}
 		}
 	}
 	if len(lk.late) == 0 {
-		s.paths.flush()
+		s.Paths.Flush()
 		// Every parent came before its children, starting from the root
 		// (the first record): all are reachable, no cycle is possible.
 		return nil
 	}
 	// Every node must be reachable from the root (no cycles).
 	seen := 1
-	stack := []uint32{rootSlot}
+	stack := []uint32{layout.RootSlot}
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		kids := s.kidsOf(n)
+		kids := s.KidsOf(n)
 		seen += len(kids)
 		stack = append(stack, kids...)
 	}
-	if seen != int(s.nslots) {
-		return ld.br.corrupt("%d of %d nodes are not reachable from the root (a parent cycle)", int(s.nslots)-seen, s.nslots)
+	if seen != int(s.NSlots) {
+		return ld.br.corrupt("%d of %d nodes are not reachable from the root (a parent cycle)", int(s.NSlots)-seen, s.NSlots)
 	}
 	// The linker left out the nodes below those linked late.
-	s.paths.rebuild(s, bucketsFor(seen-1))
+	s.Paths.Rebuild(s, layout.BucketsFor(seen-1))
 	return nil
 }
 
 // strictlySorted reports whether the names of k increase strictly (sorted,
 // no two equal): the usual case, settled in one comparison per child.
 func strictlySorted(s *state, k []uint32) bool {
-	prev := s.name(k[0])
+	prev := s.Name(k[0])
 	for _, c := range k[1:] {
-		cur := s.name(c)
+		cur := s.Name(c)
 		if bytes.Compare(prev, cur) >= 0 {
 			return false
 		}

@@ -1,6 +1,10 @@
 package catalog
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/metatree/metatree/catalog/internal/layout"
+)
 
 // Long reads (OfKind, Find, Save) must see the tree as of one index but must
 // not hold the lock for their whole duration, or they would stall the
@@ -14,7 +18,7 @@ import "slices"
 
 type histEnt struct {
 	until uint64 // the batch that first changed the rec after this state
-	r     rec
+	r     layout.Rec
 }
 
 type longReads struct {
@@ -39,7 +43,7 @@ func (s *state) preWrite(slot uint32) {
 	if n := len(h); n > 0 && h[n-1].until == s.lr.applying {
 		return
 	}
-	s.lr.hist[slot] = append(h, histEnt{until: s.lr.applying, r: *s.at(slot)})
+	s.lr.hist[slot] = append(h, histEnt{until: s.lr.applying, r: *s.At(slot)})
 }
 
 // noteGone records the slot of an id being deleted.
@@ -104,7 +108,7 @@ func (t *Tree) beginLong() *longRead {
 	defer t.mu.Unlock()
 	s := t.s
 	s.lr.active[s.index]++
-	lr := &longRead{t: t, s: s, v: s.index, lastParent: ^uint32(0), nextID: s.nextID, count: uint64(s.nslots) - uint64(len(s.free))}
+	lr := &longRead{t: t, s: s, v: s.index, lastParent: ^uint32(0), nextID: s.nextID, count: uint64(s.NSlots) - uint64(len(s.Free))}
 	for _, x := range s.indexes {
 		lr.defs = append(lr.defs, [2]string{x.kindName, x.keyName})
 	}
@@ -119,7 +123,7 @@ func (lr *longRead) end() {
 }
 
 // recAt returns the rec at slot as of the reader's index.
-func (lr *longRead) recAt(slot uint32) rec {
+func (lr *longRead) recAt(slot uint32) layout.Rec {
 	if h, ok := lr.s.lr.hist[slot]; ok {
 		for _, e := range h {
 			if e.until > lr.v {
@@ -127,27 +131,27 @@ func (lr *longRead) recAt(slot uint32) rec {
 			}
 		}
 	}
-	return *lr.s.at(slot)
+	return *lr.s.At(slot)
 }
 
 // slotOf returns the slot of id if the node existed as of the reader's index.
-func (lr *longRead) slotOf(id uint64) (uint32, rec, bool) {
-	slot, ok := lr.s.slotOf(id)
+func (lr *longRead) slotOf(id uint64) (uint32, layout.Rec, bool) {
+	slot, ok := lr.s.SlotOf(id)
 	if !ok {
 		slot, ok = lr.s.lr.gone[id]
 		if !ok {
-			return 0, rec{}, false
+			return 0, layout.Rec{}, false
 		}
 	}
 	r := lr.recAt(slot)
-	return slot, r, r.id == id
+	return slot, r, r.ID == id
 }
 
 // nextFrom returns the first id at or after id that may have been a node
 // as of the reader's index: in a page in use, or deleted since. It scans
 // the deleted ids, only when the walk meets an empty page.
 func (lr *longRead) nextFrom(id uint64) uint64 {
-	next := lr.s.pageFrom(id)
+	next := lr.s.PageFrom(id)
 	if next == id {
 		return id
 	}
@@ -160,41 +164,41 @@ func (lr *longRead) nextFrom(id uint64) uint64 {
 }
 
 func (lr *longRead) pathOf(slot uint32) string {
-	if slot == rootSlot {
+	if slot == layout.RootSlot {
 		return "/"
 	}
 	var anc []uint32
-	for c := slot; c != rootSlot; {
+	for c := slot; c != layout.RootSlot; {
 		anc = append(anc, c)
-		c = lr.recAt(c).parent
+		c = lr.recAt(c).Parent
 	}
 	var b []byte
 	for i := len(anc) - 1; i >= 0; i-- {
 		r := lr.recAt(anc[i])
-		name, _ := splitBlob(lr.s.blob(&r))
+		name, _ := layout.SplitBlob(lr.s.Blob(&r))
 		b = append(b, '/')
 		b = append(b, name...)
 	}
 	return string(b)
 }
 
-func (lr *longRead) node(r *rec) Node {
+func (lr *longRead) node(r *layout.Rec) Node {
 	var path string
 	var parentID uint64
-	if r.id == rootID {
+	if r.ID == layout.RootID {
 		path = "/"
 	} else {
-		if r.parent != lr.lastParent {
-			lr.lastParent, lr.lastPath = r.parent, lr.pathOf(r.parent)
+		if r.Parent != lr.lastParent {
+			lr.lastParent, lr.lastPath = r.Parent, lr.pathOf(r.Parent)
 		}
-		name, _ := splitBlob(lr.s.blob(r))
+		name, _ := layout.SplitBlob(lr.s.Blob(r))
 		if lr.lastPath == "/" {
 			path = "/" + string(name)
 		} else {
 			path = lr.lastPath + "/" + string(name)
 		}
-		pr := lr.recAt(r.parent)
-		parentID = pr.id
+		pr := lr.recAt(r.Parent)
+		parentID = pr.ID
 	}
 	return lr.s.nodeFrom(r, path, parentID)
 }
@@ -204,7 +208,7 @@ var longChunk = 512 // a variable so that tests can force tiny chunks
 
 // nodes materializes the nodes at the given slots (as of the reader's
 // index), keeping those for which keep (if set) returns true.
-func (lr *longRead) nodes(slots []uint32, keep func(s *state, r *rec) bool) []Node {
+func (lr *longRead) nodes(slots []uint32, keep func(s *state, r *layout.Rec) bool) []Node {
 	var out []Node
 	for len(slots) > 0 {
 		n := min(len(slots), longChunk)

@@ -504,10 +504,10 @@ func TestCompactionHappens(t *testing.T) {
 	for i := 0; i < 300; i++ {
 		apply(Op{Type: OpUpdate, Path: "/a", Set: map[string]Value{"x": Int(int64(i % 5)), "y": String(strings.Repeat("v", i))}})
 		tr.mu.RLock()
-		if g := tr.s.arena.garbage; g == 0 {
+		if g := tr.s.Arena.Garbage; g == 0 {
 			compactions++
 		}
-		chunks = len(tr.s.arena.chunks)
+		chunks = len(tr.s.Arena.Chunks)
 		tr.mu.RUnlock()
 	}
 	if compactions == 0 {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
 // OpType is the type of an operation in a batch.
@@ -109,10 +111,10 @@ type Result struct {
 // Limits on names and values. They bound memory per node and keep image
 // records small; violating them is ErrInvalidName or ErrInvalid.
 const (
-	MaxNameLen    = 255     // bytes in a node name, kind or attribute key
-	MaxValueLen   = 1 << 20 // bytes in a string or bytes value
-	MaxAttrsBytes = 4 << 20 // encoded bytes of one node's name and attributes, each key counted by its name
-	MaxPathLen    = 1 << 16 // bytes in a path
+	MaxNameLen    = layout.MaxNameLen // bytes in a node name, kind or attribute key: 255
+	MaxValueLen   = 1 << 20           // bytes in a string or bytes value
+	MaxAttrsBytes = 4 << 20           // encoded bytes of one node's name and attributes, each key counted by its name
+	MaxPathLen    = layout.MaxPathLen // bytes in a path: 1 << 16
 )
 
 // ValidName reports whether s is a valid node name, kind or attribute key:
@@ -452,7 +454,7 @@ type validMemo struct {
 
 func (m *validMemo) validPath(p string) error {
 	if prev := m.path; prev != "" && len(p) > 1 && p[0] == '/' && len(p) <= MaxPathLen {
-		n := commonPrefix(p, prev)
+		n := layout.CommonPrefix(p, prev)
 		if n == len(p) && (n == len(prev) || prev[n] == '/') {
 			return nil // p is prev or one of its ancestors
 		}

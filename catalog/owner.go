@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
+	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/catalog/internal/slotmap"
 )
 
@@ -216,7 +218,7 @@ func (g *digester) link(s *state, slot uint32, l ownLink, add bool) {
 	if g.off {
 		return
 	}
-	e := linkElem(s.digestFormat, s.at(slot).id, l)
+	e := linkElem(s.digestFormat, s.At(slot).ID, l)
 	if add {
 		s.digest.plus(e)
 	} else {
@@ -231,18 +233,18 @@ func (t *Tree) checkOwner(s *state, o *Owner) (uint32, uint64, error) {
 	// create that follows (the owner is elsewhere in the tree); an owner
 	// the batch created may wait to enter the index, which the applier's
 	// lookup sees.
-	slot, ok := s.resolve(o.Path)
+	slot, ok := s.Resolve(o.Path)
 	if !ok {
-		slot, ok = t.resolveW(s, o.Path, false)
+		slot, ok = t.pc.Resolve(&s.Store, o.Path, false)
 	}
 	if !ok {
 		return 0, 0, conflict("owner %q does not exist", o.Path)
 	}
-	r := s.at(slot)
-	if o.Version != 0 && r.modified != o.Version {
-		return 0, 0, conflict("owner %q is at version %d, not %d (a version ends when the owner changes)", o.Path, r.modified, o.Version)
+	r := s.At(slot)
+	if o.Version != 0 && r.Modified != o.Version {
+		return 0, 0, conflict("owner %q is at version %d, not %d (a version ends when the owner changes)", o.Path, r.Modified, o.Version)
 	}
-	return slot, r.id, nil
+	return slot, r.ID, nil
 }
 
 // link makes slot owned.
@@ -278,7 +280,7 @@ func (t *Tree) changing(s *state, slot uint32, deleted bool) {
 		return
 	}
 	if s.own.by[slot] != nil {
-		t.ended = append(t.ended, ownerEnd{slot: slot, id: s.at(slot).id, deleted: deleted})
+		t.ended = append(t.ended, ownerEnd{slot: slot, id: s.At(slot).ID, deleted: deleted})
 	}
 }
 
@@ -301,8 +303,8 @@ func (t *Tree) endOwned(s *state, index uint64) {
 			continue
 		}
 		ends := slices.Grow(t.ownEnds[:0], o.del.Len()+o.orphan.Len())
-		o.del.Each(func(slot uint32) { ends = append(ends, ownedEnd{id: s.at(slot).id, slot: slot}) })
-		o.orphan.Each(func(slot uint32) { ends = append(ends, ownedEnd{id: s.at(slot).id, slot: slot, orphan: true}) })
+		o.del.Each(func(slot uint32) { ends = append(ends, ownedEnd{id: s.At(slot).ID, slot: slot}) })
+		o.orphan.Each(func(slot uint32) { ends = append(ends, ownedEnd{id: s.At(slot).ID, slot: slot, orphan: true}) })
 		// Newest first: siblings created in name order then leave their
 		// parent's child list from its end, which moves nothing. Slots
 		// handed out by the counter follow ids, so the sets in reverse
@@ -325,7 +327,7 @@ func (t *Tree) endOwned(s *state, index uint64) {
 			mark = orphanMark(index, reason)
 		}
 		for _, x := range ends {
-			if s.at(x.slot).id != x.id {
+			if s.At(x.slot).ID != x.id {
 				continue // gone with an earlier owned node's subtree
 			}
 			// The version's links all go: each from back here, with its
@@ -336,7 +338,7 @@ func (t *Tree) endOwned(s *state, index uint64) {
 			s.own.back.Remove(x.slot)
 			t.unlinked(s, x.slot, l)
 			path := t.ownPath(s, x.slot)
-			t.pc.reset()
+			t.pc.Reset()
 			if x.orphan {
 				op := rawOp{typ: OpUpdate, path: path, set: []kv{{OrphanedAttr, mark}}}
 				if t.update(s, index, x.slot, &op) == nil {
@@ -391,13 +393,13 @@ type ownedEnd struct {
 func (t *Tree) ownPath(s *state, slot uint32) string {
 	var stack [32]uint32
 	anc := stack[:0]
-	for c := slot; c != rootSlot; c = s.at(c).parent {
+	for c := slot; c != layout.RootSlot; c = s.At(c).Parent {
 		anc = append(anc, c)
 	}
 	b := t.ownPathBuf[:0]
 	for i := len(anc) - 1; i >= 0; i-- {
 		b = append(b, '/')
-		b = append(b, s.name(anc[i])...)
+		b = append(b, s.Name(anc[i])...)
 	}
 	t.ownPathBuf = b
 	return unsafe.String(unsafe.SliceData(b), len(b))
@@ -409,7 +411,7 @@ func (t *Tree) Owned(path string) (owner Owner, ok bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	s := t.s
-	slot, found := s.resolve(path)
+	slot, found := s.Resolve(path)
 	if !found {
 		return Owner{}, false
 	}
@@ -417,11 +419,11 @@ func (t *Tree) Owned(path string) (owner Owner, ok bool) {
 	if !owned {
 		return Owner{}, false
 	}
-	return Owner{Path: s.pathOf(l.owner), Version: s.at(l.owner).modified, Orphan: l.orphan}, true
+	return Owner{Path: s.PathOf(l.owner), Version: s.At(l.owner).Modified, Orphan: l.orphan}, true
 }
 
-// OwnedCount returns how many nodes are owned.
-func (t *Tree) OwnedCount() int {
+// ownedCount returns how many nodes are owned (catalogtest.OwnedCount).
+func (t *Tree) ownedCount() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.s.own.len()
@@ -455,7 +457,7 @@ func (s *state) imageLinks() []imageLink {
 	}
 	out := make([]imageLink, 0, s.own.len())
 	s.own.each(func(slot uint32, l ownLink) {
-		il := imageLink{owned: s.at(slot).id, owner: l.ownerID}
+		il := imageLink{owned: s.At(slot).ID, owner: l.ownerID}
 		if l.orphan {
 			il.orphan = 1
 		}
@@ -468,12 +470,12 @@ func (s *state) imageLinks() []imageLink {
 // links decodes an 'O' block of an image into pending links; linkOwned
 // checks and adds them once every node is in.
 func (ld *loader) links(p []byte) error {
-	d := &decoder{data: p}
-	for d.off < len(p) && d.err == nil {
-		delta := d.uvarint("owned id delta")
-		owner := d.uvarint("owner id")
-		orphan := d.byte("orphan flag")
-		if d.err != nil {
+	d := &decoder{Reader: codec.Reader{Data: p}}
+	for d.Off < len(p) && d.Err == nil {
+		delta := d.Uvarint("owned id delta")
+		owner := d.Uvarint("owner id")
+		orphan := d.Byte("orphan flag")
+		if d.Err != nil {
 			break
 		}
 		if delta == 0 || orphan > 1 {
@@ -482,8 +484,8 @@ func (ld *loader) links(p []byte) error {
 		ld.prevOwned += delta
 		ld.owned = append(ld.owned, imageLink{owned: ld.prevOwned, owner: owner, orphan: orphan})
 	}
-	if d.err != nil {
-		return ld.br.corrupt("ownerships: %s", detail(d.err))
+	if d.Err != nil {
+		return ld.br.corrupt("ownerships: %s", detail(d.Err))
 	}
 	return nil
 }
@@ -493,12 +495,12 @@ func (ld *loader) links(p []byte) error {
 func (ld *loader) linkOwned() error {
 	s := ld.s
 	for _, l := range ld.owned {
-		slot, ok := s.slotOf(l.owned)
+		slot, ok := s.SlotOf(l.owned)
 		if !ok {
 			return ld.br.corrupt("ownership of node %d, which does not exist", l.owned)
 		}
-		os, ok := s.slotOf(l.owner)
-		if !ok || l.owner == l.owned || l.owner == rootID {
+		os, ok := s.SlotOf(l.owner)
+		if !ok || l.owner == l.owned || l.owner == layout.RootID {
 			return ld.br.corrupt("node %d is owned by node %d, which does not exist or cannot own it", l.owned, l.owner)
 		}
 		s.own.add(slot, ownLink{owner: os, ownerID: l.owner, orphan: l.orphan == 1})

@@ -48,7 +48,7 @@ func BenchmarkEndOwned(b *testing.B) {
 		}
 		total += time.Since(start)
 		b.StopTimer()
-		if tr.OwnedCount() != 0 || len(tr.Children("/o")) != 0 {
+		if tr.ownedCount() != 0 || len(tr.Children("/o")) != 0 {
 			b.Fatal("owned nodes left")
 		}
 		b.StartTimer()
@@ -88,8 +88,8 @@ func TestDorisPairOwnsEveryHundredthNodeInOneTreeOnly(t *testing.T) {
 	// operation, and the members are not counted.
 	require.Equal(t, [2]int{d.Nodes(), d.Nodes()}, ops)
 	require.Equal(t, dump(trees[0]), dump(trees[1]))
-	require.Zero(t, trees[0].OwnedCount())
-	require.Equal(t, (d.Nodes()-1)/100, trees[1].OwnedCount())
+	require.Zero(t, trees[0].ownedCount())
+	require.Equal(t, (d.Nodes()-1)/100, trees[1].ownedCount())
 	// Ending a worker's version removes what it owns, and only that.
 	for _, tr := range trees {
 		mustApply(t, tr, 1000, Batch{Ops: []Op{{Type: OpUpdate, Path: "/workers/w001", Set: map[string]Value{"gen": Int(2)}}}})
@@ -97,6 +97,6 @@ func TestDorisPairOwnsEveryHundredthNodeInOneTreeOnly(t *testing.T) {
 	}
 	require.Equal(t, d.Nodes()+1+d.Workers, trees[0].Len())
 	require.Less(t, trees[1].Len(), trees[0].Len())
-	require.Less(t, trees[1].OwnedCount(), (d.Nodes()-1)/100)
-	require.Positive(t, trees[1].OwnedCount())
+	require.Less(t, trees[1].ownedCount(), (d.Nodes()-1)/100)
+	require.Positive(t, trees[1].ownedCount())
 }

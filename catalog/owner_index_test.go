@@ -20,12 +20,12 @@ func checkOwnerIndex(t *testing.T, tr *Tree) {
 	w := &s.own
 	n, orphans := 0, 0
 	for owner, o := range w.by {
-		require.NotZero(t, s.at(owner).id, "owner slot %d is free", owner)
-		require.Equal(t, s.at(owner).id, o.id, "owner slot %d", owner)
+		require.NotZero(t, s.At(owner).ID, "owner slot %d is free", owner)
+		require.Equal(t, s.At(owner).ID, o.id, "owner slot %d", owner)
 		require.NotZero(t, o.del.Len()+o.orphan.Len(), "owner %d owns nothing yet has sets", o.id)
 		check := func(orphan bool) func(uint32) {
 			return func(slot uint32) {
-				require.NotZero(t, s.at(slot).id, "owned slot %d is free", slot)
+				require.NotZero(t, s.At(slot).ID, "owned slot %d is free", slot)
 				got, ok := w.back.Get(slot)
 				require.True(t, ok, "owned slot %d is not in back", slot)
 				require.Equal(t, owner, got, "owned slot %d", slot)
@@ -194,7 +194,7 @@ func ownerIndexAgainstModel(t *testing.T, seed uint64, batches int) {
 		}
 		checkOwnerIndex(t, tr)
 		checkDigest(t, tr)
-		if len(m.owned) != tr.OwnedCount() {
+		if len(m.owned) != tr.ownedCount() {
 			for _, o := range ops {
 				t.Logf("op %v %s owner=%+v", o.Type, o.Path, o.Owner)
 			}
@@ -204,7 +204,7 @@ func ownerIndexAgainstModel(t *testing.T, seed uint64, batches int) {
 			}
 			t.Log(dump(tr))
 		}
-		require.Equal(t, len(m.owned), tr.OwnedCount(), "batch %d", index)
+		require.Equal(t, len(m.owned), tr.ownedCount(), "batch %d", index)
 		for p := range m.nodes {
 			mustExist(t, tr, p, true)
 			got, ok := tr.Owned(p)
@@ -267,7 +267,7 @@ func TestAVersionEndedByTheLastOperationKeepsNoUndoPerOwnedNode(t *testing.T) {
 	tr, index := ownedBenchTree(t, 500, true)
 	res := tr.Apply(index, encode(t, Op{Type: OpUpdate, Path: "/m", Set: map[string]Value{"gen": Int(2)}})).(*Result)
 	require.NoError(t, res.Err)
-	require.Zero(t, tr.OwnedCount())
+	require.Zero(t, tr.ownedCount())
 	require.Empty(t, tr.Children("/o"))
 	// The owner's update is the batch's one undo record.
 	require.Len(t, tr.undo, 1)
@@ -284,7 +284,7 @@ func TestAVersionEndedBeforeTheLastOperationRollsBackWhole(t *testing.T) {
 	require.ErrorIs(t, res.Err, ErrNotFound)
 	require.Equal(t, before, dump(tr))
 	require.Equal(t, digest, tr.s.digest)
-	require.Equal(t, 500, tr.OwnedCount())
+	require.Equal(t, 500, tr.ownedCount())
 	checkOwnerIndex(t, tr)
 }
 
@@ -304,12 +304,12 @@ func TestMarksThatMayCrossTheByteQuotaKeepTheUndoAndRollBack(t *testing.T) {
 	require.ErrorIs(t, res.Err, ErrQuota)
 	require.Equal(t, before, dump(tr))
 	require.Equal(t, digest, tr.s.digest)
-	require.Equal(t, 50, tr.OwnedCount())
+	require.Equal(t, 50, tr.ownedCount())
 	checkOwnerIndex(t, tr)
 	// With room for them, the marks are made.
 	tr.SetQuota(Quota{MaxBytes: tr.Usage().Bytes + 50*maxMarkBytes})
 	mustApply(t, tr, 4, Batch{Ops: []Op{{Type: OpUpdate, Path: "/m", Set: map[string]Value{"gen": Int(2)}}}})
-	require.Zero(t, tr.OwnedCount())
+	require.Zero(t, tr.ownedCount())
 	n, ok := tr.Get("/t07")
 	require.True(t, ok)
 	require.Equal(t, String("4 "+OrphanOwnerChanged), n.Attrs[OrphanedAttr])

@@ -58,7 +58,7 @@ func TestOwnedNodesGoInTheApplyThatUpdatesTheOwner(t *testing.T) {
 	if b.Attrs[OrphanedAttr] != String("3 "+OrphanOwnerChanged) || b.Modified != 3 {
 		t.Fatalf("orphan marks: %v (modified %d)", b.Attrs, b.Modified)
 	}
-	if n := tr.OwnedCount(); n != 0 {
+	if n := tr.ownedCount(); n != 0 {
 		t.Fatalf("%d nodes still owned", n)
 	}
 	checkDigest(t, tr)
@@ -113,7 +113,7 @@ func TestOwnedNodesGoWhenTheOwnerIsDeletedOrMoved(t *testing.T) {
 func TestOwnedNodeMayGoOnItsOwnAndItsOwnerThenChangesFreely(t *testing.T) {
 	tr := ownedTree(t)
 	mustApply(t, tr, 3, Batch{Ops: []Op{{Type: OpDelete, Path: "/jobs/a", Recursive: true}, {Type: OpDelete, Path: "/jobs/b"}}})
-	if n := tr.OwnedCount(); n != 0 {
+	if n := tr.ownedCount(); n != 0 {
 		t.Fatalf("%d nodes still owned", n)
 	}
 	mustApply(t, tr, 4, Batch{Ops: []Op{{Type: OpUpdate, Path: "/m", Set: map[string]Value{"gen": Int(2)}}}})
@@ -181,7 +181,7 @@ func TestFailedBatchLeavesOwnershipUntouched(t *testing.T) {
 	if after := dump(tr); after != before || tr.s.digest != digest {
 		t.Fatalf("the failed batch changed the tree:\n%s\nwant\n%s", after, before)
 	}
-	if n := tr.OwnedCount(); n != 2 {
+	if n := tr.ownedCount(); n != 2 {
 		t.Fatalf("%d owned, want 2", n)
 	}
 	checkDigest(t, tr)
@@ -269,7 +269,7 @@ func TestOwnedReplayEqualsLive(t *testing.T) {
 		t.Fatalf("replicas differ:\n%s\n%s", dump(a), dump(b))
 	}
 	checkDigest(t, a)
-	if n := a.OwnedCount(); n != 1 {
+	if n := a.ownedCount(); n != 1 {
 		t.Fatalf("%d owned, want 1 (/x of /m's version 3)", n)
 	}
 }

@@ -5,20 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"testing"
+
+	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
 // slowResolve is resolve through the sorted child lists alone, the
 // reference the path index must agree with.
 func slowResolve(s *state, path string) (uint32, bool) {
 	if path == "/" {
-		return rootSlot, true
+		return layout.RootSlot, true
 	}
-	slot := uint32(rootSlot)
+	slot := uint32(layout.RootSlot)
 	for _, name := range strings.Split(path[1:], "/") {
-		c, ok := s.child(slot, []byte(name))
+		c, ok := s.Child(slot, []byte(name))
 		if !ok {
 			return 0, false
 		}
@@ -28,59 +29,13 @@ func slowResolve(s *state, path string) (uint32, bool) {
 }
 
 // checkPathIndex checks that the path index of tr holds exactly its nodes
-// (each found under its parent and name, nothing else held) and that every
-// bucket's overflow counts the entries that passed it.
+// (layout.Store.CheckPaths).
 func checkPathIndex(t testing.TB, tr *Tree) {
 	t.Helper()
 	tr.mu.RLock()
 	defer tr.mu.RUnlock()
-	s := tr.s
-	x := &s.paths
-	live := 0
-	for slot := uint32(0); slot < s.nslots; slot++ {
-		r := s.at(slot)
-		if r.id == 0 || r.id == rootID {
-			continue
-		}
-		live++
-		if got, ok := x.find(s, x.childKey(s, r.parent, s.name(slot)), r.parent, s.name(slot)); !ok || got != slot {
-			t.Fatalf("path index: child %q of slot %d is slot %d, %v; want %d", s.name(slot), r.parent, got, ok, slot)
-		}
-	}
-	if x.n != live {
-		t.Fatalf("path index holds %d entries, the tree %d nodes below the root", x.n, live)
-	}
-	m := uint64(len(x.buckets) - 1)
-	want := make([]uint32, len(x.buckets))
-	held := 0
-	for i := range x.buckets {
-		b := &x.buckets[i]
-		for j, tag := range b.tags {
-			if tag == 0 {
-				continue
-			}
-			held++
-			slot := b.slots[j]
-			r := s.at(slot)
-			if r.id == 0 || r.id == rootID {
-				t.Fatalf("path index holds slot %d, which is free or the root", slot)
-			}
-			h := x.childKey(s, r.parent, s.name(slot))
-			if tagOf(h) != tag {
-				t.Fatalf("slot %d has tag %d, its hash says %d", slot, tag, tagOf(h))
-			}
-			for k := h & m; k != uint64(i); k = (k + 1) & m {
-				want[k]++
-			}
-		}
-	}
-	if held != x.n {
-		t.Fatalf("path index counts %d entries and holds %d", x.n, held)
-	}
-	for i := range x.buckets {
-		if x.buckets[i].overflow != want[i] {
-			t.Fatalf("bucket %d: overflow %d, %d entries passed it", i, x.buckets[i].overflow, want[i])
-		}
+	if err := tr.s.CheckPaths(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -93,9 +48,9 @@ func checkResolve(t testing.TB, tr *Tree) {
 	defer tr.mu.RUnlock()
 	s := tr.s
 	var paths []string
-	for slot := uint32(0); slot < s.nslots; slot++ {
-		if r := s.at(slot); r.id != 0 {
-			p := s.pathOf(slot)
+	for slot := uint32(0); slot < s.NSlots; slot++ {
+		if r := s.At(slot); r.ID != 0 {
+			p := s.PathOf(slot)
 			paths = append(paths, p)
 			if p != "/" {
 				paths = append(paths, p+"x", p+"/nope", p+"/nope/deeper", "/nope"+p)
@@ -103,7 +58,7 @@ func checkResolve(t testing.TB, tr *Tree) {
 		}
 	}
 	for _, p := range paths {
-		got, ok := s.resolve(p)
+		got, ok := s.Resolve(p)
 		want, wok := slowResolve(s, p)
 		if ok != wok || got != want {
 			t.Fatalf("resolve(%q) = %d, %v; the child lists say %d, %v", p, got, ok, want, wok)
@@ -115,8 +70,8 @@ func checkResolve(t testing.TB, tr *Tree) {
 // mask: 0 puts every entry in one probe chain with one tag, a few bits
 // make names collide in buckets and tags.
 func withHashMask(mask uint64, fn func()) {
-	defer func(m uint64) { pathHashMask = m }(pathHashMask)
-	pathHashMask = mask
+	defer func(m uint64) { layout.HashMask = m }(layout.HashMask)
+	layout.HashMask = mask
 	fn()
 }
 
@@ -191,7 +146,7 @@ func TestPathIndexRollback(t *testing.T) {
 			{Type: OpCreate, Path: "/a/b/c", Kind: "dir"},
 			{Type: OpCreate, Path: "/z", Kind: "dir"},
 		}})
-		before := len(tr.s.paths.buckets)
+		before := tr.s.Paths.Buckets()
 		var ops []Op
 		for i := range 2000 {
 			ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/a/n%d", i), Kind: "file"})
@@ -206,7 +161,7 @@ func TestPathIndexRollback(t *testing.T) {
 		if res.Err == nil {
 			t.Fatal("the batch did not fail")
 		}
-		if len(tr.s.paths.buckets) <= before {
+		if tr.s.Paths.Buckets() <= before {
 			t.Fatalf("the table did not grow inside the batch (%d buckets)", before)
 		}
 		checkPathIndex(t, tr)
@@ -237,7 +192,7 @@ func TestPathIndexDeleteSubtree(t *testing.T) {
 	mustApply(t, tr, 1, Batch{Ops: ops})
 	mustApply(t, tr, 2, Batch{Ops: []Op{{Type: OpDelete, Path: "/big", Recursive: true}}})
 	checkPathIndex(t, tr)
-	if n := tr.s.paths.n; n != 1 {
+	if n := tr.s.Paths.Len(); n != 1 {
 		t.Fatalf("the index holds %d entries, want 1 (/keep)", n)
 	}
 	if _, ok := tr.Get("/big/t5/r7"); ok {
@@ -291,14 +246,14 @@ func TestPathIndexDeep(t *testing.T) {
 	tr := New()
 	var ops []Op
 	p := ""
-	for i := range 3 * guessDepth {
+	for i := range 3 * layout.GuessDepth {
 		p += fmt.Sprintf("/l%d", i%3)
 		ops = append(ops, Op{Type: OpCreate, Path: p, Kind: "dir"})
 	}
 	mustApply(t, tr, 1, Batch{Ops: ops})
 	checkResolve(t, tr)
 	if _, ok := tr.Get(p); !ok {
-		t.Fatalf("%d levels deep: not found", 3*guessDepth)
+		t.Fatalf("%d levels deep: not found", 3*layout.GuessDepth)
 	}
 }
 
@@ -341,8 +296,8 @@ func FuzzPathIndex(f *testing.F) {
 			}
 			// The input seeds the index's hash too, so that a failing
 			// input reproduces: the hash decides what collides.
-			defer func(p *[4]uint64) { pathHashSeed = p }(pathHashSeed)
-			pathHashSeed = &[4]uint64{s1, s2, s1 ^ s2, s1 + s2}
+			defer func(p *[4]uint64) { layout.HashSeed = p }(layout.HashSeed)
+			layout.HashSeed = &[4]uint64{s1, s2, s1 ^ s2, s1 + s2}
 			r := rand.New(rand.NewPCG(s1, s2))
 			m := newModel()
 			tr := New()
@@ -371,7 +326,7 @@ func TestGetPathAllocs(t *testing.T) {
 			ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/n%d", i), Kind: "dir"})
 		}
 		deep := ""
-		for i := range guessDepth + 2 {
+		for i := range layout.GuessDepth + 2 {
 			deep += fmt.Sprintf("/n%d", i)
 			ops = append(ops, Op{Type: OpCreate, Path: "/n0" + deep, Kind: "dir"})
 		}
@@ -418,7 +373,7 @@ func TestResolveInvalidPaths(t *testing.T) {
 	}
 	add("", 1)
 	deep := ""
-	for i := range guessDepth + 3 {
+	for i := range layout.GuessDepth + 3 {
 		deep += "/" + names[i%3]
 		ops = append(ops, Op{Type: OpCreate, Path: "/a" + deep, Kind: "dir"})
 	}
@@ -440,7 +395,7 @@ func TestResolveInvalidPaths(t *testing.T) {
 	defer tr.mu.RUnlock()
 	s := tr.s
 	for _, p := range paths {
-		got, ok := s.resolve(p)
+		got, ok := s.Resolve(p)
 		want, wok := uint32(0), false
 		if ValidPath(p) == nil {
 			want, wok = slowResolve(s, p)
@@ -498,49 +453,8 @@ func TestResolvePathTooLong(t *testing.T) {
 // TestLevelHash checks that the term of a level depends on every byte of
 // its name and on its depth: names that differ in one byte, or only in
 // length, and one name at different depths all get different terms.
-func TestLevelHash(t *testing.T) {
-	x := newPathIndex()
-	seen := map[uint64]string{}
-	note := func(depth int, name []byte) {
-		key := fmt.Sprintf("%d:%q", depth, name)
-		h := x.level(depth, name)
-		if prev, dup := seen[h]; dup && prev != key {
-			t.Fatalf("level %s and %s hash alike", prev, key)
-		}
-		seen[h] = key
-	}
-	for n := range 40 {
-		name := bytes.Repeat([]byte{'a'}, n)
-		note(1, name)
-		for i := range n {
-			for _, c := range []byte{'b', 0x80, 0} {
-				v := bytes.Clone(name)
-				v[i] = c
-				note(1, v)
-			}
-		}
-		for d := 2; d < 40; d++ {
-			note(d, name)
-		}
-	}
-}
-
 // TestNameWords checks that the words of names (nameWords) hold every byte:
 // names of one length that differ in any one byte have different words.
-func TestNameWords(t *testing.T) {
-	for n := 1; n <= 16; n++ {
-		name := bytes.Repeat([]byte{'a'}, n)
-		a0, b0 := nameWords(name)
-		for i := range n {
-			v := bytes.Clone(name)
-			v[i] = 'b'
-			if a, b := nameWords(v); a == a0 && b == b0 {
-				t.Fatalf("%q and %q have the same words", name, v)
-			}
-		}
-	}
-}
-
 // TestPathIndexLookupEndsWhenEveryBucketOverflows: after enough churn
 // every bucket may count entries that passed it (FuzzPathIndex reached
 // that state under colliding hashes), so no probe ends at a bucket without
@@ -554,9 +468,7 @@ func TestPathIndexLookupEndsWhenEveryBucketOverflows(t *testing.T) {
 			ops = append(ops, Op{Type: OpCreate, Path: fmt.Sprintf("/d%d", i), Kind: "dir"})
 		}
 		mustApply(t, tr, 1, Batch{Ops: ops})
-		for i := range tr.s.paths.buckets {
-			tr.s.paths.buckets[i].overflow++
-		}
+		tr.s.Paths.OverflowEveryBucket()
 		// A probe that went round the table for ever would hang here until
 		// the test binary's -timeout, whose goroutine dump shows the loop.
 		for _, p := range []string{"/nope", "/d1/nope", "/nope/deeper"} {
@@ -587,43 +499,3 @@ func TestPathIndexLookupEndsWhenEveryBucketOverflows(t *testing.T) {
 // TestPathIndexProbe checks the one probe sequence: from the key's home
 // bucket on, wrapping, through every bucket that entries passed full, to
 // the first that none did, and never past the table's every bucket.
-func TestPathIndexProbe(t *testing.T) {
-	visit := func(x *pathIndex, h uint64) []uint64 {
-		var got []uint64
-		for i, b := range x.probe(h) {
-			if b != &x.buckets[i] {
-				t.Fatalf("probe(%d) yielded bucket %d with another bucket's pointer", h, i)
-			}
-			got = append(got, i)
-		}
-		return got
-	}
-	x := pathIndex{buckets: make([]pathBucket, 4)}
-	for _, c := range []struct {
-		overflow [4]uint32
-		h        uint64
-		want     []uint64
-	}{
-		{[4]uint32{}, 6, []uint64{2}},
-		{[4]uint32{0, 0, 1, 0}, 2, []uint64{2, 3}},
-		{[4]uint32{0, 0, 1, 2}, 7, []uint64{3, 0}},
-		{[4]uint32{1, 0, 1, 2}, 6, []uint64{2, 3, 0, 1}},
-		{[4]uint32{1, 1, 1, 1}, 1, []uint64{1, 2, 3, 0}},
-	} {
-		for i, o := range c.overflow {
-			x.buckets[i].overflow = o
-		}
-		if got := visit(&x, c.h); !slices.Equal(got, c.want) {
-			t.Errorf("overflows %v: probe(%d) = %v, want %v", c.overflow, c.h, got, c.want)
-		}
-	}
-	// A body that breaks ends the sequence at once.
-	n := 0
-	for range x.probe(0) {
-		n++
-		break
-	}
-	if n != 1 {
-		t.Fatalf("a loop that breaks saw %d buckets", n)
-	}
-}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
 // Quota bounds the size of a tree, so that the cluster refuses writes
@@ -86,8 +88,8 @@ func (t *Tree) Usage() Usage {
 }
 
 func (s *state) usage() Usage {
-	n := int(s.nslots) - len(s.free)
-	return Usage{Nodes: n, Bytes: int64(n)*int64(unsafe.Sizeof(rec{})) + s.size}
+	n := int(s.NSlots) - len(s.Free)
+	return Usage{Nodes: n, Bytes: int64(n)*int64(unsafe.Sizeof(layout.Rec{})) + s.size}
 }
 
 // checkQuota returns an error wrapping ErrQuota when the batch that took

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/metatree/metatree/catalog/internal/codec"
+	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
 // Tree is the replicated in-memory catalog: a tree of nodes with indexes and
@@ -33,7 +36,7 @@ type Tree struct {
 	dec     decoder
 	ops     []rawOp
 	undo    []undoRec
-	undoOld []rec
+	undoOld []layout.Rec
 	undoIdx []*secIndex
 	// undoLinks holds the ownerships a batch made or removed (owner.go);
 	// ended the owners whose version the current operation ended.
@@ -51,7 +54,7 @@ type Tree struct {
 	buf      []byte // blob scratch
 	vbuf     []byte // value scratch
 	attrs    []attrEnt
-	pc       pathCache
+	pc       layout.PathCache
 	dg       digester // the digest's scratch (digest.go)
 	dg0      sum256   // the digest at the start of the batch, for rollback
 
@@ -96,18 +99,18 @@ func (t *Tree) Index() uint64 {
 func (t *Tree) Len() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return int(t.s.nslots) - len(t.s.free)
+	return int(t.s.NSlots) - len(t.s.Free)
 }
 
 // Get returns a copy of the node at path.
 func (t *Tree) Get(path string) (Node, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	slot, ok := t.s.resolve(path)
+	slot, ok := t.s.Resolve(path)
 	if !ok {
 		return Node{}, false
 	}
-	r := t.s.at(slot)
+	r := t.s.At(slot)
 	return t.s.nodeFrom(r, strings.Clone(path), t.s.parentID(r)), true
 }
 
@@ -115,7 +118,7 @@ func (t *Tree) Get(path string) (Node, bool) {
 func (t *Tree) GetID(id uint64) (Node, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	slot, ok := t.s.lookupID(id)
+	slot, ok := t.s.LookupID(id)
 	if !ok {
 		return Node{}, false
 	}
@@ -127,17 +130,17 @@ func (t *Tree) GetID(id uint64) (Node, bool) {
 func (t *Tree) Children(path string) []string {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	slot, ok := t.s.resolve(path)
+	slot, ok := t.s.Resolve(path)
 	if !ok {
 		return nil
 	}
-	kids := t.s.kidsOf(slot)
+	kids := t.s.KidsOf(slot)
 	if len(kids) == 0 {
 		return nil
 	}
 	names := make([]string, len(kids))
 	for i, k := range kids {
-		names[i] = string(t.s.name(k))
+		names[i] = string(t.s.Name(k))
 	}
 	return names
 }
@@ -145,7 +148,7 @@ func (t *Tree) Children(path string) []string {
 // OfKind returns all nodes of a kind, in increasing id order, as of one
 // index.
 func (t *Tree) OfKind(kind string) []Node {
-	return t.collect(func(s *state) ([]uint32, func(*state, *rec) bool) {
+	return t.collect(func(s *state) ([]uint32, func(*state, *layout.Rec) bool) {
 		k, ok := s.kindIdx[kind]
 		if !ok || k == 0 {
 			return nil, nil
@@ -162,7 +165,7 @@ func (t *Tree) Find(kind, attr string, v Value) []Node {
 		return nil
 	}
 	want := appendValue(nil, v)
-	return t.collect(func(s *state) ([]uint32, func(*state, *rec) bool) {
+	return t.collect(func(s *state) ([]uint32, func(*state, *layout.Rec) bool) {
 		k, ok := s.kindIdx[kind]
 		if !ok || k == 0 {
 			return nil, nil
@@ -178,9 +181,9 @@ func (t *Tree) Find(kind, attr string, v Value) []Node {
 			}
 			return p.AppendTo(nil), nil
 		}
-		return s.kindSets[k].AppendTo(nil), func(s *state, r *rec) bool {
-			_, attrs := splitBlob(s.blob(r))
-			got, ok := attrValue(attrs, key)
+		return s.kindSets[k].AppendTo(nil), func(s *state, r *layout.Rec) bool {
+			_, attrs := layout.SplitBlob(s.Blob(r))
+			got, ok := codec.AttrValue(attrs, key)
 			return ok && string(got) == string(want)
 		}
 	})
@@ -189,7 +192,7 @@ func (t *Tree) Find(kind, attr string, v Value) []Node {
 // collect runs a long read: pick chooses the ids (and an optional filter)
 // under the lock; small results are materialized at once, large ones in
 // chunks at the same index.
-func (t *Tree) collect(pick func(s *state) ([]uint32, func(*state, *rec) bool)) []Node {
+func (t *Tree) collect(pick func(s *state) ([]uint32, func(*state, *layout.Rec) bool)) []Node {
 	var out []Node
 	t.mu.RLock()
 	s := t.s
@@ -199,19 +202,19 @@ func (t *Tree) collect(pick func(s *state) ([]uint32, func(*state, *rec) bool)) 
 		// parent's path.
 		lastParent, lastPath := ^uint32(0), ""
 		for _, slot := range slots {
-			r := s.at(slot)
+			r := s.At(slot)
 			if keep != nil && !keep(s, r) {
 				continue
 			}
-			if r.parent != lastParent {
-				lastParent, lastPath = r.parent, s.pathOf(r.parent)
+			if r.Parent != lastParent {
+				lastParent, lastPath = r.Parent, s.PathOf(r.Parent)
 			}
-			name, _ := splitBlob(s.blob(r))
+			name, _ := layout.SplitBlob(s.Blob(r))
 			path := lastPath + "/" + string(name)
 			if lastPath == "/" {
 				path = path[1:]
 			}
-			out = append(out, s.nodeFrom(r, path, s.at(r.parent).id))
+			out = append(out, s.nodeFrom(r, path, s.At(r.Parent).ID))
 		}
 		t.mu.RUnlock()
 	} else {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
+	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/internal/operr"
 )
 
@@ -62,14 +64,14 @@ func (r *Result) Halt() error {
 
 // matchAttrs checks Cond.Match against the node r: every attribute exists
 // with the same encoded value (type and value).
-func matchAttrs(s *state, r *rec, match []kv) error {
-	_, attrs := splitBlob(s.blob(r))
+func matchAttrs(s *state, r *layout.Rec, match []kv) error {
+	_, attrs := layout.SplitBlob(s.Blob(r))
 	var want []byte
 	for _, e := range match {
 		key, ok := s.keyIdx[e.k]
 		var got []byte
 		if ok {
-			got, ok = attrValue(attrs, key)
+			got, ok = codec.AttrValue(attrs, key)
 		}
 		if !ok {
 			return conflict("attribute %q is not set (want it to match)", e.k)

@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"iter"
 	"unsafe"
+
+	"github.com/metatree/metatree/catalog/internal/codec"
+	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
 // Reads without copies. Tree.Read runs a function under the tree's read
@@ -44,15 +47,15 @@ type Reader struct {
 func (r Reader) Index() uint64 { return r.s.index }
 
 // Len returns the number of nodes, the root included.
-func (r Reader) Len() int { return int(r.s.nslots) - len(r.s.free) }
+func (r Reader) Len() int { return int(r.s.NSlots) - len(r.s.Free) }
 
 // Root returns the root node.
-func (r Reader) Root() View { return r.s.view(rootSlot) }
+func (r Reader) Root() View { return r.s.view(layout.RootSlot) }
 
 // Get returns the node at path; ok is false if there is none or path is not
 // a valid path (ValidPath says why).
 func (r Reader) Get(path string) (v View, ok bool) {
-	slot, ok := r.s.resolve(path)
+	slot, ok := r.s.Resolve(path)
 	if !ok {
 		return View{}, false
 	}
@@ -61,7 +64,7 @@ func (r Reader) Get(path string) (v View, ok bool) {
 
 // GetID returns the node with the given id.
 func (r Reader) GetID(id uint64) (v View, ok bool) {
-	slot, ok := r.s.lookupID(id)
+	slot, ok := r.s.LookupID(id)
 	if !ok {
 		return View{}, false
 	}
@@ -117,8 +120,8 @@ func (r Reader) find(kind, attr string, v Value, yield func(View) bool) {
 	}
 	set.Range(func(slot uint32) bool {
 		if filter {
-			_, attrs := splitBlob(s.blob(s.at(slot)))
-			got, ok := attrValue(attrs, key)
+			_, attrs := layout.SplitBlob(s.Blob(s.At(slot)))
+			got, ok := codec.AttrValue(attrs, key)
 			if !ok || string(got) != string(want) {
 				return true
 			}
@@ -131,51 +134,51 @@ func (r Reader) find(kind, attr string, v Value, yield func(View) bool) {
 // node; Views come from a Reader or another View.
 type View struct {
 	s    *state
-	r    *rec
+	r    *layout.Rec
 	slot uint32
 }
 
 // ID returns the node's id (the root is 1).
-func (v View) ID() uint64 { return v.r.id }
+func (v View) ID() uint64 { return v.r.ID }
 
 // ParentID returns the parent's id, 0 for the root.
 func (v View) ParentID() uint64 { return v.s.parentID(v.r) }
 
 // Parent returns the parent node; ok is false for the root.
 func (v View) Parent() (p View, ok bool) {
-	if v.r.id == rootID {
+	if v.r.ID == layout.RootID {
 		return View{}, false
 	}
-	return v.s.view(v.r.parent), true
+	return v.s.view(v.r.Parent), true
 }
 
 // Name returns the node's name ("" for the root).
 func (v View) Name() string {
-	name, _ := splitBlob(v.s.blob(v.r))
+	name, _ := layout.SplitBlob(v.s.Blob(v.r))
 	return viewString(name)
 }
 
 // Kind returns the node's kind ("" for the root).
-func (v View) Kind() string { return v.s.kinds[v.r.kind] }
+func (v View) Kind() string { return v.s.kinds[v.r.Kind] }
 
 // Created returns the log index of the batch that created the node.
-func (v View) Created() uint64 { return v.r.created }
+func (v View) Created() uint64 { return v.r.Created }
 
 // Modified returns the log index of the batch that last changed the node.
-func (v View) Modified() uint64 { return v.r.modified }
+func (v View) Modified() uint64 { return v.r.Modified }
 
 // AppendPath appends the node's path ("/db1/orders", "/" for the root) to b.
 func (v View) AppendPath(b []byte) []byte {
-	if v.r.id == rootID {
+	if v.r.ID == layout.RootID {
 		return append(b, '/')
 	}
-	var stack [32]*rec
+	var stack [32]*layout.Rec
 	anc := stack[:0]
-	for c := v.r; c.id != rootID; c = v.s.at(c.parent) {
+	for c := v.r; c.ID != layout.RootID; c = v.s.At(c.Parent) {
 		anc = append(anc, c)
 	}
 	for i := len(anc) - 1; i >= 0; i-- {
-		name, _ := splitBlob(v.s.blob(anc[i]))
+		name, _ := layout.SplitBlob(v.s.Blob(anc[i]))
 		b = append(b, '/')
 		b = append(b, name...)
 	}
@@ -193,8 +196,8 @@ func (v View) Attr(key string) (val Value, ok bool) {
 	if !ok {
 		return Value{}, false
 	}
-	_, attrs := splitBlob(v.s.blob(v.r))
-	b, ok := attrValue(attrs, k)
+	_, attrs := layout.SplitBlob(v.s.Blob(v.r))
+	b, ok := codec.AttrValue(attrs, k)
 	if !ok {
 		return Value{}, false
 	}
@@ -203,7 +206,7 @@ func (v View) Attr(key string) (val Value, ok bool) {
 
 // NumAttrs returns the number of attributes.
 func (v View) NumAttrs() int {
-	_, attrs := splitBlob(v.s.blob(v.r))
+	_, attrs := layout.SplitBlob(v.s.Blob(v.r))
 	n, _ := binary.Uvarint(attrs)
 	return int(n)
 }
@@ -214,10 +217,10 @@ func (v View) Attrs() iter.Seq2[string, Value] {
 }
 
 func (v View) attrs(yield func(string, Value) bool) {
-	_, attrs := splitBlob(v.s.blob(v.r))
-	it := newAttrIter(attrs)
+	_, attrs := layout.SplitBlob(v.s.Blob(v.r))
+	it := codec.NewAttrIter(attrs)
 	for {
-		k, b, ok := it.next()
+		k, b, ok := it.Next()
 		if !ok || !yield(v.s.keys[k], viewValue(b)) {
 			return
 		}
@@ -225,11 +228,11 @@ func (v View) attrs(yield func(string, Value) bool) {
 }
 
 // NumChildren returns the number of children.
-func (v View) NumChildren() int { return len(v.s.kids.list(v.r.kids)) }
+func (v View) NumChildren() int { return len(v.s.Kids.List(v.r.Kids)) }
 
 // Child returns the child named name.
 func (v View) Child(name string) (c View, ok bool) {
-	slot, ok := v.s.lookupKid(v.slot, unsafeBytes(name))
+	slot, ok := v.s.LookupKid(v.slot, layout.UnsafeBytes(name))
 	if !ok {
 		return View{}, false
 	}
@@ -248,7 +251,7 @@ func (v View) Children() iter.Seq[View] {
 // (BenchmarkChildren).
 func (v View) children(yield func(View) bool) {
 	s := v.s
-	for _, slot := range s.kids.list(v.r.kids) {
+	for _, slot := range s.Kids.List(v.r.Kids) {
 		if !yield(s.view(slot)) {
 			return
 		}
@@ -265,7 +268,7 @@ func (v View) subtree(yield func(View) bool) bool {
 	if !yield(v) {
 		return false
 	}
-	for _, slot := range v.s.kids.list(v.r.kids) {
+	for _, slot := range v.s.Kids.List(v.r.Kids) {
 		if !v.s.view(slot).subtree(yield) {
 			return false
 		}
@@ -278,7 +281,7 @@ func (v View) Node() Node {
 	return v.s.node(v.slot)
 }
 
-func (s *state) view(slot uint32) View { return View{s: s, r: s.at(slot), slot: slot} }
+func (s *state) view(slot uint32) View { return View{s: s, r: s.At(slot), slot: slot} }
 
 // viewString views arena bytes as a string without copying; arena bytes are
 // never rewritten (see arena), so the string is immutable.

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/internal/benchshape"
 
 	"fmt"
@@ -31,7 +32,7 @@ func viewNode(t *testing.T, v View) Node {
 	if _, ok := v.Attr("no-such-key"); ok {
 		t.Fatalf("%s: Attr of a key never interned found a value", n.Path)
 	}
-	if p, ok := v.Parent(); ok != (n.ID != rootID) || (ok && p.ID() != n.Parent) {
+	if p, ok := v.Parent(); ok != (n.ID != layout.RootID) || (ok && p.ID() != n.Parent) {
 		t.Fatalf("%s: Parent() = %d, %v; ParentID %d", n.Path, p.ID(), ok, n.Parent)
 	}
 	return n

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
 // The watch ring. Apply records each batch's events once, as an immutable
@@ -193,10 +195,10 @@ func (t *Tree) notePath(p string) [2]int32 {
 }
 
 // noteNode records the node r, at the path recorded at path.
-func (t *Tree) noteNode(s *state, r *rec, parentID uint64, path [2]int32) pendNode {
+func (t *Tree) noteNode(s *state, r *layout.Rec, parentID uint64, path [2]int32) pendNode {
 	at := len(t.wbuf)
-	t.wbuf = append(t.wbuf, s.blob(r)...)
-	return pendNode{id: r.id, parent: parentID, created: r.created, modified: r.modified,
+	t.wbuf = append(t.wbuf, s.Blob(r)...)
+	return pendNode{id: r.ID, parent: parentID, created: r.Created, modified: r.Modified,
 		path: path, blob: [2]int32{int32(at), int32(len(t.wbuf))}}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/catalog/catalogtest"
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/heartbeat/epoch"
 )
@@ -51,7 +52,7 @@ func (c *cluster) requireEnded(t *testing.T, id uint64, reason string) {
 		require.NoError(t, err)
 		require.Equal(t, rec.Modified, index, "the mark names the transition's index")
 		require.Equal(t, reason, why)
-		require.Zero(t, f.tree.OwnedCount())
+		require.Zero(t, catalogtest.OwnedCount(f.tree))
 	}
 }
 
@@ -61,7 +62,7 @@ func (c *cluster) requireOwned(t *testing.T) {
 	for fid, f := range c.frontends {
 		_, ok := f.tree.Get("/tasks/gone/part")
 		require.True(t, ok, "frontend %d lost the owned task", fid)
-		require.Equal(t, 2, f.tree.OwnedCount(), "frontend %d", fid)
+		require.Equal(t, 2, catalogtest.OwnedCount(f.tree), "frontend %d", fid)
 	}
 }
 
@@ -274,7 +275,7 @@ func TestWorkerDeclaredDeadThatComesBackWithItsEpochIsFencedAndWorksWithANewOne(
 		check, owner = heartbeat.OwnerOf(10, fresh, false)
 		require.NoError(t, c.propose(t, check, catalog.Op{Type: catalog.OpCreate, Path: "/tasks/new", Kind: "task", Owner: owner}))
 		for _, f := range c.frontends {
-			require.Equal(t, 1, f.tree.OwnedCount(), "frontend %d", f.id)
+			require.Equal(t, 1, catalogtest.OwnedCount(f.tree), "frontend %d", f.id)
 		}
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/catalog/catalogtest"
 	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/heartbeat/heartbeattest"
@@ -263,7 +264,7 @@ func TestWorkersOwnedNodesGoWithItsEpochWithinTheCancellationBoundAtOneIndex(t *
 					require.Equal(t, index, n.Index, "frontend %d's registry applied the event at the deletions' index", i)
 					_, ok := f.Tree().Get(otherTask)
 					require.True(t, ok, "another worker's owned node stays")
-					require.Equal(t, 1, f.Tree().OwnedCount())
+					require.Equal(t, 1, catalogtest.OwnedCount(f.Tree()))
 				}
 			})
 		})
@@ -306,7 +307,7 @@ func TestSuspicionTheMonitorNeverRecordsRemovesNoOwnedNode(t *testing.T) {
 				_, ok := f.Tree().Get(p)
 				require.True(t, ok, "frontend %d keeps %s", i, p)
 			}
-			require.Equal(t, 3, f.Tree().OwnedCount())
+			require.Equal(t, 3, catalogtest.OwnedCount(f.Tree()))
 		}
 		after, _ := ms.Member(4)
 		require.Equal(t, before.Modified, after.Modified, "the worker's record did not change")
@@ -543,7 +544,7 @@ func TestFrontendInstallingAnImageWithOwnedNodesEndsThemAtTheTransitionAfterIt(t
 		require.False(t, ok)
 		kept, _ := lag.Tree().Get(keptTask)
 		require.Equal(t, end, markIndex(t, &kept))
-		require.Equal(t, 1, lag.Tree().OwnedCount(), "another worker's owned node stays")
+		require.Equal(t, 1, catalogtest.OwnedCount(lag.Tree()), "another worker's owned node stays")
 	})
 }
 
@@ -662,7 +663,7 @@ func TestWorkerDeclaredDeadThatComesBackWithItsEpochIsFencedOnEveryReplica(t *te
 					kept, ok := f.Tree().Get(keptTask)
 					require.True(t, ok)
 					require.Equal(t, death, markIndex(t, &kept), "frontend %d: the orphan mark names the death", f.ID())
-					require.Equal(t, 2, f.Tree().OwnedCount(), "frontend %d: worker 5's task and the fresh epoch's", f.ID())
+					require.Equal(t, 2, catalogtest.OwnedCount(f.Tree()), "frontend %d: worker 5's task and the fresh epoch's", f.ID())
 					o, ok := f.Tree().Owned("/tasks/new")
 					require.True(t, ok)
 					rec, _ := f.Tree().Get(heartbeat.MemberPath(4))

@@ -1,8 +1,16 @@
-package catalog
+package layout
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
-// kidPool holds every child list in a few large pointer-free arrays instead
+// ErrCapacity is the error of a child list allocation past the pool's
+// capacity. Package catalog exports it as its own ErrCapacity, which its
+// other layout limits (the ids) wrap too.
+var ErrCapacity = errors.New("catalog: capacity exceeded")
+
+// KidPool holds every child list in a few large pointer-free arrays instead
 // of one Go slice per parent (24 bytes of header plus an allocation each,
 // which for a million tablets of three replicas costs more than the lists).
 // A list is a region [len, cap, slot...] of a chunk; its handle is
@@ -12,7 +20,7 @@ import "fmt"
 // index is reused once the list is released. A handle addresses at most
 // kidMaxChunks chunks; an allocation past them fails (ErrCapacity) rather
 // than wrap.
-type kidPool struct {
+type KidPool struct {
 	chunks [][]uint32
 	cur    int                       // the chunk class regions are cut from, once chunks is not empty
 	free   [len(kidClasses)][]uint32 // free regions by class
@@ -34,20 +42,20 @@ const (
 	kidReserve = 64
 )
 
-// kidBudget says how many chunk indexes an allocation may bring into use.
-type kidBudget uint8
+// KidBudget says how many chunk indexes an allocation may bring into use.
+type KidBudget uint8
 
 const (
-	kidForward  kidBudget = iota // an operation of a batch: leaves the reserve
-	kidRollback                  // undoing a batch, or loading an image: may use it
+	KidForward  KidBudget = iota // an operation of a batch: leaves the reserve
+	KidRollback                  // undoing a batch, or loading an image: may use it
 )
 
 // kidsFull is the error of an allocation past the pool's capacity.
-func (p *kidPool) kidsFull() error {
+func (p *KidPool) kidsFull() error {
 	return fmt.Errorf("%w: child lists use all %d chunks of %d slots their handles can address", ErrCapacity, p.limit(), kidChunk)
 }
 
-func (p *kidPool) limit() int {
+func (p *KidPool) limit() int {
 	if p.maxChunks > 0 {
 		return p.maxChunks
 	}
@@ -56,7 +64,7 @@ func (p *kidPool) limit() int {
 
 // newChunk brings c into use under a free chunk index: one dropped before,
 // else the next one, within budget.
-func (p *kidPool) newChunk(c []uint32, b kidBudget) (uint32, bool) {
+func (p *KidPool) newChunk(c []uint32, b KidBudget) (uint32, bool) {
 	if k := len(p.spare); k > 0 {
 		i := p.spare[k-1]
 		p.spare = p.spare[:k-1]
@@ -64,7 +72,7 @@ func (p *kidPool) newChunk(c []uint32, b kidBudget) (uint32, bool) {
 		return i, true
 	}
 	limit := p.limit()
-	if b == kidForward {
+	if b == KidForward {
 		limit -= min(kidReserve, limit/2)
 	}
 	if len(p.chunks) >= limit {
@@ -74,10 +82,14 @@ func (p *kidPool) newChunk(c []uint32, b kidBudget) (uint32, bool) {
 	return uint32(len(p.chunks) - 1), true
 }
 
+// LargestKidClass is the capacity of the largest size class: a list of
+// more slots gets a chunk of its own.
+const LargestKidClass = 786432
+
 // kidClasses are the region capacities (slots, not counting the header).
 var kidClasses = [...]uint32{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512,
 	768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152, 65536,
-	98304, 131072, 196608, 262144, 393216, 524288, 786432}
+	98304, 131072, 196608, 262144, 393216, 524288, LargestKidClass}
 
 func classFor(n uint32) int {
 	for i, c := range kidClasses {
@@ -88,18 +100,20 @@ func classFor(n uint32) int {
 	return -1 // needs a chunk of its own
 }
 
-func (p *kidPool) region(h uint32) []uint32 {
+// Region returns the region of list h: its length, its capacity, then
+// its slots and the room after them.
+func (p *KidPool) Region(h uint32) []uint32 {
 	c := p.chunks[h>>kidOffBits]
 	off := h & kidOffMask
 	return c[off:]
 }
 
-// list returns the slots of list h (nil for 0).
-func (p *kidPool) list(h uint32) []uint32 {
+// List returns the slots of list h (nil for 0).
+func (p *KidPool) List(h uint32) []uint32 {
 	if h == 0 {
 		return nil
 	}
-	r := p.region(h)
+	r := p.Region(h)
 	return r[2 : 2+r[0] : 2+r[0]]
 }
 
@@ -109,7 +123,7 @@ const minKids = 3
 
 // alloc returns an empty list with room for at least n slots; false when
 // it needs a chunk and none is left within budget.
-func (p *kidPool) alloc(n uint32, b kidBudget) (uint32, bool) {
+func (p *KidPool) alloc(n uint32, b KidBudget) (uint32, bool) {
 	n = max(n, minKids)
 	if len(p.chunks) == 0 {
 		p.chunks = append(p.chunks, make([]uint32, 1, kidChunk)) // offset 0 is never a list
@@ -128,7 +142,7 @@ func (p *kidPool) alloc(n uint32, b kidBudget) (uint32, bool) {
 	if f := p.free[ci]; len(f) > 0 {
 		h := f[len(f)-1]
 		p.free[ci] = f[:len(f)-1]
-		p.region(h)[0] = 0
+		p.Region(h)[0] = 0
 		return h, true
 	}
 	capn := kidClasses[ci]
@@ -148,8 +162,8 @@ func (p *kidPool) alloc(n uint32, b kidBudget) (uint32, bool) {
 	return uint32(p.cur)<<kidOffBits | off, true
 }
 
-func (p *kidPool) release(h uint32) {
-	r := p.region(h)
+func (p *KidPool) release(h uint32) {
+	r := p.Region(h)
 	ci := classFor(r[1])
 	if ci < 0 || kidClasses[ci] != r[1] {
 		i := h >> kidOffBits // an own chunk: drop it, keep its index
@@ -164,7 +178,7 @@ func (p *kidPool) release(h uint32) {
 // slot: the list is allocated, or moved to the next class, when it has
 // none. It fails with ErrCapacity, leaving the list as it was, when that
 // needs a chunk and none is left within budget.
-func (p *kidPool) room(h uint32, b kidBudget) (uint32, error) {
+func (p *KidPool) room(h uint32, b KidBudget) (uint32, error) {
 	if h == 0 {
 		nh, ok := p.alloc(1, b)
 		if !ok {
@@ -172,7 +186,7 @@ func (p *kidPool) room(h uint32, b kidBudget) (uint32, error) {
 		}
 		return nh, nil
 	}
-	r := p.region(h)
+	r := p.Region(h)
 	n, capn := r[0], r[1]
 	if n < capn {
 		return h, nil
@@ -181,21 +195,21 @@ func (p *kidPool) room(h uint32, b kidBudget) (uint32, error) {
 	if !ok {
 		return h, p.kidsFull()
 	}
-	nr := p.region(nh)
+	nr := p.Region(nh)
 	copy(nr[2:], r[2:2+n])
 	nr[0] = n
 	p.release(h)
 	return nh, nil
 }
 
-// insert puts slot at position pos of list h and returns the list's
+// Insert puts slot at position pos of list h and returns the list's
 // (possibly new) handle; it fails as room does, leaving the list as it was.
-func (p *kidPool) insert(h uint32, pos int, slot uint32, b kidBudget) (uint32, error) {
+func (p *KidPool) Insert(h uint32, pos int, slot uint32, b KidBudget) (uint32, error) {
 	h, err := p.room(h, b)
 	if err != nil {
 		return h, err
 	}
-	r := p.region(h)
+	r := p.Region(h)
 	n := r[0]
 	l := r[2 : 3+n]
 	copy(l[pos+1:], l[pos:n])
@@ -204,10 +218,10 @@ func (p *kidPool) insert(h uint32, pos int, slot uint32, b kidBudget) (uint32, e
 	return h, nil
 }
 
-// remove deletes position pos of list h and returns its handle, 0 once the
+// Remove deletes position pos of list h and returns its handle, 0 once the
 // list is empty.
-func (p *kidPool) remove(h uint32, pos int) uint32 {
-	r := p.region(h)
+func (p *KidPool) Remove(h uint32, pos int) uint32 {
+	r := p.Region(h)
 	n := r[0]
 	l := r[2 : 2+n]
 	copy(l[pos:], l[pos+1:])

@@ -1,4 +1,4 @@
-package catalog
+package layout
 
 // The id table maps a node's id to its slot. Ids come from a counter, so
 // the ids a tree holds are mostly dense, but deletes can leave any gaps:
@@ -12,17 +12,17 @@ package catalog
 // allocates in proportion to its records.
 
 const (
-	pageBits = 12 // ids in a page
-	pageSize = 1 << pageBits
-	dirBits  = 10 // pages in a dir
-	dirSize  = 1 << dirBits
-	midBits  = 10 // dirs in a mid
-	midSize  = 1 << midBits
-	topBits  = 8 // mids in the table
+	pageBits   = 12            // ids in a page
+	IDPageSize = 1 << pageBits // ids in a page of the table
+	dirBits    = 10            // pages in a dir
+	dirSize    = 1 << dirBits
+	midBits    = 10 // dirs in a mid
+	midSize    = 1 << midBits
+	topBits    = 8 // mids in the table
 
-	// idLimit bounds the ids: a tree hands out ids below it, and an image
+	// IDLimit bounds the ids: a tree hands out ids below it, and an image
 	// whose next id is above it is corrupt.
-	idLimit = 1 << (pageBits + dirBits + midBits + topBits)
+	IDLimit = 1 << (pageBits + dirBits + midBits + topBits)
 
 	dirShift = pageBits
 	midShift = pageBits + dirBits
@@ -46,14 +46,14 @@ type idDir struct {
 }
 
 type idPage struct {
-	slot [pageSize]uint32 // slot+1; 0: no such id
+	slot [IDPageSize]uint32 // slot+1; 0: no such id
 	live int
 }
 
-// dirOf returns the dir of id and the index of id's page in it; nil if no
+// DirOf returns the dir of id and the index of id's page in it; nil if no
 // id of that dir is in use.
-func (s *state) dirOf(id uint64) (*idDir, uint64) {
-	if id >= idLimit {
+func (s *Store) DirOf(id uint64) (*idDir, uint64) {
+	if id >= IDLimit {
 		return nil, 0
 	}
 	m := s.ids.top[id>>topShift]
@@ -63,17 +63,18 @@ func (s *state) dirOf(id uint64) (*idDir, uint64) {
 	return m.dirs[id>>midShift&(midSize-1)], id >> dirShift & (dirSize - 1)
 }
 
-func (s *state) slotOf(id uint64) (uint32, bool) {
-	d, p := s.dirOf(id)
+// SlotOf returns the slot of id through the table.
+func (s *Store) SlotOf(id uint64) (uint32, bool) {
+	d, p := s.DirOf(id)
 	if d == nil || d.pages[p] == nil {
 		return 0, false
 	}
-	v := d.pages[p].slot[id&(pageSize-1)]
+	v := d.pages[p].slot[id&(IDPageSize-1)]
 	return v - 1, v != 0
 }
 
-// setSlotOf places id (below idLimit: create and Load check) at slot.
-func (s *state) setSlotOf(id uint64, slot uint32) {
+// SetSlotOf places id (below IDLimit: create and Load check) at slot.
+func (s *Store) SetSlotOf(id uint64, slot uint32) {
 	m := s.ids.top[id>>topShift]
 	if m == nil {
 		m = new(idMid)
@@ -93,18 +94,18 @@ func (s *state) setSlotOf(id uint64, slot uint32) {
 		d.live++
 	}
 	d.hintPlaced(p, id, slot, pg.live == 0)
-	pg.slot[id&(pageSize-1)] = slot + 1
+	pg.slot[id&(IDPageSize-1)] = slot + 1
 	pg.live++
 }
 
-// clearSlotOf removes id (which is in the table), freeing the levels it
+// ClearSlotOf removes id (which is in the table), freeing the levels it
 // empties.
-func (s *state) clearSlotOf(id uint64) {
+func (s *Store) ClearSlotOf(id uint64) {
 	m := s.ids.top[id>>topShift]
 	d := m.dirs[id>>midShift&(midSize-1)]
 	p := id >> dirShift & (dirSize - 1)
 	pg := d.pages[p]
-	pg.slot[id&(pageSize-1)] = 0
+	pg.slot[id&(IDPageSize-1)] = 0
 	if pg.live--; pg.live > 0 {
 		return
 	}
@@ -120,11 +121,11 @@ func (s *state) clearSlotOf(id uint64) {
 	s.ids.top[id>>topShift] = nil
 }
 
-// pageFrom returns the first id at or after id whose page is in use, or
-// idLimit if there is none: the walk over the ids (Save) skips the empty
+// PageFrom returns the first id at or after id whose page is in use, or
+// IDLimit if there is none: the walk over the ids (Save) skips the empty
 // ranges between with it.
-func (s *state) pageFrom(id uint64) uint64 {
-	for id < idLimit {
+func (s *Store) PageFrom(id uint64) uint64 {
+	for id < IDLimit {
 		m := s.ids.top[id>>topShift]
 		if m == nil {
 			id = (id>>topShift + 1) << topShift
@@ -141,5 +142,5 @@ func (s *state) pageFrom(id uint64) uint64 {
 		}
 		return id
 	}
-	return idLimit
+	return IDLimit
 }

@@ -2,7 +2,7 @@ package catalogtest
 
 import (
 	"github.com/metatree/metatree/catalog"
-	"github.com/metatree/metatree/catalog/internal/tamper"
+	"github.com/metatree/metatree/catalog/internal/testhook"
 )
 
 // SetAttr sets attribute attr of the node at path to v in place, outside
@@ -12,5 +12,11 @@ import (
 // does not exist is catalog.ErrNotFound, a bad path or attribute name
 // catalog.ErrInvalidName, a bad value catalog.ErrInvalid.
 func SetAttr(t *catalog.Tree, path, attr string, v catalog.Value) error {
-	return tamper.SetAttr(t, path, attr, v)
+	return testhook.SetAttr(t, path, attr, v)
+}
+
+// OwnedCount returns how many nodes of t are owned: the size of its owner
+// index, read under the tree's read lock.
+func OwnedCount(t *catalog.Tree) int {
+	return testhook.OwnedCount(t)
 }

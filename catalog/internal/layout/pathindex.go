@@ -1,4 +1,4 @@
-package catalog
+package layout
 
 import (
 	"bytes"
@@ -12,23 +12,23 @@ import (
 	"github.com/metatree/metatree/catalog/internal/hugepage"
 )
 
-// pathIndex finds the node at a path in a constant number of cache
+// PathIndex finds the node at a path in a constant number of cache
 // misses, whatever the catalog's size and mostly whatever the path's depth:
 // the sorted child lists (kids.go) would take a binary search a level,
-// each probe a rec and a name blob, each level waiting for the one above.
+// each probe a Rec and a name blob, each level waiting for the one above.
 //
 // It is a hash table from the hash of a node's whole path to its slot, open
 // addressing over one pointer-free array of 64-byte buckets (one cache line
 // each): 12 slots and a one-byte tag of the hash for each, so that a probe
-// reads the rec of a candidate only when its tag matches. The path's hash
+// reads the Rec of a candidate only when its tag matches. The path's hash
 // is a sum of one term a level (the level's depth and name, hashed), so
 // that a lookup has every level's hash before reading memory and probes all
 // the levels' buckets at once; it then checks every level's candidate (its
-// rec's parent is the level above's, its name the path's) with the recs and
+// Rec's parent is the level above's, its name the path's) with the recs and
 // names read together too. The hash only picks candidates: the answer is
 // exact whatever collides. Readers resolve whole paths through it
 // (resolve), the applier each level its path cache does not hold
-// (Tree.resolveW). A bucket counts the entries that found it full and
+// (PathCache.Resolve). A bucket counts the entries that found it full and
 // settled in a later one (its overflow); a lookup stops at the first bucket
 // without any, which lets an entry be removed by clearing it, with no
 // tombstones. A bucket's overflow stays while the entries that passed it
@@ -37,7 +37,7 @@ import (
 //
 // The index is local, like the slots it holds: its hash seed is random per
 // process and nothing observable depends on its layout. It mirrors the
-// child lists: linkKidAt and removeKid keep it for the node they link or
+// child lists: LinkKidAt and RemoveKid keep it for the node they link or
 // unlink, a move re-keys the moved node's descendants (their paths
 // change), Load indexes the nodes as its linker links them, and a table
 // that grows is rebuilt from the child lists. It changes only under the
@@ -46,7 +46,7 @@ import (
 // failed batch's rollback relinks and unlinks through the same functions,
 // leaving the index holding exactly the tree's nodes again (if not in the
 // same buckets).
-type pathIndex struct {
+type PathIndex struct {
 	buckets []pathBucket // a power of two of them
 	n       int          // entries, pending ones included
 	// seed keys the hash of names up to 16 bytes long (level), long
@@ -56,11 +56,11 @@ type pathIndex struct {
 	// pending are entries added but not yet in a bucket. An insert is a
 	// cache miss in a table the size of the catalog; put one by one
 	// between the applier's other work, those misses add up, while
-	// flush puts them in a tight loop where they overlap. The table is
+	// Flush puts them in a tight loop where they overlap. The table is
 	// flushed before anything reads it or removes from it: readers only
 	// ever see it flushed (Apply and Load flush before they return).
 	pending []pendingEntry
-	// touched keeps flush's loads that bring the buckets into the cache:
+	// touched keeps Flush's loads that bring the buckets into the cache:
 	// the compiler drops loads whose values go nowhere.
 	touched uint32
 	// mask is ANDed into every hash; tests narrow it so that names
@@ -68,28 +68,28 @@ type pathIndex struct {
 	mask uint64
 }
 
-// pathHashMask is the mask of new indexes (see pathIndex.mask).
-var pathHashMask = ^uint64(0)
+// HashMask is the mask of new indexes (see PathIndex.mask).
+var HashMask = ^uint64(0)
 
-// pathHashSeed, when a test sets it, seeds new indexes' hashes of names up
+// HashSeed, when a test sets it, seeds new indexes' hashes of names up
 // to 16 bytes instead of a random seed: under a narrowed mask the seed
 // decides which entries collide, so a failing input reproduces only with
 // its seed.
-var pathHashSeed *[4]uint64
+var HashSeed *[4]uint64
 
 const (
 	bucketSlots = 12
 	// The table doubles before its entries fill more than 7/8 of its
 	// slots: with 12 slots a bucket, few lookups go past their first.
 	pathLoadNum, pathLoadDen = 7, 8
-	// noParent marks, in Load, a rec whose parent is not linked yet.
-	noParent = ^uint32(0)
+	// NoParent marks, in Load, a Rec whose parent is not linked yet.
+	NoParent = ^uint32(0)
 
 	tagLSB = 0x0101010101010101
 	tagLow = 0x7f7f7f7f7f7f7f7f
 )
 
-// pendingFlush is the number of pending entries that makes add flush.
+// pendingFlush is the number of pending entries that makes Add flush.
 const pendingFlush = 256
 
 type pendingEntry struct {
@@ -103,33 +103,33 @@ type pathBucket struct {
 	slots    [bucketSlots]uint32
 }
 
-func newPathIndex() pathIndex {
-	x := pathIndex{
+func newPathIndex() PathIndex {
+	x := PathIndex{
 		buckets: make([]pathBucket, 1),
 		seed:    [4]uint64{rand.Uint64(), rand.Uint64(), rand.Uint64(), rand.Uint64()},
 		long:    maphash.MakeSeed(),
-		mask:    pathHashMask,
+		mask:    HashMask,
 	}
-	if pathHashSeed != nil {
-		x.seed = *pathHashSeed
+	if HashSeed != nil {
+		x.seed = *HashSeed
 	}
 	return x
 }
 
-// slotSource reads recs, names and child lists: the state, or Load's
+// Source reads recs, names and child lists: the Store, or the catalog Load's
 // linker (which reads the state's storage through views of its own).
-type slotSource interface {
-	at(slot uint32) *rec
-	name(slot uint32) []byte
-	kidsOf(slot uint32) []uint32
+type Source interface {
+	At(slot uint32) *Rec
+	Name(slot uint32) []byte
+	KidsOf(slot uint32) []uint32
 }
 
-// level is the term of a path's hash for the name at depth (1 for the
+// Level is the term of a path's hash for the name at depth (1 for the
 // root's children). A name of up to 16 bytes (most are) is hashed inline,
 // as wyhash hashes short keys: its two words (nameWords), then two 128-bit
 // products folded, with the seed and the name's length and depth mixed in
 // (term). A longer name is hashed by maphash first.
-func (x *pathIndex) level(depth int, name []byte) uint64 {
+func (x *PathIndex) Level(depth int, name []byte) uint64 {
 	if len(name) > 16 {
 		return x.term(depth, len(name), maphash.Bytes(x.long, name), 0)
 	}
@@ -139,7 +139,7 @@ func (x *pathIndex) level(depth int, name []byte) uint64 {
 
 // term is the level term of a name of n bytes at depth whose words are a
 // and b.
-func (x *pathIndex) term(depth, n int, a, b uint64) uint64 {
+func (x *PathIndex) term(depth, n int, a, b uint64) uint64 {
 	return mum(mum(a^x.seed[0], b^x.seed[1])^x.seed[2], uint64(n)<<32^uint64(depth)^x.seed[3])
 }
 
@@ -165,35 +165,35 @@ func mum(a, b uint64) uint64 {
 	return hi ^ lo
 }
 
-// key is the table's hash of a path whose levels' terms sum to sum.
-func (x *pathIndex) key(sum uint64) uint64 {
+// Key is the table's hash of a path whose levels' terms sum to sum.
+func (x *PathIndex) Key(sum uint64) uint64 {
 	h := sum ^ sum>>31
 	h *= 0xbf58476d1ce4e5b9
 	h ^= h >> 29
 	return h & x.mask
 }
 
-// pathSum returns the sum of the level terms of the path of slot, and its
+// PathSum returns the sum of the level terms of the path of slot, and its
 // depth (0 for the root), from its ancestors' recs.
-func (x *pathIndex) pathSum(src slotSource, slot uint32) (sum uint64, depth int, ok bool) {
-	for c := slot; c != rootSlot; c = src.at(c).parent {
-		if c == noParent {
+func (x *PathIndex) PathSum(src Source, slot uint32) (sum uint64, depth int, ok bool) {
+	for c := slot; c != RootSlot; c = src.At(c).Parent {
+		if c == NoParent {
 			return 0, 0, false
 		}
 		depth++
 	}
 	d := depth
-	for c := slot; c != rootSlot; c = src.at(c).parent {
-		sum += x.level(d, src.name(c))
+	for c := slot; c != RootSlot; c = src.At(c).Parent {
+		sum += x.Level(d, src.Name(c))
 		d--
 	}
 	return sum, depth, true
 }
 
 // childKey is the key of the child of parent named name.
-func (x *pathIndex) childKey(s *state, parent uint32, name []byte) uint64 {
-	sum, depth, _ := x.pathSum(s, parent)
-	return x.key(sum + x.level(depth+1, name))
+func (x *PathIndex) childKey(s *Store, parent uint32, name []byte) uint64 {
+	sum, depth, _ := x.PathSum(s, parent)
+	return x.Key(sum + x.Level(depth+1, name))
 }
 
 // tagOf is the tag of hash h: its top byte, 0 taken as 1 (0 marks an
@@ -222,7 +222,7 @@ func matchBytes(w uint64, t uint8) uint64 {
 
 // find returns the child of parent named name, whose key is h (the
 // table flushed).
-func (x *pathIndex) find(s *state, h uint64, parent uint32, name []byte) (uint32, bool) {
+func (x *PathIndex) find(s *Store, h uint64, parent uint32, name []byte) (uint32, bool) {
 	t := tagOf(h)
 	for _, b := range x.probe(h) {
 		lo, hi := matchTags(b, t)
@@ -246,7 +246,7 @@ func (x *pathIndex) find(s *state, h uint64, parent uint32, name []byte) (uint32
 // full (its overflow, read once the loop's body has run, is 0) or until
 // every bucket has been yielded. It is the one probe sequence of the
 // table: lookups, put and remove all walk it.
-func (x *pathIndex) probe(h uint64) iter.Seq2[uint64, *pathBucket] {
+func (x *PathIndex) probe(h uint64) iter.Seq2[uint64, *pathBucket] {
 	return func(yield func(uint64, *pathBucket) bool) {
 		m := uint64(len(x.buckets) - 1)
 		for i, left := h&m, len(x.buckets); left > 0; i, left = (i+1)&m, left-1 {
@@ -258,9 +258,9 @@ func (x *pathIndex) probe(h uint64) iter.Seq2[uint64, *pathBucket] {
 	}
 }
 
-// guessDepth is the deepest path resolve takes in two passes: its
+// GuessDepth is the deepest path resolve takes in two passes: its
 // candidates are on the stack.
-const guessDepth = 16
+const GuessDepth = 16
 
 // nameEnd returns the end of the name of path that starts at start (the
 // next '/' or the path's end); ok is false if that name is not a valid one
@@ -307,22 +307,22 @@ func validOddName(name string) bool {
 // not: a path that ValidPath rejects is found nowhere. It checks the path
 // as it reads it (nameEnd) and finds the node in two passes. The first
 // takes, for every level, the first entry whose tag matches without
-// reading its rec: the levels' buckets are read together. The second
+// reading its Rec: the levels' buckets are read together. The second
 // checks each candidate's parent and name, their recs and names read
 // together too; a candidate that is not the node (a tag shared by another
 // entry) is replaced by the one find checks entry by entry. Paths deeper
-// than guessDepth are found level by level with find.
-func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
+// than GuessDepth are found level by level with find.
+func (x *PathIndex) resolve(s *Store, path string) (uint32, bool) {
 	if len(path) < 2 || path[0] != '/' || len(path) > MaxPathLen {
-		return rootSlot, path == "/"
+		return RootSlot, path == "/"
 	}
-	var cands [guessDepth]uint32
-	var ends [guessDepth]int32
-	var keys [guessDepth]uint64
+	var cands [GuessDepth]uint32
+	var ends [GuessDepth]int32
+	var keys [GuessDepth]uint64
 	var sum uint64
 	depth := 0
 	for start := 1; ; {
-		if depth == guessDepth {
+		if depth == GuessDepth {
 			return x.walk(s, path)
 		}
 		end, odd := scanName(path, start)
@@ -331,12 +331,12 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 			return 0, false // see nameEnd
 		}
 		if n := len(name); n <= 16 {
-			a, b := nameWords(unsafeBytes(name))
+			a, b := nameWords(UnsafeBytes(name))
 			sum += x.term(depth+1, n, a, b)
 		} else {
-			sum += x.level(depth+1, unsafeBytes(name))
+			sum += x.Level(depth+1, UnsafeBytes(name))
 		}
-		h := x.key(sum)
+		h := x.Key(sum)
 		t := tagOf(h)
 		found := false
 		for _, b := range x.probe(h) {
@@ -361,18 +361,18 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 		}
 		start = end + 1
 	}
-	parent := uint32(rootSlot)
+	parent := uint32(RootSlot)
 	start := 1
-	slab, chunks := s.slab, s.arena.chunks
+	slab, chunks := s.Slab, s.Arena.Chunks
 	for d := range depth {
 		c := cands[d]
-		name := unsafeBytes(path[start:ends[d]])
+		name := UnsafeBytes(path[start:ends[d]])
 		// isKid, inline for names of up to 16 bytes (a call a level
 		// costs the loop a good part of its time).
-		r := &slab[c>>slabBits][c&(slabSize-1)]
-		kid := r.parent == parent
+		r := &slab[c>>SlabBits][c&(SlabSize-1)]
+		kid := r.Parent == parent
 		if n := len(name); kid && n <= 16 {
-			b := chunks[r.blob>>32][uint32(r.blob):]
+			b := chunks[r.Blob>>32][uint32(r.Blob):]
 			pa, pb := nameWords(name)
 			kid = len(b) > n && b[0] == byte(n)
 			if kid {
@@ -394,8 +394,8 @@ func (x *pathIndex) resolve(s *state, path string) (uint32, bool) {
 }
 
 // walk is resolve level by level, each level's node found by find.
-func (x *pathIndex) walk(s *state, path string) (uint32, bool) {
-	slot := uint32(rootSlot)
+func (x *PathIndex) walk(s *Store, path string) (uint32, bool) {
+	slot := uint32(RootSlot)
 	var sum uint64
 	depth := 0
 	for start := 1; ; {
@@ -403,10 +403,10 @@ func (x *pathIndex) walk(s *state, path string) (uint32, bool) {
 		if !ok {
 			return 0, false
 		}
-		name := unsafeBytes(path[start:end])
+		name := UnsafeBytes(path[start:end])
 		depth++
-		sum += x.level(depth, name)
-		if slot, ok = x.find(s, x.key(sum), slot, name); !ok {
+		sum += x.Level(depth, name)
+		if slot, ok = x.find(s, x.Key(sum), slot, name); !ok {
 			return 0, false
 		}
 		if end == len(path) {
@@ -420,16 +420,16 @@ func (x *pathIndex) walk(s *state, path string) (uint32, bool) {
 // child of parent named name. A name of up to 16 bytes (most are) is
 // compared in place, by its words (nameWords): its blob starts with its
 // length in one byte.
-func (s *state) isKid(slot, parent uint32, name []byte) bool {
-	r := s.at(slot)
-	if r.parent != parent {
+func (s *Store) isKid(slot, parent uint32, name []byte) bool {
+	r := s.At(slot)
+	if r.Parent != parent {
 		return false
 	}
 	n := len(name)
 	if n > 16 {
-		return bytes.Equal(s.name(slot), name)
+		return bytes.Equal(s.Name(slot), name)
 	}
-	b := s.arena.chunks[r.blob>>32][uint32(r.blob):]
+	b := s.Arena.Chunks[r.Blob>>32][uint32(r.Blob):]
 	if len(b) <= n || b[0] != byte(n) {
 		return false
 	}
@@ -440,7 +440,7 @@ func (s *state) isKid(slot, parent uint32, name []byte) bool {
 
 // put puts an entry counted in n in a bucket; the table has room (see
 // add).
-func (x *pathIndex) put(h uint64, slot uint32) {
+func (x *PathIndex) put(h uint64, slot uint32) {
 	t := tagOf(h)
 	// A full bucket's overflow counts the entry before probe reads it, so
 	// the probe goes on to the next.
@@ -461,10 +461,10 @@ func (x *pathIndex) put(h uint64, slot uint32) {
 	panic("catalog: the path index has no room for an entry") // internal invariant: reserve makes room
 }
 
-// flush puts the pending entries in their buckets. It reads their home
+// Flush puts the pending entries in their buckets. It reads their home
 // buckets first, in a loop of independent loads whose cache misses
 // overlap, and then puts the entries in buckets that are in the cache.
-func (x *pathIndex) flush() {
+func (x *PathIndex) Flush() {
 	m := uint64(len(x.buckets) - 1)
 	var sum uint32
 	for _, e := range x.pending {
@@ -478,12 +478,12 @@ func (x *pathIndex) flush() {
 }
 
 // limit is the number of entries the table takes before it doubles.
-func (x *pathIndex) limit() int {
+func (x *PathIndex) limit() int {
 	return len(x.buckets) * bucketSlots * pathLoadNum / pathLoadDen
 }
 
-// bucketsFor returns the number of buckets for n entries.
-func bucketsFor(n int) int {
+// BucketsFor returns the number of buckets for n entries.
+func BucketsFor(n int) int {
 	per := bucketSlots * pathLoadNum / pathLoadDen
 	nb := 1
 	for nb*per < n {
@@ -492,42 +492,42 @@ func bucketsFor(n int) int {
 	return nb
 }
 
-// add indexes slot under key h (pending, see flush). The table has room
+// Add indexes slot under key h (pending, see Flush). The table has room
 // for it: create reserves room first, and the other callers put back as
 // many entries as they removed in the same batch or op.
-func (x *pathIndex) add(h uint64, slot uint32) {
+func (x *PathIndex) Add(h uint64, slot uint32) {
 	x.pending = append(x.pending, pendingEntry{h, slot})
 	x.n++
 	if len(x.pending) >= pendingFlush {
-		x.flush()
+		x.Flush()
 	}
 }
 
-// reserve makes room for n entries, rebuilding the table from the child
+// Reserve makes room for n entries, rebuilding the table from the child
 // lists of src (every node linked below the root is indexed) when it has
 // too few buckets.
-func (x *pathIndex) reserve(src slotSource, n int) {
-	if nb := bucketsFor(n); nb > len(x.buckets) {
-		x.rebuild(src, nb)
+func (x *PathIndex) Reserve(src Source, n int) {
+	if nb := BucketsFor(n); nb > len(x.buckets) {
+		x.Rebuild(src, nb)
 	}
 }
 
-// rebuild makes a table of nb buckets (a power of two) and indexes the
+// Rebuild makes a table of nb buckets (a power of two) and indexes the
 // nodes linked below the root in the child lists of src.
-func (x *pathIndex) rebuild(src slotSource, nb int) {
+func (x *PathIndex) Rebuild(src Source, nb int) {
 	x.buckets = nil // the old table goes before the new one is made
 	x.buckets = hugepage.Make[pathBucket](nb)
 	x.n = 0
 	x.pending = x.pending[:0]
-	if !x.addBelow(src, rootSlot, 0, 0, true) {
-		x.rebuild(src, 2*nb) // more nodes than nb buckets take
+	if !x.addBelow(src, RootSlot, 0, 0, true) {
+		x.Rebuild(src, 2*nb) // more nodes than nb buckets take
 	}
 }
 
 // addBelow indexes the descendants of slot, whose path's terms sum to sum
 // at depth, or removes their entries (add false). Adding stops, with
 // false, if the table fills.
-func (x *pathIndex) addBelow(src slotSource, slot uint32, sum uint64, depth int, add bool) bool {
+func (x *PathIndex) addBelow(src Source, slot uint32, sum uint64, depth int, add bool) bool {
 	type frame struct {
 		slot  uint32
 		depth int
@@ -537,34 +537,34 @@ func (x *pathIndex) addBelow(src slotSource, slot uint32, sum uint64, depth int,
 	for len(stack) > 0 {
 		f := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		for _, c := range src.kidsOf(f.slot) {
-			cs := f.sum + x.level(f.depth+1, src.name(c))
+		for _, c := range src.KidsOf(f.slot) {
+			cs := f.sum + x.Level(f.depth+1, src.Name(c))
 			if add {
 				if x.n >= x.limit() {
 					return false
 				}
-				x.add(x.key(cs), c)
+				x.Add(x.Key(cs), c)
 			} else {
-				x.remove(x.key(cs), c)
+				x.remove(x.Key(cs), c)
 			}
-			if src.at(c).kids != 0 {
+			if src.At(c).Kids != 0 {
 				stack = append(stack, frame{c, f.depth + 1, cs})
 			}
 		}
 	}
-	x.flush()
+	x.Flush()
 	return true
 }
 
-// rekeyBelow removes (add false) or adds the entries of the descendants of
+// RekeyBelow removes (add false) or adds the entries of the descendants of
 // slot: a move changes their paths. It is called with the node where it is
 // (removing) and where it went (adding).
-func (s *state) rekeyBelow(slot uint32, add bool) {
-	if s.at(slot).kids == 0 {
+func (s *Store) RekeyBelow(slot uint32, add bool) {
+	if s.At(slot).Kids == 0 {
 		return
 	}
-	x := &s.paths
-	sum, depth, _ := x.pathSum(s, slot)
+	x := &s.Paths
+	sum, depth, _ := x.PathSum(s, slot)
 	if !x.addBelow(s, slot, sum, depth, add) {
 		// The entries put back are those just removed.
 		panic("catalog: the path index filled while re-keying a move") // internal invariant
@@ -572,8 +572,8 @@ func (s *state) rekeyBelow(slot uint32, add bool) {
 }
 
 // remove drops the entry of slot, whose key is h.
-func (x *pathIndex) remove(h uint64, slot uint32) {
-	x.flush()
+func (x *PathIndex) remove(h uint64, slot uint32) {
+	x.Flush()
 	t := tagOf(h)
 	m := uint64(len(x.buckets) - 1)
 	home := h & m
@@ -591,3 +591,6 @@ func (x *pathIndex) remove(h uint64, slot uint32) {
 	}
 	panic("catalog: removing a child the path index does not hold") // internal invariant
 }
+
+// Len returns the number of entries, pending ones included.
+func (x *PathIndex) Len() int { return x.n }

@@ -1,0 +1,15 @@
+// Package testhook carries what package catalog gives its test kit,
+// catalog/catalogtest, without making it part of catalog's API: the one
+// write that bypasses the log (SetAttr) and the owner index's size
+// (OwnedCount), which tests of other packages check.
+//
+// Package catalog sets the hooks when it is initialized; nothing else
+// writes them. The package owns no goroutines.
+package testhook
+
+// SetAttr sets attribute attr of the node at path to v (a catalog.Value)
+// in place on tree (a *catalog.Tree), outside any batch.
+var SetAttr func(tree any, path, attr string, v any) error
+
+// OwnedCount returns how many nodes of tree (a *catalog.Tree) are owned.
+var OwnedCount func(tree any) int
