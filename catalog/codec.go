@@ -28,10 +28,10 @@ import (
 // where version 0 stands for the owner's version when the batch applies.
 //
 // Version 4 encodes as version 3 does and changes how a batch is judged:
-// Quota.Exempt applies to batches of version 4 and later only, so that a
-// batch of version 3 or older is decided as the code before version 4
-// decides it (which has no exemption), on every replica alike. A writer
-// asks for it (EncodeVersion) once every member reads it; Encode never
+// Quota.Exempt applies to batches of version 4 and later only, so that
+// every replica decides a batch of version 3 or older as a binary that
+// reads no newer format (and has no exemption) decides it. A writer asks
+// for version 4 (EncodeVersion) once every member reads it; Encode never
 // picks it.
 //
 // Set, unset and match keys are strictly increasing and every varint takes
