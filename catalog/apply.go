@@ -75,7 +75,7 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 	t.dg0 = s.digest
 	ids := make([]uint64, len(ops))
 	q, before := t.quota.get(), s.usage()
-	if q.exempts(ops) {
+	if q.exempts(int(data[0]), ops) {
 		q = Quota{}
 	}
 	for i := range ops {

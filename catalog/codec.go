@@ -27,6 +27,13 @@ import (
 //
 // where version 0 stands for the owner's version when the batch applies.
 //
+// Version 4 encodes as version 3 does and changes how a batch is judged:
+// Quota.Exempt applies to batches of version 4 and later only, so that
+// every replica decides a batch of version 3 or older as a binary that
+// reads no newer format (and has no exemption) decides it. A writer asks
+// for version 4 (EncodeVersion) once every member reads it; Encode never
+// picks it.
+//
 // Set, unset and match keys are strictly increasing and every varint takes
 // its shortest form (decoding refuses longer ones), so the encoding of a
 // batch is canonical. A batch that needs no version 2 field still encodes
@@ -36,9 +43,10 @@ const (
 	BatchV1 = 1
 	BatchV2 = 2
 	BatchV3 = 3
+	BatchV4 = 4
 	// NewestBatchVersion is the newest batch format this code reads and
 	// writes.
-	NewestBatchVersion = BatchV3
+	NewestBatchVersion = BatchV4
 )
 
 const (
@@ -66,7 +74,7 @@ func (b Batch) Encode() ([]byte, error) {
 	return appendOps(nil, ops, neededVersion(ops)), nil
 }
 
-// EncodeVersion is Encode in format version (BatchV1 to BatchV3): a writer
+// EncodeVersion is Encode in format version (BatchV1 to BatchV4): a writer
 // passes the cluster's format version, so that every member can read what
 // it writes. A batch that version cannot carry fails with
 // ErrUnsupportedVersion naming the field that needs a newer one.

@@ -128,7 +128,7 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 	}{
 		{"empty", nil, ErrMalformed},
 		{"version 0", append([]byte{0}, good[1:]...), ErrUnknownVersion},
-		{"version 4", append([]byte{NewestBatchVersion + 1}, good[1:]...), ErrUnknownVersion},
+		{"version newest+1", append([]byte{NewestBatchVersion + 1}, good[1:]...), ErrUnknownVersion},
 		{"owner flag in version 2", func() []byte { b := append([]byte{}, good...); b[0] = BatchV2; b[3] |= flagOwner; return b }(), ErrMalformed},
 		{"orphan flag without owner", func() []byte { b := append([]byte{}, good...); b[0] = BatchV3; b[3] |= flagOrphan; return b }(), ErrMalformed},
 		{"version 255", append([]byte{255}, good[1:]...), ErrUnknownVersion},

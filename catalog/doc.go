@@ -13,7 +13,8 @@
 //
 // Batches carry a format version: [Batch.Encode] writes the oldest that
 // carries the batch, [Batch.EncodeVersion] the cluster's (version 2 adds
-// [Cond.Match]). A batch of a version the tree does not read changes
+// [Cond.Match], version 3 [Op.Owner], version 4 [Quota.Exempt]'s
+// exemption, see codec.go). A batch of a version the tree does not read changes
 // nothing, not even the index, and its [Result.Halt] tells the journal to
 // stop rather than skip it ([Tree.LimitFormat] makes a tree read as an
 // older binary would).

@@ -37,6 +37,14 @@ var goldenBatches = map[int]catalog.Batch{
 		{Type: catalog.OpCreate, Path: "/locks/l1", Kind: "lock", Cond: catalog.Cond{Absent: true},
 			Owner: catalog.Owner{Path: "/_cluster/members/7", Version: 41, Orphan: true}},
 	}},
+	// Version 4 encodes as version 3; it changes how Quota.Exempt judges
+	// the batch (a member record's transition here).
+	catalog.BatchV4: {Ops: []catalog.Op{
+		{Type: catalog.OpUpdate, Path: "/_cluster/members/7", Set: map[string]catalog.Value{"status": catalog.String("dead")},
+			Cond: catalog.Cond{Match: map[string]catalog.Value{"epoch": catalog.String("e1")}}},
+		{Type: catalog.OpCreate, Path: "/_cluster/members/7/lock", Kind: "lock",
+			Owner: catalog.Owner{Path: "/_cluster/members/7", Version: 41, Orphan: true}},
+	}},
 }
 
 // Each batch format version encodes its batch to the bytes checked in,

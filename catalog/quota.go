@@ -25,20 +25,29 @@ type Quota struct {
 	MaxNodes int
 	// MaxBytes bounds the approximate in-memory bytes (Usage.Bytes).
 	MaxBytes int64
-	// Exempt, when set, is a subtree whose batches the quota never
-	// refuses: a batch whose every operation names paths at Exempt or
-	// under it passes, with what it cascades (owned nodes it deletes or
-	// marks orphaned). It is for the host's own records, bounded by the
-	// host rather than by its users (a cluster's member records under
-	// heartbeat.ClusterPath), which must land even once users have filled
-	// the tree; users must not be able to write there.
+	// Exempt, when set, is a subtree whose batches of format version 4
+	// (BatchV4) or later the quota never refuses: such a batch whose
+	// every operation names paths at Exempt or under it passes, with what
+	// it cascades (owned nodes it deletes or marks orphaned). It is for
+	// the host's own records, bounded by the host rather than by its
+	// users (a cluster's member records under heartbeat.ClusterPath),
+	// which must land even once users have filled the tree; users must
+	// not be able to write there.
+	//
+	// A batch of version 3 or older is judged without the exemption, as
+	// code that reads no newer format judges it: during a rolling upgrade
+	// the members of the older release then decide it as the others do.
+	// Writers of the exempt records encode them in version 4 once every
+	// member reads it (the cluster's format version), and the exemption
+	// starts with the first such batch, on every replica alike.
 	Exempt string
 }
 
-// exempts reports whether every operation of a batch stays within
-// q.Exempt.
-func (q Quota) exempts(ops []rawOp) bool {
-	if q.Exempt == "" {
+// exempts reports whether a batch of format version applies under
+// q.Exempt: the version is BatchV4 or later, and every operation stays
+// within q.Exempt.
+func (q Quota) exempts(version int, ops []rawOp) bool {
+	if q.Exempt == "" || version < BatchV4 {
 		return false
 	}
 	within := func(p string) bool {

@@ -113,35 +113,33 @@ func gauge(t *testing.T, tree *catalog.Tree, name string) float64 {
 	return 0
 }
 
+// applyVersion applies ops at index as one batch encoded in format
+// version.
+func applyVersion(t *testing.T, tr *catalog.Tree, index uint64, version int, ops ...catalog.Op) *catalog.Result {
+	t.Helper()
+	data, err := catalog.Batch{Ops: ops}.EncodeVersion(version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Apply(index, data).(*catalog.Result)
+}
+
 // TestQuotaExemptSubtreePassesWhenTheTreeIsFull: once users have filled
-// the tree, a batch wholly under Quota.Exempt still applies on every
-// replica, while one that also writes elsewhere, or moves a node out,
-// is refused.
+// the tree, a batch (of format version 4) wholly under Quota.Exempt still
+// applies on every replica, while one that also writes elsewhere, or
+// moves a node out, is refused.
 func TestQuotaExemptSubtreePassesWhenTheTreeIsFull(t *testing.T) {
 	for _, q := range []catalog.Quota{{MaxNodes: 3, Exempt: "/_cluster"}, {MaxBytes: 300, Exempt: "/_cluster"}} {
 		tr := catalog.New()
 		tr.SetQuota(q)
-		if res := apply(tr, 1, catalog.Op{Type: catalog.OpCreate, Path: "/_cluster", Kind: "dir"}); res.Err != nil {
-			t.Fatal(res.Err)
-		}
-		idx := uint64(2)
-		for ; ; idx++ {
-			res := apply(tr, idx, catalog.Op{Type: catalog.OpCreate, Path: fmt.Sprintf("/u%d", idx), Kind: "dir",
-				Set: map[string]catalog.Value{"c": catalog.String(strings.Repeat("x", 40))}})
-			if errors.Is(res.Err, catalog.ErrQuota) {
-				break
-			}
-			if res.Err != nil || idx > 100 {
-				t.Fatalf("%+v: filling the tree at %d: %v", q, idx, res.Err)
-			}
-		}
+		idx := fillUnderExempt(t, tr, q)
 		idx++
-		if res := apply(tr, idx, catalog.Op{Type: catalog.OpCreate, Path: "/_cluster/m1", Kind: "member",
+		if res := applyVersion(t, tr, idx, catalog.BatchV4, catalog.Op{Type: catalog.OpCreate, Path: "/_cluster/m1", Kind: "member",
 			Set: map[string]catalog.Value{"epoch": catalog.String(strings.Repeat("e", 36))}}); res.Err != nil {
 			t.Fatalf("%+v: a create under the exempt subtree of a full tree: %v", q, res.Err)
 		}
 		idx++
-		if res := apply(tr, idx, catalog.Op{Type: catalog.OpUpdate, Path: "/_cluster/m1",
+		if res := applyVersion(t, tr, idx, catalog.BatchV4, catalog.Op{Type: catalog.OpUpdate, Path: "/_cluster/m1",
 			Set: map[string]catalog.Value{"died": catalog.Int(3)}}); res.Err != nil {
 			t.Fatalf("%+v: an update under the exempt subtree of a full tree: %v", q, res.Err)
 		}
@@ -150,9 +148,73 @@ func TestQuotaExemptSubtreePassesWhenTheTreeIsFull(t *testing.T) {
 			{{Type: catalog.OpCreate, Path: "/_clusterx", Kind: "dir"}},
 		} {
 			idx++
-			if res := apply(tr, idx, ops...); !errors.Is(res.Err, catalog.ErrQuota) {
+			if res := applyVersion(t, tr, idx, catalog.BatchV4, ops...); !errors.Is(res.Err, catalog.ErrQuota) {
 				t.Fatalf("%+v: batch %+v reaching out of the exempt subtree: %v, want ErrQuota", q, ops, res.Err)
 			}
+		}
+	}
+}
+
+// TestQuotaExemptsOnlyBatchesOfVersion4: a full tree with Quota.Exempt
+// set judges a batch of format version 3 or older under the exempt
+// subtree without the exemption, as code that reads no newer format does
+// (it refuses it), and admits the same operations encoded in version 4:
+// replicas of both releases decide every version-3 batch alike.
+func TestQuotaExemptsOnlyBatchesOfVersion4(t *testing.T) {
+	for _, q := range []catalog.Quota{{MaxNodes: 3, Exempt: "/_cluster"}, {MaxBytes: 300, Exempt: "/_cluster"}} {
+		tr := catalog.New()
+		tr.SetQuota(q)
+		// The older release: the same quota without the exemption, and
+		// no format past version 3.
+		old := catalog.New()
+		old.LimitFormat(catalog.BatchV3)
+		old.SetQuota(catalog.Quota{MaxNodes: q.MaxNodes, MaxBytes: q.MaxBytes})
+		idx := fillUnderExempt(t, tr, q)
+		if got := fillUnderExempt(t, old, q); got != idx {
+			t.Fatalf("%+v: the older tree filled at %d, the newer at %d", q, got, idx)
+		}
+		create := catalog.Op{Type: catalog.OpCreate, Path: "/_cluster/m1", Kind: "member",
+			Set: map[string]catalog.Value{"epoch": catalog.String(strings.Repeat("e", 36))}}
+		for _, v := range []int{catalog.BatchV1, catalog.BatchV3} {
+			idx++
+			for _, r := range []*catalog.Tree{tr, old} {
+				if res := applyVersion(t, r, idx, v, create); !errors.Is(res.Err, catalog.ErrQuota) {
+					t.Fatalf("%+v: a version-%d batch under the exempt subtree of a full tree: %v, want ErrQuota", q, v, res.Err)
+				}
+			}
+			if _, ok := tr.Get("/_cluster/m1"); ok {
+				t.Fatalf("%+v: a version-%d batch under the exempt subtree passed the quota", q, v)
+			}
+			_, want := old.Digest()
+			if _, got := tr.Digest(); got != want {
+				t.Fatalf("%+v: after a version-%d batch the digests differ: %v, older release %v", q, v, got, want)
+			}
+		}
+		idx++
+		if res := applyVersion(t, tr, idx, catalog.BatchV4, create); res.Err != nil {
+			t.Fatalf("%+v: the same create in version 4: %v", q, res.Err)
+		}
+		if _, ok := tr.Get("/_cluster/m1"); !ok {
+			t.Fatalf("%+v: the version-4 create left no node", q)
+		}
+	}
+}
+
+// fillUnderExempt creates q.Exempt in tr, then fills tr with user nodes
+// until the quota refuses one, and returns the index of that refusal.
+func fillUnderExempt(t *testing.T, tr *catalog.Tree, q catalog.Quota) uint64 {
+	t.Helper()
+	if res := apply(tr, 1, catalog.Op{Type: catalog.OpCreate, Path: q.Exempt, Kind: "dir"}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	for idx := uint64(2); ; idx++ {
+		res := apply(tr, idx, catalog.Op{Type: catalog.OpCreate, Path: fmt.Sprintf("/u%d", idx), Kind: "dir",
+			Set: map[string]catalog.Value{"c": catalog.String(strings.Repeat("x", 40))}})
+		if errors.Is(res.Err, catalog.ErrQuota) {
+			return idx
+		}
+		if res.Err != nil || idx > 100 {
+			t.Fatalf("%+v: filling the tree at %d: %v", q, idx, res.Err)
 		}
 	}
 }

@@ -46,6 +46,16 @@ type Config struct {
 	Tree *catalog.Tree
 	// Journal proposes transitions and tells leadership. Required.
 	Journal Journal
+	// BatchVersion, when set, returns the catalog batch format version in
+	// which to encode the member records' batches, read before each one:
+	// the newest that every member reads (with a journal, the batch format
+	// its cluster version allows). From catalog.BatchV4 on, a catalog
+	// quota whose Exempt is ClusterPath lets those batches through a full
+	// catalog; an older version is judged as the releases without the
+	// exemption judge it, on every replica alike. Default (nil): the
+	// oldest format that carries each batch (catalog.Batch.Encode), which
+	// a full catalog refuses like any user's batch.
+	BatchVersion func() int
 	// Token is the cluster's token: sent with every heartbeat (members
 	// started with it refuse heartbeats without it) and required of the
 	// heartbeats this frontend answers. Default: none.
@@ -428,7 +438,13 @@ func (m *Membership) propose(ctx context.Context, ops ...catalog.Op) (*catalog.R
 	if closed {
 		return nil, ErrClosed
 	}
-	data, err := catalog.Batch{Ops: ops}.Encode()
+	var data []byte
+	var err error
+	if m.cfg.BatchVersion != nil {
+		data, err = catalog.Batch{Ops: ops}.EncodeVersion(m.cfg.BatchVersion())
+	} else {
+		data, err = catalog.Batch{Ops: ops}.Encode()
+	}
 	if err != nil {
 		return nil, operr.Errorf("heartbeat: encode batch: %w", err)
 	}

@@ -52,8 +52,9 @@ func TestDigestFormatSwitchesOnceTheClusterVersionReadsIt(t *testing.T) {
 		c := journaltest.NewCluster(t, journaltest.Options{
 			NewStateMachine: func(uint64) journal.StateMachine { return &formatTree{Tree: catalog.New()} },
 			Configure: func(cfg *journal.Config) {
-				if !upgraded[cfg.ID].Load() {
-					cfg.MaxVersion = 4
+				cfg.MaxVersion = 4
+				if upgraded[cfg.ID].Load() {
+					cfg.MaxVersion = 5
 				}
 			},
 		})

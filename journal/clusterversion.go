@@ -41,10 +41,13 @@ const (
 	// version 3 the consistency checks' entries (check.go), version 4
 	// catalog batches that name an owner (catalog.Op.Owner, batch format
 	// 3), version 5 the check marks that name a digest format, and the
-	// catalog digest of format 2 (catalog.DigestV2) at them. The journal
-	// itself reads every version alike but for the marks: a version that
-	// only the state machine reads is for writers to gate on.
-	NewestVersion = 5
+	// catalog digest of format 2 (catalog.DigestV2) at them, version 6
+	// catalog batches of format 4 (encoded as format 3, and the only ones
+	// catalog.Quota.Exempt exempts: the cluster's member records pass a
+	// full catalog). The journal itself reads every version alike but for
+	// the marks: a version that only the state machine reads is for
+	// writers to gate on.
+	NewestVersion = 6
 	// OldestVersion is the oldest format version this code reads and writes.
 	OldestVersion = envelope.OldestVersion
 )

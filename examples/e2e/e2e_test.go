@@ -128,10 +128,10 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("if_absent on an existing node: status %d", code)
 		}
 		// if_match (batch format 2: the cluster of one binary is at
-		// version 5, which writes batch format 3) moves a node from one
+		// version 6, which writes batch format 4) moves a node from one
 		// attribute value to the next.
 		var st map[string]any
-		if code := call(t, "GET", fe2.url("/v1/status"), nil, &st); code != http.StatusOK || st["cluster_version"] != 5.0 {
+		if code := call(t, "GET", fe2.url("/v1/status"), nil, &st); code != http.StatusOK || st["cluster_version"] != 6.0 {
 			t.Fatalf("GET /v1/status: %d, cluster_version %v", code, st["cluster_version"])
 		}
 		move := func(match map[string]any, state string) map[string]any {

@@ -98,8 +98,10 @@ type Config struct {
 	// Quota bounds the catalog (catalog.Quota; zero: none). Every member
 	// must run with the same one: replicas decide each batch alike only
 	// then. Start exempts the cluster's own records (Exempt is
-	// heartbeat.ClusterPath), so members join, restart and die in a full
-	// catalog.
+	// heartbeat.ClusterPath) once the cluster's format version is 6, so
+	// that members join, restart and die in a full catalog; below it
+	// (a rolling upgrade from a release without the exemption) they count
+	// against the quota as on the older members.
 	Quota catalog.Quota
 	// ForceNewCluster restarts from Dir as the only voter, keeping its
 	// data (after permanent quorum loss): journal.Config.ForceNewCluster.
@@ -305,7 +307,12 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	f.members, err = heartbeat.New(heartbeat.Config{
 		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID, Token: cfg.Token, TLS: secure.ClientTLS(certs), Client: peerClient,
 		Tree: f.tree, Journal: f.journal,
-		Interval: cfg.HeartbeatInterval, DeadAfter: cfg.DeadAfter,
+		// The member records are written in the cluster's batch format:
+		// from version 6 on they pass a full catalog's quota (newTree),
+		// and before it every member, of either release, refuses them
+		// alike.
+		BatchVersion: func() int { return BatchVersion(f.journal.ClusterVersion()) },
+		Interval:     cfg.HeartbeatInterval, DeadAfter: cfg.DeadAfter,
 		// The monitor's claim and transitions wait for their commit as
 		// long as a write does: on a disk whose fsyncs outlast a
 		// heartbeat interval they commit all the same.
@@ -527,8 +534,9 @@ func (f *Frontend) Close() error {
 }
 
 // newTree returns an empty catalog under quota q, the cluster's own
-// records (heartbeat.ClusterPath) exempt: members join, restart and die
-// whatever the users wrote. The live tree and every copy replayed from the
+// records (heartbeat.ClusterPath) exempt in batches of format 4 (cluster
+// version 6 on, see BatchVersion): members join, restart and die whatever
+// the users wrote. The live tree and every copy replayed from the
 // journal (shadow checkpoints, historical watches) carry the same quota,
 // or they would decide batches differently.
 func newTree(q catalog.Quota) *catalog.Tree {
@@ -557,10 +565,13 @@ func maxVersion(catalogMax int) uint32 {
 // and 2 carry the batch formats 1 and 2, version 3 adds only journal
 // entries (the consistency checks), version 4 carries batch format 3
 // (catalog.Op.Owner), version 5 adds only the checks' digest format 2
-// (catalog.DigestV2). Writers encode with
-// catalog.Batch.EncodeVersion(BatchVersion(cv)).
+// (catalog.DigestV2), version 6 carries batch format 4 (the quota's
+// exemption of the cluster's records, catalog.Quota.Exempt). Writers
+// encode with catalog.Batch.EncodeVersion(BatchVersion(cv)).
 func BatchVersion(clusterVersion uint32) int {
 	switch {
+	case clusterVersion >= 6:
+		return catalog.BatchV4
 	case clusterVersion >= 4:
 		return catalog.BatchV3
 	case clusterVersion >= 2:

@@ -175,6 +175,8 @@ func TestMaxVersionFollowsTheCatalogAndAdmitsJournalOnlyVersions(t *testing.T) {
 	require.Equal(t, catalog.BatchV2, BatchVersion(3), "version 3 adds no batch format")
 	require.Equal(t, catalog.BatchV3, BatchVersion(4), "version 4 carries owned nodes")
 	require.Equal(t, catalog.BatchV3, BatchVersion(5), "version 5 adds no batch format (the digest format 2 of the checks)")
+	require.Equal(t, catalog.BatchV4, BatchVersion(6), "version 6 carries the quota's exemption of the cluster's records")
+	require.Equal(t, uint32(5), maxVersion(catalog.BatchV3), "a catalog of batch format 3 reads up to the digest format 2 of the checks")
 }
 
 // TestRestartWithoutQuorumFindsItsRecord: a frontend restarting while

@@ -13,16 +13,19 @@ import (
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/journal"
 )
 
 // A catalog its users filled to its quota still admits a new worker (its
 // member record is a new node) and records a worker's death, which
 // cancels its queries: the cluster's own records are exempt from the
-// quota.
+// quota (once the cluster writes batch format 4, cluster version 6).
 func TestAFullCatalogStillAdmitsAWorkerAndRecordsADeath(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, ctx, leader, _ := threeWithLeaderIn(t, Options{Frontends: 3,
 			Config: frontend.Config{Quota: catalog.Quota{MaxNodes: 64}}})
+		require.NoError(t, c.Frontend(leader).Journal().WaitClusterVersion(ctx, journal.NewestVersion),
+			"the member records pass a full catalog from cluster version 6 on")
 		_, err := c.AddWorker(ctx, 4)
 		require.NoError(t, err)
 		q, err := c.StartQuery(ctx, leader, 4)
