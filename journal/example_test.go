@@ -36,12 +36,13 @@ func ExampleOpen() {
 	}
 	defer j.Close()
 
-	// A batch is encoded in the cluster's format version, so that every
-	// member reads it during a rolling upgrade; the versions above the
-	// newest batch format add journal entries only.
+	// Encode writes the oldest batch format that carries the batch, which
+	// every member reads during a rolling upgrade; a batch that needs a
+	// newer format (an owner, a match) is encoded with EncodeVersion in the
+	// format the cluster's version allows (examples/frontend.BatchVersion).
 	b := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/hello", Kind: "greeting",
 		Set: map[string]catalog.Value{"text": catalog.String("world")}}}}
-	data, err := b.EncodeVersion(min(int(j.ClusterVersion()), catalog.NewestBatchVersion))
+	data, err := b.Encode()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -59,6 +60,6 @@ func ExampleOpen() {
 	// Output:
 	// batch error: <nil>
 	// /hello greeting world
-	// journal: propose: invalid proposal: catalog: unknown format version: batch version 104 (this code reads 1 to 3)
+	// journal: propose: invalid proposal: catalog: unknown format version: batch version 104 (this code reads 1 to 4)
 	// follower true true
 }

@@ -56,9 +56,11 @@ func ExampleNewCluster() {
 
 	leader, _ := c.WaitLeader(ctx)
 	follower := c.Node(leader%3 + 1)
-	// The batch in the cluster's format version, which every member reads.
+	// The batch in the oldest format that carries it, which every member
+	// reads (examples/frontend.BatchVersion maps a cluster version to the
+	// newest format a batch may use).
 	b := catalog.Batch{Ops: []catalog.Op{{Type: catalog.OpCreate, Path: "/hello", Kind: "greeting"}}}
-	data, err := b.EncodeVersion(min(int(follower.Journal().ClusterVersion()), catalog.NewestBatchVersion))
+	data, err := b.Encode()
 	if err != nil {
 		log.Fatal(err)
 	}
