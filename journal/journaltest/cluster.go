@@ -2,6 +2,7 @@ package journaltest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,7 +46,31 @@ type Options struct {
 	Configure func(cfg *journal.Config)
 	// Logger receives the nodes' logs (default: discard).
 	Logger *slog.Logger
+	// Transport picks what carries the nodes' traffic: the in-memory
+	// Network (default) or journal's HTTP transport over loopback sockets.
+	Transport TransportKind
+	// TLS, with the HTTP transport, serves and dials with mutual TLS:
+	// node id's listener serves with server and its journal dials with
+	// client (journal.Config.TLS).
+	TLS func(id uint64) (server, client *tls.Config)
+	// WrapFS, if set, wraps node id's filesystem each time the node is
+	// opened (to count or slow its syncs, say); Crash cuts the power of
+	// the filesystem underneath.
+	WrapFS func(id uint64, fs vfs.FS) vfs.FS
 }
+
+// TransportKind is what carries a Cluster's traffic.
+type TransportKind int
+
+const (
+	// InMemory is the Network: no sockets, faults injected through
+	// Cluster.Net, usable in a synctest bubble.
+	InMemory TransportKind = iota
+	// HTTP is journal's default transport, each node serving its
+	// Journal.Handler on a loopback port it keeps across restarts: the
+	// real wire, with TLS when Options.TLS is set. Cluster.Net is nil.
+	HTTP
+)
 
 // TB is the part of testing.TB a Cluster uses; *testing.T and *testing.B
 // satisfy it.
@@ -65,7 +90,8 @@ var _ TB = testing.TB(nil)
 type Cluster struct {
 	tb   TB
 	opts Options
-	// Net is the network between the nodes; use it to inject faults.
+	// Net is the network between the nodes; use it to inject faults. It
+	// is nil with the HTTP transport.
 	Net *Network
 
 	mu    sync.Mutex
@@ -77,9 +103,11 @@ type Node struct {
 	ID   uint64
 	Addr string
 	Role journal.Role
+	// Dir is the node's data dir, on the node's filesystem.
+	Dir string
 
-	dir string
 	fs  vfs.FS
+	srv *server // the loopback server, with the HTTP transport
 
 	mu sync.Mutex
 	j  *journal.Journal
@@ -125,7 +153,10 @@ func NewCluster(tb TB, opts Options) *Cluster {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Cluster{tb: tb, opts: opts, Net: NewNetwork(opts.Seed), nodes: map[uint64]*Node{}}
+	c := &Cluster{tb: tb, opts: opts, nodes: map[uint64]*Node{}}
+	if opts.Transport == InMemory {
+		c.Net = NewNetwork(opts.Seed)
+	}
 	tb.Cleanup(c.Close)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -144,7 +175,10 @@ func NewCluster(tb TB, opts Options) *Cluster {
 		if err := c.open(ctx, n, i == 1); err != nil {
 			tb.Fatalf("journaltest: start node %d: %v", id, err)
 		}
-		if i == 1 {
+		// Over HTTP, on real time, every node follows one leader before
+		// the next joins: a join while the previous joiner catches up can
+		// find no quorum.
+		if i == 1 || opts.Transport == HTTP {
 			if _, err := c.WaitLeader(ctx); err != nil {
 				tb.Fatalf("journaltest: first leader: %v", err)
 			}
@@ -157,13 +191,26 @@ func NewCluster(tb TB, opts Options) *Cluster {
 // nodes (not started).
 func (c *Cluster) newNode(id uint64, role journal.Role) (*Node, error) {
 	n := &Node{ID: id, Addr: fmt.Sprintf("node%d", id), Role: role}
+	name := n.Addr
+	if c.opts.Transport == HTTP {
+		var serverTLS *tls.Config
+		if c.opts.TLS != nil {
+			serverTLS, _ = c.opts.TLS(id)
+		}
+		srv, err := listen(serverTLS)
+		if err != nil {
+			return nil, err
+		}
+		n.srv, n.Addr = srv, srv.addr
+	}
 	if c.opts.OnDisk {
-		n.fs, n.dir = vfs.Default, filepath.Join(c.tb.TempDir(), n.Addr)
+		n.fs, n.Dir = vfs.Default, filepath.Join(c.tb.TempDir(), name)
 	} else {
-		n.fs, n.dir = vfs.NewCrashableMem(), "/"+n.Addr
+		n.fs, n.Dir = vfs.NewCrashableMem(), "/"+name
 		// Create the data dir durably, as an installer would: a crash
 		// must not take the directory itself away.
-		if err := durable.MkdirAll(n.fs, n.dir); err != nil {
+		if err := durable.MkdirAll(n.fs, n.Dir); err != nil {
+			n.srv.close()
 			return nil, err
 		}
 	}
@@ -194,19 +241,27 @@ func (c *Cluster) AddNode(ctx context.Context, role journal.Role) (*Node, error)
 }
 
 func (c *Cluster) config(n *Node, bootstrap bool) journal.Config {
+	fs := n.fs
+	if c.opts.WrapFS != nil {
+		fs = c.opts.WrapFS(n.ID, fs)
+	}
 	cfg := journal.Config{
-		ID: n.ID, Dir: n.dir, Addr: n.Addr, FS: n.fs,
-		Transport:      c.Net.Transport(n.Addr),
+		ID: n.ID, Dir: n.Dir, Addr: n.Addr, FS: fs,
 		StateMachine:   c.opts.NewStateMachine(n.ID),
 		Logger:         c.opts.Logger,
 		TickInterval:   c.opts.TickInterval,
 		ElectionTicks:  c.opts.ElectionTicks,
 		HeartbeatTicks: c.opts.HeartbeatTicks,
 	}
+	if c.Net != nil {
+		cfg.Transport = c.Net.Transport(n.Addr)
+	} else if c.opts.TLS != nil {
+		_, cfg.TLS = c.opts.TLS(n.ID)
+	}
 	if bootstrap {
 		cfg.Bootstrap = true
 	} else {
-		cfg.Join = "node1"
+		cfg.Join = c.Node(1).Addr
 		for _, r := range c.Running() {
 			if r.ID != n.ID {
 				cfg.Join = r.Addr // the lowest-numbered running node
@@ -225,13 +280,27 @@ func (c *Cluster) open(ctx context.Context, n *Node, bootstrap bool) error {
 	cfg := c.config(n, bootstrap)
 	j, err := journal.Open(ctx, cfg)
 	if err != nil {
-		_ = cfg.Transport.Close()
+		if cfg.Transport != nil {
+			_ = cfg.Transport.Close()
+		}
 		return err
 	}
 	n.mu.Lock()
 	n.j, n.sm = j, cfg.StateMachine
 	n.mu.Unlock()
+	// The journal's own HTTP transport is reachable once Open returned.
+	n.srv.serve(j.Handler())
 	return nil
+}
+
+// setDown takes node id off the network, or brings it back: on the
+// Network, or by refusing every request at its loopback server.
+func (c *Cluster) setDown(n *Node, down bool) {
+	if c.Net != nil {
+		c.Net.SetDown(n.ID, down)
+	} else if down {
+		n.srv.serve(nil)
+	}
 }
 
 // Node returns node id (1-based), or nil.
@@ -369,6 +438,7 @@ func (c *Cluster) Stop(id uint64) error {
 	if j == nil {
 		return nil
 	}
+	n.srv.serve(nil)
 	return j.Close()
 }
 
@@ -396,7 +466,7 @@ func (c *Cluster) Crash(id uint64) error {
 	// instant the clone captures; then the clone is what the power cut
 	// leaves (synced data only); the clean Close afterwards writes to the
 	// old filesystem only.
-	c.Net.SetDown(id, true)
+	c.setDown(n, true)
 	n.fs = mem.CrashClone(vfs.CrashCloneCfg{})
 	return j.Close()
 }
@@ -411,15 +481,19 @@ func (c *Cluster) Restart(ctx context.Context, id uint64) error {
 	if n.Journal() != nil {
 		return fmt.Errorf("journaltest: node %d is running", id)
 	}
-	c.Net.SetDown(id, false)
+	c.setDown(n, false)
 	return c.open(ctx, n, false)
 }
 
-// Close closes every node. It is idempotent and runs at t.Cleanup.
+// Close closes every node, then their loopback servers. It is idempotent
+// and runs at t.Cleanup.
 func (c *Cluster) Close() {
 	for _, n := range c.Nodes() {
 		if err := c.Stop(n.ID); err != nil {
 			c.tb.Errorf("journaltest: close node %d: %v", n.ID, err)
 		}
+	}
+	for _, n := range c.Nodes() {
+		n.srv.close()
 	}
 }

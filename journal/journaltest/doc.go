@@ -14,6 +14,13 @@
 // unsynced writes are lost), [Cluster.Stop], [Cluster.Restart] and
 // [Cluster.WaitApplied]. Everything is closed by t.Cleanup.
 //
+// With [Options.Transport] set to [HTTP] the nodes talk over journal's own
+// HTTP transport instead, each serving its Journal.Handler on a loopback
+// port (mutual TLS with [Options.TLS]): the real wire, for tests and
+// benchmarks of the transport itself; faults are then injected by stopping
+// or crashing nodes, not on links. [Options.WrapFS] wraps each node's
+// filesystem, to count or slow its syncs.
+//
 // Message delivery is real concurrency (one goroutine per sending
 // direction), not a deterministic simulation: use it to test behaviour that
 // must hold under any interleaving, and the seed to vary the faults.
