@@ -57,6 +57,13 @@ type Options struct {
 	// opened (to count or slow its syncs, say); Crash cuts the power of
 	// the filesystem underneath.
 	WrapFS func(id uint64, fs vfs.FS) vfs.FS
+	// Host, if set, runs beside each run of every node, as a host process
+	// wires its own components around the journal: see Host.
+	Host func(ctx context.Context, id uint64, cfg *journal.Config) (Host, error)
+	// Unstarted makes NewCluster add the nodes without starting any:
+	// Restart (or RestartCrashingAt) starts each, so that a test can form
+	// the cluster under faults.
+	Unstarted bool
 }
 
 // TransportKind is what carries a Cluster's traffic.
@@ -109,9 +116,13 @@ type Node struct {
 	fs  vfs.FS
 	srv *server // the loopback server, with the HTTP transport
 
-	mu sync.Mutex
-	j  *journal.Journal
-	sm journal.StateMachine
+	mu   sync.Mutex
+	j    *journal.Journal
+	sm   journal.StateMachine
+	host Host // of the current run, if Options.Host is set
+	// opened is set once an Open of the node completed on the disk it
+	// has: until then node 1 bootstraps and the others join.
+	opened bool
 }
 
 // Journal returns the running journal, or nil while the node is down.
@@ -130,6 +141,7 @@ func (n *Node) StateMachine() journal.StateMachine {
 
 // NewCluster starts a cluster and waits until every node has joined. It
 // fails the test if that does not happen within 30 s. t.Cleanup closes it.
+// With Options.Unstarted it adds the nodes and starts none.
 func NewCluster(tb TB, opts Options) *Cluster {
 	tb.Helper()
 	if opts.Voters == 0 {
@@ -172,7 +184,10 @@ func NewCluster(tb TB, opts Options) *Cluster {
 		if err != nil {
 			tb.Fatalf("journaltest: %v", err)
 		}
-		if err := c.open(ctx, n, i == 1); err != nil {
+		if opts.Unstarted {
+			continue
+		}
+		if err := c.open(ctx, n, n.fs); err != nil {
 			tb.Fatalf("journaltest: start node %d: %v", id, err)
 		}
 		// Over HTTP, on real time, every node follows one leader before
@@ -234,14 +249,18 @@ func (c *Cluster) AddNode(ctx context.Context, role journal.Role) (*Node, error)
 	if err != nil {
 		return nil, fmt.Errorf("journaltest: add node %d: %w", id+1, err)
 	}
-	if err := c.open(ctx, n, false); err != nil {
+	if err := c.open(ctx, n, n.fs); err != nil {
 		return n, err
 	}
 	return n, nil
 }
 
-func (c *Cluster) config(n *Node, bootstrap bool) journal.Config {
-	fs := n.fs
+// config is node n's Config on filesystem fs: node 1 bootstraps until an
+// Open of it completed, every other node joins.
+func (c *Cluster) config(n *Node, fs vfs.FS) journal.Config {
+	n.mu.Lock()
+	bootstrap := n.ID == 1 && !n.opened
+	n.mu.Unlock()
 	if c.opts.WrapFS != nil {
 		fs = c.opts.WrapFS(n.ID, fs)
 	}
@@ -276,21 +295,64 @@ func (c *Cluster) config(n *Node, bootstrap bool) journal.Config {
 	return cfg
 }
 
-func (c *Cluster) open(ctx context.Context, n *Node, bootstrap bool) error {
-	cfg := c.config(n, bootstrap)
+// open opens node n on filesystem fs (n.fs, or a CrashFS over it), with
+// its Host around the journal.
+func (c *Cluster) open(ctx context.Context, n *Node, fs vfs.FS) error {
+	cfg := c.config(n, fs)
+	var host Host
+	if c.opts.Host != nil {
+		h, err := c.opts.Host(ctx, n.ID, &cfg)
+		if err != nil {
+			if cfg.Transport != nil {
+				_ = cfg.Transport.Close()
+			}
+			return fmt.Errorf("journaltest: node %d: host: %w", n.ID, err)
+		}
+		host = h
+	}
 	j, err := journal.Open(ctx, cfg)
 	if err != nil {
 		if cfg.Transport != nil {
 			_ = cfg.Transport.Close()
 		}
+		if host != nil {
+			err = errors.Join(err, host.Close())
+		}
 		return err
 	}
 	n.mu.Lock()
-	n.j, n.sm = j, cfg.StateMachine
+	n.j, n.sm, n.host, n.opened = j, cfg.StateMachine, host, true
 	n.mu.Unlock()
 	// The journal's own HTTP transport is reachable once Open returned.
 	n.srv.serve(j.Handler())
+	if host != nil {
+		if err := host.Started(ctx, j); err != nil {
+			return errors.Join(fmt.Errorf("journaltest: node %d: host: %w", n.ID, err), c.stop(n))
+		}
+	}
 	return nil
+}
+
+// stop closes node n's current run, whatever state it got to: its Host
+// stops, its journal closes, then its Host closes.
+func (c *Cluster) stop(n *Node) error {
+	n.mu.Lock()
+	j, host := n.j, n.host
+	n.j, n.host = nil, nil
+	n.mu.Unlock()
+	if j == nil {
+		return nil
+	}
+	n.srv.serve(nil)
+	var errs []error
+	if host != nil {
+		errs = append(errs, host.Stop())
+	}
+	errs = append(errs, j.Close())
+	if host != nil {
+		errs = append(errs, host.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // setDown takes node id off the network, or brings it back: on the
@@ -431,15 +493,7 @@ func (c *Cluster) Stop(id uint64) error {
 	if n == nil {
 		return fmt.Errorf("journaltest: no node %d", id)
 	}
-	n.mu.Lock()
-	j := n.j
-	n.j = nil
-	n.mu.Unlock()
-	if j == nil {
-		return nil
-	}
-	n.srv.serve(nil)
-	return j.Close()
+	return c.stop(n)
 }
 
 // Crash cuts node id's power: it drops off the network (Network.SetDown)
@@ -455,11 +509,7 @@ func (c *Cluster) Crash(id uint64) error {
 	if !ok {
 		return errors.New("journaltest: Crash needs the in-memory filesystem (Options.OnDisk false)")
 	}
-	n.mu.Lock()
-	j := n.j
-	n.j = nil
-	n.mu.Unlock()
-	if j == nil {
+	if n.Journal() == nil {
 		return nil
 	}
 	// Off the network first, so that it acknowledges nothing after the
@@ -468,21 +518,74 @@ func (c *Cluster) Crash(id uint64) error {
 	// old filesystem only.
 	c.setDown(n, true)
 	n.fs = mem.CrashClone(vfs.CrashCloneCfg{})
-	return j.Close()
+	return c.stop(n)
 }
 
 // Restart reopens node id from its data dir with a fresh state machine,
-// which replays the log.
+// which replays the log. A node not started yet (Options.Unstarted, or
+// one whose first start a power cut interrupted) starts as NewCluster
+// starts it: node 1 bootstraps, the others join through the
+// lowest-numbered running node.
 func (c *Cluster) Restart(ctx context.Context, id uint64) error {
-	n := c.Node(id)
-	if n == nil {
-		return fmt.Errorf("journaltest: no node %d", id)
-	}
-	if n.Journal() != nil {
-		return fmt.Errorf("journaltest: node %d is running", id)
+	n, err := c.down(id)
+	if err != nil {
+		return err
 	}
 	c.setDown(n, false)
-	return c.open(ctx, n, false)
+	return c.open(ctx, n, n.fs)
+}
+
+// RestartCrashingAt is Restart with the power cut right before disk step
+// step of the start (counted as CrashFS counts them; 0: no cut), if the
+// start gets that far: the node drops off the network at that instant, the
+// rest of the start runs on a disk nobody sees again, and the node is down
+// afterwards, its disk what the cut left. It then returns an error that
+// wraps ErrPowerCut. Needs the in-memory filesystem (Options.OnDisk false).
+func (c *Cluster) RestartCrashingAt(ctx context.Context, id uint64, step int) error {
+	n, err := c.down(id)
+	if err != nil {
+		return err
+	}
+	mem, ok := n.fs.(*vfs.MemFS)
+	if !ok {
+		return errors.New("journaltest: RestartCrashingAt needs the in-memory filesystem (Options.OnDisk false)")
+	}
+	n.mu.Lock()
+	opened := n.opened
+	n.mu.Unlock()
+	c.setDown(n, false)
+	fs := WrapCrashFS(mem)
+	fs.CrashAt(step)
+	fs.OnCrash(func() { c.setDown(n, true) })
+	err = c.open(ctx, n, fs)
+	fs.Disarm() // the cut comes during the start or not at all
+	cut := fs.Crashed()
+	if cut == nil {
+		return err
+	}
+	if err := c.stop(n); err != nil {
+		c.tb.Errorf("journaltest: close node %d after its power cut: %v", id, err)
+	}
+	// What the start wrote is gone: whether it completed is as before.
+	n.mu.Lock()
+	n.fs, n.opened = cut, opened
+	n.mu.Unlock()
+	return fmt.Errorf("journaltest: node %d, disk step %d: %w", id, step, ErrPowerCut)
+}
+
+// ErrPowerCut is what RestartCrashingAt returns when its power cut came.
+var ErrPowerCut = errors.New("journaltest: power cut during the start")
+
+// down returns node id if it exists and is not running.
+func (c *Cluster) down(id uint64) (*Node, error) {
+	n := c.Node(id)
+	if n == nil {
+		return nil, fmt.Errorf("journaltest: no node %d", id)
+	}
+	if n.Journal() != nil {
+		return nil, fmt.Errorf("journaltest: node %d is running", id)
+	}
+	return n, nil
 }
 
 // Close closes every node, then their loopback servers. It is idempotent

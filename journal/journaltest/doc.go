@@ -21,6 +21,13 @@
 // or crashing nodes, not on links. [Options.WrapFS] wraps each node's
 // filesystem, to count or slow its syncs.
 //
+// [Options.Host] runs a [Host] beside each run of a node, as a host
+// process wires its own components (an image store, say) around the
+// journal. With [Options.Unstarted] no node starts with the cluster: a
+// test forms it one [Cluster.Restart] at a time, under faults, and
+// [Cluster.RestartCrashingAt] cuts the power at a chosen disk step of a
+// bootstrap, a join or a restart ([CrashFS] counts the steps).
+//
 // Message delivery is real concurrency (one goroutine per sending
 // direction), not a deterministic simulation: use it to test behaviour that
 // must hold under any interleaving, and the seed to vary the faults.
