@@ -395,30 +395,39 @@ func (c *Cluster) Running() []*Node {
 	return out
 }
 
-// Leader returns the node that considers itself leader and that a majority
-// of all voters follow (counting the running ones), or nil.
+// Leader returns the running node that considers itself leader and that
+// a majority of the voters in its membership follow (itself included), or
+// nil. The membership is the one the node applied: after promotions and
+// removals, not the roles the nodes were added with.
 func (c *Cluster) Leader() *Node {
-	voters := 0
-	follow := map[uint64]int{}
-	for _, n := range c.Nodes() {
-		if n.Role != journal.Follower {
-			continue
-		}
-		voters++
+	running := c.Running()
+	js := make(map[uint64]*journal.Journal, len(running))
+	for _, n := range running {
 		if j := n.Journal(); j != nil {
-			if st := j.Status(); st.Leader != 0 && !st.Removed {
-				follow[st.Leader]++
-			}
+			js[n.ID] = j
 		}
 	}
-	for id, v := range follow {
-		if 2*v <= voters {
+	for _, n := range running {
+		j := js[n.ID]
+		if j == nil {
 			continue
 		}
-		if l := c.Node(id); l != nil {
-			if j := l.Journal(); j != nil && j.Status().IsLeader() {
-				return l
+		st := j.Status()
+		if !st.IsLeader() || st.Removed {
+			continue
+		}
+		voters, follow := 0, 0
+		for _, m := range st.Members {
+			if m.Role != journal.Follower {
+				continue
 			}
+			voters++
+			if mj := js[m.ID]; mj != nil && mj.Status().Leader == n.ID {
+				follow++
+			}
+		}
+		if 2*follow > voters {
+			return n
 		}
 	}
 	return nil
