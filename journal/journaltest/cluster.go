@@ -195,7 +195,7 @@ func NewCluster(tb TB, opts Options) *Cluster {
 		// find no quorum.
 		if i == 1 || opts.Transport == HTTP {
 			if _, err := c.WaitLeader(ctx); err != nil {
-				tb.Fatalf("journaltest: first leader: %v", err)
+				tb.Fatalf("journaltest: a leader after node %d started: %v", id, err)
 			}
 		}
 	}

@@ -1,6 +1,6 @@
 // Package journaltest helps downstream projects test code built on the
-// journal without real processes, sockets or disks, as net/http/httptest
-// does for HTTP.
+// journal without real processes, and by default without sockets or disks,
+// as net/http/httptest does for HTTP.
 //
 // [Network] is an in-memory network that implements journal.Transport for
 // each node (one [Network.Transport] per node) with controls a test can
