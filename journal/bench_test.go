@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +19,7 @@ import (
 	"github.com/metatree/metatree/internal/benchshape"
 	"github.com/metatree/metatree/internal/peerid/peeridtest"
 	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/journaltest"
 )
 
 // The benchmarks run real nodes: HTTP on loopback, Pebble on the real disk
@@ -162,186 +161,76 @@ func percentile(d []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// httpNode is one journal served over HTTP on a loopback port it keeps
-// across restarts.
-type httpNode struct {
-	id   uint64
-	dir  string
-	addr string
-	fs   *syncFS
-	sm   *countSM
-	srv  *http.Server
-	wg   sync.WaitGroup
-
-	mu sync.Mutex
-	h  http.Handler
-	j  *journal.Journal
-}
-
-func (n *httpNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	n.mu.Lock()
-	h := n.h
-	n.mu.Unlock()
-	if h == nil {
-		// Answer without reading a streaming body: needs full duplex.
-		_ = http.NewResponseController(w).EnableFullDuplex()
-		http.Error(w, "node down", http.StatusServiceUnavailable)
-		return
-	}
-	h.ServeHTTP(w, r)
-}
-
+// httpCluster is a journaltest.Cluster as the benchmarks run it: journal's
+// HTTP transport on loopback, Pebble on the real disk with each node's
+// syncs counted (syncFS), journal's default timings, and countSM state
+// machines.
 type httpCluster struct {
-	tb    testing.TB
-	nodes []*httpNode
-	mod   func(*journal.Config)
+	*journaltest.Cluster
+	tb testing.TB
+
+	mu  sync.Mutex
+	fss map[uint64]*syncFS // each node's filesystem, of its current run
 }
 
 // newHTTPCluster starts `voters` nodes: node 1 bootstraps, the others join.
+// mod, if set, adjusts each node's Config before Open.
 func newHTTPCluster(tb testing.TB, voters int, mod func(*journal.Config)) *httpCluster {
-	return startHTTPCluster(tb, voters, mod, nil)
+	return startHTTPCluster(tb, journaltest.Options{Voters: voters}, mod)
 }
 
-// startHTTPCluster is newHTTPCluster with each node's listener passed
-// through wrap (nil: plain TCP), which serves TLS in the mTLS variants.
-func startHTTPCluster(tb testing.TB, voters int, mod func(*journal.Config), wrap func(id uint64, ln net.Listener) net.Listener) *httpCluster {
-	c := &httpCluster{tb: tb, mod: mod}
-	root := tb.TempDir()
-	for i := 1; i <= voters; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		n := &httpNode{id: uint64(i), dir: filepath.Join(root, fmt.Sprintf("n%d", i)), addr: ln.Addr().String(),
-			fs: &syncFS{FS: vfs.Default}}
-		n.srv = &http.Server{Handler: n}
-		if wrap != nil {
-			ln = wrap(n.id, ln)
-		}
-		n.wg.Go(func() { _ = n.srv.Serve(ln) })
-		c.nodes = append(c.nodes, n)
+// startHTTPCluster is newHTTPCluster with opts' Voters and TLS; the rest
+// of opts is the benchmarks'.
+func startHTTPCluster(tb testing.TB, opts journaltest.Options, mod func(*journal.Config)) *httpCluster {
+	c := &httpCluster{tb: tb, fss: map[uint64]*syncFS{}}
+	opts.Transport, opts.OnDisk = journaltest.HTTP, true
+	opts.NewStateMachine = func(uint64) journal.StateMachine { return &countSM{} }
+	opts.WrapFS = func(id uint64, fs vfs.FS) vfs.FS {
+		sfs := &syncFS{FS: fs}
+		c.mu.Lock()
+		c.fss[id] = sfs
+		c.mu.Unlock()
+		return sfs
 	}
-	tb.Cleanup(c.close)
-	for _, n := range c.nodes {
-		if err := c.open(n); err != nil {
-			tb.Fatalf("open node %d: %v", n.id, err)
+	opts.Configure = func(cfg *journal.Config) {
+		// journal's defaults, as a deployment runs.
+		cfg.TickInterval, cfg.ElectionTicks, cfg.HeartbeatTicks = 0, 0, 0
+		if mod != nil {
+			mod(cfg)
 		}
-		// Every running node follows one leader before the next joins: a
-		// join while the previous joiner catches up can find no quorum.
-		c.waitLeader(context.Background(), 0)
 	}
+	c.Cluster = journaltest.NewCluster(tb, opts)
 	return c
 }
 
-func (c *httpCluster) open(n *httpNode) error {
-	n.sm = &countSM{}
-	cfg := journal.Config{ID: n.id, Dir: n.dir, Addr: n.addr, FS: n.fs, StateMachine: n.sm}
-	if n.id == 1 {
-		cfg.Bootstrap = true
-	} else {
-		cfg.Join = c.nodes[0].addr
-	}
-	if c.mod != nil {
-		c.mod(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	j, err := journal.Open(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	n.mu.Lock()
-	n.j, n.h = j, j.Handler()
-	n.mu.Unlock()
-	return nil
+// fs returns node id's filesystem of its current run.
+func (c *httpCluster) fs(id uint64) *syncFS {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fss[id]
 }
 
-func (c *httpCluster) stop(n *httpNode) error {
-	n.mu.Lock()
-	j := n.j
-	n.j, n.h = nil, nil
-	n.mu.Unlock()
-	if j == nil {
-		return nil
-	}
-	return j.Close()
-}
-
-func (c *httpCluster) close() {
-	for _, n := range c.nodes {
-		if err := c.stop(n); err != nil {
-			c.tb.Errorf("close node %d: %v", n.id, err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = n.srv.Shutdown(ctx)
-		cancel()
-		n.wg.Wait()
-	}
-}
-
+// journal returns node id's running journal, or nil while it is down.
 func (c *httpCluster) journal(id uint64) *journal.Journal {
-	n := c.nodes[id-1]
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.j
+	return c.Node(id).Journal()
 }
 
-// waitLeader waits, on leadership notifications, until every running node
-// follows one leader other than not, which considers itself leader.
+// waitLeader waits, on leadership notifications, until a leader other
+// than not (0: any) leads a majority, and returns it; it fails the
+// benchmark after 60 s.
 func (c *httpCluster) waitLeader(ctx context.Context, not uint64) uint64 {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	for {
-		var chans []<-chan struct{}
-		leader, agreed := uint64(0), true
-		for _, n := range c.nodes {
-			j := c.journal(n.id)
-			if j == nil {
-				continue
-			}
-			chans = append(chans, j.Leadership())
-			st := j.Status()
-			if st.Leader == 0 || (leader != 0 && st.Leader != leader) {
-				agreed = false
-			}
-			leader = st.Leader
+	leader, err := c.WaitNewLeader(ctx, not)
+	if err != nil {
+		var sts []string
+		for _, n := range c.Running() {
+			st := n.Journal().Status()
+			sts = append(sts, fmt.Sprintf("%d: %s leader %d term %d applied %d members %v", n.ID, st.State, st.Leader, st.Term, st.Applied, st.Members))
 		}
-		if agreed && leader != 0 && leader != not {
-			if j := c.journal(leader); j != nil && j.Status().IsLeader() {
-				return leader
-			}
-		}
-		// Wake on any leadership change, or re-check after a tick's worth.
-		wake := make(chan struct{}, 1)
-		stop := make(chan struct{})
-		for _, ch := range chans {
-			go func() {
-				select {
-				case <-ch:
-					select {
-					case wake <- struct{}{}:
-					default:
-					}
-				case <-stop:
-				}
-			}()
-		}
-		select {
-		case <-wake:
-		case <-time.After(50 * time.Millisecond):
-		case <-ctx.Done():
-			close(stop)
-			var sts []string
-			for _, n := range c.nodes {
-				if j := c.journal(n.id); j != nil {
-					st := j.Status()
-					sts = append(sts, fmt.Sprintf("%d: %s leader %d term %d applied %d members %v", n.id, st.State, st.Leader, st.Term, st.Applied, st.Members))
-				}
-			}
-			c.tb.Fatalf("no leader: %v; %v", ctx.Err(), sts)
-		}
-		close(stop)
+		c.tb.Fatalf("no leader: %v; %v", err, sts)
 	}
+	return leader
 }
 
 // BenchmarkPropose: 3 voters over HTTP on loopback, Pebble on disk with
@@ -375,12 +264,12 @@ func BenchmarkPropose(b *testing.B) {
 	// runs after the healthy variants, and the follower catches up before
 	// the next.
 	b.Run("proposers=64/slow-follower", func(b *testing.B) {
-		slow := c.nodes[follower-1]
-		slow.fs.delay.Store(int64(slowSync))
+		slow := c.fs(follower)
+		slow.delay.Store(int64(slowSync))
 		runPropose(b, c, leader, leader, 64)
-		slow.fs.delay.Store(0)
-		if err := c.journal(slow.id).WaitApplied(b.Context(), c.journal(leader).Status().Applied); err != nil {
-			b.Fatalf("slow follower %d catching up: %v", slow.id, err)
+		slow.delay.Store(0)
+		if err := c.journal(follower).WaitApplied(b.Context(), c.journal(leader).Status().Applied); err != nil {
+			b.Fatalf("slow follower %d catching up: %v", follower, err)
 		}
 	})
 	// The same write path over mutual TLS, beside proposers=64 over plain
@@ -397,10 +286,10 @@ func BenchmarkPropose(b *testing.B) {
 const slowSync = 100 * time.Millisecond
 
 func runPropose(b *testing.B, c *httpCluster, leader, via uint64, proposers int) {
-	fsyncP50 := fsyncProbe(b, c.nodes[leader-1].dir, 1)
-	fsync3P50 := fsyncProbe(b, c.nodes[leader-1].dir, 3)
+	fsyncP50 := fsyncProbe(b, c.Node(leader).Dir, 1)
+	fsync3P50 := fsyncProbe(b, c.Node(leader).Dir, 3)
 	payloads := proposePayloads()
-	c.nodes[leader-1].fs.take()
+	c.fs(leader).take()
 	// allocs/op and B/op count the whole process: the three replicas and
 	// the proposers, as cpu-us/op does.
 	b.ReportAllocs()
@@ -409,7 +298,7 @@ func runPropose(b *testing.B, c *httpCluster, leader, via uint64, proposers int)
 	elapsed, lats, err := proposeN(b.Context(), c.journal(via), payloads, 0, b.N, proposers)
 	cpu := benchshape.ProcessCPU() - cpu0
 	b.StopTimer()
-	syncs, walLat := c.nodes[leader-1].fs.take()
+	syncs, walLat := c.fs(leader).take()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -499,14 +388,14 @@ func BenchmarkFailover(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, n := range c.nodes { // everyone caught up: a fair start
-			if err := c.journal(n.id).WaitApplied(ctx, idx); err != nil {
+		for _, n := range c.Nodes() { // everyone caught up: a fair start
+			if err := n.Journal().WaitApplied(ctx, idx); err != nil {
 				b.Fatal(err)
 			}
 		}
 		b.StartTimer()
 		t0 := time.Now()
-		if err := c.stop(c.nodes[leader-1]); err != nil {
+		if err := c.Stop(leader); err != nil {
 			b.Fatal(err)
 		}
 		// Until a new leader commits it, a write fails in whatever way the
@@ -525,7 +414,7 @@ func BenchmarkFailover(b *testing.B) {
 		d := time.Since(t0)
 		total += d
 		b.StopTimer()
-		if err := c.open(c.nodes[leader-1]); err != nil {
+		if err := c.Restart(ctx, leader); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -180,7 +179,7 @@ func (e *scenarioEnv) run(ctx context.Context, d *datadriven.TestData) (string, 
 		}
 		return e.status(), nil
 	case "wait-leader":
-		id, err := e.waitLeader(ctx)
+		id, err := e.c.WaitLeader(ctx)
 		if err != nil {
 			return "", err
 		}
@@ -224,7 +223,7 @@ func (e *scenarioEnv) run(ctx context.Context, d *datadriven.TestData) (string, 
 // virtual time pass before it compares.
 func (e *scenarioEnv) settle(ctx context.Context) error {
 	for {
-		l, err := e.waitLeader(ctx)
+		l, err := e.c.WaitLeader(ctx)
 		if err != nil {
 			return err
 		}
@@ -304,56 +303,13 @@ func (e *scenarioEnv) on(d *datadriven.TestData) (*journal.Journal, error) {
 	return nil, errors.New("no leader")
 }
 
-// leader returns the running node that considers itself leader and that a
-// majority of the voters in its membership follow, or 0. Unlike
-// journaltest.Cluster.Leader it counts the membership as it is now, after
-// removals and promotions.
+// leader returns the id of the cluster's leader (journaltest.Cluster.Leader),
+// or 0.
 func (e *scenarioEnv) leader() uint64 {
-	js := e.journals()
-	for id, j := range js {
-		st := j.Status()
-		if !st.IsLeader() || st.Removed {
-			continue
-		}
-		voters, follow := 0, 0
-		for _, m := range st.Members {
-			if m.Role != journal.Follower {
-				continue
-			}
-			voters++
-			if mj := js[m.ID]; mj != nil && mj.Status().Leader == id {
-				follow++
-			}
-		}
-		if 2*follow > voters {
-			return id
-		}
+	if l := e.c.Leader(); l != nil {
+		return l.ID
 	}
 	return 0
-}
-
-// waitLeader waits until leader finds one, re-checking at every
-// leadership change on a running node and at least once an election
-// timeout of virtual time (a follower catching up does not notify).
-func (e *scenarioEnv) waitLeader(ctx context.Context) (uint64, error) {
-	for {
-		// Subscribe before checking, so that no change between them is
-		// missed.
-		cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}}
-		for _, j := range e.journals() {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(j.Leadership())})
-		}
-		if id := e.leader(); id != 0 {
-			return id, nil
-		}
-		timer := time.NewTimer(scenarioElectionTicks * scenarioTick)
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
-		chosen, _, _ := reflect.Select(cases)
-		timer.Stop()
-		if chosen == 0 {
-			return 0, fmt.Errorf("waiting for a leader: %w", context.Cause(ctx))
-		}
-	}
 }
 
 // status prints one line per running member: its raft state, the leader it

@@ -20,7 +20,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/journaltest"
 )
 
 // kvSM is a register per key: entries are "key=value". It remembers every
@@ -127,14 +127,7 @@ func TestFaultLinearizable(t *testing.T) {
 	t.Logf("seed %d, %v of faults", seed, dur)
 	var history []porcupine.Operation
 	synctest.Test(t, func(t *testing.T) {
-		c := newFaultCluster(t, seed)
-		for id := uint64(1); id <= 4; id++ {
-			role := journal.Follower
-			if id == 4 {
-				role = journal.Observer
-			}
-			c.add(id, role)
-		}
+		c := newFaultCluster(t, seed, 3, 1)
 		ctx, cancel := context.WithTimeout(context.Background(), dur+40*time.Second)
 		defer cancel()
 		rng := rand.New(rand.NewPCG(seed, 99))
@@ -147,14 +140,14 @@ func TestFaultLinearizable(t *testing.T) {
 		faults := map[string]int{}
 		// bringUp starts node n, cutting its power at a random disk step of
 		// Open every other time, until it runs.
-		bringUp := func(n *faultNode, what string) {
+		bringUp := func(id uint64, what string) {
 			for ctx.Err() == nil {
 				at := 0
 				if rng.IntN(2) == 0 {
 					at = 1 + rng.IntN(80)
 				}
-				crashed, err := c.start(ctx, n, at)
-				if crashed {
+				err := c.RestartCrashingAt(ctx, id, at)
+				if errors.Is(err, journaltest.ErrPowerCut) {
 					faults["power cut during "+what]++
 					pause(20, 200)
 					continue
@@ -163,7 +156,7 @@ func TestFaultLinearizable(t *testing.T) {
 					return
 				}
 				// A join needs a leader the helper can reach: try again.
-				t.Logf("node %d: %s: %v", n.id, what, err)
+				t.Logf("node %d: %s: %v", id, what, err)
 				pause(50, 200)
 			}
 		}
@@ -184,7 +177,7 @@ func TestFaultLinearizable(t *testing.T) {
 
 		// The cluster forms under faults, and the clients run from the first
 		// node on.
-		bringUp(c.node(1), "bootstrap")
+		bringUp(1, "bootstrap")
 		stop := make(chan struct{})
 		// think is a client's pause between operations. In the bubble an
 		// operation takes no time (messages and fsyncs are instant), so without
@@ -203,8 +196,8 @@ func TestFaultLinearizable(t *testing.T) {
 					default:
 					}
 					think()
-					node := c.node(uint64(1 + rng.IntN(4))) // node 4 is an observer
-					j, sm := node.journal(), node.sm()
+					id := uint64(1 + rng.IntN(4)) // node 4 is an observer
+					j, sm := c.Node(id).Journal(), c.sm(id)
 					if j == nil {
 						continue // down: pick another
 					}
@@ -247,13 +240,13 @@ func TestFaultLinearizable(t *testing.T) {
 			})
 		}
 		for id := uint64(2); id <= 4; id++ {
-			bringUp(c.node(id), "join")
+			bringUp(id, "join")
 		}
 
 		// The fault injector: one fault at a time, so a quorum always remains
 		// and the run makes progress between faults.
 		for time.Since(start) < dur {
-			leader, err := c.waitLeader(ctx)
+			leader, err := c.WaitLeader(ctx)
 			require.NoError(t, err)
 			victim := leader
 			if rng.IntN(3) == 0 {
@@ -266,18 +259,17 @@ func TestFaultLinearizable(t *testing.T) {
 			case victim != leader:
 				kind = "follower"
 			}
-			n := c.node(victim)
 			switch rng.IntN(3) {
 			case 0, 1: // power cut, then restart
 				faults["crash "+kind]++
-				c.crash(n)
+				require.NoError(t, c.Crash(victim))
 				pause(100, 700)
-				bringUp(n, "restart")
+				bringUp(victim, "restart")
 			case 2: // partition away, then heal
 				faults["isolate "+kind]++
-				c.net.Isolate(victim)
+				c.Net.Isolate(victim)
 				pause(100, 700)
-				c.net.Heal()
+				c.Net.Heal()
 			}
 			pause(100, 500)
 		}
@@ -288,42 +280,42 @@ func TestFaultLinearizable(t *testing.T) {
 
 		// Heal, then every node must hold every acknowledged write, in the same
 		// order as every other node.
-		c.net.Heal()
-		_, err := c.waitLeader(ctx)
+		c.Net.Heal()
+		_, err := c.WaitLeader(ctx)
 		require.NoError(t, err)
 		var final uint64
 		for {
-			final, _, err = c.node(1).journal().Propose(ctx, []byte("final=done"))
+			final, _, err = c.Node(1).Journal().Propose(ctx, []byte("final=done"))
 			if err == nil {
 				break
 			}
 			require.NoError(t, ctx.Err(), "final write: %v", err)
 		}
-		for _, n := range c.all() {
-			if err := n.journal().WaitApplied(ctx, final); err != nil {
-				for _, n := range c.all() {
-					t.Logf("node %d: %+v", n.id, n.journal().Status())
+		for _, n := range c.Nodes() {
+			if err := n.Journal().WaitApplied(ctx, final); err != nil {
+				for _, n := range c.Nodes() {
+					t.Logf("node %d: %+v", n.ID, n.Journal().Status())
 				}
-				t.Fatalf("after healing, node %d: %v", n.id, err)
+				t.Fatalf("after healing, node %d: %v", n.ID, err)
 			}
 		}
 		var ref []string
-		for _, n := range c.all() {
-			h, at := n.sm().history()
+		for _, n := range c.Nodes() {
+			h, at := c.sm(n.ID).history()
 			have := map[string]uint64{}
 			for i, e := range h {
 				first, dup := have[e]
-				require.False(t, dup, "node %d applied %s twice, at %d and %d (dedupe window %d)", n.id, e, first, at[i], faultDedupeWindow)
+				require.False(t, dup, "node %d applied %s twice, at %d and %d (dedupe window %d)", n.ID, e, first, at[i], faultDedupeWindow)
 				have[e] = at[i]
 			}
 			for _, w := range acked {
 				_, ok := have[w]
-				require.True(t, ok, "node %d lost the acknowledged write %s", n.id, w)
+				require.True(t, ok, "node %d lost the acknowledged write %s", n.ID, w)
 			}
 			if ref == nil {
 				ref = h
 			}
-			require.Equal(t, ref, h, "node %d applied a different sequence", n.id)
+			require.Equal(t, ref, h, "node %d applied a different sequence", n.ID)
 		}
 		require.NotEmpty(t, acked, "the run must make progress")
 		require.NotZero(t, stats["get ok"])

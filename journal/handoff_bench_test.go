@@ -21,8 +21,8 @@ func BenchmarkHandoff(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, n := range c.nodes { // everyone caught up: a fair start
-			if err := c.journal(n.id).WaitApplied(ctx, idx); err != nil {
+		for _, n := range c.Nodes() { // everyone caught up: a fair start
+			if err := n.Journal().WaitApplied(ctx, idx); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -13,9 +13,9 @@ import (
 // (more often than its usual 15 s), until the returned stop is called.
 func scrapeEverySecond(b *testing.B, c *httpCluster) (stop func()) {
 	var regs []*prometheus.Registry
-	for _, n := range c.nodes {
+	for _, n := range c.Nodes() {
 		reg := prometheus.NewRegistry()
-		if err := reg.Register(c.journal(n.id).Collector()); err != nil {
+		if err := reg.Register(n.Journal().Collector()); err != nil {
 			b.Fatal(err)
 		}
 		regs = append(regs, reg)

@@ -3,16 +3,12 @@ package journal_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/metatree/metatree/internal/metricstest"
@@ -86,28 +82,14 @@ func runReadBarrier(b *testing.B, j *journal.Journal, readers int) {
 // addHTTPObserver starts one more node of c, joining as an observer, and
 // waits until it has applied what the leader had.
 func addHTTPObserver(tb testing.TB, c *httpCluster) uint64 {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	id := uint64(len(c.nodes) + 1)
-	n := &httpNode{id: id, dir: filepath.Join(tb.TempDir(), fmt.Sprintf("n%d", id)), addr: ln.Addr().String(),
-		fs: &syncFS{FS: vfs.Default}, sm: &countSM{}}
-	n.srv = &http.Server{Handler: n}
-	n.wg.Go(func() { _ = n.srv.Serve(ln) })
-	c.nodes = append(c.nodes, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	j, err := journal.Open(ctx, journal.Config{ID: id, Dir: n.dir, Addr: n.addr, FS: n.fs, StateMachine: n.sm,
-		Join: c.nodes[0].addr, Role: journal.Observer})
+	n, err := c.AddNode(ctx, journal.Observer)
 	if err != nil {
-		tb.Fatalf("open observer %d: %v", id, err)
+		tb.Fatalf("open observer: %v", err)
 	}
-	n.mu.Lock()
-	n.j, n.h = j, j.Handler()
-	n.mu.Unlock()
-	if err := j.ReadBarrier(ctx); err != nil {
-		tb.Fatalf("observer %d: %v", id, err)
+	if err := n.Journal().ReadBarrier(ctx); err != nil {
+		tb.Fatalf("observer %d: %v", n.ID, err)
 	}
-	return id
+	return n.ID
 }

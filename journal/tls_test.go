@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/metatree/metatree/internal/peerid"
 	"github.com/metatree/metatree/internal/peerid/peeridtest"
 	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/journaltest"
 )
 
 // newMTLSCluster starts a cluster whose nodes serve and dial with mutual
@@ -38,9 +38,11 @@ func newMTLSCluster(tb testing.TB, voters int, ca *peeridtest.CA, issuer func(id
 		require.NoError(tb, err)
 		files[id] = f
 	}
-	return startHTTPCluster(tb, voters,
-		func(cfg *journal.Config) { cfg.TLS = files[cfg.ID].ClientConfig() },
-		func(id uint64, ln net.Listener) net.Listener { return tls.NewListener(ln, files[id].ServerConfig()) })
+	return startHTTPCluster(tb, journaltest.Options{Voters: voters,
+		TLS: func(id uint64) (server, client *tls.Config) {
+			return files[id].ServerConfig(), files[id].ClientConfig()
+		},
+	}, nil)
 }
 
 // TestMTLSClusterReplicates: three voters over mutual TLS elect a leader
@@ -55,10 +57,10 @@ func TestMTLSClusterReplicates(t *testing.T) {
 		_, _, err := c.journal(follower).Propose(ctx, fmt.Appendf(nil, "w%d", i))
 		require.NoError(t, err)
 	}
-	for _, n := range c.nodes {
-		require.NoError(t, n.j.ReadBarrier(ctx))
-		require.EqualValues(t, 20, n.sm.n.Load(), "node %d applied every write", n.id)
-		require.Zero(t, n.j.RefusedPeers(), "node %d refused no peer", n.id)
+	for _, n := range c.Nodes() {
+		require.NoError(t, n.Journal().ReadBarrier(ctx))
+		require.EqualValues(t, 20, n.StateMachine().(*countSM).n.Load(), "node %d applied every write", n.ID)
+		require.Zero(t, n.Journal().RefusedPeers(), "node %d refused no peer", n.ID)
 	}
 }
 
@@ -76,7 +78,7 @@ func TestMTLSJoinWithAnotherCAIsRefused(t *testing.T) {
 	join := func(cfg *tls.Config) error {
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 		defer cancel()
-		_, err := journal.Open(ctx, journal.Config{ID: 2, Dir: t.TempDir(), Addr: "127.0.0.1:1", Join: c.nodes[0].addr,
+		_, err := journal.Open(ctx, journal.Config{ID: 2, Dir: t.TempDir(), Addr: "127.0.0.1:1", Join: c.Node(1).Addr,
 			StateMachine: &countSM{}, TLS: cfg})
 		return err
 	}
@@ -105,7 +107,7 @@ func TestMTLSPeerSpeaksOnlyForItself(t *testing.T) {
 	}
 	as2 := client(ca.KeyPair(2))
 	post := func(cli *http.Client, path string, from uint64, body string) (int, string) {
-		req, err := http.NewRequest("POST", "https://"+c.nodes[0].addr+path, strings.NewReader(body))
+		req, err := http.NewRequest("POST", "https://"+c.Node(1).Addr+path, strings.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("X-Metatree-Cluster", cluster)
 		req.Header.Set("X-Metatree-From", fmt.Sprint(from))

@@ -2,6 +2,7 @@ package journaltest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,7 +46,38 @@ type Options struct {
 	Configure func(cfg *journal.Config)
 	// Logger receives the nodes' logs (default: discard).
 	Logger *slog.Logger
+	// Transport picks what carries the nodes' traffic: the in-memory
+	// Network (default) or journal's HTTP transport over loopback sockets.
+	Transport TransportKind
+	// TLS, with the HTTP transport, serves and dials with mutual TLS:
+	// node id's listener serves with server and its journal dials with
+	// client (journal.Config.TLS).
+	TLS func(id uint64) (server, client *tls.Config)
+	// WrapFS, if set, wraps node id's filesystem each time the node is
+	// opened (to count or slow its syncs, say); Crash cuts the power of
+	// the filesystem underneath.
+	WrapFS func(id uint64, fs vfs.FS) vfs.FS
+	// Host, if set, runs beside each run of every node, as a host process
+	// wires its own components around the journal: see Host.
+	Host func(ctx context.Context, id uint64, cfg *journal.Config) (Host, error)
+	// Unstarted makes NewCluster add the nodes without starting any:
+	// Restart (or RestartCrashingAt) starts each, so that a test can form
+	// the cluster under faults.
+	Unstarted bool
 }
+
+// TransportKind is what carries a Cluster's traffic.
+type TransportKind int
+
+const (
+	// InMemory is the Network: no sockets, faults injected through
+	// Cluster.Net, usable in a synctest bubble.
+	InMemory TransportKind = iota
+	// HTTP is journal's default transport, each node serving its
+	// Journal.Handler on a loopback port it keeps across restarts: the
+	// real wire, with TLS when Options.TLS is set. Cluster.Net is nil.
+	HTTP
+)
 
 // TB is the part of testing.TB a Cluster uses; *testing.T and *testing.B
 // satisfy it.
@@ -65,7 +97,8 @@ var _ TB = testing.TB(nil)
 type Cluster struct {
 	tb   TB
 	opts Options
-	// Net is the network between the nodes; use it to inject faults.
+	// Net is the network between the nodes; use it to inject faults. It
+	// is nil with the HTTP transport.
 	Net *Network
 
 	mu    sync.Mutex
@@ -77,13 +110,19 @@ type Node struct {
 	ID   uint64
 	Addr string
 	Role journal.Role
+	// Dir is the node's data dir, on the node's filesystem.
+	Dir string
 
-	dir string
 	fs  vfs.FS
+	srv *server // the loopback server, with the HTTP transport
 
-	mu sync.Mutex
-	j  *journal.Journal
-	sm journal.StateMachine
+	mu   sync.Mutex
+	j    *journal.Journal
+	sm   journal.StateMachine
+	host Host // of the current run, if Options.Host is set
+	// opened is set once an Open of the node completed on the disk it
+	// has: until then node 1 bootstraps and the others join.
+	opened bool
 }
 
 // Journal returns the running journal, or nil while the node is down.
@@ -102,6 +141,7 @@ func (n *Node) StateMachine() journal.StateMachine {
 
 // NewCluster starts a cluster and waits until every node has joined. It
 // fails the test if that does not happen within 30 s. t.Cleanup closes it.
+// With Options.Unstarted it adds the nodes and starts none.
 func NewCluster(tb TB, opts Options) *Cluster {
 	tb.Helper()
 	if opts.Voters == 0 {
@@ -125,7 +165,10 @@ func NewCluster(tb TB, opts Options) *Cluster {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Cluster{tb: tb, opts: opts, Net: NewNetwork(opts.Seed), nodes: map[uint64]*Node{}}
+	c := &Cluster{tb: tb, opts: opts, nodes: map[uint64]*Node{}}
+	if opts.Transport == InMemory {
+		c.Net = NewNetwork(opts.Seed)
+	}
 	tb.Cleanup(c.Close)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -141,12 +184,18 @@ func NewCluster(tb TB, opts Options) *Cluster {
 		if err != nil {
 			tb.Fatalf("journaltest: %v", err)
 		}
-		if err := c.open(ctx, n, i == 1); err != nil {
+		if opts.Unstarted {
+			continue
+		}
+		if err := c.open(ctx, n, n.fs); err != nil {
 			tb.Fatalf("journaltest: start node %d: %v", id, err)
 		}
-		if i == 1 {
+		// Over HTTP, on real time, every node follows one leader before
+		// the next joins: a join while the previous joiner catches up can
+		// find no quorum.
+		if i == 1 || opts.Transport == HTTP {
 			if _, err := c.WaitLeader(ctx); err != nil {
-				tb.Fatalf("journaltest: first leader: %v", err)
+				tb.Fatalf("journaltest: a leader after node %d started: %v", id, err)
 			}
 		}
 	}
@@ -157,13 +206,26 @@ func NewCluster(tb TB, opts Options) *Cluster {
 // nodes (not started).
 func (c *Cluster) newNode(id uint64, role journal.Role) (*Node, error) {
 	n := &Node{ID: id, Addr: fmt.Sprintf("node%d", id), Role: role}
+	name := n.Addr
+	if c.opts.Transport == HTTP {
+		var serverTLS *tls.Config
+		if c.opts.TLS != nil {
+			serverTLS, _ = c.opts.TLS(id)
+		}
+		srv, err := listen(serverTLS)
+		if err != nil {
+			return nil, err
+		}
+		n.srv, n.Addr = srv, srv.addr
+	}
 	if c.opts.OnDisk {
-		n.fs, n.dir = vfs.Default, filepath.Join(c.tb.TempDir(), n.Addr)
+		n.fs, n.Dir = vfs.Default, filepath.Join(c.tb.TempDir(), name)
 	} else {
-		n.fs, n.dir = vfs.NewCrashableMem(), "/"+n.Addr
+		n.fs, n.Dir = vfs.NewCrashableMem(), "/"+name
 		// Create the data dir durably, as an installer would: a crash
 		// must not take the directory itself away.
-		if err := durable.MkdirAll(n.fs, n.dir); err != nil {
+		if err := durable.MkdirAll(n.fs, n.Dir); err != nil {
+			n.srv.close()
 			return nil, err
 		}
 	}
@@ -187,26 +249,38 @@ func (c *Cluster) AddNode(ctx context.Context, role journal.Role) (*Node, error)
 	if err != nil {
 		return nil, fmt.Errorf("journaltest: add node %d: %w", id+1, err)
 	}
-	if err := c.open(ctx, n, false); err != nil {
+	if err := c.open(ctx, n, n.fs); err != nil {
 		return n, err
 	}
 	return n, nil
 }
 
-func (c *Cluster) config(n *Node, bootstrap bool) journal.Config {
+// config is node n's Config on filesystem fs: node 1 bootstraps until an
+// Open of it completed, every other node joins.
+func (c *Cluster) config(n *Node, fs vfs.FS) journal.Config {
+	n.mu.Lock()
+	bootstrap := n.ID == 1 && !n.opened
+	n.mu.Unlock()
+	if c.opts.WrapFS != nil {
+		fs = c.opts.WrapFS(n.ID, fs)
+	}
 	cfg := journal.Config{
-		ID: n.ID, Dir: n.dir, Addr: n.Addr, FS: n.fs,
-		Transport:      c.Net.Transport(n.Addr),
+		ID: n.ID, Dir: n.Dir, Addr: n.Addr, FS: fs,
 		StateMachine:   c.opts.NewStateMachine(n.ID),
 		Logger:         c.opts.Logger,
 		TickInterval:   c.opts.TickInterval,
 		ElectionTicks:  c.opts.ElectionTicks,
 		HeartbeatTicks: c.opts.HeartbeatTicks,
 	}
+	if c.Net != nil {
+		cfg.Transport = c.Net.Transport(n.Addr)
+	} else if c.opts.TLS != nil {
+		_, cfg.TLS = c.opts.TLS(n.ID)
+	}
 	if bootstrap {
 		cfg.Bootstrap = true
 	} else {
-		cfg.Join = "node1"
+		cfg.Join = c.Node(1).Addr
 		for _, r := range c.Running() {
 			if r.ID != n.ID {
 				cfg.Join = r.Addr // the lowest-numbered running node
@@ -221,17 +295,74 @@ func (c *Cluster) config(n *Node, bootstrap bool) journal.Config {
 	return cfg
 }
 
-func (c *Cluster) open(ctx context.Context, n *Node, bootstrap bool) error {
-	cfg := c.config(n, bootstrap)
+// open opens node n on filesystem fs (n.fs, or a CrashFS over it), with
+// its Host around the journal.
+func (c *Cluster) open(ctx context.Context, n *Node, fs vfs.FS) error {
+	cfg := c.config(n, fs)
+	var host Host
+	if c.opts.Host != nil {
+		h, err := c.opts.Host(ctx, n.ID, &cfg)
+		if err != nil {
+			if cfg.Transport != nil {
+				_ = cfg.Transport.Close()
+			}
+			return fmt.Errorf("journaltest: node %d: host: %w", n.ID, err)
+		}
+		host = h
+	}
 	j, err := journal.Open(ctx, cfg)
 	if err != nil {
-		_ = cfg.Transport.Close()
+		if cfg.Transport != nil {
+			_ = cfg.Transport.Close()
+		}
+		if host != nil {
+			err = errors.Join(err, host.Close())
+		}
 		return err
 	}
 	n.mu.Lock()
-	n.j, n.sm = j, cfg.StateMachine
+	n.j, n.sm, n.host, n.opened = j, cfg.StateMachine, host, true
 	n.mu.Unlock()
+	// The journal's own HTTP transport is reachable once Open returned.
+	n.srv.serve(j.Handler())
+	if host != nil {
+		if err := host.Started(ctx, j); err != nil {
+			return errors.Join(fmt.Errorf("journaltest: node %d: host: %w", n.ID, err), c.stop(n))
+		}
+	}
 	return nil
+}
+
+// stop closes node n's current run, whatever state it got to: its Host
+// stops, its journal closes, then its Host closes.
+func (c *Cluster) stop(n *Node) error {
+	n.mu.Lock()
+	j, host := n.j, n.host
+	n.j, n.host = nil, nil
+	n.mu.Unlock()
+	if j == nil {
+		return nil
+	}
+	n.srv.serve(nil)
+	var errs []error
+	if host != nil {
+		errs = append(errs, host.Stop())
+	}
+	errs = append(errs, j.Close())
+	if host != nil {
+		errs = append(errs, host.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// setDown takes node id off the network, or brings it back: on the
+// Network, or by refusing every request at its loopback server.
+func (c *Cluster) setDown(n *Node, down bool) {
+	if c.Net != nil {
+		c.Net.SetDown(n.ID, down)
+	} else if down {
+		n.srv.serve(nil)
+	}
 }
 
 // Node returns node id (1-based), or nil.
@@ -264,30 +395,39 @@ func (c *Cluster) Running() []*Node {
 	return out
 }
 
-// Leader returns the node that considers itself leader and that a majority
-// of all voters follow (counting the running ones), or nil.
+// Leader returns the running node that considers itself leader and that
+// a majority of the voters in its membership follow (itself included), or
+// nil. The membership is the one the node applied: after promotions and
+// removals, not the roles the nodes were added with.
 func (c *Cluster) Leader() *Node {
-	voters := 0
-	follow := map[uint64]int{}
-	for _, n := range c.Nodes() {
-		if n.Role != journal.Follower {
-			continue
-		}
-		voters++
+	running := c.Running()
+	js := make(map[uint64]*journal.Journal, len(running))
+	for _, n := range running {
 		if j := n.Journal(); j != nil {
-			if st := j.Status(); st.Leader != 0 && !st.Removed {
-				follow[st.Leader]++
-			}
+			js[n.ID] = j
 		}
 	}
-	for id, v := range follow {
-		if 2*v <= voters {
+	for _, n := range running {
+		j := js[n.ID]
+		if j == nil {
 			continue
 		}
-		if l := c.Node(id); l != nil {
-			if j := l.Journal(); j != nil && j.Status().IsLeader() {
-				return l
+		st := j.Status()
+		if !st.IsLeader() || st.Removed {
+			continue
+		}
+		voters, follow := 0, 0
+		for _, m := range st.Members {
+			if m.Role != journal.Follower {
+				continue
 			}
+			voters++
+			if mj := js[m.ID]; mj != nil && mj.Status().Leader == n.ID {
+				follow++
+			}
+		}
+		if 2*follow > voters {
+			return n
 		}
 	}
 	return nil
@@ -362,14 +502,7 @@ func (c *Cluster) Stop(id uint64) error {
 	if n == nil {
 		return fmt.Errorf("journaltest: no node %d", id)
 	}
-	n.mu.Lock()
-	j := n.j
-	n.j = nil
-	n.mu.Unlock()
-	if j == nil {
-		return nil
-	}
-	return j.Close()
+	return c.stop(n)
 }
 
 // Crash cuts node id's power: it drops off the network (Network.SetDown)
@@ -385,41 +518,94 @@ func (c *Cluster) Crash(id uint64) error {
 	if !ok {
 		return errors.New("journaltest: Crash needs the in-memory filesystem (Options.OnDisk false)")
 	}
-	n.mu.Lock()
-	j := n.j
-	n.j = nil
-	n.mu.Unlock()
-	if j == nil {
+	if n.Journal() == nil {
 		return nil
 	}
 	// Off the network first, so that it acknowledges nothing after the
 	// instant the clone captures; then the clone is what the power cut
 	// leaves (synced data only); the clean Close afterwards writes to the
 	// old filesystem only.
-	c.Net.SetDown(id, true)
+	c.setDown(n, true)
 	n.fs = mem.CrashClone(vfs.CrashCloneCfg{})
-	return j.Close()
+	return c.stop(n)
 }
 
 // Restart reopens node id from its data dir with a fresh state machine,
-// which replays the log.
+// which replays the log. A node not started yet (Options.Unstarted, or
+// one whose first start a power cut interrupted) starts as NewCluster
+// starts it: node 1 bootstraps, the others join through the
+// lowest-numbered running node.
 func (c *Cluster) Restart(ctx context.Context, id uint64) error {
-	n := c.Node(id)
-	if n == nil {
-		return fmt.Errorf("journaltest: no node %d", id)
+	n, err := c.down(id)
+	if err != nil {
+		return err
 	}
-	if n.Journal() != nil {
-		return fmt.Errorf("journaltest: node %d is running", id)
-	}
-	c.Net.SetDown(id, false)
-	return c.open(ctx, n, false)
+	c.setDown(n, false)
+	return c.open(ctx, n, n.fs)
 }
 
-// Close closes every node. It is idempotent and runs at t.Cleanup.
+// RestartCrashingAt is Restart with the power cut right before disk step
+// step of the start (counted as CrashFS counts them; 0: no cut), if the
+// start gets that far: the node drops off the network at that instant, the
+// rest of the start runs on a disk nobody sees again, and the node is down
+// afterwards, its disk what the cut left. It then returns an error that
+// wraps ErrPowerCut. Needs the in-memory filesystem (Options.OnDisk false).
+func (c *Cluster) RestartCrashingAt(ctx context.Context, id uint64, step int) error {
+	n, err := c.down(id)
+	if err != nil {
+		return err
+	}
+	mem, ok := n.fs.(*vfs.MemFS)
+	if !ok {
+		return errors.New("journaltest: RestartCrashingAt needs the in-memory filesystem (Options.OnDisk false)")
+	}
+	n.mu.Lock()
+	opened := n.opened
+	n.mu.Unlock()
+	c.setDown(n, false)
+	fs := WrapCrashFS(mem)
+	fs.CrashAt(step)
+	fs.OnCrash(func() { c.setDown(n, true) })
+	err = c.open(ctx, n, fs)
+	fs.Disarm() // the cut comes during the start or not at all
+	cut := fs.Crashed()
+	if cut == nil {
+		return err
+	}
+	if err := c.stop(n); err != nil {
+		c.tb.Errorf("journaltest: close node %d after its power cut: %v", id, err)
+	}
+	// What the start wrote is gone: whether it completed is as before.
+	n.mu.Lock()
+	n.fs, n.opened = cut, opened
+	n.mu.Unlock()
+	return fmt.Errorf("journaltest: node %d, disk step %d: %w", id, step, ErrPowerCut)
+}
+
+// ErrPowerCut is what RestartCrashingAt returns when its power cut came.
+var ErrPowerCut = errors.New("journaltest: power cut during the start")
+
+// down returns node id if it exists and is not running.
+func (c *Cluster) down(id uint64) (*Node, error) {
+	n := c.Node(id)
+	if n == nil {
+		return nil, fmt.Errorf("journaltest: no node %d", id)
+	}
+	if n.Journal() != nil {
+		return nil, fmt.Errorf("journaltest: node %d is running", id)
+	}
+	return n, nil
+}
+
+// Close closes every node, then their loopback servers. It is idempotent
+// and runs at t.Cleanup.
 func (c *Cluster) Close() {
 	for _, n := range c.Nodes() {
 		if err := c.Stop(n.ID); err != nil {
 			c.tb.Errorf("journaltest: close node %d: %v", n.ID, err)
 		}
+	}
+	for _, n := range c.Nodes() {
+		n.srv.close()
 	}
 }

@@ -165,3 +165,35 @@ func TestForwardedProposalLostIsRetried(t *testing.T) {
 		require.Equal(t, 1, count, "applied exactly once")
 	})
 }
+
+// Leader counts the voters of the membership the leader applied, not the
+// roles the nodes were added with: after two of three voters are removed
+// and stopped, the one left leads alone.
+func TestClusterLeaderAfterRemovals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := journaltest.NewCluster(t, journaltest.Options{Voters: 3})
+		ctx := ctxFor(t, 30*time.Second)
+		leader, err := c.WaitLeader(ctx)
+		require.NoError(t, err)
+		lj := c.Node(leader).Journal()
+		for _, n := range c.Nodes() {
+			if n.ID == leader {
+				continue
+			}
+			// Forced: right after the cluster formed the leader may not
+			// count the other follower as recently active yet.
+			require.NoError(t, lj.RemoveMember(ctx, n.ID, true), "remove node %d", n.ID)
+		}
+		for _, n := range c.Nodes() {
+			if n.ID != leader {
+				require.NoError(t, c.Stop(n.ID))
+			}
+		}
+		require.Len(t, lj.Status().Members, 1)
+		short, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		got, err := c.WaitLeader(short)
+		require.NoError(t, err, "the last voter leads a membership of one")
+		require.Equal(t, leader, got)
+	})
+}
