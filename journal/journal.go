@@ -158,6 +158,8 @@ type Journal struct {
 
 	nwaiters atomic.Int64 // len of all mu.waiters lists
 
+	keys keySource // Propose's idempotency keys
+
 	metrics *metrics // counters for Collector
 
 	mu struct {

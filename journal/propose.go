@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -31,7 +30,7 @@ import (
 //
 // Propose uses a random idempotency key; ProposeWithKey takes the caller's.
 func (j *Journal) Propose(ctx context.Context, data []byte) (index uint64, value any, err error) {
-	return j.proposeData(ctx, data, uuid.New())
+	return j.proposeData(ctx, data, j.keys.next())
 }
 
 // ProposeWithKey is Propose with the caller's idempotency key. A proposal
