@@ -281,12 +281,10 @@ func (j *Journal) fail(err error) {
 	// A final answer: the waiters answered here leave the map, as after
 	// a successful resolve, so no later resolve (the applier finishing its
 	// batch) sends to them.
-	for key, ws := range j.mu.waiters {
-		for _, w := range ws {
-			w <- applyResult{err: failure} // never blocks: see resolve
+	for key := range j.mu.waiters {
+		for w := j.takeWaiters(key); w != nil; w = w.next {
+			w.c <- applyResult{err: failure} // never blocks: see resolve
 		}
-		j.nwaiters.Add(-int64(len(ws)))
-		delete(j.mu.waiters, key)
 	}
 	close(j.mu.appliedCh)
 	j.mu.appliedCh = make(chan struct{})
