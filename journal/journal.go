@@ -158,6 +158,7 @@ type Journal struct {
 
 	nwaiters  atomic.Int64 // len of all mu.waiters lists
 	waitChans sync.Pool    // of chan applyResult (cap 2, empty): addWaiter
+	doneChans sync.Pool    // of chan error (cap 1, empty): doneChan
 
 	keys keySource // Propose's idempotency keys
 

@@ -145,9 +145,13 @@ type submission struct {
 	// that since share (it is not written once built).
 	env      []byte
 	envSince uint64
-	// first is the record of the first copy of data: later copies get one
-	// each, as the raft loop may still hold an earlier one.
+	// first is the record of the first copy of data. cur is the copy
+	// proposed last and done its done channel, which the next copy reuses
+	// once the loop released cur (nothing is sent on it any more); a copy
+	// the loop still holds keeps them, and the next copy gets new ones.
 	first proposal
+	cur   *proposal
+	done  chan error
 	fwd   ForwardRequest
 	// w hears the apply of any copy of the proposal (by its key).
 	w waiter
@@ -196,21 +200,51 @@ func (j *Journal) startSubmission(ctx context.Context, s *submission, key [16]by
 	s.noLeaderDeadline = j.cfg.Clock.Now().Add(2 * time.Duration(j.cfg.ForwardRetries) * j.electionTimeout())
 }
 
-// proposal builds the copy proposeHere hands to the raft loop now, for
-// the current since.
-func (s *submission) proposal() *proposal {
-	if s.local != nil {
-		return s.local(s.since)
+// proposal builds the quiet copy proposeHere hands to the raft loop now,
+// for the current since (forward: see proposal.forward), with its done
+// channel.
+func (s *submission) proposal(forward bool) *proposal {
+	prev := s.cur
+	reuse := prev == nil || prev.released.Load()
+	switch {
+	case !reuse || s.done == nil:
+		s.done = s.j.doneChan()
+	default:
+		select {
+		case <-s.done: // prev's refusal, unread: it tells the next copy nothing
+		default:
+		}
 	}
-	if s.env == nil || s.envSince != s.since {
-		s.env, s.envSince = envelope.EncodeUserSince(s.key, s.since, s.data), s.since
-	}
-	p := &s.first
-	if s.copies > 1 {
+	var p *proposal
+	switch {
+	case s.local != nil:
+		p = s.local(s.since)
+	case prev == nil:
+		p = &s.first
+	case reuse:
+		p = prev
+	default:
 		p = &proposal{}
 	}
-	*p = proposal{data: s.env, bounded: true, since: s.since}
+	if s.local == nil {
+		if s.env == nil || s.envSince != s.since {
+			s.env, s.envSince = envelope.EncodeUserSince(s.key, s.since, s.data), s.since
+		}
+		p.data, p.bounded, p.since = s.env, true, s.since
+	}
+	p.done, p.quiet, p.forward = s.done, true, forward
+	p.released.Store(false)
+	s.cur = p
 	return p
+}
+
+// doneChan returns an empty done channel (cap 1) for a proposal, from the
+// journal's pool.
+func (j *Journal) doneChan() chan error {
+	if c, ok := j.doneChans.Get().(chan error); ok {
+		return c
+	}
+	return make(chan error, 1)
 }
 
 // settle is the answer of a submission that ends with err before it heard
@@ -309,8 +343,19 @@ func (s *submission) catchUp() (r applyResult, ok bool, err error) {
 	}
 }
 
-// finish stops waiting for the proposal's apply.
-func (s *submission) finish() { s.j.removeWaiter(s.key, &s.w) }
+// finish stops waiting for the proposal's apply, and returns the done
+// channel to the pool once the loop released the last copy.
+func (s *submission) finish() {
+	s.j.removeWaiter(s.key, &s.w)
+	if s.cur != nil && s.cur.released.Load() {
+		select {
+		case <-s.done:
+		default:
+		}
+		s.j.doneChans.Put(s.done)
+		s.done = nil
+	}
+}
 
 func (s *submission) beforeDeadline() bool { return s.j.cfg.Clock.Now().Before(s.noLeaderDeadline) }
 
@@ -377,9 +422,9 @@ func (s *submission) proposeHere(lc <-chan struct{}, forward bool, d time.Durati
 	if s.copies++; s.copies > 1 && j.cfg.knobs != nil && j.cfg.knobs.beforeRepropose != nil {
 		j.cfg.knobs.beforeRepropose(s.key)
 	}
-	p := s.proposal()
-	p.done, p.quiet, p.forward = make(chan error, 1), true, forward
+	p := s.proposal(forward)
 	if err := j.enqueueProposal(s.ctx, p); err != nil {
+		p.released.Store(true) // the loop never had it
 		return applyResult{}, false, err
 	}
 	// The loop has the copy: unless raft refuses it (wait hears of that
