@@ -318,14 +318,13 @@ func (j *Journal) resolve(key [16]byte, r applyResult) {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	ws := j.mu.waiters[key]
+	head := j.mu.waiters[key]
 	if r.err == nil {
-		delete(j.mu.waiters, key)
-		j.nwaiters.Add(-int64(len(ws)))
+		head = j.takeWaiters(key)
 	}
-	for _, w := range ws {
-		if r.err == nil || len(w) == 0 {
-			w <- r
+	for w := head; w != nil; w = w.next {
+		if r.err == nil || len(w.c) == 0 {
+			w.c <- r
 		}
 	}
 }

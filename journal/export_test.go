@@ -137,13 +137,14 @@ func (j *Journal) ProposeConfChangeRawForTest(ctx context.Context, typ raftpb.Co
 // ProposeConfChangeUncheckedForTest is ProposeConfChangeRawForTest of a
 // change under key alone, which returns what its apply answered.
 func (j *Journal) ProposeConfChangeUncheckedForTest(ctx context.Context, typ raftpb.ConfChangeType, id uint64, key [16]byte) error {
-	w := j.addWaiter(key)
-	defer j.removeWaiter(key, w)
+	var w waiter
+	j.addWaiter(key, &w)
+	defer j.removeWaiter(key, &w)
 	if err := j.ProposeConfChangeRawForTest(ctx, typ, id, ConfContextForTest{Key: key}); err != nil {
 		return err
 	}
 	select {
-	case r := <-w:
+	case r := <-w.c:
 		return r.err
 	case <-ctx.Done():
 		return ctx.Err()

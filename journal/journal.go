@@ -156,7 +156,11 @@ type Journal struct {
 	checkc      chan struct{}
 	corrupt     atomic.Pointer[CorruptError]
 
-	nwaiters atomic.Int64 // len of all mu.waiters lists
+	nwaiters  atomic.Int64 // len of all mu.waiters lists
+	waitChans sync.Pool    // of chan applyResult (cap 2, empty): addWaiter
+	doneChans sync.Pool    // of chan error (cap 1, empty): doneChan
+
+	keys keySource // Propose's idempotency keys
 
 	metrics *metrics // counters for Collector
 
@@ -166,9 +170,9 @@ type Journal struct {
 		// commitCh is closed when the durable commit index (committed)
 		// advances; ImageWritten waits on it.
 		commitCh   chan struct{}
-		appliedCh  chan struct{} // closed at the next applied advance
-		waiters    map[[16]byte][]chan applyResult
-		membership *membership // latest applied membership
+		appliedCh  chan struct{}        // closed at the next applied advance
+		waiters    map[[16]byte]*waiter // the head of each key's list
+		membership *membership          // latest applied membership
 	}
 	// fenceUntil, while non-zero, makes Receive refuse every sender
 	// (ForceNewCluster): the node leads a cluster of itself alone, and

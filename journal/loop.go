@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -30,6 +31,17 @@ type proposal struct {
 	// expires when it lands more than the dedupe window after since.
 	bounded bool
 	since   uint64
+	// released is set by the loop once it is done with the proposal: it
+	// reads none of its fields and sends nothing more on done. The
+	// proposer may then reuse the record and its done channel for its
+	// next copy (submission.proposal).
+	released atomic.Bool
+}
+
+// reply sends err on p.done and releases p.
+func (p *proposal) reply(err error) {
+	p.done <- err
+	p.released.Store(true)
 }
 
 // run is the raft loop: the only goroutine that touches j.rn. Each
@@ -281,12 +293,10 @@ func (j *Journal) fail(err error) {
 	// A final answer: the waiters answered here leave the map, as after
 	// a successful resolve, so no later resolve (the applier finishing its
 	// batch) sends to them.
-	for key, ws := range j.mu.waiters {
-		for _, w := range ws {
-			w <- applyResult{err: failure} // never blocks: see resolve
+	for key := range j.mu.waiters {
+		for w := j.takeWaiters(key); w != nil; w = w.next {
+			w.c <- applyResult{err: failure} // never blocks: see resolve
 		}
-		j.nwaiters.Add(-int64(len(ws)))
-		delete(j.mu.waiters, key)
 	}
 	close(j.mu.appliedCh)
 	j.mu.appliedCh = make(chan struct{})
@@ -302,7 +312,7 @@ func (j *Journal) failProposals() {
 	for {
 		select {
 		case p := <-j.propc:
-			p.done <- ErrClosed
+			p.reply(ErrClosed)
 		default:
 			return
 		}
@@ -311,7 +321,7 @@ func (j *Journal) failProposals() {
 
 func (j *Journal) propose(p *proposal) {
 	if j.state.Load() != uint32(raft.StateLeader) && (!p.forward || j.leader.Load() == 0) {
-		p.done <- ErrNotLeader
+		p.reply(ErrNotLeader)
 		return
 	}
 	if p.cc == nil {
@@ -363,6 +373,7 @@ func (j *Journal) answer(p *proposal, err error) {
 	if err != nil || !p.quiet {
 		p.done <- err
 	}
+	p.released.Store(true)
 }
 
 // flushProposals steps the batched normal proposals into raft as one
@@ -399,7 +410,7 @@ func (j *Journal) flushProposals() {
 // failBatch answers the batched proposals with err (the loop is ending).
 func (j *Journal) failBatch(err error) {
 	for i, p := range j.batch {
-		p.done <- err
+		p.reply(err)
 		j.batch[i] = nil
 	}
 	j.batch = j.batch[:0]

@@ -157,10 +157,11 @@ func TestMembershipCodec(t *testing.T) {
 func TestFailThenResolveDoesNotBlock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		j := &Journal{log: slog.New(slog.DiscardHandler)}
-		j.mu.waiters = map[[16]byte][]chan applyResult{}
+		j.mu.waiters = map[[16]byte]*waiter{}
 		j.mu.appliedCh = make(chan struct{})
 		key := [16]byte{4, 2}
-		w := j.addWaiter(key)
+		var w waiter
+		j.addWaiter(key, &w)
 		j.fail(errors.New("disk gone"))
 		resolved := make(chan struct{})
 		go func() {
@@ -173,7 +174,7 @@ func TestFailThenResolveDoesNotBlock(t *testing.T) {
 		default:
 			t.Fatal("resolve blocked on a waiter fail already answered")
 		}
-		r := <-w
+		r := <-w.c
 		require.ErrorIs(t, r.err, ErrClosed)
 		require.ErrorContains(t, r.err, "disk gone")
 		require.Zero(t, j.nwaiters.Load())

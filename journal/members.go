@@ -111,7 +111,7 @@ func (j *Journal) confChangeWith(ctx context.Context, what string, typ raftpb.Co
 	}
 	_, err = j.submit(ctx, key,
 		func(uint64) *proposal { return &proposal{cc: proto.Clone(cc).(*raftpb.ConfChange), force: force} },
-		&ForwardRequest{Kind: ForwardConfChange, Key: key, Force: force, Data: data})
+		ForwardRequest{Kind: ForwardConfChange, Key: key, Force: force, Data: data})
 	if err != nil {
 		return operr.Errorf("journal: %s %d: %w", what, id, err)
 	}

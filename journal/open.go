@@ -102,7 +102,7 @@ func newJournal(cfg Config) (*Journal, error) {
 		j.log.Warn("free space check failed", "err", err)
 	}
 	j.mu.appliedCh = make(chan struct{})
-	j.mu.waiters = map[[16]byte][]chan applyResult{}
+	j.mu.waiters = map[[16]byte]*waiter{}
 	j.mu.membership = newMembership()
 	j.confBase = newMembership()
 	if cfg.ForceNewCluster {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -31,7 +30,7 @@ import (
 //
 // Propose uses a random idempotency key; ProposeWithKey takes the caller's.
 func (j *Journal) Propose(ctx context.Context, data []byte) (index uint64, value any, err error) {
-	return j.proposeData(ctx, data, uuid.New())
+	return j.proposeData(ctx, data, j.keys.next())
 }
 
 // ProposeWithKey is Propose with the caller's idempotency key. A proposal
@@ -74,18 +73,7 @@ func (j *Journal) proposeData(ctx context.Context, data []byte, key [16]byte) (i
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, operr.Errorf("journal: propose: %w", err)
 	}
-	// Every copy this call proposes (re-proposals after a lost forward or
-	// a leader change) carries the same since, until one expires.
-	var since uint64
-	var env []byte
-	r, err := j.submit(ctx, key,
-		func(s uint64) *proposal {
-			if s != since || env == nil {
-				since, env = s, envelope.EncodeUserSince(key, s, data)
-			}
-			return &proposal{data: env, bounded: true, since: since}
-		},
-		&ForwardRequest{Kind: ForwardData, Key: key, Data: data})
+	r, err := j.submitData(ctx, key, data)
 	if err != nil {
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, operr.Errorf("journal: propose: %w", err)
@@ -277,34 +265,6 @@ func (j *Journal) sinceNow() uint64 {
 	return max(j.committed.Load(), j.applied.Load())
 }
 
-// addWaiter registers a channel for the answers about key (see resolve).
-func (j *Journal) addWaiter(key [16]byte) chan applyResult {
-	w := make(chan applyResult, 2)
-	j.mu.Lock()
-	j.mu.waiters[key] = append(j.mu.waiters[key], w)
-	j.nwaiters.Add(1)
-	j.mu.Unlock()
-	return w
-}
-
-func (j *Journal) removeWaiter(key [16]byte, w chan applyResult) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	ws := j.mu.waiters[key]
-	for i, x := range ws {
-		if x == w {
-			ws = append(ws[:i], ws[i+1:]...)
-			j.nwaiters.Add(-1)
-			break
-		}
-	}
-	if len(ws) == 0 {
-		delete(j.mu.waiters, key)
-	} else {
-		j.mu.waiters[key] = ws
-	}
-}
-
 // handleForward is the journal's Receiver.HandleForward (see receiver): it
 // proposes a forwarded entry on this node, which must lead, and returns once
 // the entry is applied here.
@@ -334,8 +294,9 @@ func (j *Journal) handleForward(ctx context.Context, req *ForwardRequest) (*Forw
 	default:
 		return nil, fmt.Errorf("%w: forward kind %d", ErrMalformed, req.Kind)
 	}
-	w := j.addWaiter(req.Key)
-	defer j.removeWaiter(req.Key, w)
+	var w waiter
+	j.addWaiter(req.Key, &w)
+	defer j.removeWaiter(req.Key, &w)
 	lc := j.Leadership()
 	if err := j.proposeLocal(ctx, p); err != nil {
 		if errors.Is(err, ErrNotLeader) {
@@ -344,7 +305,7 @@ func (j *Journal) handleForward(ctx context.Context, req *ForwardRequest) (*Forw
 		return nil, err
 	}
 	select {
-	case r := <-w:
+	case r := <-w.c:
 		if r.err != nil {
 			return nil, r.err
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
+
+	"github.com/metatree/metatree/journal/internal/envelope"
 )
 
 // submit gets a proposal applied locally: proposed here when this node
@@ -17,8 +19,25 @@ import (
 // with the current one expired, and then no copy with the old one can
 // apply any more (a later copy lands later still, an earlier one would
 // have been heard of first).
-func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uint64) *proposal, fwd *ForwardRequest) (applyResult, error) {
-	s := j.startSubmission(ctx, key, local, fwd)
+func (j *Journal) submit(ctx context.Context, key [16]byte, local func(since uint64) *proposal, fwd ForwardRequest) (applyResult, error) {
+	s := &submission{local: local}
+	j.startSubmission(ctx, s, key, fwd)
+	return s.run()
+}
+
+// submitData is submit of a user entry, data under key: its copies are
+// envelopes (envelope.EncodeUserSince) that submission.proposal builds, so
+// the submission is the only record the call allocates besides the
+// envelope.
+func (j *Journal) submitData(ctx context.Context, key [16]byte, data []byte) (applyResult, error) {
+	s := &submission{data: data}
+	j.startSubmission(ctx, s, key, ForwardRequest{Kind: ForwardData, Key: key, Data: data})
+	return s.run()
+}
+
+// run makes the submission's attempts (see submit).
+func (s *submission) run() (applyResult, error) {
+	j, ctx := s.j, s.ctx
 	defer s.finish()
 	for attempt := 0; attempt < j.cfg.ForwardRetries; attempt++ {
 		if err := j.takesProposals(); err != nil {
@@ -115,13 +134,27 @@ func (j *Journal) takesProposals() error {
 
 // submission is the state of one submit call across its attempts.
 type submission struct {
-	j     *Journal
-	ctx   context.Context
-	key   [16]byte
+	j   *Journal
+	ctx context.Context
+	key [16]byte
+	// local builds a copy (see submit); nil for a user entry, data, whose
+	// copies proposal builds.
 	local func(since uint64) *proposal
-	fwd   *ForwardRequest
+	data  []byte
+	// env is the envelope of data with envSince, which the copies carrying
+	// that since share (it is not written once built).
+	env      []byte
+	envSince uint64
+	// first is the record of the first copy of data. cur is the copy
+	// proposed last and done its done channel, which the next copy reuses
+	// once the loop released cur (nothing is sent on it any more); a copy
+	// the loop still holds keeps them, and the next copy gets new ones.
+	first proposal
+	cur   *proposal
+	done  chan error
+	fwd   ForwardRequest
 	// w hears the apply of any copy of the proposal (by its key).
-	w chan applyResult
+	w waiter
 	// since is the since the copies carry now (see submit).
 	since uint64
 	// installs is Journal.installs when the submission began.
@@ -157,14 +190,61 @@ const (
 	retryFree
 )
 
-func (j *Journal) startSubmission(ctx context.Context, key [16]byte, local func(since uint64) *proposal, fwd *ForwardRequest) *submission {
-	return &submission{
-		j: j, ctx: ctx, key: key, local: local, fwd: fwd,
-		w:                j.addWaiter(key),
-		since:            j.sinceNow(),
-		installs:         j.installs.Load(),
-		noLeaderDeadline: j.cfg.Clock.Now().Add(2 * time.Duration(j.cfg.ForwardRetries) * j.electionTimeout()),
+// startSubmission fills s for a proposal under key and registers its
+// waiter.
+func (j *Journal) startSubmission(ctx context.Context, s *submission, key [16]byte, fwd ForwardRequest) {
+	s.j, s.ctx, s.key, s.fwd = j, ctx, key, fwd
+	j.addWaiter(key, &s.w)
+	s.since = j.sinceNow()
+	s.installs = j.installs.Load()
+	s.noLeaderDeadline = j.cfg.Clock.Now().Add(2 * time.Duration(j.cfg.ForwardRetries) * j.electionTimeout())
+}
+
+// proposal builds the quiet copy proposeHere hands to the raft loop now,
+// for the current since (forward: see proposal.forward), with its done
+// channel.
+func (s *submission) proposal(forward bool) *proposal {
+	prev := s.cur
+	reuse := prev == nil || prev.released.Load()
+	switch {
+	case !reuse || s.done == nil:
+		s.done = s.j.doneChan()
+	default:
+		select {
+		case <-s.done: // prev's refusal, unread: it tells the next copy nothing
+		default:
+		}
 	}
+	var p *proposal
+	switch {
+	case s.local != nil:
+		p = s.local(s.since)
+	case prev == nil:
+		p = &s.first
+	case reuse:
+		p = prev
+	default:
+		p = &proposal{}
+	}
+	if s.local == nil {
+		if s.env == nil || s.envSince != s.since {
+			s.env, s.envSince = envelope.EncodeUserSince(s.key, s.since, s.data), s.since
+		}
+		p.data, p.bounded, p.since = s.env, true, s.since
+	}
+	p.done, p.quiet, p.forward = s.done, true, forward
+	p.released.Store(false)
+	s.cur = p
+	return p
+}
+
+// doneChan returns an empty done channel (cap 1) for a proposal, from the
+// journal's pool.
+func (j *Journal) doneChan() chan error {
+	if c, ok := j.doneChans.Get().(chan error); ok {
+		return c
+	}
+	return make(chan error, 1)
 }
 
 // settle is the answer of a submission that ends with err before it heard
@@ -194,7 +274,7 @@ func (s *submission) settle(err error, catchUp bool) (applyResult, error) {
 	applied := j.applied.Load()
 	for drained := false; !drained; {
 		select {
-		case r := <-s.w:
+		case r := <-s.w.c:
 			if r, ok, werr := s.heard(r); ok || werr != nil {
 				return r, werr
 			}
@@ -250,7 +330,7 @@ func (s *submission) catchUp() (r applyResult, ok bool, err error) {
 			return applyResult{}, false, nil
 		}
 		select {
-		case r := <-s.w:
+		case r := <-s.w.c:
 			if r, ok, err := s.heard(r); ok || err != nil {
 				return r, ok, err
 			}
@@ -263,8 +343,19 @@ func (s *submission) catchUp() (r applyResult, ok bool, err error) {
 	}
 }
 
-// finish stops waiting for the proposal's apply.
-func (s *submission) finish() { s.j.removeWaiter(s.key, s.w) }
+// finish stops waiting for the proposal's apply, and returns the done
+// channel to the pool once the loop released the last copy.
+func (s *submission) finish() {
+	s.j.removeWaiter(s.key, &s.w)
+	if s.cur != nil && s.cur.released.Load() {
+		select {
+		case <-s.done:
+		default:
+		}
+		s.j.doneChans.Put(s.done)
+		s.done = nil
+	}
+}
 
 func (s *submission) beforeDeadline() bool { return s.j.cfg.Clock.Now().Before(s.noLeaderDeadline) }
 
@@ -305,7 +396,7 @@ func (s *submission) try(lc <-chan struct{}) (applyResult, outcome, error) {
 		return applyResult{}, retry, perr
 	default:
 		j.metrics.proposalsForwarded.Add(1)
-		_, err := j.tr.Forward(s.ctx, leader, s.fwd)
+		_, err := j.tr.Forward(s.ctx, leader, &s.fwd)
 		if err == nil || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrNotLeader) || s.ctx.Err() != nil {
 			// The leader applied it, or the request or its answer was
 			// lost, or leadership moved after the leader proposed it.
@@ -331,9 +422,9 @@ func (s *submission) proposeHere(lc <-chan struct{}, forward bool, d time.Durati
 	if s.copies++; s.copies > 1 && j.cfg.knobs != nil && j.cfg.knobs.beforeRepropose != nil {
 		j.cfg.knobs.beforeRepropose(s.key)
 	}
-	p := s.local(s.since)
-	p.done, p.quiet, p.forward = make(chan error, 1), true, forward
+	p := s.proposal(forward)
 	if err := j.enqueueProposal(s.ctx, p); err != nil {
+		p.released.Store(true) // the loop never had it
 		return applyResult{}, false, err
 	}
 	// The loop has the copy: unless raft refuses it (wait hears of that
@@ -370,7 +461,7 @@ func (s *submission) wait(lc <-chan struct{}, d time.Duration, refusedc <-chan e
 			s.refused, s.copyRefused = err, true
 		case <-dead:
 			return applyResult{}, false, j.loopErr()
-		case r := <-s.w:
+		case r := <-s.w.c:
 			if errors.Is(r.err, errExpired) && r.since != s.since {
 				continue // a copy made with an older since: long dead
 			}
@@ -406,7 +497,7 @@ func (s *submission) awaitRoom() (r applyResult, done bool, err error) {
 	tc, stop := j.cfg.Clock.NewTimer(j.cfg.TickInterval)
 	defer stop()
 	select {
-	case r := <-s.w:
+	case r := <-s.w.c:
 		if r.err == nil {
 			return r, true, nil
 		}
