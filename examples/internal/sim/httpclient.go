@@ -189,11 +189,17 @@ func (h *httpClient) judge(what string, i int, a apiAnswer) {
 	case a.status == http.StatusInsufficientStorage && a.code == "no_space":
 		// A full disk (the nemesis's fullDisk): refused, nothing changed.
 	case a.status == http.StatusServiceUnavailable, a.status == http.StatusConflict && what == "cas":
-	case a.status == http.StatusGone && a.code == "removed" && r.removalAsked(uint64(i)):
-		// A removed frontend still up (API.md, DELETE /v1/members).
+	case h.removedAnswer(i, a):
 	default:
 		r.failf("http %s through frontend %d: %v", what, i, a)
 	}
+}
+
+// removedAnswer reports whether a is frontend i's 410 removed after the
+// simulator asked for its removal: a removed frontend still up answers
+// every request so (API.md, DELETE /v1/members), and nothing applied.
+func (h *httpClient) removedAnswer(i int, a apiAnswer) bool {
+	return a.err == nil && a.status == http.StatusGone && a.code == "removed" && h.cl.r.removalAsked(uint64(i))
 }
 
 // put PUTs a register's value on frontend i. Retried, it is sent again,
@@ -275,7 +281,7 @@ func (h *httpClient) get(ctx context.Context, i, k int, linearizable bool) (apiN
 	}
 	a := h.do(ctx, i, http.MethodGet, path, nil)
 	if a.err != nil || a.status != http.StatusOK {
-		if a.err == nil && a.status != http.StatusServiceUnavailable {
+		if a.err == nil && a.status != http.StatusServiceUnavailable && !h.removedAnswer(i, a) {
 			h.cl.r.failf("http get %s on frontend %d: %v", keyPath(k), i, a)
 		}
 		return apiNode{}, false
@@ -385,7 +391,7 @@ func (h *httpClient) create(ctx context.Context, rng *rand.Rand, name string) {
 			r.hist.event("http create %s refused by the quota", path)
 			r.quotaRefusals.Add(1)
 			return
-		case a.status == http.StatusServiceUnavailable, a.status == http.StatusInsufficientStorage && a.code == "no_space":
+		case a.status == http.StatusServiceUnavailable, a.status == http.StatusInsufficientStorage && a.code == "no_space", h.removedAnswer(i, a):
 			r.hist.event("http create %s attempt %d refused: %s", path, attempt, a.code)
 			continue
 		default:

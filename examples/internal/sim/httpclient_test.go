@@ -28,3 +28,24 @@ func TestHTTPOutcomes(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPRemovedAnswer allows a 410 removed only from a frontend whose
+// removal the simulator asked for.
+func TestHTTPRemovedAnswer(t *testing.T) {
+	r := &run{fleet: newFleet(3)}
+	h := &httpClient{cl: &clients{r: r}}
+	gone := apiAnswer{status: http.StatusGone, code: "removed"}
+	if h.removedAnswer(2, gone) {
+		t.Fatal("a 410 removed from a frontend nobody removed is allowed")
+	}
+	r.askRemoval(2)
+	if !h.removedAnswer(2, gone) {
+		t.Fatal("a 410 removed from a frontend being removed is not allowed")
+	}
+	if h.removedAnswer(3, gone) {
+		t.Fatal("a 410 removed from another frontend is allowed")
+	}
+	if h.removedAnswer(2, apiAnswer{status: http.StatusGone, code: "compacted"}) {
+		t.Fatal("a 410 compacted counts as removed")
+	}
+}
