@@ -54,7 +54,9 @@ const peerConnBuffer = 64 << 10
 // goroutine per peer in length-prefixed batches (pipelined: the sender never
 // waits for a reply), snapshots and proposals over their own requests.
 // Every request carries the cluster id, the token and the node ids, checked
-// by the receiving Handler; bad requests get a 4xx status.
+// by the receiving Handler; bad requests get a 4xx status. It also carries
+// the sender's address, which a receiver that has not applied the
+// sender's addition takes for it (learnpeer.go).
 type HTTPTransport struct {
 	opts   HTTPOptions
 	client *http.Client
@@ -65,6 +67,8 @@ type HTTPTransport struct {
 	recv      Receiver
 	clusterID func() string
 	token     string
+	// book is the Receiver's addressBook (nil when it has none).
+	book addressBook
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -152,6 +156,9 @@ func (t *HTTPTransport) Start(local uint64, r Receiver) error {
 	} else {
 		t.clusterID = func() string { return "" }
 	}
+	if b, ok := r.(addressBook); ok {
+		t.book = b
+	}
 	t.started.Store(true) // publishes the fields above to the handlers
 	return nil
 }
@@ -222,4 +229,7 @@ const (
 	hdrToken   = "X-Metatree-Token"
 	hdrFrom    = "X-Metatree-From"
 	hdrTo      = "X-Metatree-To"
+	// hdrAddr is the sender's own address (Config.Addr), which a receiver
+	// whose membership does not name the sender yet takes (learnpeer.go).
+	hdrAddr = "X-Metatree-Addr"
 )

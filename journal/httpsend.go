@@ -62,6 +62,11 @@ func (t *HTTPTransport) newRequest(ctx context.Context, addr, path string, to ui
 	if to != 0 {
 		req.Header.Set(hdrTo, strconv.FormatUint(to, 10))
 	}
+	if t.book != nil {
+		if addr := t.book.localAddr(); addr != "" {
+			req.Header.Set(hdrAddr, addr)
+		}
+	}
 	return req, nil
 }
 

@@ -55,7 +55,18 @@ func (t *HTTPTransport) checkPeer(w http.ResponseWriter, r *http.Request) (uint6
 		writeError(w, fmt.Errorf("%w: partitioned (test)", ErrUnreachable))
 		return 0, false
 	}
+	t.learn(from, r.Header.Get(hdrAddr))
 	return from, true
+}
+
+// learn hands the Receiver the address a request from a peer without a
+// sender here gives (learnpeer.go): the local node cannot answer it
+// otherwise.
+func (t *HTTPTransport) learn(from uint64, addr string) {
+	if addr == "" || t.book == nil || t.peer(from) != nil {
+		return
+	}
+	t.book.learnPeer(from, addr)
 }
 
 func (t *HTTPTransport) checkAuth(w http.ResponseWriter, r *http.Request, needCluster bool) bool {
