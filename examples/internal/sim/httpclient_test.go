@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 )
 
 // TestHTTPOutcomes maps the API's answers onto the history as
@@ -47,5 +48,27 @@ func TestHTTPRemovedAnswer(t *testing.T) {
 	}
 	if h.removedAnswer(2, apiAnswer{status: http.StatusGone, code: "compacted"}) {
 		t.Fatal("a 410 compacted counts as removed")
+	}
+}
+
+// TestLocalGETsJudgedAgainstTheReturnedOnes holds a local GET to what the
+// GETs that returned before it was sent saw, not to those that overlap
+// it.
+func TestLocalGETsJudgedAgainstTheReturnedOnes(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(1000+int64(s), 0) }
+	var seen localSeen
+	if got := seen.floor(at(0)); got != 0 {
+		t.Fatalf("floor with no GET returned: %d, want 0", got)
+	}
+	seen = seen.add(at(1), 10)
+	seen = seen.add(at(3), 7) // sent before the first returned
+	seen = seen.add(at(5), 20)
+	for _, c := range []struct {
+		sent int
+		want uint64
+	}{{0, 0}, {1, 0}, {2, 10}, {4, 10}, {5, 10}, {6, 20}} {
+		if got := seen.floor(at(c.sent)); got != c.want {
+			t.Errorf("floor of a GET sent at %d: %d, want %d", c.sent, got, c.want)
+		}
 	}
 }
