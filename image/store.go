@@ -159,8 +159,11 @@ type Store struct {
 		// pinned images are fetched and not yet installed: never pruned.
 		pinned map[uint64]bool
 		// logBase is the index the journal's log starts after (Retain):
-		// Prune keeps the newest image at or below it.
-		logBase uint64
+		// Prune keeps the newest image at or below it. retained says
+		// Retain was called: a logBase of 0 is then a log that starts at
+		// its first entry, not an unknown one.
+		logBase  uint64
+		retained bool
 		// staged is the last fetched image, decoded while it downloaded
 		// (when State is a Stager), until Install makes it live.
 		staged *staged
@@ -631,12 +634,15 @@ func (y *yieldReader) Read(p []byte) (int, error) {
 
 // Retain tells Prune where the journal's log starts (after index, its
 // FirstIndex - 1): the newest image at or below index stays, whatever
-// Keep says, since the log can be replayed only from it. The checkpointer
-// calls it after each compaction.
+// Keep says, since the log can be replayed only from it, and so do the
+// images after it, which the journal may compact up to next (with index 0,
+// a log that starts at its first entry: every image). The checkpointer
+// calls it after each image it records.
 func (s *Store) Retain(index uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.mu.logBase = index
+	s.mu.retained = true
 }
 
 // Prune deletes all but the newest Keep images, the one Retain names and
@@ -652,18 +658,19 @@ func (s *Store) Prune() error {
 	}
 	s.mu.Lock()
 	pinned := maps.Clone(s.mu.pinned)
-	logBase := s.mu.logBase
+	logBase, retained := s.mu.logBase, s.mu.retained
 	s.mu.Unlock()
 	var victims []string
 	if len(l.installed) > s.cfg.Keep {
 		// The newest image at or below logBase stays, and so does every
 		// image after it: the journal compacts its log up to an image it
 		// was told of, perhaps after this call, and the one its log then
-		// starts after must be here. An unknown logBase (0) protects
-		// nothing beyond the newest Keep.
+		// starts after must be here: with a log that starts at its first
+		// entry (logBase 0), every image. Without Retain, nothing beyond
+		// the newest Keep is protected.
 		base := !slices.ContainsFunc(l.installed[:s.cfg.Keep], func(i uint64) bool { return i <= logBase })
 		for _, i := range l.installed[s.cfg.Keep:] {
-			if logBase > 0 && i > logBase {
+			if retained && i > logBase {
 				continue
 			}
 			if base && i <= logBase {

@@ -249,3 +249,28 @@ func TestPruneKeepsEveryImageTheLogMayNextStartAfter(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []uint64{400, 300}, idx)
 }
+
+// A log that starts at its first entry (Retain(0): nothing compacted yet)
+// may be compacted up to any image the journal was told of, the oldest
+// included: Prune keeps them all. Without Retain, it keeps the newest Keep.
+func TestPruneKeepsEveryImageWhileTheLogIsWhole(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openStore(t, fs, "/data", newKV(), func(c *Config) { c.Keep = 2 })
+	for _, i := range []uint64{100, 200, 300} {
+		writeKV(t, s, i)
+	}
+	s.Retain(0)
+	require.NoError(t, s.Prune())
+	idx, err := s.Indexes()
+	require.NoError(t, err)
+	require.Equal(t, []uint64{300, 200, 100}, idx, "the log may be compacted up to 100 next")
+
+	other := openStore(t, vfs.NewMem(), "/other", newKV(), func(c *Config) { c.Keep = 2 })
+	for _, i := range []uint64{100, 200, 300} {
+		writeKV(t, other, i)
+	}
+	require.NoError(t, other.Prune())
+	idx, err = other.Indexes()
+	require.NoError(t, err)
+	require.Equal(t, []uint64{300, 200}, idx, "no Retain: the newest Keep")
+}

@@ -187,6 +187,7 @@ func (j *Journal) setMembership(m *membership) {
 	j.mu.Lock()
 	old := j.mu.membership
 	j.mu.membership = m
+	j.settleLearned(m)
 	j.mu.Unlock()
 	for id := range old.Members {
 		if _, ok := m.Members[id]; !ok && id != j.id && m.isRemoved(id) {

@@ -71,8 +71,8 @@ func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
 
 // setIdentity gives the transport the cluster id and token it stamps on
 // and checks against every peer request. Open calls it before Start.
-func (h *HTTPTransport) setIdentity(clusterID func() string, token string) {
-	h.id = rafthttp.Identity{ClusterID: clusterID, Token: token}
+func (h *HTTPTransport) setIdentity(clusterID func() string, token, addr string) {
+	h.id = rafthttp.Identity{ClusterID: clusterID, Token: token, Addr: addr}
 }
 
 // Start implements Transport. The journal that opens with the transport
@@ -82,7 +82,7 @@ func (h *HTTPTransport) setIdentity(clusterID func() string, token string) {
 func (h *HTTPTransport) Start(local uint64, r Receiver) error {
 	id := h.id
 	if rv, ok := r.(receiver); ok && id.ClusterID == nil {
-		id = rafthttp.Identity{ClusterID: rv.j.cluster, Token: rv.j.token}
+		id = rafthttp.Identity{ClusterID: rv.j.cluster, Token: rv.j.token, Addr: rv.j.cfg.Addr}
 	}
 	h.t.Start(local, httpNode{r}, id)
 	return nil
@@ -163,6 +163,13 @@ func (n httpNode) HandleJoin(ctx context.Context, req any, token string) (any, e
 	jr := req.(*JoinRequest) // DecodeJoin's
 	jr.Token = token
 	return n.r.HandleJoin(ctx, jr)
+}
+
+// LearnPeer implements rafthttp.PeerLearner (learnpeer.go).
+func (n httpNode) LearnPeer(id uint64, addr string) {
+	if rv, ok := n.r.(receiver); ok {
+		rv.j.learnPeer(id, addr)
+	}
 }
 
 func (n httpNode) ReportUnreachable(id uint64)       { n.r.ReportUnreachable(id) }

@@ -173,6 +173,9 @@ type Journal struct {
 		appliedCh  chan struct{}        // closed at the next applied advance
 		waiters    map[[16]byte]*waiter // the head of each key's list
 		membership *membership          // latest applied membership
+		// learned holds the addresses of members the membership does
+		// not name yet, taken from their requests (learnpeer.go).
+		learned map[uint64]string
 	}
 	// fenceUntil, while non-zero, makes Receive refuse every sender
 	// (ForceNewCluster): the node leads a cluster of itself alone, and

@@ -186,7 +186,7 @@ func (j *Journal) startTransport() error {
 	if j.http != nil {
 		// The HTTP transport stamps and checks every peer request with the
 		// cluster id (known once the node bootstrapped or joined) and token.
-		j.http.setIdentity(j.cluster, j.token)
+		j.http.setIdentity(j.cluster, j.token, j.cfg.Addr)
 	}
 	if err := j.tr.Start(j.id, receiver{j}); err != nil {
 		j.tr = nil

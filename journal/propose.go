@@ -421,7 +421,7 @@ func (j *Journal) receive(ctx context.Context, msgs []*raftpb.Message) error {
 		if j.cfg.Snapshots == nil {
 			return fmt.Errorf("journal: snapshot from node %d: no Snapshots hook configured", msg.GetFrom())
 		}
-		addr := m.Members[msg.GetFrom()].Addr
+		addr := j.peerAddr(m, msg.GetFrom())
 		if addr == "" {
 			return fmt.Errorf("%w: snapshot from node %d with no known address", ErrUnknownMember, msg.GetFrom())
 		}

@@ -213,30 +213,53 @@ func (r *run) checkConverged(ctx context.Context, cl *clients) {
 // a checkpointer falls back to and a watch resumed from the log's start
 // replays from), each loaded into a fresh catalog with the log replayed
 // onto it up to the live catalog's index, give the live catalog's digest.
+//
+// The clients are stopped, but the leader still journals its clock stamps
+// and the member records their transitions, so a checkpoint may compact
+// the log under a check: a check whose log start moved while it replayed
+// runs again, up to maxImageChecks times.
 func (r *run) checkImages(ctx context.Context) {
 	for _, i := range r.running() {
 		f := r.c.Frontend(i)
-		at, _ := f.Tree().Digest()
-		if err := r.replayCheck(ctx, f, at, true); err != nil {
-			r.failf("frontend %d: %v", i, err)
-		}
+		r.retryImageCheck(i, func() error {
+			at, _ := f.Tree().Digest()
+			return r.replayCheck(ctx, f, at, true)
+		})
 		// The image the log starts after, which the store must keep: the
 		// log can be replayed from no other.
-		first, err := f.Journal().FirstIndex()
-		if err != nil {
-			r.failf("frontend %d: %v", i, err)
-			continue
+		r.retryImageCheck(i, func() error {
+			first, err := f.Journal().FirstIndex()
+			if err != nil || first <= 1 {
+				return err
+			}
+			if kept, err := f.Images().Indexes(); err != nil || !slices.Contains(kept, first-1) {
+				return fmt.Errorf("its log starts after %d, and its image store lacks that image (images kept: %v, %v)", first-1, kept, err)
+			}
+			return r.replayCheck(ctx, f, first-1, true)
+		})
+	}
+}
+
+// maxImageChecks bounds the runs of one differential check on a quiet
+// cluster whose log a checkpoint compacts under it.
+const maxImageChecks = 5
+
+// errMovedUnder means a checkpoint compacted the log under a differential
+// check: the log start moved past what the check read.
+var errMovedUnder = errors.New("the log start moved under the check")
+
+// retryImageCheck runs check until it passes, fails for another reason
+// than errMovedUnder, or ran maxImageChecks times; a failure fails the
+// run, naming frontend i.
+func (r *run) retryImageCheck(i int, check func() error) {
+	var err error
+	for range maxImageChecks {
+		if err = check(); !errors.Is(err, errMovedUnder) {
+			break
 		}
-		if first <= 1 {
-			continue
-		}
-		if kept, err := f.Images().Indexes(); err != nil || !slices.Contains(kept, first-1) {
-			r.failf("frontend %d: its log starts after %d, and its image store lacks that image (images kept: %v, %v)", i, first-1, kept, err)
-			continue
-		}
-		if err := r.replayCheck(ctx, f, first-1, true); err != nil {
-			r.failf("frontend %d: %v", i, err)
-		}
+	}
+	if err != nil {
+		r.failf("frontend %d: %v", i, err)
 	}
 }
 
@@ -270,9 +293,13 @@ func (r *run) checkImagesNow(ctx context.Context, i int) {
 func (r *run) replayCheck(ctx context.Context, f *frontend.Frontend, from uint64, strict bool) error {
 	at, live := f.Tree().Digest()
 	t := f.NewTree()
+	firstBefore, _ := f.Journal().FirstIndex()
 	info, err := f.Images().LoadAtOrBefore(ctx, t, min(from, at))
 	if err != nil {
 		if strict {
+			if firstAfter, ferr := f.Journal().FirstIndex(); ferr == nil && firstAfter > firstBefore && ctx.Err() == nil {
+				err = fmt.Errorf("%w (from %d to %d): %w", errMovedUnder, firstBefore, firstAfter, err)
+			}
 			return fmt.Errorf("load its newest image at or before %d: %w", from, err)
 		}
 		return nil
@@ -284,6 +311,9 @@ func (r *run) replayCheck(ctx context.Context, f *frontend.Frontend, from uint64
 	if err != nil {
 		if strict {
 			kept, _ := f.Images().Indexes()
+			if firstAfter, ferr := f.Journal().FirstIndex(); ferr == nil && firstAfter > firstBefore && errors.Is(err, journal.ErrCompacted) {
+				err = fmt.Errorf("%w (from %d to %d): %w", errMovedUnder, firstBefore, firstAfter, err)
+			}
 			return fmt.Errorf("replay the log from its image at %d (images kept: %v) to %d: %w", info.Index, kept, at, err)
 		}
 		return nil

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/metatree/metatree/catalog"
@@ -189,11 +190,17 @@ func (h *httpClient) judge(what string, i int, a apiAnswer) {
 	case a.status == http.StatusInsufficientStorage && a.code == "no_space":
 		// A full disk (the nemesis's fullDisk): refused, nothing changed.
 	case a.status == http.StatusServiceUnavailable, a.status == http.StatusConflict && what == "cas":
-	case a.status == http.StatusGone && a.code == "removed" && r.removalAsked(uint64(i)):
-		// A removed frontend still up (API.md, DELETE /v1/members).
+	case h.removedAnswer(i, a):
 	default:
 		r.failf("http %s through frontend %d: %v", what, i, a)
 	}
+}
+
+// removedAnswer reports whether a is frontend i's 410 removed after the
+// simulator asked for its removal: a removed frontend still up answers
+// every request so (API.md, DELETE /v1/members), and nothing applied.
+func (h *httpClient) removedAnswer(i int, a apiAnswer) bool {
+	return a.err == nil && a.status == http.StatusGone && a.code == "removed" && h.cl.r.removalAsked(uint64(i))
 }
 
 // put PUTs a register's value on frontend i. Retried, it is sent again,
@@ -275,7 +282,7 @@ func (h *httpClient) get(ctx context.Context, i, k int, linearizable bool) (apiN
 	}
 	a := h.do(ctx, i, http.MethodGet, path, nil)
 	if a.err != nil || a.status != http.StatusOK {
-		if a.err == nil && a.status != http.StatusServiceUnavailable {
+		if a.err == nil && a.status != http.StatusServiceUnavailable && !h.removedAnswer(i, a) {
 			h.cl.r.failf("http get %s on frontend %d: %v", keyPath(k), i, a)
 		}
 		return apiNode{}, false
@@ -307,9 +314,12 @@ func (h *httpClient) read(ctx context.Context, i, k int) {
 
 // readLocal is a local GET: stale or not, the register it shows was
 // modified no earlier than the one a previous local read of the same
-// catalog showed.
+// catalog showed, one that returned before this one was sent (the HTTP
+// clients' GETs overlap: one sent earlier may return later, with an older
+// register).
 func (h *httpClient) readLocal(ctx context.Context, i, k int) {
 	before := h.cl.r.c.Frontend(i)
+	sent := time.Now()
 	n, ok := h.get(ctx, i, k, false)
 	after := h.cl.r.c.Frontend(i)
 	if !ok || before == nil || before != after {
@@ -319,11 +329,47 @@ func (h *httpClient) readLocal(ctx context.Context, i, k int) {
 	key := httpLocal{before.Tree(), k}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if last := cl.httpLocal[key]; n.Modified < last {
-		cl.r.failf("a local GET of %s on frontend %d saw it modified at %d after one that saw %d", keyPath(k), i, n.Modified, last)
+	seen := cl.httpLocal[key]
+	if floor := seen.floor(sent); n.Modified < floor {
+		cl.r.failf("a local GET of %s on frontend %d saw it modified at %d after one that saw %d", keyPath(k), i, n.Modified, floor)
 	}
-	cl.httpLocal[key] = n.Modified
+	cl.httpLocal[key] = seen.add(time.Now(), n.Modified)
 	cl.r.hist.counted()
+}
+
+// localSeen is what the local GETs of one register on one catalog saw, in
+// the order they returned.
+type localSeen []localRead
+
+// localRead is one local GET's return: when, and the newest modified
+// index it or any GET that returned before it saw.
+type localRead struct {
+	done time.Time
+	max  uint64
+}
+
+// floor is the newest modified index the GETs that returned before sent
+// saw (0: none returned yet).
+func (s localSeen) floor(sent time.Time) uint64 {
+	k, _ := slices.BinarySearchFunc(s, sent, func(e localRead, t time.Time) int {
+		if e.done.Before(t) {
+			return -1
+		}
+		return 1
+	})
+	if k == 0 {
+		return 0
+	}
+	return s[k-1].max
+}
+
+// add records a GET that returned at done (no earlier than the last) and
+// saw modified.
+func (s localSeen) add(done time.Time, modified uint64) localSeen {
+	if len(s) > 0 {
+		modified = max(modified, s[len(s)-1].max)
+	}
+	return append(s, localRead{done, modified})
 }
 
 // attrKeys is the number of attribute names the HTTP creates draw from:
@@ -385,7 +431,7 @@ func (h *httpClient) create(ctx context.Context, rng *rand.Rand, name string) {
 			r.hist.event("http create %s refused by the quota", path)
 			r.quotaRefusals.Add(1)
 			return
-		case a.status == http.StatusServiceUnavailable, a.status == http.StatusInsufficientStorage && a.code == "no_space":
+		case a.status == http.StatusServiceUnavailable, a.status == http.StatusInsufficientStorage && a.code == "no_space", h.removedAnswer(i, a):
 			r.hist.event("http create %s attempt %d refused: %s", path, attempt, a.code)
 			continue
 		default:

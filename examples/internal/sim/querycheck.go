@@ -163,7 +163,7 @@ func (m *members) checkBound(rec *queryRecord, coordEnd *ending, finished time.T
 		if finished.Before(deadline) && coordEnd == nil {
 			continue // finished before the bound was up
 		}
-		if !m.actionable(rec, w.node, in.down.Add(-m.deathBound), deadline, restarted, next) {
+		if !m.actionable(rec, w.node, in.down.Add(-m.deathBound), deadline, what == "stopped", restarted, next) {
 			continue
 		}
 		n++
@@ -181,9 +181,11 @@ func (m *members) checkBound(rec *queryRecord, coordEnd *ending, finished time.T
 
 // actionable reports whether the cluster could act on worker's change
 // throughout [from, to]: one leader, with a quorum, clean links to the
-// coordinator and (once restarted, on its next process) the worker, and
-// the coordinator's process running.
-func (m *members) actionable(rec *queryRecord, worker uint64, from, to time.Time, restarted bool, next incarnation) bool {
+// coordinator and to the worker (for a stop, all along: a delayed link
+// to it delays the heartbeats the leader counts as missed, and so the
+// death; for a restart, once its next process runs), and the
+// coordinator's process running.
+func (m *members) actionable(rec *queryRecord, worker uint64, from, to time.Time, stop, restarted bool, next incarnation) bool {
 	ss := m.truth.between(from, to)
 	if len(ss) == 0 {
 		return false
@@ -194,6 +196,9 @@ func (m *members) actionable(rec *queryRecord, worker uint64, from, to time.Time
 			return false
 		}
 		if restarted && !s.at.Before(next.up) && (!s.clean[worker] || s.epochs[worker] != next.epoch) {
+			return false
+		}
+		if stop && !s.clean[worker] {
 			return false
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/metatree/metatree/examples/frontend/frontendtest"
 	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/journal"
 )
 
 // sampleEvery is how often the ground truth samples the cluster. A death
@@ -163,16 +164,24 @@ func (tr *truth) sample() {
 	if len(leaders) == 1 {
 		s.leader = leaders[0]
 		s.clean[uint64(s.leader)] = true
-		up, ids := 0, r.ids()
-		for _, i := range ids {
-			if _, runs := s.epochs[uint64(i)]; runs && s.clean[uint64(i)] {
-				up++
+		// The quorum counts the voters of the leader's membership: the
+		// observers (joined ones too) do not vote.
+		up, voters := 0, 0
+		if lf := r.c.Frontend(s.leader); lf != nil {
+			for _, m := range lf.Journal().Status().Members {
+				if m.Role == journal.Observer {
+					continue
+				}
+				voters++
+				if _, runs := s.epochs[m.ID]; runs && s.clean[m.ID] {
+					up++
+				}
 			}
 		}
 		// A voter whose fsyncs outlast the election timeout commits
 		// nothing within the bounds, and a full disk's alarm refuses
 		// every write: the cluster cannot act in time.
-		s.quorum = up > len(ids)/2 && !r.diskSlow.Load() && !r.noSpace(s.leader)
+		s.quorum = voters > 0 && up > voters/2 && !r.diskSlow.Load() && !r.noSpace(s.leader)
 	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()

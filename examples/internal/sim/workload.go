@@ -28,14 +28,14 @@ type clients struct {
 	// local read saw (a tree never goes back).
 	acked []string
 	local map[*catalog.Tree]uint64
-	// httpLocal holds, per register of a tree, the modified index the
-	// HTTP clients' last local GET of it saw.
-	httpLocal map[httpLocal]uint64
+	// httpLocal holds, per register of a tree, what the HTTP clients'
+	// local GETs of it saw.
+	httpLocal map[httpLocal]localSeen
 }
 
 func startClients(ctx context.Context, r *run, n int, seed uint64) *clients {
 	ctx, cancel := context.WithCancel(ctx)
-	cl := &clients{r: r, cancel: cancel, local: map[*catalog.Tree]uint64{}, httpLocal: map[httpLocal]uint64{}}
+	cl := &clients{r: r, cancel: cancel, local: map[*catalog.Tree]uint64{}, httpLocal: map[httpLocal]localSeen{}}
 	for id := range n {
 		rng := rand.New(rand.NewPCG(seed, uint64(id)))
 		cl.wg.Go(func() { cl.loop(ctx, id, rng) })

@@ -64,6 +64,9 @@ func (t *Transport) newRequest(ctx context.Context, addr, path string, to uint64
 	if to != 0 {
 		req.Header.Set(HeaderTo, strconv.FormatUint(to, 10))
 	}
+	if t.id.Addr != "" {
+		req.Header.Set(HeaderAddr, t.id.Addr)
+	}
 	return req, nil
 }
 

@@ -57,7 +57,20 @@ func (t *Transport) checkPeer(w http.ResponseWriter, r *http.Request) (uint64, b
 		WriteError(w, fmt.Errorf("%w: partitioned (test)", errs.ErrUnreachable))
 		return 0, false
 	}
+	t.learn(from, r.Header.Get(HeaderAddr))
 	return from, true
+}
+
+// learn hands the Node the address a request from a peer without a
+// sender here gives (PeerLearner): the local node cannot answer it
+// otherwise.
+func (t *Transport) learn(from uint64, addr string) {
+	if addr == "" || t.peer(from) != nil {
+		return
+	}
+	if l, ok := t.recv.(PeerLearner); ok {
+		l.LearnPeer(from, addr)
+	}
 }
 
 func (t *Transport) checkAuth(w http.ResponseWriter, r *http.Request, needCluster bool) bool {

@@ -213,12 +213,15 @@ func (t *Transport) Close() error {
 }
 
 // The headers every request carries: the cluster id and token (the
-// Identity), the sender's and the addressee's node ids.
+// Identity), the sender's and the addressee's node ids, and the sender's
+// address (Identity.Addr), which a receiver that has not applied the
+// sender's addition takes for it (PeerLearner).
 const (
 	HeaderCluster = "X-Metatree-Cluster"
 	HeaderToken   = "X-Metatree-Token"
 	HeaderFrom    = "X-Metatree-From"
 	HeaderTo      = "X-Metatree-To"
+	HeaderAddr    = "X-Metatree-Addr"
 )
 
 // Paths the transport serves under its Handler. They all start with
@@ -238,6 +241,17 @@ type Identity struct {
 	ClusterID func() string
 	// Token is the cluster's shared secret.
 	Token string
+	// Addr is the local node's address, stamped on every request
+	// (HeaderAddr; "": none).
+	Addr string
+}
+
+// PeerLearner is optionally implemented by a Node: the transport hands it
+// the address a request gives (HeaderAddr) for a sender it has no peer
+// for. A member that missed the sender's addition cannot answer it
+// otherwise, and never catches up once the sender leads.
+type PeerLearner interface {
+	LearnPeer(id uint64, addr string)
 }
 
 // Node is the local node the transport delivers inbound traffic to (the
