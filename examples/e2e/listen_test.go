@@ -12,7 +12,9 @@ import (
 // -pprof mounts net/http/pprof, which is absent without it.
 func TestListenAdvertiseAndPprof(t *testing.T) {
 	c := newCluster(t)
-	advertised, listen := freeAddr(t), freeAddr(t)
+	advertised, release := reserveAddrOn(t, "127.0.0.1") // held, so that listen differs
+	listen := freeAddr(t)
+	release()
 	p := c.metaserverAt(1, filepath.Join(c.base, "fe1"), advertised, "-bootstrap", "-listen", listen, "-pprof")
 	p.addr = listen // the test reaches it where it binds
 	eventually(t, 20*time.Second, "metaserver live on its -listen address", func() bool {

@@ -52,12 +52,13 @@ type nemesis struct {
 // one, the proxy's, where the clients reach it too.
 func (n *nemesis) member(i, id int, extra ...string) *proc {
 	ip := memberIP(i)
-	listen := freeAddrOn(n.t, ip)
+	listen, release := reserveAddrOn(n.t, ip) // the proxy's port is another
 	name := fmt.Sprintf("metaserver-%d", id)
 	if id == nemesisWorker {
 		name = fmt.Sprintf("worker-%d", id)
 	}
 	adv := n.net.front(name, ip, listen)
+	release()
 	if id == nemesisWorker {
 		return n.c.workerAt(id, adv, append([]string{"-listen", listen}, extra...)...)
 	}

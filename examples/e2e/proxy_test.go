@@ -66,15 +66,15 @@ func newNetem(t *testing.T) *netem {
 // local on Linux).
 func memberIP(i int) string { return net.IPv4(127, 0, 0, byte(10+i)).String() }
 
-// freeAddrOn returns ip with a port that was free a moment ago.
-func freeAddrOn(t *testing.T, ip string) string {
+// reserveAddrOn returns ip with a free port, held until release is
+// called: a listener opened meanwhile (a member's proxy) cannot take it.
+func reserveAddrOn(t *testing.T, ip string) (addr string, release func()) {
 	t.Helper()
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), func() { l.Close() }
 }
 
 // front puts a proxy in front of member name, whose connections come from
