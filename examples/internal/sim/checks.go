@@ -232,8 +232,12 @@ func (r *run) checkImages(ctx context.Context) {
 			if err != nil || first <= 1 {
 				return err
 			}
-			if kept, err := f.Images().Indexes(); err != nil || !slices.Contains(kept, first-1) {
-				return fmt.Errorf("its log starts after %d, and its image store lacks that image (images kept: %v, %v)", first-1, kept, err)
+			kept, err := f.Images().Indexes()
+			if err != nil {
+				return fmt.Errorf("its log starts after %d; list its images: %w", first-1, err)
+			}
+			if !slices.Contains(kept, first-1) {
+				return fmt.Errorf("its log starts after %d, and its image store lacks that image (images kept: %v)", first-1, kept)
 			}
 			return r.replayCheck(ctx, f, first-1, true)
 		})
