@@ -57,12 +57,6 @@ func (j *Journal) RaftConfigForTest(ctx context.Context) (voters, learners []uin
 	return voters, learners, err
 }
 
-// HandlerClientForTest is handlerClient: an HTTP client serving each
-// request in process, with the handler lookup returns for its host.
-func HandlerClientForTest(lookup func(host string) http.Handler) *http.Client {
-	return handlerClient(lookup)
-}
-
 // MaxEntryBytesForTest returns j's Config.MaxEntryBytes, its default
 // filled in.
 func (j *Journal) MaxEntryBytesForTest() uint64 { return j.cfg.MaxEntryBytes }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -47,7 +48,8 @@ type Options struct {
 	// Logger receives the nodes' logs (default: discard).
 	Logger *slog.Logger
 	// Transport picks what carries the nodes' traffic: the in-memory
-	// Network (default) or journal's HTTP transport over loopback sockets.
+	// Network (default), journal's HTTP transport over loopback sockets,
+	// or journal's HTTP transport served in process.
 	Transport TransportKind
 	// TLS, with the HTTP transport, serves and dials with mutual TLS:
 	// node id's listener serves with server and its journal dials with
@@ -77,6 +79,14 @@ const (
 	// Journal.Handler on a loopback port it keeps across restarts: the
 	// real wire, with TLS when Options.TLS is set. Cluster.Net is nil.
 	HTTP
+	// HTTPInProcess is journal's HTTP transport whose client calls the
+	// handler of the node a request's host names (HandlerClient), with
+	// no socket, so that it runs in a synctest bubble. Node id's address
+	// is "nodeID", kept across restarts; its handler is its transport's
+	// from before Open (a joining node's peers reach it as soon as it is a
+	// member) and answers 503 while the node is down. Cluster.Net is nil;
+	// Options.Configure sees the *journal.HTTPTransport in cfg.Transport.
+	HTTPInProcess
 )
 
 // TB is the part of testing.TB a Cluster uses; *testing.T and *testing.B
@@ -101,6 +111,10 @@ type Cluster struct {
 	// is nil with the HTTP transport.
 	Net *Network
 
+	// client carries the requests of every node's transport with
+	// HTTPInProcess.
+	client *http.Client
+
 	mu    sync.Mutex
 	nodes map[uint64]*Node
 }
@@ -114,7 +128,7 @@ type Node struct {
 	Dir string
 
 	fs  vfs.FS
-	srv *server // the loopback server, with the HTTP transport
+	srv *server // the loopback or in-process server, with an HTTP transport
 
 	mu   sync.Mutex
 	j    *journal.Journal
@@ -166,8 +180,11 @@ func NewCluster(tb TB, opts Options) *Cluster {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cluster{tb: tb, opts: opts, nodes: map[uint64]*Node{}}
-	if opts.Transport == InMemory {
+	switch opts.Transport {
+	case InMemory:
 		c.Net = NewNetwork(opts.Seed)
+	case HTTPInProcess:
+		c.client = HandlerClient(c.handler)
 	}
 	tb.Cleanup(c.Close)
 
@@ -207,7 +224,10 @@ func NewCluster(tb TB, opts Options) *Cluster {
 func (c *Cluster) newNode(id uint64, role journal.Role) (*Node, error) {
 	n := &Node{ID: id, Addr: fmt.Sprintf("node%d", id), Role: role}
 	name := n.Addr
-	if c.opts.Transport == HTTP {
+	switch c.opts.Transport {
+	case HTTPInProcess:
+		n.srv = &server{addr: n.Addr}
+	case HTTP:
 		var serverTLS *tls.Config
 		if c.opts.TLS != nil {
 			serverTLS, _ = c.opts.TLS(id)
@@ -274,6 +294,8 @@ func (c *Cluster) config(n *Node, fs vfs.FS) journal.Config {
 	}
 	if c.Net != nil {
 		cfg.Transport = c.Net.Transport(n.Addr)
+	} else if c.client != nil {
+		cfg.Transport = journal.NewHTTPTransport(journal.HTTPOptions{Client: c.client, Logger: c.opts.Logger})
 	} else if c.opts.TLS != nil {
 		_, cfg.TLS = c.opts.TLS(n.ID)
 	}
@@ -310,8 +332,12 @@ func (c *Cluster) open(ctx context.Context, n *Node, fs vfs.FS) error {
 		}
 		host = h
 	}
+	if h, ok := cfg.Transport.(*journal.HTTPTransport); ok && c.client != nil {
+		n.srv.serve(h.Handler())
+	}
 	j, err := journal.Open(ctx, cfg)
 	if err != nil {
+		n.srv.serve(nil)
 		if cfg.Transport != nil {
 			_ = cfg.Transport.Close()
 		}
@@ -363,6 +389,19 @@ func (c *Cluster) setDown(n *Node, down bool) {
 	} else if down {
 		n.srv.serve(nil)
 	}
+}
+
+// handler returns the handler of the node at addr, for HandlerClient, or
+// nil if no node is there.
+func (c *Cluster) handler(addr string) http.Handler {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.Addr == addr {
+			return n.srv
+		}
+	}
+	return nil
 }
 
 // Node returns node id (1-based), or nil.
