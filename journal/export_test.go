@@ -178,3 +178,19 @@ func DecodeConfChangeForTest(e *raftpb.Entry) (*raftpb.ConfChange, error) {
 	cc, _, err := decodeConfChange(e)
 	return cc, err
 }
+
+// SetDropForTest installs h's drop hook: the traffic between from and to
+// for which drop reports true is dropped, as a cut link drops it.
+func (h *HTTPTransport) SetDropForTest(drop func(from, to uint64) bool) { h.t.SetDrop(drop) }
+
+// LastIndexForTest returns the last index of j's durable log.
+func (j *Journal) LastIndexForTest() (uint64, error) { return j.store.LastIndex() }
+
+// KnowsMemberForTest reports whether the membership j applied names node
+// id.
+func (j *Journal) KnowsMemberForTest(id uint64) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	_, ok := j.mu.membership.Members[id]
+	return ok
+}

@@ -351,6 +351,17 @@ func (c *cluster) agreedLeader(candidates []uint64) uint64 {
 	return leader
 }
 
+// propose proposes v through n and checks that the write returns its
+// state machine's answer, applied on n before Propose returned.
+func propose(t *testing.T, n *node, v string) uint64 {
+	t.Helper()
+	idx, val, err := n.j.Propose(ctxT(t, 5*time.Second), []byte(v))
+	require.NoError(t, err, "propose %q through node %d", v, n.id)
+	require.Equal(t, "ok:"+v, val)
+	require.True(t, n.sm.has(v), "node %d applied its own write %q before returning", n.id, v)
+	return idx
+}
+
 func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)

@@ -82,10 +82,12 @@ const (
 	// HTTPInProcess is journal's HTTP transport whose client calls the
 	// handler of the node a request's host names (HandlerClient), with
 	// no socket, so that it runs in a synctest bubble. Node id's address
-	// is "nodeID", kept across restarts; its handler is its transport's
-	// from before Open (a joining node's peers reach it as soon as it is a
-	// member) and answers 503 while the node is down. Cluster.Net is nil;
-	// Options.Configure sees the *journal.HTTPTransport in cfg.Transport.
+	// is "nodeID", kept across restarts; it serves its transport's
+	// handler from before Open (a joining node's peers reach it as soon as
+	// it is a member) and answers 503 while the node is down. Cluster.Net
+	// is nil; Options.Configure sees the *journal.HTTPTransport in
+	// cfg.Transport, and may wrap it in a Transport of its own that has
+	// the same Handler method. Cluster.Client sends a test's own requests.
 	HTTPInProcess
 )
 
@@ -332,8 +334,13 @@ func (c *Cluster) open(ctx context.Context, n *Node, fs vfs.FS) error {
 		}
 		host = h
 	}
-	if h, ok := cfg.Transport.(*journal.HTTPTransport); ok && c.client != nil {
-		n.srv.serve(h.Handler())
+	// In process, a node serves its transport's handler from before Open:
+	// that of journal's HTTPTransport, or of a host's Transport wrapping
+	// one, which the journal does not know (Journal.Handler would not
+	// serve it).
+	served, _ := cfg.Transport.(interface{ Handler() http.Handler })
+	if c.client != nil && served != nil {
+		n.srv.serve(served.Handler())
 	}
 	j, err := journal.Open(ctx, cfg)
 	if err != nil {
@@ -350,7 +357,9 @@ func (c *Cluster) open(ctx context.Context, n *Node, fs vfs.FS) error {
 	n.j, n.sm, n.host, n.opened = j, cfg.StateMachine, host, true
 	n.mu.Unlock()
 	// The journal's own HTTP transport is reachable once Open returned.
-	n.srv.serve(j.Handler())
+	if c.client == nil || served == nil {
+		n.srv.serve(j.Handler())
+	}
 	if host != nil {
 		if err := host.Started(ctx, j); err != nil {
 			return errors.Join(fmt.Errorf("journaltest: node %d: host: %w", n.ID, err), c.stop(n))
@@ -403,6 +412,12 @@ func (c *Cluster) handler(addr string) http.Handler {
 	}
 	return nil
 }
+
+// Client returns the client that carries the nodes' requests with
+// HTTPInProcess (HandlerClient over the nodes' addresses), for a test to
+// send requests of its own to a node's handler; nil with another
+// transport.
+func (c *Cluster) Client() *http.Client { return c.client }
 
 // Node returns node id (1-based), or nil.
 func (c *Cluster) Node(id uint64) *Node {
