@@ -22,9 +22,10 @@ import (
 type httpBubble struct {
 	*journaltest.Cluster
 
-	mu  sync.Mutex
-	cut map[[2]uint64]bool                   // dropped directions (from, to)
-	mod map[uint64]func(cfg *journal.Config) // of each node's next start
+	mu       sync.Mutex
+	isolated map[uint64]bool                      // nodes cut off from every other
+	cut      map[[2]uint64]bool                   // dropped directions (from, to)
+	mod      map[uint64]func(cfg *journal.Config) // of each node's next start
 }
 
 // newHTTPBubble starts a cluster as journaltest.NewCluster does, with
@@ -33,7 +34,7 @@ type httpBubble struct {
 // nodes' logs.
 func newHTTPBubble(t *testing.T, opts journaltest.Options) *httpBubble {
 	t.Helper()
-	b := &httpBubble{cut: map[[2]uint64]bool{}, mod: map[uint64]func(*journal.Config){}}
+	b := &httpBubble{isolated: map[uint64]bool{}, cut: map[[2]uint64]bool{}, mod: map[uint64]func(*journal.Config){}}
 	configure := opts.Configure
 	opts.Transport = journaltest.HTTPInProcess
 	if os.Getenv("JOURNAL_TEST_LOG") != "" {
@@ -60,18 +61,15 @@ func newHTTPBubble(t *testing.T, opts journaltest.Options) *httpBubble {
 func (b *httpBubble) dropped(from, to uint64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.cut[[2]uint64{from, to}]
+	return b.isolated[from] || b.isolated[to] || b.cut[[2]uint64{from, to}]
 }
 
-// partition cuts node id off from every other node, both ways.
+// partition cuts node id off from every other node, both ways, those
+// added later included.
 func (b *httpBubble) partition(id uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, n := range b.Nodes() {
-		if n.ID != id {
-			b.cut[[2]uint64{id, n.ID}], b.cut[[2]uint64{n.ID, id}] = true, true
-		}
-	}
+	b.isolated[id] = true
 }
 
 // cutOneWay drops what from sends to to, and nothing the other way.
@@ -85,6 +83,7 @@ func (b *httpBubble) cutOneWay(from, to uint64) {
 func (b *httpBubble) heal() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	clear(b.isolated)
 	clear(b.cut)
 }
 
