@@ -126,10 +126,19 @@ func (b *httpBubble) stop(t *testing.T, id uint64) {
 	require.NoError(t, b.Stop(id), "stop node %d", id)
 }
 
-// leader waits for a leader and returns its node.
+// leader waits until every running node follows one leader, within 10 s
+// of the bubble's time, and returns its node.
 func (b *httpBubble) leader(t *testing.T) *journaltest.Node {
 	t.Helper()
 	id, err := b.WaitLeader(ctxFor(t, 10*time.Second))
 	require.NoError(t, err)
+	awaitTicks(t, 1000, "every node follows the leader", func() bool {
+		for _, n := range b.Running() {
+			if j := n.Journal(); j != nil && j.Status().Leader != id {
+				return false
+			}
+		}
+		return true
+	})
 	return b.Node(id)
 }
