@@ -194,3 +194,26 @@ func (j *Journal) KnowsMemberForTest(id uint64) bool {
 	_, ok := j.mu.membership.Members[id]
 	return ok
 }
+
+// MembershipBlobAtForTest returns the membership blob j hands to an
+// image taken at index i.
+func (j *Journal) MembershipBlobAtForTest(i uint64) ([]byte, error) { return j.membershipBlobAt(i) }
+
+// ImageWrittenForTest tells j, as the image package does, that an image
+// at index (of term, with the membership blob it was handed) is written.
+func (j *Journal) ImageWrittenForTest(ctx context.Context, index, term uint64, membership []byte) error {
+	return j.imageWritten(ctx, index, term, membership)
+}
+
+// ConfStateOfBlobForTest returns raft's configuration of the membership
+// blob b (as an image carries it).
+func ConfStateOfBlobForTest(b []byte) (*raftpb.ConfState, error) {
+	m, err := decodeMembership(b)
+	if err != nil {
+		return nil, err
+	}
+	return m.confState(), nil
+}
+
+// DurableCommitForTest returns the commit index of j's durable HardState.
+func (j *Journal) DurableCommitForTest() uint64 { return j.store.HardState().GetCommit() }

@@ -26,6 +26,9 @@ type httpBubble struct {
 	isolated map[uint64]bool                      // nodes cut off from every other
 	cut      map[[2]uint64]bool                   // dropped directions (from, to)
 	mod      map[uint64]func(cfg *journal.Config) // of each node's next start
+	// images, if set, gives every node its fakeImages, bound at each
+	// start after the other adjustments.
+	images *bubbleImages
 }
 
 // newHTTPBubble starts a cluster as journaltest.NewCluster does, with
@@ -34,9 +37,26 @@ type httpBubble struct {
 // nodes' logs.
 func newHTTPBubble(t *testing.T, opts journaltest.Options) *httpBubble {
 	t.Helper()
-	b := &httpBubble{isolated: map[uint64]bool{}, cut: map[[2]uint64]bool{}, mod: map[uint64]func(*journal.Config){}}
+	return startHTTPBubble(t, opts, nil)
+}
+
+// newImageBubble is newHTTPBubble with images for every node, of
+// CompactMargin and DedupeWindow window; the nodes' state machines are
+// memSMs unless opts.NewStateMachine says otherwise.
+func newImageBubble(t *testing.T, opts journaltest.Options, window uint64) (*httpBubble, *bubbleImages) {
+	t.Helper()
+	imgs := newBubbleImages(window)
+	return startHTTPBubble(t, opts, imgs), imgs
+}
+
+func startHTTPBubble(t *testing.T, opts journaltest.Options, images *bubbleImages) *httpBubble {
+	t.Helper()
+	b := &httpBubble{images: images, isolated: map[uint64]bool{}, cut: map[[2]uint64]bool{}, mod: map[uint64]func(*journal.Config){}}
 	configure := opts.Configure
 	opts.Transport = journaltest.HTTPInProcess
+	if images != nil && opts.NewStateMachine == nil {
+		opts.NewStateMachine = func(uint64) journal.StateMachine { return newMemSM() }
+	}
 	if os.Getenv("JOURNAL_TEST_LOG") != "" {
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -52,6 +72,9 @@ func newHTTPBubble(t *testing.T, opts journaltest.Options) *httpBubble {
 		b.mu.Unlock()
 		if mod != nil {
 			mod(cfg)
+		}
+		if b.images != nil {
+			b.images.configure(cfg)
 		}
 	}
 	b.Cluster = journaltest.NewCluster(t, opts)
