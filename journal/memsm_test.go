@@ -77,3 +77,41 @@ func propose(t *testing.T, n *journaltest.Node, v string) uint64 {
 	require.True(t, smOf(n).has(v), "node %d applied its own write %q before returning", n.ID, v)
 	return idx
 }
+
+// applyCounter counts the applies of one value and tells of each.
+type applyCounter struct {
+	*memSM
+	value string
+	mu    sync.Mutex
+	n     int
+	c     chan int // the count after each apply of value
+}
+
+func (a *applyCounter) Apply(index uint64, data []byte) any {
+	v := a.memSM.Apply(index, data)
+	if string(data) == a.value {
+		a.mu.Lock()
+		a.n++
+		n := a.n
+		a.mu.Unlock()
+		a.c <- n
+	}
+	return v
+}
+
+// requireAppliedOnce proposes a barrier on leader and checks that every
+// node of c, caught up to it, holds value exactly once.
+func requireAppliedOnce(t *testing.T, c *httpBubble, leader *journaltest.Node, value string) {
+	t.Helper()
+	propose(t, leader, "barrier")
+	for _, n := range c.Nodes() {
+		require.NoError(t, n.Journal().ReadBarrier(ctxFor(t, 5*time.Second)))
+		count := 0
+		for _, v := range smOf(n).values() {
+			if v == value {
+				count++
+			}
+		}
+		require.Equal(t, 1, count, "node %d holds %q once", n.ID, value)
+	}
+}
