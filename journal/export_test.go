@@ -217,3 +217,35 @@ func ConfStateOfBlobForTest(b []byte) (*raftpb.ConfState, error) {
 
 // DurableCommitForTest returns the commit index of j's durable HardState.
 func (j *Journal) DurableCommitForTest() uint64 { return j.store.HardState().GetCommit() }
+
+// MembershipRecordForTest returns the membership j's store records as of
+// index i, as MembershipContentForTest returns it.
+func (j *Journal) MembershipRecordForTest(i uint64) ([]byte, error) {
+	raw, err := j.store.MembershipAt(i)
+	if err != nil {
+		return nil, err
+	}
+	return MembershipContentForTest(raw)
+}
+
+// MembershipContentForTest returns the membership blob b without the
+// index of its record and the dedupe keys an image's record adds: what
+// two records of one membership have in common.
+func MembershipContentForTest(b []byte) ([]byte, error) {
+	m, err := decodeMembership(b)
+	if err != nil {
+		return nil, err
+	}
+	m.Index, m.Keys = 0, nil
+	return m.encode(), nil
+}
+
+// MembershipIDsForTest returns the members and the removed nodes of the
+// membership blob b, sorted.
+func MembershipIDsForTest(b []byte) (members, removed []uint64, err error) {
+	m, err := decodeMembership(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	return slices.Sorted(maps.Keys(m.Members)), m.Removed, nil
+}
