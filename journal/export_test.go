@@ -8,6 +8,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/diskguard"
 	"github.com/metatree/metatree/journal/internal/envelope"
 	"github.com/metatree/metatree/journal/internal/rafthttp"
@@ -248,4 +249,22 @@ func MembershipIDsForTest(b []byte) (members, removed []uint64, err error) {
 		return nil, nil, err
 	}
 	return slices.Sorted(maps.Keys(m.Members)), m.Removed, nil
+}
+
+// KnobsForTest are the testing hooks of a journal (Config.knobs), as
+// testingKnobs documents them.
+type KnobsForTest struct {
+	BeforeRepropose func(key [16]byte)
+	Judged          func(index uint64, key [16]byte, v dedupe.Verdict)
+	Changed         func()
+	Ticked          func()
+	HoldReports     bool
+}
+
+// SetKnobsForTest gives the journal opened with cfg the hooks k.
+func SetKnobsForTest(cfg *Config, k KnobsForTest) {
+	cfg.knobs = &testingKnobs{
+		beforeRepropose: k.BeforeRepropose, judged: k.Judged, changed: k.Changed,
+		ticked: k.Ticked, holdReports: k.HoldReports,
+	}
 }

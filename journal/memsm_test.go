@@ -115,3 +115,31 @@ func requireAppliedOnce(t *testing.T, c *httpBubble, leader *journaltest.Node, v
 		require.Equal(t, 1, count, "node %d holds %q once", n.ID, value)
 	}
 }
+
+// gateSM blocks Apply while the gate is closed.
+type gateSM struct {
+	*memSM
+	mu   sync.Mutex
+	gate chan struct{}
+}
+
+// open lets Apply through; it is idempotent (a failed test's cleanup opens
+// the gate so Close can stop the applier).
+func (g *gateSM) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gate != nil {
+		close(g.gate)
+		g.gate = nil
+	}
+}
+
+func (g *gateSM) Apply(index uint64, data []byte) any {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	return g.memSM.Apply(index, data)
+}
