@@ -268,3 +268,12 @@ func SetKnobsForTest(cfg *Config, k KnobsForTest) {
 		ticked: k.Ticked, holdReports: k.HoldReports,
 	}
 }
+
+// ApplyQueueForTest returns the state of j's apply queue: whether it is
+// full, and the bytes and batches it holds.
+func (j *Journal) ApplyQueueForTest() (full bool, bytes uint64, batches int) {
+	full = j.applyq.full()
+	j.applyq.mu.Lock()
+	defer j.applyq.mu.Unlock()
+	return full, j.applyq.bytes, len(j.applyq.items)
+}
