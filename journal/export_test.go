@@ -277,3 +277,58 @@ func (j *Journal) ApplyQueueForTest() (full bool, bytes uint64, batches int) {
 	defer j.applyq.mu.Unlock()
 	return full, j.applyq.bytes, len(j.applyq.items)
 }
+
+// SnapshotsOutAddForTest adds delta to j's count of snapshot transfers
+// in flight (none compacts the log while it is positive).
+func (j *Journal) SnapshotsOutAddForTest(delta int64) { j.snapsOut.Add(delta) }
+
+// SnapshotsOutForTest returns j's count of snapshot transfers in flight.
+func (j *Journal) SnapshotsOutForTest() int64 { return j.snapsOut.Load() }
+
+// LogFirstIndexForTest returns the first index of j's log store.
+func (j *Journal) LogFirstIndexForTest() (uint64, error) { return j.store.FirstIndex() }
+
+// RecordMembershipWithoutKeysForTest rewrites the membership record of
+// j's store at index i as the record of index i-1 without the dedupe keys
+// an image's record adds: the window recorded at i is gone.
+func (j *Journal) RecordMembershipWithoutKeysForTest(i uint64) error {
+	blob, err := j.store.MembershipAt(i)
+	if err != nil {
+		return err
+	}
+	m, err := decodeMembership(blob)
+	if err != nil {
+		return err
+	}
+	m.Index, m.Keys = i-1, nil
+	return j.store.SaveMembership(i, m.encode())
+}
+
+// ProposeTurnForTest proposes, in one turn of leader j's raft loop and
+// past the proposal checks, the entries (envelopes) ents returns for the
+// commit index raft has then: raft appends them at consecutive indexes
+// after the last.
+func (j *Journal) ProposeTurnForTest(ctx context.Context, ents func(commit uint64) [][]byte) error {
+	var perr error
+	if err := j.do(ctx, func() {
+		for _, e := range ents(j.rn.Status().GetCommit()) {
+			if perr = j.rn.Propose(e); perr != nil {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return perr
+}
+
+// DedupeVerdictAtForTest returns what the dedupe window j rebuilds at
+// index at decides of a bounded user copy of key with since, at index.
+func (j *Journal) DedupeVerdictAtForTest(at, index uint64, key [16]byte, since uint64) (dedupe.Verdict, error) {
+	d, err := j.dedupeAt(at)
+	if err != nil {
+		return 0, err
+	}
+	_, v := d.Judge(index, envelope.Envelope{Kind: envelope.KindUser, Key: key, Since: since, Bounded: true})
+	return v, nil
+}
