@@ -183,9 +183,9 @@ func checkpoint(t *testing.T, n *journaltest.Node, imgs *fakeImages) uint64 {
 	return idx
 }
 
-// bubbleImages gives each node of a cluster its fakeImages (by id, found
-// by peers through one registry), with CompactMargin and DedupeWindow set
-// to window: its configure is a Configure of the cluster's.
+// bubbleImages holds each node's fakeImages of an httpBubble (by id,
+// found by peers through one registry), and the CompactMargin and
+// DedupeWindow of the nodes, window.
 type bubbleImages struct {
 	window   uint64
 	registry sync.Map
@@ -195,14 +195,6 @@ type bubbleImages struct {
 
 func newBubbleImages(window uint64) *bubbleImages {
 	return &bubbleImages{window: window, byID: map[uint64]*fakeImages{}}
-}
-
-// configure binds node cfg.ID's fakeImages (made at its first start) to
-// cfg.
-func (b *bubbleImages) configure(cfg *journal.Config) {
-	f := b.of(cfg.ID)
-	f.bind(cfg)
-	cfg.CompactMargin, cfg.DedupeWindow = b.window, b.window
 }
 
 // of returns node id's fakeImages, made at the first call.

@@ -26,8 +26,9 @@ type httpBubble struct {
 	isolated map[uint64]bool                      // nodes cut off from every other
 	cut      map[[2]uint64]bool                   // dropped directions (from, to)
 	mod      map[uint64]func(cfg *journal.Config) // of each node's next start
-	// images, if set, gives every node its fakeImages, bound at each
-	// start after the other adjustments.
+	// images, if set, gives every node its fakeImages and the window
+	// (which a start's mod may change), bound at each start after the
+	// other adjustments.
 	images *bubbleImages
 }
 
@@ -70,11 +71,15 @@ func startHTTPBubble(t *testing.T, opts journaltest.Options, images *bubbleImage
 		b.mu.Lock()
 		mod := b.mod[cfg.ID]
 		b.mu.Unlock()
+		if b.images != nil {
+			cfg.CompactMargin, cfg.DedupeWindow = b.images.window, b.images.window
+		}
 		if mod != nil {
 			mod(cfg)
 		}
 		if b.images != nil {
-			b.images.configure(cfg)
+			// After mod, which may replace the state machine.
+			b.images.of(cfg.ID).bind(cfg)
 		}
 	}
 	b.Cluster = journaltest.NewCluster(t, opts)
