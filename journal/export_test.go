@@ -332,3 +332,26 @@ func (j *Journal) DedupeVerdictAtForTest(at, index uint64, key [16]byte, since u
 	_, v := d.Judge(index, envelope.Envelope{Kind: envelope.KindUser, Key: key, Since: since, Bounded: true})
 	return v, nil
 }
+
+// MembersFileForTest returns what j's MEMBERS file records: the index of
+// the membership and its members.
+func (j *Journal) MembersFileForTest() (index uint64, members map[uint64]Member, err error) {
+	m, err := j.readMembers()
+	if err != nil {
+		return 0, nil, err
+	}
+	return m.Index, m.Members, nil
+}
+
+// MembershipIndexForTest returns the index of the membership blob b.
+func MembershipIndexForTest(b []byte) (uint64, error) {
+	m, err := decodeMembership(b)
+	if err != nil {
+		return 0, err
+	}
+	return m.Index, nil
+}
+
+// LoopOpsForTest is the channel of operations j's raft loop runs between
+// its turns.
+func (j *Journal) LoopOpsForTest() chan<- func() { return j.opc }

@@ -112,6 +112,8 @@ type Cluster struct {
 	// Net is the network between the nodes; use it to inject faults. It
 	// is nil with the HTTP transport.
 	Net *Network
+	// root holds the nodes' data dirs with Options.OnDisk.
+	root string
 
 	// client carries the requests of every node's transport with
 	// HTTPInProcess.
@@ -182,6 +184,12 @@ func NewCluster(tb TB, opts Options) *Cluster {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cluster{tb: tb, opts: opts, nodes: map[uint64]*Node{}}
+	if opts.OnDisk {
+		// The data dirs live under one TempDir registered before the
+		// cleanup that closes the nodes, so that they are removed after
+		// the nodes stopped writing to them.
+		c.root = tb.TempDir()
+	}
 	switch opts.Transport {
 	case InMemory:
 		c.Net = NewNetwork(opts.Seed)
@@ -241,7 +249,7 @@ func (c *Cluster) newNode(id uint64, role journal.Role) (*Node, error) {
 		n.srv, n.Addr = srv, srv.addr
 	}
 	if c.opts.OnDisk {
-		n.fs, n.Dir = vfs.Default, filepath.Join(c.tb.TempDir(), name)
+		n.fs, n.Dir = vfs.Default, filepath.Join(c.root, name)
 	} else {
 		n.fs, n.Dir = vfs.NewCrashableMem(), "/"+name
 		// Create the data dir durably, as an installer would: a crash
