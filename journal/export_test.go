@@ -355,3 +355,10 @@ func MembershipIndexForTest(b []byte) (uint64, error) {
 // LoopOpsForTest is the channel of operations j's raft loop runs between
 // its turns.
 func (j *Journal) LoopOpsForTest() chan<- func() { return j.opc }
+
+// CheckVersionForTest is the cluster version that reads consistency
+// check entries.
+const CheckVersionForTest = checkVersion
+
+// ChecksForTest returns how many consistency checks j compared.
+func (j *Journal) ChecksForTest() uint64 { return j.checker.count() }
