@@ -21,7 +21,9 @@ type fakeImage struct {
 
 // fakeImages implements Snapshots for one node; images of peers are found
 // through the shared registry (by address), as the image package fetches
-// them over HTTP.
+// them over HTTP. The cluster tests in journal_test have their own
+// (fakeimages_test.go); these are for the internal tests that open a
+// journal alone.
 type fakeImages struct {
 	mu       sync.Mutex
 	sm       func() *memSM
@@ -130,26 +132,4 @@ func checkpoint(t *testing.T, n *node, imgs *fakeImages) uint64 {
 	imgs.mu.Unlock()
 	require.NoError(t, n.j.imageWritten(ctx, idx, term, blob))
 	return idx
-}
-
-// imagesFor returns a function that gives a node its fakeImages (kept in
-// imgs by id, found by peers through one registry) and the options using
-// them, with CompactMargin and DedupeWindow set to window.
-func imagesFor(imgs map[uint64]*fakeImages, window uint64) func(n *node) func(*Config) {
-	registry := &sync.Map{}
-	return func(n *node) func(*Config) {
-		f := &fakeImages{sm: func() *memSM { return n.sm }, images: map[uint64]fakeImage{}, registry: registry, requests: make(chan struct{}, 1)}
-		imgs[n.id] = f
-		registry.Store(n.addr, f)
-		return func(cfg *Config) {
-			cfg.Snapshots, cfg.CompactMargin, cfg.DedupeWindow = f, window, window
-		}
-	}
-}
-
-// installCount is how many images the node installed.
-func (f *fakeImages) installCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.installs
 }
