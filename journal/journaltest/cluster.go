@@ -110,7 +110,7 @@ type Cluster struct {
 	tb   TB
 	opts Options
 	// Net is the network between the nodes; use it to inject faults. It
-	// is nil with the HTTP transport.
+	// is nil with either HTTP transport (HTTP, HTTPInProcess).
 	Net *Network
 	// root holds the nodes' data dirs with Options.OnDisk.
 	root string
