@@ -1,16 +1,8 @@
 package journal
 
 import (
-	"crypto/sha256"
-	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"testing/synctest"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -170,79 +162,4 @@ func TestDecodeCheckRejectsBadEntries(t *testing.T) {
 	require.Equal(t, envelope.Check{Op: envelope.CheckMark, Format: 2}, c)
 	_, err = envelope.DecodeCheck([]byte{envelope.KindCheck, 9})
 	require.ErrorIs(t, err, ErrUnknownVersion)
-}
-
-// skewSM is a memSM that states a digest of what it applied; skew
-// changes the digest as a state changed outside the log would.
-type skewSM struct {
-	*memSM
-	skew atomic.Bool
-}
-
-func (s *skewSM) StateDigest() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h := sha256.New()
-	for i := uint64(0); i <= s.last; i++ {
-		if v, ok := s.ents[i]; ok {
-			fmt.Fprintf(h, "%d:%s;", i, v)
-		}
-	}
-	if s.skew.Load() {
-		h.Write([]byte("skew"))
-	}
-	return h.Sum(nil)
-}
-
-// A member whose applier finds its digest differs before its loop
-// proposed its own report (here the loop holds every report, the slowest
-// loop there is) still has its report reach the log as it stops, so the
-// healthy voters name it in their alarm.
-func TestTheMemberThatDiffersReportsItsDigestBeforeItStops(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
-		var mu sync.Mutex
-		sms := map[uint64]*skewSM{}
-		c.start(3, 0, func(cfg *Config) {
-			d := &skewSM{memSM: cfg.StateMachine.(*memSM)}
-			mu.Lock()
-			sms[cfg.ID] = d
-			mu.Unlock()
-			cfg.StateMachine = d
-			cfg.CheckInterval = 50 * time.Millisecond
-			if cfg.ID == 3 {
-				cfg.knobs.holdReports = true
-			}
-		})
-		leader := c.nodes[c.waitLeader()]
-		await(t, 10*time.Second, "the cluster version that reads check entries", leader.changed, func() bool {
-			for _, n := range c.nodes {
-				if n.j.Status().ClusterVersion < checkVersion {
-					return false
-				}
-			}
-			return true
-		})
-		ctx := ctxT(t, 10*time.Second)
-		_, _, err := leader.j.Propose(ctx, []byte("a"))
-		require.NoError(t, err)
-		await(t, 10*time.Second, "a check on the healthy voters", leader.changed, func() bool {
-			return leader.j.checker.count() > 0
-		})
-		require.Nil(t, leader.j.Status().Alarm)
-
-		mu.Lock()
-		sms[3].skew.Store(true)
-		mu.Unlock()
-		await(t, 10*time.Second, "the corruption alarm on member 3", leader.changed, func() bool {
-			return errors.Is(c.nodes[3].j.Status().Err, ErrCorrupt)
-		})
-		for _, id := range []uint64{1, 2} {
-			n := c.nodes[id]
-			await(t, 10*time.Second, fmt.Sprintf("member %d naming member 3", id), n.changed, func() bool {
-				a := n.j.Status().Alarm
-				return a != nil && slices.Equal(a.Members, []uint64{3})
-			})
-		}
-	})
 }

@@ -1,4 +1,4 @@
-package journal
+package journal_test
 
 import (
 	"fmt"
@@ -9,29 +9,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/internal/dedupe"
+	"github.com/metatree/metatree/journal/journaltest"
 )
-
-// applyCounter counts the applies of one value and tells of each.
-type applyCounter struct {
-	*memSM
-	value string
-	mu    sync.Mutex
-	n     int
-	c     chan int // the count after each apply of value
-}
-
-func (a *applyCounter) Apply(index uint64, data []byte) any {
-	v := a.memSM.Apply(index, data)
-	if string(data) == a.value {
-		a.mu.Lock()
-		a.n++
-		n := a.n
-		a.mu.Unlock()
-		a.c <- n
-	}
-	return v
-}
 
 // A follower that does not apply its forwarded proposal within two
 // election timeouts proposes it again under the same key. When that copy
@@ -40,7 +21,6 @@ func (a *applyCounter) Apply(index uint64, data []byte) any {
 func TestReproposalAWindowLaterAppliesOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const window = 8
-		c := newCluster(t)
 		key := [16]byte{0xaa, 4}
 		leaderSM := &applyCounter{memSM: newMemSM(), value: "dup-me", c: make(chan int, 4)}
 		skipped := make(chan dedupe.Verdict, 4)
@@ -49,28 +29,29 @@ func TestReproposalAWindowLaterAppliesOnce(t *testing.T) {
 		t.Cleanup(func() { once.Do(func() { close(release) }) })
 		gate := &gateSM{memSM: newMemSM(), gate: make(chan struct{})}
 		t.Cleanup(gate.open)
-
-		n1 := c.listen(1)
-		n1.sm = leaderSM.memSM
-		require.NoError(t, c.open(n1, func(cfg *Config) {
-			cfg.Bootstrap, cfg.StateMachine, cfg.DedupeWindow = true, leaderSM, window
-			cfg.knobs = &testingKnobs{judged: func(_ uint64, k [16]byte, v dedupe.Verdict) {
-				if k == key {
-					skipped <- v
+		c := newHTTPBubble(t, journaltest.Options{
+			NewStateMachine: func(id uint64) journal.StateMachine {
+				if id == 1 {
+					return leaderSM
 				}
-			}}
-		}))
-		c.waitLeader(1)
-		for id := uint64(2); id <= 3; id++ {
-			n := c.listen(id)
-			require.NoError(t, c.open(n, func(cfg *Config) { cfg.Join, cfg.DedupeWindow = n1.addr, window }))
-		}
-		f := c.nodes[2]
-		f.closeJournal()
-		f.sm = gate.memSM
-		require.NoError(t, c.open(f, func(cfg *Config) {
-			cfg.StateMachine, cfg.DedupeWindow = gate, window
-			cfg.knobs = &testingKnobs{beforeRepropose: func(k [16]byte) {
+				return newMemSM()
+			},
+			Configure: func(cfg *journal.Config) {
+				cfg.DedupeWindow = window
+				if cfg.ID == 1 {
+					journal.SetKnobsForTest(cfg, journal.KnobsForTest{Judged: func(_ uint64, k [16]byte, v dedupe.Verdict) {
+						if k == key {
+							skipped <- v
+						}
+					}})
+				}
+			},
+		})
+		n1, f := c.Node(1), c.Node(2)
+		c.stop(t, 2)
+		require.NoError(t, c.restart(t, 2, func(cfg *journal.Config) {
+			cfg.StateMachine = gate
+			journal.SetKnobsForTest(cfg, journal.KnobsForTest{BeforeRepropose: func(k [16]byte) {
 				if k == key {
 					select {
 					case reproposing <- struct{}{}:
@@ -78,9 +59,9 @@ func TestReproposalAWindowLaterAppliesOnce(t *testing.T) {
 					}
 					<-release
 				}
-			}}
+			}})
 		}))
-		c.waitLeader(1)
+		require.Equal(t, uint64(1), c.leader(t).ID)
 
 		type result struct {
 			index uint64
@@ -88,7 +69,7 @@ func TestReproposalAWindowLaterAppliesOnce(t *testing.T) {
 		}
 		proposed := make(chan result, 1)
 		go func() {
-			idx, _, err := f.j.ProposeWithKey(ctxT(t, 30*time.Second), key, []byte("dup-me"))
+			idx, _, err := f.Journal().ProposeWithKey(ctxFor(t, 30*time.Second), key, []byte("dup-me"))
 			proposed <- result{idx, err}
 		}()
 		require.Equal(t, 1, <-leaderSM.c, "the first copy applied on the leader")
@@ -108,21 +89,4 @@ func TestReproposalAWindowLaterAppliesOnce(t *testing.T) {
 		require.NoError(t, r.err)
 		requireAppliedOnce(t, c, n1, "dup-me")
 	})
-}
-
-// requireAppliedOnce proposes a barrier on leader and checks that every
-// node of c, caught up to it, holds value exactly once.
-func requireAppliedOnce(t *testing.T, c *cluster, leader *node, value string) {
-	t.Helper()
-	propose(t, leader, "barrier")
-	for _, n := range c.nodes {
-		require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
-		count := 0
-		for _, v := range n.sm.values() {
-			if v == value {
-				count++
-			}
-		}
-		require.Equal(t, 1, count, "node %d holds %q once", n.id, value)
-	}
 }

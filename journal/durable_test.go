@@ -1,4 +1,4 @@
-package journal
+package journal_test
 
 import (
 	"bytes"
@@ -12,9 +12,12 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/journaltest"
 )
 
-// diskFS wraps the real filesystem: it records what is written to the
+// diskFS wraps a node's filesystem: it records what is written to the
 // ROLE and MEMBERS files, and holds the fsyncs of the files match selects
 // while held is set (hit hears of the first one held).
 type diskFS struct {
@@ -28,7 +31,7 @@ type diskFS struct {
 
 type fileWrite struct{ name, data string }
 
-func newDiskFS() *diskFS { return &diskFS{FS: vfs.Default, hit: make(chan struct{}, 1)} }
+func newDiskFS(fs vfs.FS) *diskFS { return &diskFS{FS: fs, hit: make(chan struct{}, 1)} }
 
 // hold makes the syncs of matching files wait until the returned release
 // is called (idempotent; call it from a Cleanup too).
@@ -133,56 +136,66 @@ func (fs *diskFS) OpenDir(name string) (vfs.File, error) {
 // Open fail with ErrRoleMismatch).
 func TestReplayNeverWritesTheDurableFilesBackwards(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
-		c.start(1, 1)
-		c.waitLeader(1)
-		n1, n2 := c.nodes[1], c.nodes[2]
+		var mu sync.Mutex
+		var fs *diskFS // node 2's filesystem from its restart on
+		c := newHTTPBubble(t, journaltest.Options{
+			Voters: 1, Observers: 1, OnDisk: true,
+			NewStateMachine: func(uint64) journal.StateMachine { return newMemSM() },
+			WrapFS: func(id uint64, inner vfs.FS) vfs.FS {
+				mu.Lock()
+				defer mu.Unlock()
+				if id == 2 && fs != nil {
+					return fs
+				}
+				return inner
+			},
+		})
+		n1, n2 := c.Node(1), c.Node(2)
 		propose(t, n2, "as-observer")
-		require.NoError(t, n1.j.Promote(ctxT(t, 5*time.Second), 2))
+		require.NoError(t, n1.Journal().Promote(ctxFor(t, 5*time.Second), 2))
 		propose(t, n2, "as-follower")
-		require.Equal(t, Follower, n2.j.Status().Role)
-		members, err := n2.j.readMembers()
+		require.Equal(t, journal.Follower, n2.Journal().Status().Role)
+		membersIndex, members, err := n2.Journal().MembersFileForTest()
 		require.NoError(t, err)
-		require.Equal(t, Follower, members.Members[2].Role)
-
-		n2.closeJournal()
-		fs := newDiskFS()
-		n2.sm = newMemSM()
-		require.NoError(t, c.open(n2, func(cfg *Config) { cfg.FS = fs }))
-		require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)))
-		require.True(t, n2.sm.has("as-observer"), "the whole log replayed")
+		require.Equal(t, journal.Follower, members[2].Role)
+		c.stop(t, 2)
+		mu.Lock()
+		fs = newDiskFS(vfs.Default)
+		mu.Unlock()
+		require.NoError(t, c.restart(t, 2, nil))
+		require.NoError(t, n2.Journal().ReadBarrier(ctxFor(t, 5*time.Second)))
+		require.True(t, smOf(n2).has("as-observer"), "the whole log replayed")
 		for _, w := range fs.taken() {
 			switch w.name {
 			case "ROLE":
 				require.Equal(t, "role=follower\n", w.data, "ROLE written backwards during the replay")
 			case "MEMBERS":
-				m, err := decodeMembership([]byte(w.data))
+				index, err := journal.MembershipIndexForTest([]byte(w.data))
 				require.NoError(t, err)
-				require.Greater(t, m.Index, members.Index, "MEMBERS written backwards during the replay")
+				require.Greater(t, index, membersIndex, "MEMBERS written backwards during the replay")
 			}
 		}
-		require.Equal(t, Follower, n2.j.Status().Role)
-
+		require.Equal(t, journal.Follower, n2.Journal().Status().Role)
 		// A later change is written as before.
-		n3 := c.listen(3)
-		require.NoError(t, c.open(n3, func(cfg *Config) { cfg.Join = n1.addr; cfg.Role = Observer }))
-		require.NoError(t, n2.j.ReadBarrier(ctxT(t, 5*time.Second)))
-		after, err := n2.j.readMembers()
+		_, err = c.add(t, journal.Observer, nil)
 		require.NoError(t, err)
-		require.Contains(t, after.Members, uint64(3))
-		require.Greater(t, after.Index, members.Index)
+		require.NoError(t, n2.Journal().ReadBarrier(ctxFor(t, 5*time.Second)))
+		afterIndex, after, err := n2.Journal().MembersFileForTest()
+		require.NoError(t, err)
+		require.Contains(t, after, uint64(3))
+		require.Greater(t, afterIndex, membersIndex)
 	})
 }
 
 // loopResponds fails the test unless j's raft loop runs an operation
 // within a second.
-func loopResponds(t *testing.T, j *Journal, what string) {
+func loopResponds(t *testing.T, j *journal.Journal, what string) {
 	t.Helper()
 	ran := make(chan struct{})
 	timeout := time.NewTimer(time.Second)
 	defer timeout.Stop()
 	select {
-	case j.opc <- func() { close(ran) }:
+	case j.LoopOpsForTest() <- func() { close(ran) }:
 	case <-timeout.C:
 		t.Fatalf("the raft loop takes no operation while %s", what)
 	}
@@ -199,38 +212,42 @@ func loopResponds(t *testing.T, j *Journal, what string) {
 // does).
 func TestLoopDoesNotWaitForTheDisk(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
-		fs := newDiskFS()
-		n1 := c.listen(1)
-		require.NoError(t, c.open(n1, func(cfg *Config) { cfg.Bootstrap = true; cfg.FS = fs }))
-		c.waitLeader(1)
-		n2 := c.listen(2)
-		require.NoError(t, c.open(n2, func(cfg *Config) { cfg.Join = n1.addr; cfg.Role = Observer }))
+		fs := newDiskFS(vfs.Default)
+		c := newHTTPBubble(t, journaltest.Options{
+			Voters: 1, Observers: 1, OnDisk: true,
+			NewStateMachine: func(uint64) journal.StateMachine { return newMemSM() },
+			WrapFS: func(id uint64, inner vfs.FS) vfs.FS {
+				if id == 1 {
+					return fs
+				}
+				return inner
+			},
+		})
+		n1 := c.Node(1)
+		j1 := n1.Journal()
 		propose(t, n1, "a")
-
 		release := fs.hold(func(p string) bool { return filepath.Base(p) == "MEMBERS.tmp" })
 		t.Cleanup(release)
 		promoted := make(chan error, 1)
-		go func() { promoted <- n1.j.Promote(context.Background(), 2) }()
+		go func() { promoted <- j1.Promote(context.Background(), 2) }()
 		<-fs.hit
-		loopResponds(t, n1.j, "MEMBERS is synced")
+		loopResponds(t, j1, "MEMBERS is synced")
 		release()
 		require.NoError(t, <-promoted)
-
 		idx := propose(t, n1, "b")
-		term, err := n1.j.TermAt(idx)
+		term, err := j1.TermAt(idx)
 		require.NoError(t, err)
-		blob, err := n1.j.membershipBlobAt(idx)
+		blob, err := j1.MembershipBlobAtForTest(idx)
 		require.NoError(t, err)
-		journalDir := filepath.Join(n1.dir, "journal")
+		journalDir := filepath.Join(n1.Dir, "journal")
 		release = fs.hold(func(p string) bool { return strings.HasPrefix(p, journalDir) })
 		t.Cleanup(release)
 		written := make(chan error, 1)
-		go func() { written <- n1.j.imageWritten(context.Background(), idx, term, blob) }()
+		go func() { written <- j1.ImageWrittenForTest(context.Background(), idx, term, blob) }()
 		<-fs.hit
-		loopResponds(t, n1.j, "the image is recorded")
+		loopResponds(t, j1, "the image is recorded")
 		release()
 		require.NoError(t, <-written)
-		require.Equal(t, idx, n1.j.Status().Image)
+		require.Equal(t, idx, j1.Status().Image)
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/diskguard"
 	"github.com/metatree/metatree/journal/internal/envelope"
 	"github.com/metatree/metatree/journal/internal/rafthttp"
@@ -55,12 +56,6 @@ func (j *Journal) RaftConfigForTest(ctx context.Context) (voters, learners []uin
 		voters = slices.Sorted(maps.Keys(cfg.Voters.IDs()))
 	})
 	return voters, learners, err
-}
-
-// HandlerClientForTest is handlerClient: an HTTP client serving each
-// request in process, with the handler lookup returns for its host.
-func HandlerClientForTest(lookup func(host string) http.Handler) *http.Client {
-	return handlerClient(lookup)
 }
 
 // MaxEntryBytesForTest returns j's Config.MaxEntryBytes, its default
@@ -184,3 +179,186 @@ func DecodeConfChangeForTest(e *raftpb.Entry) (*raftpb.ConfChange, error) {
 	cc, _, err := decodeConfChange(e)
 	return cc, err
 }
+
+// SetDropForTest installs h's drop hook: the traffic between from and to
+// for which drop reports true is dropped, as a cut link drops it.
+func (h *HTTPTransport) SetDropForTest(drop func(from, to uint64) bool) { h.t.SetDrop(drop) }
+
+// LastIndexForTest returns the last index of j's durable log.
+func (j *Journal) LastIndexForTest() (uint64, error) { return j.store.LastIndex() }
+
+// KnowsMemberForTest reports whether the membership j applied names node
+// id.
+func (j *Journal) KnowsMemberForTest(id uint64) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	_, ok := j.mu.membership.Members[id]
+	return ok
+}
+
+// MembershipBlobAtForTest returns the membership blob j hands to an
+// image taken at index i.
+func (j *Journal) MembershipBlobAtForTest(i uint64) ([]byte, error) { return j.membershipBlobAt(i) }
+
+// ImageWrittenForTest tells j, as the image package does, that an image
+// at index (of term, with the membership blob it was handed) is written.
+func (j *Journal) ImageWrittenForTest(ctx context.Context, index, term uint64, membership []byte) error {
+	return j.imageWritten(ctx, index, term, membership)
+}
+
+// ConfStateOfBlobForTest returns raft's configuration of the membership
+// blob b (as an image carries it).
+func ConfStateOfBlobForTest(b []byte) (*raftpb.ConfState, error) {
+	m, err := decodeMembership(b)
+	if err != nil {
+		return nil, err
+	}
+	return m.confState(), nil
+}
+
+// DurableCommitForTest returns the commit index of j's durable HardState.
+func (j *Journal) DurableCommitForTest() uint64 { return j.store.HardState().GetCommit() }
+
+// MembershipRecordForTest returns the membership j's store records as of
+// index i, as MembershipContentForTest returns it.
+func (j *Journal) MembershipRecordForTest(i uint64) ([]byte, error) {
+	raw, err := j.store.MembershipAt(i)
+	if err != nil {
+		return nil, err
+	}
+	return MembershipContentForTest(raw)
+}
+
+// MembershipContentForTest returns the membership blob b without the
+// index of its record and the dedupe keys an image's record adds: what
+// two records of one membership have in common.
+func MembershipContentForTest(b []byte) ([]byte, error) {
+	m, err := decodeMembership(b)
+	if err != nil {
+		return nil, err
+	}
+	m.Index, m.Keys = 0, nil
+	return m.encode(), nil
+}
+
+// MembershipIDsForTest returns the members and the removed nodes of the
+// membership blob b, sorted.
+func MembershipIDsForTest(b []byte) (members, removed []uint64, err error) {
+	m, err := decodeMembership(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	return slices.Sorted(maps.Keys(m.Members)), m.Removed, nil
+}
+
+// KnobsForTest are the testing hooks of a journal (Config.knobs), as
+// testingKnobs documents them.
+type KnobsForTest struct {
+	BeforeRepropose func(key [16]byte)
+	Judged          func(index uint64, key [16]byte, v dedupe.Verdict)
+	Changed         func()
+	Ticked          func()
+	HoldReports     bool
+}
+
+// SetKnobsForTest gives the journal opened with cfg the hooks k.
+func SetKnobsForTest(cfg *Config, k KnobsForTest) {
+	cfg.knobs = &testingKnobs{
+		beforeRepropose: k.BeforeRepropose, judged: k.Judged, changed: k.Changed,
+		ticked: k.Ticked, holdReports: k.HoldReports,
+	}
+}
+
+// ApplyQueueForTest returns the state of j's apply queue: whether it is
+// full, and the bytes and batches it holds.
+func (j *Journal) ApplyQueueForTest() (full bool, bytes uint64, batches int) {
+	full = j.applyq.full()
+	j.applyq.mu.Lock()
+	defer j.applyq.mu.Unlock()
+	return full, j.applyq.bytes, len(j.applyq.items)
+}
+
+// SnapshotsOutAddForTest adds delta to j's count of snapshot transfers
+// in flight (none compacts the log while it is positive).
+func (j *Journal) SnapshotsOutAddForTest(delta int64) { j.snapsOut.Add(delta) }
+
+// SnapshotsOutForTest returns j's count of snapshot transfers in flight.
+func (j *Journal) SnapshotsOutForTest() int64 { return j.snapsOut.Load() }
+
+// LogFirstIndexForTest returns the first index of j's log store.
+func (j *Journal) LogFirstIndexForTest() (uint64, error) { return j.store.FirstIndex() }
+
+// RecordMembershipWithoutKeysForTest rewrites the membership record of
+// j's store at index i as the record of index i-1 without the dedupe keys
+// an image's record adds: the window recorded at i is gone.
+func (j *Journal) RecordMembershipWithoutKeysForTest(i uint64) error {
+	blob, err := j.store.MembershipAt(i)
+	if err != nil {
+		return err
+	}
+	m, err := decodeMembership(blob)
+	if err != nil {
+		return err
+	}
+	m.Index, m.Keys = i-1, nil
+	return j.store.SaveMembership(i, m.encode())
+}
+
+// ProposeTurnForTest proposes, in one turn of leader j's raft loop and
+// past the proposal checks, the entries (envelopes) ents returns for the
+// commit index raft has then: raft appends them at consecutive indexes
+// after the last.
+func (j *Journal) ProposeTurnForTest(ctx context.Context, ents func(commit uint64) [][]byte) error {
+	var perr error
+	if err := j.do(ctx, func() {
+		for _, e := range ents(j.rn.Status().GetCommit()) {
+			if perr = j.rn.Propose(e); perr != nil {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return perr
+}
+
+// DedupeVerdictAtForTest returns what the dedupe window j rebuilds at
+// index at decides of a bounded user copy of key with since, at index.
+func (j *Journal) DedupeVerdictAtForTest(at, index uint64, key [16]byte, since uint64) (dedupe.Verdict, error) {
+	d, err := j.dedupeAt(at)
+	if err != nil {
+		return 0, err
+	}
+	_, v := d.Judge(index, envelope.Envelope{Kind: envelope.KindUser, Key: key, Since: since, Bounded: true})
+	return v, nil
+}
+
+// MembersFileForTest returns what j's MEMBERS file records: the index of
+// the membership and its members.
+func (j *Journal) MembersFileForTest() (index uint64, members map[uint64]Member, err error) {
+	m, err := j.readMembers()
+	if err != nil {
+		return 0, nil, err
+	}
+	return m.Index, m.Members, nil
+}
+
+// MembershipIndexForTest returns the index of the membership blob b.
+func MembershipIndexForTest(b []byte) (uint64, error) {
+	m, err := decodeMembership(b)
+	if err != nil {
+		return 0, err
+	}
+	return m.Index, nil
+}
+
+// LoopOpsForTest is the channel of operations j's raft loop runs between
+// its turns.
+func (j *Journal) LoopOpsForTest() chan<- func() { return j.opc }
+
+// CheckVersionForTest is the cluster version that reads consistency
+// check entries.
+const CheckVersionForTest = checkVersion
+
+// ChecksForTest returns how many consistency checks j compared.
+func (j *Journal) ChecksForTest() uint64 { return j.checker.count() }

@@ -22,7 +22,7 @@ const faultDedupeWindow = 20
 // faultCluster is a journaltest.Cluster whose nodes run image stores and
 // checkpointers as the examples wire them (examples/frontend), each
 // node on a crashable in-memory disk, its images served in process
-// (HandlerClientForTest), so that it runs in a synctest bubble. No node
+// (journaltest.HandlerClient), so that it runs in a synctest bubble. No node
 // starts with the cluster: they start while faults are already injected,
 // so a power cut can hit any step of a bootstrap, a join or a restart
 // (journaltest.Cluster.RestartCrashingAt).
@@ -41,7 +41,7 @@ type faultCluster struct {
 // nodes as observers, none started, on a network seeded with seed.
 func newFaultCluster(t *testing.T, seed uint64, voters, observers int) *faultCluster {
 	c := &faultCluster{images: map[string]http.Handler{}, runs: map[uint64]*imageHost{}}
-	c.client = journal.HandlerClientForTest(func(host string) http.Handler {
+	c.client = journaltest.HandlerClient(func(host string) http.Handler {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.images[host]

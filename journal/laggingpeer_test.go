@@ -1,4 +1,4 @@
-package journal
+package journal_test
 
 import (
 	"testing"
@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/journaltest"
 )
 
 // A member cut off while a node joined and the leader it knew left has
@@ -16,35 +19,31 @@ import (
 // starts past it).
 func TestLaggingObserverFollowsALeaderWhoseJoinItHasNotApplied(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
-		c.start(1, 1) // node 1 votes, node 2 observes
-		n1, n2 := c.nodes[1], c.nodes[2]
-		propose(t, n1, "before")
-		await(t, 10*time.Second, "the observer applies the first write", n2.changed, func() bool { return n2.sm.has("before") })
+		c := newHTTPBubble(t, journaltest.Options{Voters: 1, Observers: 1}) // node 1 votes, node 2 observes
+		n1, n2 := c.Node(1), c.Node(2)
+		proposeVia(ctxFor(t, 5*time.Second), t, n1, "before")
+		awaitTicks(t, 1000, "the observer applies the first write", func() bool { return applied(n2, "before") })
 
-		n3 := c.listen(3)
 		c.partition(2)
-		require.NoError(t, c.open(n3, func(cfg *Config) { cfg.Join = n1.addr }))
+		n3, err := c.add(t, journal.Follower, nil) // joins through node 1
+		require.NoError(t, err)
 		// The leader counts node 3 reachable once it has heard from it.
 		for try := 0; ; try++ {
-			err := n3.j.RemoveMember(ctxT(t, 10*time.Second), 1, false)
+			err := n3.Journal().RemoveMember(ctxFor(t, 10*time.Second), 1, false)
 			if err == nil {
 				break
 			}
-			require.ErrorIs(t, err, ErrUnsafeRemoval)
+			require.ErrorIs(t, err, journal.ErrUnsafeRemoval)
 			require.Less(t, try, 50, "node 1 is never removed")
-			time.Sleep(testElectionTimeout)
+			time.Sleep(bubbleElectionTicks * bubbleTick)
 		}
-		await(t, 10*time.Second, "node 3 leads alone", n3.changed, func() bool { return n3.j.Status().Leader == 3 })
-		n1.closeJournal()
-		propose(t, n3, "after")
-		n2.j.mu.Lock()
-		_, ok := n2.j.mu.membership.Members[3]
-		n2.j.mu.Unlock()
-		require.False(t, ok, "the cut-off observer knows node 3 already")
+		awaitTicks(t, 1000, "node 3 leads alone", func() bool { return n3.Journal().Status().Leader == 3 })
+		c.stop(t, 1)
+		proposeVia(ctxFor(t, 5*time.Second), t, n3, "after")
+		require.False(t, n2.Journal().KnowsMemberForTest(3), "the cut-off observer knows node 3 already")
 
 		c.heal()
-		await(t, 20*time.Second, "the observer applies the new leader's write", n2.changed, func() bool { return n2.sm.has("after") })
-		require.Equal(t, uint64(3), n2.j.Status().Leader)
+		awaitTicks(t, 2000, "the observer applies the new leader's write", func() bool { return applied(n2, "after") })
+		require.Equal(t, uint64(3), n2.Journal().Status().Leader)
 	})
 }

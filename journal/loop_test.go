@@ -2,102 +2,13 @@ package journal
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-// gateSM blocks Apply while the gate is closed.
-type gateSM struct {
-	*memSM
-	mu   sync.Mutex
-	gate chan struct{}
-}
-
-// open lets Apply through; it is idempotent (a failed test's cleanup opens
-// the gate so Close can stop the applier).
-func (g *gateSM) open() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.gate != nil {
-		close(g.gate)
-		g.gate = nil
-	}
-}
-
-func (g *gateSM) Apply(index uint64, data []byte) any {
-	g.mu.Lock()
-	gate := g.gate
-	g.mu.Unlock()
-	if gate != nil {
-		<-gate
-	}
-	return g.memSM.Apply(index, data)
-}
-
-// A follower whose state machine is stuck keeps ticking, persisting and
-// acknowledging once its apply queue is full: the leader, which needs it
-// for a quorum, keeps committing, and nobody starts an election. Only the
-// committed entries wait, and the queue stays within its bound.
-func TestSlowApplyDoesNotStopRaft(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
-		c.start(3, 0)
-		leader := c.waitLeader()
-		var slow, cut uint64
-		for id := uint64(1); id <= 3; id++ {
-			if id != leader {
-				if slow == 0 {
-					slow = id
-				} else {
-					cut = id
-				}
-			}
-		}
-		n := c.nodes[slow]
-		gate := &gateSM{memSM: newMemSM(), gate: make(chan struct{})}
-		t.Cleanup(gate.open) // before the cluster's cleanup closes the nodes
-		n.closeJournal()
-		n.sm = gate.memSM
-		const queueBytes, perReady, entryBytes, entries = 4 << 10, 1 << 10, 512, 60
-		require.NoError(t, c.open(n, func(cfg *Config) {
-			cfg.StateMachine = gate
-			cfg.ApplyQueueBytes, cfg.ApplyQueueBatches, cfg.MaxCommittedBytesPerReady = queueBytes, 4, perReady
-		}))
-		c.partition(cut) // the leader now needs the slow node for every commit
-		term := c.nodes[leader].j.Status().Term
-		for i := range entries {
-			data := fmt.Appendf(make([]byte, 0, entryBytes), "s%d-", i)
-			data = data[:entryBytes]
-			_, _, err := c.nodes[leader].j.Propose(ctxT(t, 5*time.Second), data)
-			require.NoError(t, err, "entry %d: the slow node still acknowledges", i)
-		}
-		require.True(t, n.j.applyq.full(), "the entries (%d bytes) filled the slow node's apply queue", entries*entryBytes)
-		n.j.applyq.mu.Lock()
-		queued := n.j.applyq.bytes
-		batches := len(n.j.applyq.items)
-		n.j.applyq.mu.Unlock()
-		require.LessOrEqual(t, queued, uint64(queueBytes+perReady+2*(entryBytes+64)), "the queue stays within its bound")
-		require.LessOrEqual(t, batches, 4)
-		st := n.j.Status()
-		require.Greater(t, st.Committed, st.Applied+uint64(queueBytes/entryBytes), "the slow node persisted entries it has not queued")
-		lst := c.nodes[leader].j.Status()
-		require.Equal(t, leader, lst.Leader)
-		require.Equal(t, term, lst.Term, "no election while a follower's apply is stuck")
-		require.Zero(t, n.j.campaigns.Load())
-		gate.open()
-		require.NoError(t, n.j.WaitApplied(ctxT(t, 5*time.Second), st.Committed))
-		c.heal()
-		require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
-		last := fmt.Appendf(make([]byte, 0, entryBytes), "s%d-", entries-1)
-		require.True(t, gate.has(string(last[:entryBytes])))
-	})
-}
 
 func TestConfigValidation(t *testing.T) {
 	sm := newMemSM()

@@ -1,4 +1,4 @@
-package journal
+package journal_test
 
 import (
 	"fmt"
@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/journaltest"
 )
 
 // A follower's forwarded proposal applies on the leader, but the follower
@@ -19,33 +22,27 @@ import (
 func TestExpiredCopyAfterAnImageIsUnknownNotReapplied(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const window = 4
-		c := newCluster(t)
-		imgs := map[uint64]*fakeImages{}
-		withImages := imagesFor(imgs, window)
 		leaderSM := &applyCounter{memSM: newMemSM(), value: "once", c: make(chan int, 4)}
-		n1 := c.listen(1)
-		n1.sm = leaderSM.memSM
-		opt1 := withImages(n1)
-		require.NoError(t, c.open(n1, func(cfg *Config) { opt1(cfg); cfg.Bootstrap, cfg.StateMachine = true, leaderSM }))
-		c.waitLeader(1)
-		for id := uint64(2); id <= 3; id++ {
-			n := c.listen(id)
-			opt := withImages(n)
-			require.NoError(t, c.open(n, func(cfg *Config) { opt(cfg); cfg.Join = n1.addr }))
-		}
+		c, imgs := newImageBubble(t, journaltest.Options{
+			NewStateMachine: func(id uint64) journal.StateMachine {
+				if id == 1 {
+					return leaderSM
+				}
+				return newMemSM()
+			},
+		}, window)
+		n1 := c.Node(1)
 		propose(t, n1, "warm-up")
-		for _, n := range c.nodes {
-			require.NoError(t, n.j.ReadBarrier(ctxT(t, 5*time.Second)))
+		for _, n := range c.Nodes() {
+			require.NoError(t, n.Journal().ReadBarrier(ctxFor(t, 5*time.Second)))
 		}
 
 		// Node 2 still sends to the leader, but hears nothing back.
-		c.mu.Lock()
-		c.oneWay = map[[2]uint64]bool{{1, 2}: true}
-		c.mu.Unlock()
-		f := c.nodes[2]
+		c.cutOneWay(1, 2)
+		f := c.Node(2)
 		proposed := make(chan error, 1)
 		go func() {
-			_, _, err := f.j.Propose(ctxT(t, 60*time.Second), []byte("once"))
+			_, _, err := f.Journal().Propose(ctxFor(t, 60*time.Second), []byte("once"))
 			proposed <- err
 		}()
 		select {
@@ -60,20 +57,20 @@ func TestExpiredCopyAfterAnImageIsUnknownNotReapplied(t *testing.T) {
 			for i := range 2 * window {
 				propose(t, n1, fmt.Sprintf("fill-%d-%d", round, i))
 			}
-			checkpoint(t, n1, imgs[1])
+			checkpoint(t, n1, imgs.of(1))
 		}
-		first, err := n1.j.FirstIndex()
+		first, err := n1.Journal().FirstIndex()
 		require.NoError(t, err)
-		require.Greater(t, first, f.j.Status().Applied+1, "the leader's log starts past node 2's")
+		require.Greater(t, first, f.Journal().Status().Applied+1, "the leader's log starts past node 2's")
 		c.heal()
 
 		select {
 		case err := <-proposed:
-			require.ErrorIs(t, err, ErrOutcomeUnknown)
+			require.ErrorIs(t, err, journal.ErrOutcomeUnknown)
 		case <-time.After(45 * time.Second):
 			t.Fatal("the proposal on node 2 did not end")
 		}
-		require.Positive(t, imgs[2].installCount(), "node 2 caught up from an image")
+		require.Positive(t, imgs.of(2).installCount(), "node 2 caught up from an image")
 		requireAppliedOnce(t, c, n1, "once")
 		select {
 		case n := <-leaderSM.c:

@@ -1,4 +1,4 @@
-package journal
+package journal_test
 
 import (
 	"fmt"
@@ -11,8 +11,36 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/internal/raftstore"
+	"github.com/metatree/metatree/journal/journaltest"
 )
+
+// newImageNode starts a one-node cluster on disk whose node has imgs,
+// each start adjusted by mod.
+func newImageNode(t *testing.T, imgs *fakeImages, mod func(cfg *journal.Config)) *httpBubble {
+	return newHTTPBubble(t, journaltest.Options{
+		Voters: 1, OnDisk: true,
+		NewStateMachine: func(uint64) journal.StateMachine { return newMemSM() },
+		Configure: func(cfg *journal.Config) {
+			imgs.bind(cfg)
+			if mod != nil {
+				mod(cfg)
+			}
+		},
+	})
+}
+
+// imageOfNow is an image of node n's state machine at index, with the
+// membership blob n gives for it.
+func imageOfNow(t *testing.T, n *journaltest.Node, index uint64) fakeImage {
+	blob, err := n.Journal().MembershipBlobAtForTest(index)
+	require.NoError(t, err)
+	sm := smOf(n)
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	return fakeImage{index: index, ents: maps.Clone(sm.ents), membership: blob}
+}
 
 // An image written just before a power cut can be ahead of the durable
 // commit index (the HardState carrying the commit had not been written
@@ -21,24 +49,19 @@ import (
 // from it (raft cannot start with Applied past its commit).
 func TestRestartFromImageAheadOfDurableCommit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
-		n1 := c.listen(1)
-		imgs := &fakeImages{sm: func() *memSM { return n1.sm }, images: map[uint64]fakeImage{}, registry: &sync.Map{}, requests: make(chan struct{}, 1)}
-		opt := func(cfg *Config) { cfg.Snapshots = imgs; cfg.StaleAfter = time.Hour }
-		require.NoError(t, c.open(n1, func(cfg *Config) { opt(cfg); cfg.Bootstrap = true }))
-		c.waitLeader(1)
+		imgs := newFakeImages(&sync.Map{})
+		c := newImageNode(t, imgs, func(cfg *journal.Config) { cfg.StaleAfter = time.Hour })
+		n1 := c.Node(1)
 		for i := range 5 {
 			propose(t, n1, fmt.Sprintf("v%d", i))
 		}
-		idx := n1.j.Status().Applied
-		blob, err := n1.j.membershipBlobAt(idx)
-		require.NoError(t, err)
-		imgs.images[idx] = fakeImage{index: idx, ents: maps.Clone(n1.sm.ents), membership: blob}
-		want := n1.sm.values()
-		n1.closeJournal()
+		idx := n1.Journal().Status().Applied
+		imgs.put(imageOfNow(t, n1, idx))
+		want := smOf(n1).values()
+		c.stop(t, 1)
 
 		// The HardState as a power cut before its write leaves it.
-		st, err := raftstore.Open(raftstore.Options{Dir: filepath.Join(n1.dir, "journal")})
+		st, err := raftstore.Open(raftstore.Options{Dir: filepath.Join(n1.Dir, "journal")})
 		require.NoError(t, err)
 		hs := st.HardState()
 		require.GreaterOrEqual(t, hs.GetCommit(), idx)
@@ -46,13 +69,12 @@ func TestRestartFromImageAheadOfDurableCommit(t *testing.T) {
 		require.NoError(t, st.Append(hs, nil, nil, true))
 		require.NoError(t, st.Close())
 
-		n1.sm = newMemSM()
-		require.NoError(t, c.open(n1, opt))
-		require.Equal(t, want, n1.sm.values(), "loaded from the image")
-		require.GreaterOrEqual(t, n1.j.store.HardState().GetCommit(), idx, "the durable commit covers the image")
-		c.waitLeader(1)
+		require.NoError(t, c.restart(t, 1, nil))
+		require.Equal(t, want, smOf(n1).values(), "loaded from the image")
+		require.GreaterOrEqual(t, n1.Journal().DurableCommitForTest(), idx, "the durable commit covers the image")
+		c.leader(t)
 		propose(t, n1, "after")
-		require.Equal(t, append(want, "after"), n1.sm.values())
+		require.Equal(t, append(want, "after"), smOf(n1).values())
 	})
 }
 
@@ -60,21 +82,17 @@ func TestRestartFromImageAheadOfDurableCommit(t *testing.T) {
 // it, rather than started with a gap.
 func TestRestartRefusesStateOutsideTheLog(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t)
-		n1 := c.listen(1)
-		imgs := &fakeImages{sm: func() *memSM { return n1.sm }, images: map[uint64]fakeImage{}, registry: &sync.Map{}, requests: make(chan struct{}, 1)}
-		opt := func(cfg *Config) { cfg.Snapshots = imgs }
-		require.NoError(t, c.open(n1, func(cfg *Config) { opt(cfg); cfg.Bootstrap = true }))
-		c.waitLeader(1)
+		imgs := newFakeImages(&sync.Map{})
+		c := newImageNode(t, imgs, nil)
+		n1 := c.Node(1)
 		propose(t, n1, "a")
-		last := n1.j.Status().Applied
-		blob, err := n1.j.membershipBlobAt(last)
+		last := n1.Journal().Status().Applied
+		blob, err := n1.Journal().MembershipBlobAtForTest(last)
 		require.NoError(t, err)
-		n1.closeJournal()
+		c.stop(t, 1)
 		// An image past every entry of the log (a log that lost its tail).
-		imgs.images[last+100] = fakeImage{index: last + 100, ents: map[uint64]string{}, membership: blob}
-		n1.sm = newMemSM()
-		err = c.open(n1, opt)
+		imgs.put(fakeImage{index: last + 100, ents: map[uint64]string{}, membership: blob})
+		err = c.restart(t, 1, nil)
 		require.ErrorContains(t, err, fmt.Sprintf("loaded at index %d, past the log's last entry %d", last+100, last))
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -47,7 +48,8 @@ type Options struct {
 	// Logger receives the nodes' logs (default: discard).
 	Logger *slog.Logger
 	// Transport picks what carries the nodes' traffic: the in-memory
-	// Network (default) or journal's HTTP transport over loopback sockets.
+	// Network (default), journal's HTTP transport over loopback sockets,
+	// or journal's HTTP transport served in process.
 	Transport TransportKind
 	// TLS, with the HTTP transport, serves and dials with mutual TLS:
 	// node id's listener serves with server and its journal dials with
@@ -77,6 +79,16 @@ const (
 	// Journal.Handler on a loopback port it keeps across restarts: the
 	// real wire, with TLS when Options.TLS is set. Cluster.Net is nil.
 	HTTP
+	// HTTPInProcess is journal's HTTP transport whose client calls the
+	// handler of the node a request's host names (HandlerClient), with
+	// no socket, so that it runs in a synctest bubble. Node id's address
+	// is "nodeID", kept across restarts; it serves its transport's
+	// handler from before Open (a joining node's peers reach it as soon as
+	// it is a member) and answers 503 while the node is down. Cluster.Net
+	// is nil; Options.Configure sees the *journal.HTTPTransport in
+	// cfg.Transport, and may wrap it in a Transport of its own that has
+	// the same Handler method. Cluster.Client sends a test's own requests.
+	HTTPInProcess
 )
 
 // TB is the part of testing.TB a Cluster uses; *testing.T and *testing.B
@@ -98,8 +110,14 @@ type Cluster struct {
 	tb   TB
 	opts Options
 	// Net is the network between the nodes; use it to inject faults. It
-	// is nil with the HTTP transport.
+	// is nil with either HTTP transport (HTTP, HTTPInProcess).
 	Net *Network
+	// root holds the nodes' data dirs with Options.OnDisk.
+	root string
+
+	// client carries the requests of every node's transport with
+	// HTTPInProcess.
+	client *http.Client
 
 	mu    sync.Mutex
 	nodes map[uint64]*Node
@@ -114,7 +132,7 @@ type Node struct {
 	Dir string
 
 	fs  vfs.FS
-	srv *server // the loopback server, with the HTTP transport
+	srv *server // the loopback or in-process server, with an HTTP transport
 
 	mu   sync.Mutex
 	j    *journal.Journal
@@ -166,8 +184,17 @@ func NewCluster(tb TB, opts Options) *Cluster {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cluster{tb: tb, opts: opts, nodes: map[uint64]*Node{}}
-	if opts.Transport == InMemory {
+	if opts.OnDisk {
+		// The data dirs live under one TempDir registered before the
+		// cleanup that closes the nodes, so that they are removed after
+		// the nodes stopped writing to them.
+		c.root = tb.TempDir()
+	}
+	switch opts.Transport {
+	case InMemory:
 		c.Net = NewNetwork(opts.Seed)
+	case HTTPInProcess:
+		c.client = HandlerClient(c.handler)
 	}
 	tb.Cleanup(c.Close)
 
@@ -207,7 +234,10 @@ func NewCluster(tb TB, opts Options) *Cluster {
 func (c *Cluster) newNode(id uint64, role journal.Role) (*Node, error) {
 	n := &Node{ID: id, Addr: fmt.Sprintf("node%d", id), Role: role}
 	name := n.Addr
-	if c.opts.Transport == HTTP {
+	switch c.opts.Transport {
+	case HTTPInProcess:
+		n.srv = &server{addr: n.Addr}
+	case HTTP:
 		var serverTLS *tls.Config
 		if c.opts.TLS != nil {
 			serverTLS, _ = c.opts.TLS(id)
@@ -219,7 +249,7 @@ func (c *Cluster) newNode(id uint64, role journal.Role) (*Node, error) {
 		n.srv, n.Addr = srv, srv.addr
 	}
 	if c.opts.OnDisk {
-		n.fs, n.Dir = vfs.Default, filepath.Join(c.tb.TempDir(), name)
+		n.fs, n.Dir = vfs.Default, filepath.Join(c.root, name)
 	} else {
 		n.fs, n.Dir = vfs.NewCrashableMem(), "/"+name
 		// Create the data dir durably, as an installer would: a crash
@@ -274,6 +304,8 @@ func (c *Cluster) config(n *Node, fs vfs.FS) journal.Config {
 	}
 	if c.Net != nil {
 		cfg.Transport = c.Net.Transport(n.Addr)
+	} else if c.client != nil {
+		cfg.Transport = journal.NewHTTPTransport(journal.HTTPOptions{Client: c.client, Logger: c.opts.Logger})
 	} else if c.opts.TLS != nil {
 		_, cfg.TLS = c.opts.TLS(n.ID)
 	}
@@ -310,8 +342,17 @@ func (c *Cluster) open(ctx context.Context, n *Node, fs vfs.FS) error {
 		}
 		host = h
 	}
+	// In process, a node serves its transport's handler from before Open:
+	// that of journal's HTTPTransport, or of a host's Transport wrapping
+	// one, which the journal does not know (Journal.Handler would not
+	// serve it).
+	served, _ := cfg.Transport.(interface{ Handler() http.Handler })
+	if c.client != nil && served != nil {
+		n.srv.serve(served.Handler())
+	}
 	j, err := journal.Open(ctx, cfg)
 	if err != nil {
+		n.srv.serve(nil)
 		if cfg.Transport != nil {
 			_ = cfg.Transport.Close()
 		}
@@ -324,7 +365,9 @@ func (c *Cluster) open(ctx context.Context, n *Node, fs vfs.FS) error {
 	n.j, n.sm, n.host, n.opened = j, cfg.StateMachine, host, true
 	n.mu.Unlock()
 	// The journal's own HTTP transport is reachable once Open returned.
-	n.srv.serve(j.Handler())
+	if c.client == nil || served == nil {
+		n.srv.serve(j.Handler())
+	}
 	if host != nil {
 		if err := host.Started(ctx, j); err != nil {
 			return errors.Join(fmt.Errorf("journaltest: node %d: host: %w", n.ID, err), c.stop(n))
@@ -364,6 +407,25 @@ func (c *Cluster) setDown(n *Node, down bool) {
 		n.srv.serve(nil)
 	}
 }
+
+// handler returns the handler of the node at addr, for HandlerClient, or
+// nil if no node is there.
+func (c *Cluster) handler(addr string) http.Handler {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.Addr == addr {
+			return n.srv
+		}
+	}
+	return nil
+}
+
+// Client returns the client that carries the nodes' requests with
+// HTTPInProcess (HandlerClient over the nodes' addresses), for a test to
+// send requests of its own to a node's handler; nil with another
+// transport.
+func (c *Cluster) Client() *http.Client { return c.client }
 
 // Node returns node id (1-based), or nil.
 func (c *Cluster) Node(id uint64) *Node {

@@ -19,7 +19,13 @@
 // port (mutual TLS with [Options.TLS]): the real wire, for tests and
 // benchmarks of the transport itself; faults are then injected by stopping
 // or crashing nodes, not on links. [Options.WrapFS] wraps each node's
-// filesystem, to count or slow its syncs.
+// filesystem, to count or slow its syncs. With [HTTPInProcess] the nodes
+// run journal's HTTP transport with no socket: its client is
+// [HandlerClient], an http.RoundTripper that calls the handler of the node
+// a request's host names ("node1", "node2", ...) directly, streaming the
+// response through a pipe, so that the cluster runs in a synctest bubble
+// on virtual time. Options.Configure sees each node's
+// *journal.HTTPTransport in Config.Transport before Open.
 //
 // [Options.Host] runs a [Host] beside each run of a node, as a host
 // process wires its own components (an image store, say) around the

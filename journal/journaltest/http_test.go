@@ -1,9 +1,11 @@
 package journaltest_test
 
 import (
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -69,4 +71,41 @@ func TestHTTPClusterStopCrashRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, n.Journal().ReadBarrier(ctx))
 	require.Contains(t, values(n), "while-crashed")
+}
+
+// Over the HTTP transport served in process a cluster forms in a synctest
+// bubble, on virtual time, with no socket: it replicates, and a stopped
+// and a crashed node come back on the same address and catch up.
+func TestHTTPInProcessClusterStopCrashRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := journaltest.NewCluster(t, journaltest.Options{Transport: journaltest.HTTPInProcess})
+		ctx := ctxFor(t, 30*time.Second)
+		require.Nil(t, c.Net, "no in-memory network over HTTP")
+		for _, n := range c.Nodes() {
+			require.Equal(t, fmt.Sprintf("node%d", n.ID), n.Addr)
+		}
+
+		leader, err := c.WaitLeader(ctx)
+		require.NoError(t, err)
+		_, _, err = c.Node(leader).Journal().Propose(ctx, []byte("before"))
+		require.NoError(t, err)
+
+		follower := leader%3 + 1
+		require.NoError(t, c.Stop(follower))
+		_, _, err = c.Node(leader).Journal().Propose(ctx, []byte("while-stopped"))
+		require.NoError(t, err)
+		require.NoError(t, c.Restart(ctx, follower))
+		require.Equal(t, fmt.Sprintf("node%d", follower), c.Node(follower).Addr, "a restarted node keeps its address")
+
+		other := 6 - leader - follower
+		require.NoError(t, c.Crash(other))
+		idx, _, err := c.Node(leader).Journal().Propose(ctx, []byte("while-crashed"))
+		require.NoError(t, err)
+		require.NoError(t, c.Restart(ctx, other))
+		require.NoError(t, c.WaitApplied(ctx, idx))
+		for _, n := range c.Running() {
+			require.NoError(t, n.Journal().ReadBarrier(ctx))
+			require.Subset(t, values(n), []string{"before", "while-stopped", "while-crashed"}, "node %d", n.ID)
+		}
+	})
 }

@@ -9,12 +9,13 @@ import (
 	"time"
 )
 
-// server is one node's loopback HTTP server with the HTTP transport. It
-// keeps its port across the node's restarts and serves whichever journal
-// runs there, or refuses every request while none does.
+// server is one node's HTTP server with an HTTP transport. It keeps its
+// address across the node's restarts and serves whichever journal runs
+// there, or refuses every request while none does. With HTTPInProcess it
+// has no listener (srv is nil): HandlerClient calls its ServeHTTP.
 type server struct {
 	addr string
-	srv  *http.Server
+	srv  *http.Server   // nil in process
 	wg   sync.WaitGroup // the Serve goroutine
 
 	mu sync.Mutex
@@ -64,7 +65,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // close shuts the server down and waits for its Serve goroutine. A nil
 // server ignores it; a second close returns at once.
 func (s *server) close() {
-	if s == nil {
+	if s == nil || s.srv == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -1,4 +1,4 @@
-package journal
+package journaltest
 
 import (
 	"fmt"
@@ -8,12 +8,12 @@ import (
 	"sync"
 )
 
-// handlerClient returns an HTTP client that serves each request in
+// HandlerClient returns an HTTP client that serves each request in
 // process with the handler lookup returns for the request's host, with
 // no socket: the raft streams, forwarded proposals and image transfers
 // of a cluster in a synctest bubble, where a goroutine blocked on a
 // socket would keep virtual time from moving.
-func handlerClient(lookup func(host string) http.Handler) *http.Client {
+func HandlerClient(lookup func(host string) http.Handler) *http.Client {
 	return &http.Client{Transport: handlerRoundTripper(lookup)}
 }
 

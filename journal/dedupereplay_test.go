@@ -1,4 +1,4 @@
-package journal
+package journal_test
 
 import (
 	"testing"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/envelope"
+	"github.com/metatree/metatree/journal/journaltest"
 )
 
 // A copy past its since's window that lands within the window of the
@@ -28,38 +29,28 @@ func TestAReplayDecidesACopyAfterAnExpiredDuplicateAsTheApplierDid(t *testing.T)
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const window = 16
-				c := newCluster(t)
-				imgs := map[uint64]*fakeImages{}
-				n1 := c.listen(1)
-				opt := imagesFor(imgs, window)(n1)
-				require.NoError(t, c.open(n1, func(cfg *Config) {
-					opt(cfg)
-					cfg.Bootstrap = true
-				}))
-				c.waitLeader(1)
+				c, imgs := newImageBubble(t, journaltest.Options{Voters: 1}, window)
+				n1 := c.Node(1)
+				j1 := n1.Journal()
 				propose(t, n1, "first")
-				ctx := ctxT(t, 5*time.Second)
+				ctx := ctxFor(t, 5*time.Second)
 				key := [16]byte{0xd1}
 
 				// Each turn of the raft loop appends its copies at
 				// consecutive indexes after the last.
 				turn := func(ents func(last uint64) [][]byte) {
 					synctest.Wait()
-					require.NoError(t, n1.j.do(ctx, func() {
-						for _, e := range ents(n1.j.rn.Status().GetCommit()) {
-							require.NoError(t, n1.j.rn.Propose(e))
-						}
-					}))
+					require.NoError(t, j1.ProposeTurnForTest(ctx, ents))
 				}
 				var p uint64 // the key's first copy: applied
 				turn(func(last uint64) [][]byte {
 					p = last + 1
 					return [][]byte{envelope.EncodeUserSince(key, p-1, []byte("once"))}
 				})
-				require.NoError(t, n1.j.WaitApplied(ctx, p))
+				require.NoError(t, j1.WaitApplied(ctx, p))
 				dup, retry := p+window, p+window+1
 				if withImage {
-					img := checkpoint(t, n1, imgs[1])
+					img := checkpoint(t, n1, imgs.of(1))
 					require.GreaterOrEqual(t, img, p)
 				}
 				turn(func(last uint64) [][]byte {
@@ -73,22 +64,22 @@ func TestAReplayDecidesACopyAfterAnExpiredDuplicateAsTheApplierDid(t *testing.T)
 						envelope.EncodeUserSince(key, p-1, []byte("once")),
 						envelope.EncodeUserSince(key, dup, []byte("once")))
 				})
-				require.NoError(t, n1.j.WaitApplied(ctx, retry))
-				n1.sm.mu.Lock()
-				got := []string{n1.sm.ents[p], n1.sm.ents[dup], n1.sm.ents[retry]}
-				n1.sm.mu.Unlock()
+				require.NoError(t, j1.WaitApplied(ctx, retry))
+				sm := smOf(n1)
+				sm.mu.Lock()
+				got := []string{sm.ents[p], sm.ents[dup], sm.ents[retry]}
+				sm.mu.Unlock()
 				require.Equal(t, []string{"once", "", ""}, got, "the applier applies the first copy alone")
 
 				var replayed []uint64
-				require.NoError(t, n1.j.ReadEntries(ctx, dup, retry, func(index uint64, _ []byte) error {
+				require.NoError(t, j1.ReadEntries(ctx, dup, retry, func(index uint64, _ []byte) error {
 					replayed = append(replayed, index)
 					return nil
 				}))
 				require.Empty(t, replayed, "a replay from the expired duplicate applies the retry after it")
 
-				d, err := n1.j.dedupeAt(dup)
+				verdict, err := j1.DedupeVerdictAtForTest(dup, retry, key, dup)
 				require.NoError(t, err)
-				_, verdict := d.Judge(retry, envelope.Envelope{Kind: envelope.KindUser, Key: key, Since: dup, Bounded: true})
 				require.Equal(t, dedupe.Duplicate, verdict, "the window rebuilt at the expired duplicate holds it")
 			})
 		})
