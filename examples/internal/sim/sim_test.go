@@ -110,7 +110,12 @@ func BenchmarkSimulatedClusterHours(b *testing.B) {
 // checks that pass on every other seed can fail.
 func TestRunReportsAReplicaWhoseCatalogDiffers(t *testing.T) {
 	const corrupt = 2
-	res := runCorrupted(t, Options{Seed: 1, Frontends: 3, Duration: 20 * time.Second, Extend: func(ctx context.Context, c *frontendtest.Cluster, _ *rand.Rand) {
+	// Seed 2 draws no operator recovery (drawDisaster): a recovery forced
+	// from the corrupted member makes a history porcupine takes too long
+	// to judge, and the corruption is to be the run's only defect.
+	const seed = 2
+	require.Empty(t, drawDisaster(seed, 3, time.Now(), 20*time.Second).kind)
+	res := runCorrupted(t, Options{Seed: seed, Frontends: 3, Duration: 20 * time.Second, Extend: func(ctx context.Context, c *frontendtest.Cluster, _ *rand.Rand) {
 		f := c.Frontend(corrupt)
 		if err := f.Journal().ReadBarrier(ctx); err != nil {
 			t.Fatalf("read barrier on frontend %d: %v", corrupt, err)
