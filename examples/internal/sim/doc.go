@@ -387,8 +387,10 @@
 // cluster's own goroutines meet them. Measured on seed 1 run 20 times
 // (Result.History, a hash of every operation and outcome in order, and
 // Result.FaultHistory, of the faults alone): no two runs had the same
-// whole history, and the most common fault schedule came back in 3 to 5
-// of the 20 (two series of 20). A replay therefore reruns the same kind of run, not the same one: a
+// whole history, and no two the same fault schedule (the recoveries and
+// membership operations wait on the cluster's state, which the order of
+// its goroutines moves). A replay therefore reruns the same kind of run,
+// not the same one: a
 // failure that depends on a rare interleaving may need the seed run a few
 // times (-seeds with -from S reruns nearby seeds too).
 package sim
