@@ -28,7 +28,7 @@ const disasterIDs = 30
 // from the most up-to-date survivor (a run of three or more voters; in
 // other runs this draw restores a backup instead), one in six restores a
 // backup into a new cluster, the others have none. It comes once, in the
-// middle of the faults (between 40 % and 70 % of the run's duration), at
+// middle of the faults (between four and seven tenths of the run's duration), at
 // the first fault after its time that finds a leader on a healed cluster.
 type disaster struct {
 	kind string

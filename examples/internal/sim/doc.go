@@ -93,7 +93,7 @@
 //
 // One run in six loses a quorum for good and one in six restores a
 // backup (disaster.go; a run of fewer than three voters restores in place
-// of the loss), once, at the first fault after 40 % to 70 % of the run
+// of the loss), once, at the first fault after four to seven tenths of the run
 // that finds a leader once every link is healed and every member runs.
 // For the loss, the majority of the voters and every observer lose their
 // power and are never restarted on their disks; half the time the leader
@@ -322,8 +322,8 @@
 // force that keeps the lost members in its membership in every forced
 // run.
 //
-// Its long runs find defects of their own in the library, each fixed with
-// a test in its package: a member that has not applied a node's addition
+// Its long runs find defects of the library itself, whose tests live in
+// their packages: a member that has not applied a node's addition
 // (cut off while it joined) has no address for it, cannot answer it once
 // it leads, and stays behind for ever, which the replica-equality and
 // liveness checks find when the leader it knew is removed (journal,
@@ -341,24 +341,23 @@
 // known is named here with the seed that showed it:
 //
 //   - a coordinator's part cancelled for a restart of its worker while
-//     the worker's process still ran (seed 1796585009324305272; it
-//     replays in none of 60 runs of this version, whose membership
-//     operations draw from the seed too and change its schedule, and no
-//     long run shows it): in a run of a sole voter and observers, an
-//     observer coordinator's registry, which knew the worker dead at a
-//     temporary epoch, holds a query part on the worker's current epoch
-//     and, as a new leader's records arrive, applies a restart to the
-//     worker's epoch from before its last two restarts (the cancel's new
-//     epoch is an older process in the ground truth). A leader journaling
-//     a stale answer (a heartbeat reply of an ended process) and the
-//     registry misjudging an ahead part against a replayed event are not
-//     told apart yet: a run that shows it again prints the registry's
-//     events and the ground truth to tell them by (eventlog.go).
+//     the worker's process still ran (seed 1796585009324305272, which
+//     does not show it again: membership operations and recoveries draw
+//     from the seed too and change its schedule): in a run of a sole
+//     voter and observers, an observer coordinator's registry, which knew
+//     the worker dead at a temporary epoch, holds a query part on the
+//     worker's current epoch and, as a new leader's records arrive,
+//     applies a restart to the worker's epoch from before its last two
+//     restarts (the cancel's new epoch is an older process in the ground
+//     truth). Two causes fit: a leader journaling a stale answer (a
+//     heartbeat reply of an ended process), or the registry misjudging an
+//     ahead part against a replayed event. A run that shows it prints the
+//     registry's events and the ground truth that tell them apart
+//     (eventlog.go).
 //
-// A coordinator's part never cancelled (seed 1796538683186244378) was
-// the catalog's quota refusing the leader's member transitions, which
-// catalog.Quota.Exempt lets through (the frontend exempts
-// heartbeat.ClusterPath); that seed passes 20 runs of 20.
+// The catalog's quota refusing the leader's member transitions leaves a
+// coordinator's part never cancelled; catalog.Quota.Exempt lets those
+// transitions through (the frontend exempts heartbeat.ClusterPath).
 //
 // A failed query check prints, under its sentence, the evidence to
 // judge it by (eventlog.go): the query's start and finish, the member's
