@@ -187,11 +187,21 @@ func (r *run) membership(ctx context.Context, rng *rand.Rand) {
 // maxJoins bounds the frontends that join a run.
 const maxJoins = 3
 
+// joinTries bounds the tries of one join.
+const joinTries = 3
+
 // join starts a frontend with a new id that joins through a random member
 // (frontendtest.JoinFrontend, as a metaserver's -join does), as a voter or
 // an observer, and, half the time, promotes an observer at once. A join
-// that fails is undone: its id is removed (it may have become a raft
-// member before its start failed) and never used again.
+// that fails may still have made the id a raft member (its outcome is
+// unknown), and a voter added to a cluster that cannot reach it may leave
+// no quorum to remove it with, so the join is retried as an operator
+// reruns a metaserver's -join (adding a member already there with its
+// address is a no-op), through each running member in turn (a member
+// that has not applied the addition forwards it to a leader the voter
+// it added may have taken away; one that has applied it answers at
+// once), the network healed before the last try. A join
+// that still fails is undone: its id is removed and never used again.
 func (r *run) join(ctx context.Context, rng *rand.Rand) {
 	up := r.running()
 	r.fleet.mu.Lock()
@@ -206,11 +216,27 @@ func (r *run) join(ctx context.Context, rng *rand.Rand) {
 	if rng.IntN(2) == 0 {
 		role = journal.Observer
 	}
-	through := up[rng.IntN(len(up))]
-	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err := r.c.JoinFrontend(jctx, id, role, through)
-	cancel()
-	r.hist.fault("join %d as %s through %d: %v", id, role, through, err)
+	var err error
+	first := rng.IntN(joinTries)
+	for try := range joinTries {
+		if try == joinTries-1 {
+			r.hist.fault("heal")
+			r.c.Network().Heal()
+			r.c.Network().ClearFaults()
+		}
+		up := slices.DeleteFunc(r.running(), func(i int) bool { return i == id })
+		if len(up) == 0 {
+			break
+		}
+		through := up[(first+try)%len(up)]
+		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err = r.c.JoinFrontend(jctx, id, role, through)
+		cancel()
+		r.hist.fault("join %d as %s through %d: %v", id, role, through, err)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
 		if err := r.removeRetry(ctx, id); err != nil {
 			r.hist.fault("undo the join of %d: %v", id, err)
@@ -333,6 +359,16 @@ func (r *run) removeRetry(ctx context.Context, id int) error {
 				continue
 			}
 			err = f.RemoveMember(ctx, uint64(id), false)
+			if errors.Is(err, heartbeat.ErrNotFound) {
+				// The frontend may not have applied the id's addition
+				// yet: absent after a read barrier, it is absent.
+				bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err = f.Journal().ReadBarrier(bctx)
+				cancel()
+				if err == nil {
+					err = f.RemoveMember(ctx, uint64(id), false)
+				}
+			}
 			if err == nil || errors.Is(err, frontend.ErrRecordLeft) || errors.Is(err, heartbeat.ErrNotFound) {
 				return nil
 			}
