@@ -352,8 +352,10 @@
 //     truth). Two causes fit: a leader journaling a stale answer (a
 //     heartbeat reply of an ended process), or the registry misjudging an
 //     ahead part against a replayed event. A run that shows it prints the
-//     registry's events and the ground truth that tell them apart
-//     (eventlog.go).
+//     transitions the leaders logged as they journaled them and the
+//     events that cancelled the registries' queries (translog.go),
+//     beside the registry's samples and the ground truth (eventlog.go),
+//     which tell the two apart.
 //
 // The catalog's quota refusing the leader's member transitions leaves a
 // coordinator's part never cancelled; catalog.Quota.Exempt lets those

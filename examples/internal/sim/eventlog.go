@@ -133,6 +133,13 @@ func (m *members) explain(rec *queryRecord, member uint64, ended epoch.Epoch) st
 	if end.IsZero() {
 		return b.String()
 	}
+	from := end.Add(-m.deathBound)
+	if rec.start.Before(from) {
+		from = rec.start
+	}
+	if lines := r.trans.about(member, from, end.Add(2*m.deathBound), r.since); lines != "" {
+		fmt.Fprintf(&b, "\n      transitions logged from %v to %v:%s", r.since(from), r.since(end.Add(2*m.deathBound)), lines)
+	}
 	fmt.Fprintf(&b, "\n      samples from %v to %v (changes):", r.since(end.Add(-m.deathBound)), r.since(end.Add(2*m.deathBound)))
 	var prev string
 	for _, s := range m.truth.between(end.Add(-m.deathBound), end.Add(2*m.deathBound)) {

@@ -141,6 +141,7 @@ type run struct {
 	diskLow  atomic.Bool   // a frontend's disk is under the journal's reserve (fullDisk)
 	promoted atomic.Bool   // an observer's promotion was tried (promote): no slow disk
 	healed   time.Time     // when recover healed the faults
+	trans    *transLog     // the frontends' logged member transitions
 	// quotaRefusals counts the clients' writes the quota refused.
 	quotaRefusals atomic.Int64
 	// httpOK counts the HTTP clients' operations that completed (2xx).
@@ -208,10 +209,14 @@ func Run(t *testing.T, opts Options) *Result {
 		opts.Configure(&cfg)
 	}
 	clocks := newClocks()
+	trans := &transLog{}
 	c := frontendtest.NewCluster(t, frontendtest.Options{Frontends: voters, Observers: observers, InMemory: true, Config: cfg,
-		DiskFree: diskFree, Clock: clocks.clock, Start: startAPI})
+		DiskFree: diskFree, Clock: clocks.clock, Start: func(ctx context.Context, fc frontend.Config) (*frontend.Frontend, error) {
+			fc.Logger = trans.logger(fc.ID)
+			return startAPI(ctx, fc)
+		}})
 	c.Network().Seed(rng.Uint64())
-	r := &run{opts: opts, cfg: cfg, c: c, n: n, voters: voters, timeout: timeout, hist: newHistory(start, opts.Trace), clocks: clocks, fleet: newFleet(n)}
+	r := &run{opts: opts, cfg: cfg, c: c, n: n, voters: voters, timeout: timeout, hist: newHistory(start, opts.Trace), clocks: clocks, fleet: newFleet(n), trans: trans}
 	res := &Result{Seed: opts.Seed, Frontends: n, Observers: observers, Quota: cfg.Quota}
 	defer func() {
 		for _, i := range r.everIDs() {
