@@ -26,7 +26,8 @@ type victim struct {
 // event applied before it registered, so an event about an older epoch
 // never cancels it. The events' generations (epoch.Event.Generation)
 // tell whether one skipped transitions that could hide the end of that
-// epoch; such an event cancels it (see aheadVerdict). So does an event
+// epoch; such an event cancels it, unless it shows the member at an epoch
+// that started before the part's (see aheadVerdict). So does an event
 // that shows the member at an epoch that started after the part's
 // (epoch.Epoch.StartedBefore): the part's process has ended, even
 // when no event will ever name it (a worker that restarted again before
@@ -185,7 +186,14 @@ func (n *node) skipped(ev epoch.Event) (hidden uint64, ordered bool) {
 // older release records a return after a death with the same epoch, the
 // only way an epoch ends and is published again; any other event, about an older
 // epoch, leaves it alone, unless it skipped a transition, which may have
-// been to x and away from it.
+// been to x and away from it. It cannot have been when ev shows the member
+// at a real epoch that started before x: the transitions ev skipped
+// precede that epoch in the log, and the log shows a member's real epochs
+// in the order they started (the heartbeat monitor records one that
+// started before the recorded one only when it answers twice in a row, a
+// restart whose clock stepped back by more than the time between the two
+// starts, the one case where a part on x outlives x until an event names
+// it).
 func aheadVerdict(x epoch.Epoch, ev epoch.Event, hidden uint64, reason Reason) (bool, Reason) {
 	switch {
 	case x == ev.OldEpoch:
@@ -194,7 +202,7 @@ func aheadVerdict(x epoch.Epoch, ev epoch.Event, hidden uint64, reason Reason) (
 		recordedLate := ev.EpochGeneration != 0 && ev.Generation-ev.EpochGeneration < 2
 		return hidden < 2 || recordedLate, Dead
 	default:
-		return hidden == 0, reason
+		return hidden == 0 || ev.NewEpoch.StartedBefore(x), reason
 	}
 }
 

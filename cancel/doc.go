@@ -24,7 +24,8 @@
 // that no event has named (the caller learnt it first) is judged by the
 // events that follow, and by the epochs' start times
 // (epoch.Epoch.StartedBefore): an event that shows the member at an
-// epoch that started later ends it.
+// epoch that started later ends it, and one that shows it at an epoch
+// that started earlier leaves it be, whatever transitions it skipped.
 //
 // Costs: an event takes time in proportion to the queries on the node it
 // names (a per-node index), never to all live queries; memory is bounded by

@@ -557,6 +557,33 @@ func TestPartOnAnUnnamedEpochCancelledWhenAnEventMayHideItsEnd(t *testing.T) {
 	})
 }
 
+// A part on an epoch no event has named survives an event that skipped
+// generations when the event shows the member at an epoch that started
+// before the part's: the skipped transitions precede that epoch in the
+// log, which shows a member's epochs in the order they started, so none
+// of them was to the part's epoch. A coordinator whose registry catches
+// up past several transitions at once (an image installed while it was
+// cut off) sees its worker's older epochs go by after it dispatched to
+// the newest.
+func TestPartOnAnUnnamedEpochSurvivesASkipToAnOlderEpoch(t *testing.T) {
+	r := New(Config{})
+	defer r.Close()
+	e1, e3, x := epoch.New(), epoch.New(), epoch.New()
+	r.Apply(epoch.Event{Index: 1, Node: 10, Kind: epoch.KindWorker, Type: epoch.Added, NewEpoch: e1, Generation: 1})
+	q, err := r.RegisterFragment(t.Context(), m(10, x))
+	require.NoError(t, err)
+	// An E2 came and went in the gap; E3, which started before X, is
+	// current.
+	require.Zero(t, r.Apply(epoch.Event{Index: 2, Node: 10, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: e1, NewEpoch: e3, Generation: 4}),
+		"Restarted(E1 -> E3) skipping two generations cancelled the part on X, which started after E3")
+	require.NoError(t, q.Context().Err())
+	require.Zero(t, r.Apply(epoch.Event{Index: 3, Node: 10, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: e3, NewEpoch: x, Generation: 5}))
+	require.NoError(t, q.Context().Err())
+	// Once named, X ends as any epoch does.
+	require.Equal(t, 1, r.Apply(epoch.Event{Index: 4, Node: 10, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: x, NewEpoch: epoch.New(), Generation: 6}))
+	requireCause(t, q, ErrNodeRestarted, 10)
+}
+
 // A part on an epoch no event has named is cancelled once an event shows
 // the member at an epoch that started after it, even with no generation
 // skipped: a worker that restarted twice (E1 -> E2 -> E3) before a

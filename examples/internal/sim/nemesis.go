@@ -357,7 +357,9 @@ func (r *run) restart(ctx context.Context, i int, why string) {
 
 // lagBehindImage cuts a follower off, writes until the others' logs are
 // compacted past it (a checkpoint on each), and heals: it must catch up
-// by installing an image.
+// by installing an image. Half the time a worker restarts twice before
+// the checkpoint and once after it, and a query through the cut-off
+// follower runs on the worker's newest process (workerBehindImage).
 func (r *run) lagBehindImage(ctx context.Context, rng *rand.Rand) {
 	l := r.leader()
 	if l == 0 {
@@ -368,7 +370,55 @@ func (r *run) lagBehindImage(ctx context.Context, rng *rand.Rand) {
 	r.c.Partition(lag, r.others(lag)...)
 	defer r.c.Network().Heal()
 	r.fill(ctx, r.c.Frontend(l), fmt.Sprintf("lag-%d", lag), 80)
+	if rng.IntN(2) == 0 && r.mem != nil {
+		r.mem.workerBehindImage(ctx, rng, lag)
+		return
+	}
 	r.checkpointAll(ctx)
+}
+
+// workerBehindImage runs while frontend lag is cut off: a worker restarts
+// twice and the frontends checkpoint (lag's image, once installed, shows
+// the worker two processes on), the worker restarts once more, and a
+// query on lag runs on that newest process, which lag's registry has not
+// heard of (an ahead part). The image then shows lag's registry the
+// worker at an epoch that started before the query's, skipping the
+// transitions in between, before the log shows the query's: a part on a
+// running process that such a skip must not cancel.
+func (m *members) workerBehindImage(ctx context.Context, rng *rand.Rand, lag int) {
+	select {
+	case m.op <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-m.op }()
+	id := m.workers[rng.IntN(len(m.workers))]
+	m.r.hist.fault("restart worker %d twice behind an image of %d, then once more", id, lag)
+	m.restartWorker(ctx, id, time.Duration(rng.IntN(300))*time.Millisecond)
+	m.restartWorker(ctx, id, 0)
+	m.awaitRecorded(ctx, id)
+	m.r.checkpointAll(ctx)
+	m.restartWorker(ctx, id, 0)
+	m.awaitRecorded(ctx, id)
+	rec := m.startQuery(ctx, lag, []uint64{id}, true)
+	if rec == nil {
+		return
+	}
+	m.loops.Go(func() { m.hold(ctx, rec, time.Duration(3000+rng.IntN(4000))*time.Millisecond) })
+}
+
+// awaitRecorded waits, up to 10 s, until a running frontend's member
+// records show worker id's running process.
+func (m *members) awaitRecorded(ctx context.Context, id uint64) {
+	limit := time.Now().Add(10 * time.Second)
+	for time.Now().Before(limit) {
+		if w := m.r.c.Worker(id); w != nil && m.recorded(part{id, w.Epoch()}) {
+			return
+		}
+		if !pause(ctx, 50*time.Millisecond) {
+			return
+		}
+	}
 }
 
 // crashLoop cuts a frontend's power two to four times, each time while
