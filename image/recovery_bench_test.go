@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/metatree/metatree/catalog"
-	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/offline"
 )
 
 // BenchmarkBackup: `metactl backup` of the Doris image from a member over
@@ -54,7 +54,7 @@ func BenchmarkBackup(b *testing.B) {
 
 // BenchmarkRestoreNewCluster: what `metactl restore` does to the Doris
 // image (Store.Rewrite under a new header, checked as it is copied, then
-// journal.Seed), against what a node's own startup does with the same
+// offline.Seed), against what a node's own startup does with the same
 // image (LoadLatest: verified, decoded into the catalog). restore/load is
 // the ratio of the two.
 func BenchmarkRestoreNewCluster(b *testing.B) {
@@ -67,7 +67,7 @@ func BenchmarkRestoreNewCluster(b *testing.B) {
 		runtime.GC()
 		b.StartTimer()
 		start := time.Now()
-		blob, err := journal.NewClusterMembership(nil, f.base, 1, "node1:1")
+		blob, err := offline.NewClusterMembership(nil, f.base, 1, "node1:1")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func BenchmarkRestoreNewCluster(b *testing.B) {
 		if err := s.Close(); err != nil {
 			b.Fatal(err)
 		}
-		if err := journal.Seed(journal.SeedConfig{Dir: dir, ID: 1, Addr: "node1:1", ClusterID: "new", Index: f.base, Term: 1, Membership: blob}); err != nil {
+		if err := offline.Seed(offline.SeedConfig{Dir: dir, ID: 1, Addr: "node1:1", ClusterID: "new", Index: f.base, Term: 1, Membership: blob}); err != nil {
 			b.Fatal(err)
 		}
 		took += time.Since(start)

@@ -9,8 +9,10 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/datadir"
 	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/envelope"
+	"github.com/metatree/metatree/journal/internal/membership"
 )
 
 // The applier: the goroutine that applies committed entries to the state
@@ -24,9 +26,9 @@ import (
 // replaying the log) leaves both alone, so a crash during a replay never
 // leaves an older role or membership behind. ROLE goes first, so MEMBERS
 // never names a newer index than ROLE reflects.
-func (j *Journal) persistMembership(index uint64, m *membership, record bool) error {
+func (j *Journal) persistMembership(index uint64, m *membership.Membership, record bool) error {
 	if record {
-		if err := j.store.SaveMembership(index, m.encode()); err != nil {
+		if err := j.store.SaveMembership(index, m.Encode()); err != nil {
 			return operr.Errorf("journal: save membership at %d: %w", index, err)
 		}
 	}
@@ -34,7 +36,7 @@ func (j *Journal) persistMembership(index uint64, m *membership, record bool) er
 		return nil
 	}
 	if self, ok := m.Members[j.id]; ok && Role(j.role.Load()) != self.Role {
-		if err := writeKV(j.cfg.FS, j.cfg.Dir, "ROLE", [][2]string{{"role", self.Role.String()}}); err != nil {
+		if err := datadir.WriteRole(j.cfg.FS, j.cfg.Dir, self.Role); err != nil {
 			j.log.Error("update ROLE", "err", err)
 			return nil // MEMBERS stays behind too: the next change retries both
 		}
@@ -50,8 +52,8 @@ func (j *Journal) persistMembership(index uint64, m *membership, record bool) er
 
 // applyBatch is one Ready's worth of work for the applier.
 type applyBatch struct {
-	snapshot    uint64      // install the image at this index first (0: none)
-	snapMembers *membership // the snapshot's membership (without keys)
+	snapshot    uint64                 // install the image at this index first (0: none)
+	snapMembers *membership.Membership // the snapshot's membership (without keys)
 	keys        []dedupe.Key
 	entries     []*raftpb.Entry
 	members     []memberRecord // one per conf change or version entry, in order
@@ -192,7 +194,7 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 		j.images.reset(b.snapshot)
 		// The installed image is checked at the next mark, and confirmed
 		// only then (check.go).
-		j.checker.startPending(b.snapshot)
+		j.checker.StartPending(b.snapshot)
 		j.publishApplied(b.snapshot)
 	}
 	start := j.applied.Load()
@@ -347,14 +349,14 @@ func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 	var batch applyBatch
 	if snap != nil {
 		idx := snap.GetMetadata().GetIndex()
-		m, err := decodeMembership(snap.GetData())
+		m, err := membership.Decode(snap.GetData())
 		if err != nil {
 			return operr.Errorf("journal: snapshot %d: %w", idx, err)
 		}
 		m.Index = idx
 		batch.snapshot = idx
 		batch.keys = m.Keys
-		batch.snapMembers = m.clone() // without the keys
+		batch.snapMembers = m.Clone() // without the keys
 		j.confBase = batch.snapMembers
 		j.setMembership(batch.snapMembers)
 	}

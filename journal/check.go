@@ -1,20 +1,17 @@
 package journal
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/consistency"
 	"github.com/metatree/metatree/journal/internal/envelope"
 )
 
@@ -66,8 +63,6 @@ const (
 	// digestV2Version is the format version that reads marks of a format
 	// (checkMarkOf) and computes digest format 2.
 	digestV2Version = 5
-	// checkKeep is how many recent marks a member keeps its digest of.
-	checkKeep = 8
 	// checkReportLag: a member reports its digest at a mark only when it
 	// applies the mark within this many entries of the commit index it
 	// knows, so that a replay of an old log proposes no reports of old
@@ -106,107 +101,24 @@ func markFormat(cv uint32) byte {
 	return 1
 }
 
-// stateDigest returns d's digest in format.
-func stateDigest(d Digester, format byte) []byte {
-	if fd, ok := d.(FormatDigester); ok {
-		return fd.StateDigestOf(int(format))
-	}
-	return d.StateDigest()
-}
-
-// CorruptError is the corruption alarm: at log index Index this member's
-// state machine digest (Local) differs from the one a majority of the
-// voters (Agreeing) reported, both in the digest format the mark named
-// (Format). errors.Is(err, ErrCorrupt) holds.
-type CorruptError struct {
-	Index    uint64
-	Format   int
-	Local    []byte
-	Majority []byte
-	// Agreeing are the voters that reported Majority, in increasing
-	// order. It may name this member: a report its previous run journaled
-	// before a restart from an image that differs.
-	Agreeing []uint64
-}
-
-func (e *CorruptError) Error() string {
-	return fmt.Sprintf("journal: corrupt: at index %d this member's state digest (format %d) is %s, and voters %v report %s; this member stopped applying and serving: replace it (it restores from a healthy member's image)",
-		e.Index, e.Format, hex.EncodeToString(e.Local), e.Agreeing, hex.EncodeToString(e.Majority))
-}
-
-func (e *CorruptError) Unwrap() error { return ErrCorrupt }
-
-// checker is the applier's record of the recent marks and the reports on
-// them, the alarm the log tells of, and the check at start. Only the
-// applier changes it; mu guards it for Status, metrics and the writers.
-type checker struct {
-	mu     sync.Mutex
-	marks  []checkMarkRec // oldest first, at most checkKeep
-	checks uint64         // comparisons made (metatree_journal_consistency_checks_total)
-	// alarm is the cluster's consistency alarm as the applied log tells
-	// it (nil: none); noMajority mirrors alarm.NoMajority for writers.
-	alarm      *Alarm
-	noMajority atomic.Bool
-	// pending: this member's state was loaded (an image, or a log replayed
-	// at start) and no comparison at a mark after pendingAfter has
-	// confirmed it yet (the check at start; see settle).
-	pending      atomic.Bool
-	pendingAfter uint64
-}
-
-type checkMarkRec struct {
-	index    uint64
-	format   byte              // the digest format the mark names (0: its mark not applied here)
-	digest   []byte            // this member's digest at the mark (nil: none, it loaded a later image)
-	votes    map[uint64][]byte // voter id -> reported digest
-	done     bool              // a majority of the voters agreed, or none can
-	majority []byte            // the digest a majority reported (nil: no majority)
-}
-
 // Alarm is the consistency alarm as the applied log tells it: the same on
 // every member that applied as far (the reports are entries). At the mark
 // at Index, the voters in Members reported a digest other than the one a
 // majority of the voters reported (Majority, in the digest format the
-// mark named: Format, 0 when this member did not apply the mark); or, with NoMajority, no
-// digest had a majority of the voters, Members lists every voter that
-// reported, and every member refuses writes (ErrCorrupt) until the alarm
-// is cleared (Journal.ClearAlarm). A later disagreement adds its members
-// and moves Index to its mark.
-type Alarm struct {
-	Index      uint64
-	Format     int
-	Members    []uint64
-	Majority   []byte
-	NoMajority bool
-}
+// mark named: Format, 0 when this member did not apply the mark); or, with
+// NoMajority, no digest had a majority of the voters, Members lists every
+// voter that reported, and every member refuses writes (ErrCorrupt) until
+// the alarm is cleared (Journal.ClearAlarm). A later disagreement adds its
+// members and moves Index to its mark.
+type Alarm = consistency.Alarm
 
-// recordMark records this member's digest own (nil: none) in format at
-// the mark at idx.
-func (ck *checker) recordMark(idx uint64, format byte, own []byte) *checkMarkRec {
-	ck.mu.Lock()
-	defer ck.mu.Unlock()
-	m := ck.markLocked(idx, own)
-	if m != nil {
-		m.format = format
-	}
-	return m
-}
-
-func (ck *checker) markLocked(idx uint64, own []byte) *checkMarkRec {
-	if i := slices.IndexFunc(ck.marks, func(m checkMarkRec) bool { return m.index == idx }); i >= 0 {
-		return &ck.marks[i]
-	}
-	i, _ := slices.BinarySearchFunc(ck.marks, idx, func(m checkMarkRec, idx uint64) int { return cmp.Compare(m.index, idx) })
-	if len(ck.marks) >= checkKeep && i == 0 {
-		return nil // older than every mark kept
-	}
-	ck.marks = slices.Insert(ck.marks, i, checkMarkRec{index: idx, digest: own, votes: map[uint64][]byte{}})
-	if len(ck.marks) > checkKeep {
-		ck.marks = slices.Delete(ck.marks, 0, len(ck.marks)-checkKeep)
-		i -= 1
-	}
-	return &ck.marks[i]
-}
+// CorruptError is the corruption alarm: at log index Index this member's
+// state machine digest (Local) differs from the one a majority of the
+// voters (Agreeing, in increasing order; it may name this member: a report
+// its previous run journaled before a restart from an image that differs)
+// reported, both in the digest format the mark named (Format).
+// errors.Is(err, ErrCorrupt) holds.
+type CorruptError = consistency.CorruptError
 
 // applyCheck handles a envelope.KindCheck entry at idx on the applier; it returns
 // the corruption alarm when this member's digest differs from the
@@ -219,12 +131,12 @@ func (j *Journal) applyCheck(idx uint64, c envelope.Check) *CorruptError {
 	ck := &j.checker
 	switch c.Op {
 	case envelope.CheckMark:
-		own := slices.Clone(stateDigest(d, c.Format))
+		own := slices.Clone(consistency.StateDigest(d, c.Format))
 		if len(own) == 0 || len(own) > envelope.MaxDigestLen {
 			j.log.Error("state machine digest of unusable length; consistency checks skipped", "index", idx, "format", c.Format, "bytes", len(own))
 			return nil
 		}
-		ck.recordMark(idx, c.Format, own)
+		ck.RecordMark(idx, c.Format, own)
 		if idx+checkReportLag >= j.committed.Load() {
 			rep := envelope.EncodeCheckReport(idx, j.id, own)
 			j.checkReport.Store(&rep)
@@ -237,171 +149,18 @@ func (j *Journal) applyCheck(idx uint64, c envelope.Check) *CorruptError {
 		j.mu.Lock()
 		voters := slices.Clone(j.mu.membership.Voters)
 		j.mu.Unlock()
-		ce, raised := ck.tally(voters, c)
+		ce, raised := ck.Tally(voters, c)
 		if raised != nil {
 			j.log.Error("consistency alarm: voters disagree on the state digest",
 				"index", raised.Index, "members", raised.Members, "no_majority", raised.NoMajority, "format", raised.Format, "majority", hex.EncodeToString(raised.Majority))
 		}
 		return ce
 	case envelope.CheckClear:
-		ck.mu.Lock()
-		if ck.alarm != nil {
-			j.log.Warn("consistency alarm cleared", "index", idx, "was", *ck.alarm)
+		if was := ck.Clear(); was != nil {
+			j.log.Warn("consistency alarm cleared", "index", idx, "was", *was)
 		}
-		ck.alarm = nil
-		ck.noMajority.Store(false)
-		ck.mu.Unlock()
 	}
 	return nil
-}
-
-// tally records a report and, once a majority of the voters agree on a
-// digest, compares this member's with it (ce: this member differs) and
-// raises the alarm naming the voters that differ; once no digest can have
-// a majority any more, it raises the alarm that stops writes. raised is
-// the alarm when this report changed it.
-func (ck *checker) tally(voters []uint64, c envelope.Check) (ce *CorruptError, raised *Alarm) {
-	if !slices.Contains(voters, c.From) {
-		return nil, nil
-	}
-	ck.mu.Lock()
-	defer ck.mu.Unlock()
-	m := ck.markLocked(c.Mark, nil)
-	if m == nil {
-		return nil, nil // a mark older than every one kept
-	}
-	if _, seen := m.votes[c.From]; seen {
-		return nil, nil
-	}
-	m.votes[c.From] = slices.Clone(c.Digest)
-	if m.done {
-		// A late report: it counts against the decided majority.
-		if m.majority != nil && !bytes.Equal(m.majority, c.Digest) {
-			return nil, ck.raiseLocked(Alarm{Index: m.index, Format: int(m.format), Members: []uint64{c.From}, Majority: m.majority})
-		}
-		return nil, nil
-	}
-	need := len(voters)/2 + 1
-	counts := map[string]int{}
-	best, bestN, missing := "", 0, 0
-	for _, id := range voters {
-		v, ok := m.votes[id]
-		if !ok {
-			missing++
-			continue
-		}
-		counts[string(v)]++
-		if n := counts[string(v)]; n > bestN {
-			best, bestN = string(v), n
-		}
-	}
-	switch {
-	case bestN >= need:
-		m.done = true
-		m.majority = []byte(best)
-		var differ []uint64
-		for _, id := range voters {
-			if v, ok := m.votes[id]; ok && string(v) != best {
-				differ = append(differ, id)
-			}
-		}
-		if len(differ) > 0 {
-			raised = ck.raiseLocked(Alarm{Index: m.index, Format: int(m.format), Members: differ, Majority: m.majority})
-		}
-		if m.digest == nil {
-			return nil, raised // this member has no digest of its own here
-		}
-		ck.checks++
-		if !bytes.Equal(m.digest, m.majority) {
-			var agreeing []uint64
-			for _, id := range voters {
-				if v, ok := m.votes[id]; ok && string(v) == best {
-					agreeing = append(agreeing, id)
-				}
-			}
-			slices.Sort(agreeing)
-			return &CorruptError{Index: m.index, Format: int(m.format), Local: m.digest, Majority: slices.Clone(m.majority), Agreeing: agreeing}, raised
-		}
-		if m.index > ck.pendingAfter {
-			ck.pending.Store(false) // the check at start passed
-		}
-		return nil, raised
-	case bestN+missing < need:
-		// No digest can reach a majority any more: no member is known
-		// to be right, so none is singled out, and writes stop.
-		m.done = true
-		var reported []uint64
-		for _, id := range voters {
-			if _, ok := m.votes[id]; ok {
-				reported = append(reported, id)
-			}
-		}
-		return nil, ck.raiseLocked(Alarm{Index: m.index, Format: int(m.format), Members: reported, NoMajority: true})
-	}
-	return nil, nil
-}
-
-// raiseLocked merges a into the alarm and returns the result.
-func (ck *checker) raiseLocked(a Alarm) *Alarm {
-	if ck.alarm == nil {
-		ck.alarm = &Alarm{}
-	}
-	cur := ck.alarm
-	if a.Index >= cur.Index {
-		cur.Format = a.Format // the format of the newest mark's digests
-	}
-	cur.Index = max(cur.Index, a.Index)
-	for _, id := range a.Members {
-		if !slices.Contains(cur.Members, id) {
-			cur.Members = append(cur.Members, id)
-		}
-	}
-	slices.Sort(cur.Members)
-	if a.Majority != nil {
-		cur.Majority = slices.Clone(a.Majority)
-	}
-	cur.NoMajority = cur.NoMajority || a.NoMajority
-	ck.noMajority.Store(cur.NoMajority)
-	out := *cur
-	out.Members = slices.Clone(cur.Members)
-	return &out
-}
-
-// current returns a copy of the alarm, or nil.
-func (ck *checker) current() *Alarm {
-	ck.mu.Lock()
-	defer ck.mu.Unlock()
-	if ck.alarm == nil {
-		return nil
-	}
-	out := *ck.alarm
-	out.Members = slices.Clone(out.Members)
-	out.Majority = slices.Clone(out.Majority)
-	return &out
-}
-
-// writeRefusal is the error writes get while no digest has a majority of
-// the voters (the alarm's NoMajority), nil otherwise.
-func (ck *checker) writeRefusal() error {
-	if !ck.noMajority.Load() {
-		return nil
-	}
-	a := ck.current()
-	if a == nil || !a.NoMajority {
-		return nil
-	}
-	return fmt.Errorf("%w: at index %d the voters %v reported state digests of which none has a majority; writes stop cluster-wide until the members that differ are replaced and the alarm is cleared",
-		ErrCorrupt, a.Index, a.Members)
-}
-
-// startPending starts the check at start: this member's state was loaded
-// (an image at index after, or a replayed log) and is confirmed only by a
-// comparison at a later mark.
-func (ck *checker) startPending(after uint64) {
-	ck.mu.Lock()
-	ck.pendingAfter = after
-	ck.mu.Unlock()
-	ck.pending.Store(true)
 }
 
 // settle ends the check at start, on the applier, when this cluster
@@ -412,24 +171,24 @@ func (ck *checker) startPending(after uint64) {
 // members that serve serving.
 func (j *Journal) settlePending() {
 	ck := &j.checker
-	if !ck.pending.Load() {
+	if !ck.Pending() {
 		return
 	}
 	_, digester := j.cfg.StateMachine.(Digester)
 	j.mu.Lock()
 	m := j.mu.membership
 	sole := len(m.Voters) == 1 && m.Voters[0] == j.id
-	version := m.clusterVersion()
+	version := m.ClusterVersion()
 	j.mu.Unlock()
 	if !digester || j.cfg.CheckInterval <= 0 || version < checkVersion || sole {
-		ck.pending.Store(false)
+		ck.EndPending()
 	}
 }
 
 // pendingErr is the error reads get while the check at start has not
 // confirmed this member's state, nil otherwise.
 func (j *Journal) pendingErr() error {
-	if !j.checker.pending.Load() {
+	if !j.checker.Pending() {
 		return nil
 	}
 	return fmt.Errorf("%w: the consistency check at start has not yet compared this member's loaded state with the other voters' (at the next check mark, within Config.CheckInterval)", ErrStale)
@@ -512,13 +271,6 @@ func (j *Journal) sendLastReport() {
 	j.send(out)
 }
 
-// count is how many comparisons the member made.
-func (ck *checker) count() uint64 {
-	ck.mu.Lock()
-	defer ck.mu.Unlock()
-	return ck.checks
-}
-
 // waitChecked waits until the check at start confirmed this member's
 // state (at once when it is not pending), for ReadBarrier.
 func (j *Journal) waitChecked(ctx context.Context) error {
@@ -529,7 +281,7 @@ func (j *Journal) waitChecked(ctx context.Context) error {
 		if c := j.corruptErr(); c != nil {
 			return operr.Errorf("journal: read barrier: %w", c)
 		}
-		if !j.checker.pending.Load() {
+		if !j.checker.Pending() {
 			return nil
 		}
 		if e := j.failed.Load(); e != nil {
@@ -567,7 +319,7 @@ func (j *Journal) ClearAlarm(ctx context.Context) error {
 		j.mu.Lock()
 		ch := j.mu.appliedCh
 		j.mu.Unlock()
-		if j.checker.current() == nil {
+		if j.checker.Current() == nil {
 			return nil
 		}
 		if e := j.failed.Load(); e != nil {

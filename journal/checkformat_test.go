@@ -15,6 +15,7 @@ import (
 	"github.com/metatree/metatree/catalog/catalogtest"
 	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/journaltest"
+	"github.com/metatree/metatree/journal/offline"
 )
 
 // formatTree is a catalog that records the digest formats the journal
@@ -106,7 +107,7 @@ func TestDigestFormatSwitchesOnceTheClusterVersionReadsIt(t *testing.T) {
 }
 
 // A log written across the rolling upgrade holds marks of both digest
-// formats; the offline check (Inspector.VerifyDigests) replays it and
+// formats; the offline check (offline.Inspector.VerifyDigests) replays it and
 // compares at the marks of each in its format, and finds a catalog that
 // differs at the first, a format 1 mark.
 func TestVerifyDigestsComparesAtTheMarksOfEachFormat(t *testing.T) {
@@ -146,13 +147,13 @@ func TestVerifyDigestsComparesAtTheMarksOfEachFormat(t *testing.T) {
 		c.Close()
 
 		mu.Lock()
-		in, err := journal.Inspect(dir, journal.InspectOptions{FS: fs})
+		in, err := offline.Inspect(dir, offline.InspectOptions{FS: fs})
 		mu.Unlock()
 		require.NoError(t, err)
 		defer func() { require.NoError(t, in.Close()) }()
 		marks := map[int][]uint64{}
-		require.NoError(t, in.Entries(1, ^uint64(0), func(e journal.Entry) error {
-			if e.Kind == journal.KindCheckMark {
+		require.NoError(t, in.Entries(1, ^uint64(0), func(e offline.Entry) error {
+			if e.Kind == offline.KindCheckMark {
 				marks[e.DigestFormat] = append(marks[e.DigestFormat], e.Index)
 			}
 			return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/metatree/metatree/internal/operr"
 	"github.com/metatree/metatree/journal/internal/envelope"
+	"github.com/metatree/metatree/journal/internal/membership"
 )
 
 // Format versions and the cluster version.
@@ -89,15 +90,11 @@ func isVersionEntry(e *raftpb.Entry) bool {
 	return e.GetType() == raftpb.EntryNormal && len(d) > 0 && d[0] == envelope.KindVersion
 }
 
-// clusterVersion is the cluster version m records (version 1 until the
-// leader raised it).
-func (m *membership) clusterVersion() uint32 { return max(m.Version, OldestVersion) }
-
-// supported is the highest version every member reads: the version the
+// supportedVersion is the highest version every member reads: the version the
 // leader raises the cluster to. A member that did not advertise its
 // maximum (one added by AddMember before it ever started) counts as
 // reading only the oldest.
-func (m *membership) supported() uint32 {
+func supportedVersion(m *membership.Membership) uint32 {
 	v := uint32(NewestVersion)
 	ids := append(slices.Clone(m.Voters), m.Learner...)
 	for _, id := range ids {
@@ -120,10 +117,10 @@ func (j *Journal) applyVersionEntry(e *raftpb.Entry) memberRecord {
 		return rec
 	}
 	cur := j.confBase
-	if v <= cur.clusterVersion() {
+	if v <= cur.ClusterVersion() {
 		return rec
 	}
-	if s := cur.supported(); v > s {
+	if s := supportedVersion(cur); v > s {
 		// The raise was proposed before a member that reads less was
 		// admitted (or the entry bypassed the leader): raising would
 		// leave that member unable to apply anything after it. Every
@@ -136,7 +133,7 @@ func (j *Journal) applyVersionEntry(e *raftpb.Entry) memberRecord {
 			Err: fmt.Errorf("%w: this node reads versions up to %d", ErrUnknownVersion, j.cfg.MaxVersion)}
 		return rec
 	}
-	m := cur.clone()
+	m := cur.Clone()
 	m.Index = e.GetIndex()
 	m.Version = v
 	j.advanceMembership(m)
@@ -155,7 +152,7 @@ func (j *Journal) maybeRaiseVersion() {
 	j.mu.Lock()
 	m := j.mu.membership
 	j.mu.Unlock()
-	if v := min(m.supported(), j.cfg.MaxVersion); v > m.clusterVersion() {
+	if v := min(supportedVersion(m), j.cfg.MaxVersion); v > m.ClusterVersion() {
 		// A dropped proposal is retried with the next timestamp. A taken
 		// one gets its index in the next Ready (notePendingVersions); it
 		// comes after every entry appended so far.
@@ -200,14 +197,14 @@ func (j *Journal) settlePendingVersion(handedOff uint64) {
 // or on its way: the one every change handed to the applier leaves, the
 // published one, and the one a version entry not yet applied raises to.
 func (j *Journal) comingVersion() uint32 {
-	return max(j.confBase.clusterVersion(), j.clusterVersion(), j.pendingVersion)
+	return max(j.confBase.ClusterVersion(), j.clusterVersion(), j.pendingVersion)
 }
 
 // checkMemberVersion refuses a membership change that admits a member, or
 // records its format version, below the cluster version cv: such a member
 // could not apply the entries written at cv. A change that does not say
 // the member's version (AddMember, Promote) is not refused.
-func checkMemberVersion(cc *raftpb.ConfChange, ctx confContext, cv uint32) error {
+func checkMemberVersion(cc *raftpb.ConfChange, ctx membership.ConfContext, cv uint32) error {
 	switch cc.GetType() {
 	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode, raftpb.ConfChangeUpdateNode:
 	default:
@@ -222,8 +219,8 @@ func checkMemberVersion(cc *raftpb.ConfChange, ctx confContext, cv uint32) error
 
 // checkVersion refuses to run this binary on a cluster whose version it
 // cannot read (a downgrade below the cluster version).
-func (j *Journal) checkVersion(m *membership, where string) error {
-	if cv := m.clusterVersion(); cv > j.cfg.MaxVersion {
+func (j *Journal) checkVersion(m *membership.Membership, where string) error {
+	if cv := m.ClusterVersion(); cv > j.cfg.MaxVersion {
 		return operr.Errorf("journal: %s: %w: the cluster is at format version %d and this node reads versions up to %d; run a binary that reads version %d (a cluster version never goes down)",
 			where, ErrVersion, cv, j.cfg.MaxVersion, cv)
 	}
@@ -243,7 +240,7 @@ func (j *Journal) halted() *HaltError {
 func (j *Journal) clusterVersion() uint32 {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.mu.membership.clusterVersion()
+	return j.mu.membership.ClusterVersion()
 }
 
 // ClusterVersion is the cluster's format version as this node knows it
@@ -289,7 +286,7 @@ func (j *Journal) advertiseVersion() {
 func (j *Journal) WaitClusterVersion(ctx context.Context, v uint32) error {
 	for {
 		j.mu.Lock()
-		cv, ch := j.mu.membership.clusterVersion(), j.mu.appliedCh
+		cv, ch := j.mu.membership.ClusterVersion(), j.mu.appliedCh
 		j.mu.Unlock()
 		if cv >= v {
 			return nil

@@ -7,6 +7,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/membership"
 )
 
 // Membership changes on the raft loop: the checks before a change is
@@ -30,7 +31,7 @@ func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 	// A member that could not read the cluster version, or the raise in
 	// flight, is refused here with a clear error (and at apply, where
 	// every replica refuses it alike, if it got past).
-	var cctx confContext
+	var cctx membership.ConfContext
 	if len(cc.GetContext()) > 0 {
 		if err := json.Unmarshal(cc.GetContext(), &cctx); err != nil {
 			return fmt.Errorf("%w: conf change context: %w", ErrMalformed, err)
@@ -116,7 +117,7 @@ func (j *Journal) checkConfQueue(ents []*raftpb.Entry) {
 // change's proposer when the change was refused.
 type memberRecord struct {
 	index uint64
-	m     *membership
+	m     *membership.Membership
 	key   [16]byte
 	err   error
 	halt  *HaltError // the entry cannot be read here: the applier stops at it
@@ -127,7 +128,7 @@ type memberRecord struct {
 // change's context); the record returned is for the applier.
 func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
 	rec := memberRecord{index: e.GetIndex()}
-	cc, ctx, err := decodeConfChange(e)
+	cc, ctx, err := membership.DecodeConfChange(e)
 	if err != nil {
 		// Deterministic on every replica; raft still needs to hear about
 		// it, as a no-op change.
@@ -149,15 +150,15 @@ func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
 	// A member below the cluster version (admitted while a raise was in
 	// flight, or by a leader that had not seen the raise) is refused
 	// alike on every replica, by the membership the change applies to.
-	if err := checkMemberVersion(cc, ctx, j.confBase.clusterVersion()); err != nil {
+	if err := checkMemberVersion(cc, ctx, j.confBase.ClusterVersion()); err != nil {
 		j.log.Error("membership change refused at apply", "index", e.GetIndex(), "err", err)
 		j.rn.ApplyConfChange(&raftpb.ConfChange{})
 		rec.err = operr.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)
 		return rec
 	}
 	cs := j.rn.ApplyConfChange(cc)
-	m := j.confBase.clone()
-	m.apply(e.GetIndex(), cc, ctx, cs)
+	m := j.confBase.Clone()
+	m.Apply(e.GetIndex(), cc, ctx, cs)
 	j.advanceMembership(m)
 	rec.m = m
 	return rec
@@ -168,7 +169,7 @@ func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
 // membership is newer: a restart replaying the log from an older image
 // rebuilds the records of the changes it already knows (their records are
 // rewritten with the same content) without taking the published view back.
-func (j *Journal) advanceMembership(m *membership) {
+func (j *Journal) advanceMembership(m *membership.Membership) {
 	j.confBase = m
 	j.mu.Lock()
 	newer := j.mu.membership.Index > m.Index
@@ -183,14 +184,14 @@ func (j *Journal) advanceMembership(m *membership) {
 // records as removed leave the transport: a member m does not list yet
 // (the members a joining node was told of, before it replayed their
 // additions) stays reachable.
-func (j *Journal) setMembership(m *membership) {
+func (j *Journal) setMembership(m *membership.Membership) {
 	j.mu.Lock()
 	old := j.mu.membership
 	j.mu.membership = m
 	j.settleLearned(m)
 	j.mu.Unlock()
 	for id := range old.Members {
-		if _, ok := m.Members[id]; !ok && id != j.id && m.isRemoved(id) {
+		if _, ok := m.Members[id]; !ok && id != j.id && m.IsRemoved(id) {
 			// After this Ready's messages are sent: they include the
 			// append that tells the removed node its removal committed.
 			j.removedPeers = append(j.removedPeers, id)
@@ -201,7 +202,7 @@ func (j *Journal) setMembership(m *membership) {
 			j.tr.SetPeer(id, mem.Addr)
 		}
 	}
-	if _, ok := m.Members[j.id]; !ok && m.isRemoved(j.id) && !j.removed.Swap(true) {
+	if _, ok := m.Members[j.id]; !ok && m.IsRemoved(j.id) && !j.removed.Swap(true) {
 		j.log.Warn("this node applied its removal from the cluster", "index", m.Index)
 		j.notifyChanged()
 	}

@@ -1,5 +1,7 @@
 package journal
 
+import "github.com/metatree/metatree/journal/internal/membership"
+
 // The dedupe window decides which copies of a key apply (dedupe.Window.Judge), so
 // it is replicated state: every replica, and every rebuild of the state (a
 // restart, an image install, a shadow checkpoint's replay, metactl check's
@@ -26,7 +28,7 @@ func (j *Journal) dedupeWindow() uint64 {
 // learnWindow takes the cluster's dedupe window from m, when m records
 // one, for the applier's dedupe state and every rebuild. It runs before
 // the goroutines start or on the applier, as the applier passes m's index.
-func (j *Journal) learnWindow(m *membership) {
+func (j *Journal) learnWindow(m *membership.Membership) {
 	if m == nil || m.Window == 0 {
 		return
 	}

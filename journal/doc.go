@@ -206,7 +206,8 @@
 // mark after its image agreed (the check at start: [Journal.CheckFresh]
 // fails with [ErrStale] and [Journal.ReadBarrier] waits), except where no
 // check can run (a sole voter, a cluster below version 3).
-// [Inspector.VerifyDigests] makes the same comparison offline.
+// journal/offline's Inspector.VerifyDigests makes the same comparison
+// offline.
 //
 // # Concurrency
 //
@@ -216,18 +217,22 @@
 // # Package layout
 //
 // Package journal is the API and the node: Open, the raft loop, the
-// append goroutine, the applier, proposals, membership, images, the
-// consistency checks and the offline tools (Inspect, Seed). Each concern
-// that stands alone is an internal package, with its contract and its
-// goroutines in its doc.go:
+// append goroutine, the applier, proposals, membership changes, images
+// and the consistency checks. Each concern that stands alone is an
+// internal package, with its contract and its goroutines in its doc.go:
 //
-//	internal/raftstore  the raft log, HardState and membership records in Pebble
-//	internal/rafthttp   the HTTP transport (HTTPTransport wraps it): streams, frames, wire errors
-//	internal/envelope   the codec of the entry envelope (user entries, timestamps, versions, checks)
-//	internal/dedupe     the dedupe window that decides which copy of a key applies
-//	internal/readround  the ReadIndex rounds that ReadBarrier calls share
-//	internal/diskguard  the free space guard, the emergency ballast, the no-space rule
-//	internal/errs       the sentinel errors, which journal re-exports under the same names
+//	internal/raftstore   the raft log, HardState and membership records in Pebble
+//	internal/rafthttp    the HTTP transport (HTTPTransport wraps it): streams, frames, wire errors
+//	internal/envelope    the codec of the entry envelope (user entries, timestamps, versions, checks)
+//	internal/dedupe      the dedupe window that decides which copy of a key applies
+//	internal/readround   the ReadIndex rounds that ReadBarrier calls share
+//	internal/diskguard   the free space guard, the emergency ballast, the no-space rule
+//	internal/errs        the sentinel errors, which journal re-exports under the same names
+//	internal/membership  the member set (Member, Role) and its encoding, the conf change context
+//	internal/datadir     the data dir's VERSION, ROLE and MEMBERS files
+//	internal/consistency the tally of the consistency checks' reports (CorruptError, Alarm)
 //
-// journal/journaltest runs clusters in memory for tests.
+// journal/offline reads and writes a stopped node's data dir (Inspect,
+// Seed, VerifyDigests); journal/journaltest runs clusters in memory for
+// tests.
 package journal

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/metatree/metatree/journal/internal/envelope"
+	"github.com/metatree/metatree/journal/internal/membership"
 )
 
 // FuzzEntryDecoders feeds arbitrary bytes to the decoders of what a log
@@ -37,7 +38,7 @@ func FuzzEntryDecoders(f *testing.F) {
 	cc, _ := proto.Marshal(&raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(uint64(2)),
 		Context: []byte(`{"addr":"127.0.0.1:1","role":"follower","key":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}`)})
 	f.Add(cc)
-	f.Add(newMembership().encode())
+	f.Add(membership.New().Encode())
 	f.Add([]byte(`{"v":1,"index":1,"voters":[1],"members":{"1":{"id":1,"addr":"a"}},"dedupe_window":10000}`))
 	cc, _ = proto.Marshal(&raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(uint64(1)),
 		Context: []byte(`{"addr":"127.0.0.1:1","role":"follower","key":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"dedupe_window":10000}`)})
@@ -45,22 +46,22 @@ func FuzzEntryDecoders(f *testing.F) {
 	f.Add([]byte(`{"v":1,"voters":[1,2],"members":{"1":{"id":1,"addr":"a"}},"keys":[{"i":3,"k":[1]}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e := &raftpb.Entry{Type: raftpb.EntryConfChange.Enum(), Index: new(uint64(7)), Data: b}
-		if _, _, err := decodeConfChange(e); err != nil && !errors.Is(err, ErrMalformed) {
+		if _, _, err := membership.DecodeConfChange(e); err != nil && !errors.Is(err, ErrMalformed) {
 			t.Fatalf("conf change: %v", err)
 		}
-		m, err := decodeMembership(b)
+		m, err := membership.Decode(b)
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrUnknownVersion) {
 				t.Fatalf("membership: %v", err)
 			}
 			return
 		}
-		m2, err := decodeMembership(m.encode())
+		m2, err := membership.Decode(m.Encode())
 		if err != nil {
-			t.Fatalf("membership %s does not decode after its own encoding: %v", m.encode(), err)
+			t.Fatalf("membership %s does not decode after its own encoding: %v", m.Encode(), err)
 		}
-		if !bytes.Equal(m2.encode(), m.encode()) {
-			t.Fatalf("membership changes through a round trip: %s, then %s", m.encode(), m2.encode())
+		if !bytes.Equal(m2.Encode(), m.Encode()) {
+			t.Fatalf("membership changes through a round trip: %s, then %s", m.Encode(), m2.Encode())
 		}
 	})
 }

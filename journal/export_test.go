@@ -11,6 +11,7 @@ import (
 	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/diskguard"
 	"github.com/metatree/metatree/journal/internal/envelope"
+	"github.com/metatree/metatree/journal/internal/membership"
 	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
 
@@ -114,7 +115,7 @@ func (j *Journal) HandleForwardForTest(ctx context.Context, req *ForwardRequest)
 }
 
 // ConfContextForTest is the context a membership change carries.
-type ConfContextForTest = confContext
+type ConfContextForTest = membership.ConfContext
 
 // ProposeConfChangeRawForTest proposes the membership change typ of node
 // id, with cctx, on leader j's raft loop, past the proposal checks (as an
@@ -176,7 +177,7 @@ func IsVersionEntryForTest(e *raftpb.Entry) bool { return isVersionEntry(e) }
 
 // DecodeConfChangeForTest returns the membership change e carries.
 func DecodeConfChangeForTest(e *raftpb.Entry) (*raftpb.ConfChange, error) {
-	cc, _, err := decodeConfChange(e)
+	cc, _, err := membership.DecodeConfChange(e)
 	return cc, err
 }
 
@@ -209,11 +210,11 @@ func (j *Journal) ImageWrittenForTest(ctx context.Context, index, term uint64, m
 // ConfStateOfBlobForTest returns raft's configuration of the membership
 // blob b (as an image carries it).
 func ConfStateOfBlobForTest(b []byte) (*raftpb.ConfState, error) {
-	m, err := decodeMembership(b)
+	m, err := membership.Decode(b)
 	if err != nil {
 		return nil, err
 	}
-	return m.confState(), nil
+	return m.ConfState(), nil
 }
 
 // DurableCommitForTest returns the commit index of j's durable HardState.
@@ -233,18 +234,18 @@ func (j *Journal) MembershipRecordForTest(i uint64) ([]byte, error) {
 // index of its record and the dedupe keys an image's record adds: what
 // two records of one membership have in common.
 func MembershipContentForTest(b []byte) ([]byte, error) {
-	m, err := decodeMembership(b)
+	m, err := membership.Decode(b)
 	if err != nil {
 		return nil, err
 	}
 	m.Index, m.Keys = 0, nil
-	return m.encode(), nil
+	return m.Encode(), nil
 }
 
 // MembershipIDsForTest returns the members and the removed nodes of the
 // membership blob b, sorted.
 func MembershipIDsForTest(b []byte) (members, removed []uint64, err error) {
-	m, err := decodeMembership(b)
+	m, err := membership.Decode(b)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -296,12 +297,12 @@ func (j *Journal) RecordMembershipWithoutKeysForTest(i uint64) error {
 	if err != nil {
 		return err
 	}
-	m, err := decodeMembership(blob)
+	m, err := membership.Decode(blob)
 	if err != nil {
 		return err
 	}
 	m.Index, m.Keys = i-1, nil
-	return j.store.SaveMembership(i, m.encode())
+	return j.store.SaveMembership(i, m.Encode())
 }
 
 // ProposeTurnForTest proposes, in one turn of leader j's raft loop and
@@ -345,7 +346,7 @@ func (j *Journal) MembersFileForTest() (index uint64, members map[uint64]Member,
 
 // MembershipIndexForTest returns the index of the membership blob b.
 func MembershipIndexForTest(b []byte) (uint64, error) {
-	m, err := decodeMembership(b)
+	m, err := membership.Decode(b)
 	if err != nil {
 		return 0, err
 	}
@@ -361,4 +362,4 @@ func (j *Journal) LoopOpsForTest() chan<- func() { return j.opc }
 const CheckVersionForTest = checkVersion
 
 // ChecksForTest returns how many consistency checks j compared.
-func (j *Journal) ChecksForTest() uint64 { return j.checker.count() }
+func (j *Journal) ChecksForTest() uint64 { return j.checker.Count() }

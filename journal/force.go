@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/membership"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -48,7 +49,7 @@ func (j *Journal) forceNewCluster(haveVersion bool) error {
 	if err != nil {
 		return operr.Errorf("journal: force a new cluster: %w", err)
 	}
-	if m.isRemoved(j.id) {
+	if m.IsRemoved(j.id) {
 		return fmt.Errorf("journal: force a new cluster: node %d was removed from the cluster", j.id)
 	}
 	others := map[uint64]bool{}
@@ -86,7 +87,7 @@ func (j *Journal) forceNewCluster(haveVersion bool) error {
 		for _, e := range ents {
 			keep := e
 			if e.GetType() == raftpb.EntryConfChange {
-				cc, _, err := decodeConfChange(e)
+				cc, _, err := membership.DecodeConfChange(e)
 				switch {
 				case err != nil:
 				case dropsVoter(cc, j.id):
@@ -121,7 +122,7 @@ func (j *Journal) forceNewCluster(haveVersion bool) error {
 		data, err := proto.Marshal(&raftpb.ConfChange{
 			Type:    raftpb.ConfChangeRemoveNode.Enum(),
 			NodeId:  new(id),
-			Context: mustJSON(confContext{Key: uuid.New()}),
+			Context: mustJSON(membership.ConfContext{Key: uuid.New()}),
 		})
 		if err != nil {
 			return operr.Errorf("journal: force a new cluster: %w", err)
@@ -162,10 +163,10 @@ func (j *Journal) passFence(handed uint64) {
 // newestMembership is the membership loadState will start from: the
 // newest of the log's records and the MEMBERS file, else the one raft's
 // snapshot carries.
-func (j *Journal) newestMembership() (*membership, error) {
-	m := newMembership()
+func (j *Journal) newestMembership() (*membership.Membership, error) {
+	m := membership.New()
 	if blob, err := j.store.MembershipAt(math.MaxUint64); err == nil {
-		if m, err = decodeMembership(blob); err != nil {
+		if m, err = membership.Decode(blob); err != nil {
 			return nil, fmt.Errorf("stored membership: %w", err)
 		}
 	} else if !errors.Is(err, raftstore.ErrNoMembership) {
@@ -179,7 +180,7 @@ func (j *Journal) newestMembership() (*membership, error) {
 		m = file
 	}
 	if snap, err := j.store.Snapshot(); err == nil && snap.GetMetadata().GetIndex() > m.Index {
-		if sm, err := decodeMembership(snap.GetData()); err == nil {
+		if sm, err := membership.Decode(snap.GetData()); err == nil {
 			m = sm
 		}
 	}

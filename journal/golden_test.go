@@ -11,8 +11,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/metatree/metatree/internal/golden"
+	"github.com/metatree/metatree/journal/internal/datadir"
 	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/envelope"
+	"github.com/metatree/metatree/journal/internal/membership"
 )
 
 // goldenDigest is the digest in the golden check report.
@@ -73,20 +75,20 @@ func TestEntryEnvelopesMatchTheirGoldenFiles(t *testing.T) {
 // every other context field.
 func goldenConfChanges() map[string]struct {
 	cc  *raftpb.ConfChange
-	ctx confContext
+	ctx membership.ConfContext
 } {
 	yes := true
 	return map[string]struct {
 		cc  *raftpb.ConfChange
-		ctx confContext
+		ctx membership.ConfContext
 	}{
 		"confchange-v1-bootstrap.bin": {
 			&raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(uint64(1))},
-			confContext{Addr: "node1:7000", Role: Follower, MaxVersion: 3, Window: 10_000},
+			membership.ConfContext{Addr: "node1:7000", Role: Follower, MaxVersion: 3, Window: 10_000},
 		},
 		"confchange-v1-update.bin": {
 			&raftpb.ConfChange{Type: raftpb.ConfChangeUpdateNode.Enum(), NodeId: new(uint64(4))},
-			confContext{Addr: "node4:7000", Role: Observer, Key: [16]byte{9, 8, 7}, MaxVersion: 2, NoSpace: &yes},
+			membership.ConfContext{Addr: "node4:7000", Role: Observer, Key: [16]byte{9, 8, 7}, MaxVersion: 2, NoSpace: &yes},
 		},
 	}
 }
@@ -104,7 +106,7 @@ func TestConfChangesMatchTheirGoldenFiles(t *testing.T) {
 			golden.Check(t, path, data)
 
 			e := &raftpb.Entry{Type: raftpb.EntryConfChange.Enum(), Index: new(uint64(1)), Data: golden.Read(t, path)}
-			gotCC, gotCtx, err := decodeConfChange(e)
+			gotCC, gotCtx, err := membership.DecodeConfChange(e)
 			require.NoError(t, err)
 			require.Equal(t, c.cc.GetType(), gotCC.GetType())
 			require.Equal(t, c.cc.GetNodeId(), gotCC.GetNodeId())
@@ -114,9 +116,9 @@ func TestConfChangesMatchTheirGoldenFiles(t *testing.T) {
 }
 
 // goldenMembership is a membership record with every field set.
-func goldenMembership() *membership {
-	return &membership{
-		V:       membershipVersion,
+func goldenMembership() *membership.Membership {
+	return &membership.Membership{
+		V:       membership.EncodingVersion,
 		Index:   42,
 		Voters:  []uint64{1, 2},
 		Learner: []uint64{4},
@@ -137,8 +139,8 @@ func goldenMembership() *membership {
 // to it.
 func TestMembershipRecordMatchesItsGoldenFile(t *testing.T) {
 	path := filepath.Join("testdata", "golden", "membership-v1.json")
-	golden.Check(t, path, goldenMembership().encode())
-	got, err := decodeMembership(golden.Read(t, path))
+	golden.Check(t, path, goldenMembership().Encode())
+	got, err := membership.Decode(golden.Read(t, path))
 	require.NoError(t, err)
 	require.Equal(t, goldenMembership(), got)
 }
@@ -150,11 +152,11 @@ func TestDataDirFilesMatchTheirGoldenFiles(t *testing.T) {
 	dir := filepath.Join("testdata", "golden", "datadir-v1")
 	fs := vfs.NewMem()
 	require.NoError(t, fs.MkdirAll("/d", 0o755))
-	require.NoError(t, writeVersion(fs, "/d", "golden-cluster", "secret", 7))
-	require.NoError(t, writeKV(fs, "/d", "ROLE", [][2]string{{"role", Observer.String()}}))
+	require.NoError(t, datadir.WriteVersion(fs, "/d", "golden-cluster", "secret", 7))
+	require.NoError(t, datadir.WriteRole(fs, "/d", Observer))
 	j := &Journal{cfg: Config{FS: fs, Dir: "/d"}}
 	require.NoError(t, j.writeMembers(goldenMembership()))
-	for _, name := range []string{"VERSION", "ROLE", membersFile} {
+	for _, name := range []string{"VERSION", "ROLE", datadir.MembersFile} {
 		f, err := fs.Open("/d/" + name)
 		require.NoError(t, err)
 		var buf bytes.Buffer
@@ -164,18 +166,18 @@ func TestDataDirFilesMatchTheirGoldenFiles(t *testing.T) {
 		golden.Check(t, filepath.Join(dir, name), buf.Bytes())
 	}
 
-	ver, ok, err := readKV(vfs.Default, filepath.Join(dir, "VERSION"))
+	ver, ok, err := datadir.ReadKV(vfs.Default, filepath.Join(dir, "VERSION"))
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, map[string]string{"cluster_id": "golden-cluster", "token": "secret", "node_id": "7"}, ver)
 	require.NoError(t, checkNodeID(dir, ver, 7))
-	role, ok, err := readKV(vfs.Default, filepath.Join(dir, "ROLE"))
+	role, ok, err := datadir.ReadKV(vfs.Default, filepath.Join(dir, "ROLE"))
 	require.NoError(t, err)
 	require.True(t, ok)
 	r, err := ParseRole(role["role"])
 	require.NoError(t, err)
 	require.Equal(t, Observer, r)
-	members, err := readMembersFile(vfs.Default, dir)
+	members, err := datadir.ReadMembers(vfs.Default, dir)
 	require.NoError(t, err)
 	want := goldenMembership()
 	want.Keys = nil

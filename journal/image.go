@@ -14,6 +14,7 @@ import (
 	"github.com/metatree/metatree/internal/operr"
 	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/envelope"
+	"github.com/metatree/metatree/journal/internal/membership"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -101,9 +102,9 @@ func (j *Journal) membershipBlobAt(index uint64) ([]byte, error) {
 	if err != nil && !errors.Is(err, raftstore.ErrNoMembership) {
 		return nil, operr.Errorf("journal: membership at %d: %w", index, err)
 	}
-	m := newMembership()
+	m := membership.New()
 	if len(blob) > 0 {
-		if m, err = decodeMembership(blob); err != nil {
+		if m, err = membership.Decode(blob); err != nil {
 			return nil, operr.Errorf("journal: membership at %d: %w", index, err)
 		}
 	}
@@ -113,7 +114,7 @@ func (j *Journal) membershipBlobAt(index uint64) ([]byte, error) {
 		return nil, operr.Errorf("journal: membership at %d: %w", index, err)
 	}
 	m.Keys = append([]dedupe.Key(nil), d.Live()...)
-	return m.encode(), nil
+	return m.Encode(), nil
 }
 
 // TermAt returns the raft term of the entry at index.
@@ -138,8 +139,8 @@ func (j *Journal) TermAt(index uint64) (uint64, error) {
 // every index it still holds can be rebuilt from that image and the
 // entries after it, as a resumed watch does, and the caller keeps that
 // image (FirstIndex tells which).
-func (j *Journal) imageWritten(ctx context.Context, index, term uint64, membership []byte) error {
-	m, err := decodeMembership(membership)
+func (j *Journal) imageWritten(ctx context.Context, index, term uint64, blob []byte) error {
+	m, err := membership.Decode(blob)
 	if err != nil {
 		return operr.Errorf("journal: image %d: %w", index, err)
 	}
@@ -154,9 +155,9 @@ func (j *Journal) imageWritten(ctx context.Context, index, term uint64, membersh
 		return operr.Errorf("journal: image %d: %w", index, err)
 	}
 	snap := raftpb.EnsureSnapshot(&raftpb.Snapshot{
-		Data: membership,
+		Data: blob,
 		Metadata: &raftpb.SnapshotMetadata{
-			Index: new(index), Term: new(term), ConfState: m.confState(),
+			Index: new(index), Term: new(term), ConfState: m.ConfState(),
 		},
 	})
 	// The store work runs on the append goroutine, in order with raft's
@@ -219,7 +220,7 @@ func (j *Journal) recordImage(snap *raftpb.Snapshot) error {
 // whose images were recorded before recordImage wrote the record. Unsynced,
 // as recordImage's: a synced write carries it to disk before any
 // compaction.
-func (j *Journal) recordWindow(index uint64, im *membership, blob []byte) error {
+func (j *Journal) recordWindow(index uint64, im *membership.Membership, blob []byte) error {
 	if im.Index != index {
 		return nil // not the blob MembershipAt gave for this image
 	}
@@ -376,7 +377,7 @@ func (j *Journal) windowAt(index uint64) ([]dedupe.Key, error) {
 		return nil, err
 	}
 	if len(blob) > 0 {
-		m, err := decodeMembership(blob)
+		m, err := membership.Decode(blob)
 		if err != nil {
 			return nil, fmt.Errorf("membership at %d: %w", index, err)
 		}
@@ -385,7 +386,7 @@ func (j *Journal) windowAt(index uint64) ([]dedupe.Key, error) {
 		}
 	}
 	if snap, err := j.store.Snapshot(); err == nil && snap.GetMetadata().GetIndex() == index && len(snap.GetData()) > 0 {
-		m, err := decodeMembership(snap.GetData())
+		m, err := membership.Decode(snap.GetData())
 		if err != nil {
 			return nil, fmt.Errorf("snapshot membership at %d: %w", index, err)
 		}

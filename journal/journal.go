@@ -15,8 +15,10 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/consistency"
 	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/diskguard"
+	"github.com/metatree/metatree/journal/internal/membership"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 	"github.com/metatree/metatree/journal/internal/readround"
 )
@@ -58,7 +60,7 @@ type Journal struct {
 	// state only, so a replay from an older image reproduces each
 	// historical record and every replica decides each change alike; the
 	// published membership (mu.membership) may be newer during a replay.
-	confBase *membership
+	confBase *membership.Membership
 	// pendingVersion is the highest cluster version in a version entry this
 	// node proposed or appended and has not yet handed to the applier, and
 	// pendingVersionAt that entry's index (for one proposed and not yet in
@@ -151,7 +153,7 @@ type Journal struct {
 	// The consistency checks (check.go): the applier's record of recent
 	// marks, the report it leaves for the loop to propose (checkc wakes
 	// the loop, cap 1), and the raised corruption alarm.
-	checker     checker
+	checker     consistency.Checker
 	checkReport atomic.Pointer[[]byte]
 	checkc      chan struct{}
 	corrupt     atomic.Pointer[CorruptError]
@@ -170,9 +172,9 @@ type Journal struct {
 		// commitCh is closed when the durable commit index (committed)
 		// advances; ImageWritten waits on it.
 		commitCh   chan struct{}
-		appliedCh  chan struct{}        // closed at the next applied advance
-		waiters    map[[16]byte]*waiter // the head of each key's list
-		membership *membership          // latest applied membership
+		appliedCh  chan struct{}          // closed at the next applied advance
+		waiters    map[[16]byte]*waiter   // the head of each key's list
+		membership *membership.Membership // latest applied membership
 		// learned holds the addresses of members the membership does
 		// not name yet, taken from their requests (learnpeer.go).
 		learned map[uint64]string
@@ -336,10 +338,10 @@ func (j *Journal) Status() Status {
 	} else if err := j.store.Halted(); err != nil {
 		st.Err = haltCause(err) // the loop is stopping
 	}
-	st.Alarm = j.checker.current()
+	st.Alarm = j.checker.Current()
 	j.mu.Lock()
-	st.Members = j.mu.membership.list()
-	st.ClusterVersion = j.mu.membership.clusterVersion()
+	st.Members = j.mu.membership.List()
+	st.ClusterVersion = j.mu.membership.ClusterVersion()
 	j.mu.Unlock()
 	return st
 }

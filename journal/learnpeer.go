@@ -1,5 +1,7 @@
 package journal
 
+import "github.com/metatree/metatree/journal/internal/membership"
+
 // A member that missed a membership change (cut off, or down, while a node
 // joined) has no address for the members that change added: its membership
 // names only the members it applied. When one of them leads, its appends
@@ -23,7 +25,7 @@ func (j *Journal) learnPeer(id uint64, addr string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	m := j.mu.membership
-	if m.Members[id].Addr != "" || m.isRemoved(id) || j.mu.learned[id] == addr {
+	if m.Members[id].Addr != "" || m.IsRemoved(id) || j.mu.learned[id] == addr {
 		return
 	}
 	if j.mu.learned == nil {
@@ -40,7 +42,7 @@ func (j *Journal) learnPeer(id uint64, addr string) {
 
 // peerAddr returns the address of member id: the membership's, else the
 // one learned from its requests ("" when neither).
-func (j *Journal) peerAddr(m *membership, id uint64) string {
+func (j *Journal) peerAddr(m *membership.Membership, id uint64) string {
 	if addr := m.Members[id].Addr; addr != "" {
 		return addr
 	}
@@ -53,10 +55,10 @@ func (j *Journal) peerAddr(m *membership, id uint64) string {
 // setMembership with j.mu held): a member m names has its address from
 // the log now, and one m records as removed leaves the transport with the
 // other removed peers.
-func (j *Journal) settleLearned(m *membership) {
+func (j *Journal) settleLearned(m *membership.Membership) {
 	for id := range j.mu.learned {
 		switch {
-		case m.isRemoved(id):
+		case m.IsRemoved(id):
 			delete(j.mu.learned, id)
 			j.removedPeers = append(j.removedPeers, id)
 		case m.Members[id].Addr != "":

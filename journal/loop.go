@@ -13,6 +13,7 @@ import (
 
 	"github.com/metatree/metatree/internal/operr"
 	"github.com/metatree/metatree/journal/internal/envelope"
+	"github.com/metatree/metatree/journal/internal/membership"
 )
 
 // proposal is a request to the raft loop.
@@ -344,7 +345,7 @@ func (j *Journal) propose(p *proposal) {
 		if err = j.rn.ProposeConfChange(p.cc); err == nil {
 			// raft may still turn it into an empty entry (another change
 			// pending); handleReady tells which.
-			var ctx confContext
+			var ctx membership.ConfContext
 			_ = json.Unmarshal(p.cc.GetContext(), &ctx)
 			j.confQueue = append(j.confQueue, ctx.Key)
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/metatree/metatree/journal/internal/membership"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -55,9 +57,9 @@ func TestConfigValidation(t *testing.T) {
 // applier rather than being skipped (journal/internal/envelope tests the
 // envelope's kinds alike).
 func TestMembershipCodec(t *testing.T) {
-	_, err := decodeMembership([]byte(`{"v":99}`))
+	_, err := membership.Decode([]byte(`{"v":99}`))
 	require.ErrorIs(t, err, ErrUnknownVersion)
-	_, err = decodeMembership([]byte(`nope`))
+	_, err = membership.Decode([]byte(`nope`))
 	require.ErrorIs(t, err, ErrMalformed)
 }
 

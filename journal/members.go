@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/membership"
 )
 
 // AddMember adds node id, reachable at addr, as a voter (Follower) or a
@@ -35,7 +36,7 @@ func (j *Journal) addMember(ctx context.Context, id uint64, addr string, role Ro
 	j.mu.Lock()
 	m := j.mu.membership
 	j.mu.Unlock()
-	if m.isRemoved(id) {
+	if m.IsRemoved(id) {
 		return operr.Errorf("journal: add member %d: %w: the id was removed and cannot be reused", id, ErrUnknownMember)
 	}
 	if cur, ok := m.Members[id]; ok {
@@ -92,12 +93,12 @@ func (j *Journal) Promote(ctx context.Context, id uint64) error {
 }
 
 func (j *Journal) confChange(ctx context.Context, what string, typ raftpb.ConfChangeType, id uint64, addr string, role Role, maxVersion uint32, force bool) error {
-	return j.confChangeWith(ctx, what, typ, id, confContext{Addr: addr, Role: role, MaxVersion: maxVersion}, force)
+	return j.confChangeWith(ctx, what, typ, id, membership.ConfContext{Addr: addr, Role: role, MaxVersion: maxVersion}, force)
 }
 
 // confChangeWith proposes a membership change of node id carrying cctx
 // (its Key is set here) and waits until it is applied.
-func (j *Journal) confChangeWith(ctx context.Context, what string, typ raftpb.ConfChangeType, id uint64, cctx confContext, force bool) error {
+func (j *Journal) confChangeWith(ctx context.Context, what string, typ raftpb.ConfChangeType, id uint64, cctx membership.ConfContext, force bool) error {
 	key := uuid.New()
 	cctx.Key = key
 	cc := &raftpb.ConfChange{
@@ -176,8 +177,8 @@ func (j *Journal) handleJoin(ctx context.Context, req *JoinRequest) (*JoinRespon
 		return nil, err
 	}
 	j.mu.Lock()
-	members := j.mu.membership.list()
-	cv := j.mu.membership.clusterVersion()
+	members := j.mu.membership.List()
+	cv := j.mu.membership.ClusterVersion()
 	j.mu.Unlock()
 	return &JoinResponse{ClusterID: j.cluster(), Members: members, ClusterVersion: cv}, nil
 }

@@ -1,13 +1,14 @@
 package journal
 
 import (
-	"github.com/metatree/metatree/internal/ratelimit"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.etcd.io/raft/v3"
+
+	"github.com/metatree/metatree/internal/ratelimit"
 )
 
 // metrics are the journal's own counters, read by its Prometheus collector
@@ -131,7 +132,7 @@ func (c journalCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descMaxVersion, float64(j.cfg.MaxVersion))
 	gauge(descNoSpaceAlarm, b2f(j.noSpaceAlarm() != nil))
 	gauge(descCorrupt, b2f(j.corruptErr() != nil))
-	counter(descConsistencyChecks, j.checker.count())
+	counter(descConsistencyChecks, j.checker.Count())
 	if free, ok := j.space.Free(); ok {
 		gauge(descDiskFree, float64(free))
 	}

@@ -6,6 +6,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/journal/internal/diskguard"
+	"github.com/metatree/metatree/journal/internal/membership"
 )
 
 // The no-space alarm, as etcd's NOSPACE alarm: the space guard refuses
@@ -55,7 +56,7 @@ func (j *Journal) reportSpace() {
 	ctx, cancel := j.untilStop(context.Background(), 5*j.electionTimeout())
 	defer cancel()
 	err := j.confChangeWith(ctx, what, raftpb.ConfChangeUpdateNode, j.id,
-		confContext{Addr: self.Addr, Role: self.Role, NoSpace: &low}, false)
+		membership.ConfContext{Addr: self.Addr, Role: self.Role, NoSpace: &low}, false)
 	if err != nil {
 		j.log.Warn("could not "+what+"; trying again at the next free space check", "err", err)
 		return

@@ -13,8 +13,10 @@ import (
 
 	"github.com/metatree/metatree/internal/durable"
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/datadir"
 	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/diskguard"
+	"github.com/metatree/metatree/journal/internal/membership"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -103,8 +105,8 @@ func newJournal(cfg Config) (*Journal, error) {
 	}
 	j.mu.appliedCh = make(chan struct{})
 	j.mu.waiters = map[[16]byte]*waiter{}
-	j.mu.membership = newMembership()
-	j.confBase = newMembership()
+	j.mu.membership = membership.New()
+	j.confBase = membership.New()
 	if cfg.ForceNewCluster {
 		// Before the transport starts: no message of an old member reaches
 		// raft while Open reads the log it rewrites (forceNewCluster).
@@ -128,7 +130,7 @@ type startMode struct {
 // token and role from the Config.
 func (j *Journal) readStartMode() (startMode, error) {
 	cfg := j.cfg
-	ver, haveVersion, err := readKV(cfg.FS, filepath.Join(cfg.Dir, "VERSION"))
+	ver, haveVersion, err := datadir.ReadKV(cfg.FS, filepath.Join(cfg.Dir, "VERSION"))
 	if err != nil {
 		return startMode{}, err
 	}
@@ -219,7 +221,7 @@ func (j *Journal) initDataDir(ctx context.Context, mode startMode) (*JoinRespons
 		if err != nil {
 			return nil, err
 		}
-		m := newMembership()
+		m := membership.New()
 		for _, mem := range joinResp.Members {
 			m.Members[mem.ID] = mem
 		}
@@ -228,10 +230,10 @@ func (j *Journal) initDataDir(ctx context.Context, mode startMode) (*JoinRespons
 		}
 	}
 	fs, dir := j.cfg.FS, j.cfg.Dir
-	if err := writeKV(fs, dir, "ROLE", [][2]string{{"role", Role(j.role.Load()).String()}}); err != nil {
+	if err := datadir.WriteRole(fs, dir, Role(j.role.Load())); err != nil {
 		return nil, err
 	}
-	if err := writeVersion(fs, dir, j.cluster(), j.token, j.id); err != nil {
+	if err := datadir.WriteVersion(fs, dir, j.cluster(), j.token, j.id); err != nil {
 		return nil, err
 	}
 	return joinResp, nil
@@ -329,7 +331,7 @@ func (j *Journal) checkRestart(ver map[string]string) error {
 	if err := checkNodeID(j.cfg.Dir, ver, j.id); err != nil {
 		return err
 	}
-	roleKV, ok, err := readKV(j.cfg.FS, filepath.Join(j.cfg.Dir, "ROLE"))
+	roleKV, ok, err := datadir.ReadKV(j.cfg.FS, filepath.Join(j.cfg.Dir, "ROLE"))
 	if err != nil {
 		return err
 	}
@@ -382,12 +384,12 @@ func (j *Journal) join(ctx context.Context) (*JoinResponse, error) {
 // loadState restores membership, the newest image and the dedupe window
 // before raft starts. It returns the membership stored with the loaded
 // image (nil: no image, or one without it).
-func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membership, error) {
-	m := newMembership()
+func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membership.Membership, error) {
+	m := membership.New()
 	if blob, err := j.store.MembershipAt(math.MaxUint64); err != nil && !errors.Is(err, raftstore.ErrNoMembership) {
 		return nil, operr.Errorf("journal: load membership: %w", err)
 	} else if len(blob) > 0 {
-		if m, err = decodeMembership(blob); err != nil {
+		if m, err = membership.Decode(blob); err != nil {
 			return nil, operr.Errorf("journal: stored membership: %w", err)
 		}
 	}
@@ -415,7 +417,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 		return nil, operr.Errorf("journal: first index: %w", err)
 	}
 	var imageIndex uint64
-	var image *membership // the membership stored with the image
+	var image *membership.Membership // the membership stored with the image
 	if j.cfg.Snapshots != nil {
 		idx, blob, err := j.cfg.Snapshots.LoadLatest(ctx, first-1)
 		if err != nil {
@@ -429,7 +431,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 			j.lastImage.Store(idx)
 			j.images.add(idx)
 			if len(blob) > 0 {
-				im, err := decodeMembership(blob)
+				im, err := membership.Decode(blob)
 				if err != nil {
 					return nil, operr.Errorf("journal: image %d: %w", idx, err)
 				}
@@ -440,7 +442,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 					return nil, operr.Errorf("journal: image %d: %w", idx, err)
 				}
 				if len(m.Members) == 0 {
-					m = im.clone()
+					m = im.Clone()
 				}
 			}
 		}
@@ -462,7 +464,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 	if imageIndex > 0 || j.store.HardState().GetCommit() > 0 {
 		// A restart: the loaded image and the replayed log are confirmed
 		// by the first comparison at a mark after the image (check.go).
-		j.checker.startPending(imageIndex)
+		j.checker.StartPending(imageIndex)
 	}
 	m.Keys = nil
 	if err := j.checkVersion(m, "start"); err != nil {
@@ -472,7 +474,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 	j.mu.membership = m
 	j.mu.Unlock()
 	for id, addr := range addrs {
-		if id != j.id && addr != "" && !m.isRemoved(id) {
+		if id != j.id && addr != "" && !m.IsRemoved(id) {
 			j.tr.SetPeer(id, addr)
 		}
 	}

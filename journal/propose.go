@@ -69,7 +69,7 @@ func (j *Journal) proposeData(ctx context.Context, data []byte, key [16]byte) (i
 			return 0, nil, operr.Errorf("journal: propose: %w: %w", ErrInvalidProposal, err)
 		}
 	}
-	if err := cmp.Or(j.writable(), j.checker.writeRefusal()); err != nil {
+	if err := cmp.Or(j.writable(), j.checker.WriteRefusal()); err != nil {
 		j.metrics.proposalsFailed.Add(1)
 		return 0, nil, operr.Errorf("journal: propose: %w", err)
 	}
@@ -181,7 +181,7 @@ func (j *Journal) admitProposal(m *raftpb.Message) *raftpb.Message {
 	for i, e := range m.GetEntries() {
 		err := writeErr
 		if env, _ := envelope.Decode(e.GetData()); err == nil && env.Kind != envelope.KindCheck {
-			err = cmp.Or(j.checker.writeRefusal(), j.checkProposal(env.Data))
+			err = cmp.Or(j.checker.WriteRefusal(), j.checkProposal(env.Data))
 		}
 		if err == nil {
 			if kept != nil {
@@ -281,7 +281,7 @@ func (j *Journal) handleForward(ctx context.Context, req *ForwardRequest) (*Forw
 		if err := j.checkProposal(req.Data); err != nil {
 			return nil, err
 		}
-		if err := cmp.Or(j.writable(), j.checker.writeRefusal()); err != nil {
+		if err := cmp.Or(j.writable(), j.checker.WriteRefusal()); err != nil {
 			return nil, err
 		}
 		p = &proposal{data: envelope.EncodeUser(req.Key, req.Data)}
@@ -388,7 +388,7 @@ func (j *Journal) receive(ctx context.Context, msgs []*raftpb.Message) error {
 		if msg.GetTo() != j.id {
 			return fmt.Errorf("%w: message for node %d delivered to node %d", ErrMalformed, msg.GetTo(), j.id)
 		}
-		if m.isRemoved(msg.GetFrom()) {
+		if m.IsRemoved(msg.GetFrom()) {
 			j.refusedRemoved.Add(1)
 			return fmt.Errorf("%w: node %d is no longer a member (node %d applied its removal)", ErrRemoved, msg.GetFrom(), j.id)
 		}

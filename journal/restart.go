@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal/internal/datadir"
+	"github.com/metatree/metatree/journal/internal/membership"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -51,13 +53,13 @@ func (j *Journal) initLog(haveVersion, bootstrap bool) error {
 	// VERSION over an empty log: a joined node that has received nothing
 	// yet has MEMBERS (written before VERSION); without it this is a
 	// bootstrap whose first entry was never made durable.
-	if _, err := j.cfg.FS.Stat(filepath.Join(j.cfg.Dir, membersFile)); err == nil {
+	if _, err := j.cfg.FS.Stat(filepath.Join(j.cfg.Dir, datadir.MembersFile)); err == nil {
 		return nil
-	} else if !isNotExist(err) {
-		return operr.Errorf("journal: stat %s: %w", membersFile, err)
+	} else if !datadir.IsNotExist(err) {
+		return operr.Errorf("journal: stat %s: %w", datadir.MembersFile, err)
 	}
 	if !j.cfg.Bootstrap {
-		return fmt.Errorf("journal: %s has a VERSION file but an empty journal and no %s: a bootstrap that did not finish; open it with Config.Bootstrap", j.cfg.Dir, membersFile)
+		return fmt.Errorf("journal: %s has a VERSION file but an empty journal and no %s: a bootstrap that did not finish; open it with Config.Bootstrap", j.cfg.Dir, datadir.MembersFile)
 	}
 	return j.bootstrapLog()
 }
@@ -76,7 +78,7 @@ func (j *Journal) bootstrapLog() error {
 		NodeId: new(j.id),
 		// The first change records the cluster's dedupe window: this
 		// node's, for every member and every rebuild (dedupewindow.go).
-		Context: mustJSON(confContext{Addr: j.cfg.Addr, Role: Follower, MaxVersion: j.cfg.MaxVersion, Window: j.cfg.DedupeWindow}),
+		Context: mustJSON(membership.ConfContext{Addr: j.cfg.Addr, Role: Follower, MaxVersion: j.cfg.MaxVersion, Window: j.cfg.DedupeWindow}),
 	}
 	data, err := proto.Marshal(cc)
 	if err != nil {
@@ -95,7 +97,7 @@ func (j *Journal) bootstrapLog() error {
 func (j *Journal) checkBootstrapLog() error {
 	ents, err := j.store.Entries(1, 2, 1<<20)
 	if err == nil && len(ents) == 1 {
-		if cc, _, err := decodeConfChange(ents[0]); err == nil &&
+		if cc, _, err := membership.DecodeConfChange(ents[0]); err == nil &&
 			cc.GetType() == raftpb.ConfChangeAddNode && cc.GetNodeId() == j.id {
 			return nil
 		}
@@ -112,7 +114,7 @@ func (j *Journal) checkBootstrapLog() error {
 // entry up to the loaded index was applied, hence committed: when the
 // durable commit lags (a crash between an image and the HardState write),
 // it is raised to that index.
-func (j *Journal) restartPoint(image *membership) (*raftpb.ConfState, error) {
+func (j *Journal) restartPoint(image *membership.Membership) (*raftpb.ConfState, error) {
 	index := j.applied.Load()
 	first, err := j.store.FirstIndex()
 	if err != nil {
@@ -150,20 +152,20 @@ func (j *Journal) restartPoint(image *membership) (*raftpb.ConfState, error) {
 // the image's loaded there, the store's snapshot's when it is at index, or
 // the newest membership record the store kept at or before index. At index
 // 0 it is the empty membership the log's first entry applies to.
-func (j *Journal) membershipAt(index uint64, image *membership) (*membership, error) {
+func (j *Journal) membershipAt(index uint64, image *membership.Membership) (*membership.Membership, error) {
 	if image != nil {
-		return image.clone(), nil
+		return image.Clone(), nil
 	}
 	if index == 0 {
-		return newMembership(), nil
+		return membership.New(), nil
 	}
 	if snap, err := j.store.Snapshot(); err == nil && snap.GetMetadata().GetIndex() == index {
-		m, err := decodeMembership(snap.GetData())
+		m, err := membership.Decode(snap.GetData())
 		if err != nil {
 			return nil, err
 		}
 		m.Index = index
-		return m.clone(), nil
+		return m.Clone(), nil
 	}
 	blob, err := j.store.MembershipAt(index)
 	if errors.Is(err, raftstore.ErrNoMembership) {
@@ -172,19 +174,19 @@ func (j *Journal) membershipAt(index uint64, image *membership) (*membership, er
 	if err != nil {
 		return nil, err
 	}
-	m, err := decodeMembership(blob)
+	m, err := membership.Decode(blob)
 	if err != nil {
 		return nil, err
 	}
-	return m.clone(), nil
+	return m.Clone(), nil
 }
 
 // confStateAt returns raft's ConfState as of index: from the image loaded
 // there, from the store's snapshot when it is at index, or from the newest
 // membership record the store kept at or before index.
-func (j *Journal) confStateAt(index uint64, image *membership) (*raftpb.ConfState, error) {
+func (j *Journal) confStateAt(index uint64, image *membership.Membership) (*raftpb.ConfState, error) {
 	if image != nil {
-		return image.confState(), nil
+		return image.ConfState(), nil
 	}
 	if index == 0 {
 		return &raftpb.ConfState{}, nil
@@ -199,9 +201,9 @@ func (j *Journal) confStateAt(index uint64, image *membership) (*raftpb.ConfStat
 	if err != nil {
 		return nil, err
 	}
-	m, err := decodeMembership(blob)
+	m, err := membership.Decode(blob)
 	if err != nil {
 		return nil, err
 	}
-	return m.confState(), nil
+	return m.ConfState(), nil
 }

@@ -1,64 +1,21 @@
 package journal
 
-import (
-	"encoding/json"
-	"fmt"
-)
+import "github.com/metatree/metatree/journal/internal/membership"
 
-// Role is a node's part in the cluster.
-type Role uint8
+// Role is a node's part in the cluster. It encodes in JSON as its name
+// ("follower", "observer", "unset").
+type Role = membership.Role
 
 const (
 	// RoleUnset means "whatever the data dir says" on restart and Follower
 	// on bootstrap or join.
-	RoleUnset Role = 0
+	RoleUnset Role = membership.RoleUnset
 	// Follower is a voter: it takes part in elections and can lead.
-	Follower Role = 1
+	Follower Role = membership.Follower
 	// Observer is a raft learner: it replays the log and serves reads but
 	// never votes.
-	Observer Role = 2
+	Observer Role = membership.Observer
 )
 
-func (r Role) String() string {
-	switch r {
-	case Follower:
-		return "follower"
-	case Observer:
-		return "observer"
-	case RoleUnset:
-		return "unset"
-	}
-	return fmt.Sprintf("role(%d)", uint8(r))
-}
-
 // ParseRole parses "follower" or "observer" (the ROLE file's content).
-func ParseRole(s string) (Role, error) {
-	switch s {
-	case "follower":
-		return Follower, nil
-	case "observer":
-		return Observer, nil
-	}
-	return RoleUnset, fmt.Errorf("journal: unknown role %q", s)
-}
-
-// MarshalJSON encodes the role as its name.
-func (r Role) MarshalJSON() ([]byte, error) { return json.Marshal(r.String()) }
-
-// UnmarshalJSON decodes a role name.
-func (r *Role) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	if s == "unset" {
-		*r = RoleUnset
-		return nil
-	}
-	v, err := ParseRole(s)
-	if err != nil {
-		return err
-	}
-	*r = v
-	return nil
-}
+func ParseRole(s string) (Role, error) { return membership.ParseRole(s) }

@@ -65,7 +65,7 @@ func TestImageRequestIsOwnedByTheJournal(t *testing.T) {
 		checkpoint(t, n1, req.fakeImages)
 		// A member the image does not know: raft cannot send that image.
 		j.mu.Lock()
-		m := j.mu.membership.clone()
+		m := j.mu.membership.Clone()
 		m.Members[99] = Member{ID: 99, Addr: "nowhere:1", Role: Observer}
 		j.mu.membership = m
 		j.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal/internal/membership"
 )
 
 // Transport carries all traffic between the nodes of one journal cluster.
@@ -142,16 +144,10 @@ type JoinResponse struct {
 	ClusterVersion uint32 `json:"cluster_version,omitempty"`
 }
 
-// Member is one node of the cluster as the membership records it.
-type Member struct {
-	ID   uint64 `json:"id"`
-	Addr string `json:"addr"`
-	Role Role   `json:"role"`
-	// MaxVersion is the newest format version the member advertised when
-	// it joined (0: it did not say, counted as OldestVersion).
-	MaxVersion uint32 `json:"max_version,omitempty"`
-	// NoSpace is the member's no-space alarm: its data dir's disk is under
-	// Config.ReserveBytes. While a voter's is raised, the cluster refuses
-	// new writes (ErrNoSpace); the member clears it once it has space.
-	NoSpace bool `json:"no_space,omitempty"`
-}
+// Member is one node of the cluster as the membership records it: its ID,
+// Addr and Role; MaxVersion, the newest format version it advertised when
+// it joined (0: it did not say, counted as OldestVersion); and NoSpace, its
+// no-space alarm: its data dir's disk is under Config.ReserveBytes. While
+// a voter's is raised, the cluster refuses new writes (ErrNoSpace); the
+// member clears it once it has space.
+type Member = membership.Member

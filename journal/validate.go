@@ -6,6 +6,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal/internal/membership"
 )
 
 // Messages from the network are checked before raft steps them: raft
@@ -106,7 +108,7 @@ func checkSnapshot(m *raftpb.Message) error {
 				ErrMalformed, meta.GetIndex(), m.GetFrom(), id, cs.GetVoters(), cs.GetLearners())
 		}
 	}
-	if _, err := decodeMembership(m.GetSnapshot().GetData()); err != nil {
+	if _, err := membership.Decode(m.GetSnapshot().GetData()); err != nil {
 		return fmt.Errorf("snapshot %d from node %d: %w", meta.GetIndex(), m.GetFrom(), err)
 	}
 	return nil

@@ -5,12 +5,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/metatree/metatree/journal/internal/membership"
 )
 
 // The checks made on a message alone, case by case (the snapshot ones
 // cannot reach a cluster without a Snapshots hook).
 func TestCheckMessage(t *testing.T) {
-	blob := newMembership().encode()
+	blob := membership.New().Encode()
 	snap := func(cs *raftpb.ConfState, data []byte) *raftpb.Message {
 		return &raftpb.Message{Type: raftpb.MsgSnap.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: new(uint64(5)),
 			Snapshot: &raftpb.Snapshot{Data: data, Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(10)), Term: new(uint64(4)), ConfState: cs}}}

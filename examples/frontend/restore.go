@@ -12,7 +12,7 @@ import (
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/image"
 	"github.com/metatree/metatree/internal/durable"
-	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/offline"
 )
 
 // RestoreConfig names a backup and the data dir Restore makes from it.
@@ -79,7 +79,7 @@ func Restore(ctx context.Context, c RestoreConfig) (Restored, error) {
 		out.Leftover = tmp
 	}
 	clusterID := uuid.NewString()
-	blob, err := journal.NewClusterMembership(hdr.Membership, hdr.Index, c.ID, c.Addr)
+	blob, err := offline.NewClusterMembership(hdr.Membership, hdr.Index, c.ID, c.Addr)
 	if err != nil {
 		return Restored{}, fmt.Errorf("restore: %s: %w", c.Image, err)
 	}
@@ -87,7 +87,7 @@ func Restore(ctx context.Context, c RestoreConfig) (Restored, error) {
 	if err != nil {
 		return Restored{}, errors.Join(err, removeTmp(fs, tmp))
 	}
-	if err := journal.Seed(journal.SeedConfig{
+	if err := offline.Seed(offline.SeedConfig{
 		FS: fs, Dir: tmp, ID: c.ID, Addr: c.Addr, ClusterID: clusterID, Token: c.Token,
 		Index: hdr.Index, Term: hdr.Term, Membership: blob,
 	}); err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/metatree/metatree/image"
-	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/offline"
 )
 
 // checkJSON is `check`'s output; each problem is also a line on stderr.
@@ -20,7 +20,7 @@ type checkJSON struct {
 }
 
 // check verifies every property of a data dir that can be verified
-// offline: the journal's (journal.Inspector.Problems: VERSION, ROLE and
+// offline: the journal's (offline.Inspector.Problems: VERSION, ROLE and
 // MEMBERS agree, the log is contiguous from its truncation point, the
 // HardState commit is within it, …), the images' (dirProblems), and the
 // catalog's against the digests the log recorded (checkDigests).
@@ -56,7 +56,7 @@ func check(ctx context.Context, args []string, e env) error {
 
 // checkDir returns every problem found in the data dir.
 func checkDir(fs vfs.FS, dir string) []error {
-	in, err := journal.Inspect(dir, journal.InspectOptions{FS: fs})
+	in, err := offline.Inspect(dir, offline.InspectOptions{FS: fs})
 	if err != nil {
 		return []error{err}
 	}
@@ -70,7 +70,7 @@ func checkDir(fs vfs.FS, dir string) []error {
 // its own index and the dir's cluster; an image that startup can load
 // covers the log's start and is not past its end; no unfinished file is
 // left.
-func imageProblems(fs vfs.FS, dir string, st journal.DirStatus) []error {
+func imageProblems(fs vfs.FS, dir string, st offline.DirStatus) []error {
 	l, err := image.ListDir(fs, dir)
 	if err != nil {
 		return []error{err}

@@ -12,6 +12,7 @@ import (
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/image"
 	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/offline"
 )
 
 // digestJSON is what `check` found comparing the dir's catalog with the
@@ -33,7 +34,7 @@ type digestJSON struct {
 // majority of the voters reported there. A disagreement is an error
 // naming the index and both digests.
 func checkDigests(ctx context.Context, fs vfs.FS, dir string, window uint64) (*digestJSON, error) {
-	in, err := journal.Inspect(dir, journal.InspectOptions{FS: fs})
+	in, err := offline.Inspect(dir, offline.InspectOptions{FS: fs})
 	if err != nil {
 		return nil, err
 	}

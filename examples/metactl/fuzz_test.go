@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/metatree/metatree/catalog"
-	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/offline"
 )
 
 // FuzzDescribeEntry: whatever a damaged log holds, the decoders behind
@@ -41,9 +41,9 @@ func FuzzDescribeEntry(f *testing.F) {
 	f.Add(int32(77), []byte("x"))
 	f.Fuzz(func(t *testing.T, typ int32, data []byte) {
 		e := &raftpb.Entry{Index: new(uint64(5)), Term: new(uint64(2)), Type: raftpb.EntryType(typ).Enum(), Data: data}
-		ent := journal.DecodeEntry(e)
+		ent := offline.DecodeEntry(e)
 		require.EqualValues(t, 5, ent.Index)
-		if ent.Kind == journal.KindMalformed {
+		if ent.Kind == offline.KindMalformed {
 			require.Error(t, ent.Err)
 		}
 		line := describeEntry(ent)

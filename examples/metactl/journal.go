@@ -12,6 +12,7 @@ import (
 
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/offline"
 )
 
 // journalStatusJSON is `journal status`'s output.
@@ -33,8 +34,8 @@ type journalStatusJSON struct {
 	Members       []journal.Member `json:"members"`
 }
 
-func openJournal(e env, dir string) (*journal.Inspector, error) {
-	return journal.Inspect(dir, journal.InspectOptions{FS: e.fs})
+func openJournal(e env, dir string) (*offline.Inspector, error) {
+	return offline.Inspect(dir, offline.InspectOptions{FS: e.fs})
 }
 
 // journalStatus reports a data dir's log and membership.
@@ -90,7 +91,7 @@ func journalEntries(args []string, e env) error {
 	bw := bufio.NewWriterSize(e.stdout, 1<<20)
 	enc := json.NewEncoder(bw)
 	bad := 0
-	err = in.Entries(*from, *to, func(ent journal.Entry) error {
+	err = in.Entries(*from, *to, func(ent offline.Entry) error {
 		line := describeEntry(ent)
 		if line.Error != "" {
 			bad++
@@ -121,7 +122,7 @@ type entryJSON struct {
 	Ops       []opJSON            `json:"ops,omitempty"`
 	Timestamp string              `json:"timestamp,omitempty"`
 	Version   uint32              `json:"cluster_version,omitempty"`
-	Change    *journal.ConfChange `json:"change,omitempty"`
+	Change    *offline.ConfChange `json:"change,omitempty"`
 	Error     string              `json:"error,omitempty"`
 }
 
@@ -144,13 +145,13 @@ type opJSON struct {
 // describeEntry decodes an entry for a person: the envelope, the
 // idempotency key, the catalog batch's operations, the conf change, the
 // leader's timestamp. It never fails: what does not decode is in Error.
-func describeEntry(ent journal.Entry) entryJSON {
+func describeEntry(ent offline.Entry) entryJSON {
 	out := entryJSON{Index: ent.Index, Term: ent.Term, Type: ent.Type, Kind: ent.Kind, Change: ent.Change}
 	if ent.Err != nil {
 		out.Error = ent.Err.Error()
 	}
 	switch ent.Kind {
-	case journal.KindUser:
+	case offline.KindUser:
 		out.Key = uuid.UUID(ent.Key).String()
 		out.Bytes = len(ent.Data)
 		b, err := catalog.DecodeBatch(ent.Data)
@@ -159,9 +160,9 @@ func describeEntry(ent journal.Entry) entryJSON {
 			break
 		}
 		out.Ops = describeOps(b)
-	case journal.KindTimestamp:
+	case offline.KindTimestamp:
 		out.Timestamp = time.Unix(0, ent.UnixNano).UTC().Format(time.RFC3339Nano)
-	case journal.KindVersion:
+	case offline.KindVersion:
 		out.Version = ent.Version
 	}
 	return out

@@ -1,4 +1,4 @@
-package journal
+package offline
 
 import (
 	"errors"
@@ -13,6 +13,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/internal/datadir"
+	"github.com/metatree/metatree/journal/internal/membership"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -20,9 +23,9 @@ import (
 // restore): its log begins right after the image, as a node's does after it
 // installed a snapshot. raft's snapshot and truncation point are the
 // image's (index, term), the durable commit is the image's index, and the
-// membership as of it names the new node alone. Open then restarts the
-// node as it restarts any other: it loads the image, raft starts from its
-// index, and every replica that joins later, every restart and every
+// membership as of it names the new node alone. journal.Open then restarts
+// the node as it restarts any other: it loads the image, raft starts from
+// its index, and every replica that joins later, every restart and every
 // checkpoint sees the state the image holds followed by the log, exactly as
 // if the log before it had been replayed.
 
@@ -61,9 +64,9 @@ func NewClusterMembership(oldMembership []byte, index, id uint64, addr string) (
 	if id == 0 || addr == "" || index == 0 {
 		return nil, errors.New("journal: new cluster membership: id, addr and a non-zero index are required")
 	}
-	m := newMembership()
+	m := membership.New()
 	if len(oldMembership) > 0 {
-		old, err := decodeMembership(oldMembership)
+		old, err := membership.Decode(oldMembership)
 		if err != nil {
 			return nil, operr.Errorf("journal: new cluster membership: the image's: %w", err)
 		}
@@ -80,18 +83,19 @@ func NewClusterMembership(oldMembership []byte, index, id uint64, addr string) (
 	}
 	m.Index = index
 	m.Voters = []uint64{id}
-	m.Members[id] = Member{ID: id, Addr: addr, Role: Follower}
-	return m.encode(), nil
+	m.Members[id] = journal.Member{ID: id, Addr: addr, Role: journal.Follower}
+	return m.Encode(), nil
 }
 
-// Seed writes the journal part of a data dir from which Open starts node
-// cfg.ID as the only voter of a new cluster whose state is the image at
-// cfg.Index: the Pebble log (raft's snapshot and truncation point at the
+// Seed writes the journal part of a data dir from which journal.Open starts
+// node cfg.ID as the only voter of a new cluster whose state is the image
+// at cfg.Index: the Pebble log (raft's snapshot and truncation point at the
 // image, the HardState committing it, the membership record), MEMBERS,
 // ROLE, and VERSION last, each synced. The caller writes the image into
-// Dir/image first; Open refuses to start without it. A crash before VERSION
-// leaves a dir that Open refuses ("a journal but no VERSION"): build the
-// dir aside and rename it into place to make the whole restore atomic.
+// Dir/image first; journal.Open refuses to start without it. A crash before
+// VERSION leaves a dir that journal.Open refuses ("a journal but no
+// VERSION"): build the dir aside and rename it into place to make the whole
+// restore atomic.
 func Seed(cfg SeedConfig) error {
 	if cfg.FS == nil {
 		cfg.FS = vfs.Default
@@ -102,14 +106,14 @@ func Seed(cfg SeedConfig) error {
 	case cfg.Index == 0 || cfg.Term == 0:
 		return fmt.Errorf("journal: seed: the image's index (%d) and term (%d) must be non-zero", cfg.Index, cfg.Term)
 	}
-	m, err := decodeMembership(cfg.Membership)
+	m, err := membership.Decode(cfg.Membership)
 	if err != nil {
 		return operr.Errorf("journal: seed: %w", err)
 	}
 	if m.Index != cfg.Index || len(m.Voters) != 1 || m.Voters[0] != cfg.ID || len(m.Learner) != 0 {
 		return fmt.Errorf("journal: seed: the membership must name node %d alone as of index %d (use NewClusterMembership)", cfg.ID, cfg.Index)
 	}
-	if _, ok, err := readKV(cfg.FS, filepath.Join(cfg.Dir, "VERSION")); err != nil {
+	if _, ok, err := datadir.ReadKV(cfg.FS, filepath.Join(cfg.Dir, datadir.VersionFile)); err != nil {
 		return err
 	} else if ok {
 		return fmt.Errorf("journal: seed: %s already holds a VERSION file", cfg.Dir)
@@ -132,7 +136,7 @@ func Seed(cfg SeedConfig) error {
 	}
 	snap := raftpb.EnsureSnapshot(&raftpb.Snapshot{
 		Data:     cfg.Membership,
-		Metadata: &raftpb.SnapshotMetadata{Index: new(cfg.Index), Term: new(cfg.Term), ConfState: m.confState()},
+		Metadata: &raftpb.SnapshotMetadata{Index: new(cfg.Index), Term: new(cfg.Term), ConfState: m.ConfState()},
 	})
 	hs := &raftpb.HardState{Term: new(cfg.Term), Commit: new(cfg.Index)}
 	if err := store.Append(hs, nil, snap, true); err != nil {
@@ -141,12 +145,11 @@ func Seed(cfg SeedConfig) error {
 	if err := store.Close(); err != nil {
 		return operr.Errorf("journal: seed: %w", err)
 	}
-	c := m.clone()
-	if err := writeFileSynced(cfg.FS, cfg.Dir, membersFile, c.encode()); err != nil {
+	if err := datadir.WriteMembers(cfg.FS, cfg.Dir, m); err != nil {
 		return err
 	}
-	if err := writeKV(cfg.FS, cfg.Dir, "ROLE", [][2]string{{"role", Follower.String()}}); err != nil {
+	if err := datadir.WriteRole(cfg.FS, cfg.Dir, journal.Follower); err != nil {
 		return err
 	}
-	return writeVersion(cfg.FS, cfg.Dir, cfg.ClusterID, cfg.Token, cfg.ID)
+	return datadir.WriteVersion(cfg.FS, cfg.Dir, cfg.ClusterID, cfg.Token, cfg.ID)
 }

@@ -1,4 +1,4 @@
-package journal
+package offline
 
 import (
 	"encoding/json"
@@ -13,7 +13,10 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/internal/operr"
+	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/internal/datadir"
 	"github.com/metatree/metatree/journal/internal/envelope"
+	"github.com/metatree/metatree/journal/internal/membership"
 	"github.com/metatree/metatree/journal/internal/raftstore"
 )
 
@@ -26,9 +29,9 @@ type InspectOptions struct {
 // Inspector reads a node's data dir offline, for tools (metactl): the
 // VERSION, ROLE and MEMBERS files and the Pebble log, opened read-only.
 // Nothing in the dir is changed. A dir that a running node holds is refused
-// (ErrLocked): Pebble cannot be read beside its writer, whose compactions
-// remove files under the reader. While an Inspector is open no node can
-// start on the dir. It is not safe for concurrent use.
+// (journal.ErrLocked): Pebble cannot be read beside its writer, whose
+// compactions remove files under the reader. While an Inspector is open no
+// node can start on the dir. It is not safe for concurrent use.
 type Inspector struct {
 	fs    vfs.FS
 	dir   string
@@ -59,7 +62,7 @@ func Inspect(dir string, opts InspectOptions) (_ *Inspector, err error) {
 		in.lock, err = fs.Lock(lockPath)
 		if err != nil {
 			return nil, operr.Errorf("journal: %s: %w: a running node holds %s; stop it first (a running member can be backed up over HTTP): %w",
-				dir, ErrLocked, lockPath, err)
+				dir, journal.ErrLocked, lockPath, err)
 		}
 	}
 	defer func() {
@@ -76,7 +79,7 @@ func Inspect(dir string, opts InspectOptions) (_ *Inspector, err error) {
 }
 
 func (in *Inspector) readFiles() {
-	ver, ok, err := readKV(in.fs, filepath.Join(in.dir, "VERSION"))
+	ver, ok, err := datadir.ReadKV(in.fs, filepath.Join(in.dir, datadir.VersionFile))
 	switch {
 	case err != nil:
 		in.problems = append(in.problems, err)
@@ -85,11 +88,11 @@ func (in *Inspector) readFiles() {
 	case ver["cluster_id"] == "":
 		in.problems = append(in.problems, fmt.Errorf("journal: %s: VERSION has no cluster_id", filepath.Join(in.dir, "VERSION")))
 	}
-	if _, err := versionNodeID(in.dir, ver); err != nil {
+	if _, err := datadir.VersionNodeID(in.dir, ver); err != nil {
 		in.problems = append(in.problems, err)
 	}
 	in.version = ver
-	role, ok, err := readKV(in.fs, filepath.Join(in.dir, "ROLE"))
+	role, ok, err := datadir.ReadKV(in.fs, filepath.Join(in.dir, datadir.RoleFile))
 	switch {
 	case err != nil:
 		in.problems = append(in.problems, err)
@@ -98,7 +101,7 @@ func (in *Inspector) readFiles() {
 			in.problems = append(in.problems, fmt.Errorf("journal: %s: VERSION without ROLE file", in.dir))
 		}
 	default:
-		if _, err := ParseRole(role["role"]); err != nil {
+		if _, err := journal.ParseRole(role["role"]); err != nil {
 			in.problems = append(in.problems, operr.Errorf("journal: %s: %w", filepath.Join(in.dir, "ROLE"), err))
 		}
 	}
@@ -120,7 +123,7 @@ type DirStatus struct {
 	ClusterID string
 	NodeID    uint64
 	// Role comes from ROLE (RoleUnset: none or unreadable).
-	Role Role
+	Role journal.Role
 	// FirstIndex and LastIndex bound the log as raft sees it: entries
 	// [FirstIndex, LastIndex] are kept (LastIndex = FirstIndex-1: none).
 	FirstIndex, LastIndex uint64
@@ -135,14 +138,14 @@ type DirStatus struct {
 	MembershipIndex uint64
 	Voters          []uint64
 	Learners        []uint64
-	Members         []Member
+	Members         []journal.Member
 }
 
 // Status returns what the dir records.
 func (in *Inspector) Status() DirStatus {
 	st := DirStatus{ClusterID: in.version["cluster_id"]}
-	st.NodeID, _ = versionNodeID(in.dir, in.version)
-	st.Role, _ = ParseRole(in.role["role"])
+	st.NodeID, _ = datadir.VersionNodeID(in.dir, in.version)
+	st.Role, _ = journal.ParseRole(in.role["role"])
 	s := in.store
 	st.FirstIndex, st.LastIndex = s.TruncIndex+1, s.LastIndex()
 	st.Term, st.Vote, st.Commit = s.HardState.GetTerm(), s.HardState.GetVote(), s.HardState.GetCommit()
@@ -151,37 +154,37 @@ func (in *Inspector) Status() DirStatus {
 		st.MembershipIndex = m.Index
 		st.Voters = slices.Clone(m.Voters)
 		st.Learners = slices.Clone(m.Learner)
-		st.Members = m.list()
+		st.Members = m.List()
 	}
 	return st
 }
 
 // membership returns the newest of the log's membership records and the
-// MEMBERS file (as Open picks it), and the problems met reading them.
-func (in *Inspector) membership() (*membership, []error) {
+// MEMBERS file (as journal.Open picks it), and the problems met reading them.
+func (in *Inspector) membership() (*membership.Membership, []error) {
 	var problems []error
-	var m *membership
+	var m *membership.Membership
 	if blob, err := in.store.MembershipAt(math.MaxUint64); err == nil {
-		if m, err = decodeMembership(blob); err != nil {
+		if m, err = membership.Decode(blob); err != nil {
 			problems = append(problems, operr.Errorf("journal: %s: newest membership record: %w", in.dir, err))
 		}
 	} else if !errors.Is(err, raftstore.ErrNoMembership) {
 		problems = append(problems, operr.Errorf("journal: %s: %w", in.dir, err))
 	}
-	file, err := readMembersFile(in.fs, in.dir)
+	file, err := datadir.ReadMembers(in.fs, in.dir)
 	if err != nil {
 		problems = append(problems, err)
 	}
 	if m != nil && file != nil && m.Index == file.Index &&
 		(!slices.Equal(sorted(m.Voters), sorted(file.Voters)) || !slices.Equal(sorted(m.Learner), sorted(file.Learner))) {
 		problems = append(problems, fmt.Errorf("journal: %s: %s and the log disagree on the membership at index %d: voters %v learners %v against voters %v learners %v",
-			in.dir, membersFile, m.Index, file.Voters, file.Learner, m.Voters, m.Learner))
+			in.dir, datadir.MembersFile, m.Index, file.Voters, file.Learner, m.Voters, m.Learner))
 	}
 	if file != nil && (m == nil || file.Index > m.Index) {
 		m = file
 	}
 	if m == nil && in.store.Snapshot.GetMetadata().GetIndex() > 0 {
-		if sm, err := decodeMembership(in.store.Snapshot.GetData()); err == nil {
+		if sm, err := membership.Decode(in.store.Snapshot.GetData()); err == nil {
 			m = sm
 		}
 	}
@@ -197,7 +200,7 @@ func sorted(ids []uint64) []uint64 {
 // Problems checks every property of the dir that can be checked offline
 // and returns one error per problem found (none: the dir is consistent):
 // VERSION and ROLE are present and well-formed; the log's metadata decodes
-// and satisfies what Open requires; the log is contiguous from its
+// and satisfies what journal.Open requires; the log is contiguous from its
 // truncation point to its last entry, every entry decodes and terms never
 // decrease; MEMBERS agrees with the log's membership; ROLE agrees with the
 // node's role in the membership; the node was not removed; no temporary
@@ -210,11 +213,11 @@ func (in *Inspector) Problems() []error {
 	}
 	m, problems := in.membership()
 	out = append(out, problems...)
-	id, _ := versionNodeID(in.dir, in.version)
-	role, roleErr := ParseRole(in.role["role"])
+	id, _ := datadir.VersionNodeID(in.dir, in.version)
+	role, roleErr := journal.ParseRole(in.role["role"])
 	if m != nil && id != 0 && roleErr == nil {
 		switch mem, ok := m.Members[id]; {
-		case m.isRemoved(id):
+		case m.IsRemoved(id):
 			out = append(out, fmt.Errorf("journal: %s: node %d was removed from the cluster at or before index %d: this dir may not start again", in.dir, id, m.Index))
 		case !ok:
 			out = append(out, fmt.Errorf("journal: %s: node %d is not in the membership as of index %d (members %v)", in.dir, id, m.Index, memberIDs(m)))
@@ -223,7 +226,7 @@ func (in *Inspector) Problems() []error {
 				in.dir, role, m.Index, id, mem.Role))
 		}
 	}
-	for _, name := range []string{"VERSION", "ROLE", membersFile} {
+	for _, name := range []string{datadir.VersionFile, datadir.RoleFile, datadir.MembersFile} {
 		tmp := filepath.Join(in.dir, name+".tmp")
 		if _, err := in.fs.Stat(tmp); err == nil {
 			out = append(out, fmt.Errorf("journal: leftover temporary file %s (an interrupted rewrite of %s; startup leaves it, and it may be removed)", tmp, name))
@@ -232,9 +235,9 @@ func (in *Inspector) Problems() []error {
 	return out
 }
 
-func memberIDs(m *membership) []uint64 {
+func memberIDs(m *membership.Membership) []uint64 {
 	var ids []uint64
-	for _, mem := range m.list() {
+	for _, mem := range m.List() {
 		ids = append(ids, mem.ID)
 	}
 	return ids
@@ -263,7 +266,7 @@ func (in *Inspector) Entries(from, to uint64, fn func(Entry) error) error {
 			next = index + 1
 		}
 		if err != nil {
-			return fn(Entry{Index: index, Kind: KindMalformed, Err: fmt.Errorf("%w: %w", ErrMalformed, err)})
+			return fn(Entry{Index: index, Kind: KindMalformed, Err: fmt.Errorf("%w: %w", journal.ErrMalformed, err)})
 		}
 		return fn(DecodeEntry(e))
 	})
@@ -277,7 +280,7 @@ func (in *Inspector) Entries(from, to uint64, fn func(Entry) error) error {
 }
 
 func missing(lo, hi uint64) Entry {
-	return Entry{Index: lo, Kind: KindMissing, Err: fmt.Errorf("%w: entries [%d, %d] are missing from the log", ErrMalformed, lo, hi)}
+	return Entry{Index: lo, Kind: KindMissing, Err: fmt.Errorf("%w: entries [%d, %d] are missing from the log", journal.ErrMalformed, lo, hi)}
 }
 
 // Kinds of Entry.
@@ -330,7 +333,7 @@ type ConfChange struct {
 	Type   string
 	NodeID uint64
 	Addr   string
-	Role   Role
+	Role   journal.Role
 	// Key is the idempotency key of the proposal that made it (zero for a
 	// bootstrap's or a forced recovery's).
 	Key [16]byte
@@ -371,7 +374,7 @@ func DecodeEntry(e *raftpb.Entry) Entry {
 			}
 		}
 	case raftpb.EntryConfChange:
-		cc, ctx, err := decodeConfChange(e)
+		cc, ctx, err := membership.DecodeConfChange(e)
 		if err != nil {
 			out.Kind, out.Err = KindMalformed, err
 			return out
@@ -379,7 +382,7 @@ func DecodeEntry(e *raftpb.Entry) Entry {
 		out.Kind = KindConfChange
 		out.Change = &ConfChange{Type: confChangeTypeName(cc.GetType()), NodeID: cc.GetNodeId(), Addr: ctx.Addr, Role: ctx.Role, Key: ctx.Key}
 	default:
-		out.Kind, out.Err = KindMalformed, fmt.Errorf("%w: entry %d: type %v is not one the journal writes", ErrMalformed, e.GetIndex(), e.GetType())
+		out.Kind, out.Err = KindMalformed, fmt.Errorf("%w: entry %d: type %v is not one the journal writes", journal.ErrMalformed, e.GetIndex(), e.GetType())
 	}
 	return out
 }
@@ -413,10 +416,10 @@ func confChangeTypeName(t raftpb.ConfChangeType) string {
 // MarshalJSON encodes a ConfChange for tools.
 func (c ConfChange) MarshalJSON() ([]byte, error) {
 	type out struct {
-		Type   string `json:"type"`
-		NodeID uint64 `json:"node_id"`
-		Addr   string `json:"addr,omitempty"`
-		Role   Role   `json:"role"`
+		Type   string       `json:"type"`
+		NodeID uint64       `json:"node_id"`
+		Addr   string       `json:"addr,omitempty"`
+		Role   journal.Role `json:"role"`
 	}
 	return json.Marshal(out{c.Type, c.NodeID, c.Addr, c.Role})
 }

@@ -1,4 +1,4 @@
-package journal
+package offline
 
 import (
 	"context"
@@ -8,8 +8,11 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/internal/consistency"
 	"github.com/metatree/metatree/journal/internal/dedupe"
 	"github.com/metatree/metatree/journal/internal/envelope"
+	"github.com/metatree/metatree/journal/internal/membership"
 )
 
 // DigestCheck is what Inspector.VerifyDigests found.
@@ -28,32 +31,33 @@ type DigestCheck struct {
 // recorded, offline, as a member does at the check marks: it replays the
 // committed log after imageIndex into sm, which holds the image of that
 // index (imageMembership is the image's membership blob, whose dedupe
-// window the replay needs), and at every check mark compares
-// sm's digest with the one a majority of the dir's voters reported there.
-// At the first that differs it returns a *CorruptError (ErrCorrupt) naming
-// the mark's index and both digests. A log with no reports (a cluster
-// below format version 3, or one compacted past every mark) compares
-// nothing; DigestCheck says how much was. The replay decides the copies of
-// a key by the cluster's dedupe window, which the image's membership and
-// the dir's record; window (Config.DedupeWindow of the node that wrote the
-// dir) is used only for a dir of a cluster that records none.
+// window the replay needs), and at every check mark compares sm's digest
+// with the one a majority of the dir's voters reported there. At the first
+// that differs it returns a *journal.CorruptError (journal.ErrCorrupt)
+// naming the mark's index and both digests. A log with no reports (a
+// cluster below format version 3, or one compacted past every mark)
+// compares nothing; DigestCheck says how much was. The replay decides the
+// copies of a key by the cluster's dedupe window, which the image's
+// membership and the dir's record; window (journal.Config.DedupeWindow of
+// the node that wrote the dir) is used only for a dir of a cluster that
+// records none.
 func (in *Inspector) VerifyDigests(ctx context.Context, sm interface {
-	StateMachine
-	Digester
+	journal.StateMachine
+	journal.Digester
 }, imageIndex uint64, imageMembership []byte, window uint64) (DigestCheck, error) {
 	var out DigestCheck
-	var im *membership
+	var im *membership.Membership
 	if len(imageMembership) > 0 {
 		var err error
-		if im, err = decodeMembership(imageMembership); err != nil {
+		if im, err = membership.Decode(imageMembership); err != nil {
 			return out, fmt.Errorf("journal: verify digests: image %d: %w", imageIndex, err)
 		}
 	}
 	m, _ := in.membership()
 	if m == nil {
-		return out, fmt.Errorf("journal: verify digests: %w: the dir records no membership", ErrMalformed)
+		return out, fmt.Errorf("journal: verify digests: %w: the dir records no membership", journal.ErrMalformed)
 	}
-	out.Window = im.windowOr(m.windowOr(window))
+	out.Window = im.WindowOr(m.WindowOr(window))
 	d := dedupe.New(out.Window)
 	if im != nil {
 		d.Reset(im.Keys)
@@ -61,13 +65,13 @@ func (in *Inspector) VerifyDigests(ctx context.Context, sm interface {
 	voters := slices.Clone(m.Voters)
 	first := in.store.TruncIndex + 1
 	if imageIndex+1 < first {
-		return out, fmt.Errorf("journal: verify digests: %w: the log starts at %d, after the image %d", ErrCompacted, first, imageIndex)
+		return out, fmt.Errorf("journal: verify digests: %w: the log starts at %d, after the image %d", journal.ErrCompacted, first, imageIndex)
 	}
 	hi := min(in.store.HardState.GetCommit(), in.store.LastIndex())
 	if imageIndex >= hi {
 		return out, nil
 	}
-	var ck checker
+	var ck consistency.Checker
 	next := imageIndex + 1
 	errStop := errors.New("stop")
 	var found error
@@ -76,15 +80,15 @@ func (in *Inspector) VerifyDigests(ctx context.Context, sm interface {
 			return cerr
 		}
 		if err != nil || index != next {
-			return fmt.Errorf("journal: verify digests: %w: the log is not whole at %d", ErrMalformed, next)
+			return fmt.Errorf("journal: verify digests: %w: the log is not whole at %d", journal.ErrMalformed, next)
 		}
 		next++
 		if e.GetType() != raftpb.EntryNormal || len(e.GetData()) == 0 {
 			return nil
 		}
 		env, err := envelope.Decode(e.GetData())
-		if errors.Is(err, ErrUnknownVersion) {
-			return &HaltError{Index: index, What: "entry", Version: int(e.GetData()[0]), Err: err}
+		if errors.Is(err, journal.ErrUnknownVersion) {
+			return &journal.HaltError{Index: index, What: "entry", Version: int(e.GetData()[0]), Err: err}
 		}
 		if err != nil {
 			return nil // skipped by every replica alike
@@ -100,9 +104,9 @@ func (in *Inspector) VerifyDigests(ctx context.Context, sm interface {
 				return nil
 			}
 			v := sm.Apply(index, env.Data)
-			if h, ok := v.(Halter); ok {
+			if h, ok := v.(journal.Halter); ok {
 				if err := h.Halt(); err != nil {
-					return &HaltError{Index: index, What: "state machine entry", Err: err}
+					return &journal.HaltError{Index: index, What: "state machine entry", Err: err}
 				}
 			}
 			d.Add(index, env.Key, nil)
@@ -110,15 +114,15 @@ func (in *Inspector) VerifyDigests(ctx context.Context, sm interface {
 			switch env.Check.Op {
 			case envelope.CheckMark:
 				out.Marks = append(out.Marks, index)
-				ck.recordMark(index, env.Check.Format, slices.Clone(stateDigest(sm, env.Check.Format)))
+				ck.RecordMark(index, env.Check.Format, slices.Clone(consistency.StateDigest(sm, env.Check.Format)))
 			case envelope.CheckReport:
-				before := ck.count()
-				ce, _ := ck.tally(voters, env.Check)
+				before := ck.Count()
+				ce, _ := ck.Tally(voters, env.Check)
 				if ce != nil {
 					found = ce
 					return errStop
 				}
-				if ck.count() > before {
+				if ck.Count() > before {
 					out.Compared = append(out.Compared, env.Check.Mark)
 				}
 			}

@@ -1,4 +1,4 @@
-package journal
+package membership
 
 import (
 	"encoding/json"
@@ -9,12 +9,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/metatree/metatree/journal/internal/dedupe"
+	"github.com/metatree/metatree/journal/internal/envelope"
+	"github.com/metatree/metatree/journal/internal/errs"
 )
 
-// confContext travels in ConfChange.Context: the peer's address and role
+// ConfContext travels in ConfChange.Context: the peer's address and role
 // (so addresses are durable in the log) and the key of the proposal waiting
 // for it.
-type confContext struct {
+type ConfContext struct {
 	Addr string   `json:"addr,omitempty"`
 	Role Role     `json:"role"`
 	Key  [16]byte `json:"key"`
@@ -29,29 +31,31 @@ type confContext struct {
 	Window uint64 `json:"dedupe_window,omitempty"`
 }
 
-func decodeConfChange(e *raftpb.Entry) (*raftpb.ConfChange, confContext, error) {
+// DecodeConfChange decodes a conf change entry and its context.
+func DecodeConfChange(e *raftpb.Entry) (*raftpb.ConfChange, ConfContext, error) {
 	var cc raftpb.ConfChange
-	var ctx confContext
+	var ctx ConfContext
 	if e.GetType() != raftpb.EntryConfChange {
-		return nil, ctx, fmt.Errorf("%w: entry %d: conf change type %v unsupported", ErrMalformed, e.GetIndex(), e.GetType())
+		return nil, ctx, fmt.Errorf("%w: entry %d: conf change type %v unsupported", errs.ErrMalformed, e.GetIndex(), e.GetType())
 	}
 	if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
-		return nil, ctx, fmt.Errorf("%w: entry %d: conf change: %w", ErrMalformed, e.GetIndex(), err)
+		return nil, ctx, fmt.Errorf("%w: entry %d: conf change: %w", errs.ErrMalformed, e.GetIndex(), err)
 	}
 	if len(cc.GetContext()) > 0 {
 		if err := json.Unmarshal(cc.GetContext(), &ctx); err != nil {
-			return nil, ctx, fmt.Errorf("%w: entry %d: conf change context: %w", ErrMalformed, e.GetIndex(), err)
+			return nil, ctx, fmt.Errorf("%w: entry %d: conf change context: %w", errs.ErrMalformed, e.GetIndex(), err)
 		}
 	}
 	return &cc, ctx, nil
 }
 
-// membership is the cluster configuration as of an index: raft's ConfState,
-// the members' addresses and roles, the ids removed so far (they may never
-// come back), the cluster's dedupe window, and the idempotency keys applied
-// in the window before the index (so a node restored from an image at that
-// index makes the same dedupe decisions as the others).
-type membership struct {
+// Membership is the cluster configuration as of an index: raft's
+// ConfState, the members' addresses and roles, the ids removed so far
+// (they may never come back), the cluster's dedupe window, and the
+// idempotency keys applied in the window before the index (so a node
+// restored from an image at that index makes the same dedupe decisions as
+// the others).
+type Membership struct {
 	V       int               `json:"v"`
 	Index   uint64            `json:"index"`
 	Voters  []uint64          `json:"voters"`
@@ -70,22 +74,29 @@ type membership struct {
 	Window uint64 `json:"dedupe_window,omitempty"`
 }
 
-// windowOr returns the cluster's dedupe window, or local when m records
-// none.
-func (m *membership) windowOr(local uint64) uint64 {
+// WindowOr returns the cluster's dedupe window, or local when m records
+// none (or m is nil).
+func (m *Membership) WindowOr(local uint64) uint64 {
 	if m != nil && m.Window != 0 {
 		return m.Window
 	}
 	return local
 }
 
-const membershipVersion = 1
+// ClusterVersion is the cluster version m records (version 1 until the
+// leader raised it).
+func (m *Membership) ClusterVersion() uint32 { return max(m.Version, envelope.OldestVersion) }
 
-func newMembership() *membership {
-	return &membership{V: membershipVersion, Members: map[uint64]Member{}}
+// EncodingVersion is the version of the encoding New writes and Decode reads.
+const EncodingVersion = 1
+
+// New returns an empty membership.
+func New() *Membership {
+	return &Membership{V: EncodingVersion, Members: map[uint64]Member{}}
 }
 
-func (m *membership) clone() *membership {
+// Clone returns a copy of m without its keys.
+func (m *Membership) Clone() *Membership {
 	c := *m
 	c.Voters = slices.Clone(m.Voters)
 	c.Learner = slices.Clone(m.Learner)
@@ -98,7 +109,8 @@ func (m *membership) clone() *membership {
 	return &c
 }
 
-func (m *membership) encode() []byte {
+// Encode returns m's JSON encoding.
+func (m *Membership) Encode() []byte {
 	b, err := json.Marshal(m)
 	if err != nil {
 		panic(err) // plain data: cannot fail
@@ -106,13 +118,14 @@ func (m *membership) encode() []byte {
 	return b
 }
 
-func decodeMembership(b []byte) (*membership, error) {
-	m := newMembership()
+// Decode decodes a membership Encode wrote.
+func Decode(b []byte) (*Membership, error) {
+	m := New()
 	if err := json.Unmarshal(b, m); err != nil {
-		return nil, fmt.Errorf("%w: membership blob: %w", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: membership blob: %w", errs.ErrMalformed, err)
 	}
-	if m.V != membershipVersion {
-		return nil, fmt.Errorf("%w: membership blob version %d (this code reads %d)", ErrUnknownVersion, m.V, membershipVersion)
+	if m.V != EncodingVersion {
+		return nil, fmt.Errorf("%w: membership blob version %d (this code reads %d)", errs.ErrUnknownVersion, m.V, EncodingVersion)
 	}
 	if m.Members == nil {
 		m.Members = map[uint64]Member{}
@@ -120,14 +133,16 @@ func decodeMembership(b []byte) (*membership, error) {
 	return m, nil
 }
 
-func (m *membership) confState() *raftpb.ConfState {
+// ConfState returns m's voters and learners as raft's ConfState.
+func (m *Membership) ConfState() *raftpb.ConfState {
 	return raftpb.EnsureConfState(&raftpb.ConfState{Voters: slices.Clone(m.Voters), Learners: slices.Clone(m.Learner)})
 }
 
-func (m *membership) isRemoved(id uint64) bool { return slices.Contains(m.Removed, id) }
+// IsRemoved reports whether id was removed from the cluster.
+func (m *Membership) IsRemoved(id uint64) bool { return slices.Contains(m.Removed, id) }
 
-// apply records a conf change (already applied to raft, which returned cs).
-func (m *membership) apply(index uint64, cc *raftpb.ConfChange, ctx confContext, cs *raftpb.ConfState) {
+// Apply records a conf change (already applied to raft, which returned cs).
+func (m *Membership) Apply(index uint64, cc *raftpb.ConfChange, ctx ConfContext, cs *raftpb.ConfState) {
 	m.Index = index
 	if m.Window == 0 {
 		// The cluster's window is said once, by the change that
@@ -154,7 +169,7 @@ func (m *membership) apply(index uint64, cc *raftpb.ConfChange, ctx confContext,
 		m.Members[id] = mem
 	case raftpb.ConfChangeRemoveNode:
 		delete(m.Members, id)
-		if !m.isRemoved(id) {
+		if !m.IsRemoved(id) {
 			m.Removed = append(m.Removed, id)
 		}
 	case raftpb.ConfChangeUpdateNode:
@@ -186,7 +201,8 @@ func (m *membership) apply(index uint64, cc *raftpb.ConfChange, ctx confContext,
 	}
 }
 
-func (m *membership) list() []Member {
+// List returns the members in increasing order of id.
+func (m *Membership) List() []Member {
 	out := make([]Member, 0, len(m.Members))
 	for _, mem := range m.Members {
 		out = append(out, mem)
