@@ -378,8 +378,8 @@ func (r *run) lagBehindImage(ctx context.Context, rng *rand.Rand) {
 }
 
 // workerBehindImage runs while frontend lag is cut off: a worker restarts
-// twice and the frontends checkpoint (lag's image, once installed, shows
-// the worker two processes on), the worker restarts once more, and a
+// twice, each process recorded, and the frontends checkpoint (lag's
+// image, once installed, shows the worker two transitions on), the worker restarts once more, and a
 // query on lag runs on that newest process, which lag's registry has not
 // heard of (an ahead part). The image then shows lag's registry the
 // worker at an epoch that started before the query's, skipping the
@@ -394,16 +394,19 @@ func (m *members) workerBehindImage(ctx context.Context, rng *rand.Rand, lag int
 	defer func() { <-m.op }()
 	id := m.workers[rng.IntN(len(m.workers))]
 	m.r.hist.fault("restart worker %d twice behind an image of %d, then once more", id, lag)
-	m.restartWorker(ctx, id, time.Duration(rng.IntN(300))*time.Millisecond)
-	m.restartWorker(ctx, id, 0)
-	m.awaitRecorded(ctx, id)
+	for range 2 {
+		m.restartWorker(ctx, id, 0)
+		m.awaitRecorded(ctx, id)
+	}
 	m.r.checkpointAll(ctx)
 	m.restartWorker(ctx, id, 0)
 	m.awaitRecorded(ctx, id)
 	rec := m.startQuery(ctx, lag, []uint64{id}, true)
 	if rec == nil {
+		m.r.hist.fault("no query through %d on worker %d's newest process: not published yet", lag, id)
 		return
 	}
+	m.r.hist.fault("query through %d on worker %d's newest process %s", lag, id, short(rec.workers[0].epoch))
 	m.loops.Go(func() { m.hold(ctx, rec, time.Duration(3000+rng.IntN(4000))*time.Millisecond) })
 }
 

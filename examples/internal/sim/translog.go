@@ -10,12 +10,14 @@ import (
 )
 
 // transitionMessages are the log messages a transLog keeps: the member
-// transitions a leader's monitor journals and the events that cancel a
+// transitions a leader's monitor journals, the events each frontend's
+// member view delivers to its registry, and the events that cancel a
 // registry's queries, each with the member, the epochs and the
 // generation or event it acted on.
 var transitionMessages = []string{
 	"heartbeat: transition journaled",
 	"heartbeat: member missed heartbeats",
+	"heartbeat: member event",
 	"cancel: queries cancelled",
 }
 
