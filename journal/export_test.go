@@ -196,6 +196,22 @@ func (j *Journal) KnowsMemberForTest(id uint64) bool {
 	return ok
 }
 
+// AddMemberWithoutRaftForTest adds m to the membership j applied with no
+// conf change, so that no image or raft configuration knows it.
+func (j *Journal) AddMemberWithoutRaftForTest(m Member) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	ms := j.mu.membership.clone()
+	ms.Members[m.ID] = m
+	j.mu.membership = ms
+}
+
+// RaftSnapshotForTest returns what raft reads from j's raft.Storage when
+// it needs an image to send a member.
+func (j *Journal) RaftSnapshotForTest() (*raftpb.Snapshot, error) {
+	return raftStorage{Store: j.store, j: j}.Snapshot()
+}
+
 // MembershipBlobAtForTest returns the membership blob j hands to an
 // image taken at index i.
 func (j *Journal) MembershipBlobAtForTest(i uint64) ([]byte, error) { return j.membershipBlobAt(i) }

@@ -53,7 +53,7 @@ func TestRestoredClusterKeepsItsVersionAndRefusesOldMembers(t *testing.T) {
 		require.NoError(t, Seed(SeedConfig{FS: fs, Dir: "/n1", ID: 1, Addr: "n1", ClusterID: "c1", Token: "t",
 			Index: index, Term: term, Membership: blob}))
 		j, err := Open(t.Context(), Config{
-			ID: 1, Dir: "/n1", Addr: "n1", FS: fs, StateMachine: newMemSM(), Snapshots: seedImages{index, blob},
+			ID: 1, Dir: "/n1", Addr: "n1", FS: fs, StateMachine: &orderSM{}, Snapshots: seedImages{index, blob},
 			TickInterval: testTick, ElectionTicks: testElectionTicks, HeartbeatTicks: 2,
 		})
 		require.NoError(t, err)

@@ -108,7 +108,7 @@ func TestSlowDiskDelaysElectionOfSoleVoter(t *testing.T) {
 	ticked := make(chan struct{}, 1)
 	cfg := Config{
 		ID: 1, Dir: "/n1", Addr: "n1", FS: fs, Bootstrap: true, Clock: clk,
-		StateMachine: newMemSM(),
+		StateMachine: &orderSM{},
 		TickInterval: tick, ElectionTicks: electionTicks, HeartbeatTicks: 1,
 	}
 	cfg.knobs = &testingKnobs{ticked: func() { ticked <- struct{}{} }}
