@@ -132,10 +132,7 @@ func decodeMessageFast(b []byte) (*raftpb.Message, bool) {
 		b = b[n:]
 		switch num {
 		case msgFieldType:
-			if v > math.MaxInt32 {
-				return nil, false
-			}
-			if _, known := raftpb.MessageType_name[int32(v)]; !known {
+			if !knownEnum(v, raftpb.MessageType_name) {
 				return nil, false // proto.Unmarshal keeps it as an unknown field
 			}
 			s.typ = raftpb.MessageType(v)
@@ -224,10 +221,7 @@ func decodeEntryInto(slot *entrySlot, v []byte, data *[]byte) (*raftpb.Entry, bo
 			v = v[n:]
 			switch num {
 			case entFieldType:
-				if x > math.MaxInt32 {
-					return nil, false
-				}
-				if _, known := raftpb.EntryType_name[int32(x)]; !known {
+				if !knownEnum(x, raftpb.EntryType_name) {
 					return nil, false
 				}
 				slot.typ = raftpb.EntryType(x)
@@ -244,4 +238,15 @@ func decodeEntryInto(slot *entrySlot, v []byte, data *[]byte) (*raftpb.Entry, bo
 		}
 	}
 	return e, true
+}
+
+// knownEnum reports whether v is a value of the enum whose names are
+// names: proto.Unmarshal keeps any other value as an unknown field, which
+// decodeMessageFast does not.
+func knownEnum(v uint64, names map[int32]string) bool {
+	if v > math.MaxInt32 {
+		return false
+	}
+	_, known := names[int32(v)]
+	return known
 }
