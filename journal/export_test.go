@@ -269,21 +269,10 @@ func MembershipIDsForTest(b []byte) (members, removed []uint64, err error) {
 
 // KnobsForTest are the testing hooks of a journal (Config.knobs), as
 // testingKnobs documents them.
-type KnobsForTest struct {
-	BeforeRepropose func(key [16]byte)
-	Judged          func(index uint64, key [16]byte, v dedupe.Verdict)
-	Changed         func()
-	Ticked          func()
-	HoldReports     bool
-}
+type KnobsForTest = testingKnobs
 
 // SetKnobsForTest gives the journal opened with cfg the hooks k.
-func SetKnobsForTest(cfg *Config, k KnobsForTest) {
-	cfg.knobs = &testingKnobs{
-		beforeRepropose: k.BeforeRepropose, judged: k.Judged, changed: k.Changed,
-		ticked: k.Ticked, holdReports: k.HoldReports,
-	}
-}
+func SetKnobsForTest(cfg *Config, k KnobsForTest) { cfg.knobs = &k }
 
 // ApplyQueueForTest returns the state of j's apply queue: whether it is
 // full, and the bytes and batches it holds.

@@ -111,7 +111,7 @@ func TestSlowDiskDelaysElectionOfSoleVoter(t *testing.T) {
 		StateMachine: &orderSM{},
 		TickInterval: tick, ElectionTicks: electionTicks, HeartbeatTicks: 1,
 	}
-	cfg.knobs = &testingKnobs{ticked: func() { ticked <- struct{}{} }}
+	cfg.knobs = &testingKnobs{Ticked: func() { ticked <- struct{}{} }}
 	j, err := Open(t.Context(), cfg)
 	require.NoError(t, err)
 	defer j.Close()
