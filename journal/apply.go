@@ -277,8 +277,8 @@ func (j *Journal) applyNormal(idx uint64, data []byte) *HaltError {
 		// returns, Status and WaitApplied on this node cover the entry too
 		// (waiters on the index are woken at the end of the batch).
 		prev, verdict := j.dedupe.Judge(idx, env)
-		if k := j.cfg.knobs; k != nil && k.judged != nil && verdict != dedupe.Apply {
-			k.judged(idx, env.Key, verdict)
+		if k := j.cfg.knobs; k != nil && k.Judged != nil && verdict != dedupe.Apply {
+			k.Judged(idx, env.Key, verdict)
 		}
 		switch verdict {
 		case dedupe.Duplicate:

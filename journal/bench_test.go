@@ -161,37 +161,45 @@ func percentile(d []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// httpCluster is a journaltest.Cluster as the benchmarks run it: journal's
-// HTTP transport on loopback, Pebble on the real disk with each node's
-// syncs counted (syncFS), journal's default timings, and countSM state
-// machines.
-type httpCluster struct {
-	*journaltest.Cluster
-	tb testing.TB
-
+// syncFSs holds each node's syncFS, of its current run.
+type syncFSs struct {
 	mu  sync.Mutex
-	fss map[uint64]*syncFS // each node's filesystem, of its current run
+	fss map[uint64]*syncFS
 }
 
-// newHTTPCluster starts `voters` nodes: node 1 bootstraps, the others join.
-// mod, if set, adjusts each node's Config before Open.
-func newHTTPCluster(tb testing.TB, voters int, mod func(*journal.Config)) *httpCluster {
-	return startHTTPCluster(tb, journaltest.Options{Voters: voters}, mod)
+// wrap is a journaltest.Options.WrapFS: node id's syncs are counted.
+func (s *syncFSs) wrap(id uint64, fs vfs.FS) vfs.FS {
+	sfs := &syncFS{FS: fs}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fss[id] = sfs
+	return sfs
 }
 
-// startHTTPCluster is newHTTPCluster with opts' Voters and TLS; the rest
-// of opts is the benchmarks'.
-func startHTTPCluster(tb testing.TB, opts journaltest.Options, mod func(*journal.Config)) *httpCluster {
-	c := &httpCluster{tb: tb, fss: map[uint64]*syncFS{}}
+// of returns node id's filesystem of its current run.
+func (s *syncFSs) of(id uint64) *syncFS {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fss[id]
+}
+
+// newHTTPCluster starts `voters` nodes as the benchmarks run them (see
+// startHTTPCluster): node 1 bootstraps, the others join. mod, if set,
+// adjusts each node's Config before Open.
+func newHTTPCluster(tb testing.TB, voters int, mod func(*journal.Config)) *journaltest.Cluster {
+	c, _ := startHTTPCluster(tb, journaltest.Options{Voters: voters}, mod)
+	return c
+}
+
+// startHTTPCluster starts a journaltest.Cluster of opts' Voters and TLS as
+// the benchmarks run it: journal's HTTP transport on loopback, Pebble on
+// the real disk with each node's syncs counted (the returned syncFSs),
+// journal's default timings, and countSM state machines.
+func startHTTPCluster(tb testing.TB, opts journaltest.Options, mod func(*journal.Config)) (*journaltest.Cluster, *syncFSs) {
+	fss := &syncFSs{fss: map[uint64]*syncFS{}}
 	opts.Transport, opts.OnDisk = journaltest.HTTP, true
 	opts.NewStateMachine = func(uint64) journal.StateMachine { return &countSM{} }
-	opts.WrapFS = func(id uint64, fs vfs.FS) vfs.FS {
-		sfs := &syncFS{FS: fs}
-		c.mu.Lock()
-		c.fss[id] = sfs
-		c.mu.Unlock()
-		return sfs
-	}
+	opts.WrapFS = fss.wrap
 	opts.Configure = func(cfg *journal.Config) {
 		// journal's defaults, as a deployment runs.
 		cfg.TickInterval, cfg.ElectionTicks, cfg.HeartbeatTicks = 0, 0, 0
@@ -199,36 +207,23 @@ func startHTTPCluster(tb testing.TB, opts journaltest.Options, mod func(*journal
 			mod(cfg)
 		}
 	}
-	c.Cluster = journaltest.NewCluster(tb, opts)
-	return c
+	return journaltest.NewCluster(tb, opts), fss
 }
 
-// fs returns node id's filesystem of its current run.
-func (c *httpCluster) fs(id uint64) *syncFS {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.fss[id]
-}
-
-// journal returns node id's running journal, or nil while it is down.
-func (c *httpCluster) journal(id uint64) *journal.Journal {
-	return c.Node(id).Journal()
-}
-
-// waitLeader waits, on leadership notifications, until a leader other
-// than not (0: any) leads a majority, and returns it; it fails the
-// benchmark after 60 s.
-func (c *httpCluster) waitLeader(ctx context.Context, not uint64) uint64 {
+// waitLeader waits, on leadership notifications, until a leader leads a
+// majority of c, and returns it; it fails the benchmark or test after
+// 60 s.
+func waitLeader(ctx context.Context, tb testing.TB, c *journaltest.Cluster) uint64 {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	leader, err := c.WaitNewLeader(ctx, not)
+	leader, err := c.WaitLeader(ctx)
 	if err != nil {
 		var sts []string
 		for _, n := range c.Running() {
 			st := n.Journal().Status()
 			sts = append(sts, fmt.Sprintf("%d: %s leader %d term %d applied %d members %v", n.ID, st.State, st.Leader, st.Term, st.Applied, st.Members))
 		}
-		c.tb.Fatalf("no leader: %v; %v", err, sts)
+		tb.Fatalf("no leader: %v; %v", err, sts)
 	}
 	return leader
 }
@@ -237,8 +232,8 @@ func (c *httpCluster) waitLeader(ctx context.Context, not uint64) uint64 {
 // fsync, 256-byte entries, N concurrent proposers on the leader (or on a
 // follower, which forwards). b.N counts proposals.
 func BenchmarkPropose(b *testing.B) {
-	c := newHTTPCluster(b, 3, nil)
-	leader := c.waitLeader(b.Context(), 0)
+	c, fss := startHTTPCluster(b, journaltest.Options{Voters: 3}, nil)
+	leader := waitLeader(b.Context(), b, c)
 	follower := leader%3 + 1
 	for _, bc := range []struct {
 		name      string
@@ -256,7 +251,7 @@ func BenchmarkPropose(b *testing.B) {
 			if bc.scraped {
 				defer scrapeEverySecond(b, c)()
 			}
-			runPropose(b, c, leader, bc.via, bc.proposers)
+			runPropose(b, c, fss, leader, bc.via, bc.proposers)
 		})
 	}
 	// One follower's disk takes slowSync per fsync: the leader commits with
@@ -264,20 +259,20 @@ func BenchmarkPropose(b *testing.B) {
 	// runs after the healthy variants, and the follower catches up before
 	// the next.
 	b.Run("proposers=64/slow-follower", func(b *testing.B) {
-		slow := c.fs(follower)
+		slow := fss.of(follower)
 		slow.delay.Store(int64(slowSync))
-		runPropose(b, c, leader, leader, 64)
+		runPropose(b, c, fss, leader, leader, 64)
 		slow.delay.Store(0)
-		if err := c.journal(follower).WaitApplied(b.Context(), c.journal(leader).Status().Applied); err != nil {
+		if err := c.Node(follower).Journal().WaitApplied(b.Context(), c.Node(leader).Journal().Status().Applied); err != nil {
 			b.Fatalf("slow follower %d catching up: %v", follower, err)
 		}
 	})
 	// The same write path over mutual TLS, beside proposers=64 over plain
 	// HTTP: the README's TLS ratio is the ops/s of the two.
 	b.Run("mtls/proposers=64", func(b *testing.B) {
-		c := newMTLSCluster(b, 3, peeridtest.NewCA(b, "bench-ca"), nil)
-		leader := c.waitLeader(b.Context(), 0)
-		runPropose(b, c, leader, leader, 64)
+		c, fss := newMTLSCluster(b, 3, peeridtest.NewCA(b, "bench-ca"), nil)
+		leader := waitLeader(b.Context(), b, c)
+		runPropose(b, c, fss, leader, leader, 64)
 	})
 }
 
@@ -285,20 +280,20 @@ func BenchmarkPropose(b *testing.B) {
 // BenchmarkPropose's slow-follower variant and TestSlowFollowerCatchesUp.
 const slowSync = 100 * time.Millisecond
 
-func runPropose(b *testing.B, c *httpCluster, leader, via uint64, proposers int) {
+func runPropose(b *testing.B, c *journaltest.Cluster, fss *syncFSs, leader, via uint64, proposers int) {
 	fsyncP50 := fsyncProbe(b, c.Node(leader).Dir, 1)
 	fsync3P50 := fsyncProbe(b, c.Node(leader).Dir, 3)
 	payloads := proposePayloads()
-	c.fs(leader).take()
+	fss.of(leader).take()
 	// allocs/op and B/op count the whole process: the three replicas and
 	// the proposers, as cpu-us/op does.
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := benchshape.ProcessCPU()
-	elapsed, lats, err := proposeN(b.Context(), c.journal(via), payloads, 0, b.N, proposers)
+	elapsed, lats, err := proposeN(b.Context(), c.Node(via).Journal(), payloads, 0, b.N, proposers)
 	cpu := benchshape.ProcessCPU() - cpu0
 	b.StopTimer()
-	syncs, walLat := c.fs(leader).take()
+	syncs, walLat := fss.of(leader).take()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -382,8 +377,8 @@ func BenchmarkFailover(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		ctx := b.Context()
-		leader := c.waitLeader(ctx, 0)
-		survivor := c.journal(leader%3 + 1)
+		leader := waitLeader(ctx, b, c)
+		survivor := c.Node(leader%3 + 1).Journal()
 		idx, _, err := survivor.Propose(ctx, []byte("before"))
 		if err != nil {
 			b.Fatal(err)

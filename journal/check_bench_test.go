@@ -49,7 +49,7 @@ func BenchmarkProposeCheck(b *testing.B) {
 	const rounds, proposers = 10, 64
 	check := newHTTPCluster(b, 3, func(cfg *journal.Config) { cfg.StateMachine = &digestSM{} })
 	plain := newHTTPCluster(b, 3, func(cfg *journal.Config) { cfg.CheckInterval = -1 })
-	checkLeader, plainLeader := check.waitLeader(b.Context(), 0), plain.waitLeader(b.Context(), 0)
+	checkLeader, plainLeader := waitLeader(b.Context(), b, check), waitLeader(b.Context(), b, plain)
 	payloads := proposePayloads()
 	var onTime, offTime float64
 	var ops int
@@ -63,22 +63,22 @@ func BenchmarkProposeCheck(b *testing.B) {
 			continue
 		}
 		first := r * (b.N/rounds + 1)
-		on, _, err := proposeN(b.Context(), check.journal(checkLeader), payloads, first, n, proposers)
+		on, _, err := proposeN(b.Context(), check.Node(checkLeader).Journal(), payloads, first, n, proposers)
 		if err != nil {
 			b.Fatalf("with the checks: %v", err)
 		}
-		off, _, err := proposeN(b.Context(), plain.journal(plainLeader), payloads, first, n, proposers)
+		off, _, err := proposeN(b.Context(), plain.Node(plainLeader).Journal(), payloads, first, n, proposers)
 		if err != nil {
 			b.Fatalf("without the checks: %v", err)
 		}
 		onTime, offTime, ops = onTime+on.Seconds(), offTime+off.Seconds(), ops+n
 	}
 	b.StopTimer()
-	checks := consistencyChecks(b, check.journal(checkLeader))
+	checks := consistencyChecks(b, check.Node(checkLeader).Journal())
 	if b.N >= 10000 && checks == 0 {
 		b.Fatalf("the cluster with a digest made no consistency check in %d writes", ops)
 	}
-	if n := consistencyChecks(b, plain.journal(plainLeader)); n != 0 {
+	if n := consistencyChecks(b, plain.Node(plainLeader).Journal()); n != 0 {
 		b.Fatalf("the cluster with the checks off made %v consistency checks", n)
 	}
 	b.ReportMetric(float64(ops)/onTime, "ops/s-check")

@@ -295,30 +295,31 @@ type Config struct {
 	knobs *testingKnobs
 }
 
-// testingKnobs are hooks tests set through Config.knobs.
+// testingKnobs are hooks tests set through Config.knobs (export_test.go
+// sets them as KnobsForTest, an alias, so the fields are exported).
 type testingKnobs struct {
-	// beforeRepropose runs on the proposer's goroutine before a Propose
+	// BeforeRepropose runs on the proposer's goroutine before a Propose
 	// hands the loop another copy of its entry.
-	beforeRepropose func(key [16]byte)
-	// judged runs on the applier for every copy of a user entry it skips.
-	judged func(index uint64, key [16]byte, v dedupe.Verdict)
-	// changed runs after a state a test awaits may have changed: a message
+	BeforeRepropose func(key [16]byte)
+	// Judged runs on the applier for every copy of a user entry it skips.
+	Judged func(index uint64, key [16]byte, v dedupe.Verdict)
+	// Changed runs after a state a test awaits may have changed: a message
 	// from a peer was recorded (reachable), a leader timestamp applied
 	// (CheckFresh), a vote request sent (campaigns) or a snapshot transfer
 	// reported (snapsOut). It runs on the loop or the applier and must
 	// not block.
-	changed func()
-	// ticked runs on the loop after each raft tick. It must not block.
-	ticked func()
-	// holdReports makes the loop leave the consistency report the applier
+	Changed func()
+	// Ticked runs on the loop after each raft tick. It must not block.
+	Ticked func()
+	// HoldReports makes the loop leave the consistency report the applier
 	// left until the member stops, as the slowest loop would.
-	holdReports bool
+	HoldReports bool
 }
 
 // notifyChanged calls the changed knob, if set.
 func (j *Journal) notifyChanged() {
-	if k := j.cfg.knobs; k != nil && k.changed != nil {
-		k.changed()
+	if k := j.cfg.knobs; k != nil && k.Changed != nil {
+		k.Changed()
 	}
 }
 

@@ -197,6 +197,22 @@ func (j *Journal) KnowsMemberForTest(id uint64) bool {
 	return ok
 }
 
+// AddMemberWithoutRaftForTest adds m to the membership j applied with no
+// conf change, so that no image or raft configuration knows it.
+func (j *Journal) AddMemberWithoutRaftForTest(m Member) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	ms := j.mu.membership.clone()
+	ms.Members[m.ID] = m
+	j.mu.membership = ms
+}
+
+// RaftSnapshotForTest returns what raft reads from j's raft.Storage when
+// it needs an image to send a member.
+func (j *Journal) RaftSnapshotForTest() (*raftpb.Snapshot, error) {
+	return raftStorage{Store: j.store, j: j}.Snapshot()
+}
+
 // MembershipBlobAtForTest returns the membership blob j hands to an
 // image taken at index i.
 func (j *Journal) MembershipBlobAtForTest(i uint64) ([]byte, error) { return j.membershipBlobAt(i) }
@@ -254,21 +270,10 @@ func MembershipIDsForTest(b []byte) (members, removed []uint64, err error) {
 
 // KnobsForTest are the testing hooks of a journal (Config.knobs), as
 // testingKnobs documents them.
-type KnobsForTest struct {
-	BeforeRepropose func(key [16]byte)
-	Judged          func(index uint64, key [16]byte, v dedupe.Verdict)
-	Changed         func()
-	Ticked          func()
-	HoldReports     bool
-}
+type KnobsForTest = testingKnobs
 
 // SetKnobsForTest gives the journal opened with cfg the hooks k.
-func SetKnobsForTest(cfg *Config, k KnobsForTest) {
-	cfg.knobs = &testingKnobs{
-		beforeRepropose: k.BeforeRepropose, judged: k.Judged, changed: k.Changed,
-		ticked: k.Ticked, holdReports: k.HoldReports,
-	}
-}
+func SetKnobsForTest(cfg *Config, k KnobsForTest) { cfg.knobs = &k }
 
 // ApplyQueueForTest returns the state of j's apply queue: whether it is
 // full, and the bytes and batches it holds.

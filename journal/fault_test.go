@@ -127,7 +127,7 @@ func TestFaultLinearizable(t *testing.T) {
 	t.Logf("seed %d, %v of faults", seed, dur)
 	var history []porcupine.Operation
 	synctest.Test(t, func(t *testing.T) {
-		c := newFaultCluster(t, seed, 3, 1)
+		c, hosts := newFaultCluster(t, seed, 3, 1)
 		ctx, cancel := context.WithTimeout(context.Background(), dur+40*time.Second)
 		defer cancel()
 		rng := rand.New(rand.NewPCG(seed, 99))
@@ -197,7 +197,7 @@ func TestFaultLinearizable(t *testing.T) {
 					}
 					think()
 					id := uint64(1 + rng.IntN(4)) // node 4 is an observer
-					j, sm := c.Node(id).Journal(), c.sm(id)
+					j, sm := c.Node(id).Journal(), kvOf(c.Node(id))
 					if j == nil {
 						continue // down: pick another
 					}
@@ -275,8 +275,8 @@ func TestFaultLinearizable(t *testing.T) {
 		}
 		close(stop)
 		clients.Wait()
-		written := c.imagesWritten()
-		t.Logf("faults %v, operations %v, images %d, snapshots installed %d", faults, stats, written, c.installs.Load())
+		written := hosts.imagesWritten()
+		t.Logf("faults %v, operations %v, images %d, snapshots installed %d", faults, stats, written, hosts.installs.Load())
 
 		// Heal, then every node must hold every acknowledged write, in the same
 		// order as every other node.
@@ -301,7 +301,7 @@ func TestFaultLinearizable(t *testing.T) {
 		}
 		var ref []string
 		for _, n := range c.Nodes() {
-			h, at := c.sm(n.ID).history()
+			h, at := kvOf(n).history()
 			have := map[string]uint64{}
 			for i, e := range h {
 				first, dup := have[e]
@@ -320,7 +320,7 @@ func TestFaultLinearizable(t *testing.T) {
 		require.NotEmpty(t, acked, "the run must make progress")
 		require.NotZero(t, stats["get ok"])
 		require.NotZero(t, written, "images were written during the run")
-		require.NotZero(t, c.installs.Load(), "lagging nodes caught up through snapshots")
+		require.NotZero(t, hosts.installs.Load(), "lagging nodes caught up through snapshots")
 		require.False(t, errors.Is(ctx.Err(), context.DeadlineExceeded))
 	})
 

@@ -19,15 +19,12 @@ import (
 // throughout the run.
 const faultDedupeWindow = 20
 
-// faultCluster is a journaltest.Cluster whose nodes run image stores and
-// checkpointers as the examples wire them (examples/frontend), each
-// node on a crashable in-memory disk, its images served in process
-// (journaltest.HandlerClient), so that it runs in a synctest bubble. No node
-// starts with the cluster: they start while faults are already injected,
-// so a power cut can hit any step of a bootstrap, a join or a restart
-// (journaltest.Cluster.RestartCrashingAt).
-type faultCluster struct {
-	*journaltest.Cluster
+// imageHosts runs beside every node of a journaltest.Cluster (its
+// Options.Host) an image store and a checkpointer as the examples wire
+// them (examples/frontend), each on the run's disk, its images served in
+// process (journaltest.HandlerClient), so that the cluster runs in a
+// synctest bubble.
+type imageHosts struct {
 	client *http.Client
 
 	mu       sync.Mutex
@@ -38,37 +35,41 @@ type faultCluster struct {
 }
 
 // newFaultCluster adds nodes 1 to voters as voters and the next observers
-// nodes as observers, none started, on a network seeded with seed.
-func newFaultCluster(t *testing.T, seed uint64, voters, observers int) *faultCluster {
-	c := &faultCluster{images: map[string]http.Handler{}, runs: map[uint64]*imageHost{}}
-	c.client = journaltest.HandlerClient(func(host string) http.Handler {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.images[host]
+// nodes as observers, each with its imageHosts run on a crashable
+// in-memory disk, on a network seeded with seed. No node starts with the
+// cluster: they start while faults are already injected, so a power cut
+// can hit any step of a bootstrap, a join or a restart
+// (journaltest.Cluster.RestartCrashingAt).
+func newFaultCluster(t *testing.T, seed uint64, voters, observers int) (*journaltest.Cluster, *imageHosts) {
+	h := &imageHosts{images: map[string]http.Handler{}, runs: map[uint64]*imageHost{}}
+	h.client = journaltest.HandlerClient(func(host string) http.Handler {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.images[host]
 	})
-	c.Cluster = journaltest.NewCluster(t, journaltest.Options{
+	c := journaltest.NewCluster(t, journaltest.Options{
 		Voters: voters, Observers: observers, Seed: seed, Unstarted: true,
 		NewStateMachine: func(uint64) journal.StateMachine { return newKVSM() },
 		Configure: func(cfg *journal.Config) {
 			cfg.StaleAfter = time.Minute
 			cfg.CompactMargin, cfg.DedupeWindow = faultDedupeWindow, faultDedupeWindow
 		},
-		Host: c.host,
+		Host: h.host,
 	})
-	return c
+	return c, h
 }
 
-// sm returns node id's state machine of its current (or last) run, or
+// kvOf returns node n's state machine of its current (or last) run, or
 // nil before its first start.
-func (c *faultCluster) sm(id uint64) *kvSM {
-	sm, _ := c.Node(id).StateMachine().(*kvSM)
+func kvOf(n *journaltest.Node) *kvSM {
+	sm, _ := n.StateMachine().(*kvSM)
 	return sm
 }
 
 // imageHost is one run's image store and checkpointer, wired as the
 // frontend wires them.
 type imageHost struct {
-	c     *faultCluster
+	hosts *imageHosts
 	id    uint64
 	ctx   context.Context
 	store *image.Store
@@ -80,19 +81,19 @@ type imageHost struct {
 
 // host opens node id's image store on the run's disk and makes it the
 // journal's Snapshots.
-func (c *faultCluster) host(ctx context.Context, id uint64, cfg *journal.Config) (journaltest.Host, error) {
-	h := &imageHost{c: c, id: id, ctx: ctx, reqc: make(chan struct{}, 1), stop: make(chan struct{})}
+func (hs *imageHosts) host(ctx context.Context, id uint64, cfg *journal.Config) (journaltest.Host, error) {
+	h := &imageHost{hosts: hs, id: id, ctx: ctx, reqc: make(chan struct{}, 1), stop: make(chan struct{})}
 	sm := cfg.StateMachine.(*kvSM)
-	store, err := image.Open(image.Config{Dir: cfg.Dir, FS: cfg.FS, State: sm, HTTPClient: c.client})
+	store, err := image.Open(image.Config{Dir: cfg.Dir, FS: cfg.FS, State: sm, HTTPClient: hs.client})
 	if err != nil {
 		return nil, err
 	}
 	h.store = store
-	cfg.Snapshots = snapshots{store, h.reqc, &c.installs}
-	c.mu.Lock()
-	c.images[cfg.Addr] = store.Handler()
-	c.runs[id] = h
-	c.mu.Unlock()
+	cfg.Snapshots = snapshots{store, h.reqc, &hs.installs}
+	hs.mu.Lock()
+	hs.images[cfg.Addr] = store.Handler()
+	hs.runs[id] = h
+	hs.mu.Unlock()
 	return h, nil
 }
 
@@ -120,9 +121,9 @@ func (h *imageHost) Started(ctx context.Context, j *journal.Journal) error {
 	if err != nil {
 		return err
 	}
-	h.c.mu.Lock()
+	h.hosts.mu.Lock()
 	h.cp = cp
-	h.c.mu.Unlock()
+	h.hosts.mu.Unlock()
 	h.wg.Go(func() {
 		for {
 			select {
@@ -141,18 +142,18 @@ func (h *imageHost) Started(ctx context.Context, j *journal.Journal) error {
 // Stop ends the on-demand loop and closes the checkpointer, counting the
 // images it wrote.
 func (h *imageHost) Stop() error {
-	h.c.mu.Lock()
+	h.hosts.mu.Lock()
 	cp := h.cp
 	h.cp = nil
-	h.c.mu.Unlock()
+	h.hosts.mu.Unlock()
 	if cp == nil {
 		return nil
 	}
 	close(h.stop)
 	h.wg.Wait()
-	h.c.mu.Lock()
-	h.c.written += cp.Status().Written
-	h.c.mu.Unlock()
+	h.hosts.mu.Lock()
+	h.hosts.written += cp.Status().Written
+	h.hosts.mu.Unlock()
 	return cp.Close()
 }
 
@@ -183,11 +184,11 @@ func (s snapshots) RequestImage() {
 
 // imagesWritten counts the images written or adopted so far, by every
 // run of every node.
-func (c *faultCluster) imagesWritten() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	total := c.written
-	for _, h := range c.runs {
+func (hs *imageHosts) imagesWritten() int {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	total := hs.written
+	for _, h := range hs.runs {
 		if h.cp != nil {
 			total += h.cp.Status().Written
 		}

@@ -1,4 +1,4 @@
-package journal
+package journal_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metatree/metatree/internal/durable"
+	"github.com/metatree/metatree/journal"
 )
 
 // haltingImages is a Snapshots hook that is a HaltSource: halt closes its
@@ -40,30 +41,31 @@ func TestSnapshotsHaltSourceHaltsTheJournal(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fs := vfs.NewMem()
 				require.NoError(t, durable.MkdirAll(fs, "/n1"))
-				n1 := &node{t: t, id: 1, sm: newMemSM()}
 				cause := errors.New("image fsync failed")
 				hook := &haltingImages{
-					fakeImages: &fakeImages{sm: func() *memSM { return n1.sm }, images: map[uint64]fakeImage{}, registry: &sync.Map{}},
+					fakeImages: newFakeImages(&sync.Map{}),
 					haltc:      make(chan struct{}),
 					cause:      cause,
 				}
 				if before {
 					close(hook.haltc)
 				}
-				j, err := Open(t.Context(), Config{
+				cfg := journal.Config{
 					ID: 1, Dir: "/n1", Addr: "n1", FS: fs, Token: "secret",
-					StateMachine: n1.sm, Snapshots: hook, Bootstrap: true,
-					TickInterval: testTick, ElectionTicks: testElectionTicks, HeartbeatTicks: 2,
+					StateMachine: newMemSM(), Bootstrap: true,
+					TickInterval: 10 * time.Millisecond, ElectionTicks: 20, HeartbeatTicks: 2,
 					StaleAfter: 300 * time.Millisecond,
-				})
+				}
+				hook.bind(&cfg) // images load into cfg's state machine
+				cfg.Snapshots = hook
+				j, err := journal.Open(t.Context(), cfg)
 				require.NoError(t, err)
-				n1.j = j
 				if !before {
 					close(hook.haltc)
 				}
 				synctest.Wait() // the watcher has seen the channel closed
 				_, _, err = j.Propose(t.Context(), []byte("after the halt"))
-				require.ErrorIs(t, err, ErrHalted)
+				require.ErrorIs(t, err, journal.ErrHalted)
 				require.ErrorIs(t, err, cause)
 				require.NoError(t, j.Close())
 			})

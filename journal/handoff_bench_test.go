@@ -16,8 +16,8 @@ func BenchmarkHandoff(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		ctx := b.Context()
-		leader := c.waitLeader(ctx, 0)
-		idx, _, err := c.journal(leader).Propose(ctx, []byte("before"))
+		leader := waitLeader(ctx, b, c)
+		idx, _, err := c.Node(leader).Journal().Propose(ctx, []byte("before"))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -29,16 +29,16 @@ func BenchmarkHandoff(b *testing.B) {
 		b.StartTimer()
 		t0 := time.Now()
 		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = c.journal(leader).Handoff(hctx)
+		err = c.Node(leader).Journal().Handoff(hctx)
 		cancel()
 		if err != nil {
 			b.Fatal(err)
 		}
-		next := c.journal(leader).Status().Leader
+		next := c.Node(leader).Journal().Status().Leader
 		if next == 0 || next == leader {
 			b.Fatalf("after Handoff node %d sees leader %d", leader, next)
 		}
-		if _, _, err := c.journal(next).Propose(ctx, []byte("after")); err != nil {
+		if _, _, err := c.Node(next).Journal().Propose(ctx, []byte("after")); err != nil {
 			b.Fatal(err)
 		}
 		total += time.Since(t0)

@@ -2,50 +2,42 @@ package journal
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
-	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/metatree/metatree/journal/internal/rafthttp"
 )
 
-// HTTPOptions configures the HTTP transport. Zero values mean the defaults
-// documented on the matching Config fields.
-type HTTPOptions struct {
-	// Client sends the requests (default: a client of its own, closed with
-	// the transport). Set one with a TLS config for https.
-	Client *http.Client
-	// Scheme is "http" or "https" (default: "https" with TLS, else
-	// "http").
-	Scheme string
-	// TLS is Config.TLS: with it the transport's own client dials with it,
-	// and the Handler requires of every peer a member certificate naming
-	// the sender.
-	TLS *tls.Config
-	// Logger (default: discard).
-	Logger *slog.Logger
-	// QueueMsgs and QueueBytes bound each peer's send queue (defaults 4096
-	// messages, 64 MiB).
-	QueueMsgs  int
-	QueueBytes uint64
-	// MaxBodyBytes bounds one stream frame or request body (default 5 MiB).
-	MaxBodyBytes int64
-	// HandshakeTimeout bounds the wait for a peer to accept a stream
-	// (default 3s).
-	HandshakeTimeout time.Duration
-	// SnapshotTimeout bounds one snapshot delivery, which includes the
-	// receiver fetching the image (default 10 minutes). On expiry raft is
-	// told the snapshot failed and tries again later.
-	SnapshotTimeout time.Duration
-	// Clock times the reconnect backoff and the handshake (default: the
-	// real clock).
-	Clock Clock
-}
+// HTTPOptions configures the HTTP transport ([NewHTTPTransport]). Zero
+// values mean the defaults documented on the matching [Config] fields.
+// Its fields:
+//   - Client (*http.Client) sends the requests (default: a client of its
+//     own, closed with the transport). Set one with a TLS config for
+//     https.
+//   - Scheme (string) is "http" or "https" (default: "https" with TLS, else
+//     "http").
+//   - TLS (*tls.Config) is Config.TLS: with it the transport's own client
+//     dials with it, and the Handler requires of every peer a member
+//     certificate naming the sender.
+//   - Logger (*slog.Logger) receives the logs (default: discard).
+//   - QueueMsgs (int) and QueueBytes (uint64) bound each peer's send queue
+//     (defaults 4096 messages, 64 MiB).
+//   - MaxBodyBytes (int64) bounds one stream frame or request body (default
+//     5 MiB).
+//   - HandshakeTimeout (time.Duration) bounds the wait for a peer to accept
+//     a stream (default 3s).
+//   - SnapshotTimeout (time.Duration) bounds one snapshot delivery, which
+//     includes the receiver fetching the image (default 10 minutes). On
+//     expiry raft is told the snapshot failed and tries again later.
+//   - Clock ([Clock]) times the reconnect backoff and the handshake
+//     (default: the real clock).
+//
+// The transport (journal/internal/rafthttp) declares the fields, so that
+// the options reach it as they are.
+type HTTPOptions = rafthttp.Options
 
 // HTTPTransport is the default Transport: raft messages travel over one
 // long-lived streaming POST per peer (/raft/stream), written by one sender
@@ -66,7 +58,7 @@ var _ Transport = (*HTTPTransport)(nil)
 // NewHTTPTransport returns an HTTP transport; pass it as Config.Transport
 // (Open creates one itself when Config.Transport is nil).
 func NewHTTPTransport(opts HTTPOptions) *HTTPTransport {
-	return &HTTPTransport{t: rafthttp.New(rafthttp.Options(opts))}
+	return &HTTPTransport{t: rafthttp.New(opts)}
 }
 
 // setIdentity gives the transport the cluster id and token it stamps on

@@ -120,14 +120,7 @@ func (b *httpBubble) heal() {
 // Open's error.
 func (b *httpBubble) restart(t *testing.T, id uint64, mod func(cfg *journal.Config)) error {
 	t.Helper()
-	b.mu.Lock()
-	b.mod[id] = mod
-	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		delete(b.mod, id)
-		b.mu.Unlock()
-	}()
+	defer b.modNextStart(id, mod)()
 	return b.Restart(ctxFor(t, 30*time.Second), id)
 }
 
@@ -137,15 +130,22 @@ func (b *httpBubble) restart(t *testing.T, id uint64, mod func(cfg *journal.Conf
 func (b *httpBubble) add(t *testing.T, role journal.Role, mod func(cfg *journal.Config)) (*journaltest.Node, error) {
 	t.Helper()
 	id := uint64(len(b.Nodes()) + 1)
-	b.mu.Lock()
-	b.mod[id] = mod
-	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		delete(b.mod, id)
-		b.mu.Unlock()
-	}()
+	defer b.modNextStart(id, mod)()
 	return b.AddNode(ctxFor(t, 30*time.Second), role)
+}
+
+// modNextStart makes mod (nil: none) adjust node id's Config at its next
+// start; the start is over when the returned func is called, which drops
+// mod.
+func (b *httpBubble) modNextStart(id uint64, mod func(cfg *journal.Config)) (started func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.mod[id] = mod
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.mod, id)
+	}
 }
 
 // stop closes node id's journal and fails the test on an error.

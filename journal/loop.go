@@ -85,8 +85,8 @@ func (j *Journal) run() {
 			return
 		case <-tickc:
 			j.tick()
-			if k := j.cfg.knobs; k != nil && k.ticked != nil {
-				k.ticked()
+			if k := j.cfg.knobs; k != nil && k.Ticked != nil {
+				k.Ticked()
 			}
 		case p := <-j.propc:
 			j.propose(p)
@@ -114,7 +114,7 @@ func (j *Journal) run() {
 		case <-j.store.HaltedCh():
 			err = j.store.Halted() // a background write failed
 		case <-j.checkc:
-			if k := j.cfg.knobs; k == nil || !k.holdReports {
+			if k := j.cfg.knobs; k == nil || !k.HoldReports {
 				j.proposeReport()
 			}
 		case <-readyc:

@@ -13,7 +13,7 @@ import (
 )
 
 func TestConfigValidation(t *testing.T) {
-	sm := newMemSM()
+	sm := &orderSM{}
 	base := func() Config {
 		return Config{ID: 1, Dir: t.TempDir(), Addr: "x:1", StateMachine: sm, Bootstrap: true}
 	}

@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metatree/metatree/journal/journaltest"
 )
 
 // scrapeEverySecond registers each node's collector on a registry of its
 // own and gathers them all every second, as a Prometheus server would
 // (more often than its usual 15 s), until the returned stop is called.
-func scrapeEverySecond(b *testing.B, c *httpCluster) (stop func()) {
+func scrapeEverySecond(b *testing.B, c *journaltest.Cluster) (stop func()) {
 	var regs []*prometheus.Registry
 	for _, n := range c.Nodes() {
 		reg := prometheus.NewRegistry()

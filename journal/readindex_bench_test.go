@@ -13,6 +13,7 @@ import (
 
 	"github.com/metatree/metatree/internal/metricstest"
 	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/journaltest"
 )
 
 // BenchmarkReadBarrier: 3 voters and an observer over HTTP on loopback,
@@ -25,7 +26,7 @@ import (
 //	go test -run '^$' -bench 'BenchmarkReadBarrier' -benchtime 200000x ./journal
 func BenchmarkReadBarrier(b *testing.B) {
 	c := newHTTPCluster(b, 3, nil)
-	leader := c.waitLeader(b.Context(), 0)
+	leader := waitLeader(b.Context(), b, c)
 	observer := addHTTPObserver(b, c)
 	follower := leader%3 + 1
 	for _, via := range []struct {
@@ -34,7 +35,7 @@ func BenchmarkReadBarrier(b *testing.B) {
 	}{{"leader", leader}, {"follower", follower}, {"observer", observer}} {
 		for _, readers := range []int{1, 64} {
 			b.Run(fmt.Sprintf("via=%s/readers=%d", via.name, readers), func(b *testing.B) {
-				runReadBarrier(b, c.journal(via.id), readers)
+				runReadBarrier(b, c.Node(via.id).Journal(), readers)
 			})
 		}
 	}
@@ -81,7 +82,7 @@ func runReadBarrier(b *testing.B, j *journal.Journal, readers int) {
 
 // addHTTPObserver starts one more node of c, joining as an observer, and
 // waits until it has applied what the leader had.
-func addHTTPObserver(tb testing.TB, c *httpCluster) uint64 {
+func addHTTPObserver(tb testing.TB, c *journaltest.Cluster) uint64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n, err := c.AddNode(ctx, journal.Observer)

@@ -108,10 +108,10 @@ func TestSlowDiskDelaysElectionOfSoleVoter(t *testing.T) {
 	ticked := make(chan struct{}, 1)
 	cfg := Config{
 		ID: 1, Dir: "/n1", Addr: "n1", FS: fs, Bootstrap: true, Clock: clk,
-		StateMachine: newMemSM(),
+		StateMachine: &orderSM{},
 		TickInterval: tick, ElectionTicks: electionTicks, HeartbeatTicks: 1,
 	}
-	cfg.knobs = &testingKnobs{ticked: func() { ticked <- struct{}{} }}
+	cfg.knobs = &testingKnobs{Ticked: func() { ticked <- struct{}{} }}
 	j, err := Open(t.Context(), cfg)
 	require.NoError(t, err)
 	defer j.Close()

@@ -1,4 +1,4 @@
-package journal
+package journal_test
 
 import (
 	"sync"
@@ -7,12 +7,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3"
 
-	"github.com/metatree/metatree/internal/durable"
+	"github.com/metatree/metatree/journal"
+	"github.com/metatree/metatree/journal/journaltest"
 )
 
 // blockingRequester is an image hook whose RequestImage takes a while.
@@ -37,44 +36,33 @@ func (b *blockingRequester) RequestImage() {
 // likely.
 func TestImageRequestIsOwnedByTheJournal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fs := vfs.NewMem()
-		require.NoError(t, durable.MkdirAll(fs, "/n1"))
-		n1 := &node{t: t, id: 1, sm: newMemSM()}
 		req := &blockingRequester{
-			fakeImages: &fakeImages{sm: func() *memSM { return n1.sm }, images: map[uint64]fakeImage{}, registry: &sync.Map{}},
+			fakeImages: newFakeImages(&sync.Map{}),
 			entered:    make(chan struct{}),
 			release:    make(chan struct{}),
 		}
-		cfg := Config{
-			ID: 1, Dir: "/n1", Addr: "n1", FS: fs, Token: "secret",
-			StateMachine: n1.sm, Snapshots: req, Bootstrap: true,
-			TickInterval: testTick, ElectionTicks: testElectionTicks, HeartbeatTicks: 2,
-			StaleAfter: 300 * time.Millisecond,
-		}
-		j, err := Open(t.Context(), cfg)
-		require.NoError(t, err)
-		n1.j = j
-		for {
-			changed := j.Leadership() // subscribe before checking
-			if j.Status().IsLeader() {
-				break
-			}
-			<-changed
-		}
+		c := journaltest.NewCluster(t, journaltest.Options{
+			Voters:          1,
+			NewStateMachine: func(uint64) journal.StateMachine { return newMemSM() },
+			Configure: func(cfg *journal.Config) {
+				cfg.Token = "secret"
+				cfg.StaleAfter = 300 * time.Millisecond
+				req.bind(cfg)
+				cfg.Snapshots = req
+			},
+		})
+		n1 := c.Node(1)
+		j := n1.Journal()
 		propose(t, n1, "a")
 		checkpoint(t, n1, req.fakeImages)
 		// A member the image does not know: raft cannot send that image.
-		j.mu.Lock()
-		m := j.mu.membership.Clone()
-		m.Members[99] = Member{ID: 99, Addr: "nowhere:1", Role: Observer}
-		j.mu.membership = m
-		j.mu.Unlock()
-		_, err = raftStorage{Store: j.store, j: j}.Snapshot()
+		j.AddMemberWithoutRaftForTest(journal.Member{ID: 99, Addr: "nowhere:1", Role: journal.Observer})
+		_, err := j.RaftSnapshotForTest()
 		require.ErrorIs(t, err, raft.ErrSnapshotTemporarilyUnavailable)
 		<-req.entered
 
 		closed := make(chan error, 1)
-		go func() { closed <- j.Close() }()
+		go func() { closed <- c.Stop(1) }()
 		synctest.Wait() // every goroutine of the bubble is blocked
 		select {
 		case <-closed:

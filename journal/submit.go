@@ -419,8 +419,8 @@ func (s *submission) try(lc <-chan struct{}) (applyResult, outcome, error) {
 // (nil when nothing was heard: the caller names that).
 func (s *submission) proposeHere(lc <-chan struct{}, forward bool, d time.Duration) (r applyResult, done bool, err error) {
 	j := s.j
-	if s.copies++; s.copies > 1 && j.cfg.knobs != nil && j.cfg.knobs.beforeRepropose != nil {
-		j.cfg.knobs.beforeRepropose(s.key)
+	if s.copies++; s.copies > 1 && j.cfg.knobs != nil && j.cfg.knobs.BeforeRepropose != nil {
+		j.cfg.knobs.BeforeRepropose(s.key)
 	}
 	p := s.proposal(forward)
 	if err := j.enqueueProposal(s.ctx, p); err != nil {

@@ -24,8 +24,9 @@ import (
 
 // newMTLSCluster starts a cluster whose nodes serve and dial with mutual
 // TLS, each with a certificate from ca naming its id (issuer, when set,
-// gives a node its certificate from another CA instead).
-func newMTLSCluster(tb testing.TB, voters int, ca *peeridtest.CA, issuer func(id uint64) *peeridtest.CA) *httpCluster {
+// gives a node its certificate from another CA instead), as
+// startHTTPCluster starts one.
+func newMTLSCluster(tb testing.TB, voters int, ca *peeridtest.CA, issuer func(id uint64) *peeridtest.CA) (*journaltest.Cluster, *syncFSs) {
 	root := tb.TempDir()
 	files := map[uint64]*peerid.Files{}
 	for id := uint64(1); id <= uint64(voters); id++ {
@@ -48,13 +49,13 @@ func newMTLSCluster(tb testing.TB, voters int, ca *peeridtest.CA, issuer func(id
 // TestMTLSClusterReplicates: three voters over mutual TLS elect a leader
 // and replicate writes proposed on a follower.
 func TestMTLSClusterReplicates(t *testing.T) {
-	c := newMTLSCluster(t, 3, peeridtest.NewCA(t, "ca"), nil)
-	leader := c.waitLeader(t.Context(), 0)
+	c, _ := newMTLSCluster(t, 3, peeridtest.NewCA(t, "ca"), nil)
+	leader := waitLeader(t.Context(), t, c)
 	follower := leader%3 + 1
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	for i := range 20 {
-		_, _, err := c.journal(follower).Propose(ctx, fmt.Appendf(nil, "w%d", i))
+		_, _, err := c.Node(follower).Journal().Propose(ctx, fmt.Appendf(nil, "w%d", i))
 		require.NoError(t, err)
 	}
 	for _, n := range c.Nodes() {
@@ -68,8 +69,8 @@ func TestMTLSClusterReplicates(t *testing.T) {
 // signed cannot join: the helper's TLS handshake refuses it.
 func TestMTLSJoinWithAnotherCAIsRefused(t *testing.T) {
 	ca, other := peeridtest.NewCA(t, "ca"), peeridtest.NewCA(t, "other")
-	c := newMTLSCluster(t, 1, ca, nil)
-	c.waitLeader(t.Context(), 0)
+	c, _ := newMTLSCluster(t, 1, ca, nil)
+	waitLeader(t.Context(), t, c)
 
 	// It trusts the cluster's CA, so only the helper can refuse it. A Go
 	// client offers only a certificate from a CA the server names, so it
@@ -84,12 +85,12 @@ func TestMTLSJoinWithAnotherCAIsRefused(t *testing.T) {
 	}
 	err := join(&tls.Config{Certificates: []tls.Certificate{stranger}, RootCAs: ca.Pool()})
 	require.ErrorIs(t, err, journal.ErrPeerIdentity)
-	require.EqualValues(t, 1, c.journal(1).RefusedPeers())
+	require.EqualValues(t, 1, c.Node(1).Journal().RefusedPeers())
 	// Forced onto the connection, the certificate fails the handshake.
 	err = join(&tls.Config{RootCAs: ca.Pool(), GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &stranger, nil }})
 	require.ErrorIs(t, err, journal.ErrUnreachable)
 	require.ErrorContains(t, err, "certificate")
-	require.Len(t, c.journal(1).Status().Members, 1, "the stranger was not admitted")
+	require.Len(t, c.Node(1).Journal().Status().Members, 1, "the stranger was not admitted")
 }
 
 // TestMTLSPeerSpeaksOnlyForItself: member 2's certificate, valid and from
@@ -98,9 +99,9 @@ func TestMTLSJoinWithAnotherCAIsRefused(t *testing.T) {
 // certificate is refused on the member endpoints.
 func TestMTLSPeerSpeaksOnlyForItself(t *testing.T) {
 	ca := peeridtest.NewCA(t, "ca")
-	c := newMTLSCluster(t, 1, ca, nil)
-	c.waitLeader(t.Context(), 0)
-	j := c.journal(1)
+	c, _ := newMTLSCluster(t, 1, ca, nil)
+	waitLeader(t.Context(), t, c)
+	j := c.Node(1).Journal()
 	cluster := j.Status().ClusterID
 	client := func(certs ...tls.Certificate) *http.Client {
 		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{Certificates: certs, RootCAs: ca.Pool()}}}

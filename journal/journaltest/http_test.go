@@ -1,6 +1,7 @@
 package journaltest_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -42,30 +43,7 @@ func TestHTTPClusterStopCrashRestart(t *testing.T) {
 	}
 	require.Positive(t, created.Load(), "the nodes' files go through WrapFS")
 
-	leader, err := c.WaitLeader(ctx)
-	require.NoError(t, err)
-	_, _, err = c.Node(leader).Journal().Propose(ctx, []byte("before"))
-	require.NoError(t, err)
-
-	follower := leader%3 + 1
-	addr := c.Node(follower).Addr
-	require.NoError(t, c.Stop(follower))
-	require.Nil(t, c.Node(follower).Journal())
-	_, _, err = c.Node(leader).Journal().Propose(ctx, []byte("while-stopped"))
-	require.NoError(t, err)
-	require.NoError(t, c.Restart(ctx, follower))
-	require.Equal(t, addr, c.Node(follower).Addr, "a restarted node keeps its address")
-
-	other := 6 - leader - follower
-	require.NoError(t, c.Crash(other))
-	idx, _, err := c.Node(leader).Journal().Propose(ctx, []byte("while-crashed"))
-	require.NoError(t, err)
-	require.NoError(t, c.Restart(ctx, other))
-	require.NoError(t, c.WaitApplied(ctx, idx))
-	for _, n := range c.Running() {
-		require.NoError(t, n.Journal().ReadBarrier(ctx))
-		require.Subset(t, values(n), []string{"before", "while-stopped", "while-crashed"}, "node %d", n.ID)
-	}
+	stopCrashRestart(ctx, t, c)
 
 	n, err := c.AddNode(ctx, journal.Observer)
 	require.NoError(t, err)
@@ -85,27 +63,40 @@ func TestHTTPInProcessClusterStopCrashRestart(t *testing.T) {
 			require.Equal(t, fmt.Sprintf("node%d", n.ID), n.Addr)
 		}
 
-		leader, err := c.WaitLeader(ctx)
-		require.NoError(t, err)
-		_, _, err = c.Node(leader).Journal().Propose(ctx, []byte("before"))
-		require.NoError(t, err)
-
-		follower := leader%3 + 1
-		require.NoError(t, c.Stop(follower))
-		_, _, err = c.Node(leader).Journal().Propose(ctx, []byte("while-stopped"))
-		require.NoError(t, err)
-		require.NoError(t, c.Restart(ctx, follower))
-		require.Equal(t, fmt.Sprintf("node%d", follower), c.Node(follower).Addr, "a restarted node keeps its address")
-
-		other := 6 - leader - follower
-		require.NoError(t, c.Crash(other))
-		idx, _, err := c.Node(leader).Journal().Propose(ctx, []byte("while-crashed"))
-		require.NoError(t, err)
-		require.NoError(t, c.Restart(ctx, other))
-		require.NoError(t, c.WaitApplied(ctx, idx))
-		for _, n := range c.Running() {
-			require.NoError(t, n.Journal().ReadBarrier(ctx))
-			require.Subset(t, values(n), []string{"before", "while-stopped", "while-crashed"}, "node %d", n.ID)
-		}
+		stopCrashRestart(ctx, t, c)
 	})
+}
+
+// stopCrashRestart writes through c's leader before, while one follower
+// is stopped and while the other is crashed, restarts each, and checks
+// that each comes back on its address and every running node holds every
+// write.
+func stopCrashRestart(ctx context.Context, t *testing.T, c *journaltest.Cluster) {
+	t.Helper()
+	leader, err := c.WaitLeader(ctx)
+	require.NoError(t, err)
+	_, _, err = c.Node(leader).Journal().Propose(ctx, []byte("before"))
+	require.NoError(t, err)
+
+	follower := leader%3 + 1
+	addr := c.Node(follower).Addr
+	require.NoError(t, c.Stop(follower))
+	require.Nil(t, c.Node(follower).Journal())
+	_, _, err = c.Node(leader).Journal().Propose(ctx, []byte("while-stopped"))
+	require.NoError(t, err)
+	require.NoError(t, c.Restart(ctx, follower))
+	require.Equal(t, addr, c.Node(follower).Addr, "a restarted node keeps its address")
+
+	other := 6 - leader - follower
+	addr = c.Node(other).Addr
+	require.NoError(t, c.Crash(other))
+	idx, _, err := c.Node(leader).Journal().Propose(ctx, []byte("while-crashed"))
+	require.NoError(t, err)
+	require.NoError(t, c.Restart(ctx, other))
+	require.Equal(t, addr, c.Node(other).Addr, "a restarted node keeps its address")
+	require.NoError(t, c.WaitApplied(ctx, idx))
+	for _, n := range c.Running() {
+		require.NoError(t, n.Journal().ReadBarrier(ctx))
+		require.Subset(t, values(n), []string{"before", "while-stopped", "while-crashed"}, "node %d", n.ID)
+	}
 }

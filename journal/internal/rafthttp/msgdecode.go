@@ -57,8 +57,25 @@ func decodeMessage(b []byte) (*raftpb.Message, error) {
 type msgSlab struct {
 	m      raftpb.Message
 	typ    raftpb.MessageType
-	nums   [8]uint64 // to, from, term, logTerm, index, commit, vote, rejectHint
+	nums   [8]uint64 // the uint64 fields, in the order of numSlot
 	reject bool
+}
+
+// numSlot is the index in msgSlab.nums of each uint64 field of
+// raftpb.Message.
+var numSlot = [...]uint8{
+	msgFieldTo: 0, msgFieldFrom: 1, msgFieldTerm: 2, msgFieldLogTerm: 3,
+	msgFieldIndex: 4, msgFieldCommit: 5, msgFieldVote: 6, msgFieldRejectHint: 7,
+}
+
+// setNum stores v as the value of the message's uint64 field num and
+// points that field at it.
+func (s *msgSlab) setNum(num protowire.Number, v uint64) {
+	fields := [len(s.nums)]**uint64{&s.m.To, &s.m.From, &s.m.Term, &s.m.LogTerm,
+		&s.m.Index, &s.m.Commit, &s.m.Vote, &s.m.RejectHint}
+	i := numSlot[num]
+	s.nums[i] = v
+	*fields[i] = &s.nums[i]
 }
 
 // entrySlot holds an entry and its scalar fields; a message's entries
@@ -115,41 +132,16 @@ func decodeMessageFast(b []byte) (*raftpb.Message, bool) {
 		b = b[n:]
 		switch num {
 		case msgFieldType:
-			if v > math.MaxInt32 {
-				return nil, false
-			}
-			if _, known := raftpb.MessageType_name[int32(v)]; !known {
+			if !knownEnum(v, raftpb.MessageType_name) {
 				return nil, false // proto.Unmarshal keeps it as an unknown field
 			}
 			s.typ = raftpb.MessageType(v)
 			m.Type = &s.typ
-		case msgFieldTo:
-			s.nums[0] = v
-			m.To = &s.nums[0]
-		case msgFieldFrom:
-			s.nums[1] = v
-			m.From = &s.nums[1]
-		case msgFieldTerm:
-			s.nums[2] = v
-			m.Term = &s.nums[2]
-		case msgFieldLogTerm:
-			s.nums[3] = v
-			m.LogTerm = &s.nums[3]
-		case msgFieldIndex:
-			s.nums[4] = v
-			m.Index = &s.nums[4]
-		case msgFieldCommit:
-			s.nums[5] = v
-			m.Commit = &s.nums[5]
-		case msgFieldVote:
-			s.nums[6] = v
-			m.Vote = &s.nums[6]
-		case msgFieldRejectHint:
-			s.nums[7] = v
-			m.RejectHint = &s.nums[7]
 		case msgFieldReject:
 			s.reject = protowire.DecodeBool(v)
 			m.Reject = &s.reject
+		default: // a uint64 field: scanMessage admits no other varint
+			s.setNum(num, v)
 		}
 	}
 	return m, true
@@ -229,10 +221,7 @@ func decodeEntryInto(slot *entrySlot, v []byte, data *[]byte) (*raftpb.Entry, bo
 			v = v[n:]
 			switch num {
 			case entFieldType:
-				if x > math.MaxInt32 {
-					return nil, false
-				}
-				if _, known := raftpb.EntryType_name[int32(x)]; !known {
+				if !knownEnum(x, raftpb.EntryType_name) {
 					return nil, false
 				}
 				slot.typ = raftpb.EntryType(x)
@@ -249,4 +238,15 @@ func decodeEntryInto(slot *entrySlot, v []byte, data *[]byte) (*raftpb.Entry, bo
 		}
 	}
 	return e, true
+}
+
+// knownEnum reports whether v is a value of the enum whose names are
+// names: proto.Unmarshal keeps any other value as an unknown field, which
+// decodeMessageFast does not.
+func knownEnum(v uint64, names map[int32]string) bool {
+	if v > math.MaxInt32 {
+		return false
+	}
+	_, known := names[int32(v)]
+	return known
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/metatree/metatree/internal/clock"
 )
 
-// Options configures a Transport: the fields of journal.HTTPOptions, which
-// documents them (journal converts one into the other). New fills the zero
+// Options configures a Transport. It is journal.HTTPOptions (an alias),
+// whose doc comment is the reference for each field. New fills the zero
 // ones: Scheme "https" with TLS, else "http"; a discarding Logger; 4096
 // messages and 64 MiB queued a peer; 5 MiB a frame or request body; a
 // handshake timeout of 3s and a snapshot timeout of 10 minutes; the real
