@@ -202,7 +202,7 @@ func (j *Journal) KnowsMemberForTest(id uint64) bool {
 func (j *Journal) AddMemberWithoutRaftForTest(m Member) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	ms := j.mu.membership.clone()
+	ms := j.mu.membership.Clone()
 	ms.Members[m.ID] = m
 	j.mu.membership = ms
 }

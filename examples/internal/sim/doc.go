@@ -331,31 +331,23 @@
 // image store that, while the log is whole, prunes the image the journal
 // then compacts the log up to, which the watch checks find as a resume
 // refused from the image the log starts after (image,
-// TestPruneKeepsEveryImageWhileTheLogIsWhole).
+// TestPruneKeepsEveryImageWhileTheLogIsWhole); and a registry that
+// cancels a query's part on a worker's newest process when it catches up
+// past several of the worker's transitions to an older process, which
+// the cancellation checks find as a query cancelled while its worker
+// ran, rarely (cancel,
+// TestPartOnAnUnnamedEpochSurvivesASkipToAnOlderEpoch).
 //
 // # Open defects
 //
 // The fixed seeds of the plain test and CI's long run (.ci/run, as many
 // seeds as fit in 240 s) gate: a failed seed fails CI, which prints its
-// failures and the command that replays it. A failure whose cause is not
-// known is named here with the seed that showed it:
-//
-//   - a coordinator's part cancelled for a restart of its worker while
-//     the worker's process still ran (seed 1796585009324305272, which
-//     does not show it again: membership operations and recoveries draw
-//     from the seed too and change its schedule): in a run of a sole
-//     voter and observers, an observer coordinator's registry, which knew
-//     the worker dead at a temporary epoch, holds a query part on the
-//     worker's current epoch and, as a new leader's records arrive,
-//     applies a restart to the worker's epoch from before its last two
-//     restarts (the cancel's new epoch is an older process in the ground
-//     truth). Two causes fit: a leader journaling a stale answer (a
-//     heartbeat reply of an ended process), or the registry misjudging an
-//     ahead part against a replayed event. A run that shows it prints the
-//     transitions the leaders logged as they journaled them and the
-//     events that cancelled the registries' queries (translog.go),
-//     beside the registry's samples and the ground truth (eventlog.go),
-//     which tell the two apart.
+// failures and the command that replays it. No failure of unknown cause
+// is open. A failed query check prints, beside the registry's samples and
+// the ground truth (eventlog.go), the member transitions the leaders
+// journaled, the events each frontend's member view delivered and the
+// events that cancelled queries (translog.go): enough to tell a leader
+// that journaled a stale answer from a registry that misjudged an event.
 //
 // The catalog's quota refusing the leader's member transitions leaves a
 // coordinator's part never cancelled; catalog.Quota.Exempt lets those

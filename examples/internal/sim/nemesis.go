@@ -369,11 +369,11 @@ func (r *run) lagBehindImage(ctx context.Context, rng *rand.Rand) {
 	r.hist.fault("lag %d behind an image", lag)
 	r.c.Partition(lag, r.others(lag)...)
 	defer r.c.Network().Heal()
-	r.fill(ctx, r.c.Frontend(l), fmt.Sprintf("lag-%d", lag), 80)
 	if rng.IntN(2) == 0 && r.mem != nil {
-		r.mem.workerBehindImage(ctx, rng, lag)
+		r.mem.workerBehindImage(ctx, rng, l, lag)
 		return
 	}
+	r.fill(ctx, r.c.Frontend(l), fmt.Sprintf("lag-%d", lag), 80)
 	r.checkpointAll(ctx)
 }
 
@@ -385,7 +385,7 @@ func (r *run) lagBehindImage(ctx context.Context, rng *rand.Rand) {
 // worker at an epoch that started before the query's, skipping the
 // transitions in between, before the log shows the query's: a part on a
 // running process that such a skip must not cancel.
-func (m *members) workerBehindImage(ctx context.Context, rng *rand.Rand, lag int) {
+func (m *members) workerBehindImage(ctx context.Context, rng *rand.Rand, leader, lag int) {
 	select {
 	case m.op <- struct{}{}:
 	case <-ctx.Done():
@@ -398,6 +398,8 @@ func (m *members) workerBehindImage(ctx context.Context, rng *rand.Rand, lag int
 		m.restartWorker(ctx, id, 0)
 		m.awaitRecorded(ctx, id)
 	}
+	// Writes past the transitions let the checkpoints compact them away.
+	m.r.fill(ctx, m.r.c.Frontend(leader), fmt.Sprintf("lag-%d", lag), 80)
 	m.r.checkpointAll(ctx)
 	m.restartWorker(ctx, id, 0)
 	m.awaitRecorded(ctx, id)
