@@ -202,8 +202,10 @@ func (j *Journal) tick() {
 // clock stood still meanwhile: as leader, this node sent no heartbeat for
 // about that long, and a follower that heard nothing else from it for an
 // election timeout of its own ticks grants another voter's (pre-)vote. A
-// starved CPU or a paused process stalls the loop so; the counter tells a
-// lead lost that way from one the network took.
+// paused process stalls the loop so, and so does a starved CPU on which
+// a few iterations take that long (stepping and encoding a returning
+// follower's catch-up traffic); the counter tells a lead lost that way
+// from one the network took.
 func (j *Journal) noteTick() {
 	now := j.cfg.Clock.Now()
 	stall := time.Duration(j.cfg.ElectionTicks-j.cfg.HeartbeatTicks) * j.cfg.TickInterval

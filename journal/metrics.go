@@ -70,7 +70,7 @@ var (
 	descProposalsForwarded = prometheus.NewDesc("metatree_journal_proposals_forwarded_total",
 		"Attempts of Propose calls on this node that went to another node, the leader.", nil, nil)
 	descLoopStalls = prometheus.NewDesc("metatree_journal_loop_stalls_total",
-		"Times the raft loop took no tick for ElectionTicks-HeartbeatTicks ticks or more (a starved CPU, a paused process): on a leader, long enough for its followers to stop hearing it and elect another.", nil, nil)
+		"Times the raft loop took no tick for ElectionTicks-HeartbeatTicks ticks or more (a paused process, a starved CPU): on a leader, long enough for its followers to stop hearing it and elect another.", nil, nil)
 	descReadRounds = prometheus.NewDesc("metatree_journal_read_index_rounds_total",
 		"ReadIndex rounds this node sent for its ReadBarrier calls, which share them (resends included).", nil, nil)
 	descHalted = prometheus.NewDesc("metatree_journal_halted",
