@@ -309,7 +309,8 @@ type testingKnobs struct {
 	// reported (snapsOut). It runs on the loop or the applier and must
 	// not block.
 	Changed func()
-	// Ticked runs on the loop after each raft tick. It must not block.
+	// Ticked runs on the loop after each raft tick. It must not block,
+	// but for a test that stalls the loop as a starved process would.
 	Ticked func()
 	// HoldReports makes the loop leave the consistency report the applier
 	// left until the member stops, as the slowest loop would.

@@ -104,6 +104,59 @@ func TestPartitionAndHeal(t *testing.T) {
 	})
 }
 
+// With the leader's messages to one follower lost, one way, the leader
+// keeps its lead and its term: the follower's election timer runs out and
+// it asks for pre-votes, which reach the others, but the other follower
+// hears the leader (its lease holds) and the leader leads (raft's
+// pre-vote and check-quorum). Writes go on through the other nodes; healed,
+// the follower catches up under the same leader, still in that term.
+func TestOneWayDropToAFollowerKeepsTheLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := journaltest.NewCluster(t, journaltest.Options{Voters: 3, Observers: 1})
+		ctx := ctxFor(t, time.Minute)
+		leader, err := c.WaitLeader(ctx)
+		require.NoError(t, err)
+		proposeVia(ctx, t, c.Node(leader), "before")
+		var follower, other uint64
+		for id := uint64(1); id <= 3; id++ {
+			switch {
+			case id == leader:
+			case follower == 0:
+				follower = id
+			default:
+				other = id
+			}
+		}
+		term := c.Node(leader).Journal().Status().Term
+		campaigns := c.Node(follower).Journal().CampaignsForTest()
+		c.Net.Drop(leader, follower, 1)
+		// Ten election timeouts: the follower campaigns several times.
+		for k := range 10 {
+			proposeVia(ctx, t, c.Node(leader), fmt.Sprintf("leader-%d", k))
+			proposeVia(ctx, t, c.Node(other), fmt.Sprintf("other-%d", k))
+			proposeVia(ctx, t, c.Node(4), fmt.Sprintf("observer-%d", k))
+			afterTicks(bubbleElectionTicks)
+			for id := uint64(1); id <= 3; id++ {
+				st := c.Node(id).Journal().Status()
+				require.Equal(t, term, st.Term, "node %d's term under the drop (round %d)", id, k)
+				if id != follower {
+					require.Equal(t, leader, st.Leader, "node %d's leader under the drop (round %d)", id, k)
+				}
+			}
+		}
+		require.Greater(t, c.Node(follower).Journal().CampaignsForTest(), campaigns, "the follower's election timer ran out under the drop")
+		c.Net.Heal()
+		f := c.Node(follower)
+		awaitTicks(t, 10*bubbleElectionTicks, "the follower caught up", func() bool { return applied(f, "observer-9") })
+		for id := uint64(1); id <= 3; id++ {
+			st := c.Node(id).Journal().Status()
+			require.Equal(t, term, st.Term, "node %d's term after healing", id)
+			require.Equal(t, leader, st.Leader, "node %d's leader after healing", id)
+		}
+		proposeVia(ctx, t, f, "after-heal")
+	})
+}
+
 // With every link cut no node writes; reads go on locally until the
 // staleness tolerance passes, then fail; healed, every node is fresh again
 // and the cluster writes.

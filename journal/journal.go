@@ -77,6 +77,9 @@ type Journal struct {
 	// only): which voters checkConfChange counts as reachable.
 	ticks uint64
 	heard map[uint64]uint64
+	// lastTick is when the loop last took a tick (loop goroutine only;
+	// noteTick).
+	lastTick time.Time
 	// steppedSnaps are the indexes of the snapshot messages stepped since
 	// the last Ready (loop goroutine only): settleFetched releases those
 	// raft did not take.

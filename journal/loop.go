@@ -84,6 +84,7 @@ func (j *Journal) run() {
 			j.failProposals()
 			return
 		case <-tickc:
+			j.noteTick()
 			j.tick()
 			if k := j.cfg.knobs; k != nil && k.Ticked != nil {
 				k.Ticked()
@@ -194,6 +195,26 @@ func (j *Journal) tick() {
 	if ctx := j.rounds.Tick(j.leader.Load() != 0, j.readResendTicks()); ctx != nil {
 		j.rn.ReadIndex(ctx)
 	}
+}
+
+// noteTick counts a stall of the loop (metrics.loopStalls): a tick taken
+// ElectionTicks-HeartbeatTicks tick intervals or more after the one
+// before. The ticker drops the ticks the loop does not take, so raft's
+// clock stood still meanwhile: as leader, this node sent no heartbeat for
+// about that long, and a follower that heard nothing else from it for an
+// election timeout of its own ticks grants another voter's (pre-)vote. A
+// paused process stalls the loop so, and so does a starved CPU on which
+// a few iterations take that long (stepping and encoding a returning
+// follower's catch-up traffic); the counter tells a lead lost that way
+// from one the network took.
+func (j *Journal) noteTick() {
+	now := j.cfg.Clock.Now()
+	stall := time.Duration(j.cfg.ElectionTicks-j.cfg.HeartbeatTicks) * j.cfg.TickInterval
+	if gap := now.Sub(j.lastTick); !j.lastTick.IsZero() && gap >= stall {
+		j.metrics.loopStalls.Add(1)
+		j.log.Warn("raft loop stalled: no tick taken for most of an election timeout", "gap", gap, "state", raft.StateType(j.state.Load()))
+	}
+	j.lastTick = now
 }
 
 // selfVotesIn counts the votes for this node among the responses m holds

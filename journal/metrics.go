@@ -19,6 +19,7 @@ type metrics struct {
 	proposalsApplied   atomic.Uint64
 	proposalsFailed    atomic.Uint64
 	proposalsForwarded atomic.Uint64
+	loopStalls         atomic.Uint64 // see Journal.noteTick
 	// apply and readBarrier are unregistered histograms owned by this
 	// journal (client_golang's lock-free buckets), emitted by the
 	// collector.
@@ -69,6 +70,8 @@ var (
 		"Propose calls on this node that returned an error.", nil, nil)
 	descProposalsForwarded = prometheus.NewDesc("metatree_journal_proposals_forwarded_total",
 		"Attempts of Propose calls on this node that went to another node, the leader.", nil, nil)
+	descLoopStalls = prometheus.NewDesc("metatree_journal_loop_stalls_total",
+		"Times the raft loop took no tick for ElectionTicks-HeartbeatTicks ticks or more (a paused process, a starved CPU): on a leader, long enough for its followers to stop hearing it and elect another.", nil, nil)
 	descReadRounds = prometheus.NewDesc("metatree_journal_read_index_rounds_total",
 		"ReadIndex rounds this node sent for its ReadBarrier calls, which share them (resends included).", nil, nil)
 	descHalted = prometheus.NewDesc("metatree_journal_halted",
@@ -101,7 +104,7 @@ type journalCollector struct{ j *Journal }
 
 func (c journalCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descIsLeader, descLeaderChanges, descTerm, descApplied,
-		descCommitted, descStale, descProposalsApplied, descProposalsFailed, descProposalsForwarded, descWALFsync,
+		descCommitted, descStale, descProposalsApplied, descProposalsFailed, descProposalsForwarded, descLoopStalls, descWALFsync,
 		descReadRounds, descHalted, descClusterVersion, descMaxVersion, descNoSpaceAlarm, descDiskFree, descCorrupt, descConsistencyChecks} {
 		ch <- d
 	}
@@ -126,6 +129,7 @@ func (c journalCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descProposalsApplied, m.proposalsApplied.Load())
 	counter(descProposalsFailed, m.proposalsFailed.Load())
 	counter(descProposalsForwarded, m.proposalsForwarded.Load())
+	counter(descLoopStalls, m.loopStalls.Load())
 	counter(descReadRounds, j.rounds.Sent())
 	gauge(descHalted, b2f(j.halted() != nil))
 	gauge(descClusterVersion, float64(j.clusterVersion()))

@@ -66,7 +66,53 @@ func TestCollectorExactValues(t *testing.T) {
 		require.Equal(t, 3.0, got["metatree_journal_apply_duration_seconds"], "one observation per applied user entry")
 		require.Equal(t, 1.0, got["metatree_journal_read_barrier_duration_seconds"])
 		require.Equal(t, 1.0, got["metatree_journal_read_index_rounds_total"], "one barrier, one round")
+		require.Equal(t, 0.0, got["metatree_journal_loop_stalls_total"], "a loop that took every tick on time")
 		require.Greater(t, got["metatree_journal_wal_fsync_duration_seconds"], 0.0, "Pebble's histogram saw the synced appends")
+	})
+}
+
+// A leader whose loop takes no tick for longer than an election timeout
+// (a starved CPU, a paused process) loses its lead though every link
+// holds, and counts the stall in metatree_journal_loop_stalls_total; the
+// nodes whose loops ran on time count none.
+func TestLoopStallCountedWhereTheLeadWasLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var stall atomic.Uint64 // the node whose loop stalls at its next tick
+		c := journaltest.NewCluster(t, journaltest.Options{Voters: 3, Configure: func(cfg *journal.Config) {
+			id := cfg.ID
+			journal.SetKnobsForTest(cfg, journal.KnobsForTest{Ticked: func() {
+				if stall.CompareAndSwap(id, 0) {
+					time.Sleep(3 * bubbleElectionTicks * bubbleTick)
+				}
+			}})
+		}})
+		ctx := ctxFor(t, time.Minute)
+		old, err := c.WaitLeader(ctx)
+		require.NoError(t, err)
+		regs := map[uint64]*prometheus.Registry{}
+		for id := uint64(1); id <= 3; id++ {
+			regs[id] = prometheus.NewRegistry()
+			require.NoError(t, regs[id].Register(c.Node(id).Journal().Collector()))
+		}
+		proposeVia(ctx, t, c.Node(old), "before")
+		term := c.Node(old).Journal().Status().Term
+		for id := uint64(1); id <= 3; id++ {
+			require.Equal(t, 0.0, scrape(t, regs[id])["metatree_journal_loop_stalls_total"], "node %d, on time", id)
+		}
+		stall.Store(old)
+		_, err = c.WaitNewLeader(ctx, old)
+		require.NoError(t, err)
+		awaitTicks(t, 5*bubbleElectionTicks, "the old leader steps down", func() bool {
+			st := c.Node(old).Journal().Status()
+			return st.State != journal.StateLeader && st.Term > term
+		})
+		for id := uint64(1); id <= 3; id++ {
+			want := 0.0
+			if id == old {
+				want = 1
+			}
+			require.Equal(t, want, scrape(t, regs[id])["metatree_journal_loop_stalls_total"], "node %d", id)
+		}
 	})
 }
 

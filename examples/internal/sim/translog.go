@@ -48,8 +48,12 @@ func (l *transLog) logger(id uint64) *slog.Logger {
 }
 
 // about returns the kept lines that name member (as their "member" or
-// in their event) between from and to, one a line.
+// in their event) between from and to, one a line; a nil transLog keeps
+// none.
 func (l *transLog) about(member uint64, from, to time.Time, since func(time.Time) time.Duration) string {
+	if l == nil {
+		return ""
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var b strings.Builder
