@@ -112,3 +112,33 @@ func TestForgedMessagesCannotCrashANode(t *testing.T) {
 		}
 	})
 }
+
+// A stream carries the messages of the node it is from, and the ones raft
+// relays for another member: a follower passes on to its leader the
+// proposals and read requests it received from members that took it for
+// the leader, with their senders' ids. Any other message in another
+// node's name is refused with the stream.
+func TestStreamCarriesItsNodesMessagesAndTheOnesRaftRelays(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newHTTPBubble(t, journaltest.Options{})
+		L := c.leader(t)
+		leader := L.ID
+		relay, origin := leader%3+1, (leader+1)%3+1
+		ctx := ctxFor(t, 30*time.Second)
+		proposeVia(ctx, t, L, "before")
+		term := L.Journal().Status().Term
+
+		read := &raftpb.Message{Type: raftpb.MsgReadIndex.Enum(), From: new(origin), To: new(leader),
+			Entries: []*raftpb.Entry{{Data: []byte("relayed-read")}}}
+		code, body := postStream(t, c, L, relay, read)
+		require.Equal(t, http.StatusOK, code, "a read request relayed for node %d: %s", origin, body)
+
+		forged := &raftpb.Message{Type: raftpb.MsgAppResp.Enum(), From: new(origin), To: new(leader), Term: new(term), Index: new(uint64(1))}
+		code, body = postStream(t, c, L, relay, forged)
+		require.Equal(t, http.StatusBadRequest, code, body)
+		require.Contains(t, body, fmt.Sprintf("message from %d (type MsgAppResp) on the stream of node %d", origin, relay))
+
+		proposeVia(ctx, t, L, "after")
+		require.Equal(t, leader, L.Journal().Status().Leader)
+	})
+}

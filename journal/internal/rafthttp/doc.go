@@ -16,7 +16,10 @@
 //
 // Raft messages travel on one long-lived streaming POST per peer
 // ([PathStream]) in frames ([AppendFrame]: a length, then length-prefixed
-// protobuf messages); a MsgSnap goes alone on a request of its own
+// protobuf messages), each the stream's node's own but for the
+// proposals and read requests raft relays in another member's name; a
+// stream that carries any other message in another node's name, or a
+// MsgSnap, ends as malformed. A MsgSnap goes alone on a request of its own
 // ([PathSnapshot]), and the transport reports its outcome once through
 // Node.ReportSnapshot. [Transport.Send] never blocks on the network: it
 // queues (bounded in messages and bytes) and drops what does not fit,

@@ -135,7 +135,7 @@ func (t *Transport) serveStream(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		for _, m := range msgs {
-			if m.GetFrom() != from || m.GetType() == raftpb.MsgSnap {
+			if (m.GetFrom() != from && !relayed(m)) || m.GetType() == raftpb.MsgSnap {
 				fail(fmt.Errorf("%w: message from %d (type %v) on the stream of node %d", errs.ErrMalformed, m.GetFrom(), m.GetType(), from))
 				return
 			}
@@ -235,3 +235,13 @@ func (t *Transport) serveJoin(w http.ResponseWriter, r *http.Request) {
 // aLongTimeAgo is a read deadline in the past: the read it is set on fails
 // at once (net/http stops its own reads the same way).
 var aLongTimeAgo = time.Unix(1, 0)
+
+// relayed reports whether m is of a type raft relays in its sender's name:
+// a follower passes on to its leader the proposals and read requests it
+// received from members that took it for the leader, so they reach the
+// leader on the follower's stream with another member's id. Any other
+// message on a stream is the stream's node's own.
+func relayed(m *raftpb.Message) bool {
+	t := m.GetType()
+	return m.GetFrom() != 0 && (t == raftpb.MsgProp || t == raftpb.MsgReadIndex)
+}
