@@ -7,7 +7,6 @@ import (
 
 	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/layout"
-	"github.com/metatree/metatree/internal/formatversion"
 )
 
 // Sentinel errors. Check them with errors.Is: the errors the package returns
@@ -33,7 +32,7 @@ var (
 	// data cannot be read (an applier halts on it). ErrUnsupportedVersion
 	// is a caller's request to write a version, refused before anything is
 	// encoded.
-	ErrUnknownVersion = fmt.Errorf("catalog: %w", formatversion.ErrUnknown)
+	ErrUnknownVersion = codec.ErrUnknownVersion
 	// ErrUnsupportedVersion: a batch was asked to encode in a format version
 	// this code does not write, or that cannot carry one of its fields.
 	ErrUnsupportedVersion = errors.New("catalog: unsupported format version")
