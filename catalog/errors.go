@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/metatree/metatree/catalog/internal/codec"
+	"github.com/metatree/metatree/catalog/internal/imagefmt"
 	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
@@ -38,7 +39,7 @@ var (
 	ErrUnsupportedVersion = errors.New("catalog: unsupported format version")
 	// ErrCorrupt: an image body is truncated, fails its checksum, or holds
 	// inconsistent content.
-	ErrCorrupt = errors.New("catalog: corrupt image")
+	ErrCorrupt = imagefmt.ErrCorrupt
 	// ErrCapacity: an operation would take the tree past a limit of its
 	// in-memory layout (the storage of child lists); the batch fails and
 	// changes nothing. The layout (internal/layout) returns it.
