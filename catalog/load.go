@@ -81,7 +81,7 @@ func (ld *loader) decode() error {
 	h := dec.Header()
 	s := emptyState(h.Index, h.NextID)
 	ld.s = s
-	dec.Begin(loadTree{s}, &s.Arena, maxBlobBytes)
+	dec.Begin(loadTree{s}, &s.Store, maxBlobBytes)
 	// The secondary indexes are filled as the records arrive.
 	for _, def := range h.Defs {
 		if err := ValidName(def[0]); err != nil {
@@ -108,21 +108,22 @@ func (ld *loader) decode() error {
 	}
 }
 
-// records adds the records of a block, each in a new slot, and hands them
-// to the linker.
+// records decodes the records of a block, each into a new slot, and hands
+// them to the linker.
 func (ld *loader) records(p []byte) error {
 	s, dec, b := ld.s, ld.dec, ld.cur
 	for off := 0; off < len(p); {
-		var err error
-		if off, err = dec.Record(p, off); err != nil {
-			return err
+		next := dec.FastRecord(p, off)
+		if next == 0 {
+			var err error
+			if next, err = dec.Record(p, off); err != nil {
+				return err
+			}
 		}
-		r := &dec.Rec
-		slot := s.AllocSlot()
-		*s.At(slot) = layout.Rec{ID: r.ID, Blob: r.Blob, BLen: r.BLen, Created: r.Created, Modified: r.Modified, Kind: r.Kind}
-		s.size += int64(r.Size)
-		b.parents = append(b.parents, r.Parent)
-		b.vals = append(b.vals, r.Vals...)
+		off = next
+		s.size += int64(dec.Size)
+		b.parents = append(b.parents, dec.Parent)
+		b.vals = append(b.vals, dec.Vals...)
 	}
 	ld.handOff()
 	return nil

@@ -12,9 +12,12 @@ import (
 )
 
 const (
-	Magic      = "MTCATIMG"
-	Version    = 2 // the newest read and written
-	V1         = 1 // no ownerships
+	// Magic starts every body, and the version byte follows it.
+	Magic   = "MTCATIMG"
+	Version = 2 // the newest read and written
+	V1      = 1 // no ownerships
+	// BlockBytes is about how much a writer puts in a block of records or
+	// links before it starts the next.
 	BlockBytes = 64 << 10
 	// MaxBlockBytes is the longest block payload the reader takes.
 	MaxBlockBytes = 8 << 20

@@ -31,30 +31,15 @@ type Tree interface {
 	ValidName(name string) error
 }
 
-// FindValue in Record.Vals: the decoder did not locate the value, and the
+// FindValue in Decoder.Vals: the decoder did not locate the value, and the
 // tree finds it in the blob.
 const FindValue = ^uint64(0)
 
-// Record is a node as a Decoder decoded it, its blob in the Arena.
-type Record struct {
-	ID, Parent        uint64
-	Kind              uint32 // the tree's number
-	Created, Modified uint64
-	Blob              uint64 // the blob's reference in the Arena
-	BLen              uint32
-	// Size is what the node adds to the tree's size: its blob with each
-	// key counted by its name (see catalog's keyCost).
-	Size int
-	// Vals has one entry per secondary index of the kind (Tree.IndexKeys,
-	// in that order): where the indexed value is in the blob (start<<32 |
-	// end), 0 if the node has no such attribute, FindValue if the tree
-	// must look. It is valid until the next record.
-	Vals []uint64
-}
-
 // A Decoder reads an image body: NewDecoder reads up to the header, Begin
-// names the tree, and Next and Record read the blocks and their records
-// up to the end block.
+// names the tree and its store, and Next, FastRecord and Record read the
+// blocks and their records up to the end block, each record into a new
+// slot of the store (its Rec, with no parent or children yet, and its blob
+// in the Arena).
 type Decoder struct {
 	br      *BlockReader
 	careful bool // never take the fast path (see NewDecoder)
@@ -63,11 +48,20 @@ type Decoder struct {
 	// Links holds the ownerships of the 'O' blocks read, by owned id.
 	Links     []Link
 	prevOwned uint64
-	// Rec is the record Record decoded last.
-	Rec Record
+	// Of the record decoded last: its slot, its parent's id, and what it
+	// adds to the tree's size (its blob with each key counted by its name:
+	// see catalog's keyCost). Vals has one entry per secondary index of
+	// its kind (Tree.IndexKeys, in that order): where the indexed value
+	// is in the blob (start<<32 | end), 0 if the node has no such
+	// attribute, FindValue if the tree must look; it is valid until the
+	// next record.
+	Slot   uint32
+	Parent uint64
+	Size   int
+	Vals   []uint64
 
 	t       Tree
-	arena   *layout.Arena
+	st      *layout.Store
 	maxBlob int    // the most a record's Size may be
 	n       uint64 // the records decoded
 	prevID  uint64
@@ -77,7 +71,7 @@ type Decoder struct {
 
 	// By tree kind: its secondary index keys and the set of them below
 	// 0x80 as a bit mask; scratch for where the record's indexed values
-	// are (see Record.Vals).
+	// are (see Decoder.Vals).
 	xs    [][]uint32
 	masks [][2]uint64
 	vals  []uint64
@@ -171,16 +165,17 @@ func (d *Decoder) readHeader() error {
 	return nil
 }
 
-// Begin names the tree the records go into, the arena their blobs go
-// into, and the most a record's Size may be.
-func (d *Decoder) Begin(t Tree, arena *layout.Arena, maxBlob int) {
-	d.t, d.arena, d.maxBlob = t, arena, maxBlob
+// Begin names the tree the records go into, the store that holds its
+// nodes, and the most a record's Size may be.
+func (d *Decoder) Begin(t Tree, st *layout.Store, maxBlob int) {
+	d.t, d.st, d.maxBlob = t, st, maxBlob
 	d.keyTables()
 }
 
 // Next reads the blocks up to the next block of records and returns its
-// records, for Record; done is true when it read the end block instead,
-// which checks that the image held what its header and end block say.
+// records, for FastRecord and Record; done is true when it read the end
+// block instead, which checks that the image held what its header and end
+// block say.
 func (d *Decoder) Next() (records []byte, done bool, err error) {
 	br := d.br
 	for {
@@ -248,29 +243,22 @@ func (d *Decoder) links(p []byte) error {
 }
 
 // Record decodes the record at p[off:], p being what Next returned, into
-// Rec, its blob into the arena, and returns the offset after it.
+// a new slot, and returns the offset after it.
 //
 // Nearly every record has one shape (short name, dictionary refs already
-// defined, at most 127 attributes), and fastRecord decodes that shape with
-// plain offsets at a fraction of the cost. Anything else, and every
-// malformed record, goes through record, the careful decoder, so that each
-// error and its byte offset are the same whichever path met the record
-// first.
+// defined, at most 127 attributes), and FastRecord decodes that shape with
+// plain offsets at a fraction of the cost: a caller tries FastRecord first
+// and calls Record when it returns 0. Record decodes anything, and every
+// malformed record, carefully, so that each error and its byte offset are
+// the same whichever path met the record first.
 func (d *Decoder) Record(p []byte, off int) (int, error) {
 	if d.n >= d.header.Count {
 		return 0, d.br.Corrupt("more nodes than the header's %d", d.header.Count)
 	}
-	next := 0
-	if !d.careful {
-		next = d.fastRecord(p, off)
+	next, err := d.record(p, off)
+	if err != nil {
+		return 0, err
 	}
-	if next == 0 {
-		var err error
-		if next, err = d.record(p, off); err != nil {
-			return 0, err
-		}
-	}
-	d.prevID = d.Rec.ID
 	d.n++
 	return next, nil
 }
@@ -346,23 +334,29 @@ func (d *Decoder) record(p []byte, off int) (int, error) {
 	if r.Err != nil {
 		return 0, d.br.Corrupt("%s", Detail(r.Err))
 	}
-	ref, n := d.arena.Put(b)
+	ref, n := d.st.Arena.Put(b)
 	xs, _ := d.indexesOf(kind)
 	vals := d.vals[:len(xs)]
 	for i := range vals {
 		vals[i] = FindValue
 	}
-	d.Rec = Record{ID: id, Parent: parent, Kind: kind, Created: created, Modified: modified, Blob: ref, BLen: n, Size: size, Vals: vals}
+	d.add(id, parent, kind, created, modified, ref, n)
+	d.Size, d.Vals = size, vals
 	return r.Off, nil
 }
 
-// fastRecord decodes the record at p[off:] and returns the offset after
-// it, if the record has the common shape and is valid; otherwise it
-// returns 0 and changes nothing, and the caller decodes the record with
-// record. It accepts exactly what record accepts (for the same tree and
-// bytes, with the same result): lengths and refs that are not one byte,
-// new dictionary entries and the root are simply left to record.
-func (d *Decoder) fastRecord(p []byte, off int) int {
+// FastRecord is Record for a record of the common shape: it decodes the
+// record at p[off:] and returns the offset after it, if the record has
+// that shape and is valid; otherwise, and always for a decoder made
+// careful, it returns 0 and changes nothing, and the caller decodes the
+// record with Record. It accepts exactly what Record accepts (for the same
+// tree and bytes, with the same result): lengths and refs that are not one
+// byte, new dictionary entries, the root and a record beyond the header's
+// count are simply left to Record.
+func (d *Decoder) FastRecord(p []byte, off int) int {
+	if d.careful || d.n >= d.header.Count {
+		return 0
+	}
 	// The varints are read inline when they are one byte (most are): a
 	// helper would not be inlined (over the compiler's budget), and this is
 	// the hottest loop of a restore.
@@ -503,7 +497,7 @@ func (d *Decoder) fastRecord(p []byte, off int) int {
 	if size += n; size > d.maxBlob {
 		return 0
 	}
-	ref, b := d.arena.Alloc(n)
+	ref, b := d.st.Arena.Alloc(n)
 	b[0] = byte(nl)
 	copy(b[1:], name)
 	b[1+nl] = byte(nattrs)
@@ -512,8 +506,20 @@ func (d *Decoder) fastRecord(p []byte, off int) int {
 	for _, k := range kpos {
 		a[k>>8] = byte(k)
 	}
-	d.Rec = Record{ID: id, Parent: parent, Kind: kind, Created: created, Modified: modified, Blob: ref, BLen: uint32(n), Size: size, Vals: vals}
+	d.add(id, parent, kind, created, modified, ref, uint32(n))
+	d.n++
+	d.Size, d.Vals = size, vals
 	return off
+}
+
+// add stores a decoded record (its blob already in the arena) in a new
+// slot.
+func (d *Decoder) add(id, parent uint64, kind uint32, created, modified, ref uint64, blen uint32) {
+	st := d.st
+	slot := st.AllocSlot()
+	*st.At(slot) = layout.Rec{ID: id, Blob: ref, BLen: blen, Created: created, Modified: modified, Kind: kind}
+	d.prevID = id
+	d.Slot, d.Parent = slot, parent
 }
 
 // plainName reports whether name is a valid name of printable ASCII (the
@@ -533,12 +539,12 @@ func plainName(name []byte) bool {
 	return len(name) > 0 && len(name) <= layout.MaxNameLen
 }
 
-// keyTables makes the tables fastRecord reads a record's keys with: the
+// keyTables makes the tables FastRecord reads a record's keys with: the
 // tree key of each one-byte dictionary ref (0xff if the ref or the key
 // needs more than a byte), the keys' places in name order, so that the
 // order of a record's keys is checked by comparing numbers, and what each
 // one-byte tree key adds to a node's size beyond its byte (see
-// Record.Size).
+// Decoder.Size).
 func (d *Decoder) keyTables() {
 	for r := range d.keyByte {
 		d.keyByte[r] = 0xff

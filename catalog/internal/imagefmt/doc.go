@@ -4,8 +4,9 @@
 // AppendEnd) and the Decoder that reads a body back, checking its magic,
 // version, checksums, block order and every record. Package catalog walks
 // its tree to write an image (Tree.Save) and builds a tree from the records
-// a Decoder hands it (Tree.Load, in load.go); this package knows the
-// tree's layout (internal/layout) only as far as a record's blob is one.
+// a Decoder decodes (Tree.Load, in load.go): the Decoder puts each record
+// in a slot of the tree's layout (internal/layout), its blob in the
+// layout's arena, and package catalog links the slots into the tree.
 //
 // The image body, version 2 (version 1 is the same without 'O' blocks;
 // Save writes version 1 when nothing is owned, so such a tree's body is
@@ -39,6 +40,6 @@
 //
 // Goroutines: the package starts none and keeps no state of its own; a
 // BlockWriter, BlockReader, RecordEncoder or Decoder is used by one
-// goroutine at a time. A Decoder calls its Tree and writes its Arena on the
-// goroutine that calls it.
+// goroutine at a time. A Decoder calls its Tree and writes its Store (new
+// slots, the blobs in the arena) on the goroutine that calls it.
 package imagefmt

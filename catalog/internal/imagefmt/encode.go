@@ -35,6 +35,7 @@ type RecordEncoder struct {
 	kindRef, keyRef map[uint32]uint64
 }
 
+// NewRecordEncoder returns the encoder of one image's records.
 func NewRecordEncoder() *RecordEncoder {
 	return &RecordEncoder{kindRef: map[uint32]uint64{}, keyRef: map[uint32]uint64{}}
 }

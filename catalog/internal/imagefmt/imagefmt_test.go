@@ -158,8 +158,8 @@ func TestDecoderReadsWhatTheEncodersWrite(t *testing.T) {
 			t.Fatalf("header %+v", h)
 		}
 		tree := &fakeTree{kinds: []string{""}}
-		var arena layout.Arena
-		d.Begin(tree, &arena, 1<<10)
+		st := layout.NewStore()
+		d.Begin(tree, &st, 1<<10)
 		// The header's index makes its names known before the records.
 		tree.InternKind("k")
 		tree.InternKey("x")
@@ -168,30 +168,34 @@ func TestDecoderReadsWhatTheEncodersWrite(t *testing.T) {
 			t.Fatalf("careful=%v: first block: done %v, %v", careful, done, err)
 		}
 		for i, off := 0, 0; off < len(p); i++ {
-			if off, err = d.Record(p, off); err != nil {
-				t.Fatalf("careful=%v: record %d: %v", careful, i, err)
+			next := d.FastRecord(p, off)
+			if next == 0 {
+				if next, err = d.Record(p, off); err != nil {
+					t.Fatalf("careful=%v: record %d: %v", careful, i, err)
+				}
 			}
-			r, want := d.Rec, recs[i]
-			gotBlob := arena.Get(r.Blob, r.BLen)
+			off = next
+			r, want := st.At(d.Slot), recs[i]
+			gotBlob := st.Arena.Get(r.Blob, r.BLen)
 			name, _ := layout.SplitBlob(gotBlob)
 			wantName, _ := layout.SplitBlob(want.blob)
-			if r.ID != want.r.ID || r.Parent != want.parent || tree.kinds[r.Kind] != kinds[want.r.Kind] ||
+			if r.ID != want.r.ID || d.Parent != want.parent || tree.kinds[r.Kind] != kinds[want.r.Kind] ||
 				r.Created != want.r.Created || r.Modified != want.r.Modified || !bytes.Equal(name, wantName) {
-				t.Fatalf("careful=%v: record %d: %+v named %q, want %+v named %q, parent %d", careful, i, r, name, want.r, wantName, want.parent)
+				t.Fatalf("careful=%v: record %d: %+v named %q, parent %d, want %+v named %q, parent %d", careful, i, *r, name, d.Parent, want.r, wantName, want.parent)
 			}
 			if i == 0 {
 				continue
 			}
-			if len(r.Vals) != 1 {
-				t.Fatalf("careful=%v: record %d: %d index values, want 1", careful, i, len(r.Vals))
+			if len(d.Vals) != 1 {
+				t.Fatalf("careful=%v: record %d: %d index values, want 1", careful, i, len(d.Vals))
 			}
-			if v := r.Vals[0]; v != FindValue && !bytes.Equal(gotBlob[v>>32:uint32(v)], val) {
+			if v := d.Vals[0]; v != FindValue && !bytes.Equal(gotBlob[v>>32:uint32(v)], val) {
 				t.Fatalf("careful=%v: record %d: indexed value %x, want %x", careful, i, gotBlob[v>>32:uint32(v)], val)
 			}
 			// Record 1 defines its dictionary entries, which the fast path
 			// leaves to the careful one; record 2 takes the fast path.
-			if fast := !careful && i == 2; fast != (r.Vals[0] != FindValue) {
-				t.Fatalf("careful=%v: record %d: the value located %v", careful, i, r.Vals[0] != FindValue)
+			if fast := !careful && i == 2; fast != (d.Vals[0] != FindValue) {
+				t.Fatalf("careful=%v: record %d: the value located %v", careful, i, d.Vals[0] != FindValue)
 			}
 		}
 		if _, done, err := d.Next(); err != nil || !done {
