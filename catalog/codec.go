@@ -226,21 +226,8 @@ type decoder struct {
 }
 
 func (d *decoder) value(what string) Value {
-	t := ValueType(d.Byte(what))
-	switch t {
-	case TypeString, TypeBytes:
-		return Value{typ: t, s: d.Str(what, MaxValueLen)}
-	case TypeInt:
-		return Value{typ: t, i: d.Varint(what)}
-	case TypeBool:
-		b := d.Byte(what)
-		if b > 1 {
-			d.Fail("bool %s is %d", what, b)
-		}
-		return Value{typ: t, i: int64(b)}
-	}
-	d.Fail("unknown value type %d for %s", t, what)
-	return Value{}
+	t, s, i := d.Value(what)
+	return Value{typ: ValueType(t), s: s, i: i}
 }
 
 // decode parses data into ops (appending to ops[:0]). It checks the

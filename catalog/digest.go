@@ -323,7 +323,7 @@ func (g *digester) nodeHash2(s *state, slot uint32) (lo, hi uint64) {
 	// Blobs hold their attributes in strictly increasing key-name order,
 	// on every replica: batches are refused unless their keys are (op.go),
 	// an update merges in that order, and an image that is not is corrupt
-	// (load.go). So blob order is the canonical order, with no check here.
+	// (internal/imagefmt). So blob order is the canonical order, with no check here.
 	p := attrs[w:]
 	for i := uint64(0); i < n; i++ {
 		var k uint64

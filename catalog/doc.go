@@ -33,7 +33,8 @@
 // past index by replaying the retained log ([History]) and then going live,
 // with no gap and no duplicate, or fails with [ErrCompacted];
 // [Watcher.Progress] tells an idle watcher how far it has seen. [Tree.Save] and [Tree.Load] write and read
-// the image body, streamed and checksummed.
+// the image body, streamed and checksummed (its format is package
+// internal/imagefmt).
 //
 // Every tree keeps a [Digest] of its whole content ([Tree.Digest]): every
 // node's path, kind, attributes, created and modified indexes, the

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/metatree/metatree/catalog/internal/codec"
+	"github.com/metatree/metatree/catalog/internal/imagefmt"
 	"github.com/metatree/metatree/catalog/internal/layout"
-	"github.com/metatree/metatree/internal/formatversion"
 )
 
 // Sentinel errors. Check them with errors.Is: the errors the package returns
@@ -33,13 +33,13 @@ var (
 	// data cannot be read (an applier halts on it). ErrUnsupportedVersion
 	// is a caller's request to write a version, refused before anything is
 	// encoded.
-	ErrUnknownVersion = fmt.Errorf("catalog: %w", formatversion.ErrUnknown)
+	ErrUnknownVersion = codec.ErrUnknownVersion
 	// ErrUnsupportedVersion: a batch was asked to encode in a format version
 	// this code does not write, or that cannot carry one of its fields.
 	ErrUnsupportedVersion = errors.New("catalog: unsupported format version")
 	// ErrCorrupt: an image body is truncated, fails its checksum, or holds
 	// inconsistent content.
-	ErrCorrupt = errors.New("catalog: corrupt image")
+	ErrCorrupt = imagefmt.ErrCorrupt
 	// ErrCapacity: an operation would take the tree past a limit of its
 	// in-memory layout (the storage of child lists); the batch fails and
 	// changes nothing. The layout (internal/layout) returns it.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/catalog/internal/imagefmt"
 	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
@@ -42,7 +43,7 @@ func TestLoadAllocatesByItsInput(t *testing.T) {
 		require.Equal(t, img, saveBytes(t, tr))
 	}
 	// A block that claims the largest length allowed and ends at once.
-	_, err, n := loadAllocates([]byte(imageMagic + "\x01\x80\x80\x80\x04"))
+	_, err, n := loadAllocates([]byte(imagefmt.Magic + "\x01\x80\x80\x80\x04"))
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorContains(t, err, "truncated")
 	require.Less(t, n, small+1<<20, "bytes allocated for a block that claims 8 MiB")

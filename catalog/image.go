@@ -2,78 +2,21 @@ package catalog
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"slices"
-	"strings"
 
-	"github.com/metatree/metatree/catalog/internal/codec"
+	"github.com/metatree/metatree/catalog/internal/imagefmt"
 	"github.com/metatree/metatree/catalog/internal/layout"
-	"github.com/metatree/metatree/internal/operr"
 )
 
-// The image body, version 2 (version 1 is the same without 'O' blocks;
-// Save writes version 1 when nothing is owned, so such a tree's body is
-// what older code wrote and reads):
-//
-//	body   := magic:"MTCATIMG" version:byte block*
-//	block  := len:uvarint payload:[len]byte crc:uint32le   (CRC-32C of len's bytes and payload)
-//	payload:= 'H' index nextID nodes:uvarint nindexes:uvarint (kind:str attr:str)*
-//	        | 'N' record*                                   (up to ~64 KiB a block)
-//	        | 'O' link*                                     (after the 'N' blocks)
-//	        | 'E' nodes:uvarint blocks:uvarint              (the last block)
-//	link   := ownedIDDelta:uvarint ownerID:uvarint orphan:byte
-//	record := idDelta:uvarint parentID:uvarint name:str kind:ref created:uvarint
-//	          modifiedDelta:uvarint nattrs:uvarint (key:ref value)*
-//	ref    := n:uvarint [str if n is the next dictionary entry]
-//
-// Nodes appear in increasing id order, the root first; attributes in
-// increasing key order; links (see Owner) in increasing owned id order;
-// kinds and keys are dictionary-coded in order of
-// first use. The content determines the bytes, so replicas that applied the
-// same entries write identical bodies. Varints in records take their
-// shortest form, and Load refuses longer ones: attribute values are kept
-// and indexed in their encoded form. Load reads exactly up to the end
-// block and no further, so the body can sit inside a larger file.
-
-const (
-	imageMagic      = "MTCATIMG"
-	imageVersion    = 2 // the newest read and written
-	imageV1         = 1 // no ownerships
-	imageBlockBytes = 64 << 10
-	maxBlockBytes   = 8 << 20
-)
+// The image body's format, its writing and its reading are package
+// internal/imagefmt; Save walks the tree for it and Load builds a tree
+// from its records (load.go).
 
 // saveChunkIDs is how many ids Save handles per lock hold (a variable so
 // that tests can force tiny chunks).
 var saveChunkIDs uint64 = 2048
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-type blockWriter struct {
-	w       io.Writer
-	out     []byte
-	payload []byte
-	blocks  int
-}
-
-func (bw *blockWriter) flush() error {
-	if len(bw.payload) == 0 {
-		return nil
-	}
-	bw.out = binary.AppendUvarint(bw.out[:0], uint64(len(bw.payload)))
-	crc := crc32.Update(crc32.Checksum(bw.out, castagnoli), castagnoli, bw.payload)
-	bw.out = append(bw.out, bw.payload...)
-	bw.out = binary.LittleEndian.AppendUint32(bw.out, crc)
-	bw.payload = bw.payload[:0]
-	bw.blocks++
-	if _, err := bw.w.Write(bw.out); err != nil {
-		return operr.Errorf("catalog: save: %w", err)
-	}
-	return nil
-}
 
 // Save writes the image body of the tree as of one index to w, streaming it
 // in checksummed blocks of about 64 KiB; nothing is built in memory first.
@@ -103,32 +46,22 @@ func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 		return bytes.Compare([]byte(a[1]), []byte(b[1]))
 	})
 
-	version := byte(imageV1)
+	version := byte(imagefmt.V1)
 	if len(lr.links) > 0 {
-		version = imageVersion
+		version = imagefmt.Version
 	}
-	if _, err := io.WriteString(w, imageMagic+string([]byte{version})); err != nil {
-		return operr.Errorf("catalog: save: %w", err)
+	if err := imagefmt.WriteHead(w, version); err != nil {
+		return err
 	}
-	bw := &blockWriter{w: w, payload: make([]byte, 0, imageBlockBytes+4096)}
-	p := append(bw.payload, 'H')
-	p = binary.AppendUvarint(p, lr.v)
-	p = binary.AppendUvarint(p, nextID)
-	p = binary.AppendUvarint(p, count)
-	p = binary.AppendUvarint(p, uint64(len(defs)))
-	for _, d := range defs {
-		p = codec.AppendStr(p, d[0])
-		p = codec.AppendStr(p, d[1])
-	}
-	bw.payload = p
-	if err := bw.flush(); err != nil {
+	bw := imagefmt.NewBlockWriter(w)
+	bw.Payload = imagefmt.AppendHeader(bw.Payload, imagefmt.Header{Index: lr.v, NextID: nextID, Count: count, Defs: defs})
+	if err := bw.Flush(); err != nil {
 		return err
 	}
 
-	kindRef := map[uint32]uint64{}
-	keyRef := map[uint32]uint64{}
+	enc := imagefmt.NewRecordEncoder()
 	var written, prevID uint64
-	bw.payload = append(bw.payload, 'N')
+	bw.Payload = append(bw.Payload, imagefmt.BlockNodes)
 	for id := uint64(layout.RootID); id <= maxID; {
 		end := min(id+saveChunkIDs, maxID+1)
 		t.mu.RLock()
@@ -144,35 +77,33 @@ func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 			if !ok {
 				continue
 			}
-			bw.payload = lr.appendRecord(bw.payload, &r, prevID, kindRef, keyRef)
+			bw.Payload = lr.appendRecord(bw.Payload, enc, &r, prevID)
 			prevID = id
 			written++
 		}
 		t.mu.RUnlock()
-		if len(bw.payload) >= imageBlockBytes {
-			if err := bw.flush(); err != nil {
+		if len(bw.Payload) >= imagefmt.BlockBytes {
+			if err := bw.Flush(); err != nil {
 				return err
 			}
-			bw.payload = append(bw.payload, 'N')
+			bw.Payload = append(bw.Payload, imagefmt.BlockNodes)
 		}
 	}
-	if len(bw.payload) > 1 {
-		if err := bw.flush(); err != nil {
+	if len(bw.Payload) > 1 {
+		if err := bw.Flush(); err != nil {
 			return err
 		}
 	}
-	bw.payload = bw.payload[:0]
+	bw.Payload = bw.Payload[:0]
 	var prevOwned uint64
 	for i, l := range lr.links {
-		if len(bw.payload) == 0 {
-			bw.payload = append(bw.payload, 'O')
+		if len(bw.Payload) == 0 {
+			bw.Payload = append(bw.Payload, imagefmt.BlockLinks)
 		}
-		bw.payload = binary.AppendUvarint(bw.payload, l.owned-prevOwned)
-		bw.payload = binary.AppendUvarint(bw.payload, l.owner)
-		bw.payload = append(bw.payload, l.orphan)
-		prevOwned = l.owned
-		if len(bw.payload) >= imageBlockBytes || i == len(lr.links)-1 {
-			if err := bw.flush(); err != nil {
+		bw.Payload = imagefmt.AppendLink(bw.Payload, l, prevOwned)
+		prevOwned = l.Owned
+		if len(bw.Payload) >= imagefmt.BlockBytes || i == len(lr.links)-1 {
+			if err := bw.Flush(); err != nil {
 				return err
 			}
 		}
@@ -181,50 +112,18 @@ func (t *Tree) saveFrom(lr *longRead, w io.Writer) error {
 		// An internal invariant: the id pages and the node count disagree.
 		return fmt.Errorf("catalog: save: wrote %d nodes, tree has %d", written, count)
 	}
-	blocks := bw.blocks
-	p = append(bw.payload, 'E')
-	p = binary.AppendUvarint(p, count)
-	p = binary.AppendUvarint(p, uint64(blocks))
-	bw.payload = p
-	return bw.flush()
+	bw.Payload = imagefmt.AppendEnd(bw.Payload, count, bw.Blocks)
+	return bw.Flush()
 }
 
-func (lr *longRead) appendRecord(p []byte, r *layout.Rec, prevID uint64, kindRef, keyRef map[uint32]uint64) []byte {
-	s := lr.s
-	p = binary.AppendUvarint(p, r.ID-prevID)
+// appendRecord appends the image record of r (see imagefmt.RecordEncoder).
+func (lr *longRead) appendRecord(p []byte, enc *imagefmt.RecordEncoder, r *layout.Rec, prevID uint64) []byte {
 	var parentID uint64
 	if r.ID != layout.RootID {
-		pr := lr.recAt(r.Parent)
-		parentID = pr.ID
+		parentID = lr.recAt(r.Parent).ID
 	}
-	p = binary.AppendUvarint(p, parentID)
-	name, attrs := layout.SplitBlob(s.Blob(r))
-	p = binary.AppendUvarint(p, uint64(len(name)))
-	p = append(p, name...)
-	p = appendRef(p, kindRef, r.Kind, s.kinds)
-	p = binary.AppendUvarint(p, r.Created)
-	p = binary.AppendUvarint(p, r.Modified-r.Created)
-	it := codec.NewAttrIter(attrs)
-	p = binary.AppendUvarint(p, uint64(it.Len()))
-	for {
-		k, v, ok := it.Next()
-		if !ok {
-			break
-		}
-		p = appendRef(p, keyRef, k, s.keys)
-		p = append(p, v...)
-	}
-	return p
-}
-
-func appendRef(p []byte, refs map[uint32]uint64, i uint32, names []string) []byte {
-	if ref, ok := refs[i]; ok {
-		return binary.AppendUvarint(p, ref)
-	}
-	ref := uint64(len(refs))
-	refs[i] = ref
-	p = binary.AppendUvarint(p, ref)
-	return codec.AppendStr(p, names[i])
+	s := lr.s
+	return enc.Append(p, r, prevID, parentID, s.Blob(r), s.kinds, s.keys)
 }
 
 // Load replaces the whole tree with the image body read from r. The new
@@ -242,81 +141,4 @@ func (t *Tree) Load(r io.Reader) error {
 	}
 	t.adopt(s)
 	return nil
-}
-
-// detail is the text of a decoding error inside an image. The image error
-// wraps ErrCorrupt, not the record decoder's ErrMalformed (which is about
-// batches), so the cause is kept as text on purpose.
-func detail(err error) string {
-	return strings.TrimPrefix(err.Error(), "catalog: ")
-}
-
-type blockReader struct {
-	r      io.Reader
-	off    int64 // bytes consumed
-	blocks int
-	buf    []byte
-	verify bool
-}
-
-func (br *blockReader) corrupt(format string, args ...any) error {
-	return fmt.Errorf("%w: block %d (byte %d): %s", ErrCorrupt, br.blocks, br.off, fmt.Sprintf(format, args...))
-}
-
-func (br *blockReader) readFull(b []byte, what string) error {
-	n, err := io.ReadFull(br.r, b)
-	br.off += int64(n)
-	if err == io.EOF || err == io.ErrUnexpectedEOF {
-		return br.corrupt("truncated in %s", what)
-	}
-	if err != nil {
-		return operr.Errorf("catalog: load: block %d (byte %d): %w", br.blocks, br.off, err)
-	}
-	return nil
-}
-
-// next reads one block and returns its payload (valid until the next call).
-func (br *blockReader) next() ([]byte, error) {
-	var lenBytes [binary.MaxVarintLen64]byte
-	n := 0
-	for {
-		if n == len(lenBytes) {
-			return nil, br.corrupt("bad block length")
-		}
-		if err := br.readFull(lenBytes[n:n+1], "block length"); err != nil {
-			return nil, err
-		}
-		n++
-		if lenBytes[n-1] < 0x80 {
-			break
-		}
-	}
-	l, m := binary.Uvarint(lenBytes[:n])
-	if m <= 0 || l == 0 || l > maxBlockBytes {
-		return nil, br.corrupt("block length %d out of range", l)
-	}
-	// The payload is read as it arrives, the buffer growing with it, so
-	// that what is allocated follows the bytes there are, not the length
-	// the block claims.
-	need := int(l) + 4
-	b := br.buf[:0]
-	for len(b) < need {
-		step := min(need, max(2*len(b), 64<<10))
-		b = slices.Grow(b, step-len(b))
-		if err := br.readFull(b[len(b):step], "block payload"); err != nil {
-			return nil, err
-		}
-		b = b[:step]
-	}
-	br.buf = b
-	payload := b[:l]
-	want := binary.LittleEndian.Uint32(b[l:])
-	if br.verify {
-		got := crc32.Update(crc32.Checksum(lenBytes[:n], castagnoli), castagnoli, payload)
-		if got != want {
-			return nil, br.corrupt("checksum mismatch (got %08x, want %08x)", got, want)
-		}
-	}
-	br.blocks++
-	return payload, nil
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/metatree/metatree/catalog/internal/codec"
+	"github.com/metatree/metatree/catalog/internal/imagefmt"
 )
 
 // sampleTree is a small tree with every value type, a move, deletes that
@@ -90,7 +91,7 @@ func TestLoadRejectsTruncationAndCorruption(t *testing.T) {
 		pos := r.IntN(len(bad))
 		bad[pos] ^= byte(1 + r.IntN(255))
 		err := tr.Load(bytes.NewReader(bad))
-		if pos == len(imageMagic) {
+		if pos == len(imagefmt.Magic) {
 			if !errors.Is(err, ErrUnknownVersion) {
 				t.Fatalf("flipped version byte: %v", err)
 			}
@@ -143,7 +144,7 @@ func TestSaveReportsWriteErrors(t *testing.T) {
 func FuzzLoad(f *testing.F) {
 	f.Add(saveBytes(f, sampleTree(f)))
 	f.Add(saveBytes(f, New()))
-	f.Add([]byte(imageMagic))
+	f.Add([]byte(imagefmt.Magic))
 	f.Add(saveBytes(f, wideTree(f)))
 	f.Add(saveBytes(f, ownedImageTree(f)))
 	f.Add(handImage([]imgRec{{id: 1}, {2, 4, "x", "d"}, {3, 1, "b", "d"}, {4, 1, "a", "d"}}))
@@ -151,7 +152,7 @@ func FuzzLoad(f *testing.F) {
 	// that claims 8 MiB.
 	f.Add(handImage([]imgRec{{id: 1}, {2, 1, "a", "k"}, {1 << 34, 2, "b", "k"}}))
 	f.Add(handImageNext([]imgRec{{id: 1}, {2, 1, "a", "k"}}, 1<<62))
-	f.Add([]byte(imageMagic + "\x01\x80\x80\x80\x04"))
+	f.Add([]byte(imagefmt.Magic + "\x01\x80\x80\x80\x04"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tr := New()
 		var before, after runtime.MemStats
@@ -309,9 +310,9 @@ func handImage(recs []imgRec) []byte { return handImageNext(recs, 0) }
 // largest id the records name).
 func handImageNext(recs []imgRec, nextID uint64) []byte {
 	var out bytes.Buffer
-	out.WriteString(imageMagic)
-	out.WriteByte(imageV1)
-	bw := &blockWriter{w: &out}
+	out.WriteString(imagefmt.Magic)
+	out.WriteByte(imagefmt.V1)
+	bw := imagefmt.NewBlockWriter(&out)
 	if nextID == 0 {
 		for _, r := range recs {
 			nextID = max(nextID, r.id+1, r.parent+1)
@@ -322,15 +323,15 @@ func handImageNext(recs []imgRec, nextID uint64) []byte {
 	p = binary.AppendUvarint(p, nextID)
 	p = binary.AppendUvarint(p, uint64(len(recs)))
 	p = binary.AppendUvarint(p, 0) // no secondary indexes
-	bw.payload = p
-	_ = bw.flush()
+	bw.Payload = p
+	_ = bw.Flush()
 	kinds := map[string]uint64{}
 	p = []byte{'N'}
 	var prev uint64
 	for i, r := range recs {
 		if i > 0 && i%1000 == 0 { // a block per 1000 records
-			bw.payload = p
-			_ = bw.flush()
+			bw.Payload = p
+			_ = bw.Flush()
 			p = []byte{'N'}
 		}
 		p = binary.AppendUvarint(p, r.id-prev)
@@ -346,13 +347,13 @@ func handImageNext(recs []imgRec, nextID uint64) []byte {
 		}
 		p = append(p, 1, 0, 0) // created 1, not modified since, no attributes
 	}
-	bw.payload = p
-	_ = bw.flush()
+	bw.Payload = p
+	_ = bw.Flush()
 	p = []byte{'E'}
 	p = binary.AppendUvarint(p, uint64(len(recs)))
-	p = binary.AppendUvarint(p, uint64(bw.blocks))
-	bw.payload = p
-	_ = bw.flush()
+	p = binary.AppendUvarint(p, uint64(bw.Blocks))
+	bw.Payload = p
+	_ = bw.Flush()
 	return out.Bytes()
 }
 
@@ -433,7 +434,7 @@ func TestLoadManyBlocks(t *testing.T) {
 	}
 	apply(ops)
 	img := saveBytes(t, tr)
-	if len(img) < 8*imageBlockBytes {
+	if len(img) < 8*imagefmt.BlockBytes {
 		t.Fatalf("image of %d bytes: too few blocks for the test", len(img))
 	}
 	want := dumpAll(tr)
@@ -485,13 +486,13 @@ func TestLoadRejectsOverlongVarints(t *testing.T) {
 	// Rewrite the records block with the value's overlong form, checksums
 	// recomputed.
 	var out bytes.Buffer
-	out.Write(img[:len(imageMagic)+1])
-	br := &blockReader{r: bytes.NewReader(img[len(imageMagic)+1:])}
-	bw := &blockWriter{w: &out}
+	out.Write(img[:len(imagefmt.Magic)+1])
+	br := imagefmt.NewBlockReader(bytes.NewReader(img[len(imagefmt.Magic)+1:]), false)
+	bw := imagefmt.NewBlockWriter(&out)
 	short, long := []byte{byte(TypeInt), 0x7f}, []byte{byte(TypeInt), 0xff, 0x00}
 	rewritten := 0
 	for {
-		p, err := br.next()
+		p, err := br.Next()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -503,8 +504,8 @@ func TestLoadRejectsOverlongVarints(t *testing.T) {
 			p = bytes.Replace(p, short, long, 1)
 			rewritten++
 		}
-		bw.payload = append(bw.payload[:0], p...)
-		if err := bw.flush(); err != nil {
+		bw.Payload = append(bw.Payload[:0], p...)
+		if err := bw.Flush(); err != nil {
 			t.Fatal(err)
 		}
 		if p[0] == 'E' {

@@ -3,6 +3,7 @@ package catalog
 import (
 	"slices"
 
+	"github.com/metatree/metatree/catalog/internal/imagefmt"
 	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
@@ -97,7 +98,7 @@ type longRead struct {
 	nextID uint64
 	count  uint64
 	defs   [][2]string
-	links  []imageLink // the ownerships, by owned id
+	links  []imagefmt.Link // the ownerships, by owned id
 
 	lastParent uint32
 	lastPath   string

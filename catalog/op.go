@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/metatree/metatree/catalog/internal/codec"
 	"github.com/metatree/metatree/catalog/internal/layout"
 )
 
@@ -112,7 +113,7 @@ type Result struct {
 // records small; violating them is ErrInvalidName or ErrInvalid.
 const (
 	MaxNameLen    = layout.MaxNameLen // bytes in a node name, kind or attribute key: 255
-	MaxValueLen   = 1 << 20           // bytes in a string or bytes value
+	MaxValueLen   = codec.MaxValueLen // bytes in a string or bytes value: 1 << 20
 	MaxAttrsBytes = 4 << 20           // encoded bytes of one node's name and attributes, each key counted by its name
 	MaxPathLen    = layout.MaxPathLen // bytes in a path: 1 << 16
 )

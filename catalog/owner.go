@@ -10,7 +10,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/metatree/metatree/catalog/internal/codec"
+	"github.com/metatree/metatree/catalog/internal/imagefmt"
 	"github.com/metatree/metatree/catalog/internal/layout"
 	"github.com/metatree/metatree/catalog/internal/slotmap"
 )
@@ -444,66 +444,37 @@ func (o *rawOp) validOwner() error {
 	return nil
 }
 
-// imageLink is an ownership as images carry it.
-type imageLink struct {
-	owned, owner uint64
-	orphan       byte
-}
-
 // imageLinks returns the ownerships by owned id.
-func (s *state) imageLinks() []imageLink {
+func (s *state) imageLinks() []imagefmt.Link {
 	if s.own.len() == 0 {
 		return nil
 	}
-	out := make([]imageLink, 0, s.own.len())
+	out := make([]imagefmt.Link, 0, s.own.len())
 	s.own.each(func(slot uint32, l ownLink) {
-		il := imageLink{owned: s.At(slot).ID, owner: l.ownerID}
+		il := imagefmt.Link{Owned: s.At(slot).ID, Owner: l.ownerID}
 		if l.orphan {
-			il.orphan = 1
+			il.Orphan = 1
 		}
 		out = append(out, il)
 	})
-	slices.SortFunc(out, func(a, b imageLink) int { return cmp.Compare(a.owned, b.owned) })
+	slices.SortFunc(out, func(a, b imagefmt.Link) int { return cmp.Compare(a.Owned, b.Owned) })
 	return out
-}
-
-// links decodes an 'O' block of an image into pending links; linkOwned
-// checks and adds them once every node is in.
-func (ld *loader) links(p []byte) error {
-	d := &decoder{Reader: codec.Reader{Data: p}}
-	for d.Off < len(p) && d.Err == nil {
-		delta := d.Uvarint("owned id delta")
-		owner := d.Uvarint("owner id")
-		orphan := d.Byte("orphan flag")
-		if d.Err != nil {
-			break
-		}
-		if delta == 0 || orphan > 1 {
-			return ld.br.corrupt("ownership %d: owned id not increasing or orphan flag %d", len(ld.owned), orphan)
-		}
-		ld.prevOwned += delta
-		ld.owned = append(ld.owned, imageLink{owned: ld.prevOwned, owner: owner, orphan: orphan})
-	}
-	if d.Err != nil {
-		return ld.br.corrupt("ownerships: %s", detail(d.Err))
-	}
-	return nil
 }
 
 // linkOwned adds the image's ownerships to the loaded state: every owned
 // node and its owner must exist, and no node owns itself.
 func (ld *loader) linkOwned() error {
 	s := ld.s
-	for _, l := range ld.owned {
-		slot, ok := s.SlotOf(l.owned)
+	for _, l := range ld.dec.Links {
+		slot, ok := s.SlotOf(l.Owned)
 		if !ok {
-			return ld.br.corrupt("ownership of node %d, which does not exist", l.owned)
+			return ld.dec.Corrupt("ownership of node %d, which does not exist", l.Owned)
 		}
-		os, ok := s.SlotOf(l.owner)
-		if !ok || l.owner == l.owned || l.owner == layout.RootID {
-			return ld.br.corrupt("node %d is owned by node %d, which does not exist or cannot own it", l.owned, l.owner)
+		os, ok := s.SlotOf(l.Owner)
+		if !ok || l.Owner == l.Owned || l.Owner == layout.RootID {
+			return ld.dec.Corrupt("node %d is owned by node %d, which does not exist or cannot own it", l.Owned, l.Owner)
 		}
-		s.own.add(slot, ownLink{owner: os, ownerID: l.owner, orphan: l.orphan == 1})
+		s.own.add(slot, ownLink{owner: os, ownerID: l.Owner, orphan: l.Orphan == 1})
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/metatree/metatree/catalog/internal/imagefmt"
 )
 
 // ownedTree holds /m (the owner, last changed at index 1), /jobs, and
@@ -292,8 +294,8 @@ func ownedImageTree(t testing.TB) *Tree {
 func TestImageKeepsOwnershipAndTheCascadeWorksAfterLoad(t *testing.T) {
 	src := ownedTree(t)
 	img := saveBytes(t, src)
-	if img[len(imageMagic)] != imageVersion {
-		t.Fatalf("image version %d, want %d", img[len(imageMagic)], imageVersion)
+	if img[len(imagefmt.Magic)] != imagefmt.Version {
+		t.Fatalf("image version %d, want %d", img[len(imagefmt.Magic)], imagefmt.Version)
 	}
 	dst := New()
 	if err := dst.Load(bytes.NewReader(img)); err != nil {
@@ -319,7 +321,7 @@ func TestImageKeepsOwnershipAndTheCascadeWorksAfterLoad(t *testing.T) {
 		t.Fatal("the trees differ after the transition")
 	}
 	// Nothing owned: the body is version 1, as older code writes it.
-	if v := saveBytes(t, dst)[len(imageMagic)]; v != imageV1 {
+	if v := saveBytes(t, dst)[len(imagefmt.Magic)]; v != imagefmt.V1 {
 		t.Fatalf("an image without ownerships is version %d", v)
 	}
 }

@@ -226,7 +226,7 @@ func decodeBlob(blob []byte, keys []string, n *Node) {
 // the names are the same on every replica.
 
 // keyCost is what a key (or a name) adds to a node's size.
-func keyCost(k string) int { return codec.UvarintLen(uint64(len(k))) + len(k) }
+func keyCost(k string) int { return codec.StrLen(k) }
 
 // nodeSize returns the size of the node whose blob is b (see keyCost).
 func (s *state) nodeSize(b []byte) int {

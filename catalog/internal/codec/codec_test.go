@@ -115,3 +115,35 @@ func TestAttrIter(t *testing.T) {
 		t.Fatal("AttrValue found a key the blob does not hold")
 	}
 }
+
+// Value reads each type's payload, and fails on a bool other than 0 or 1
+// and on an unknown type, which it returns as type 0.
+func TestReaderValue(t *testing.T) {
+	var b []byte
+	b = AppendStr(append(b, TypeString), "ssd")
+	b = binary.AppendVarint(append(b, TypeInt), -300)
+	b = append(b, TypeBool, 1)
+	b = AppendStr(append(b, TypeBytes), "\x00\xff")
+	d := Reader{Data: b}
+	for _, want := range []struct {
+		typ byte
+		s   string
+		i   int64
+	}{{TypeString, "ssd", 0}, {TypeInt, "", -300}, {TypeBool, "", 1}, {TypeBytes, "\x00\xff", 0}} {
+		if typ, s, i := d.Value("v"); typ != want.typ || s != want.s || i != want.i {
+			t.Fatalf("Value = %d %q %d, want %d %q %d", typ, s, i, want.typ, want.s, want.i)
+		}
+	}
+	if d.Err != nil || d.Off != len(b) {
+		t.Fatalf("after the values: %v at %d of %d", d.Err, d.Off, len(b))
+	}
+	for _, c := range []struct {
+		data []byte
+		want string
+	}{{[]byte{TypeBool, 2}, "bool v is 2"}, {[]byte{9}, "unknown value type 9 for v"}} {
+		d := Reader{Data: c.data}
+		if typ, _, _ := d.Value("v"); !errors.Is(d.Err, ErrMalformed) || !strings.Contains(d.Err.Error(), c.want) || c.data[0] == 9 && typ != 0 {
+			t.Fatalf("% x: type %d, error %v, want ErrMalformed with %q", c.data, typ, d.Err, c.want)
+		}
+	}
+}

@@ -11,9 +11,10 @@
 // and its first failure is ErrMalformed naming what was read and the byte
 // offset. AttrIter and ValueLen read blobs package catalog wrote, which
 // are well formed; a blob that is not is an internal invariant broken,
-// which panics. Package catalog builds its batch format (codec.go) and
-// its image records (image.go, load.go) on these, and owns the
-// mapping from value types to Values.
+// which panics. ErrUnknownVersion is the one error of a format version
+// this code does not read, batch or image. Package catalog builds its
+// batch format (codec.go) on these, and owns the mapping from value types
+// to Values; package internal/imagefmt builds the image records on them.
 //
 // Goroutines: the package starts none and keeps no state; a Reader is
 // used by one goroutine at a time.

@@ -5,11 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"unsafe"
+
+	"github.com/metatree/metatree/internal/formatversion"
 )
 
-// ErrMalformed: encoded bytes cannot be decoded. Package catalog exports it
-// as its own ErrMalformed.
-var ErrMalformed = errors.New("catalog: malformed batch")
+var (
+	// ErrMalformed: encoded bytes cannot be decoded. Package catalog
+	// exports it as its own ErrMalformed.
+	ErrMalformed = errors.New("catalog: malformed batch")
+	// ErrUnknownVersion: a batch or image has a format version this code
+	// does not know. Package catalog exports it as its own
+	// ErrUnknownVersion.
+	ErrUnknownVersion = fmt.Errorf("catalog: %w", formatversion.ErrUnknown)
+)
 
 // Reader decodes the primitives of the catalog's encodings from Data,
 // from Off on. The first failure is kept in Err (ErrMalformed, naming what
@@ -128,6 +136,28 @@ func (d *Reader) Str(what string, max int) string {
 		return unsafe.String(&b[0], len(b))
 	}
 	return string(b)
+}
+
+// Value reads a value (a type byte and its payload, strings and bytes of
+// at most MaxValueLen) and returns its type, and its payload as a string
+// (TypeString, TypeBytes) or an integer (TypeInt, TypeBool). An unknown
+// type fails and returns type 0.
+func (d *Reader) Value(what string) (typ byte, s string, i int64) {
+	t := d.Byte(what)
+	switch t {
+	case TypeString, TypeBytes:
+		return t, d.Str(what, MaxValueLen), 0
+	case TypeInt:
+		return t, "", d.Varint(what)
+	case TypeBool:
+		b := d.Byte(what)
+		if b > 1 {
+			d.Fail("bool %s is %d", what, b)
+		}
+		return t, "", int64(b)
+	}
+	d.Fail("unknown value type %d for %s", t, what)
+	return 0, "", 0
 }
 
 // Overlong reports whether the varint b (as binary.Uvarint or

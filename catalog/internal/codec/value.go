@@ -11,6 +11,10 @@ const (
 	TypeBytes  = 4 // payload: a str
 )
 
+// MaxValueLen is the most bytes of a string or bytes value (package
+// catalog exports it as MaxValueLen).
+const MaxValueLen = 1 << 20
+
 // AppendStr appends s as a str: its uvarint length, then its bytes.
 func AppendStr(dst []byte, s string) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(s)))
@@ -26,6 +30,9 @@ func UvarintLen(x uint64) int {
 	}
 	return n
 }
+
+// StrLen is the length AppendStr writes for s.
+func StrLen(s string) int { return UvarintLen(uint64(len(s))) + len(s) }
 
 // AttrIter walks the encoded attributes of a blob: uvarint count, then per
 // attribute the key index (uvarint) and the value (type byte, payload), in

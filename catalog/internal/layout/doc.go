@@ -46,7 +46,7 @@
 //
 // Goroutines: the package starts none and has no lock. A Store is mutated by
 // one goroutine at a time, the owner's applier under the owner's write lock
-// (or Load's decoder and linker before the store is published, each touching
-// the fields catalog's load.go names); readers hold the owner's read lock,
-// and see the path index flushed.
+// (or Load's decoder, catalog/internal/imagefmt's, and its linker before the
+// store is published, each touching the fields catalog's load.go names);
+// readers hold the owner's read lock, and see the path index flushed.
 package layout

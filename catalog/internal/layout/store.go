@@ -129,12 +129,18 @@ func (s *Store) KidsOf(slot uint32) []uint32 {
 // KidPos finds name among the children of parent.
 func (s *Store) KidPos(parent uint32, name []byte) (int, bool) {
 	kids := s.KidsOf(parent)
-	lo, hi := 0, len(kids)
 	// Names often arrive in increasing order (ids, dates, counters): one
 	// comparison with the last child settles an append.
-	if hi > 0 && bytes.Compare(s.Name(kids[hi-1]), name) < 0 {
-		return hi, false
+	if n := len(kids); n > 0 && bytes.Compare(s.Name(kids[n-1]), name) < 0 {
+		return n, false
 	}
+	return s.searchKids(kids, name)
+}
+
+// searchKids finds name among kids, sorted by name: where it is or would
+// go, and whether it is there.
+func (s *Store) searchKids(kids []uint32, name []byte) (int, bool) {
+	lo, hi := 0, len(kids)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if bytes.Compare(s.Name(kids[m]), name) < 0 {
@@ -162,17 +168,8 @@ func (s *Store) Child(parent uint32, name []byte) (uint32, bool) {
 // path goes through the path index instead.)
 func (s *Store) LookupKid(parent uint32, name []byte) (uint32, bool) {
 	kids := s.KidsOf(parent)
-	lo, hi := 0, len(kids)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if bytes.Compare(s.Name(kids[m]), name) < 0 {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	if lo < len(kids) && bytes.Equal(s.Name(kids[lo]), name) {
-		return kids[lo], true
+	if pos, ok := s.searchKids(kids, name); ok {
+		return kids[pos], true
 	}
 	return 0, false
 }
