@@ -33,7 +33,7 @@ func (j *Journal) appended(res appendResult) error {
 	}
 	var out, local []*raftpb.Message
 	for _, m := range res.msgs {
-		j.selfVotes -= j.selfVotesIn(m)
+		j.loop.selfVotes -= j.selfVotesIn(m)
 		if snap := m.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
 			if err := j.handOff(nil, snap); err != nil {
 				return err
@@ -243,7 +243,7 @@ func (j *Journal) persist(msgs []*raftpb.Message) error {
 		}
 	}
 	sync := len(ents) > 0 || snap != nil ||
-		(hs != nil && (hs.GetTerm() != j.persistedTerm || hs.GetVote() != j.persistedVote))
+		(hs != nil && (hs.GetTerm() != j.appender.persistedTerm || hs.GetVote() != j.appender.persistedVote))
 	if hs == nil && len(ents) == 0 && snap == nil {
 		return nil // only messages ordered behind the earlier appends
 	}
@@ -255,7 +255,7 @@ func (j *Journal) persist(msgs []*raftpb.Message) error {
 		j.noteSync(j.cfg.Clock.Now().Sub(start), len(ents))
 	}
 	if hs != nil {
-		j.persistedTerm, j.persistedVote = hs.GetTerm(), hs.GetVote()
+		j.appender.persistedTerm, j.appender.persistedVote = hs.GetTerm(), hs.GetVote()
 	}
 	return nil
 }

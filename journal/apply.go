@@ -32,7 +32,7 @@ func (j *Journal) persistMembership(index uint64, m *membership.Membership, reco
 			return operr.Errorf("journal: save membership at %d: %w", index, err)
 		}
 	}
-	if index <= j.membersIndex {
+	if index <= j.applier.membersIndex {
 		return nil
 	}
 	if self, ok := m.Members[j.id]; ok && Role(j.role.Load()) != self.Role {
@@ -46,7 +46,7 @@ func (j *Journal) persistMembership(index uint64, m *membership.Membership, reco
 		j.log.Error("save members file", "err", err)
 		return nil
 	}
-	j.membersIndex = index
+	j.applier.membersIndex = index
 	return nil
 }
 
@@ -155,7 +155,7 @@ func (j *Journal) applyLoop() {
 	if m, err := j.readMembers(); err != nil {
 		j.log.Warn("read members file", "err", err)
 	} else if m != nil {
-		j.membersIndex = m.Index
+		j.applier.membersIndex = m.Index
 	}
 	ctx, cancel := j.untilStop(context.Background(), 0)
 	defer cancel()
@@ -188,7 +188,7 @@ func (j *Journal) applyBatch(ctx context.Context, b applyBatch) error {
 			return err
 		}
 		j.learnWindow(b.snapMembers)
-		j.dedupe.Reset(b.keys)
+		j.applier.dedupe.Reset(b.keys)
 		j.installs.Add(1)
 		j.lastImage.Store(b.snapshot)
 		j.images.reset(b.snapshot)
@@ -276,13 +276,13 @@ func (j *Journal) applyNormal(idx uint64, data []byte) *HaltError {
 		// The applied index moves before the proposer hears: once Propose
 		// returns, Status and WaitApplied on this node cover the entry too
 		// (waiters on the index are woken at the end of the batch).
-		prev, verdict := j.dedupe.Judge(idx, env)
+		prev, verdict := j.applier.dedupe.Judge(idx, env)
 		if k := j.cfg.knobs; k != nil && k.Judged != nil && verdict != dedupe.Apply {
 			k.Judged(idx, env.Key, verdict)
 		}
 		switch verdict {
 		case dedupe.Duplicate:
-			j.dedupe.Add(idx, env.Key, nil) // the window slides to this copy
+			j.applier.dedupe.Add(idx, env.Key, nil) // the window slides to this copy
 			j.applied.Store(idx)
 			j.resolve(env.Key, applyResult{index: prev.Applied, value: prev.Value, imaged: prev.Imaged})
 			return nil
@@ -299,7 +299,7 @@ func (j *Journal) applyNormal(idx uint64, data []byte) *HaltError {
 			}
 		}
 		j.noteApply(idx, j.cfg.Clock.Now().Sub(start))
-		j.dedupe.Add(idx, env.Key, v)
+		j.applier.dedupe.Add(idx, env.Key, v)
 		j.applied.Store(idx)
 		j.resolve(env.Key, applyResult{index: idx, value: v})
 	}
@@ -357,7 +357,7 @@ func (j *Journal) handOff(ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 		batch.snapshot = idx
 		batch.keys = m.Keys
 		batch.snapMembers = m.Clone() // without the keys
-		j.confBase = batch.snapMembers
+		j.loop.confBase = batch.snapMembers
 		j.setMembership(batch.snapMembers)
 	}
 	for _, e := range ents {

@@ -235,7 +235,7 @@ func (j *Journal) maybeCheck(last *time.Time) {
 		*last = now
 		return
 	}
-	if j.rn.Propose(envelope.EncodeCheckMark(markFormat(cv))) == nil {
+	if j.loop.rn.Propose(envelope.EncodeCheckMark(markFormat(cv))) == nil {
 		*last = now
 	}
 }
@@ -243,7 +243,7 @@ func (j *Journal) maybeCheck(last *time.Time) {
 // proposeReport proposes the report the applier left, on the raft loop.
 func (j *Journal) proposeReport() {
 	if rep := j.checkReport.Swap(nil); rep != nil {
-		_ = j.rn.Propose(*rep) // dropped (no leader): this mark goes unreported here
+		_ = j.loop.rn.Propose(*rep) // dropped (no leader): this mark goes unreported here
 	}
 }
 
@@ -258,10 +258,10 @@ func (j *Journal) proposeReport() {
 // may go out without the rest of it.
 func (j *Journal) sendLastReport() {
 	j.proposeReport()
-	if !j.rn.HasReady() {
+	if !j.loop.rn.HasReady() {
 		return
 	}
-	rd := j.rn.Ready()
+	rd := j.loop.rn.Ready()
 	var out []*raftpb.Message
 	for _, m := range rd.Messages {
 		if to := m.GetTo(); to != raft.LocalAppendThread && to != raft.LocalApplyThread {
@@ -327,7 +327,7 @@ func (j *Journal) ClearAlarm(ctx context.Context) error {
 		}
 		if propose {
 			propose = false
-			if err := j.do(ctx, func() { _ = j.rn.Propose(envelope.EncodeCheckClear()) }); err != nil {
+			if err := j.do(ctx, func() { _ = j.loop.rn.Propose(envelope.EncodeCheckClear()) }); err != nil {
 				return operr.Errorf("journal: clear alarm: %w", err)
 			}
 		}

@@ -116,7 +116,7 @@ func (j *Journal) applyVersionEntry(e *raftpb.Entry) memberRecord {
 		j.log.Error("malformed version entry ignored", "index", e.GetIndex(), "err", err)
 		return rec
 	}
-	cur := j.confBase
+	cur := j.loop.confBase
 	if v <= cur.ClusterVersion() {
 		return rec
 	}
@@ -156,8 +156,8 @@ func (j *Journal) maybeRaiseVersion() {
 		// A dropped proposal is retried with the next timestamp. A taken
 		// one gets its index in the next Ready (notePendingVersions); it
 		// comes after every entry appended so far.
-		if j.rn.Propose(envelope.EncodeVersion(v)) == nil {
-			j.notePendingVersion(v, j.lastIndex+1)
+		if j.loop.rn.Propose(envelope.EncodeVersion(v)) == nil {
+			j.notePendingVersion(v, j.loop.lastIndex+1)
 		}
 	}
 }
@@ -166,8 +166,8 @@ func (j *Journal) maybeRaiseVersion() {
 // v at index (for one proposed and not yet in a Ready, the lowest index it
 // can have) that is not applied yet.
 func (j *Journal) notePendingVersion(v uint32, index uint64) {
-	if v > j.pendingVersion || (v == j.pendingVersion && index > j.pendingVersionAt) {
-		j.pendingVersion, j.pendingVersionAt = v, index
+	if v > j.loop.pendingVersion || (v == j.loop.pendingVersion && index > j.loop.pendingVersionAt) {
+		j.loop.pendingVersion, j.loop.pendingVersionAt = v, index
 	}
 }
 
@@ -188,8 +188,8 @@ func (j *Journal) notePendingVersions(ents []*raftpb.Entry) {
 // to the applier reach its index: the entry there raised the cluster
 // version, was refused, or was another entry (the raise was overwritten).
 func (j *Journal) settlePendingVersion(handedOff uint64) {
-	if j.pendingVersion != 0 && handedOff >= j.pendingVersionAt {
-		j.pendingVersion, j.pendingVersionAt = 0, 0
+	if j.loop.pendingVersion != 0 && handedOff >= j.loop.pendingVersionAt {
+		j.loop.pendingVersion, j.loop.pendingVersionAt = 0, 0
 	}
 }
 
@@ -197,7 +197,7 @@ func (j *Journal) settlePendingVersion(handedOff uint64) {
 // or on its way: the one every change handed to the applier leaves, the
 // published one, and the one a version entry not yet applied raises to.
 func (j *Journal) comingVersion() uint32 {
-	return max(j.confBase.ClusterVersion(), j.clusterVersion(), j.pendingVersion)
+	return max(j.loop.confBase.ClusterVersion(), j.clusterVersion(), j.loop.pendingVersion)
 }
 
 // checkMemberVersion refuses a membership change that admits a member, or

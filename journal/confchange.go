@@ -23,7 +23,7 @@ func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 	if err := j.checkPromote(cc); err != nil {
 		return err
 	}
-	st := j.rn.Status()
+	st := j.loop.rn.Status()
 	voters := st.Config.Voters.IDs()
 	if err := checkLeavesVoters(cc, voters); err != nil {
 		return err
@@ -74,8 +74,8 @@ func (j *Journal) checkConfChange(cc *raftpb.ConfChange, force bool) error {
 // its peers are no less reachable for it; check quorum counts in the same
 // ticks.
 func (j *Journal) reachable(id uint64) bool {
-	t, ok := j.heard[id]
-	return ok && j.ticks-t <= uint64(j.cfg.ElectionTicks)
+	t, ok := j.loop.heard[id]
+	return ok && j.loop.ticks-t <= uint64(j.cfg.ElectionTicks)
 }
 
 // forgetRemovedPeers drops the peers that membership changes removed from
@@ -85,10 +85,10 @@ func (j *Journal) reachable(id uint64) bool {
 // removed node's own removal, and without it a reachable removed node
 // would never learn of it.
 func (j *Journal) forgetRemovedPeers() {
-	for _, id := range j.removedPeers {
+	for _, id := range j.loop.removedPeers {
 		j.tr.RemovePeer(id)
 	}
-	j.removedPeers = j.removedPeers[:0]
+	j.loop.removedPeers = j.loop.removedPeers[:0]
 }
 
 // checkConfQueue matches the membership changes this leader proposed with
@@ -98,15 +98,15 @@ func (j *Journal) forgetRemovedPeers() {
 // entry that will never come.
 func (j *Journal) checkConfQueue(ents []*raftpb.Entry) {
 	for _, e := range ents {
-		if len(j.confQueue) == 0 {
+		if len(j.loop.confQueue) == 0 {
 			return
 		}
 		switch {
 		case e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2:
-			j.confQueue = j.confQueue[1:]
+			j.loop.confQueue = j.loop.confQueue[1:]
 		case len(e.GetData()) == 0:
-			key := j.confQueue[0]
-			j.confQueue = j.confQueue[1:]
+			key := j.loop.confQueue[0]
+			j.loop.confQueue = j.loop.confQueue[1:]
 			j.resolve(key, applyResult{err: fmt.Errorf("%w: another membership change is pending", ErrBusy)})
 		}
 	}
@@ -133,7 +133,7 @@ func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
 		// Deterministic on every replica; raft still needs to hear about
 		// it, as a no-op change.
 		j.log.Error("malformed conf change ignored", "index", e.GetIndex(), "err", err)
-		j.rn.ApplyConfChange(&raftpb.ConfChange{})
+		j.loop.rn.ApplyConfChange(&raftpb.ConfChange{})
 		return rec
 	}
 	rec.key = ctx.Key
@@ -141,23 +141,23 @@ func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
 	// proposal checks (a forged append, a log written without them): raft would panic
 	// on it, here and at every restart. Every replica refuses it alike, as
 	// a no-op change.
-	if err := checkLeavesVoters(cc, j.rn.Status().Config.Voters.IDs()); err != nil {
+	if err := checkLeavesVoters(cc, j.loop.rn.Status().Config.Voters.IDs()); err != nil {
 		j.log.Error("membership change refused at apply", "index", e.GetIndex(), "err", err)
-		j.rn.ApplyConfChange(&raftpb.ConfChange{})
+		j.loop.rn.ApplyConfChange(&raftpb.ConfChange{})
 		rec.err = operr.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)
 		return rec
 	}
 	// A member below the cluster version (admitted while a raise was in
 	// flight, or by a leader that had not seen the raise) is refused
 	// alike on every replica, by the membership the change applies to.
-	if err := checkMemberVersion(cc, ctx, j.confBase.ClusterVersion()); err != nil {
+	if err := checkMemberVersion(cc, ctx, j.loop.confBase.ClusterVersion()); err != nil {
 		j.log.Error("membership change refused at apply", "index", e.GetIndex(), "err", err)
-		j.rn.ApplyConfChange(&raftpb.ConfChange{})
+		j.loop.rn.ApplyConfChange(&raftpb.ConfChange{})
 		rec.err = operr.Errorf("journal: membership change at %d refused: %w", e.GetIndex(), err)
 		return rec
 	}
-	cs := j.rn.ApplyConfChange(cc)
-	m := j.confBase.Clone()
+	cs := j.loop.rn.ApplyConfChange(cc)
+	m := j.loop.confBase.Clone()
 	m.Apply(e.GetIndex(), cc, ctx, cs)
 	j.advanceMembership(m)
 	rec.m = m
@@ -170,7 +170,7 @@ func (j *Journal) applyConfChange(e *raftpb.Entry) memberRecord {
 // rebuilds the records of the changes it already knows (their records are
 // rewritten with the same content) without taking the published view back.
 func (j *Journal) advanceMembership(m *membership.Membership) {
-	j.confBase = m
+	j.loop.confBase = m
 	j.mu.Lock()
 	newer := j.mu.membership.Index > m.Index
 	j.mu.Unlock()
@@ -194,7 +194,7 @@ func (j *Journal) setMembership(m *membership.Membership) {
 		if _, ok := m.Members[id]; !ok && id != j.id && m.IsRemoved(id) {
 			// After this Ready's messages are sent: they include the
 			// append that tells the removed node its removal committed.
-			j.removedPeers = append(j.removedPeers, id)
+			j.loop.removedPeers = append(j.loop.removedPeers, id)
 		}
 	}
 	for id, mem := range m.Members {

@@ -33,7 +33,7 @@ func (j *Journal) learnWindow(m *membership.Membership) {
 		return
 	}
 	j.window.Store(m.Window)
-	j.dedupe.SetWindow(m.Window)
+	j.applier.dedupe.SetWindow(m.Window)
 }
 
 // compactMargin is the least number of entries the log keeps behind the

@@ -214,6 +214,16 @@
 // A *Journal is safe for concurrent use. StateMachine.Apply is called from
 // one goroutine, in log order.
 //
+// A node runs the raft loop (the only goroutine that calls into raft), the
+// append goroutine (raft's appends and the image records, to the store),
+// the applier (StateMachine.Apply, the membership files) and a few
+// helpers (the free space watch, the version advertisement, the removal
+// probe, the image requests, the halt watch). The Journal type groups its
+// fields by who may touch them: the loop's state (loopState), the append
+// goroutine's (appenderState) and the applier's (applierState), which no
+// other goroutine touches once it runs; what Open sets and only reads
+// after; and the channels, atomics and locked values the goroutines share.
+//
 // # Package layout
 //
 // Package journal is the API and the node: Open, the raft loop, the

@@ -52,7 +52,7 @@ func (j *Journal) ReadRoundsSentForTest() uint64 { return j.rounds.Sent() }
 // of j's raft configuration, sorted.
 func (j *Journal) RaftConfigForTest(ctx context.Context) (voters, learners []uint64, err error) {
 	err = j.do(ctx, func() {
-		cfg := j.rn.Status().Config
+		cfg := j.loop.rn.Status().Config
 		learners = slices.Sorted(maps.Keys(cfg.Learners))
 		voters = slices.Sorted(maps.Keys(cfg.Voters.IDs()))
 	})
@@ -124,7 +124,7 @@ type ConfContextForTest = membership.ConfContext
 func (j *Journal) ProposeConfChangeRawForTest(ctx context.Context, typ raftpb.ConfChangeType, id uint64, cctx ConfContextForTest) error {
 	cc := &raftpb.ConfChange{Type: typ.Enum(), NodeId: new(id), Context: mustJSON(cctx)}
 	var perr error
-	if err := j.do(ctx, func() { perr = j.rn.ProposeConfChange(cc) }); err != nil {
+	if err := j.do(ctx, func() { perr = j.loop.rn.ProposeConfChange(cc) }); err != nil {
 		return err
 	}
 	return perr
@@ -151,7 +151,7 @@ func (j *Journal) ProposeConfChangeUncheckedForTest(ctx context.Context, typ raf
 // raft loop, past the proposal checks, and returns once raft took it.
 func (j *Journal) ProposeRawForTest(ctx context.Context, data []byte) error {
 	var perr error
-	if err := j.do(ctx, func() { perr = j.rn.Propose(data) }); err != nil {
+	if err := j.do(ctx, func() { perr = j.loop.rn.Propose(data) }); err != nil {
 		return err
 	}
 	return perr
@@ -317,8 +317,8 @@ func (j *Journal) RecordMembershipWithoutKeysForTest(i uint64) error {
 func (j *Journal) ProposeTurnForTest(ctx context.Context, ents func(commit uint64) [][]byte) error {
 	var perr error
 	if err := j.do(ctx, func() {
-		for _, e := range ents(j.rn.Status().GetCommit()) {
-			if perr = j.rn.Propose(e); perr != nil {
+		for _, e := range ents(j.loop.rn.Status().GetCommit()) {
+			if perr = j.loop.rn.Propose(e); perr != nil {
 				return
 			}
 		}

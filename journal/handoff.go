@@ -26,7 +26,7 @@ func (j *Journal) Handoff(ctx context.Context) error {
 		return nil
 	}
 	var to uint64
-	if err := j.do(ctx, func() { to = successor(j.rn.Status()) }); err != nil {
+	if err := j.do(ctx, func() { to = successor(j.loop.rn.Status()) }); err != nil {
 		return operr.Errorf("journal: handoff: %w", err)
 	}
 	if to == 0 {

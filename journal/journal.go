@@ -25,149 +25,140 @@ import (
 
 // Journal is one node of a replicated log. It is safe for concurrent use by
 // multiple goroutines. Open starts it; Close stops it.
+//
+// Its fields are grouped by who may touch them: those Open sets before any
+// goroutine starts and only reads after; the state of each of the raft
+// loop (loop), the append goroutine (appender) and the applier (applier),
+// which no other goroutine touches; the channels and queues between the
+// goroutines; the values that are safe for concurrent use by themselves
+// (atomics, and types with a lock of their own), each with its writers;
+// and what j.mu guards.
 type Journal struct {
+	// Set by Open before any goroutine of the journal starts, and only
+	// read after (token before the transport starts).
 	cfg   Config
 	log   *slog.Logger
-	space *diskguard.Guard // refuses writes while the disk is nearly full
+	id    uint64
+	token string
 	// stamps is the clock of the staleness guard: wall time at Open,
 	// advanced monotonically.
-	stamps stampClock
-	id     uint64
-	cid    atomic.Pointer[string] // cluster id (set once, before or during Open)
-	token  string
-	role   atomic.Uint32 // Role as recorded in ROLE (changes on promotion)
+	stamps  stampClock
+	space   *diskguard.Guard // refuses writes while the disk is nearly full
+	store   *raftstore.Store
+	tr      Transport
+	http    *HTTPTransport // the default transport, or nil
+	lock    io.Closer
+	metrics *metrics // counters for Collector
 
-	store *raftstore.Store
-	tr    Transport
-	http  *HTTPTransport // the default transport, or nil
-	lock  io.Closer
+	loop     loopState     // the raft loop's
+	appender appenderState // the append goroutine's
+	applier  applierState  // the applier's
 
-	rn *raft.RawNode // owned by the loop goroutine once started
-	// appendq carries raft's MsgStorageAppend messages from the loop to the
-	// append goroutine; appendDone carries them back once durable.
+	// The channels and queues between the goroutines, made by newJournal
+	// and never replaced.
+	propc   chan *proposal // proposals, to the loop
+	recvc   chan inbound   // messages from peers, to the loop
+	opc     chan func()    // functions the loop runs (do)
+	reportc chan report    // the transport's reports, to the loop
+	// appendq carries the append goroutine's work: raft's
+	// MsgStorageAppend messages from the loop, and ImageWritten's store
+	// operations; appendDone carries the messages back once durable.
 	appendq    *appendQueue
 	appendDone chan appendResult
-	// persistedTerm and persistedVote are the HardState's term and vote as
-	// last written (append goroutine only): changing them needs an fsync.
-	persistedTerm, persistedVote uint64
-	// confQueue holds the keys of the membership changes proposed by this
-	// leader and not yet seen in a Ready (loop goroutine only).
-	confQueue [][16]byte
-	// confBase is the membership as of the last membership change or
-	// version entry handed to the applier, starting from the membership as
-	// of the index the state machine was loaded at (loop goroutine only
-	// once started): the next change applies to it. It holds replicated
-	// state only, so a replay from an older image reproduces each
-	// historical record and every replica decides each change alike; the
-	// published membership (mu.membership) may be newer during a replay.
-	confBase *membership.Membership
-	// pendingVersion is the highest cluster version in a version entry this
-	// node proposed or appended and has not yet handed to the applier, and
-	// pendingVersionAt that entry's index (for one proposed and not yet in
-	// a Ready, the lowest index it can have) (loop goroutine only): the
-	// leader refuses a member that could not read it before its entry
-	// applies (checkConfChange).
-	pendingVersion   uint32
-	pendingVersionAt uint64
-	// removedPeers are the peers a membership change removed, left in the
-	// transport until the Ready's messages are sent (loop goroutine only).
-	removedPeers []uint64
-	// ticks counts the ticks the loop gave raft; heard is the count at
-	// which the last message from each peer arrived (loop goroutine
-	// only): which voters checkConfChange counts as reachable.
-	ticks uint64
-	heard map[uint64]uint64
-	// lastTick is when the loop last took a tick (loop goroutine only;
-	// noteTick).
-	lastTick time.Time
-	// steppedSnaps are the indexes of the snapshot messages stepped since
-	// the last Ready (loop goroutine only): settleFetched releases those
-	// raft did not take.
-	steppedSnaps []uint64
-	// heldApplyAcks are raft's acknowledgements of committed entries
-	// handed to the applier, held while the apply queue is full (loop
-	// goroutine only; releaseApplyAcks).
-	heldApplyAcks []*raftpb.Message
-	// selfVotes counts this node's votes for itself that raft holds back
-	// until the append goroutine made its term and vote durable (loop
-	// goroutine only; see tick).
-	selfVotes int
-	// batch holds the normal proposals taken since the last flush: they
-	// go to raft in one MsgProp, so raft appends them together and sends
-	// one append message per follower for all of them, not one each.
-	batch      []*proposal
-	batchBytes uint64
-
-	propc   chan *proposal
-	recvc   chan inbound
-	opc     chan func()
-	reportc chan report
-	stopc   chan struct{} // closed by Close: the loop and applier stop
+	applyq     *applyQueue // committed entries, from the loop to the applier
+	// imageReqc carries requests for a new image to requestImages (cap 1:
+	// a pending request covers later ones).
+	imageReqc chan struct{}
+	// checkc wakes the loop (cap 1) when the applier left a report in
+	// checkReport or raised the corruption alarm.
+	checkc chan struct{}
+	stopc  chan struct{} // closed by Close: the journal's goroutines stop
 	// loopDead is closed when the raft loop stopped running (Close, or a
 	// persist failure): requests to it give up.
 	loopDead chan struct{}
 	done     chan struct{} // closed when Close begins: waiters give up
 	wg       sync.WaitGroup
 	closeMu  sync.Mutex
-	closed   bool
+	closed   bool // under closeMu
 
-	applyq *applyQueue
-	// imageReqc carries requests for a new image to requestImages (cap 1:
-	// a pending request covers later ones).
-	imageReqc chan struct{}
+	// Atomics, safe for concurrent use, grouped by their writers.
+	//
+	// Set by Open (the transport reads cid meanwhile); role also by the
+	// applier as it applies this node's promotion.
+	cid  atomic.Pointer[string] // cluster id ("" until known)
+	role atomic.Uint32          // Role as recorded in ROLE
 
-	// Written by the loop, read anywhere.
+	// Written by the loop (Open sets their first values), read anywhere.
 	leader    atomic.Uint64
 	term      atomic.Uint64
 	state     atomic.Uint32 // raft.StateType
-	committed atomic.Uint64
-	lastImage atomic.Uint64
+	committed atomic.Uint64 // the durable commit index
+	// lastIndexPub is the loop's lastIndex, for Receive's early check.
+	lastIndexPub atomic.Uint64
+	// fenceUntil, while non-zero, makes Receive refuse every sender
+	// (ForceNewCluster): the node leads a cluster of itself alone, and
+	// every other node is an old member it forces out. It is set before
+	// the transport starts, narrowed by forceNewCluster to the index of
+	// the last removal it appends, and cleared by the loop once the
+	// committed entries up to that index are handed to the applier, after
+	// the membership that lists the old members as removed is published
+	// (Receive reads it before the membership, so a Receive that finds
+	// the fence lifted finds that membership too).
+	fenceUntil atomic.Uint64
+
+	// Written by the applier (Open sets their first values), read
+	// anywhere.
+	applied atomic.Uint64
+	lastTS  atomic.Int64 // unix nanos of the last applied leader timestamp
 	// installs counts the images installed from the leader since Open: a
 	// proposal waiting across one may have applied inside it (see
 	// ErrOutcomeUnknown).
-	installs  atomic.Uint64
-	images    imageIndexes  // the images the log may be compacted to
-	snapsOut  atomic.Int64  // snapshot transfers in flight (no compaction meanwhile)
-	removed   atomic.Bool   // this node was removed from the cluster
-	campaigns atomic.Uint64 // Readys in which this node asked for (pre-)votes
-	// refusedRemoved counts deliveries refused because the sender was
-	// removed from the cluster.
-	refusedRemoved atomic.Uint64
-	// refusedMsgs counts messages from the network refused as invalid
-	// (validate.go); lastIndexPub is lastIndex for Receive's early check.
-	refusedMsgs  atomic.Uint64
-	lastIndexPub atomic.Uint64
-	// lastIndex is raft's last log index as of the last Ready; logBound
-	// is lastIndex lowered by the appends and snapshots stepped since,
-	// which may have cut the log's tail (loop goroutine only).
-	lastIndex, logBound uint64
-	// stepped counts the entries this node's proposals added to raft's
-	// log since the last Ready (loop goroutine only; landsAt).
-	stepped uint64
-	// readFloor is the lowest index this node answers a ReadIndex with
-	// while it leads: its last index when it took the lead (0 while it
-	// does not lead; loop goroutine only; readindex.go).
-	readFloor uint64
-
-	// Written by the applier.
-	applied atomic.Uint64
-	lastTS  atomic.Int64 // unix nanos of the last applied leader timestamp
-	failed  atomic.Pointer[error]
-	// The consistency checks (check.go): the applier's record of recent
-	// marks, the report it leaves for the loop to propose (checkc wakes
-	// the loop, cap 1), and the raised corruption alarm.
-	checker     consistency.Checker
+	installs atomic.Uint64
+	// window is the cluster's dedupe window once a membership record told
+	// it (0 until then, or for ever in a cluster that records none):
+	// dedupeWindow.
+	window atomic.Uint64
+	// checkReport is the consistency check report the applier leaves for
+	// the loop, which takes it to propose it (check.go); corrupt is the
+	// alarm the applier raises on this member's own state.
 	checkReport atomic.Pointer[[]byte]
-	checkc      chan struct{}
 	corrupt     atomic.Pointer[CorruptError]
 
-	nwaiters  atomic.Int64 // len of all mu.waiters lists
-	waitChans sync.Pool    // of chan applyResult (cap 2, empty): addWaiter
-	doneChans sync.Pool    // of chan error (cap 1, empty): doneChan
+	// Written by more than one goroutine, read anywhere.
+	//
+	// failed is the error that stopped the loop or the applier, the
+	// first one (fail).
+	failed atomic.Pointer[error]
+	// lastImage is the index of the last image loaded (Open), installed
+	// (the applier) or recorded (the append goroutine); images are the
+	// images the log may be compacted to, under a lock of their own.
+	lastImage atomic.Uint64
+	images    imageIndexes
+	// snapsOut counts the snapshot transfers in flight (no compaction
+	// meanwhile): send counts them out, the loop counts their reports.
+	snapsOut atomic.Int64
+	// removed: this node was removed from the cluster, as the loop
+	// applied it (setMembership) or a peer reported it (reportRemoved).
+	removed atomic.Bool
+	// campaigns counts the sends in which this node asked for (pre-)votes.
+	campaigns atomic.Uint64
+	// refusedRemoved counts the deliveries Receive refused because the
+	// sender was removed from the cluster; refusedMsgs the messages from
+	// the network refused as invalid, by Receive or the loop
+	// (validate.go).
+	refusedRemoved atomic.Uint64
+	refusedMsgs    atomic.Uint64
+	nwaiters       atomic.Int64 // len of all mu.waiters lists, changed under mu
 
-	keys keySource // Propose's idempotency keys
-
-	metrics *metrics // counters for Collector
+	// Safe for concurrent use through a lock of their own.
+	//
+	// checker holds the consistency checks (check.go): the applier's
+	// record of recent marks and the raised alarm.
+	checker   consistency.Checker
+	rounds    readround.Rounds // linearizable reads (readindex.go)
+	keys      keySource        // Propose's idempotency keys
+	waitChans sync.Pool        // of chan applyResult (cap 2, empty): addWaiter
+	doneChans sync.Pool        // of chan error (cap 1, empty): doneChan
 
 	mu struct {
 		sync.Mutex
@@ -182,26 +173,87 @@ type Journal struct {
 		// not name yet, taken from their requests (learnpeer.go).
 		learned map[uint64]string
 	}
-	// fenceUntil, while non-zero, makes Receive refuse every sender
-	// (ForceNewCluster): the node leads a cluster of itself alone, and
-	// every other node is an old member it forces out. It is set before
-	// the transport starts, narrowed by forceNewCluster to the index of
-	// the last removal it appends, and cleared by the loop once the
-	// committed entries up to that index are handed to the applier, after
-	// the membership that lists the old members as removed is published
-	// (Receive reads it before the membership, so a Receive that finds
-	// the fence lifted finds that membership too).
-	fenceUntil atomic.Uint64
+}
 
-	dedupe *dedupe.Window // applier only
-	// window is the cluster's dedupe window once a membership record told
-	// it (0 until then, or for ever in a cluster that records none):
-	// dedupeWindow.
-	window atomic.Uint64
+// loopState is the raft loop's state: owned by the loop goroutine (run,
+// and the functions it runs, those handed to it through do included).
+// Open sets it up before the loop starts; nothing else reads or writes it
+// once the loop runs.
+type loopState struct {
+	rn *raft.RawNode
+	// confQueue holds the keys of the membership changes proposed by this
+	// leader and not yet seen in a Ready.
+	confQueue [][16]byte
+	// confBase is the membership as of the last membership change or
+	// version entry handed to the applier, starting from the membership as
+	// of the index the state machine was loaded at: the next change
+	// applies to it. It holds replicated state only, so a replay from an
+	// older image reproduces each historical record and every replica
+	// decides each change alike; the published membership (mu.membership)
+	// may be newer during a replay.
+	confBase *membership.Membership
+	// pendingVersion is the highest cluster version in a version entry this
+	// node proposed or appended and has not yet handed to the applier, and
+	// pendingVersionAt that entry's index (for one proposed and not yet in
+	// a Ready, the lowest index it can have): the leader refuses a member
+	// that could not read it before its entry applies (checkConfChange).
+	pendingVersion   uint32
+	pendingVersionAt uint64
+	// removedPeers are the peers a membership change removed, left in the
+	// transport until the Ready's messages are sent.
+	removedPeers []uint64
+	// ticks counts the ticks the loop gave raft; heard is the count at
+	// which the last message from each peer arrived: which voters
+	// checkConfChange counts as reachable.
+	ticks uint64
+	heard map[uint64]uint64
+	// lastTick is when the loop last took a tick (noteTick).
+	lastTick time.Time
+	// steppedSnaps are the indexes of the snapshot messages stepped since
+	// the last Ready: settleFetched releases those raft did not take.
+	steppedSnaps []uint64
+	// heldApplyAcks are raft's acknowledgements of committed entries
+	// handed to the applier, held while the apply queue is full
+	// (releaseApplyAcks).
+	heldApplyAcks []*raftpb.Message
+	// selfVotes counts this node's votes for itself that raft holds back
+	// until the append goroutine made its term and vote durable (see
+	// tick).
+	selfVotes int
+	// batch holds the normal proposals taken since the last flush: they
+	// go to raft in one MsgProp, so raft appends them together and sends
+	// one append message per follower for all of them, not one each.
+	batch      []*proposal
+	batchBytes uint64
+	// lastIndex is raft's last log index as of the last Ready; logBound
+	// is lastIndex lowered by the appends and snapshots stepped since,
+	// which may have cut the log's tail.
+	lastIndex, logBound uint64
+	// stepped counts the entries this node's proposals added to raft's
+	// log since the last Ready (landsAt).
+	stepped uint64
+	// readFloor is the lowest index this node answers a ReadIndex with
+	// while it leads: its last index when it took the lead (0 while it
+	// does not lead; readindex.go).
+	readFloor uint64
+}
 
-	rounds readround.Rounds // linearizable reads (readindex.go)
-	// membersIndex is the membership index the MEMBERS file holds
-	// (applier only, after Open): older memberships are not written again.
+// appenderState is the append goroutine's state (appendLoop): Open sets
+// it before the goroutine starts; nothing else reads or writes it once the
+// goroutine runs.
+type appenderState struct {
+	// persistedTerm and persistedVote are the HardState's term and vote as
+	// last written: changing them needs an fsync.
+	persistedTerm, persistedVote uint64
+}
+
+// applierState is the applier's state (applyLoop): Open sets it before the
+// applier starts; nothing else reads or writes it once the applier runs.
+type applierState struct {
+	// dedupe is the dedupe window the applier judges user entries by.
+	dedupe *dedupe.Window
+	// membersIndex is the membership index the MEMBERS file holds: older
+	// memberships are not written again.
 	membersIndex uint64
 }
 

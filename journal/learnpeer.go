@@ -60,7 +60,7 @@ func (j *Journal) settleLearned(m *membership.Membership) {
 		switch {
 		case m.IsRemoved(id):
 			delete(j.mu.learned, id)
-			j.removedPeers = append(j.removedPeers, id)
+			j.loop.removedPeers = append(j.loop.removedPeers, id)
 		case m.Members[id].Addr != "":
 			delete(j.mu.learned, id)
 		}

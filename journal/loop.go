@@ -45,13 +45,13 @@ func (p *proposal) reply(err error) {
 	p.released.Store(true)
 }
 
-// run is the raft loop: the only goroutine that touches j.rn. Each
-// iteration handles one event (tick, proposals, inbound messages, an
-// operation, a finished append), then at most one Ready (handleReady): the
-// disk write goes to the append goroutine, messages that need none are
-// sent, committed entries go to the applier. Neither the fsync nor a slow
-// state machine stops ticks or Readys; a full apply queue holds back only
-// the committed entries (releaseApplyAcks).
+// run is the raft loop: the only goroutine that touches j.loop, raft's
+// RawNode among it. Each iteration handles one event (tick, proposals,
+// inbound messages, an operation, a finished append), then at most one
+// Ready (handleReady): the disk write goes to the append goroutine,
+// messages that need none are sent, committed entries go to the applier.
+// Neither the fsync nor a slow state machine stops ticks or Readys; a full
+// apply queue holds back only the committed entries (releaseApplyAcks).
 func (j *Journal) run() {
 	defer close(j.loopDead)
 	defer j.recoverStorageFailure()
@@ -61,21 +61,21 @@ func (j *Journal) run() {
 	var lastStamp int64
 	var lastCheck time.Time
 	var err error
-	if j.lastIndex, err = j.store.LastIndex(); err != nil {
+	if j.loop.lastIndex, err = j.store.LastIndex(); err != nil {
 		j.fail(operr.Errorf("journal: last index: %w", err))
 		return
 	}
-	j.lastIndexPub.Store(j.lastIndex)
+	j.lastIndexPub.Store(j.loop.lastIndex)
 	more := make(chan struct{})
 	close(more)
 	for err == nil {
 		// Every iteration that changed raft's log ended with a Ready, so
 		// lastIndex is raft's last index again.
-		j.logBound = j.lastIndex
+		j.loop.logBound = j.loop.lastIndex
 		// With a Ready pending (a replay, a follower catching up) the select
 		// does not block: events and Readys alternate.
 		var readyc <-chan struct{}
-		if j.rn.HasReady() {
+		if j.loop.rn.HasReady() {
 			readyc = more
 		}
 		select {
@@ -102,11 +102,11 @@ func (j *Journal) run() {
 				if !r.ok {
 					st = raft.SnapshotFailure
 				}
-				j.rn.ReportSnapshot(r.id, st)
+				j.loop.rn.ReportSnapshot(r.id, st)
 				j.snapsOut.Add(-1)
 				j.notifyChanged()
 			} else {
-				j.rn.ReportUnreachable(r.id)
+				j.loop.rn.ReportUnreachable(r.id)
 			}
 		case res := <-j.appendDone:
 			err = j.appended(res)
@@ -143,8 +143,8 @@ func (j *Journal) run() {
 			now := j.stamps.now().UnixNano()
 			if now-lastStamp >= int64(staleEvery) {
 				// Dropped (uncommitted limit, transfer): retried next time.
-				if j.rn.Propose(envelope.EncodeTimestamp(now)) == nil {
-					j.stepped++
+				if j.loop.rn.Propose(envelope.EncodeTimestamp(now)) == nil {
+					j.loop.stepped++
 					lastStamp = now
 				}
 				j.maybeRaiseVersion()
@@ -153,13 +153,13 @@ func (j *Journal) run() {
 			lastStamp = 0
 		}
 		j.maybeCheck(&lastCheck)
-		if !j.rn.HasReady() {
+		if !j.loop.rn.HasReady() {
 			continue
 		}
-		err = j.handleReady(j.rn.Ready())
+		err = j.handleReady(j.loop.rn.Ready())
 		if err == nil && lastStamp == 0 && j.state.Load() == uint32(raft.StateLeader) {
 			now := j.stamps.now().UnixNano()
-			if j.rn.Propose(envelope.EncodeTimestamp(now)) == nil {
+			if j.loop.rn.Propose(envelope.EncodeTimestamp(now)) == nil {
 				lastStamp = now
 			}
 			j.maybeRaiseVersion()
@@ -185,15 +185,15 @@ func (j *Journal) tick() {
 	if j.removed.Load() {
 		return
 	}
-	if st := raft.StateType(j.state.Load()); j.selfVotes > 0 && (st == raft.StateCandidate || st == raft.StatePreCandidate) {
+	if st := raft.StateType(j.state.Load()); j.loop.selfVotes > 0 && (st == raft.StateCandidate || st == raft.StatePreCandidate) {
 		return
 	}
-	j.rn.Tick()
-	j.ticks++
+	j.loop.rn.Tick()
+	j.loop.ticks++
 	// The read round in flight, if no caller sent it or its answer is
 	// overdue (readindex.go).
 	if ctx := j.rounds.Tick(j.leader.Load() != 0, j.readResendTicks()); ctx != nil {
-		j.rn.ReadIndex(ctx)
+		j.loop.rn.ReadIndex(ctx)
 	}
 }
 
@@ -210,11 +210,11 @@ func (j *Journal) tick() {
 func (j *Journal) noteTick() {
 	now := j.cfg.Clock.Now()
 	stall := time.Duration(j.cfg.ElectionTicks-j.cfg.HeartbeatTicks) * j.cfg.TickInterval
-	if gap := now.Sub(j.lastTick); !j.lastTick.IsZero() && gap >= stall {
+	if gap := now.Sub(j.loop.lastTick); !j.loop.lastTick.IsZero() && gap >= stall {
 		j.metrics.loopStalls.Add(1)
 		j.log.Warn("raft loop stalled: no tick taken for most of an election timeout", "gap", gap, "state", raft.StateType(j.state.Load()))
 	}
-	j.lastTick = now
+	j.loop.lastTick = now
 }
 
 // selfVotesIn counts the votes for this node among the responses m holds
@@ -351,9 +351,9 @@ func (j *Journal) propose(p *proposal) {
 			j.answer(p, errBeyondWindow)
 			return
 		}
-		j.batch = append(j.batch, p)
-		j.batchBytes += uint64(len(p.data))
-		if j.batchBytes >= j.cfg.MaxSizePerMsg {
+		j.loop.batch = append(j.loop.batch, p)
+		j.loop.batchBytes += uint64(len(p.data))
+		if j.loop.batchBytes >= j.cfg.MaxSizePerMsg {
 			j.flushProposals()
 		}
 		return
@@ -363,12 +363,12 @@ func (j *Journal) propose(p *proposal) {
 	j.flushProposals()
 	err := j.checkConfChange(p.cc, p.force)
 	if err == nil {
-		if err = j.rn.ProposeConfChange(p.cc); err == nil {
+		if err = j.loop.rn.ProposeConfChange(p.cc); err == nil {
 			// raft may still turn it into an empty entry (another change
 			// pending); handleReady tells which.
 			var ctx membership.ConfContext
 			_ = json.Unmarshal(p.cc.GetContext(), &ctx)
-			j.confQueue = append(j.confQueue, ctx.Key)
+			j.loop.confQueue = append(j.loop.confQueue, ctx.Key)
 		}
 	}
 	j.answer(p, err)
@@ -382,7 +382,7 @@ func (j *Journal) propose(p *proposal) {
 // its since's window: it could only expire (dedupe.Window.Judge), and proposing
 // it again at once would append another copy behind the next tail.
 func (j *Journal) landsAt(p *proposal) uint64 {
-	return max(j.lastIndex+j.stepped+uint64(len(j.batch))+1, p.since+1)
+	return max(j.loop.lastIndex+j.loop.stepped+uint64(len(j.loop.batch))+1, p.since+1)
 }
 
 // answer tells a proposer whether raft took its proposal.
@@ -406,37 +406,37 @@ func (j *Journal) answer(p *proposal, err error) {
 // follower raft forwards the batch to the leader, which may still drop it
 // without a word: the proposers' waits are bounded and retried.
 func (j *Journal) flushProposals() {
-	if len(j.batch) == 0 {
+	if len(j.loop.batch) == 0 {
 		return
 	}
-	ents := make([]raftpb.Entry, len(j.batch))
-	ptrs := make([]*raftpb.Entry, len(j.batch))
-	for i, p := range j.batch {
+	ents := make([]raftpb.Entry, len(j.loop.batch))
+	ptrs := make([]*raftpb.Entry, len(j.loop.batch))
+	for i, p := range j.loop.batch {
 		ents[i].Data = p.data
 		ptrs[i] = &ents[i]
 	}
 	// On a follower the batch holds forwardable proposals only (propose
 	// refused the rest): raft sends them to the leader it knows.
-	err := j.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(j.id), Entries: ptrs})
+	err := j.loop.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(j.id), Entries: ptrs})
 	if err == nil {
-		j.stepped += uint64(len(j.batch))
+		j.loop.stepped += uint64(len(j.loop.batch))
 	}
-	for i, p := range j.batch {
+	for i, p := range j.loop.batch {
 		j.answer(p, err)
-		j.batch[i] = nil
+		j.loop.batch[i] = nil
 	}
-	j.batch = j.batch[:0]
-	j.batchBytes = 0
+	j.loop.batch = j.loop.batch[:0]
+	j.loop.batchBytes = 0
 }
 
 // failBatch answers the batched proposals with err (the loop is ending).
 func (j *Journal) failBatch(err error) {
-	for i, p := range j.batch {
+	for i, p := range j.loop.batch {
 		p.reply(err)
-		j.batch[i] = nil
+		j.loop.batch[i] = nil
 	}
-	j.batch = j.batch[:0]
-	j.batchBytes = 0
+	j.loop.batch = j.loop.batch[:0]
+	j.loop.batchBytes = 0
 }
 
 // step feeds inbound messages to raft, but for those that name an index
@@ -444,14 +444,14 @@ func (j *Journal) failBatch(err error) {
 func (j *Journal) step(in inbound) {
 	var err error
 	for _, m := range in.msgs {
-		if e := checkAgainstLog(m, j.logBound); e != nil {
+		if e := checkAgainstLog(m, j.loop.logBound); e != nil {
 			j.refuse(e)
 			err = e
 			continue
 		}
-		j.heard[m.GetFrom()] = j.ticks
+		j.loop.heard[m.GetFrom()] = j.loop.ticks
 		j.notifyChanged()
-		if e := j.rn.Step(m); e != nil && !errors.Is(e, raft.ErrStepPeerNotFound) && !errors.Is(e, raft.ErrStepLocalMsg) {
+		if e := j.loop.rn.Step(m); e != nil && !errors.Is(e, raft.ErrStepPeerNotFound) && !errors.Is(e, raft.ErrStepLocalMsg) {
 			err = e
 		}
 		// An append or a snapshot may have cut the log's tail; until the
@@ -459,19 +459,19 @@ func (j *Journal) step(in inbound) {
 		switch m.GetType() {
 		case raftpb.MsgApp:
 			if n := len(m.GetEntries()); n > 0 {
-				j.logBound = min(j.logBound, m.GetIndex()+uint64(n))
+				j.loop.logBound = min(j.loop.logBound, m.GetIndex()+uint64(n))
 			}
 		case raftpb.MsgSnap:
-			j.logBound = min(j.logBound, m.GetSnapshot().GetMetadata().GetIndex())
+			j.loop.logBound = min(j.loop.logBound, m.GetSnapshot().GetMetadata().GetIndex())
 		}
 	}
 	if in.done != nil {
 		// A snapshot message (alone in its batch): raft took it if the
 		// next Ready carries it; without a Ready to come it did not.
-		if idx := in.msgs[0].GetSnapshot().GetMetadata().GetIndex(); err != nil || !j.rn.HasReady() {
+		if idx := in.msgs[0].GetSnapshot().GetMetadata().GetIndex(); err != nil || !j.loop.rn.HasReady() {
 			j.releaseFetched(idx)
 		} else {
-			j.steppedSnaps = append(j.steppedSnaps, idx)
+			j.loop.steppedSnaps = append(j.loop.steppedSnaps, idx)
 		}
 		in.done <- err
 	}
@@ -490,21 +490,21 @@ func (j *Journal) step(in inbound) {
 // (etcd#14370), in the MsgStorageApply for the applier.
 func (j *Journal) handleReady(rd raft.Ready) error {
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		j.lastIndex = rd.Snapshot.GetMetadata().GetIndex()
+		j.loop.lastIndex = rd.Snapshot.GetMetadata().GetIndex()
 	}
 	if n := len(rd.Entries); n > 0 {
-		j.lastIndex = rd.Entries[n-1].GetIndex()
+		j.loop.lastIndex = rd.Entries[n-1].GetIndex()
 	}
-	j.stepped = 0
-	j.logBound = j.lastIndex
-	j.lastIndexPub.Store(j.lastIndex)
+	j.loop.stepped = 0
+	j.loop.logBound = j.loop.lastIndex
+	j.lastIndexPub.Store(j.loop.lastIndex)
 	// The ReadIndex answers of this Ready were made under the leadership
 	// it starts or under the one it ends (readindex.go).
-	floor := j.readFloor
+	floor := j.loop.readFloor
 	if rd.SoftState != nil {
 		j.setSoftState(rd.SoftState.Lead, rd.SoftState.RaftState)
 	}
-	floor = max(floor, j.readFloor)
+	floor = max(floor, j.loop.readFloor)
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		if t := rd.HardState.GetTerm(); t != j.term.Swap(t) {
 			j.notifyLeadership()
@@ -518,7 +518,7 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
-			j.selfVotes += j.selfVotesIn(m)
+			j.loop.selfVotes += j.selfVotesIn(m)
 			j.appendq.push(appendItem{msg: m})
 		case raft.LocalApplyThread:
 			apply = m
@@ -535,7 +535,7 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 		if err := j.handOff(apply.GetEntries(), nil); err != nil {
 			return err
 		}
-		j.heldApplyAcks = append(j.heldApplyAcks, apply.GetResponses()...)
+		j.loop.heldApplyAcks = append(j.loop.heldApplyAcks, apply.GetResponses()...)
 		j.releaseApplyAcks()
 	}
 	// Peers' messages go last: the goroutine readied last runs next on this
@@ -555,12 +555,12 @@ func (j *Journal) handleReady(rd raft.Ready) error {
 // ApplyQueueBytes plus one Ready's committed entries (the applier publishes
 // what it really applied).
 func (j *Journal) releaseApplyAcks() {
-	if len(j.heldApplyAcks) == 0 || j.applyq.full() {
+	if len(j.loop.heldApplyAcks) == 0 || j.applyq.full() {
 		return
 	}
-	j.stepLocal(j.heldApplyAcks)
-	clear(j.heldApplyAcks)
-	j.heldApplyAcks = j.heldApplyAcks[:0]
+	j.stepLocal(j.loop.heldApplyAcks)
+	clear(j.loop.heldApplyAcks)
+	j.loop.heldApplyAcks = j.loop.heldApplyAcks[:0]
 }
 
 // stepLocal steps responses raft addressed to itself. Like Advance, it
@@ -568,7 +568,7 @@ func (j *Journal) releaseApplyAcks() {
 // simply dropped by raft.
 func (j *Journal) stepLocal(msgs []*raftpb.Message) {
 	for _, m := range msgs {
-		_ = j.rn.Step(m)
+		_ = j.loop.rn.Step(m)
 	}
 }
 
@@ -603,13 +603,13 @@ func (j *Journal) setSoftState(lead uint64, st raft.StateType) {
 	}
 	if raft.StateType(j.state.Swap(uint32(st))) != st {
 		changed = true
-		j.readFloor = 0
+		j.loop.readFloor = 0
 		if st == raft.StateLeader {
-			j.readFloor = j.lastIndex
+			j.loop.readFloor = j.loop.lastIndex
 		}
 	}
 	if changed {
-		j.confQueue = nil
+		j.loop.confQueue = nil
 	}
 	if changed {
 		j.log.Info("raft state", "state", st, "leader", lead, "term", j.term.Load())

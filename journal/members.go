@@ -131,7 +131,7 @@ func (j *Journal) TransferLeadership(ctx context.Context, to uint64) error {
 		case leader == to:
 			return nil
 		case j.state.Load() == uint32(raft.StateLeader):
-			if err := j.do(ctx, func() { j.rn.TransferLeader(to) }); err != nil {
+			if err := j.do(ctx, func() { j.loop.rn.TransferLeader(to) }); err != nil {
 				return operr.Errorf("journal: transfer leadership to %d: %w", to, err)
 			}
 			requested = true

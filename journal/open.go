@@ -89,11 +89,11 @@ func newJournal(cfg Config) (*Journal, error) {
 		applyq:     newApplyQueue(cfg.ApplyQueueBytes, cfg.ApplyQueueBatches),
 		appendq:    newAppendQueue(),
 		appendDone: make(chan appendResult, 16),
-		dedupe:     dedupe.New(cfg.DedupeWindow),
-		heard:      map[uint64]uint64{},
 		imageReqc:  make(chan struct{}, 1),
 		checkc:     make(chan struct{}, 1),
 		metrics:    newMetrics(),
+		loop:       loopState{heard: map[uint64]uint64{}},
+		applier:    applierState{dedupe: dedupe.New(cfg.DedupeWindow)},
 	}
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.commitCh = make(chan struct{})
@@ -106,7 +106,7 @@ func newJournal(cfg Config) (*Journal, error) {
 	j.mu.appliedCh = make(chan struct{})
 	j.mu.waiters = map[[16]byte]*waiter{}
 	j.mu.membership = membership.New()
-	j.confBase = membership.New()
+	j.loop.confBase = membership.New()
 	if cfg.ForceNewCluster {
 		// Before the transport starts: no message of an old member reaches
 		// raft while Open reads the log it rewrites (forceNewCluster).
@@ -286,11 +286,11 @@ func (j *Journal) startRaft(ctx context.Context, joinResp *JoinResponse) (*raftp
 		AsyncStorageWrites: true,
 		Logger:             raftstore.NewRaftLogger(j.log),
 	}
-	j.rn, err = raft.NewRawNode(rc)
+	j.loop.rn, err = raft.NewRawNode(rc)
 	if err != nil {
 		return nil, operr.Errorf("journal: start raft: %w", err)
 	}
-	j.persistedTerm, j.persistedVote = hs.GetTerm(), hs.GetVote()
+	j.appender.persistedTerm, j.appender.persistedVote = hs.GetTerm(), hs.GetVote()
 	j.committed.Store(hs.GetCommit())
 	j.term.Store(hs.GetTerm())
 	j.state.Store(uint32(raft.StateFollower))
@@ -436,7 +436,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 					return nil, operr.Errorf("journal: image %d: %w", idx, err)
 				}
 				j.learnWindow(im)
-				j.dedupe.Reset(im.Keys)
+				j.applier.dedupe.Reset(im.Keys)
 				image = im
 				if err := j.recordWindow(idx, im, blob); err != nil {
 					return nil, operr.Errorf("journal: image %d: %w", idx, err)
@@ -458,7 +458,7 @@ func (j *Journal) loadState(ctx context.Context, joinResp *JoinResponse) (*membe
 		if err != nil {
 			return nil, operr.Errorf("journal: rebuild dedupe window: %w", err)
 		}
-		j.dedupe = d
+		j.applier.dedupe = d
 	}
 	j.applied.Store(imageIndex)
 	if imageIndex > 0 || j.store.HardState().GetCommit() > 0 {

@@ -36,7 +36,7 @@ type Progress struct {
 func (j *Journal) Progress(ctx context.Context) ([]Progress, error) {
 	var out []Progress
 	err := j.do(ctx, func() {
-		st := j.rn.Status()
+		st := j.loop.rn.Status()
 		if st.RaftState != raft.StateLeader {
 			return
 		}
@@ -78,7 +78,7 @@ func (j *Journal) checkPromote(cc *raftpb.ConfChange) error {
 	if cc.GetType() != raftpb.ConfChangeAddNode {
 		return nil
 	}
-	st := j.rn.Status()
+	st := j.loop.rn.Status()
 	pr, ok := st.Progress[cc.GetNodeId()]
 	if !ok || !pr.IsLearner || st.RaftState != raft.StateLeader {
 		return nil

@@ -110,7 +110,7 @@ func (j *Journal) gatherRound(r *readround.Round) bool {
 // ticks, sends it.
 func (j *Journal) sendRound(ctx context.Context, r *readround.Round) error {
 	return j.do(ctx, func() {
-		j.rn.ReadIndex(r.Ctx())
+		j.loop.rn.ReadIndex(r.Ctx())
 		j.rounds.MarkSent(r)
 	})
 }

@@ -28,7 +28,7 @@ func (j *Journal) probeRemoval() {
 func (j *Journal) sendRemovalProbe() {
 	ctx, cancel := j.untilStop(context.Background(), j.electionTimeout())
 	defer cancel()
-	if err := j.do(ctx, func() { j.rn.ReadIndex(removalProbeCtx) }); err != nil {
+	if err := j.do(ctx, func() { j.loop.rn.ReadIndex(removalProbeCtx) }); err != nil {
 		j.log.Debug("removal probe not sent", "err", err)
 	}
 }

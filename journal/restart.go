@@ -110,10 +110,10 @@ func (j *Journal) checkBootstrapLog() error {
 // snapshot when the newest image was unusable) and returns the ConfState as
 // of that index, which raft must start from. The membership as of that
 // index becomes the base the replayed membership changes apply to
-// (j.confBase), so that the replay reproduces each historical record. Every
-// entry up to the loaded index was applied, hence committed: when the
-// durable commit lags (a crash between an image and the HardState write),
-// it is raised to that index.
+// (j.loop.confBase), so that the replay reproduces each historical
+// record. Every entry up to the loaded index was applied, hence committed:
+// when the durable commit lags (a crash between an image and the
+// HardState write), it is raised to that index.
 func (j *Journal) restartPoint(image *membership.Membership) (*raftpb.ConfState, error) {
 	index := j.applied.Load()
 	first, err := j.store.FirstIndex()
@@ -144,7 +144,7 @@ func (j *Journal) restartPoint(image *membership.Membership) (*raftpb.ConfState,
 	if err != nil {
 		return nil, operr.Errorf("journal: membership as of the loaded index %d: %w", index, err)
 	}
-	j.confBase = base
+	j.loop.confBase = base
 	return conf, nil
 }
 

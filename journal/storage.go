@@ -113,10 +113,10 @@ func (j *Journal) releaseFetched(index uint64) {
 // stepped since the last one that raft took are in it; the others were
 // ignored, and their images are released.
 func (j *Journal) settleFetched(taken *raftpb.Snapshot) {
-	for _, idx := range j.steppedSnaps {
+	for _, idx := range j.loop.steppedSnaps {
 		if raft.IsEmptySnap(taken) || taken.GetMetadata().GetIndex() != idx {
 			j.releaseFetched(idx)
 		}
 	}
-	j.steppedSnaps = j.steppedSnaps[:0]
+	j.loop.steppedSnaps = j.loop.steppedSnaps[:0]
 }

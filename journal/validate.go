@@ -118,7 +118,7 @@ func checkSnapshot(m *raftpb.Message) error {
 // this node's log where raft takes it as a fact: a heartbeat's commit
 // (raft panics: "tocommit is out of range") and an append acknowledgement
 // (a follower cannot have what the leader never had). lastIndex is a lower
-// bound of raft's last index (see Journal.lastIndex), and what a correct
+// bound of raft's last index (see loopState.lastIndex), and what a correct
 // peer sends stays within it: a leader's heartbeat carries at most what
 // this node acknowledged, which it had written, and so taken from a Ready.
 func checkAgainstLog(m *raftpb.Message, lastIndex uint64) error {
