@@ -434,16 +434,9 @@ func BenchmarkReplay(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for !j.Status().IsLeader() { // a single voter elects itself after a timeout
-		ch := j.Leadership()
-		if j.Status().IsLeader() {
-			break
-		}
-		select {
-		case <-ch:
-		case <-b.Context().Done():
-			b.Fatal(b.Context().Err())
-		}
+	// A single voter elects itself after a timeout.
+	if err := journaltest.AwaitLeading(b.Context(), j); err != nil {
+		b.Fatal(err)
 	}
 	// Fill the log: a single node, many proposers, so group commit packs
 	// them (this part is not timed).

@@ -61,18 +61,11 @@ func openLeader(ctx context.Context, t *testing.T, cfg journal.Config) *journal.
 	t.Helper()
 	j, err := journal.Open(ctx, cfg)
 	require.NoError(t, err)
-	for {
-		ch := j.Leadership()
-		if j.Status().IsLeader() {
-			return j
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			j.Close()
-			t.Fatalf("node 1 did not lead: %v", j.Status())
-		}
+	if err := journaltest.AwaitLeading(ctx, j); err != nil {
+		j.Close()
+		t.Fatal(err)
 	}
+	return j
 }
 
 // requireAllWrites checks that every write the cluster applied is in the
@@ -337,17 +330,7 @@ func TestForcedNodeRefusesItsOldMembersFromTheStartOfOpen(t *testing.T) {
 		}
 		openGate()
 
-		for {
-			ch := j.Leadership()
-			if j.Status().IsLeader() {
-				break
-			}
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				t.Fatalf("node 1 did not lead: %v", j.Status())
-			}
-		}
+		require.NoError(t, journaltest.AwaitLeading(ctx, j))
 		st := j.Status()
 		require.Less(t, st.Term, high, "the old members' term reached the survivor")
 		require.Equal(t, []journal.Member{{ID: 1, Addr: s.addr, Role: journal.Follower, MaxVersion: journal.NewestVersion}}, st.Members)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/metatree/metatree/journal"
 	"github.com/metatree/metatree/journal/internal/membership"
+	"github.com/metatree/metatree/journal/journaltest"
 	"github.com/metatree/metatree/journal/offline"
 )
 
@@ -96,17 +97,7 @@ func TestRestoredClusterKeepsItsVersionAndRefusesOldMembers(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
-		for !j.Status().IsLeader() {
-			ch := j.Leadership()
-			if j.Status().IsLeader() {
-				break
-			}
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				t.Fatalf("the seeded node does not lead: %+v", j.Status())
-			}
-		}
+		require.NoError(t, journaltest.AwaitLeading(ctx, j), "the seeded node")
 		require.NoError(t, j.Close())
 	})
 }
