@@ -647,6 +647,41 @@ func TestDigestOfCreatesAndUpdatesEqualsTheRecomputeForEveryEncodingForm(t *test
 	})
 }
 
+// A create builds its format 2 element in the digester's array when it
+// fits, with one-byte kind and name lengths (digester.created), and through
+// elemHead otherwise: on both sides of each of those edges the kept digest
+// equals the recompute from the blobs and the reference from the content.
+func TestDigestOfCreatesAtTheEdgesOfTheInPlaceElement(t *testing.T) {
+	var g digester
+	var ops []Op
+	sizes := map[int]bool{}
+	for _, kl := range []int{1, 0x7f, 0x80} {
+		for _, nl := range []int{1, 0x7f, 0x80} {
+			for _, want := range []int{len(g.el) - 1, len(g.el), len(g.el) + 1} {
+				// One attribute "v" of vl bytes: its encoding is the
+				// count, the key, the type, vl's uvarint and the bytes.
+				rest := want - (35 + kl + nl) - 4
+				vl := max(rest-1, 0)
+				if vl >= 0x80 {
+					vl = rest - 2
+				}
+				dir := fmt.Sprintf("/d%d", len(ops))
+				create := Op{Type: OpCreate, Path: dir + "/" + strings.Repeat("n", nl), Kind: strings.Repeat("k", kl),
+					Set: map[string]Value{"v": String(strings.Repeat("v", vl))}}
+				enc := binary.AppendUvarint(codec.AppendStr([]byte{1}, "v"), uint64(vl))
+				sizes[35+kl+nl+len(enc)+1+vl] = true
+				ops = append(ops, Op{Type: OpCreate, Path: dir, Kind: "dir"}, create)
+			}
+		}
+	}
+	for _, n := range []int{len(g.el) - 1, len(g.el), len(g.el) + 1} {
+		require.True(t, sizes[n], "no element of %d bytes among %v", n, sizes)
+	}
+	tr := keeping(t, New(), DigestV2)
+	mustApply(t, tr, 1, Batch{Ops: ops})
+	requireDigestConsistent(t, tr)
+}
+
 // The set encoding a decoded create carries is the attributes' canonical
 // encoding, the one a format 2 element holds; other ops carry none.
 func TestDecodedCreateCarriesItsAttributesEncoding(t *testing.T) {
