@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/metatree/metatree/catalog"
+	"github.com/metatree/metatree/examples/frontend"
 	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/journal"
 )
@@ -191,7 +193,7 @@ func (r *run) forceNewCluster(ctx context.Context, rng *rand.Rand) bool {
 		return true
 	}
 	r.cutHere(ctx, chosen, keep, start, nb, b)
-	r.probeOld(ctx, rng, lost[0])
+	r.probeOld(ctx, rng, lost[0], chosen)
 	r.refill(ctx, chosen)
 	r.checkNoOldMember(ctx, old)
 	r.checkImagesNow(ctx, chosen)
@@ -267,7 +269,7 @@ func (r *run) restoreBackup(ctx context.Context, rng *rand.Rand) bool {
 	r.lose(old, epochs, startTime)
 	r.joined(id)
 	r.cutHere(ctx, id, keep, start, nb, info.Index)
-	r.probeOld(ctx, rng, old[rng.IntN(len(old))])
+	r.probeOld(ctx, rng, old[rng.IntN(len(old))], id)
 	r.refill(ctx, id)
 	r.checkNoOldMember(ctx, old)
 	r.checkImagesNow(ctx, id)
@@ -381,8 +383,11 @@ func (o *owned) dropLost(index uint64, t *catalog.Tree) {
 // writes and reads through it for up to 2 s (recorded: it must
 // acknowledge nothing the new cluster lacks), then stops; else its id
 // tries to join the new cluster on an empty data dir, which must be
-// refused.
-func (r *run) probeOld(ctx context.Context, rng *rand.Rand, i int) {
+// refused. An old frontend of another cluster than the new one's (a
+// restore makes a new cluster) is that other cluster, which its disk
+// alone may hold a quorum of (a sole voter's): what it acknowledges is
+// that cluster's, never the new one's (otherCluster).
+func (r *run) probeOld(ctx context.Context, rng *rand.Rand, i, now int) {
 	if rng.IntN(2) == 0 {
 		r.rejoin(ctx, rng, i)
 		return
@@ -394,9 +399,44 @@ func (r *run) probeOld(ctx context.Context, rng *rand.Rand, i int) {
 	if err != nil {
 		return
 	}
-	acked, refused := r.throughRemoved(ctx, rng, f, time.Duration(rng.IntN(2000))*time.Millisecond)
-	r.hist.fault("old frontend %d: %d operations completed, %d refused or failed", i, acked, refused)
+	if g := r.c.Frontend(now); g != nil && g.Journal().Status().ClusterID != f.Journal().Status().ClusterID {
+		r.otherCluster(ctx, f, g)
+	} else {
+		acked, refused := r.throughRemoved(ctx, rng, f, time.Duration(rng.IntN(2000))*time.Millisecond)
+		r.hist.fault("old frontend %d: %d operations completed, %d refused or failed", i, acked, refused)
+	}
 	r.c.StopFrontend(i)
+}
+
+// otherCluster writes a value of its own to every register through old,
+// a frontend of another cluster than now's (unrecorded: the history is
+// now's cluster's), then reads each register linearizably through now:
+// none may hold a value written through old.
+func (r *run) otherCluster(ctx context.Context, old, now *frontend.Frontend) {
+	acked := 0
+	for k := range keys {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := old.Write(wctx, catalog.Batch{Ops: []catalog.Op{
+			{Type: catalog.OpUpdate, Path: keyPath(k), Set: map[string]catalog.Value{"v": catalog.String(fmt.Sprintf("old-%d", old.ID()))}},
+		}})
+		cancel()
+		if err == nil {
+			acked++
+		}
+	}
+	r.hist.fault("old frontend %d, of another cluster: %d of %d writes acknowledged there", old.ID(), acked, keys)
+	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := now.Journal().ReadBarrier(bctx); err != nil {
+		return // the checks at the end read the registers again
+	}
+	for k := range keys {
+		if n, ok := now.Tree().Get(keyPath(k)); ok {
+			if v, _ := n.Attrs["v"].AsString(); v == fmt.Sprintf("old-%d", old.ID()) {
+				r.failf("register %s of the new cluster holds %q, written through frontend %d of another cluster", keyPath(k), v, old.ID())
+			}
+		}
+	}
 }
 
 // refill adds new frontends through frontend i, with new ids and empty
