@@ -112,8 +112,11 @@
 // ids, empty data dirs) then join the new cluster back to the run's
 // shape, and one old frontend comes back: half the time on the disk it
 // was lost with, a client's writes and reads through it recorded in the
-// history, else as a join of its id on an empty dir, which must be
-// refused. The workers, the clients and the faults go on.
+// history (after a restore, it is the old cluster, which a sole voter's
+// disk alone holds a quorum of: a write to every register through it,
+// none of which the new cluster may hold), else as a join of its id on
+// an empty dir, which must be refused. The workers, the clients and the
+// faults go on.
 //
 // The old cluster's acknowledgements after the survivor's state was
 // taken may be lost by design, so the checks split the run at the cut
