@@ -409,7 +409,8 @@ func (m *members) workerBehindImage(ctx context.Context, rng *rand.Rand, leader,
 		return
 	}
 	m.r.hist.fault("query through %d on worker %d's newest process %s", lag, id, short(rec.workers[0].epoch))
-	m.loops.Go(func() { m.hold(ctx, rec, time.Duration(3000+rng.IntN(4000))*time.Millisecond) })
+	hold := time.Duration(3000+rng.IntN(4000)) * time.Millisecond // rng is the nemesis goroutine's
+	m.loops.Go(func() { m.hold(ctx, rec, hold) })
 }
 
 // awaitRecorded waits, up to 10 s, until a running frontend's member
