@@ -8,6 +8,7 @@ import (
 	"github.com/metatree/metatree/internal/logtest"
 	"github.com/metatree/metatree/internal/metricstest"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -78,11 +79,18 @@ func TestCollectorExactValues(t *testing.T) {
 func TestLoopStallCountedWhereTheLeadWasLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var stall atomic.Uint64 // the node whose loop stalls at its next tick
+		// The stalled loop waits until the others have elected a leader
+		// without it: longer than an election timeout less a heartbeat
+		// interval since its last tick.
+		release := make(chan struct{})
+		var releaseOnce sync.Once
+		free := func() { releaseOnce.Do(func() { close(release) }) }
+		defer free()
 		c := journaltest.NewCluster(t, journaltest.Options{Voters: 3, Configure: func(cfg *journal.Config) {
 			id := cfg.ID
 			journal.SetKnobsForTest(cfg, journal.KnobsForTest{Ticked: func() {
 				if stall.CompareAndSwap(id, 0) {
-					time.Sleep(3 * bubbleElectionTicks * bubbleTick)
+					<-release
 				}
 			}})
 		}})
@@ -102,6 +110,7 @@ func TestLoopStallCountedWhereTheLeadWasLost(t *testing.T) {
 		stall.Store(old)
 		_, err = c.WaitNewLeader(ctx, old)
 		require.NoError(t, err)
+		free()
 		awaitTicks(t, 5*bubbleElectionTicks, "the old leader steps down", func() bool {
 			st := c.Node(old).Journal().Status()
 			return st.State != journal.StateLeader && st.Term > term
