@@ -413,11 +413,11 @@ func (r *run) probeOld(ctx context.Context, rng *rand.Rand, i, now int) {
 // now's cluster's), then reads each register linearizably through now:
 // none may hold a value written through old.
 func (r *run) otherCluster(ctx context.Context, old, now *frontend.Frontend) {
-	acked := 0
+	acked, value := 0, fmt.Sprintf("old-%d", old.ID())
 	for k := range keys {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := old.Write(wctx, catalog.Batch{Ops: []catalog.Op{
-			{Type: catalog.OpUpdate, Path: keyPath(k), Set: map[string]catalog.Value{"v": catalog.String(fmt.Sprintf("old-%d", old.ID()))}},
+			{Type: catalog.OpUpdate, Path: keyPath(k), Set: map[string]catalog.Value{"v": catalog.String(value)}},
 		}})
 		cancel()
 		if err == nil {
@@ -432,7 +432,7 @@ func (r *run) otherCluster(ctx context.Context, old, now *frontend.Frontend) {
 	}
 	for k := range keys {
 		if n, ok := now.Tree().Get(keyPath(k)); ok {
-			if v, _ := n.Attrs["v"].AsString(); v == fmt.Sprintf("old-%d", old.ID()) {
+			if v, _ := n.Attrs["v"].AsString(); v == value {
 				r.failf("register %s of the new cluster holds %q, written through frontend %d of another cluster", keyPath(k), v, old.ID())
 			}
 		}
