@@ -282,7 +282,7 @@ func (j *Journal) applyNormal(idx uint64, data []byte) *HaltError {
 		}
 		switch verdict {
 		case dedupe.Duplicate:
-			j.applier.dedupe.Add(idx, env.Key, nil) // the window slides to this copy
+			j.applier.dedupe.Record(idx, env.Key, prev, verdict, nil) // the window slides to this copy
 			j.applied.Store(idx)
 			j.resolve(env.Key, applyResult{index: prev.Applied, value: prev.Value, imaged: prev.Imaged})
 			return nil
@@ -299,7 +299,7 @@ func (j *Journal) applyNormal(idx uint64, data []byte) *HaltError {
 			}
 		}
 		j.noteApply(idx, j.cfg.Clock.Now().Sub(start))
-		j.applier.dedupe.Add(idx, env.Key, v)
+		j.applier.dedupe.Record(idx, env.Key, prev, verdict, v)
 		j.applied.Store(idx)
 		j.resolve(env.Key, applyResult{index: idx, value: v})
 	}

@@ -81,11 +81,11 @@ func (j *Journal) ReadEntries(ctx context.Context, after, upTo uint64, fn func(i
 		if env.Kind != envelope.KindUser {
 			return nil
 		}
-		_, verdict := d.Judge(index, env)
+		prev, verdict := d.Judge(index, env)
 		if verdict == dedupe.Expired {
 			return nil
 		}
-		d.Add(index, env.Key, nil)
+		d.Record(index, env.Key, prev, verdict, nil)
 		if verdict == dedupe.Duplicate {
 			return nil
 		}
@@ -355,8 +355,8 @@ func (j *Journal) dedupeAt(index uint64) (*dedupe.Window, error) {
 			if env.Kind != envelope.KindUser {
 				return nil
 			}
-			if _, verdict := d.Judge(i, env); verdict != dedupe.Expired {
-				d.Add(i, env.Key, nil)
+			if prev, verdict := d.Judge(i, env); verdict != dedupe.Expired {
+				d.Record(i, env.Key, prev, verdict, nil)
 			}
 			return nil
 		}); err != nil {

@@ -86,11 +86,22 @@ func (d *Window) Seen(index uint64, key [16]byte) (Rec, bool) {
 // Add records the copy of key at index: applied with result value, or, when
 // seen, a duplicate (which keeps the applied copy's index and value).
 func (d *Window) Add(index uint64, key [16]byte, value any) {
-	r, dup := d.Seen(index, key)
+	prev, dup := d.Seen(index, key)
+	v := Apply
 	if dup {
+		v = Duplicate
+	}
+	d.Record(index, key, prev, v, value)
+}
+
+// Record is Add of a copy Judge has just decided (prev and v are what it
+// returned; v is not Expired), without looking the key up again: the
+// applier's path, once per user entry on every replica.
+func (d *Window) Record(index uint64, key [16]byte, prev Rec, v Verdict, value any) {
+	r := Rec{Index: index, Applied: index, Value: value}
+	if v == Duplicate {
+		r = prev
 		r.Index = index
-	} else {
-		r = Rec{Index: index, Applied: index, Value: value}
 	}
 	d.byKey[key] = r
 	d.order = append(d.order, Key{Index: index, Key: key})

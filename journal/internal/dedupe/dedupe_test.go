@@ -123,3 +123,19 @@ func TestDedupeCopiesAWindowApart(t *testing.T) {
 	require.Equal(t, []Verdict{Apply, Apply},
 		judgeAll([2]uint64{101, 0}, [2]uint64{101 + window + 1, 0}))
 }
+
+// Record of what Judge decided leaves the window as Add of the same copy
+// does, duplicates and evictions included.
+func TestRecordOfAJudgedCopyIsAdd(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	added, recorded := New(16), New(16)
+	for i := uint64(1); i < 2000; i++ {
+		key := [16]byte{byte(rng.IntN(24))}
+		prev, v := recorded.Judge(i, envelope.Envelope{Kind: envelope.KindUser, Key: key})
+		require.NotEqual(t, Expired, v)
+		recorded.Record(i, key, prev, v, i)
+		added.Add(i, key, i)
+		require.Equal(t, added.Live(), recorded.Live(), "after index %d", i)
+		require.Equal(t, added.byKey, recorded.byKey, "after index %d", i)
+	}
+}

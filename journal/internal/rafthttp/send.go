@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/metatree/metatree/journal/internal/errs"
 )
@@ -38,7 +37,7 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 			}
 			continue
 		}
-		b, err := proto.Marshal(m)
+		b, err := encodeMessage(m)
 		if err != nil {
 			t.log.Error("encode raft message", "to", to, "err", err)
 			continue
