@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/metatree/metatree/journal/internal/errs"
 )
@@ -37,7 +38,7 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 			}
 			continue
 		}
-		b, err := encodeMessage(m)
+		b, err := proto.Marshal(m)
 		if err != nil {
 			t.log.Error("encode raft message", "to", to, "err", err)
 			continue
