@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -132,11 +133,15 @@ func TestStreamCarriesItsNodesMessagesAndTheOnesRaftRelays(t *testing.T) {
 			Entries: []*raftpb.Entry{{Data: []byte("relayed-read")}}}
 		code, body := postStream(t, c, L, relay, read)
 		require.Equal(t, http.StatusOK, code, "a read request relayed for node %d: %s", origin, body)
+		require.Zero(t, L.Journal().RefusedPeers(), "a relayed message is not refused")
 
 		forged := &raftpb.Message{Type: raftpb.MsgAppResp.Enum(), From: new(origin), To: new(leader), Term: new(term), Index: new(uint64(1))}
 		code, body = postStream(t, c, L, relay, forged)
 		require.Equal(t, http.StatusBadRequest, code, body)
 		require.Contains(t, body, fmt.Sprintf("message from %d (type MsgAppResp) on the stream of node %d", origin, relay))
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(L.Journal().Collector())
+		require.Equal(t, 1.0, scrape(t, reg)["metatree_journal_refused_peer_requests_total"], "the forged stream is counted")
 
 		proposeVia(ctx, t, L, "after")
 		require.Equal(t, leader, L.Journal().Status().Leader)

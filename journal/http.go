@@ -118,8 +118,10 @@ func (h *HTTPTransport) Close() error { return h.t.Close() }
 // until then), which spares a joining node's peers a retry.
 func (h *HTTPTransport) Handler() http.Handler { return h.t.Handler() }
 
-// RefusedPeers returns how many peer requests the Handler refused because
-// the sender's certificate did not name it (or, with TLS, was missing).
+// RefusedPeers returns how many peer requests the Handler refused for the
+// sender's identity: a certificate that did not name it (or, with TLS,
+// none), or a stream carrying a message in another member's name that
+// raft does not relay.
 func (h *HTTPTransport) RefusedPeers() uint64 { return h.t.RefusedPeers() }
 
 // RefusedPeers returns the HTTP transport's count of peer requests refused

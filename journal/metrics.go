@@ -72,6 +72,10 @@ var (
 		"Attempts of Propose calls on this node that went to another node, the leader.", nil, nil)
 	descLoopStalls = prometheus.NewDesc("metatree_journal_loop_stalls_total",
 		"Times the raft loop took no tick for ElectionTicks-HeartbeatTicks ticks or more (a paused process, a starved CPU): on a leader, long enough for its followers to stop hearing it and elect another.", nil, nil)
+	descRefusedMessages = prometheus.NewDesc("metatree_journal_refused_messages_total",
+		"Raft messages from the network this node refused as invalid (Status.RefusedMessages): raft never saw them.", nil, nil)
+	descRefusedPeers = prometheus.NewDesc("metatree_journal_refused_peer_requests_total",
+		"Peer requests the HTTP transport refused for the sender's identity (RefusedPeers): a certificate that does not name it, or a stream message in another member's name.", nil, nil)
 	descReadRounds = prometheus.NewDesc("metatree_journal_read_index_rounds_total",
 		"ReadIndex rounds this node sent for its ReadBarrier calls, which share them (resends included).", nil, nil)
 	descHalted = prometheus.NewDesc("metatree_journal_halted",
@@ -105,6 +109,7 @@ type journalCollector struct{ j *Journal }
 func (c journalCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descIsLeader, descLeaderChanges, descTerm, descApplied,
 		descCommitted, descStale, descProposalsApplied, descProposalsFailed, descProposalsForwarded, descLoopStalls, descWALFsync,
+		descRefusedMessages, descRefusedPeers,
 		descReadRounds, descHalted, descClusterVersion, descMaxVersion, descNoSpaceAlarm, descDiskFree, descCorrupt, descConsistencyChecks} {
 		ch <- d
 	}
@@ -130,6 +135,8 @@ func (c journalCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descProposalsFailed, m.proposalsFailed.Load())
 	counter(descProposalsForwarded, m.proposalsForwarded.Load())
 	counter(descLoopStalls, m.loopStalls.Load())
+	counter(descRefusedMessages, j.refusedMsgs.Load())
+	counter(descRefusedPeers, j.RefusedPeers())
 	counter(descReadRounds, j.rounds.Sent())
 	gauge(descHalted, b2f(j.halted() != nil))
 	gauge(descClusterVersion, float64(j.clusterVersion()))

@@ -68,6 +68,8 @@ func TestCollectorExactValues(t *testing.T) {
 		require.Equal(t, 1.0, got["metatree_journal_read_barrier_duration_seconds"])
 		require.Equal(t, 1.0, got["metatree_journal_read_index_rounds_total"], "one barrier, one round")
 		require.Equal(t, 0.0, got["metatree_journal_loop_stalls_total"], "a loop that took every tick on time")
+		require.Equal(t, 0.0, got["metatree_journal_refused_messages_total"])
+		require.Equal(t, 0.0, got["metatree_journal_refused_peer_requests_total"])
 		require.Greater(t, got["metatree_journal_wal_fsync_duration_seconds"], 0.0, "Pebble's histogram saw the synced appends")
 	})
 }

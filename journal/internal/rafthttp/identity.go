@@ -23,6 +23,8 @@ func (t *Transport) checkIdentity(w http.ResponseWriter, r *http.Request, claime
 	return false
 }
 
-// RefusedPeers returns how many peer requests the Handler refused because
-// the sender's certificate did not name it (or, with TLS, was missing).
+// RefusedPeers returns how many peer requests the Handler refused for the
+// sender's identity: a certificate that did not name it (or, with TLS,
+// none), or a stream carrying a message in another member's name that
+// raft does not relay.
 func (t *Transport) RefusedPeers() uint64 { return t.refused.Load() }

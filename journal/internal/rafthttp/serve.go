@@ -136,6 +136,9 @@ func (t *Transport) serveStream(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, m := range msgs {
 			if (m.GetFrom() != from && !relayed(m)) || m.GetType() == raftpb.MsgSnap {
+				if m.GetFrom() != from {
+					t.refused.Add(1) // a message in another member's name
+				}
 				fail(fmt.Errorf("%w: message from %d (type %v) on the stream of node %d", errs.ErrMalformed, m.GetFrom(), m.GetType(), from))
 				return
 			}
