@@ -80,7 +80,8 @@ func readyz(t *testing.T, p *proc) (int, string) {
 // (examples/API.md, "Metrics"); histograms by their _count.
 var frontendSeries = []string{
 	"metatree_journal_has_leader", "metatree_journal_is_leader", "metatree_journal_leader_changes_total",
-	"metatree_journal_loop_stalls_total",
+	"metatree_journal_loop_stalls_total", "metatree_journal_refused_messages_total",
+	"metatree_journal_refused_peer_requests_total",
 	"metatree_journal_term", "metatree_journal_applied_index", "metatree_journal_committed_index",
 	"metatree_journal_stale", "metatree_journal_proposals_applied_total", "metatree_journal_proposals_failed_total",
 	"metatree_journal_proposals_forwarded_total", "metatree_journal_wal_fsync_duration_seconds_count",
