@@ -18,7 +18,7 @@ import (
 //     process's start, deathBound from the stop, whichever comes first),
 //     wherever the cluster could act on it throughout: one leader with a
 //     quorum all along, clean links to the coordinator and the worker, the
-//     coordinator running;
+//     coordinator running and in the leader's membership;
 //   - every ended process cancels, by the end of the run (healed, with the
 //     death bound to spare), every query part that depends on it.
 //
@@ -184,7 +184,8 @@ func (m *members) checkBound(rec *queryRecord, coordEnd *ending, finished time.T
 // coordinator and to the worker (for a stop, all along: a delayed link
 // to it delays the heartbeats the leader counts as missed, and so the
 // death; for a restart, once its next process runs), and the
-// coordinator's process running.
+// coordinator's process running, in the leader's membership (clean: a
+// removed frontend learns of no change).
 func (m *members) actionable(rec *queryRecord, worker uint64, from, to time.Time, stop, restarted bool, next incarnation) bool {
 	ss := m.truth.between(from, to)
 	if len(ss) == 0 {

@@ -34,7 +34,9 @@ type sample struct {
 	// disk is slow.
 	quorum bool
 	// clean holds the members whose links with the leader are clean both
-	// ways (the leader's own id included).
+	// ways (the leader's own id included); a frontend outside the
+	// leader's membership (removed, or not joined yet) is not clean: no
+	// entry reaches it, so it learns of no member's change.
 	clean map[uint64]bool
 	// cut holds the members that some self-styled leader cannot reach, or
 	// that cannot reach it, or whose link with it resets connections.
@@ -168,7 +170,11 @@ func (tr *truth) sample() {
 		// observers (joined ones too) do not vote.
 		up, voters := 0, 0
 		if lf := r.c.Frontend(s.leader); lf != nil {
-			for _, m := range lf.Journal().Status().Members {
+			ms := lf.Journal().Status().Members
+			for _, id := range outside(ever, ms) {
+				delete(s.clean, id)
+			}
+			for _, m := range ms {
 				if m.Role == journal.Observer {
 					continue
 				}
@@ -231,4 +237,16 @@ func (tr *truth) between(from, to time.Time) []sample {
 		hi++
 	}
 	return tr.samples[lo:hi]
+}
+
+// outside returns the frontends of ever that the membership ms does not
+// hold: removed, or not joined yet.
+func outside(ever []int, ms []journal.Member) []uint64 {
+	var out []uint64
+	for _, i := range ever {
+		if !slices.ContainsFunc(ms, func(m journal.Member) bool { return m.ID == uint64(i) }) {
+			out = append(out, uint64(i))
+		}
+	}
+	return out
 }
