@@ -65,4 +65,19 @@ func TestQueryFromFollowerAfterLeaderRestart(t *testing.T) {
 			return fragmentState(t, w11, id) == "running" && fragmentState(t, w12, id) == "running"
 		})
 	}
+
+	// Removed, the observer hears of no worker's change any more: it
+	// coordinates no new query, though it still knows both workers.
+	if code := call(t, "DELETE", leader.url("/v1/members/4"), nil, nil); code != http.StatusOK {
+		t.Fatalf("removing the observer: status %d", code)
+	}
+	eventually(t, 10*time.Second, "the observer refusing writes as removed", func() bool {
+		var e apiError
+		return call(t, "PUT", obs.url("/v1/catalog/after-removal"), map[string]any{"kind": "database"}, &e) == http.StatusGone
+	})
+	var e apiError
+	body := map[string]any{"id": "on-removed", "workers": []int{11, 12}, "duration_ms": 120000}
+	if code := call(t, "POST", obs.url("/v1/queries"), body, &e); code != http.StatusGone || e.Error != "removed" {
+		t.Fatalf("a query on the removed observer: status %d %+v, want 410 removed", code, e)
+	}
 }
