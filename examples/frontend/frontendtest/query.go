@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/metatree/metatree/cancel"
+	"github.com/metatree/metatree/journal"
 )
 
 // ErrNotRunning is the error of StartQuery for a coordinator frontend or
@@ -28,12 +29,17 @@ type Query struct {
 // registers its fragment against the coordinator's epoch (retrying while
 // the worker has not yet heard of the coordinator, cancel.ErrUnknownNode,
 // as a worker's 503 makes a coordinator retry). A participant already
-// superseded fails the start with its *cancel.CanceledError. ctx bounds
-// the start only: the query lives until Finish or a cancellation.
+// superseded fails the start with its *cancel.CanceledError, and a
+// removed coordinator with journal.ErrRemoved (it would never hear of a
+// worker's change), as the frontend's POST /v1/queries refuses. ctx
+// bounds the start only: the query lives until Finish or a cancellation.
 func (c *Cluster) StartQuery(ctx context.Context, i int, workers ...uint64) (*Query, error) {
 	f := c.Frontend(i)
 	if f == nil {
 		return nil, fmt.Errorf("%w: frontend %d", ErrNotRunning, i)
+	}
+	if f.Journal().Status().Removed {
+		return nil, fmt.Errorf("%w: frontend %d coordinates no query", journal.ErrRemoved, i)
 	}
 	parts := make([]cancel.Member, len(workers))
 	ws := make([]*Worker, len(workers))

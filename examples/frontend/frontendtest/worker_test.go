@@ -9,6 +9,7 @@ import (
 
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/heartbeat"
+	"github.com/metatree/metatree/journal"
 )
 
 // withWorkers starts three frontends and workers 4 and 5, and waits for
@@ -183,5 +184,25 @@ func TestFrontendPartitionedFromTheClusterHasItsFragmentsCancelled(t *testing.T)
 		c.Partition(f, leader, followers[1])
 		requireCancelled(t, ctx, q.Fragment(4), cancel.ErrNodeDead, uint64(f))
 		c.Heal()
+	})
+}
+
+// A removed frontend receives no entry, so it would never hear of a
+// worker's restart or death: it coordinates no new query, as the
+// frontend's POST /v1/queries refuses one.
+func TestARemovedFrontendCoordinatesNoQuery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, ctx, leader, followers := withWorkers(t)
+		gone := followers[0]
+		require.NoError(t, c.Frontend(leader).RemoveMember(ctx, uint64(gone), false))
+		require.NoError(t, c.await(ctx, "the frontend applying its removal", func() bool {
+			return c.Frontend(gone).Journal().Status().Removed
+		}))
+		_, err := c.StartQuery(ctx, gone, 4, 5)
+		require.ErrorIs(t, err, journal.ErrRemoved)
+
+		q, err := c.StartQuery(ctx, followers[1], 4, 5)
+		require.NoError(t, err, "a member still coordinates")
+		q.Finish()
 	})
 }
