@@ -271,8 +271,8 @@
 //     membership over clean links (observers, joined ones too, do not
 //     count), clean links to the coordinator and the worker (for a stop,
 //     all along: a delayed link delays the missed heartbeats), the
-//     coordinator running and in the leader's membership (a removed
-//     frontend receives no entry) (Result.Bounded counts them);
+//     coordinator running and in the leader's membership, since a
+//     removed frontend receives no entry (Result.Bounded counts them);
 //   - a cancellation for a removal needs a removal of that member that
 //     had started by then; every removed member's queries registered before the
 //     removal returned have their dependent parts cancelled (the
