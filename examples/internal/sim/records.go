@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/metatree/metatree/cancel"
@@ -111,7 +112,33 @@ func (r *run) checkRecords(ctx context.Context, healed time.Time, view func() re
 			for _, s := range stale {
 				r.failf("%v after the faults healed: %s", time.Since(healed).Round(time.Millisecond), s)
 			}
+			if js := r.journalStates(); js != "" {
+				r.failf("the frontends' journals then: %s", js)
+			}
 			return
 		}
 	}
+}
+
+// journalStates says, for each running frontend, how far its journal is
+// and whether it stopped: a frontend whose records lag may not have
+// applied the transitions, or may have halted.
+func (r *run) journalStates() string {
+	var out []string
+	for _, i := range r.running() {
+		f := r.c.Frontend(i)
+		if f == nil {
+			continue
+		}
+		st := f.Journal().Status()
+		s := fmt.Sprintf("%d: %s term %d leader %d applied %d committed %d", i, st.State, st.Term, st.Leader, st.Applied, st.Committed)
+		if st.Removed {
+			s += " removed"
+		}
+		if st.Err != nil {
+			s += fmt.Sprintf(" stopped: %v", st.Err)
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, "; ")
 }
