@@ -187,7 +187,8 @@ func (r *run) membership(ctx context.Context, rng *rand.Rand) {
 // maxJoins bounds the frontends that join a run.
 const maxJoins = 3
 
-// joinTries bounds the tries of one join.
+// joinTries is the fewest tries of one join; a join tries through every
+// running member at least once.
 const joinTries = 3
 
 // join starts a frontend with a new id that joins through a random member
@@ -197,7 +198,7 @@ const joinTries = 3
 // unknown), and a voter added to a cluster that cannot reach it may leave
 // no quorum to remove it with, so the join is retried as an operator
 // reruns a metaserver's -join (adding a member already there with its
-// address is a no-op), through each running member in turn (a member
+// address is a no-op), through every running member in turn (a member
 // that has not applied the addition forwards it to a leader the voter
 // it added may have taken away; one that has applied it answers at
 // once), the network healed before the last try. A join
@@ -218,8 +219,13 @@ func (r *run) join(ctx context.Context, rng *rand.Rand) {
 	}
 	var err error
 	first := rng.IntN(joinTries)
-	for try := range joinTries {
-		if try == joinTries-1 {
+	// Every running member gets a try: in a sole voter's run only the
+	// voter may have applied an addition whose answer was lost, and only
+	// it answers the retry then (the observers forward it to a leader the
+	// unstarted voter took away).
+	tries := max(joinTries, len(up))
+	for try := range tries {
+		if try == tries-1 {
 			r.hist.fault("heal")
 			r.c.Network().Heal()
 			r.c.Network().ClearFaults()
