@@ -432,6 +432,17 @@ func (f *Frontend) Members() *heartbeat.Membership { return f.members }
 // when its coordinator or one of its workers restarts or dies.
 func (f *Frontend) Registry() *cancel.Registry { return f.registry }
 
+// CanCoordinate is nil while this frontend may coordinate a new query, and
+// wraps journal.ErrRemoved once it is removed: no entry reaches it then,
+// so it would never learn of a worker's restart or death, which is what
+// cancels its queries.
+func (f *Frontend) CanCoordinate() error {
+	if f.journal.Status().Removed {
+		return fmt.Errorf("%w: a removed frontend coordinates no query", journal.ErrRemoved)
+	}
+	return nil
+}
+
 // Epoch is this frontend's current epoch: a query it coordinates registers
 // with cancel.Member{Node: f.ID(), Epoch: f.Epoch()}. It is the epoch the
 // process drew at start until the log records its end (this frontend was

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/metatree/metatree/cancel"
-	"github.com/metatree/metatree/journal"
 )
 
 // ErrNotRunning is the error of StartQuery for a coordinator frontend or
@@ -30,16 +29,16 @@ type Query struct {
 // the worker has not yet heard of the coordinator, cancel.ErrUnknownNode,
 // as a worker's 503 makes a coordinator retry). A participant already
 // superseded fails the start with its *cancel.CanceledError, and a
-// removed coordinator with journal.ErrRemoved (it would never hear of a
-// worker's change), as the frontend's POST /v1/queries refuses. ctx
+// removed coordinator with Frontend.CanCoordinate's journal.ErrRemoved,
+// as the frontend's POST /v1/queries refuses. ctx
 // bounds the start only: the query lives until Finish or a cancellation.
 func (c *Cluster) StartQuery(ctx context.Context, i int, workers ...uint64) (*Query, error) {
 	f := c.Frontend(i)
 	if f == nil {
 		return nil, fmt.Errorf("%w: frontend %d", ErrNotRunning, i)
 	}
-	if f.Journal().Status().Removed {
-		return nil, fmt.Errorf("%w: frontend %d coordinates no query", journal.ErrRemoved, i)
+	if err := f.CanCoordinate(); err != nil {
+		return nil, fmt.Errorf("frontend %d: %w", i, err)
 	}
 	parts := make([]cancel.Member, len(workers))
 	ws := make([]*Worker, len(workers))

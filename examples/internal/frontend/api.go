@@ -581,10 +581,8 @@ func (f *Frontend) postQuery(w http.ResponseWriter, r *http.Request) error {
 	if _, ok := f.runs.Get(body.ID); ok {
 		return httpjson.Errorf(http.StatusConflict, "exists", "query %q exists", body.ID)
 	}
-	if f.journal.Status().Removed {
-		// No entry reaches a removed frontend: it would never learn of a
-		// worker's restart or death, which is what cancels its queries.
-		return apiError(fmt.Errorf("%w: a removed frontend coordinates no query", journal.ErrRemoved))
+	if err := f.CanCoordinate(); err != nil {
+		return apiError(err)
 	}
 	var workers []cancel.Member
 	var addrs []string
