@@ -41,7 +41,7 @@ type Config struct {
 	OnEvent func(epoch.Event)
 	// StaleAfter is how long without a heartbeat from any leader before
 	// Stale reports true, and before a heartbeat of a lower term than the
-	// highest seen is accepted again. Default 10 s.
+	// highest seen is accepted again. Default DefaultStaleAfter.
 	StaleAfter time.Duration
 	// Version is the software version reported in every answer (the
 	// leader shows it in its member view). Default: DefaultVersion().
@@ -51,6 +51,9 @@ type Config struct {
 	// Logger. Default: discard.
 	Logger *slog.Logger
 }
+
+// DefaultStaleAfter is Config.StaleAfter's default.
+const DefaultStaleAfter = 10 * time.Second
 
 // Responder answers the leader's heartbeats on a member (worker or
 // frontend): it is an http.Handler to mount at Path. It answers with its
@@ -115,7 +118,7 @@ func New(cfg Config) (*Responder, error) {
 		return nil, fmt.Errorf("%w: responder needs a real epoch (epoch.New)", ErrInvalid)
 	}
 	if cfg.StaleAfter <= 0 {
-		cfg.StaleAfter = 10 * time.Second
+		cfg.StaleAfter = DefaultStaleAfter
 	}
 	if cfg.Version == "" {
 		cfg.Version = DefaultVersion()

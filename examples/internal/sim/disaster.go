@@ -175,6 +175,7 @@ func (r *run) forceNewCluster(ctx context.Context, rng *rand.Rand) bool {
 	for _, s := range survivors {
 		r.c.StopFrontend(s)
 	}
+	stopped := time.Now()
 	r.c.Network().Heal()
 	if chosen == 0 {
 		r.failf("quorum loss: no survivor of %v runs", survivors)
@@ -188,6 +189,7 @@ func (r *run) forceNewCluster(ctx context.Context, rng *rand.Rand) bool {
 	r.hist.fault("force a new cluster from %d (commit %d): %v", chosen, b, err)
 	old := slices.DeleteFunc(r.ids(), func(i int) bool { return i == chosen })
 	r.lose(old, epochs, startTime)
+	r.oldClusterStopped(stopped)
 	if err != nil {
 		r.failf("force a new cluster from frontend %d after a quorum loss: %v", chosen, err)
 		return true
@@ -249,6 +251,7 @@ func (r *run) restoreBackup(ctx context.Context, rng *rand.Rand) bool {
 	for _, i := range old {
 		r.c.StopFrontend(i)
 	}
+	stopped := time.Now()
 	r.c.Network().Heal()
 	r.c.Network().ClearFaults()
 	id := r.dis.next
@@ -267,6 +270,7 @@ func (r *run) restoreBackup(ctx context.Context, rng *rand.Rand) bool {
 	}
 	r.ws.cutAt(info.Index)
 	r.lose(old, epochs, startTime)
+	r.oldClusterStopped(stopped)
 	r.joined(id)
 	r.cutHere(ctx, id, keep, start, nb, info.Index)
 	r.probeOld(ctx, rng, old[rng.IntN(len(old))], id)
@@ -305,7 +309,7 @@ func (r *run) epochs(ids []int) map[int]epoch.Epoch {
 func (r *run) lose(ids []int, epochs map[int]epoch.Epoch, start time.Time) {
 	for _, i := range ids {
 		r.askRemoval(uint64(i))
-		r.removed(removal{node: uint64(i), epoch: epochs[i], start: start, done: time.Now()})
+		r.removed(removal{node: uint64(i), epoch: epochs[i], start: start, done: time.Now(), replaced: true})
 	}
 }
 
@@ -406,6 +410,7 @@ func (r *run) probeOld(ctx context.Context, rng *rand.Rand, i, now int) {
 		r.hist.fault("old frontend %d: %d operations completed, %d refused or failed", i, acked, refused)
 	}
 	r.c.StopFrontend(i)
+	r.oldClusterStopped(time.Now())
 }
 
 // otherCluster writes a value of its own to every register through old,

@@ -14,6 +14,7 @@ import (
 	"github.com/metatree/metatree/examples/frontend/frontendtest"
 	"github.com/metatree/metatree/heartbeat"
 	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
 	"github.com/metatree/metatree/internal/linearize"
 	"github.com/metatree/metatree/journal"
 )
@@ -40,6 +41,16 @@ type removal struct {
 	node        uint64
 	epoch       epoch.Epoch
 	start, done time.Time
+	// replaced: the member left with its cluster, which a restore or a
+	// forced new cluster replaced (lose).
+	replaced bool
+	// fenced, for a replaced member, is when the old cluster can fence a
+	// worker off the new one no longer: its last process stopped, plus the
+	// worker's StaleAfter. A worker refuses the new cluster's heartbeats
+	// until then when the old cluster's term or list version is higher
+	// (heartbeat/responder: a lower term is accepted once the higher one
+	// is silent for StaleAfter), so it learns of the removal no sooner.
+	fenced time.Time
 }
 
 // newFleet returns the fleet of frontends 1..n; joins take ids after the
@@ -142,6 +153,21 @@ func (r *run) joined(i int) {
 	if !slices.Contains(r.fleet.ever, i) {
 		r.fleet.ever = append(r.fleet.ever, i)
 		slices.Sort(r.fleet.ever)
+	}
+}
+
+// oldClusterStopped records that a process of the cluster a restore or a
+// force replaced stopped at at: the replaced members' removals are fenced until
+// responder.DefaultStaleAfter (the frontendtest workers' StaleAfter) after
+// it.
+func (r *run) oldClusterStopped(at time.Time) {
+	r.fleet.mu.Lock()
+	defer r.fleet.mu.Unlock()
+	until := at.Add(responder.DefaultStaleAfter)
+	for k := range r.fleet.removals {
+		if rm := &r.fleet.removals[k]; rm.replaced && until.After(rm.fenced) {
+			rm.fenced = until
+		}
 	}
 }
 
@@ -603,7 +629,8 @@ func (r *run) removeWorker(ctx context.Context, rng *rand.Rand) {
 // with a part on the process it removed, registered before the removal
 // returned, to have its dependent parts cancelled within the death bound
 // of the return (the README's bound for a death; a removal is decided
-// sooner): the coordinator's part when a worker was removed, every
+// sooner), or of its fence for a member of a replaced cluster
+// (removal.fenced): the coordinator's part when a worker was removed, every
 // fragment when the coordinator was. It judges only where the cluster
 // could act on it throughout (one leader with a quorum, clean links to
 // the parts left, their processes running), and not a query that finished
@@ -615,6 +642,10 @@ func (m *members) checkRemovalBound(removals []removal) (held int) {
 	m.mu.Unlock()
 	for _, rm := range removals {
 		deadline := rm.done.Add(m.deathBound)
+		if rm.fenced.After(rm.done) {
+			deadline = rm.fenced.Add(m.deathBound)
+		}
+		bound := deadline.Sub(rm.done)
 		for _, rec := range qs {
 			if !rec.start.Before(rm.done) {
 				continue
@@ -656,7 +687,7 @@ func (m *members) checkRemovalBound(removals []removal) (held int) {
 				if e != nil {
 					late = fmt.Sprintf("was cancelled %v after", e.at.Sub(rm.done).Round(time.Millisecond))
 				}
-				m.r.failf("%s: member %d was removed at %v, the cluster able to act on it throughout, and %s %s (bound %v)", rec, rm.node, m.r.since(rm.done), names[k], late, m.deathBound)
+				m.r.failf("%s: member %d was removed at %v, the cluster able to act on it throughout, and %s %s (bound %v)", rec, rm.node, m.r.since(rm.done), names[k], late, bound)
 			}
 		}
 	}

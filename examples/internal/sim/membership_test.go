@@ -8,6 +8,7 @@ import (
 
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/responder"
 )
 
 // removalHistory is a hand-made run of frontends 1..3 and worker 4: a
@@ -102,4 +103,45 @@ func TestCheckRemovalBoundRequiresTheFragmentsOfARemovedCoordinator(t *testing.T
 	rec.fragEnds[4] = &ending{at: t0.Add(3 * time.Second), cause: &cancel.CanceledError{Node: 1, Reason: cancel.Removed}}
 	require.Equal(t, 1, m.checkRemovalBound(r.removals()))
 	require.Empty(t, r.failures)
+}
+
+// A member of a cluster that a restore or a force replaced leaves in a log
+// that a worker may not follow yet: a worker that heard a higher term or
+// list version from the old cluster refuses the new one's heartbeats until
+// the old has been silent for its StaleAfter. The removal's fragments are
+// held to the death bound from that fence on; a plain removal's are not.
+func TestCheckRemovalBoundWaitsOutTheReplacedClustersFence(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	stopped := t0.Add(time.Second)
+	fence := stopped.Add(responder.DefaultStaleAfter) // the deadline: fence + 4 s
+	for _, c := range []struct {
+		name     string
+		replaced bool
+		cancel   time.Duration // after the fence
+		fail     string
+	}{
+		{"replaced, cancelled after the fence within the bound", true, 3 * time.Second, ""},
+		{"replaced, cancelled past the fence's bound", true, 5 * time.Second, "was cancelled 14s after"},
+		{"removed in the log, cancelled as late", false, 3 * time.Second, "(bound 4s)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, m, rec, _ := removalHistory(t0)
+			last := m.truth.samples[len(m.truth.samples)-1]
+			for at := last.at.Add(sampleEvery); !at.After(t0.Add(20 * time.Second)); at = at.Add(sampleEvery) {
+				s := last
+				s.at = at
+				m.truth.samples = append(m.truth.samples, s)
+			}
+			r.fleet.removals = []removal{{node: 1, epoch: rec.coord.epoch, start: t0.Add(time.Second), done: t0.Add(2 * time.Second), replaced: c.replaced}}
+			r.oldClusterStopped(stopped)
+			rec.fragEnds[4] = &ending{at: fence.Add(c.cancel), cause: &cancel.CanceledError{Node: 1, Reason: cancel.Removed}}
+			require.Equal(t, 1, m.checkRemovalBound(r.removals()))
+			if c.fail == "" {
+				require.Empty(t, r.failures)
+				return
+			}
+			require.Len(t, r.failures, 1)
+			require.Contains(t, r.failures[0], c.fail)
+		})
+	}
 }
