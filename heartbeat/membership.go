@@ -42,6 +42,12 @@ type Config struct {
 	// Cluster is the cluster id sent in heartbeats; members configured with
 	// another refuse them. Optional.
 	Cluster string
+	// Replaced, when set, returns the clusters this one replaced (a
+	// restore's: journal.Status.Replaced), read for every round and sent
+	// in its heartbeats: a member that follows one of them moves to this
+	// cluster at once and refuses the replaced one's heartbeats for good
+	// (responder). Default: none.
+	Replaced func() []string
 	// Tree is the catalog this frontend replays into. Required.
 	Tree *catalog.Tree
 	// Journal proposes transitions and tells leadership. Required.

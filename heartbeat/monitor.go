@@ -203,7 +203,11 @@ func (mo *monitor) round(ctx context.Context, probes *sync.WaitGroup, term uint6
 		}
 	}
 	// The body is the same for every member but for its id: encode it once.
-	common, err := json.Marshal(responder.Request{Cluster: mo.cfg.Cluster, Leader: mo.cfg.ID, Term: term, Round: round, Version: version, Frontends: fronts})
+	var replaced []string
+	if mo.cfg.Replaced != nil {
+		replaced = mo.cfg.Replaced()
+	}
+	common, err := json.Marshal(responder.Request{Cluster: mo.cfg.Cluster, Replaced: replaced, Leader: mo.cfg.ID, Term: term, Round: round, Version: version, Frontends: fronts})
 	if err != nil {
 		mo.m.log.Error("heartbeat: encode heartbeat", "err", err)
 		common = nil

@@ -67,7 +67,7 @@ func BenchmarkRestoreNewCluster(b *testing.B) {
 		runtime.GC()
 		b.StartTimer()
 		start := time.Now()
-		blob, err := offline.NewClusterMembership(nil, f.base, 1, "node1:1")
+		blob, err := offline.NewClusterMembership(nil, "", f.base, 1, "node1:1")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -358,6 +359,11 @@ type Status struct {
 	// entries this node has seen: writers write no newer format (see
 	// Config.MaxVersion).
 	ClusterVersion uint32
+	// Replaced lists the clusters this one replaced by restores of their
+	// backups, oldest first, as of the applied index (nil: none). The
+	// heartbeat sends it, so that workers that follow one of them move
+	// to this cluster.
+	Replaced []string
 	// Alarm is the cluster's consistency alarm as the log applied here
 	// tells it (nil: none): the voters whose state digest differed from
 	// the majority's, or that no digest had a majority (then writes stop
@@ -397,6 +403,7 @@ func (j *Journal) Status() Status {
 	j.mu.Lock()
 	st.Members = j.mu.membership.List()
 	st.ClusterVersion = j.mu.membership.ClusterVersion()
+	st.Replaced = slices.Clone(j.mu.membership.Replaced)
 	j.mu.Unlock()
 	return st
 }

@@ -306,7 +306,8 @@ func Start(ctx context.Context, cfg Config) (_ *Frontend, err error) {
 	cancelReplay()
 	f.members, err = heartbeat.New(heartbeat.Config{
 		ID: cfg.ID, Epoch: f.epoch, Cluster: f.journal.Status().ClusterID, Token: cfg.Token, TLS: secure.ClientTLS(certs), Client: peerClient,
-		Tree: f.tree, Journal: f.journal,
+		Replaced: func() []string { return f.journal.Status().Replaced },
+		Tree:     f.tree, Journal: f.journal,
 		// The member records are written in the cluster's batch format:
 		// from version 6 on they pass a full catalog's quota (newTree),
 		// and before it every member, of either release, refuses them

@@ -79,7 +79,7 @@ func Restore(ctx context.Context, c RestoreConfig) (Restored, error) {
 		out.Leftover = tmp
 	}
 	clusterID := uuid.NewString()
-	blob, err := offline.NewClusterMembership(hdr.Membership, hdr.Index, c.ID, c.Addr)
+	blob, err := offline.NewClusterMembership(hdr.Membership, hdr.ClusterID, hdr.Index, c.ID, c.Addr)
 	if err != nil {
 		return Restored{}, fmt.Errorf("restore: %s: %w", c.Image, err)
 	}

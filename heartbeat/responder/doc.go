@@ -11,6 +11,11 @@
 //     before anything of it is looked at, and refuses a lower raft term than
 //     it has seen, before taking any lock, while that term's sender keeps
 //     beating; after StaleAfter of silence a lower term is accepted again.
+//   - It follows one cluster at a time: a heartbeat whose cluster replaced
+//     the one it follows (Request.Replaced: a restore of its backup) moves
+//     it to that cluster at once, whatever the terms, and the replaced
+//     clusters' heartbeats are refused from then on, until the process
+//     restarts.
 //   - From the leader's frontend lists it emits, in order and one call at a
 //     time, an event when a frontend was added, restarted, was declared dead,
 //     came back or was removed. Silence is never evidence: a member that

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -62,8 +63,10 @@ const DefaultStaleAfter = 10 * time.Second
 // term than it has seen while that term's sender keeps beating (checked
 // before taking any lock; once no heartbeat came for StaleAfter, a lower
 // term is accepted again, so a higher term that only a forger or a
-// vanished leader sent cannot fence the real leader off for ever), and
-// tracks the frontends' epochs from
+// vanished leader sent cannot fence the real leader off for ever), moves
+// to a cluster that replaced the one it follows at its first heartbeat and
+// refuses the replaced one's for good (a restore: see Request.Replaced),
+// and tracks the frontends' epochs from
 // the leader's lists, emitting an event when a frontend restarted, was
 // declared dead, came back or was removed.
 //
@@ -74,7 +77,13 @@ type Responder struct {
 	cfg   Config
 	clock Clock
 	log   *slog.Logger
-	term  atomic.Uint64 // highest term seen
+	term  atomic.Uint64 // the term followed: the highest seen, but see handle
+	// followed is the cluster of the last heartbeat accepted (nil: none).
+	followed atomic.Pointer[string]
+	// replaced maps each cluster that a cluster this member heard from
+	// replaced (Request.Replaced) to the replacing one: their heartbeats
+	// are refused for good. Copied on write.
+	replaced atomic.Pointer[map[string]string]
 	// beat is when the last heartbeat was accepted, as one plus the
 	// nanoseconds since origin (0: never): a term whose sender is silent
 	// for StaleAfter no longer fences lower ones off. It is measured from
@@ -132,6 +141,8 @@ func New(cfg Config) (*Responder, error) {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	r.mu.frontends = make(map[uint64]*frontendState)
+	none := map[string]string{}
+	r.replaced.Store(&none)
 	e := cfg.Epoch
 	r.epoch.Store(&e)
 	return r, nil
@@ -238,48 +249,46 @@ func (r *Responder) handle(hb *Request) (int, any) {
 	if hb.Member != r.cfg.ID {
 		return http.StatusConflict, wire.Rejection{Error: fmt.Sprintf("heartbeat: for member %d, this is member %d", hb.Member, r.cfg.ID)}
 	}
-	// Fence deposed leaders before taking any lock (apache/doris#27914:
-	// invalid heartbeats holding the lock delayed valid ones).
+	// Fence deposed leaders and replaced clusters before taking any lock
+	// (apache/doris#27914: invalid heartbeats holding the lock delayed
+	// valid ones). Only the locked section below changes the term.
 	now := r.clock.Now()
-	for {
-		seen := r.term.Load()
-		if hb.Term < seen {
-			if !r.lapsed(now) {
-				return http.StatusConflict, wire.Rejection{Error: wire.ErrLowerTerm.Error(), Term: seen}
-			}
-			break // settled under the lock
-		}
-		if hb.Term == seen || r.term.CompareAndSwap(seen, hb.Term) {
-			break
-		}
+	if by, ok := r.replacedBy(hb.Cluster); ok {
+		return http.StatusConflict, wire.Rejection{Error: fmt.Sprintf("heartbeat: cluster %q was replaced by cluster %q (a restore): refused", hb.Cluster, by)}
+	}
+	moving := r.moving(hb)
+	if seen := r.term.Load(); !moving && hb.Term < seen && !r.lapsed(now) {
+		return http.StatusConflict, wire.Rejection{Error: wire.ErrLowerTerm.Error(), Term: seen}
 	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// Only this section lowers the term; the loop above may still raise it
-	// concurrently, so every change here is a compare-and-swap.
-	for {
-		seen := r.term.Load()
-		if hb.Term == seen {
-			break
-		}
-		if hb.Term > seen {
-			if r.term.CompareAndSwap(seen, hb.Term) {
-				break
-			}
-			continue
-		}
+	if by, ok := r.replacedBy(hb.Cluster); ok { // replaced meanwhile
+		return http.StatusConflict, wire.Rejection{Error: fmt.Sprintf("heartbeat: cluster %q was replaced by cluster %q (a restore): refused", hb.Cluster, by)}
+	}
+	switch seen := r.term.Load(); {
+	case r.moving(hb):
+		// The cluster this member follows was replaced by hb's (a restore
+		// of its backup): its terms and list versions say nothing of the
+		// new cluster's. Follow the new one from this heartbeat on; the
+		// events of its lists up to the last version held carry Index 0,
+		// as for an abandoned list (see below).
+		r.log.Warn("heartbeat: following the cluster that replaced this member's", "cluster", hb.Cluster, "replaced", *r.followed.Load(), "term", hb.Term, "leader", hb.Leader)
+		r.term.Store(hb.Term)
+		r.mu.abandoned = max(r.mu.abandoned, r.mu.version)
+		r.mu.version = 0
+	case hb.Term > seen:
+		r.term.Store(hb.Term)
+	case hb.Term < seen:
 		if !r.lapsed(now) { // a newer leader got in meanwhile
 			return http.StatusConflict, wire.Rejection{Error: wire.ErrLowerTerm.Error(), Term: seen}
 		}
-		if r.term.CompareAndSwap(seen, hb.Term) {
-			// No heartbeat of the higher term for StaleAfter: whoever sent
-			// it (a leader since gone, or a forger) no longer fences this
-			// one off.
-			r.log.Warn("heartbeat: accepting a lower term: the higher one went silent", "term", hb.Term, "silent", seen, "leader", hb.Leader)
-			break
-		}
+		// No heartbeat of the higher term for StaleAfter: whoever sent it
+		// (a leader since gone, or a forger) no longer fences this one off.
+		r.log.Warn("heartbeat: accepting a lower term: the higher one went silent", "term", hb.Term, "silent", seen, "leader", hb.Leader)
+		r.term.Store(hb.Term)
 	}
+	r.follow(hb)
 	r.mu.lastBeat = now
 	r.beat.Store(int64(now.Sub(r.origin)) + 1)
 	r.mu.leader = hb.Leader
@@ -303,6 +312,43 @@ func (r *Responder) handle(hb *Request) (int, any) {
 		r.mu.listAt = now
 	}
 	return http.StatusOK, Response{Member: r.cfg.ID, Epoch: r.Renew(hb.Ended), Term: r.term.Load(), Version: r.cfg.Version}
+}
+
+// moving reports whether hb comes from a cluster that replaced the one
+// this member follows (Request.Replaced names it).
+func (r *Responder) moving(hb *Request) bool {
+	f := r.followed.Load()
+	return f != nil && *f != hb.Cluster && slices.Contains(hb.Replaced, *f)
+}
+
+// replacedBy reports whether cluster was replaced by a cluster this member
+// heard from, and by which.
+func (r *Responder) replacedBy(cluster string) (string, bool) {
+	by, ok := (*r.replaced.Load())[cluster]
+	return by, ok
+}
+
+// follow records hb's cluster as the one this member follows, and the
+// clusters it replaced as refused for good. Called under r.mu.
+func (r *Responder) follow(hb *Request) {
+	if f := r.followed.Load(); f == nil || *f != hb.Cluster {
+		c := hb.Cluster
+		r.followed.Store(&c)
+	}
+	old := *r.replaced.Load()
+	var next map[string]string
+	for _, c := range hb.Replaced {
+		if _, ok := old[c]; ok || c == hb.Cluster {
+			continue
+		}
+		if next == nil {
+			next = maps.Clone(old)
+		}
+		next[c] = hb.Cluster
+	}
+	if next != nil {
+		r.replaced.Store(&next)
+	}
 }
 
 // lapsed reports whether no heartbeat was accepted within StaleAfter of

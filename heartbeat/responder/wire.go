@@ -8,7 +8,12 @@ const Path = "/_heartbeat"
 // Request is one heartbeat from the leader to one member.
 type Request struct {
 	Cluster string `json:"cluster,omitempty"`
-	Leader  uint64 `json:"leader"`
+	// Replaced lists the clusters the sender's cluster replaced by
+	// restores (oldest first): a member that follows one of them moves
+	// to Cluster at once, whatever the terms, and refuses the replaced
+	// clusters' heartbeats from then on.
+	Replaced []string `json:"replaced,omitempty"`
+	Leader   uint64   `json:"leader"`
 	Term    uint64 `json:"term"`
 	Member  uint64 `json:"member,omitempty"` // the member this heartbeat is for (the monitor appends it last)
 	Round   uint64 `json:"round"`

@@ -16,7 +16,7 @@ import (
 func seedDir(t *testing.T) vfs.FS {
 	t.Helper()
 	fs := vfs.NewMem()
-	blob, err := offline.NewClusterMembership(nil, 40, 1, "n1")
+	blob, err := offline.NewClusterMembership(nil, "", 40, 1, "n1")
 	require.NoError(t, err)
 	require.NoError(t, offline.Seed(offline.SeedConfig{FS: fs, Dir: "/n1", ID: 1, Addr: "n1", ClusterID: "c1", Token: "t",
 		Index: 40, Term: 7, Membership: blob}))
@@ -49,7 +49,7 @@ func TestInspectReadsWhatSeedWrote(t *testing.T) {
 // membership that does not name the node alone at the image's index.
 func TestSeedRefusesADirInUseAndAForeignMembership(t *testing.T) {
 	fs := seedDir(t)
-	blob, err := offline.NewClusterMembership(nil, 40, 1, "n1")
+	blob, err := offline.NewClusterMembership(nil, "", 40, 1, "n1")
 	require.NoError(t, err)
 	err = offline.Seed(offline.SeedConfig{FS: fs, Dir: "/n1", ID: 1, Addr: "n1", ClusterID: "c1", Index: 40, Term: 7, Membership: blob})
 	require.ErrorContains(t, err, "already holds a VERSION file")

@@ -55,12 +55,15 @@ type SeedConfig struct {
 // keys of the dedupe window, so that a client retrying a write across the
 // restore is not applied twice, the cluster's dedupe window, which decides
 // what those keys' retries do, and the cluster version, which never goes
-// down (the image may hold state of that format). Every other member the
+// down (the image may hold state of that format), and the clusters it
+// replaced, to which it adds oldCluster (the image's cluster id; "":
+// none): the new cluster replaces them (membership.Replaced), and workers
+// that follow one of them move to it. Every other member the
 // old blob names, and every id it removed, is removed in the new one: a
 // node of the old cluster that comes back (with the same cluster id and
 // token, when the caller keeps them) is refused as any removed member is,
 // and its id is never reused.
-func NewClusterMembership(oldMembership []byte, index, id uint64, addr string) ([]byte, error) {
+func NewClusterMembership(oldMembership []byte, oldCluster string, index, id uint64, addr string) ([]byte, error) {
 	if id == 0 || addr == "" || index == 0 {
 		return nil, errors.New("journal: new cluster membership: id, addr and a non-zero index are required")
 	}
@@ -73,6 +76,7 @@ func NewClusterMembership(oldMembership []byte, index, id uint64, addr string) (
 		m.Keys = old.Keys
 		m.Version = old.Version
 		m.Window = old.Window
+		m.Replaced = old.Replaced
 		gone := slices.Concat(old.Removed, old.Voters, old.Learner, slices.Collect(maps.Keys(old.Members)))
 		slices.Sort(gone)
 		for _, g := range slices.Compact(gone) {
@@ -80,6 +84,10 @@ func NewClusterMembership(oldMembership []byte, index, id uint64, addr string) (
 				m.Removed = append(m.Removed, g)
 			}
 		}
+	}
+	if oldCluster != "" {
+		m.Replaced = append(slices.DeleteFunc(slices.Clone(m.Replaced), func(c string) bool { return c == oldCluster }), oldCluster)
+		m.Replaced = m.Replaced[max(0, len(m.Replaced)-membership.MaxReplaced):]
 	}
 	m.Index = index
 	m.Voters = []uint64{id}

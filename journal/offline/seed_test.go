@@ -2,6 +2,7 @@ package offline_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -68,7 +69,7 @@ func TestRestoredClusterKeepsItsVersionAndRefusesOldMembers(t *testing.T) {
 		}
 		old.Removed = []uint64{5}
 		old.Version = 2
-		blob, err := offline.NewClusterMembership(old.Encode(), index, 1, "n1")
+		blob, err := offline.NewClusterMembership(old.Encode(), "", index, 1, "n1")
 		require.NoError(t, err)
 		m, err := membership.Decode(blob)
 		require.NoError(t, err)
@@ -110,7 +111,7 @@ func TestNewClusterMembershipKeepsTheClusterWindow(t *testing.T) {
 	}
 	m := membership.New()
 	m.Apply(1, add(1), membership.ConfContext{Addr: "a", Window: 20}, &raftpb.ConfState{Voters: []uint64{1}})
-	restored, err := offline.NewClusterMembership(m.Encode(), 9, 7, "c")
+	restored, err := offline.NewClusterMembership(m.Encode(), "c-old", 9, 7, "c")
 	require.NoError(t, err)
 	got, err := membership.Decode(restored)
 	require.NoError(t, err)
@@ -118,4 +119,32 @@ func TestNewClusterMembershipKeepsTheClusterWindow(t *testing.T) {
 	require.Equal(t, uint64(9), got.Index)
 	require.Equal(t, []uint64{7}, got.Voters)
 	require.Equal(t, []uint64{1}, got.Removed, "the old member is removed")
+}
+
+// A restore's cluster replaces the backup's and those it replaced, the
+// newest membership.MaxReplaced of them; a conf change carries the list.
+func TestNewClusterMembershipRecordsTheClustersItReplaces(t *testing.T) {
+	blob, err := offline.NewClusterMembership(nil, "c0", 9, 7, "c")
+	require.NoError(t, err)
+	for i := 1; i <= membership.MaxReplaced; i++ {
+		blob, err = offline.NewClusterMembership(blob, fmt.Sprintf("c%d", i), 9, 7, "c")
+		require.NoError(t, err)
+	}
+	got, err := membership.Decode(blob)
+	require.NoError(t, err)
+	want := make([]string, 0, membership.MaxReplaced)
+	for i := 1; i <= membership.MaxReplaced; i++ {
+		want = append(want, fmt.Sprintf("c%d", i))
+	}
+	require.Equal(t, want, got.Replaced, "the newest, oldest first")
+
+	next := got.Clone()
+	next.Apply(10, &raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(uint64(8))}, membership.ConfContext{Addr: "d"}, &raftpb.ConfState{Voters: []uint64{7, 8}})
+	require.Equal(t, want, next.Replaced, "a later record carries it")
+
+	plain, err := offline.NewClusterMembership(nil, "", 9, 7, "c")
+	require.NoError(t, err)
+	got, err = membership.Decode(plain)
+	require.NoError(t, err)
+	require.Empty(t, got.Replaced, "no cluster named: none replaced")
 }

@@ -1,12 +1,15 @@
 package frontendtest
 
 import (
+	"context"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/journal"
 )
@@ -122,5 +125,67 @@ func TestBackupAndRestoreRefuseInvalidFrontends(t *testing.T) {
 		running := leader%3 + 1
 		_, err = c.Restore(ctx, running, vfs.NewMem(), "/b")
 		require.ErrorIs(t, err, ErrInvalidFrontend, "a running frontend's dir is not restored over")
+	})
+}
+
+// A restore's cluster starts at the backup's term, below the one the old
+// cluster reached. The workers move to it at its first heartbeat (which
+// names the old cluster replaced) and cancel the old coordinators'
+// fragments; an old member started again on its disk, the old cluster's
+// leader at a higher term, cannot take them back: the restored cluster's
+// queries run on.
+func TestWorkersFollowTheRestoredClusterAndRefuseTheOldOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := NewCluster(t, Options{Frontends: 1, Workers: 1, InMemory: true})
+		ctx, stop := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer stop()
+		_, err := c.Leader(ctx)
+		require.NoError(t, err)
+		const worker = 2
+		old, err := c.StartQuery(ctx, 1, worker)
+		require.NoError(t, err)
+		_, err = c.Frontend(1).Checkpointer().Checkpoint(ctx)
+		require.NoError(t, err)
+		ops := vfs.NewMem()
+		info, err := c.Backup(ctx, 1, ops, "/backup.image")
+		require.NoError(t, err)
+		// The old cluster goes on after the backup: elections raise its
+		// term past the one the restored cluster elects its leader in, and
+		// the worker hears it.
+		for c.Frontend(1).Journal().Status().Term <= info.Term+1 {
+			c.StopFrontend(1)
+			_, err = c.RestartFrontend(ctx, 1)
+			require.NoError(t, err)
+			_, err = c.Leader(ctx)
+			require.NoError(t, err)
+		}
+		require.NoError(t, c.await(ctx, "the worker hears the old cluster's term", func() bool {
+			st := c.Frontend(1).Journal().Status()
+			return st.IsLeader() && c.Worker(worker).Responder().Term() == st.Term
+		}))
+		oldTerm := c.Frontend(1).Journal().Status().Term
+		c.StopFrontend(1)
+
+		f, err := c.Restore(ctx, 7, ops, "/backup.image")
+		require.NoError(t, err)
+		require.Less(t, f.Journal().Status().Term, oldTerm, "the restored cluster's term is the lower")
+		zombie, err := c.RestartFrontend(ctx, 1)
+		require.NoError(t, err)
+		defer c.StopFrontend(1)
+
+		<-old.Fragment(worker).Done()
+		require.ErrorIs(t, context.Cause(old.Fragment(worker)), cancel.ErrNodeRemoved, "the old coordinator's fragment")
+		require.NoError(t, c.await(ctx, "the old cluster's leader beats again", func() bool {
+			return zombie.Journal().Status().IsLeader()
+		}))
+		q, err := c.StartQuery(ctx, 7, worker)
+		require.NoError(t, err, "the worker knows the restored cluster's frontend")
+		defer q.Finish()
+		select {
+		case <-q.Fragment(worker).Done():
+			t.Fatalf("the restored cluster's query was cancelled on the worker: %v", context.Cause(q.Fragment(worker)))
+		case <-time.After(30 * time.Second): // 30 heartbeat rounds of both clusters
+		}
+		require.Less(t, c.Worker(worker).Responder().Term(), oldTerm, "the worker follows the restored cluster")
 	})
 }

@@ -188,7 +188,7 @@ func (r *run) forceNewCluster(ctx context.Context, rng *rand.Rand) bool {
 	cancel()
 	r.hist.fault("force a new cluster from %d (commit %d): %v", chosen, b, err)
 	old := slices.DeleteFunc(r.ids(), func(i int) bool { return i == chosen })
-	r.lose(old, epochs, startTime)
+	r.lose(old, epochs, startTime, true)
 	r.oldClusterStopped(stopped)
 	if err != nil {
 		r.failf("force a new cluster from frontend %d after a quorum loss: %v", chosen, err)
@@ -251,7 +251,6 @@ func (r *run) restoreBackup(ctx context.Context, rng *rand.Rand) bool {
 	for _, i := range old {
 		r.c.StopFrontend(i)
 	}
-	stopped := time.Now()
 	r.c.Network().Heal()
 	r.c.Network().ClearFaults()
 	id := r.dis.next
@@ -269,8 +268,7 @@ func (r *run) restoreBackup(ctx context.Context, rng *rand.Rand) bool {
 		return true
 	}
 	r.ws.cutAt(info.Index)
-	r.lose(old, epochs, startTime)
-	r.oldClusterStopped(stopped)
+	r.lose(old, epochs, startTime, false)
 	r.joined(id)
 	r.cutHere(ctx, id, keep, start, nb, info.Index)
 	r.probeOld(ctx, rng, old[rng.IntN(len(old))], id)
@@ -306,10 +304,10 @@ func (r *run) epochs(ids []int) map[int]epoch.Epoch {
 // lose takes the old cluster's frontends out of the run for good: they
 // leave the fleet as removed members (the forced log removes them; a
 // restored catalog's records of them are pruned), removed from start on.
-func (r *run) lose(ids []int, epochs map[int]epoch.Epoch, start time.Time) {
+func (r *run) lose(ids []int, epochs map[int]epoch.Epoch, start time.Time, forced bool) {
 	for _, i := range ids {
 		r.askRemoval(uint64(i))
-		r.removed(removal{node: uint64(i), epoch: epochs[i], start: start, done: time.Now(), replaced: true})
+		r.removed(removal{node: uint64(i), epoch: epochs[i], start: start, done: time.Now(), forced: forced})
 	}
 }
 

@@ -278,11 +278,12 @@
 //     removal returned have their dependent parts cancelled (the
 //     coordinator's for a worker, every fragment for a coordinator)
 //     within the death bound of its return, wherever the cluster could
-//     act on it throughout (checkRemovalBound); for the members of a
-//     cluster a restore or a force replaced, within the death bound of
-//     the old cluster's silence plus the workers' StaleAfter, while which
-//     a worker that heard a higher term from the old cluster refuses the
-//     new one (removal.fenced);
+//     act on it throughout (checkRemovalBound); for the members a
+//     forced new cluster left out, within the death bound of the old
+//     processes' silence plus the workers' StaleAfter, while which a
+//     worker that heard a higher term from one of them refuses the forced
+//     cluster (removal.fenced); a restored cluster names the one it
+//     replaced, so the workers move to it at once;
 //   - every ended process cancels, by the end of the run, every part that
 //     depends on it: the coordinator's part for a worker's, each fragment
 //     for the coordinator's (the run ends the death bound and a heartbeat

@@ -41,12 +41,14 @@ type removal struct {
 	node        uint64
 	epoch       epoch.Epoch
 	start, done time.Time
-	// replaced: the member left with its cluster, which a restore or a
-	// forced new cluster replaced (lose).
-	replaced bool
-	// fenced, for a replaced member, is when the old cluster can fence a
-	// worker off the new one no longer: its last process stopped, plus the
-	// worker's StaleAfter. A worker refuses the new cluster's heartbeats
+	// forced: the member was lost with the cluster that a survivor forced
+	// anew (lose). A restore's removals are not: the restored cluster
+	// names the old one replaced, and workers move to it at its first
+	// heartbeat whatever the terms (heartbeat/responder).
+	forced bool
+	// fenced, for a forced-out member, is when the old cluster's processes
+	// can fence a worker off the forced one no longer: the last of them
+	// stopped, plus the worker's StaleAfter. A worker refuses the new cluster's heartbeats
 	// until then when the old cluster's term or list version is higher
 	// (heartbeat/responder: a lower term is accepted once the higher one
 	// is silent for StaleAfter), so it learns of the removal no sooner.
@@ -156,8 +158,8 @@ func (r *run) joined(i int) {
 	}
 }
 
-// oldClusterStopped records that a process of the cluster a restore or a
-// force replaced stopped at at: the replaced members' removals are fenced until
+// oldClusterStopped records that a process of the cluster a force
+// replaced stopped at at: the forced-out members' removals are fenced until
 // responder.DefaultStaleAfter (the frontendtest workers' StaleAfter) after
 // it.
 func (r *run) oldClusterStopped(at time.Time) {
@@ -165,7 +167,7 @@ func (r *run) oldClusterStopped(at time.Time) {
 	defer r.fleet.mu.Unlock()
 	until := at.Add(responder.DefaultStaleAfter)
 	for k := range r.fleet.removals {
-		if rm := &r.fleet.removals[k]; rm.replaced && until.After(rm.fenced) {
+		if rm := &r.fleet.removals[k]; rm.forced && until.After(rm.fenced) {
 			rm.fenced = until
 		}
 	}
@@ -629,7 +631,7 @@ func (r *run) removeWorker(ctx context.Context, rng *rand.Rand) {
 // with a part on the process it removed, registered before the removal
 // returned, to have its dependent parts cancelled within the death bound
 // of the return (the README's bound for a death; a removal is decided
-// sooner), or of its fence for a member of a replaced cluster
+// sooner), or of its fence for a member a forced new cluster left out
 // (removal.fenced): the coordinator's part when a worker was removed, every
 // fragment when the coordinator was. It judges only where the cluster
 // could act on it throughout (one leader with a quorum, clean links to

@@ -105,23 +105,24 @@ func TestCheckRemovalBoundRequiresTheFragmentsOfARemovedCoordinator(t *testing.T
 	require.Empty(t, r.failures)
 }
 
-// A member of a cluster that a restore or a force replaced leaves in a log
-// that a worker may not follow yet: a worker that heard a higher term or
-// list version from the old cluster refuses the new one's heartbeats until
-// the old has been silent for its StaleAfter. The removal's fragments are
-// held to the death bound from that fence on; a plain removal's are not.
-func TestCheckRemovalBoundWaitsOutTheReplacedClustersFence(t *testing.T) {
+// A member that a forced new cluster left out leaves in a log that a
+// worker may not follow yet: a worker that heard a higher term or list
+// version from the old processes refuses the forced cluster's heartbeats
+// until they have been silent for its StaleAfter. The removal's fragments
+// are held to the death bound from that fence on; a plain removal's (and a
+// restore's) are not.
+func TestCheckRemovalBoundWaitsOutTheForcedOutClustersFence(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	stopped := t0.Add(time.Second)
 	fence := stopped.Add(responder.DefaultStaleAfter) // the deadline: fence + 4 s
 	for _, c := range []struct {
-		name     string
-		replaced bool
-		cancel   time.Duration // after the fence
-		fail     string
+		name   string
+		forced bool
+		cancel time.Duration // after the fence
+		fail   string
 	}{
-		{"replaced, cancelled after the fence within the bound", true, 3 * time.Second, ""},
-		{"replaced, cancelled past the fence's bound", true, 5 * time.Second, "was cancelled 14s after"},
+		{"forced out, cancelled after the fence within the bound", true, 3 * time.Second, ""},
+		{"forced out, cancelled past the fence's bound", true, 5 * time.Second, "was cancelled 14s after"},
 		{"removed in the log, cancelled as late", false, 3 * time.Second, "(bound 4s)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -132,7 +133,7 @@ func TestCheckRemovalBoundWaitsOutTheReplacedClustersFence(t *testing.T) {
 				s.at = at
 				m.truth.samples = append(m.truth.samples, s)
 			}
-			r.fleet.removals = []removal{{node: 1, epoch: rec.coord.epoch, start: t0.Add(time.Second), done: t0.Add(2 * time.Second), replaced: c.replaced}}
+			r.fleet.removals = []removal{{node: 1, epoch: rec.coord.epoch, start: t0.Add(time.Second), done: t0.Add(2 * time.Second), forced: c.forced}}
 			r.oldClusterStopped(stopped)
 			rec.fragEnds[4] = &ending{at: fence.Add(c.cancel), cause: &cancel.CanceledError{Node: 1, Reason: cancel.Removed}}
 			require.Equal(t, 1, m.checkRemovalBound(r.removals()))

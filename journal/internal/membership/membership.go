@@ -72,7 +72,17 @@ type Membership struct {
 	// dedupe). 0: a cluster bootstrapped before the window was recorded;
 	// each member then uses its own Config.DedupeWindow.
 	Window uint64 `json:"dedupe_window,omitempty"`
+	// Replaced lists the clusters this one replaced, oldest first (at most
+	// MaxReplaced): a restore of a backup starts a new cluster that
+	// replaces the backup's (and those it replaced), carried by every later
+	// record and image. Heartbeats carry it, so that a worker that follows
+	// a replaced cluster moves to this one at its first heartbeat and
+	// refuses the replaced one's from then on.
+	Replaced []string `json:"replaced,omitempty"`
 }
+
+// MaxReplaced bounds Membership.Replaced: the newest are kept.
+const MaxReplaced = 8
 
 // WindowOr returns the cluster's dedupe window, or local when m records
 // none (or m is nil).
@@ -101,6 +111,7 @@ func (m *Membership) Clone() *Membership {
 	c.Voters = slices.Clone(m.Voters)
 	c.Learner = slices.Clone(m.Learner)
 	c.Removed = slices.Clone(m.Removed)
+	c.Replaced = slices.Clone(m.Replaced)
 	c.Keys = nil
 	c.Members = make(map[uint64]Member, len(m.Members))
 	for k, v := range m.Members {
