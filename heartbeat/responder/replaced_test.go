@@ -1,10 +1,7 @@
 package responder
 
 import (
-	"bytes"
-	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -24,15 +21,13 @@ func newUnpinned(t *testing.T) *responderFixture {
 	return f
 }
 
-// beatAs sends hb as is (beat fills in cluster c1).
+// beatAs sends hb to member 9 with its cluster as it is (beat fills in
+// cluster c1).
 func (f *responderFixture) beatAs(t *testing.T, hb Request) (int, string) {
 	t.Helper()
 	hb.Member = 9
-	body, err := json.Marshal(hb)
-	require.NoError(t, err)
-	w := httptest.NewRecorder()
-	f.r.ServeHTTP(w, httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body)))
-	return w.Code, w.Body.String()
+	code, body := f.post(t, hb)
+	return code, string(body)
 }
 
 // A restore starts a new cluster, at the backup's term, which can be lower

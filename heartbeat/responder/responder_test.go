@@ -60,6 +60,12 @@ func (f *responderFixture) beat(t *testing.T, hb Request) (int, []byte) {
 	if hb.Member == 0 {
 		hb.Member = 9
 	}
+	return f.post(t, hb)
+}
+
+// post sends hb as it is and returns the answer's status and body.
+func (f *responderFixture) post(t *testing.T, hb Request) (int, []byte) {
+	t.Helper()
 	body, err := json.Marshal(hb)
 	require.NoError(t, err)
 	w := httptest.NewRecorder()
