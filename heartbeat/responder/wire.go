@@ -14,9 +14,9 @@ type Request struct {
 	// clusters' heartbeats from then on.
 	Replaced []string `json:"replaced,omitempty"`
 	Leader   uint64   `json:"leader"`
-	Term    uint64 `json:"term"`
-	Member  uint64 `json:"member,omitempty"` // the member this heartbeat is for (the monitor appends it last)
-	Round   uint64 `json:"round"`
+	Term     uint64   `json:"term"`
+	Member   uint64   `json:"member,omitempty"` // the member this heartbeat is for (the monitor appends it last)
+	Round    uint64   `json:"round"`
 	// Version is the catalog index the frontend list was read at; a member
 	// does not go back to an older list (a new leader may lag the old one)
 	// while lists at the newer version keep coming (within StaleAfter).
