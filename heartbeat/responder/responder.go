@@ -77,7 +77,7 @@ type Responder struct {
 	cfg   Config
 	clock Clock
 	log   *slog.Logger
-	term  atomic.Uint64 // the term followed: the highest seen, but see handle
+	term  atomic.Uint64 // the highest term seen from the cluster followed (handle)
 	// followed is the cluster of the last heartbeat accepted (nil: none).
 	followed atomic.Pointer[string]
 	// replaced maps each cluster that a cluster this member heard from
