@@ -14,6 +14,9 @@ type allocRecorder struct {
 	ranges [][2]int64
 }
 
+// Fd reports no descriptor, so allocations reach Preallocate.
+func (r *allocRecorder) Fd() uintptr { return vfs.InvalidFd }
+
 func (r *allocRecorder) Preallocate(offset, length int64) error {
 	r.ranges = append(r.ranges, [2]int64{offset, length})
 	return nil
