@@ -308,9 +308,9 @@ func runPropose(b *testing.B, c *journaltest.Cluster, fss *syncFSs, leader, via 
 	// the proposers, as cpu-us/op does.
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := benchshape.ProcessCPU()
+	cpu0, faults0 := benchshape.ProcessCPU(), benchshape.PageFaults()
 	elapsed, lats, err := proposeN(b.Context(), c.Node(via).Journal(), payloads, 0, b.N, proposers)
-	cpu := benchshape.ProcessCPU() - cpu0
+	cpu, faults := benchshape.ProcessCPU()-cpu0, benchshape.PageFaults()-faults0
 	b.StopTimer()
 	syncs, walLat := fss.of(leader).take()
 	allSyncs := syncs
@@ -342,6 +342,13 @@ func runPropose(b *testing.B, c *journaltest.Cluster, fss *syncFSs, leader, via 
 		// the CPU one replicated write costs them together (50,000 writes/s
 		// on 2 cores leave 40 µs, with nothing to spare).
 		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
+	}
+	if faults > 0 {
+		// The first touches of fresh memory: the memtables Pebble
+		// allocates before it recycles one, and the heap growing to its
+		// peak. A fresh cluster takes most of them in its first writes; a
+		// long-running one recycles both.
+		b.ReportMetric(float64(faults)/float64(b.N), "faults/op")
 	}
 }
 

@@ -2,7 +2,10 @@
 
 package benchshape
 
-import "testing"
+import (
+	"syscall"
+	"testing"
+)
 
 // TestProcessCPU checks that the CPU time grows while this goroutine
 // computes.
@@ -21,4 +24,23 @@ func TestProcessCPU(t *testing.T) {
 		}
 	}
 	t.Fatalf("ProcessCPU stayed at %v over 10^8 steps (%d)", start, x)
+}
+
+// TestPageFaults checks that touching fresh anonymous memory, page by
+// page, counts at least a fault per page.
+func TestPageFaults(t *testing.T) {
+	const pages = 256
+	page := syscall.Getpagesize()
+	mem, err := syscall.Mmap(-1, 0, pages*page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Munmap(mem) }()
+	start := PageFaults()
+	for i := 0; i < pages; i++ {
+		mem[i*page] = 1
+	}
+	if got := PageFaults() - start; got < pages {
+		t.Fatalf("touching %d fresh pages counted %d faults", pages, got)
+	}
 }
