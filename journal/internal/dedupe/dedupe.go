@@ -15,11 +15,25 @@ import "github.com/metatree/metatree/journal/internal/envelope"
 // recorded earlier, an image's window, and every entry after it
 // (journal's dedupeAt); it then decides every later entry exactly as the
 // live applier does.
+//
+// The keys' records live in two generations of maps, each a window of
+// indexes long: a copy is recorded in the current one, and the one before
+// it is dropped whole when the current one is a window old, so evicting a
+// copy touches only the order it is in (a map lookup of a random key is a
+// cache miss, and the applier makes one an entry). A record still held
+// but evicted (older than floor) is not seen: the decisions are those of
+// a window that forgets each copy as it leaves the window. A filter of the
+// older generation's keys spares most lookups of a key not in it.
 type Window struct {
-	window uint64
-	byKey  map[[16]byte]Rec
-	order  []Key // every copy, in index order; order[head:] is live
-	head   int
+	window   uint64
+	cur      map[[16]byte]Rec // the records of copies at curFrom and later
+	prev     map[[16]byte]Rec // the generation before cur
+	curKeys  *keyFilter       // cur's keys
+	prevKeys *keyFilter       // prev's keys
+	curFrom  uint64
+	floor    uint64 // the copies before it are evicted
+	order    []Key  // every copy, in index order; order[head:] is live
+	head     int
 }
 
 // Rec is what the window knows of a key.
@@ -38,7 +52,13 @@ type Key struct {
 
 // New returns an empty window of window indexes.
 func New(window uint64) *Window {
-	return &Window{window: window, byKey: map[[16]byte]Rec{}}
+	return &Window{
+		window:   window,
+		cur:      map[[16]byte]Rec{},
+		prev:     map[[16]byte]Rec{},
+		curKeys:  newKeyFilter(window),
+		prevKeys: newKeyFilter(window),
+	}
 }
 
 // SetWindow makes window the window of the next decisions. The journal sets
@@ -76,11 +96,23 @@ func (d *Window) Judge(index uint64, env envelope.Envelope) (Rec, Verdict) {
 // Seen reports the key's latest copy within the window ending at index
 // (exclusive), and so whether the copy at index is a duplicate.
 func (d *Window) Seen(index uint64, key [16]byte) (Rec, bool) {
-	r, ok := d.byKey[key]
-	if !ok || index-r.Index > d.window {
+	r, ok := d.lookup(key)
+	if !ok || r.Index < d.floor || index-r.Index > d.window {
 		return Rec{}, false
 	}
 	return r, true
+}
+
+// lookup returns the record of key's latest copy, evicted or not.
+func (d *Window) lookup(key [16]byte) (Rec, bool) {
+	if r, ok := d.cur[key]; ok {
+		return r, true
+	}
+	if !d.prevKeys.mayHold(key) {
+		return Rec{}, false
+	}
+	r, ok := d.prev[key]
+	return r, ok
 }
 
 // Add records the copy of key at index: applied with result value, or, when
@@ -103,18 +135,33 @@ func (d *Window) Record(index uint64, key [16]byte, prev Rec, v Verdict, value a
 		r = prev
 		r.Index = index
 	}
-	d.byKey[key] = r
+	if index >= d.curFrom && index-d.curFrom >= d.window {
+		d.rotate(index)
+	}
+	d.cur[key] = r
+	d.curKeys.add(key)
 	d.order = append(d.order, Key{Index: index, Key: key})
 	d.Evict(index)
 }
 
+// rotate starts a new generation at index: the generation before the
+// current one holds only copies more than a window before index, which
+// the Evict of index forgets, so it is dropped whole (and its map and
+// filter reused).
+func (d *Window) rotate(index uint64) {
+	d.prev, d.cur = d.cur, d.prev
+	clear(d.cur)
+	d.prevKeys, d.curKeys = d.curKeys, d.prevKeys
+	d.curKeys.reset(d.window)
+	d.curFrom = index
+}
+
 // Evict forgets the copies that fall out of the window ending at index.
 func (d *Window) Evict(index uint64) {
-	for d.head < len(d.order) && index-d.order[d.head].Index > d.window {
-		k := d.order[d.head]
-		if r, ok := d.byKey[k.Key]; ok && r.Index == k.Index {
-			delete(d.byKey, k.Key)
-		}
+	if index > d.window {
+		d.floor = max(d.floor, index-d.window)
+	}
+	for d.head < len(d.order) && d.order[d.head].Index < d.floor {
 		d.order[d.head] = Key{}
 		d.head++
 	}
@@ -132,17 +179,25 @@ func (d *Window) Live() []Key { return d.order[d.head:] }
 // Reset replaces the state with the copies keys lists (an image's window,
 // in index order).
 func (d *Window) Reset(keys []Key) {
-	d.byKey = map[[16]byte]Rec{}
+	clear(d.cur)
+	clear(d.prev)
+	d.curKeys.reset(d.window)
+	d.prevKeys.reset(d.window)
+	d.curFrom, d.floor = 0, 0
+	if len(keys) > 0 {
+		d.curFrom = keys[0].Index
+	}
 	d.order = d.order[:0]
 	d.head = 0
 	for _, k := range keys {
-		r, ok := d.byKey[k.Key]
+		r, ok := d.cur[k.Key]
 		if ok {
 			r.Index = k.Index
 		} else {
 			r = Rec{Index: k.Index, Applied: k.Index, Imaged: true}
 		}
-		d.byKey[k.Key] = r
+		d.cur[k.Key] = r
+		d.curKeys.add(k.Key)
 		d.order = append(d.order, k)
 	}
 }
