@@ -84,10 +84,16 @@ const (
 // they land. An expired copy is not recorded (it was not applied); its
 // proposer, hearing of it, proposes again with a newer since.
 func (d *Window) Judge(index uint64, env envelope.Envelope) (Rec, Verdict) {
-	if r, dup := d.Seen(index, env.Key); dup {
+	return judge(index, env, d.window, d.Seen)
+}
+
+// judge is Judge's rule given the window and the lookup of a key's latest
+// copy within it.
+func judge(index uint64, env envelope.Envelope, window uint64, seen func(uint64, [16]byte) (Rec, bool)) (Rec, Verdict) {
+	if r, dup := seen(index, env.Key); dup {
 		return r, Duplicate
 	}
-	if env.Bounded && index > env.Since && index-env.Since > d.window {
+	if env.Bounded && index > env.Since && index-env.Since > window {
 		return Rec{}, Expired
 	}
 	return Rec{}, Apply

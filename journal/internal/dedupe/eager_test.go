@@ -27,13 +27,7 @@ func (d *eagerWindow) seen(index uint64, key [16]byte) (Rec, bool) {
 }
 
 func (d *eagerWindow) judge(index uint64, env envelope.Envelope) (Rec, Verdict) {
-	if r, dup := d.seen(index, env.Key); dup {
-		return r, Duplicate
-	}
-	if env.Bounded && index > env.Since && index-env.Since > d.window {
-		return Rec{}, Expired
-	}
-	return Rec{}, Apply
+	return judge(index, env, d.window, d.seen)
 }
 
 func (d *eagerWindow) record(index uint64, key [16]byte, prev Rec, v Verdict, value any) {
