@@ -196,14 +196,20 @@ func (d *Window) Reset(keys []Key) {
 	d.order = d.order[:0]
 	d.head = 0
 	for _, k := range keys {
-		r, ok := d.cur[k.Key]
-		if ok {
-			r.Index = k.Index
-		} else {
-			r = Rec{Index: k.Index, Applied: k.Index, Imaged: true}
-		}
-		d.cur[k.Key] = r
+		d.cur[k.Key] = imaged(d.cur, k)
 		d.curKeys.add(k.Key)
 		d.order = append(d.order, k)
 	}
+}
+
+// imaged is the record of k's key once an image's list of copies reaches
+// k: the first copy listed is the applied one (its value unknown here),
+// a later one a duplicate the window slid to.
+func imaged(recs map[[16]byte]Rec, k Key) Rec {
+	r, ok := recs[k.Key]
+	if !ok {
+		return Rec{Index: k.Index, Applied: k.Index, Imaged: true}
+	}
+	r.Index = k.Index
+	return r
 }

@@ -55,13 +55,7 @@ func (d *eagerWindow) reset(keys []Key) {
 	d.byKey = map[[16]byte]Rec{}
 	d.order = nil
 	for _, k := range keys {
-		r, ok := d.byKey[k.Key]
-		if ok {
-			r.Index = k.Index
-		} else {
-			r = Rec{Index: k.Index, Applied: k.Index, Imaged: true}
-		}
-		d.byKey[k.Key] = r
+		d.byKey[k.Key] = imaged(d.byKey, k)
 		d.order = append(d.order, k)
 	}
 }
