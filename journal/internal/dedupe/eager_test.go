@@ -110,34 +110,3 @@ func TestWindowDecidesAsTheEagerRule(t *testing.T) {
 		}
 	}
 }
-
-// The key filter never misses a key added since its reset, and passes few
-// that were not.
-func TestKeyFilter(t *testing.T) {
-	const window = 10_000
-	f := newKeyFilter(window)
-	rng := rand.New(rand.NewPCG(5, 6))
-	key := func() (k [16]byte) {
-		for i := range k {
-			k[i] = byte(rng.Uint32())
-		}
-		return k
-	}
-	added := make([][16]byte, window)
-	for i := range added {
-		added[i] = key()
-		f.add(added[i])
-	}
-	for _, k := range added {
-		require.True(t, f.mayHold(k))
-	}
-	passed := 0
-	for range 100_000 {
-		if f.mayHold(key()) {
-			passed++
-		}
-	}
-	require.Less(t, passed, 1_000, "false positives of 100,000 keys never added")
-	f.reset(window)
-	require.False(t, f.mayHold(added[0]), "a reset filter holds nothing")
-}

@@ -5,7 +5,9 @@ import "hash/maphash"
 // keyFilter is a Bloom filter of idempotency keys: mayHold is false only
 // for a key never added since the last reset. It is sized for a window of
 // keys at about 0.2% false positives (16 bits a key, three probes), and
-// small enough to stay in cache where the window's map does not.
+// small enough to stay in cache where the window's map does not. Its size
+// is capped at maxFilterBits: a larger window passes more keys it never
+// saw (each costs a map lookup), never misses one.
 type keyFilter struct {
 	seed maphash.Seed
 	bits []uint64
@@ -18,10 +20,13 @@ func newKeyFilter(window uint64) *keyFilter {
 	return f
 }
 
+// maxFilterBits caps a filter at 2 MiB (16 bits a key up to a million).
+const maxFilterBits = 1 << 24
+
 // reset empties the filter, sized for window keys.
 func (f *keyFilter) reset(window uint64) {
 	n := uint64(1 << 10) // bits
-	for n < 16*window && n < 1<<32 {
+	for n < 16*window && n < maxFilterBits {
 		n <<= 1
 	}
 	if uint64(len(f.bits))*64 != n {
