@@ -111,6 +111,9 @@ func TestPromoteRefusedWhileLagging(t *testing.T) {
 		require.ErrorIs(t, err, journal.ErrNotLeader)
 
 		require.ErrorIs(t, lj.Promote(ctx, 4), journal.ErrNotCaughtUp)
+		// The follower may trail the quorum: once it has applied the
+		// writes, it knows the observer (added before them) too.
+		require.NoError(t, c.Node(follower).Journal().WaitApplied(ctx, last))
 		require.ErrorIs(t, c.Node(follower).Journal().Promote(ctx, 4), journal.ErrNotCaughtUp, "through a follower too")
 
 		c.Net.Heal()
