@@ -13,8 +13,8 @@ import (
 // what the code achieves with the CPU to itself; benchmarks report it
 // beside the wall-clock rate, and omit it when it is 0.
 func ProcessCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	ru, ok := selfUsage()
+	if !ok {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -26,9 +26,17 @@ func ProcessCPU() time.Duration {
 // can cost many microseconds of CPU, which benchmarks report per
 // operation beside their CPU.
 func PageFaults() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	ru, ok := selfUsage()
+	if !ok {
 		return 0
 	}
 	return ru.Minflt + ru.Majflt
+}
+
+// selfUsage returns the process's resource usage, and false where it
+// cannot be read.
+func selfUsage() (syscall.Rusage, bool) {
+	var ru syscall.Rusage
+	err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru, err == nil
 }

@@ -24,11 +24,11 @@ import (
 //	go test -run '^$' -bench BenchmarkAppendFloor -benchtime 4000x ./journal/internal/raftstore
 func BenchmarkAppendFloor(b *testing.B) {
 	const perBatch = 40
-	payload := make([]byte, 300)
+	payload := string(make([]byte, 300))
 	batch := func(first uint64) []*raftpb.Entry {
 		out := make([]*raftpb.Entry, perBatch)
 		for i := range out {
-			out[i] = &raftpb.Entry{Index: new(first + uint64(i)), Term: new(uint64(1)), Type: new(raftpb.EntryNormal), Data: payload}
+			out[i] = ent(first+uint64(i), 1, payload)
 		}
 		return out
 	}

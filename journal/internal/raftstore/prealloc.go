@@ -18,10 +18,10 @@ const walPreallocStep = 1 << 20
 // the filesystem allocated before them (what preallocation buys the WAL's
 // fsync), at the cost of one allocation call a step; a recycled WAL has
 // its blocks already. Each step also extends the file's size where the
-// filesystem allows it (extendFile): an append inside the size changes no
-// inode size, so its fdatasync commits no metadata (raftstore's
-// BenchmarkAppend's cpu-us/append). Pebble reads a WAL's zeroed tail as its end, as it
-// reads a recycled WAL's stale tail.
+// filesystem allows it (extendFile): an append inside the size leaves the
+// inode's size alone, so its fdatasync need not commit one (a one-entry
+// append: BenchmarkAppend's cpu-us/append). Pebble reads a WAL's zeroed
+// tail as its end, as it reads a recycled WAL's stale tail.
 type preallocation struct {
 	mu        sync.Mutex
 	pos       int64 // the end of what was written
