@@ -45,13 +45,19 @@ func (t *Tree) Apply(index uint64, data []byte) any {
 		t.clearScratch()
 		return unknownVersion(index, err)
 	}
-	// A watcher registering now starts at this index or above (watch.go).
-	t.applying.Store(index)
 	if err == nil {
 		err = validateOps(ops)
 	}
+	if t.beforeApplyLock != nil {
+		t.beforeApplyLock()
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// A watcher registering now starts at this index or above (watch.go).
+	// It is stored under mu, before the batch's events begin: a watcher
+	// that skips this batch is followed by reads (they take mu) that see
+	// it applied.
+	t.applying.Store(index)
 	s := t.s
 	defer s.Paths.Flush() // before readers can see the index
 	if err != nil {

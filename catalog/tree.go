@@ -74,6 +74,9 @@ type Tree struct {
 	// applied the last one whose events are published. Watchers read them
 	// without taking mu, which would make the applier wake them.
 	applying, applied atomic.Uint64
+	// beforeApplyLock, set only by the package's tests, runs in Apply
+	// before it takes mu.
+	beforeApplyLock func()
 
 	quota quotaHolder
 	// maxFormat is LimitFormat's max (0: NewestBatchVersion), read by

@@ -100,7 +100,9 @@ func (t *Tree) watch(opts WatchOptions, after uint64) *Watcher {
 	// ring's head then, so w reads every batch published after; and w
 	// starts at the batch Apply is at after that, skipping its events
 	// (published or not, recorded for w or not): every later batch begins
-	// after the filter and publishes after the cursor.
+	// after the filter and publishes after the cursor. Apply stores the
+	// batch it is at under Tree.mu, so a read after Watch (it takes mu)
+	// sees every batch w skips.
 	w.mu.cur = t.hub.register(w, &t.ring)
 	w.mu.scan = w.mu.cur
 	w.start = t.applying.Load()
