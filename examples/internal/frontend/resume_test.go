@@ -64,7 +64,18 @@ func TestWatchResumesFromEveryRetainedIndex(t *testing.T) {
 		require.Greater(t, info.Index, f.tree.Index(), "the image is past its catalog's own index")
 		images = append(images, info.Index)
 	}
+	// The monitor journals this process's epoch in its member record (a
+	// catalog batch of its own) once it first answers: it must land
+	// before each image, whose premise is a catalog index below the
+	// image's.
+	recorded := func(what string) {
+		waitFor(t, 20*time.Second, what, func() bool {
+			m, ok := f.Members().Member(1)
+			return ok && m.Epoch == f.Epoch() && m.Status == heartbeat.StatusAlive
+		})
+	}
 	// The first image right after two configuration changes.
+	recorded("the member record of the process")
 	create(30)
 	require.NoError(t, f.Journal().AddMember(ctx, 99, freeAddr(t), journal.Observer))
 	require.NoError(t, f.Journal().RemoveMember(ctx, 99, false))
@@ -75,13 +86,7 @@ func TestWatchResumesFromEveryRetainedIndex(t *testing.T) {
 	f, err = Start(ctx, cfg)
 	require.NoError(t, err)
 	waitFor(t, 20*time.Second, "a leader after the restart", func() bool { return f.Journal().Status().Leader == 1 })
-	// The monitor journals this process's new epoch in its member record
-	// (a catalog batch of its own): it must land before the image, whose
-	// premise is a catalog index below the image's.
-	waitFor(t, 20*time.Second, "the member record of the new process", func() bool {
-		m, ok := f.Members().Member(1)
-		return ok && m.Epoch == f.Epoch() && m.Status == heartbeat.StatusAlive
-	})
+	recorded("the member record of the new process")
 	// The second image after a clock entry of the leader.
 	create(30)
 	waitFor(t, 20*time.Second, "a clock entry", func() bool { return f.Journal().Status().Applied > f.tree.Index() })
