@@ -77,8 +77,12 @@ type ringPos struct {
 }
 
 // Watch subscribes to the changes made by batches applied after the current
-// index (Watcher.Start). Deletes of a subtree produce one event per node,
-// children first; a move produces one event for the moved node. Apply never
+// index (Watcher.Start). A read of the tree after Watch returns sees every
+// batch up to Start applied, so watching first and reading second misses
+// no change: the watcher delivers the batches after Start, some of which
+// the read may hold already (compare their Index with the read's). Deletes
+// of a subtree produce one event per node, children first; a move
+// produces one event for the moved node. Apply never
 // waits for a watcher: one that falls more than its Buffer behind is cut
 // off and its Err is ErrResync; it must then re-read what it needs and
 // watch again. Close it when done: a watcher nobody closes keeps its

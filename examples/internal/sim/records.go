@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,14 +24,37 @@ type recordsView struct {
 	// frontend knows; a member missing is unknown to it.
 	registries map[uint64]map[uint64]cancel.NodeState
 	records    map[uint64]map[uint64]heartbeat.Member
+	// changed holds, by frontend and member, the catalog index of the
+	// member record's last change in that frontend's own catalog, read
+	// before replayed; replayed holds the same of every member record the
+	// frontend's heartbeat view holds. The view replays that catalog, so
+	// it must come to hold every record at its last change, and no other.
+	changed, replayed map[uint64]map[uint64]uint64
 }
 
 // staleRecords returns, sorted, one sentence for each running member
 // whose current epoch some running frontend's registry or member records
-// do not show alive.
+// do not show alive, and for each member record whose last change some
+// frontend's member records miss although its catalog holds it (a
+// transition its replay skipped, whatever the member runs).
 func staleRecords(v recordsView) []string {
 	var out []string
 	fronts := sortedKeys(v.registries)
+	for _, f := range fronts {
+		for _, id := range sortedKeys(v.changed[f]) {
+			at := v.changed[f][id]
+			if got, ok := v.replayed[f][id]; !ok {
+				out = append(out, fmt.Sprintf("frontend %d's member records lack member %d, which its catalog holds as changed at %d", f, id, at))
+			} else if got != at {
+				out = append(out, fmt.Sprintf("frontend %d's member records hold member %d as changed at %d, its catalog as changed at %d", f, id, got, at))
+			}
+		}
+		for _, id := range sortedKeys(v.replayed[f]) {
+			if _, ok := v.changed[f][id]; !ok {
+				out = append(out, fmt.Sprintf("frontend %d's member records hold member %d as changed at %d, which its catalog no longer holds", f, id, v.replayed[f][id]))
+			}
+		}
+	}
 	for _, id := range sortedKeys(v.epochs) {
 		e := v.epochs[id]
 		for _, f := range fronts {
@@ -61,7 +85,7 @@ func sortedKeys[V any](m map[uint64]V) []uint64 {
 // viewRecords takes the run's recordsView now: frontends and workers.
 func (m *members) viewRecords() recordsView {
 	r := m.r
-	v := recordsView{epochs: map[uint64]epoch.Epoch{}, registries: map[uint64]map[uint64]cancel.NodeState{}, records: map[uint64]map[uint64]heartbeat.Member{}}
+	v := recordsView{epochs: map[uint64]epoch.Epoch{}, registries: map[uint64]map[uint64]cancel.NodeState{}, records: map[uint64]map[uint64]heartbeat.Member{}, changed: map[uint64]map[uint64]uint64{}, replayed: map[uint64]map[uint64]uint64{}}
 	ids := make([]uint64, 0, r.n+len(m.workers))
 	for i := 1; i <= r.n; i++ {
 		ids = append(ids, uint64(i))
@@ -80,6 +104,17 @@ func (m *members) viewRecords() recordsView {
 		if f == nil {
 			continue
 		}
+		changed := map[uint64]uint64{}
+		for _, n := range f.Tree().OfKind(heartbeat.MemberKind) {
+			if id, err := strconv.ParseUint(n.Name, 10, 64); err == nil && n.Path == heartbeat.MemberPath(id) {
+				changed[id] = n.Modified
+			}
+		}
+		replayed := map[uint64]uint64{}
+		for _, m := range f.Members().Members() {
+			replayed[m.ID] = m.Modified
+		}
+		v.changed[uint64(i)], v.replayed[uint64(i)] = changed, replayed
 		regs, recs := map[uint64]cancel.NodeState{}, map[uint64]heartbeat.Member{}
 		for _, id := range ids {
 			if st, ok := f.Registry().Node(id); ok {
@@ -99,6 +134,9 @@ func (m *members) viewRecords() recordsView {
 // records within RecoveryBound: the leader's heartbeats reach every
 // member again, so it journals each return and restart, and every
 // frontend applies the records and hands their events to its registry.
+// It also requires each frontend's member records to hold every record
+// of its own catalog at its last change: a change the replay skipped
+// (a watch that missed a batch) stays until the record changes again.
 // It polls view every sample interval until the views agree or the
 // bound is up, and fails the run with what is still stale then.
 func (r *run) checkRecords(ctx context.Context, healed time.Time, view func() recordsView) {

@@ -60,6 +60,22 @@ func TestRecordsCheckFailsOnAStaleRegistryOrRecord(t *testing.T) {
 	})
 }
 
+// A frontend's member records that missed a change its own catalog holds
+// fail the check whatever the member runs: a transition of a member not
+// running, or a record created or deleted, the replay skipped.
+func TestRecordsCheckFailsOnRecordsBehindTheirOwnCatalog(t *testing.T) {
+	v, _ := recordsState()
+	v.changed = map[uint64]map[uint64]uint64{1: {1: 10, 2: 12, 7: 15}, 2: {1: 10, 2: 12}}
+	v.replayed = map[uint64]map[uint64]uint64{1: {1: 10, 2: 11, 9: 5}, 2: {1: 10, 2: 12}}
+	require.Equal(t, []string{
+		"frontend 1's member records hold member 2 as changed at 11, its catalog as changed at 12",
+		"frontend 1's member records lack member 7, which its catalog holds as changed at 15",
+		"frontend 1's member records hold member 9 as changed at 5, which its catalog no longer holds",
+	}, staleRecords(v))
+	v.replayed[1] = map[uint64]uint64{1: 10, 2: 12, 7: 15}
+	require.Empty(t, staleRecords(v))
+}
+
 // A view that turns fresh within the bound passes: the check waits for
 // the heartbeats to land.
 func TestRecordsCheckWaitsForTheRecordsWithinTheBound(t *testing.T) {
