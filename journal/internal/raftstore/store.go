@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -160,6 +161,24 @@ func pebbleOptions(opts Options, h *halt) *pebble.Options {
 		o.Levels[i].BlockSize = 32 << 10
 	}
 	// No bloom filters (the default): every Get is for a key that exists.
+	// Entries go to blob files when their memtable is flushed; sstables
+	// keep the keys and a handle each. A log is never updated and is
+	// deleted in index order, so a blob file dies whole once the log is
+	// compacted past it, and compactions, which otherwise rewrite every
+	// entry from L0 into the lower levels while the log grows between
+	// images, copy only keys and handles (the compaction CPU and I/O
+	// beside the WAL's fsync: BenchmarkPropose's cpu-us/op and
+	// leader-fsync-p99-ms). Values below MinimumSize stay in the sstable:
+	// a handle would save them little.
+	o.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
+		return pebble.ValueSeparationPolicy{
+			Enabled:               true,
+			MinimumSize:           64,
+			MaxBlobReferenceDepth: 10,
+			RewriteMinimumAge:     5 * time.Minute,
+			TargetGarbageRatio:    0.2,
+		}
+	}
 	return o
 }
 
