@@ -205,12 +205,19 @@ func registers(t *catalog.Tree) (uint64, map[string]*catalog.Node, bool) {
 	return 0, nil, false
 }
 
-// lastIndex is the index up to which watcher k last saw every event.
+// lastIndex is the index up to which watcher k last saw every event that
+// still stands: a session of the old cluster counts up to the cut that
+// ended its era (clipped), since the new cluster goes on from there with
+// batches of its own at the indexes after it. Resumed from an old
+// cluster's later index, a watch on the new one would skip those batches
+// (WatchFrom skips up to a from above its tree's index): a client told of
+// the recovery re-reads instead, as this resume point does.
 func (ws *watches) lastIndex(k int) uint64 {
 	ws.mu.Lock()
-	defer ws.mu.Unlock()
+	segs := slices.Clone(ws.segments)
+	ws.mu.Unlock()
 	var last uint64
-	for _, s := range ws.segments {
+	for _, s := range ws.clipped(segs) {
 		if s.watcher == k {
 			last = max(last, s.upTo)
 		}

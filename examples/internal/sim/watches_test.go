@@ -43,3 +43,26 @@ func TestWatchCheckFindsAMissedAndARepeatedEvent(t *testing.T) {
 	require.Empty(t, final("b", &segment{from: 4, upTo: 9, events: []seen{e5, e7, later}}))
 	require.Contains(t, final("x", &segment{from: 4, upTo: 9, events: []seen{e5, e7, later}}), "the final index 8 holds")
 }
+
+// After a recovery a watcher resumes from what it saw up to the cut, not
+// from an index the old cluster reached past it: the new cluster goes on
+// from the cut with batches of its own at those indexes, and a resume
+// from above its index would skip them.
+func TestWatcherResumesFromTheCutAfterARecovery(t *testing.T) {
+	ws := &watches{r: &run{hist: newHistory(time.Now(), nil)}}
+	old := ws.newSegment(0, 1, 40)
+	old.upTo = 100
+	other := ws.newSegment(1, 2, 10)
+	other.upTo = 50
+	ws.segments = append(ws.segments, old, other)
+	require.Equal(t, uint64(100), ws.lastIndex(0))
+
+	ws.cutAt(60)
+	require.Equal(t, uint64(60), ws.lastIndex(0), "the old cluster's events past the cut do not stand")
+	require.Equal(t, uint64(50), ws.lastIndex(1), "a session that ended before the cut keeps its index")
+
+	resumed := ws.newSegment(0, 3, ws.lastIndex(0))
+	resumed.upTo = 75
+	ws.segments = append(ws.segments, resumed)
+	require.Equal(t, uint64(75), ws.lastIndex(0), "the new cluster's sessions count whole")
+}
