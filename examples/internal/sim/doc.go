@@ -193,7 +193,8 @@
 // takes one off the network for a while; the frontends' nemesis restarts
 // and cuts the coordinators meanwhile. Two watchers watch the registers
 // on random frontends, disconnect, and resume on another from the last
-// index they saw, from the first index its log holds an image for
+// index they saw (after an operator's recovery, at most the cut: the new
+// cluster's own batches follow it), from the first index its log holds an image for
 // (Journal.FirstIndex()-1), or from an older index the log may no longer
 // hold; a third does the same through the API's watch stream (GET
 // /v1/watch with from_index), its sessions checked alike. Task nodes are created owned by a worker's current epoch
