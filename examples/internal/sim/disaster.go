@@ -182,6 +182,7 @@ func (r *run) forceNewCluster(ctx context.Context, rng *rand.Rand) bool {
 		return true
 	}
 	r.ws.cutAt(b)
+	r.own.cut(b)
 	start, startTime := r.hist.call(), time.Now()
 	fctx, cancel := context.WithTimeout(ctx, time.Minute)
 	_, err := r.c.ForceNewCluster(fctx, chosen)
@@ -268,6 +269,7 @@ func (r *run) restoreBackup(ctx context.Context, rng *rand.Rand) bool {
 		return true
 	}
 	r.ws.cutAt(info.Index)
+	r.own.cut(info.Index)
 	r.lose(old, epochs, startTime, false)
 	r.joined(id)
 	r.cutHere(ctx, id, keep, start, nb, info.Index)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,6 +43,42 @@ type owned struct {
 	nodes  []ownedNode
 	fences map[uint64]keptFence // per worker, a fence taken earlier
 	stale  int                  // fenced writes sent after their epoch ended
+	era    int                  // the operators' recoveries so far (cut)
+}
+
+// cut is an operator's recovery (disaster.go) whose new cluster agrees
+// with the old one's log up to index and goes on from there with records
+// of its own. It forgets the fences kept on the old cluster, whose record
+// versions and generations cannot be compared with the new one's (a
+// worker's epoch that an old catalog showed at generation 10 can be
+// current at 11 on the new one); a fence kept in an iteration that began
+// before the cut is not kept. It forgets the owned nodes created after
+// index too: their creates are lost by design, and their owners' versions
+// are indexes of the old cluster.
+func (o *owned) cut(index uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.era++
+	clear(o.fences)
+	o.nodes = slices.DeleteFunc(o.nodes, func(n ownedNode) bool { return n.index > index })
+}
+
+// keep keeps worker id's fence k, unless a cut came after k's era began.
+func (o *owned) keep(id uint64, k keptFence) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if k.era == o.era {
+		o.fences[id] = k
+	}
+}
+
+// kept returns worker id's kept fence for an iteration that began in era,
+// if no cut has come since.
+func (o *owned) kept(id uint64, era int) (keptFence, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	k, ok := o.fences[id]
+	return k, ok && k.era == era && o.era == era
 }
 
 func (r *run) startOwned(ctx context.Context, m *members) (*owned, error) {
@@ -79,6 +116,9 @@ func (o *owned) end() {
 
 func (o *owned) loop(ctx context.Context, rng *rand.Rand) {
 	for seq := 0; pause(ctx, time.Duration(100+rng.IntN(1200))*time.Millisecond); seq++ {
+		o.mu.Lock()
+		era := o.era // before the frontend is chosen: see cut
+		o.mu.Unlock()
 		up := o.r.running()
 		if len(up) == 0 {
 			continue
@@ -111,15 +151,11 @@ func (o *owned) loop(ctx context.Context, rng *rand.Rand) {
 			// Kept only where this catalog shows the epoch: the version it
 			// shows it at is what a later record must pass to end it.
 			if rec, ok := f.Tree().Get(heartbeat.MemberPath(id)); ok && rec.Attrs["epoch"].Equal(catalog.String(w.Epoch().String())) {
-				o.mu.Lock()
-				o.fences[id] = keptFence{op: fence, at: rec.Modified, gen: rec.Attrs["generation"].Int64()}
-				o.mu.Unlock()
+				o.keep(id, keptFence{op: fence, at: rec.Modified, gen: rec.Attrs["generation"].Int64(), era: era})
 			}
 			_, _ = f.Write(ctx, catalog.Batch{Ops: []catalog.Op{fence, {Type: catalog.OpCreate, Path: fmt.Sprintf("%s/f%d-%d", fencedDir, id, seq), Kind: "fenced"}}})
 		default: // a fence kept from before, if this catalog shows its epoch ended
-			o.mu.Lock()
-			kept, ok := o.fences[id]
-			o.mu.Unlock()
+			kept, ok := o.kept(id, era)
 			fence := kept.op
 			rec, has := f.Tree().Get(heartbeat.MemberPath(id))
 			if !ok || !has || !kept.ended(rec) {
@@ -198,11 +234,12 @@ func (o *owned) check(i int, t *catalog.Tree) {
 
 // keptFence is a fence on a worker's epoch, and the version and the
 // generation of the worker's record at which a frontend's catalog showed
-// that epoch.
+// that epoch, in one cluster's era.
 type keptFence struct {
 	op  catalog.Op
 	at  uint64
 	gen int64
+	era int // the recoveries before it was kept (owned.cut)
 }
 
 // ended reports whether member record rec shows that the fence's epoch

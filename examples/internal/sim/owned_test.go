@@ -71,3 +71,36 @@ func TestKeptFenceEndsWithADeathNotOnlyARestart(t *testing.T) {
 		require.Equal(t, tc.ended, k.ended(tc.rec), tc.name)
 	}
 }
+
+// A recovery forgets the fences kept on the old cluster: the new cluster
+// goes on from a surviving state, where the same epoch can be current at
+// a later generation (the failure of seed 1796666900153524511, a fence
+// taken as stale on the new cluster). A fence taken in an iteration that
+// began before the cut is not kept, nor used by one; the owned nodes
+// created after the cut are forgotten.
+func TestFencesKeptOnTheOldClusterAreForgottenAtACut(t *testing.T) {
+	e := epoch.New()
+	o := &owned{fences: map[uint64]keptFence{}}
+	old := keptFence{op: heartbeat.Fence(4, e), at: 1450, gen: 10, era: 0}
+	o.keep(4, old)
+	_, ok := o.kept(4, 0)
+	require.True(t, ok, "kept in its era")
+
+	o.nodes = []ownedNode{{path: "/tasks/t4-1", worker: 4, index: 1300}, {path: "/tasks/t4-2", worker: 4, index: 1460}}
+	o.cut(1400)
+	require.Equal(t, []ownedNode{{path: "/tasks/t4-1", worker: 4, index: 1300}}, o.nodes, "a node created after the cut is lost by design")
+	_, ok = o.kept(4, 0)
+	require.False(t, ok, "an old cluster's fence used by an iteration of its era after the cut")
+	_, ok = o.kept(4, 1)
+	require.False(t, ok, "an old cluster's fence used on the new cluster")
+
+	o.keep(4, old) // an iteration that chose its frontend before the cut
+	_, ok = o.kept(4, 1)
+	require.False(t, ok, "a fence of the old cluster kept after the cut")
+
+	fresh := keptFence{op: heartbeat.Fence(4, e), at: 1489, gen: 11, era: 1}
+	o.keep(4, fresh)
+	got, ok := o.kept(4, 1)
+	require.True(t, ok)
+	require.Equal(t, fresh, got)
+}
