@@ -169,7 +169,10 @@ func pebbleOptions(opts Options, h *halt) *pebble.Options {
 	// images, copy only keys and handles (the compaction CPU and I/O
 	// beside the WAL's fsync: BenchmarkPropose's cpu-us/op and
 	// leader-fsync-p99-ms). Values below MinimumSize stay in the sstable:
-	// a handle would save them little.
+	// a handle would save them little. A blob file that still holds an
+	// entry the log keeps stays whole until the log is compacted past it;
+	// the rewrite of a partly dead one (over TargetGarbageRatio, past
+	// RewriteMinimumAge) only bounds that when images stop.
 	o.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
 		return pebble.ValueSeparationPolicy{
 			Enabled:               true,
