@@ -212,15 +212,22 @@ func registers(t *catalog.Tree) (uint64, map[string]*catalog.Node, bool) {
 // cluster's later index, a watch on the new one would skip those batches
 // (WatchFrom skips up to a from above its tree's index): a client told of
 // the recovery re-reads instead, as this resume point does.
+//
+// Only watcher k's own goroutine writes its sessions, so it reads their
+// upTo here without racing.
 func (ws *watches) lastIndex(k int) uint64 {
 	ws.mu.Lock()
-	segs := slices.Clone(ws.segments)
-	ws.mu.Unlock()
+	defer ws.mu.Unlock()
 	var last uint64
-	for _, s := range ws.clipped(segs) {
-		if s.watcher == k {
-			last = max(last, s.upTo)
+	for _, s := range ws.segments {
+		if s.watcher != k {
+			continue
 		}
+		upTo := s.upTo
+		if s.era < len(ws.cuts) {
+			upTo = min(upTo, ws.cuts[s.era]) // as clipped counts it
+		}
+		last = max(last, upTo)
 	}
 	return last
 }
