@@ -50,8 +50,8 @@ type owned struct {
 // with the old one's log up to index and goes on from there with records
 // of its own. It forgets the fences kept on the old cluster, whose record
 // versions and generations cannot be compared with the new one's (a
-// worker's epoch that an old catalog showed at generation 10 can be
-// current at 11 on the new one); a fence kept in an iteration that began
+// worker's epoch can be current at a later generation on the new cluster
+// than on the old one); a fence kept in an iteration that began
 // before the cut is not kept. It forgets the owned nodes created after
 // index too: their creates are lost by design, and their owners' versions
 // are indexes of the old cluster.

@@ -74,8 +74,8 @@ func TestKeptFenceEndsWithADeathNotOnlyARestart(t *testing.T) {
 
 // A recovery forgets the fences kept on the old cluster: the new cluster
 // goes on from a surviving state, where the same epoch can be current at
-// a later generation (the failure of seed 1796666900153524511, a fence
-// taken as stale on the new cluster). A fence taken in an iteration that
+// a later generation, which a fence kept on the old cluster would take
+// for the epoch's end. A fence taken in an iteration that
 // began before the cut is not kept, nor used by one; the owned nodes
 // created after the cut are forgotten.
 func TestFencesKeptOnTheOldClusterAreForgottenAtACut(t *testing.T) {

@@ -95,7 +95,7 @@ func (ws *watches) clipped(segs []*segment) []*segment {
 		limit := cuts[s.era]
 		c := *s
 		c.events = slices.DeleteFunc(slices.Clone(s.events), func(e seen) bool { return e.index > limit })
-		c.upTo = min(s.upTo, limit)
+		c.upTo = s.standingUpTo(cuts)
 		out = append(out, &c)
 	}
 	return out
@@ -223,11 +223,7 @@ func (ws *watches) lastIndex(k int) uint64 {
 		if s.watcher != k {
 			continue
 		}
-		upTo := s.upTo
-		if s.era < len(ws.cuts) {
-			upTo = min(upTo, ws.cuts[s.era]) // as clipped counts it
-		}
-		last = max(last, upTo)
+		last = max(last, s.standingUpTo(ws.cuts))
 	}
 	return last
 }
@@ -341,6 +337,16 @@ func (s *segment) add(ev catalog.Event) {
 }
 
 func (s *segment) reached(idx uint64) { s.upTo = max(s.upTo, idx) }
+
+// standingUpTo is the index up to which the session saw every event that
+// still stands after cuts: a session of an era that a cut ended counts
+// up to that cut.
+func (s *segment) standingUpTo(cuts []uint64) uint64 {
+	if s.era < len(cuts) {
+		return min(s.upTo, cuts[s.era])
+	}
+	return s.upTo
+}
 
 // check requires every session's events in log order, each once, and
 // every two sessions that saw an index to have seen the same events at
