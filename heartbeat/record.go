@@ -188,7 +188,10 @@ func (m Member) attrs() map[string]catalog.Value {
 //     Alive (every transition bumps the generation, and only a death and
 //     a return keep the epoch);
 //   - alive at a later generation than its first answer would give, from
-//     no epoch: it restarted or died in between, so Restarted.
+//     no epoch: it restarted or died in between, so Restarted;
+//   - dead with an epoch first recorded after the earlier view
+//     (EpochGeneration above its generation): the transition that recorded
+//     it (Restarted, or Alive from no epoch), then its Dead.
 func eventsBetween(before, after *Member, index uint64) []epoch.Event {
 	switch {
 	case before == nil && after == nil:
@@ -204,6 +207,22 @@ func eventsBetween(before, after *Member, index uint64) []epoch.Event {
 		return []epoch.Event{{Index: index, Node: before.ID, Kind: before.Kind, Type: epoch.Removed, OldEpoch: before.PublishedEpoch(), Generation: before.Generation}}
 	case before.Created != 0 && after.Created != 0 && before.Created != after.Created:
 		return append(eventsBetween(before, nil, 0), eventsBetween(nil, after, index)...)
+	case after.Status == StatusDead && after.Epoch != before.Epoch && !after.Epoch.IsZero() && after.EpochGeneration > before.Generation:
+		// The epoch that died was recorded after the earlier view: its
+		// record (alive at after.EpochGeneration), then its death. A
+		// single Dead from before.Epoch would not name the epoch the
+		// skipped transitions recorded, so a consumer would have to take
+		// them for ones that may have ended an epoch it learnt ahead of
+		// the events (cancel: aheadVerdict).
+		recorded := *after
+		recorded.Status = StatusAlive
+		recorded.Generation = after.EpochGeneration
+		if recorded.Died > recorded.Generation {
+			// after's death came later; the last one before the record is
+			// unknown, so the earlier view's stands.
+			recorded.Died = before.Died
+		}
+		return append(eventsBetween(before, &recorded, 0), eventsBetween(&recorded, after, index)...)
 	}
 	ev := epoch.Event{Index: index, Node: after.ID, Kind: after.Kind, OldEpoch: before.PublishedEpoch(), NewEpoch: after.PublishedEpoch(), Generation: after.Generation, EpochGeneration: after.EpochGeneration}
 	switch {

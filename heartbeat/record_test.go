@@ -2,12 +2,14 @@ package heartbeat
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/catalog"
 	"github.com/metatree/metatree/heartbeat/epoch"
 	"github.com/metatree/metatree/heartbeat/internal/wire"
@@ -98,6 +100,10 @@ func TestEventsBetween(t *testing.T) {
 	// Declared dead at generation 4 (an epoch restarted to at 3), back
 	// with E3, first recorded at 6.
 	twice := Member{ID: 5, Kind: epoch.KindWorker, Epoch: e3, Generation: 6, EpochGeneration: 6, Status: StatusAlive, Died: 4, Created: 1}
+	// Restarted with E2 at generation 2, declared dead at 3.
+	restartedThenDead := Member{ID: 5, Kind: epoch.KindWorker, Epoch: e2, Generation: 3, EpochGeneration: 2, Status: StatusDead, Died: 3, Created: 1}
+	// Dead at generation 2, back with E2 at 3, dead again at 4.
+	backThenDead := Member{ID: 5, Kind: epoch.KindWorker, Epoch: e2, Generation: 4, EpochGeneration: 3, Status: StatusDead, Died: 4, Created: 1}
 	for _, tc := range []struct {
 		name          string
 		before, after *Member
@@ -128,6 +134,14 @@ func TestEventsBetween(t *testing.T) {
 		{"dead, restarted twice, folded", &alive, &twice, []epoch.Event{
 			{Node: 5, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e1, NewEpoch: wire.TemporaryEpoch(e1, 4), Generation: 2, EpochGeneration: alive.EpochGeneration},
 			{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: wire.TemporaryEpoch(e1, 4), NewEpoch: e3, Generation: 6, EpochGeneration: 6}}},
+		// A view that skipped the restart to the epoch that died names
+		// that epoch: the restart first, then its death.
+		{"restarted and dead, folded", &alive, &restartedThenDead, []epoch.Event{
+			{Node: 5, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: e1, NewEpoch: e2, Generation: 2, EpochGeneration: 2},
+			{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e2, NewEpoch: wire.TemporaryEpoch(e2, 3), Generation: 3, EpochGeneration: 2}}},
+		{"back with a new epoch and dead, folded", &deadDied, &backThenDead, []epoch.Event{
+			{Node: 5, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: tmp, NewEpoch: e2, Generation: 3, EpochGeneration: 3},
+			{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e2, NewEpoch: wire.TemporaryEpoch(e2, 4), Generation: 4, EpochGeneration: 3}}},
 		{"a death before the earlier view", &returned, &later, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Restarted, OldEpoch: e2, NewEpoch: e3, Generation: 4}}},
 		{"restarted or dead after its first answer, folded", &fresh, &back, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Restarted, NewEpoch: e1, Generation: 3}}},
 		{"removed and added again, folded", &alive, &readded, []epoch.Event{
@@ -168,4 +182,35 @@ func TestEventsBetweenFirstSeenDead(t *testing.T) {
 	dead := Member{ID: 5, Kind: epoch.KindWorker, Epoch: e, Generation: 4, Status: StatusDead}
 	require.Equal(t, []epoch.Event{{Index: 9, Node: 5, Kind: epoch.KindWorker, Type: epoch.Dead, OldEpoch: e, NewEpoch: wire.TemporaryEpoch(e, 4), Generation: 4}},
 		eventsBetween(nil, &dead, 9))
+}
+
+// A view that skipped a restart and then saw the new epoch die (a lagging
+// replica, a resync) must not cost a query that runs on a still later
+// epoch, learnt ahead of the events: the events name the epoch that died,
+// so the registry cancels the parts on it and on the epoch before it, and
+// no others.
+func TestFoldedRestartAndDeathKeepAPartOnALaterEpoch(t *testing.T) {
+	e1, e2, x := epoch.New(), epoch.New(), epoch.New()
+	reg := cancel.New(cancel.Config{})
+	defer reg.Close()
+	alive := Member{ID: 5, Kind: epoch.KindWorker, Epoch: e1, Generation: 1, EpochGeneration: 1, Status: StatusAlive, Created: 1}
+	for _, ev := range eventsBetween(nil, &alive, 3) {
+		reg.Apply(ev)
+	}
+	coordinator := cancel.Member{Node: 1, Epoch: epoch.New()}
+	register := func(e epoch.Epoch) *cancel.Query {
+		q, err := reg.Register(t.Context(), coordinator, []cancel.Member{{Node: 5, Epoch: e}})
+		require.NoError(t, err)
+		return q
+	}
+	onE1, onE2, onX := register(e1), register(e2), register(x)
+
+	dead := Member{ID: 5, Kind: epoch.KindWorker, Epoch: e2, Generation: 3, EpochGeneration: 2, Status: StatusDead, Died: 3, Created: 1}
+	for _, ev := range eventsBetween(&alive, &dead, 9) {
+		reg.Apply(ev)
+	}
+	require.NoError(t, onX.Context().Err(), "the death of the epoch before it cancelled a part on a later epoch")
+	require.ErrorIs(t, context.Cause(onE1.Context()), cancel.ErrNodeRestarted)
+	require.ErrorIs(t, context.Cause(onE2.Context()), cancel.ErrNodeDead)
+	onX.Finish()
 }
