@@ -459,7 +459,11 @@ func (m *Membership) frontendList() (uint64, []responder.FrontendEpoch) {
 		if err != nil {
 			continue
 		}
-		fronts = append(fronts, responder.FrontendEpoch{ID: r.ID, Gen: r.Generation, Epoch: r.PublishedEpoch(), Dead: r.Status == StatusDead, Died: r.Died, Since: n.Created})
+		f := responder.FrontendEpoch{ID: r.ID, Gen: r.Generation, Epoch: r.PublishedEpoch(), Dead: r.Status == StatusDead, Died: r.Died, Since: n.Created, Recorded: r.EpochGeneration}
+		if f.Dead {
+			f.Ended = r.Epoch
+		}
+		fronts = append(fronts, f)
 	}
 	slices.SortFunc(fronts, func(a, b responder.FrontendEpoch) int { return cmp.Compare(a.ID, b.ID) })
 	return version, fronts

@@ -14,6 +14,7 @@ import (
 
 	"github.com/metatree/metatree/cancel"
 	"github.com/metatree/metatree/heartbeat/epoch"
+	"github.com/metatree/metatree/heartbeat/heartbeattest"
 	"github.com/metatree/metatree/heartbeat/responder"
 )
 
@@ -82,6 +83,30 @@ func TestWorkerThatMissedADeathFromNoEpochCancelsTheFragment(t *testing.T) {
 	require.NoError(t, err)
 	w.list(t, 40, responder.FrontendEpoch{ID: 1, Gen: 3, Epoch: e1, Since: 5})
 	requireCancelled(t, frag, cancel.ErrNodeDead, 1)
+}
+
+// A worker whose lists skipped a coordinator's restart (E1 -> E2) and
+// then show E2 declared dead keeps a fragment the coordinator dispatched
+// from a still later epoch X: the list names E2 as the epoch that died,
+// so the death cancels the fragments on E1 and E2 and no others.
+func TestWorkerThatMissedARestartBeforeADeathKeepsALaterFragment(t *testing.T) {
+	w := newWorkerView(t)
+	e1, e2, x := epoch.New(), epoch.New(), epoch.New()
+	w.list(t, 10, responder.FrontendEpoch{ID: 1, Gen: 1, Epoch: e1, Since: 5, Recorded: 1})
+	fragment := func(e epoch.Epoch) *cancel.Query {
+		q, err := w.reg.RegisterFragment(t.Context(), cancel.Member{Node: 1, Epoch: e})
+		require.NoError(t, err)
+		return q
+	}
+	onE1, onE2, onX := fragment(e1), fragment(e2), fragment(x)
+
+	w.list(t, 30, responder.FrontendEpoch{ID: 1, Gen: 3, Epoch: heartbeattest.TemporaryEpoch(e2, 3), Dead: true, Died: 3, Since: 5, Recorded: 2, Ended: e2})
+	require.NoError(t, onX.Context().Err(), "the death of E2 cancelled the fragment of X: %v", context.Cause(onX.Context()))
+	requireCancelled(t, onE1, cancel.ErrNodeRestarted, 1)
+	requireCancelled(t, onE2, cancel.ErrNodeDead, 1)
+	w.list(t, 40, responder.FrontendEpoch{ID: 1, Gen: 4, Epoch: x, Died: 3, Since: 5, Recorded: 4})
+	require.NoError(t, onX.Context().Err())
+	onX.Finish()
 }
 
 // A forged list (a huge version, no frontends) removes the coordinator from

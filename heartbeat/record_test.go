@@ -159,6 +159,7 @@ func TestEventsBetween(t *testing.T) {
 func FuzzResponder(f *testing.F) {
 	f.Add([]byte(`{"member":9,"term":1,"version":1,"frontends":[{"id":1,"gen":1,"epoch":"6ba7b810-9dad-41d1-80b4-00c04fd430c8"}]}`))
 	f.Add([]byte(`{"member":9,"term":0,"frontends":[{"id":1,"dead":true}]}`))
+	f.Add([]byte(`{"member":9,"term":1,"frontends":[{"id":1,"gen":3,"dead":true,"recorded":2,"ended":"6ba7b810-9dad-41d1-80b4-00c04fd430c8"}]}`))
 	f.Add([]byte(`{"member":9,"frontends":[{"id":0},{"id":1},{"id":1}]}`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`{"member":"9"}`))

@@ -405,52 +405,15 @@ func (r *Responder) diffLocked(hb *Request) []epoch.Event {
 		if f.Gen <= p.Gen { // an older or the same view of this frontend
 			continue
 		}
-		// Lists may skip transitions (this member missed heartbeats, or a
-		// new leader's first list): as package heartbeat does on a frontend,
-		// a later generation with the same epoch means the frontend was
-		// declared dead and came back in between, delivered as Dead
-		// (Index 0: its list was never seen) then Alive; from no epoch, a
-		// generation past its first answer means it restarted or died.
-		switch {
-		case f.Dead && (!p.Dead || f.Epoch != p.Epoch):
-			ev(f.ID, epoch.Dead, p.Epoch, f.Epoch, f.Gen)
-		case f.Dead || f.Epoch.IsZero():
-		case !p.Dead && !p.Epoch.IsZero() && f.Died > p.Gen:
-			// Declared dead after the list held, and back since: with a
-			// fresh epoch (Restarted), or, from an older leader's log, the
-			// same one (Alive).
-			// The Dead at the generation after the list held, as package
-			// heartbeat does: the transitions skipped show on the
-			// return's event.
-			tmp := wire.TemporaryEpoch(p.Epoch, f.Died)
-			ev(f.ID, epoch.Dead, p.Epoch, tmp, p.Gen+1)
-			evs[len(evs)-1].Index = 0
-			if f.Epoch == p.Epoch {
-				ev(f.ID, epoch.Alive, tmp, f.Epoch, f.Gen)
-			} else {
-				ev(f.ID, epoch.Restarted, tmp, f.Epoch, f.Gen)
-			}
-		case !p.Dead && f.Epoch == p.Epoch:
-			gen := p.Gen + 1
-			tmp := wire.TemporaryEpoch(p.Epoch, gen)
-			ev(f.ID, epoch.Dead, p.Epoch, tmp, gen)
-			evs[len(evs)-1].Index = 0
-			ev(f.ID, epoch.Alive, tmp, f.Epoch, f.Gen)
-		case !p.Dead && p.Epoch.IsZero() && f.Gen > p.Gen+1:
-			ev(f.ID, epoch.Restarted, p.Epoch, f.Epoch, f.Gen)
-		case p.Dead && f.Epoch == p.lastReal:
-			ev(f.ID, epoch.Alive, p.Epoch, f.Epoch, f.Gen)
-		case f.Epoch != p.Epoch:
-			if p.Epoch.IsZero() {
-				ev(f.ID, epoch.Alive, p.Epoch, f.Epoch, f.Gen)
-			} else {
-				ev(f.ID, epoch.Restarted, p.Epoch, f.Epoch, f.Gen)
-			}
+		if f.Dead && !f.Ended.IsZero() && f.Ended != p.lastReal && p.Gen < f.Recorded && f.Recorded < f.Gen {
+			// The epoch that died was recorded after the last list held:
+			// its record first (Index 0: its list was never seen), then its
+			// death, as package heartbeat derives them from a record, so
+			// that the death names that epoch and not only the one before.
+			recorded := FrontendEpoch{ID: f.ID, Gen: f.Recorded, Epoch: f.Ended, Died: p.Died, Since: f.Since, Recorded: f.Recorded}
+			evs = p.advance(recorded, evs, 0)
 		}
-		p.FrontendEpoch = f
-		if !f.Dead && !f.Epoch.IsZero() {
-			p.lastReal = f.Epoch
-		}
+		evs = p.advance(f, evs, index)
 	}
 	var gone []uint64
 	for id := range r.mu.frontends {
@@ -463,6 +426,61 @@ func (r *Responder) diffLocked(hb *Request) []epoch.Event {
 		p := r.mu.frontends[id]
 		ev(id, epoch.Removed, p.Epoch, epoch.Epoch{}, p.Gen)
 		delete(r.mu.frontends, id)
+	}
+	return evs
+}
+
+// advance moves p to the frontend's view f (a later generation), appending
+// the events the change implies, at index, to evs.
+func (p *frontendState) advance(f FrontendEpoch, evs []epoch.Event, index uint64) []epoch.Event {
+	ev := func(t epoch.EventType, old, new epoch.Epoch, gen uint64) {
+		evs = append(evs, epoch.Event{Index: index, Node: f.ID, Kind: epoch.KindFrontend, Type: t, OldEpoch: old, NewEpoch: new, Generation: gen})
+	}
+	// Lists may skip transitions (this member missed heartbeats, or a
+	// new leader's first list): as package heartbeat does on a frontend,
+	// a later generation with the same epoch means the frontend was
+	// declared dead and came back in between, delivered as Dead
+	// (Index 0: its list was never seen) then Alive; from no epoch, a
+	// generation past its first answer means it restarted or died.
+	switch {
+	case f.Dead && (!p.Dead || f.Epoch != p.Epoch):
+		ev(epoch.Dead, p.Epoch, f.Epoch, f.Gen)
+	case f.Dead || f.Epoch.IsZero():
+	case !p.Dead && !p.Epoch.IsZero() && f.Died > p.Gen:
+		// Declared dead after the list held, and back since: with a
+		// fresh epoch (Restarted), or, from an older leader's log, the
+		// same one (Alive).
+		// The Dead at the generation after the list held, as package
+		// heartbeat does: the transitions skipped show on the
+		// return's event.
+		tmp := wire.TemporaryEpoch(p.Epoch, f.Died)
+		ev(epoch.Dead, p.Epoch, tmp, p.Gen+1)
+		evs[len(evs)-1].Index = 0
+		if f.Epoch == p.Epoch {
+			ev(epoch.Alive, tmp, f.Epoch, f.Gen)
+		} else {
+			ev(epoch.Restarted, tmp, f.Epoch, f.Gen)
+		}
+	case !p.Dead && f.Epoch == p.Epoch:
+		gen := p.Gen + 1
+		tmp := wire.TemporaryEpoch(p.Epoch, gen)
+		ev(epoch.Dead, p.Epoch, tmp, gen)
+		evs[len(evs)-1].Index = 0
+		ev(epoch.Alive, tmp, f.Epoch, f.Gen)
+	case !p.Dead && p.Epoch.IsZero() && f.Gen > p.Gen+1:
+		ev(epoch.Restarted, p.Epoch, f.Epoch, f.Gen)
+	case p.Dead && f.Epoch == p.lastReal:
+		ev(epoch.Alive, p.Epoch, f.Epoch, f.Gen)
+	case f.Epoch != p.Epoch:
+		if p.Epoch.IsZero() {
+			ev(epoch.Alive, p.Epoch, f.Epoch, f.Gen)
+		} else {
+			ev(epoch.Restarted, p.Epoch, f.Epoch, f.Gen)
+		}
+	}
+	p.FrontendEpoch = f
+	if !f.Dead && !f.Epoch.IsZero() {
+		p.lastReal = f.Epoch
 	}
 	return evs
 }

@@ -51,6 +51,16 @@ type FrontendEpoch struct {
 	// Gen alone cannot order it against the old one. Zero: not sent (an
 	// older leader).
 	Since uint64 `json:"since,omitempty"`
+	// Recorded is the generation at which the frontend's (real) epoch was
+	// first recorded (Member.EpochGeneration; zero: unknown, or an older
+	// leader).
+	Recorded uint64 `json:"recorded,omitempty"`
+	// Ended is the real epoch a dead frontend was declared dead with (its
+	// Epoch is then the temporary one). With Recorded, a member whose
+	// lists skipped the frontend's restart to that epoch learns which
+	// epoch died, so the death ends that epoch and the one before it, and
+	// not a later one a fragment was dispatched from.
+	Ended epoch.Epoch `json:"ended,omitzero"`
 }
 
 // Response is a member's answer.
