@@ -47,7 +47,7 @@ func (s *Store) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.
 		return err
 	}
 
-	b := s.db.NewBatch()
+	b := s.db.NewBatchWithSize(appendBatchSize(ents))
 	defer b.Close()
 	deletes := false // the batch removes entries readers may be looking at
 	oldLast := last
@@ -184,6 +184,23 @@ func (s *Store) Append(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.
 	publish()
 	s.mu.Unlock()
 	return nil
+}
+
+// entryRecordBytes bounds what a batch record of one entry takes beside
+// its data: the record's kind, the key and its length, the value's length,
+// and the value's header (appendEntryValue: version, flags, term, type).
+const entryRecordBytes = 1 + 1 + 10 + binary.MaxVarintLen32 + 2 + binary.MaxVarintLen64 + 2
+
+// appendBatchSize is the batch Append fills with ents and a HardState, so
+// that the batch is allocated once at its size instead of doubling from a
+// small buffer, each step copying what it held (a pooled batch keeps its
+// buffer, and Pebble reuses one big enough).
+func appendBatchSize(ents []*raftpb.Entry) int {
+	n := 128 // the batch's header, a HardState, the truncation record
+	for _, e := range ents {
+		n += len(e.Data) + entryRecordBytes
+	}
+	return n
 }
 
 // commitNoSyncWait commits b, a synced batch that overwrites the log from
