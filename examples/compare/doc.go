@@ -7,7 +7,11 @@
 // follower) until -ops operations are done. The systems take turns in
 // -rounds rounds, one after another, each round on fresh data dirs under -dir,
 // so that a drift of the machine's speed hits all of them alike; the
-// disk's fsync p50 is measured before every round.
+// disk's fsync p50 is measured before every round. With -warmup N, every
+// system first takes N writes to keys of its own, untimed, so that the
+// timed operations meet a long-running cluster's state (memory grown and
+// recycled, files past their first sizes) rather than each system's
+// start-up.
 //
 //	go -C examples/compare run . -mode write -ops 200000 -clients 64 -rounds 3
 //	go -C examples/compare run . -mode read -ops 200000 -clients 64 -rounds 3

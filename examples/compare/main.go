@@ -14,6 +14,7 @@ func main() {
 	flag.IntVar(&cfg.clients, "clients", 64, "concurrent writers (or readers) per system")
 	flag.IntVar(&cfg.size, "size", 256, "value bytes per write")
 	flag.IntVar(&cfg.keys, "keys", 100000, "key space: operation i writes key i % keys")
+	flag.IntVar(&cfg.warmup, "warmup", 0, "writes every system takes, untimed and to keys of their own, before the timed operations (a long-running cluster's state)")
 	rounds := flag.Int("rounds", 3, "interleaved rounds; each round runs every system once")
 	mode := flag.String("mode", "write", "write: values written on the leader; read: linearizable reads on a follower")
 	dir := flag.String("dir", os.TempDir(), "parent of the fresh data dirs (removed after each run); pass a dir on the disk to measure")

@@ -19,6 +19,10 @@ import (
 type workload struct {
 	ops, clients, size, keys int
 	read                     bool // linearizable reads on a follower instead of writes on the leader
+	// warmup is how many writes every system takes, untimed, before the
+	// timed operations: keys of their own (warmupKey), so the timed writes
+	// create and update the same keys as without it.
+	warmup int
 }
 
 func (w workload) validate() error {
@@ -31,6 +35,8 @@ func (w workload) validate() error {
 		return fmt.Errorf("-size %d: want at least 8 bytes (each value carries its operation number)", w.size)
 	case w.keys < 1:
 		return fmt.Errorf("-keys %d: want at least 1", w.keys)
+	case w.warmup < 0:
+		return fmt.Errorf("-warmup %d: want 0 or more", w.warmup)
 	}
 	return nil
 }
@@ -87,6 +93,13 @@ type result struct {
 // key is the key operation i writes, as the peers' harnesses name it.
 func (w workload) key(i int) string { return fmt.Sprintf("k%012d", i%w.keys) }
 
+// warmupKey is the key warm-up write i creates. The warm-up's keys sort
+// before the workload's, so that the timed writes meet their keys in the
+// order they would without a warm-up: a timed create lands after every
+// key that exists (metatree keeps a directory's children sorted, and a
+// create that sorts before most of them moves them).
+func warmupKey(i int) string { return fmt.Sprintf("a%012d", i) }
+
 // runSystem starts s on a fresh dir under parent, runs the workload on it
 // and removes the dir.
 func runSystem(ctx context.Context, w workload, s system, parent string) (result, error) {
@@ -114,15 +127,46 @@ func runSystem(ctx context.Context, w workload, s system, parent string) (result
 	return res, nil
 }
 
-// drive runs the closed loop: w.clients goroutines take operation numbers
-// until w.ops are done; the first failure stops the run.
+// drive runs the warm-up, then the timed closed loop: w.clients
+// goroutines take operation numbers until w.ops are done; the first
+// failure stops the run.
 func (w workload) drive(ctx context.Context, c cluster) (result, error) {
+	if w.warmup > 0 {
+		// A long-running cluster's state, for every system alike: its
+		// memory grown and recycled, its files past their first sizes.
+		_, _, err := w.closedLoop(ctx, w.warmup, func(ctx context.Context, i int, val []byte) error {
+			return c.write(ctx, warmupKey(i), val, true)
+		})
+		if err != nil {
+			return result{}, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	op := func(ctx context.Context, i int, val []byte) error { return c.write(ctx, w.key(i), val, i < w.keys) }
 	if w.read {
 		// The key read is written once, before the clock starts.
 		if err := c.write(ctx, w.key(0), make([]byte, w.size), true); err != nil {
 			return result{}, fmt.Errorf("write the key to read: %w", err)
 		}
+		op = func(ctx context.Context, _ int, _ []byte) error { return c.read(ctx, w.key(0)) }
 	}
+	lats, elapsed, err := w.closedLoop(ctx, w.ops, op)
+	if err != nil {
+		return result{}, err
+	}
+	return result{
+		opsPerSec: float64(len(lats)) / elapsed.Seconds(),
+		p50:       percentile(lats, 0.50),
+		p99:       percentile(lats, 0.99),
+		via:       c.readVia(),
+	}, nil
+}
+
+// closedLoop runs n operations on w.clients goroutines, each taking the
+// next operation number when its last operation returns, and returns
+// every operation's latency and the time they took together. Operation i
+// gets a distinct, incompressible value of w.size bytes that starts with
+// i. The first failure stops the loop.
+func (w workload) closedLoop(ctx context.Context, n int, op func(ctx context.Context, i int, val []byte) error) ([]time.Duration, time.Duration, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var next atomic.Int64
@@ -135,10 +179,9 @@ func (w workload) drive(ctx context.Context, c cluster) (result, error) {
 			rng := rand.New(rand.NewPCG(uint64(g), 1))
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= w.ops || ctx.Err() != nil {
+				if i >= n || ctx.Err() != nil {
 					return
 				}
-				// A distinct, incompressible value for every write.
 				for k := 8; k < len(val); k += 8 {
 					v := rng.Uint64()
 					for b := 0; b < 8 && k+b < len(val); b++ {
@@ -149,12 +192,7 @@ func (w workload) drive(ctx context.Context, c cluster) (result, error) {
 					val[b] = byte(i >> (8 * b))
 				}
 				t0 := time.Now()
-				var err error
-				if w.read {
-					err = c.read(ctx, w.key(0))
-				} else {
-					err = c.write(ctx, w.key(i), val, i < w.keys)
-				}
+				err := op(ctx, i, val)
 				lats[g] = append(lats[g], time.Since(t0))
 				if err != nil {
 					cancel(fmt.Errorf("operation %d: %w", i, err))
@@ -166,15 +204,9 @@ func (w workload) drive(ctx context.Context, c cluster) (result, error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	if err := context.Cause(ctx); err != nil {
-		return result{}, err
+		return nil, 0, err
 	}
-	all := slices.Concat(lats...)
-	return result{
-		opsPerSec: float64(len(all)) / elapsed.Seconds(),
-		p50:       percentile(all, 0.50),
-		p99:       percentile(all, 0.99),
-		via:       c.readVia(),
-	}, nil
+	return slices.Concat(lats...), elapsed, nil
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -221,7 +253,7 @@ func run(ctx context.Context, w workload, systems []system, rounds int, dir stri
 	if w.read {
 		mode = "read"
 	}
-	fmt.Fprintf(out, "mode=%s ops=%d clients=%d size=%d keys=%d rounds=%d dir=%s\n", mode, w.ops, w.clients, w.size, w.keys, rounds, filepath.Clean(dir))
+	fmt.Fprintf(out, "mode=%s ops=%d warmup=%d clients=%d size=%d keys=%d rounds=%d dir=%s\n", mode, w.ops, w.warmup, w.clients, w.size, w.keys, rounds, filepath.Clean(dir))
 	results := make(map[string][]result)
 	var fsyncs []time.Duration
 	for r := 1; r <= rounds; r++ {
