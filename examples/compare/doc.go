@@ -13,7 +13,7 @@
 // recycled, files past their first sizes) rather than each system's
 // start-up.
 //
-//	go -C examples/compare run . -mode write -ops 200000 -clients 64 -rounds 3
+//	go -C examples/compare run . -mode write -ops 50000 -warmup 200000 -clients 64 -rounds 3
 //	go -C examples/compare run . -mode read -ops 200000 -clients 64 -rounds 3
 //
 // Each line also states the disk a member's data dir occupies at the end
