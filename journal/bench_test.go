@@ -352,19 +352,19 @@ func runPropose(b *testing.B, c *journaltest.Cluster, fss *syncFSs, leader, via 
 		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
 	}
 	if faults > 0 {
-		// The first touches of fresh memory: the memtables Pebble
-		// allocates before it recycles one, and the heap growing to its
-		// peak. A fresh cluster takes most of them in its first writes,
-		// which warmUp spends before the timer; a long-running one
-		// recycles both.
+		// The first touches of fresh memory: memtables Pebble allocates
+		// instead of recycling one, and the heap growing. warmUp takes a
+		// cluster's start-up share of them before the timer, so this
+		// counts what a long-running node pays.
 		b.ReportMetric(float64(faults)/float64(b.N), "faults/op")
 	}
 }
 
 // warmUpBytes is the log a cluster writes before BenchmarkPropose times
-// it: past Pebble's growing memtables (256 KiB doubling to MemTableSize,
-// about 32 MiB) and its first two full ones (at most 40 MiB each), after
-// which every memtable reuses a flushed one's memory.
+// it: past Pebble's growing memtables (doubling up to raftstore's
+// memTableSize) and its first two full-size ones, after which a new
+// memtable reuses a flushed one's memory. faults/op shows whether it is
+// still enough.
 const warmUpBytes = 128 << 20
 
 // warmUp writes warmUpBytes through the leader in 32-KiB entries, so that
