@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -311,10 +314,12 @@ func runPropose(b *testing.B, c *journaltest.Cluster, fss *syncFSs, leader, via 
 	// the proposers, as cpu-us/op does.
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0, faults0 := benchshape.ProcessCPU(), benchshape.PageFaults()
+	stopProfile := startProposeProfile(b)
+	cpu0, kernel0, faults0 := benchshape.ProcessCPU(), benchshape.KernelCPU(), benchshape.PageFaults()
 	elapsed, lats, err := proposeN(b.Context(), c.Node(via).Journal(), payloads, 0, b.N, proposers)
-	cpu, faults := benchshape.ProcessCPU()-cpu0, benchshape.PageFaults()-faults0
+	cpu, kernel, faults := benchshape.ProcessCPU()-cpu0, benchshape.KernelCPU()-kernel0, benchshape.PageFaults()-faults0
 	b.StopTimer()
+	stopProfile()
 	syncs, walLat := fss.of(leader).take()
 	allSyncs := syncs
 	for _, n := range nodes {
@@ -351,12 +356,48 @@ func runPropose(b *testing.B, c *journaltest.Cluster, fss *syncFSs, leader, via 
 		// on 2 cores leave 40 µs, with nothing to spare).
 		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
 	}
+	if kernel > 0 {
+		// The kernel's part of cpu-us/op: the replicas' fsyncs, their
+		// loopback TCP and futex wake-ups. Only fewer system calls a
+		// write lower it.
+		b.ReportMetric(float64(kernel.Microseconds())/float64(b.N), "kernel-cpu-us/op")
+	}
 	if faults > 0 {
 		// The first touches of fresh memory: memtables Pebble allocates
 		// instead of recycling one, and the heap growing. warmUp takes a
 		// cluster's start-up share of them before the timer, so this
 		// counts what a long-running node pays.
 		b.ReportMetric(float64(faults)/float64(b.N), "faults/op")
+	}
+}
+
+// proposeProfile names the CPU profile of BenchmarkPropose's timed
+// writes. go test's -cpuprofile covers the whole run, the cluster's
+// start-up and warmUp's 32-KiB entries included, which skews it towards
+// copying and fresh memory; this one starts after the warm-up and stops
+// with the timer.
+var proposeProfile = flag.String("propose.cpuprofile", "",
+	"write a CPU profile of BenchmarkPropose's timed writes to this file, suffixed with the sub-benchmark's name (each run of it overwrites its file: use -benchtime Nx)")
+
+// startProposeProfile starts the profile -propose.cpuprofile asks for and
+// returns what stops it.
+func startProposeProfile(b *testing.B) (stop func()) {
+	if *proposeProfile == "" {
+		return func() {}
+	}
+	f, err := os.Create(*proposeProfile + "-" + strings.NewReplacer("/", "_", " ", "_").Replace(b.Name()) + ".prof")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
 	}
 }
 
