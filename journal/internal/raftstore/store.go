@@ -160,6 +160,23 @@ func pebbleOptions(opts Options, h *halt) *pebble.Options {
 	for i := range o.Levels {
 		o.Levels[i].BlockSize = 32 << 10
 	}
+	// Pebble sizes a table by the bytes its keys reference in blob files
+	// too, so with the default 2 MB target a flush cut each memtable into a
+	// dozen tables of a few hundred KB of keys, each created, synced and
+	// recorded on its own, and the next compaction merged them again. A
+	// flush now writes one table: L0's target is above the largest
+	// memtable, and the levels below keep Pebble's default targets, so a
+	// compaction rewrites only the few tables its new entries overlap (the
+	// log's tail, where the m/ keys sort), never one table of the whole
+	// log. The base level stays L6 until the log, values counted, passes
+	// LBaseMaxBytes: with the default 64 MB, a log between images went
+	// through L5 into L6, each key and handle rewritten twice.
+	// BenchmarkPropose's CPU profiles measure both.
+	o.TargetFileSizes[0] = 64 << 20
+	for i := 1; i < len(o.TargetFileSizes); i++ {
+		o.TargetFileSizes[i] = (2 << 20) << i
+	}
+	o.LBaseMaxBytes = 1 << 30
 	// No bloom filters (the default): every Get is for a key that exists.
 	// Entries go to blob files when their memtable is flushed; sstables
 	// keep the keys and a handle each. A log is never updated and is
