@@ -22,8 +22,8 @@ func ProcessCPU() time.Duration {
 
 // KernelCPU returns the part of ProcessCPU spent in the kernel on the
 // process's behalf (its system calls: fsyncs, socket reads and writes,
-// futex waits; its page faults), or 0 where it cannot be read. No change
-// in user code below the system calls it makes reduces it.
+// futex waits; its page faults), or 0 where it cannot be read. Only
+// fewer or cheaper system calls lower it, not faster user code.
 func KernelCPU() time.Duration {
 	ru, ok := selfUsage()
 	if !ok {

@@ -6,9 +6,9 @@ import "hash/maphash"
 // for a key never added since the last reset. It is blocked: a key's three
 // bits lie in one 64-bit word, so adding or testing a key touches one
 // cache line (the applier does both for every entry, with the rest of the
-// write evicting the filter between entries). At 16 bits a key that
-// passes about 1% of the keys never added (TestKeyFilter bounds it), each
-// costing a map lookup. Its size is capped at maxFilterBits: a larger
+// write evicting the filter between entries). At 16 bits a key it
+// passes under 1% of the keys never added (TestKeyFilter bounds it), each
+// of which costs a map lookup. Its size is capped at maxFilterBits: a larger
 // window passes more keys it never saw, never misses one.
 type keyFilter struct {
 	seed  maphash.Seed

@@ -161,17 +161,18 @@ func pebbleOptions(opts Options, h *halt) *pebble.Options {
 		o.Levels[i].BlockSize = 32 << 10
 	}
 	// Pebble sizes a table by the bytes its keys reference in blob files
-	// too, so with the default 2 MB target a flush cut each memtable into a
-	// dozen tables of a few hundred KB of keys, each created, synced and
-	// recorded on its own, and the next compaction merged them again. A
-	// flush now writes one table: L0's target is above the largest
-	// memtable, and the levels below keep Pebble's default targets, so a
-	// compaction rewrites only the few tables its new entries overlap (the
-	// log's tail, where the m/ keys sort), never one table of the whole
-	// log. The base level stays L6 until the log, values counted, passes
-	// LBaseMaxBytes: with the default 64 MB, a log between images went
-	// through L5 into L6, each key and handle rewritten twice.
-	// BenchmarkPropose's CPU profiles measure both.
+	// too, so L0's default 2 MB target would cut each flush into a dozen
+	// tables of a few hundred KB of keys, each created, synced and
+	// recorded on its own, for the next compaction to merge again. L0's
+	// target is above the largest memtable, so a flush writes one table;
+	// the levels below keep Pebble's default targets, so a compaction
+	// rewrites only the few tables its new entries overlap (the log's
+	// tail, where the m/ keys sort), never one table of the whole log.
+	// The base level stays L6 until the log, values counted, passes
+	// LBaseMaxBytes; the default 64 MB would put L5 between them for a
+	// log of a few hundred thousand entries, and rewrite each key and
+	// handle twice. BenchmarkPropose's CPU profiles (-propose.cpuprofile)
+	// measure the flushes' and compactions' share.
 	o.TargetFileSizes[0] = 64 << 20
 	for i := 1; i < len(o.TargetFileSizes); i++ {
 		o.TargetFileSizes[i] = (2 << 20) << i
