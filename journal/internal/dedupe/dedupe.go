@@ -1,6 +1,10 @@
 package dedupe
 
-import "github.com/metatree/metatree/journal/internal/envelope"
+import (
+	"hash/maphash"
+
+	"github.com/metatree/metatree/journal/internal/envelope"
+)
 
 // Window remembers the idempotency keys that reached the log in the last
 // window indexes. A copy of a key within the window of the key's previous
@@ -16,24 +20,28 @@ import "github.com/metatree/metatree/journal/internal/envelope"
 // (journal's dedupeAt); it then decides every later entry exactly as the
 // live applier does.
 //
-// The keys' records live in two generations of maps, each a window of
-// indexes long: a copy is recorded in the current one, and the one before
-// it is dropped whole when the current one is a window old, so evicting a
-// copy touches only the order it is in (a map lookup of a random key is a
-// cache miss, and the applier makes one an entry). A record still held
-// but evicted (older than floor) is not seen: the decisions are those of
-// a window that forgets each copy as it leaves the window. A filter of
-// each generation's keys spares most lookups of a key not in it.
+// The keys live in two generations of indexes (keyIndex), each a window
+// of indexes long: a copy is indexed in the current one, and the one
+// before it is dropped whole when the current one is a window old, so
+// evicting a copy touches only the order it is in. Each copy's record
+// lies beside it in the order, so the records of the evicted copies leave
+// with them. An evicted copy (older than floor) is not seen: the
+// decisions are those of a window that forgets each copy as it leaves the
+// window.
 type Window struct {
-	window   uint64
-	cur      map[[16]byte]Rec // the records of copies at curFrom and later
-	prev     map[[16]byte]Rec // the generation before cur
-	curKeys  *keyFilter       // cur's keys
-	prevKeys *keyFilter       // prev's keys
-	curFrom  uint64
-	floor    uint64 // the copies before it are evicted
-	order    []Key  // every copy, in index order; order[head:] is live
-	head     int
+	window  uint64
+	seed    maphash.Seed
+	cur     keyIndex // the keys of the copies at curFrom and later
+	prev    keyIndex // the generation before cur
+	curFrom uint64
+	floor   uint64 // the copies before it are evicted
+	order   []Key  // every copy, in index order; order[head:] is live
+	recs    []Rec  // recs[i]: the key's record as of the copy order[i]
+	head    int
+	base    uint64 // the sequence number of order[0]; never reused
+	hashed  [16]byte
+	hashOf  uint64 // the hash of hashed, when hashOK
+	hashOK  bool
 }
 
 // Rec is what the window knows of a key.
@@ -52,13 +60,10 @@ type Key struct {
 
 // New returns an empty window of window indexes.
 func New(window uint64) *Window {
-	return &Window{
-		window:   window,
-		cur:      map[[16]byte]Rec{},
-		prev:     map[[16]byte]Rec{},
-		curKeys:  newKeyFilter(window),
-		prevKeys: newKeyFilter(window),
-	}
+	d := &Window{window: window, seed: maphash.MakeSeed()}
+	d.cur.reset(window, 0)
+	d.prev.reset(window, 0)
+	return d
 }
 
 // SetWindow makes window the window of the next decisions. The journal sets
@@ -109,20 +114,39 @@ func (d *Window) Seen(index uint64, key [16]byte) (Rec, bool) {
 	return r, true
 }
 
-// lookup returns the record of key's latest copy, evicted or not.
-// Each generation's filter is tested before its map: most keys are
-// fresh, and a filter word is one cache line where a map lookup is more.
+// lookup returns the record of key's latest live copy.
 func (d *Window) lookup(key [16]byte) (Rec, bool) {
-	if d.curKeys.mayHold(key) {
-		if r, ok := d.cur[key]; ok {
-			return r, true
-		}
+	h, c := d.hash(key), d.copies()
+	if _, seq, ok := d.cur.find(h, key, c); ok {
+		return d.recs[seq-d.base], true
 	}
-	if !d.prevKeys.mayHold(key) {
-		return Rec{}, false
+	if _, seq, ok := d.prev.find(h, key, c); ok {
+		return d.recs[seq-d.base], true
 	}
-	r, ok := d.prev[key]
-	return r, ok
+	return Rec{}, false
+}
+
+// hash returns key's hash, kept for the key last hashed: the applier
+// looks a key up (Judge) and then records it (Record).
+func (d *Window) hash(key [16]byte) uint64 {
+	if key != d.hashed || !d.hashOK {
+		d.hashed, d.hashOf, d.hashOK = key, hashKey(d.seed, key), true
+	}
+	return d.hashOf
+}
+
+// copies is the order as the indexes read it.
+func (d *Window) copies() copies {
+	return copies{order: d.order, base: d.base, live: d.base + uint64(d.head)}
+}
+
+// push appends the copy of key at index with its record, and indexes it
+// in the current generation.
+func (d *Window) push(index uint64, key [16]byte, r Rec) {
+	seq := d.base + uint64(len(d.order))
+	d.order = append(d.order, Key{Index: index, Key: key})
+	d.recs = append(d.recs, r)
+	d.cur.put(d.seed, d.hash(key), key, seq, d.copies())
 }
 
 // Add records the copy of key at index: applied with result value, or, when
@@ -148,21 +172,17 @@ func (d *Window) Record(index uint64, key [16]byte, prev Rec, v Verdict, value a
 	if index >= d.curFrom && index-d.curFrom >= d.window {
 		d.rotate(index)
 	}
-	d.cur[key] = r
-	d.curKeys.add(key)
-	d.order = append(d.order, Key{Index: index, Key: key})
+	d.push(index, key, r)
 	d.Evict(index)
 }
 
 // rotate starts a new generation at index: the generation before the
 // current one holds only copies more than a window before index, which
-// the Evict of index forgets, so it is dropped whole (and its map and
-// filter reused).
+// the Evict of index forgets, so it is dropped whole (and its table
+// reused).
 func (d *Window) rotate(index uint64) {
 	d.prev, d.cur = d.cur, d.prev
-	clear(d.cur)
-	d.prevKeys, d.curKeys = d.curKeys, d.prevKeys
-	d.curKeys.reset(d.window)
+	d.cur.reset(d.window, d.base+uint64(len(d.order)))
 	d.curFrom = index
 }
 
@@ -171,14 +191,19 @@ func (d *Window) Evict(index uint64) {
 	if index > d.window {
 		d.floor = max(d.floor, index-d.window)
 	}
+	// An evicted copy is left as it is until the reclaim below overwrites
+	// it (its record's value, for the garbage collector, too): a write to
+	// it now would touch a line long out of the caches, once an entry.
 	for d.head < len(d.order) && d.order[d.head].Index < d.floor {
-		d.order[d.head] = Key{}
 		d.head++
 	}
 	// Reclaim the evicted front once it is half the slice (amortised O(1)).
 	if d.head > 1024 && d.head*2 >= len(d.order) {
 		n := copy(d.order, d.order[d.head:])
-		d.order = d.order[:n]
+		copy(d.recs, d.recs[d.head:])
+		clear(d.recs[n:])
+		d.order, d.recs = d.order[:n], d.recs[:n]
+		d.base += uint64(d.head)
 		d.head = 0
 	}
 }
@@ -189,28 +214,27 @@ func (d *Window) Live() []Key { return d.order[d.head:] }
 // Reset replaces the state with the copies keys lists (an image's window,
 // in index order).
 func (d *Window) Reset(keys []Key) {
-	clear(d.cur)
-	clear(d.prev)
-	d.curKeys.reset(d.window)
-	d.prevKeys.reset(d.window)
+	d.base += uint64(len(d.order))
+	clear(d.order)
+	clear(d.recs)
+	d.order, d.recs, d.head = d.order[:0], d.recs[:0], 0
+	d.cur.reset(d.window, d.base)
+	d.prev.reset(d.window, d.base)
 	d.curFrom, d.floor = 0, 0
 	if len(keys) > 0 {
 		d.curFrom = keys[0].Index
 	}
-	d.order = d.order[:0]
-	d.head = 0
 	for _, k := range keys {
-		d.cur[k.Key] = imaged(d.cur, k)
-		d.curKeys.add(k.Key)
-		d.order = append(d.order, k)
+		r, ok := d.lookup(k.Key)
+		d.push(k.Index, k.Key, imaged(r, ok, k))
 	}
 }
 
 // imaged is the record of k's key once an image's list of copies reaches
-// k: the first copy listed is the applied one (its value unknown here),
-// a later one a duplicate the window slid to.
-func imaged(recs map[[16]byte]Rec, k Key) Rec {
-	r, ok := recs[k.Key]
+// k, given the key's record so far (ok: it has one): the first copy listed
+// is the applied one (its value unknown here), a later one a duplicate
+// the window slid to.
+func imaged(r Rec, ok bool, k Key) Rec {
 	if !ok {
 		return Rec{Index: k.Index, Applied: k.Index, Imaged: true}
 	}

@@ -55,7 +55,8 @@ func (d *eagerWindow) reset(keys []Key) {
 	d.byKey = map[[16]byte]Rec{}
 	d.order = nil
 	for _, k := range keys {
-		d.byKey[k.Key] = imaged(d.byKey, k)
+		r, ok := d.byKey[k.Key]
+		d.byKey[k.Key] = imaged(r, ok, k)
 		d.order = append(d.order, k)
 	}
 }
