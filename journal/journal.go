@@ -77,10 +77,16 @@ type Journal struct {
 	// loopDead is closed when the raft loop stopped running (Close, or a
 	// persist failure): requests to it give up.
 	loopDead chan struct{}
-	done     chan struct{} // closed when Close begins: waiters give up
-	wg       sync.WaitGroup
-	closeMu  sync.Mutex
-	closed   bool // under closeMu
+	// stir is closed at the next leader or term change and when the raft
+	// loop stops, after loopDead (it then stays closed). A proposer waiting
+	// for its apply wakes on this one shared channel for any of the three
+	// (submission.wait): each shared channel a select waits on is locked
+	// twice a wait, against all the other proposers'.
+	stir    atomic.Pointer[chan struct{}]
+	done    chan struct{} // closed when Close begins: waiters give up
+	wg      sync.WaitGroup
+	closeMu sync.Mutex
+	closed  bool // under closeMu
 
 	// Atomics, safe for concurrent use, grouped by their writers.
 	//

@@ -53,7 +53,7 @@ func (p *proposal) reply(err error) {
 // Neither the fsync nor a slow state machine stops ticks or Readys; a full
 // apply queue holds back only the committed entries (releaseApplyAcks).
 func (j *Journal) run() {
-	defer close(j.loopDead)
+	defer j.stopStir()
 	defer j.recoverStorageFailure()
 	tickc, stopTick := j.cfg.Clock.NewTicker(j.cfg.TickInterval)
 	defer stopTick()
@@ -622,4 +622,18 @@ func (j *Journal) notifyLeadership() {
 	close(j.mu.leaderCh)
 	j.mu.leaderCh = make(chan struct{})
 	j.mu.Unlock()
+	next := make(chan struct{})
+	close(*j.stir.Swap(&next))
 }
+
+// stopStir closes loopDead and then, for good, the stir channel: the
+// raft loop's last act. Only the loop replaces stir, so nothing replaces
+// the closed one.
+func (j *Journal) stopStir() {
+	close(j.loopDead)
+	close(*j.stir.Load())
+}
+
+// stirred returns the channel closed at the next leader or term change or
+// when the raft loop stops (Journal.stir).
+func (j *Journal) stirred() <-chan struct{} { return *j.stir.Load() }

@@ -96,6 +96,8 @@ func newJournal(cfg Config) (*Journal, error) {
 		applier:    applierState{dedupe: dedupe.New(cfg.DedupeWindow)},
 	}
 	j.mu.leaderCh = make(chan struct{})
+	stir := make(chan struct{})
+	j.stir.Store(&stir)
 	j.mu.commitCh = make(chan struct{})
 	j.rounds.NewRun()
 	j.stamps = newStampClock(cfg.Clock)

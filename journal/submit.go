@@ -43,7 +43,7 @@ func (s *submission) run() (applyResult, error) {
 		if err := j.takesProposals(); err != nil {
 			return s.settle(err, false)
 		}
-		lc := j.Leadership()
+		lc := j.stirred()
 		r, out, err := s.try(lc)
 		switch out {
 		case finished:
@@ -108,7 +108,7 @@ func (s *submission) run() (applyResult, error) {
 			return s.settle(j.ctxErr(ctx, s.lastErr), false)
 		}
 		// Give the cluster time to elect or the new leader time to be heard.
-		if r, ok, err := s.wait(lc, j.electionTimeout(), nil, nil); ok || err != nil {
+		if r, ok, err := s.wait(lc, j.electionTimeout(), nil); ok || err != nil {
 			if err != nil {
 				return s.settle(err, false)
 			}
@@ -405,7 +405,7 @@ func (s *submission) try(lc <-chan struct{}) (applyResult, outcome, error) {
 		if err != nil {
 			return applyResult{}, retry, err
 		}
-		r, ok, werr := s.wait(nil, forever, nil, nil)
+		r, ok, werr := s.wait(nil, forever, nil)
 		if ok || werr != nil {
 			return r, finished, werr
 		}
@@ -431,7 +431,7 @@ func (s *submission) proposeHere(lc <-chan struct{}, forward bool, d time.Durati
 	// on p.done), it may reach the log.
 	before := s.inLog
 	s.inLog, s.copyRefused = true, false
-	r, ok, werr := s.wait(lc, d, p.done, j.loopDead)
+	r, ok, werr := s.wait(lc, d, p.done)
 	if s.copyRefused && !before {
 		s.inLog = false
 	}
@@ -442,11 +442,13 @@ func (s *submission) proposeHere(lc <-chan struct{}, forward bool, d time.Durati
 }
 
 // wait waits for the apply, or up to d (forever: no timer), or until lc
-// closes; refusedc (a quiet proposal's done) and dead (the local loop's
-// end) only for a proposal made here. ok means r is the apply; an error
-// means return it; neither means another attempt is due, with s.refused
-// saying what was heard.
-func (s *submission) wait(lc <-chan struct{}, d time.Duration, refusedc <-chan error, dead <-chan struct{}) (r applyResult, ok bool, err error) {
+// (Journal.stirred: a leader change or the raft loop's end) closes;
+// refusedc (a quiet proposal's done) only for a proposal made here. ok
+// means r is the apply; an error means return it (the journal closed, the
+// loop stopped, ctx ended); neither means another attempt is due, with
+// s.refused saying what was heard. Without lc, only Close ends the wait
+// early.
+func (s *submission) wait(lc <-chan struct{}, d time.Duration, refusedc <-chan error) (r applyResult, ok bool, err error) {
 	j := s.j
 	var timeout <-chan time.Time
 	if d < forever {
@@ -454,13 +456,17 @@ func (s *submission) wait(lc <-chan struct{}, d time.Duration, refusedc <-chan e
 		defer stop()
 		timeout = tc
 	}
+	// Close ends the raft loop, which closes lc: with lc, done is one
+	// shared channel more to lock for nothing.
+	done := j.done
+	if lc != nil {
+		done = nil
+	}
 	s.refused = nil
 	for {
 		select {
 		case err := <-refusedc:
 			s.refused, s.copyRefused = err, true
-		case <-dead:
-			return applyResult{}, false, j.loopErr()
 		case r := <-s.w.c:
 			if errors.Is(r.err, errExpired) && r.since != s.since {
 				continue // a copy made with an older since: long dead
@@ -476,14 +482,31 @@ func (s *submission) wait(lc <-chan struct{}, d time.Duration, refusedc <-chan e
 			}
 			return r, true, nil
 		case <-lc:
+			return applyResult{}, false, j.stopped()
 		case <-timeout:
 		case <-s.ctx.Done():
 			return applyResult{}, false, j.ctxErr(s.ctx, s.lastErr)
-		case <-j.done:
+		case <-done:
 			return applyResult{}, false, ErrClosed
 		}
 		return applyResult{}, false, nil
 	}
+}
+
+// stopped is ErrClosed once Close began, the loop's error once the raft
+// loop stopped, and nil before.
+func (j *Journal) stopped() error {
+	select {
+	case <-j.done:
+		return ErrClosed
+	default:
+	}
+	select {
+	case <-j.loopDead:
+		return j.loopErr()
+	default:
+	}
+	return nil
 }
 
 // awaitRoom waits, after a busy refusal, for the next apply or a tick,
