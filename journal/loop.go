@@ -53,7 +53,7 @@ func (p *proposal) reply(err error) {
 // Neither the fsync nor a slow state machine stops ticks or Readys; a full
 // apply queue holds back only the committed entries (releaseApplyAcks).
 func (j *Journal) run() {
-	defer j.stopStir()
+	defer j.markLoopStopped()
 	defer j.recoverStorageFailure()
 	tickc, stopTick := j.cfg.Clock.NewTicker(j.cfg.TickInterval)
 	defer stopTick()
@@ -626,10 +626,10 @@ func (j *Journal) notifyLeadership() {
 	close(*j.stir.Swap(&next))
 }
 
-// stopStir closes loopDead and then, for good, the stir channel: the
+// markLoopStopped closes loopDead and then, for good, the stir channel: the
 // raft loop's last act. Only the loop replaces stir, so nothing replaces
 // the closed one.
-func (j *Journal) stopStir() {
+func (j *Journal) markLoopStopped() {
 	close(j.loopDead)
 	close(*j.stir.Load())
 }

@@ -215,8 +215,7 @@ func (d *Window) Live() []Key { return d.order[d.head:] }
 // in index order).
 func (d *Window) Reset(keys []Key) {
 	d.base += uint64(len(d.order))
-	clear(d.order)
-	clear(d.recs)
+	clear(d.recs) // their values, for the garbage collector
 	d.order, d.recs, d.head = d.order[:0], d.recs[:0], 0
 	d.cur.reset(d.window, d.base)
 	d.prev.reset(d.window, d.base)
